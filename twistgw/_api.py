@@ -1,0 +1,312 @@
+"""Public types shared by the gateway and its plugins.
+
+Everything here is re-exported from :mod:`twistgw`; import it from there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+from urllib.parse import parse_qsl, urlencode
+
+import attrs
+from twisted.web.http_headers import Headers
+
+
+# --------------------------------------------------------------------------
+# Decisions
+# --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Allow:
+    """A plugin admits the request (the chain goes on to the next plugin).
+
+    :param reason: a short human explanation, shown by ``twistgw explain`` and
+        in debug logs; never sent to the client.
+    """
+
+    reason: str = ""
+
+
+@attrs.frozen
+class Deny:
+    """A plugin refuses the request; the chain stops and this is the response.
+
+    :param status: the HTTP status sent to the client.
+    :param body: the response body (bytes). ``content-length`` is set from it.
+    :param headers: extra response headers, ``((b"name", b"value"), ...)``.
+    :param content_type: the ``content-type`` sent with a non-empty body.
+    :param reason: why, for logs and ``twistgw explain``; never sent.
+    """
+
+    status: int
+    body: bytes = b""
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    content_type: bytes = b"text/plain"
+    reason: str = ""
+
+
+Decision = Allow | Deny
+
+
+# --------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------
+
+
+class OptionsError(Exception):
+    """Raised by a plugin's ``twistgw_compile_options`` for invalid options.
+
+    :param path: the field path below the plugin's options key, as a
+        sequence (``("providers", "main", "issuer")``) or a dotted string.
+    :param reason: what is wrong, for a person to act on.
+    """
+
+    def __init__(self, path: Sequence[str | int] | str, reason: str) -> None:
+        if isinstance(path, str):
+            path = tuple(p for p in path.split(".") if p)
+        self.path = tuple(path)
+        self.reason = reason
+        super().__init__(f"{self.dotted_path()}: {reason}" if self.path else reason)
+
+    def dotted_path(self) -> str:
+        out = ""
+        for part in self.path:
+            if isinstance(part, int):
+                out += f"[{part}]"
+            else:
+                out += ("." if out else "") + str(part)
+        return out
+
+
+# --------------------------------------------------------------------------
+# What plugins may look up at configuration time
+# --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Endpoint:
+    """One network address of an upstream."""
+
+    host: str
+    port: int
+
+
+@attrs.frozen
+class UpstreamInfo:
+    """A resolved upstream: its name and the addresses traffic goes to."""
+
+    namespace: str
+    name: str
+    endpoints: tuple[Endpoint, ...]
+
+
+@attrs.frozen
+class SecretInfo:
+    """A Secret's decoded data (``data`` base64-decoded, ``stringData`` encoded)."""
+
+    namespace: str
+    name: str
+    type: str
+    data: Mapping[str, bytes]
+
+
+@attrs.frozen
+class AuthConfigInfo:
+    """An ``AuthConfig``: its ``spec.configs`` list as plain data."""
+
+    namespace: str
+    name: str
+    configs: tuple[Mapping[str, Any], ...]
+
+
+@attrs.frozen
+class OptionsScope:
+    """Where a plugin's options were written, and what they may refer to.
+
+    Passed to ``twistgw_compile_options``.
+
+    :ivar namespace: the namespace of the VirtualService (the default for
+        references that omit ``namespace``).
+    :ivar virtual_service: ``namespace/name`` of the VirtualService.
+    :ivar route: the route's name (``routes[2]`` when unnamed), or ``None``
+        for the virtual-host level.
+    :ivar resources: lookups into the same configuration snapshot.
+    """
+
+    namespace: str
+    virtual_service: str
+    route: str | None
+    resources: "ResourceView"
+
+
+class ResourceView:
+    """Read-only lookups a plugin may do while compiling its options.
+
+    Each lookup raises :class:`OptionsError`-friendly ``KeyError`` with a
+    readable message when the resource does not exist.
+    """
+
+    def __init__(
+        self,
+        upstreams: Mapping[tuple[str, str], UpstreamInfo],
+        secrets: Mapping[tuple[str, str], SecretInfo],
+        auth_configs: Mapping[tuple[str, str], AuthConfigInfo],
+        kube_resolver: Any,
+        settings: Mapping[str, Any] | None = None,
+        config_dir: str = "",
+    ) -> None:
+        self._settings = settings or {}
+        #: absolute path of the configuration directory ("" when loaded from text);
+        #: resolve relative file names in options against it.
+        self.config_dir = config_dir
+        self._upstreams = upstreams
+        self._secrets = secrets
+        self._auth_configs = auth_configs
+        self._kube_resolver = kube_resolver
+
+    def upstream(self, name: str, namespace: str = "default") -> UpstreamInfo:
+        try:
+            return self._upstreams[(namespace, name)]
+        except KeyError:
+            raise KeyError(f"no Upstream {namespace}/{name}") from None
+
+    def kube_service(self, name: str, namespace: str, port: int) -> UpstreamInfo:
+        """Resolve a Kubernetes ``Service`` port to its endpoint addresses."""
+        return self._kube_resolver(name, namespace, port)
+
+    def secret(self, name: str, namespace: str = "default") -> SecretInfo:
+        try:
+            return self._secrets[(namespace, name)]
+        except KeyError:
+            raise KeyError(f"no Secret {namespace}/{name}") from None
+
+    def settings(self, plugin: str) -> Mapping[str, Any]:
+        """The gateway-wide ``Settings.spec.<plugin>`` section ({} if absent)."""
+        return self._settings.get(plugin) or {}
+
+    def auth_config(self, name: str, namespace: str = "default") -> AuthConfigInfo:
+        try:
+            return self._auth_configs[(namespace, name)]
+        except KeyError:
+            raise KeyError(f"no AuthConfig {namespace}/{name}") from None
+
+
+# --------------------------------------------------------------------------
+# The request as plugins see it
+# --------------------------------------------------------------------------
+
+
+class RequestContext:
+    """One request on its way through the plugin chain.
+
+    Plugins read the request from it, may change what is sent upstream
+    (``headers``, :meth:`set_query_params`), and leave results for the plugins
+    after them.
+
+    :ivar method: the request method, exactly as sent (``"GET"``; never
+        case-folded).
+    :ivar path: the normalised path (dot segments removed, slashes merged,
+        unreserved escapes decoded). This is what routing matched and what is
+        forwarded.
+    :ivar query: the raw query string, without ``?`` (bytes).
+    :ivar headers: the request headers that will be sent upstream
+        (:class:`twisted.web.http_headers.Headers`, mutable; hop-by-hop headers
+        already removed). Plugins may remove credentials or add headers.
+    :ivar host: the Host, lower-cased, without port.
+    :ivar client_address: the peer's IP address.
+    :ivar virtual_service: ``namespace/name`` of the matched VirtualService.
+    :ivar route: the matched route's name.
+    :ivar claims: the verified JWT claims, set by the ``jwt`` plugin
+        (``None`` when no token was verified).
+    :ivar claims_provider: the name of the JWT provider that verified them.
+    :ivar principal: who the request is from, once a plugin knows (the JWT
+        ``sub`` or the LDAP user); shown in the access log.
+    :ivar state: a free dict for plugins to share values; key by plugin name.
+    :ivar reactor: the reactor, for plugins that do I/O.
+    """
+
+    __slots__ = (
+        "method",
+        "path",
+        "query",
+        "headers",
+        "host",
+        "client_address",
+        "virtual_service",
+        "route",
+        "claims",
+        "claims_provider",
+        "principal",
+        "state",
+        "reactor",
+        "decided_by",
+    )
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        query: bytes = b"",
+        headers: Headers | None = None,
+        host: str = "",
+        client_address: str = "",
+        virtual_service: str = "",
+        route: str = "",
+        reactor: Any = None,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers if headers is not None else Headers()
+        self.host = host
+        self.client_address = client_address
+        self.virtual_service = virtual_service
+        self.route = route
+        self.claims: dict[str, Any] | None = None
+        self.claims_provider: str | None = None
+        self.principal: str | None = None
+        self.state: dict[str, Any] = {}
+        self.reactor = reactor
+        self.decided_by: str | None = None
+
+    # Headers ---------------------------------------------------------------
+
+    def header(self, name: str) -> str | None:
+        """The first value of a request header as text (latin-1), or None."""
+        values = self.headers.getRawHeaders(name.encode("ascii"))
+        return values[0].decode("latin-1") if values else None
+
+    def header_values(self, name: str) -> list[str]:
+        """Every value of a request header, as text."""
+        values = self.headers.getRawHeaders(name.encode("ascii")) or []
+        return [v.decode("latin-1") for v in values]
+
+    # Query -----------------------------------------------------------------
+
+    def query_params(self) -> list[tuple[str, str]]:
+        """The query parameters, decoded, in order, repeats kept."""
+        if not self.query:
+            return []
+        return parse_qsl(
+            self.query.decode("latin-1"), keep_blank_values=True, encoding="latin-1"
+        )
+
+    def set_query_params(self, params: Iterable[tuple[str, str]]) -> None:
+        """Replace the query string sent upstream (re-encodes every pair)."""
+        self.query = urlencode(list(params), encoding="latin-1").encode("ascii")
+
+    def remove_query_param(self, name: str) -> None:
+        """Remove every ``name=...`` pair; the other pairs stay byte for byte."""
+        if not self.query:
+            return
+        kept = []
+        for piece in self.query.split(b"&"):
+            key = piece.split(b"=", 1)[0]
+            decoded = parse_qsl(
+                key.decode("latin-1") + "=", keep_blank_values=True, encoding="latin-1"
+            )
+            if decoded and decoded[0][0] == name:
+                continue
+            kept.append(piece)
+        self.query = b"&".join(kept)

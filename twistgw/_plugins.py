@@ -1,0 +1,180 @@
+"""The plugin host: builds the pluggy manager and runs per-plugin hooks.
+
+pluggy calls hook implementations in one global order and does not await
+Deferreds; the gateway needs per-virtual-service order and asynchronous
+plugins. So for per-plugin hooks we look up the one implementation of the
+plugin concerned and call it ourselves, awaiting whatever it returns.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Iterable, Mapping
+
+import attrs
+import pluggy
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from twistgw import hookspecs
+
+ENTRY_POINT_GROUP = "twistgw.plugins"
+DEFAULT_ORDER = 1000
+
+hookimpl = pluggy.HookimplMarker("twistgw")
+
+
+@attrs.frozen
+class PluginInfo:
+    """What a plugin says about itself (``twistgw_plugin_info``).
+
+    :ivar order: default position in the chain; lower runs first. The shipped
+        plugins use ``extauth`` 100, ``jwt`` 200, ``rbac`` 300.
+    :ivar description: one line, shown by ``twistgw plugins``.
+    """
+
+    order: int = DEFAULT_ORDER
+    description: str = ""
+
+
+@attrs.frozen
+class GatewayInfo:
+    """Handed to ``twistgw_configure``."""
+
+    reactor: Any
+    metrics_registry: Any
+    log: Logger
+
+
+class PluginError(Exception):
+    """A plugin could not be loaded or violated the hook API."""
+
+
+async def maybe_await(result: Any) -> Any:
+    """Await a Deferred or coroutine; pass plain values through."""
+    if isinstance(result, Deferred):
+        return await result
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+class PluginHost:
+    """The registered plugins, by name, and how to call one of them."""
+
+    _log = Logger()
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self.pm = pm
+        self._per_plugin: dict[tuple[str, str], Callable[..., Any] | None] = {}
+        self.infos: dict[str, PluginInfo] = {}
+        for name, plugin in pm.list_name_plugin():
+            if name is None or plugin is None or name.startswith("_"):
+                continue
+            self.infos[name] = self._info_of(name)
+
+    # -- building ----------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        extra: Iterable[tuple[str, object]] = (),
+        load_entry_points: bool = True,
+        blocked: Iterable[str] = (),
+    ) -> "PluginHost":
+        """Build the manager: specs, the core's own hooks, entry points.
+
+        :param extra: ``(name, plugin)`` pairs to register as well (tests,
+            embedding applications).
+        :param blocked: plugin names not to load.
+        """
+        from twistgw import _routing
+
+        pm = pluggy.PluginManager("twistgw")
+        pm.add_hookspecs(hookspecs)
+        pm.register(_routing, name="_core_routing")
+        for name in blocked:
+            pm.set_blocked(name)
+        if load_entry_points:
+            try:
+                pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+            except Exception as exc:  # a broken third-party package
+                raise PluginError(
+                    f"loading plugins from entry point group {ENTRY_POINT_GROUP!r}"
+                    f" failed: {exc!r}"
+                ) from exc
+        for name, plugin in extra:
+            if pm.get_plugin(name) is not None:
+                pm.unregister(name=name)
+            pm.register(plugin, name=name)
+        pm.check_pending()
+        return cls(pm)
+
+    def _info_of(self, name: str) -> PluginInfo:
+        fn = self.impl(name, "twistgw_plugin_info")
+        if fn is None:
+            return PluginInfo()
+        info = fn()
+        if not isinstance(info, PluginInfo):
+            raise PluginError(
+                f"plugin {name!r}: twistgw_plugin_info must return twistgw.PluginInfo,"
+                f" got {info!r}"
+            )
+        return info
+
+    # -- calling -----------------------------------------------------------
+
+    def names(self) -> list[str]:
+        return sorted(self.infos)
+
+    def impl(self, plugin_name: str, hook_name: str) -> Callable[..., Any] | None:
+        """The plugin's implementation of a hook as a plain callable taking
+        keyword arguments, or None if it does not implement it (cached)."""
+        key = (plugin_name, hook_name)
+        try:
+            return self._per_plugin[key]
+        except KeyError:
+            pass
+        caller = getattr(self.pm.hook, hook_name)
+        found: Callable[..., Any] | None = None
+        for impl in caller.get_hookimpls():
+            if impl.plugin_name == plugin_name:
+                names = tuple(impl.argnames)
+                function = impl.function
+
+                def call(_f: Callable[..., Any] = function, _n: tuple[str, ...] = names, **kw: Any) -> Any:
+                    return _f(*[kw[n] for n in _n])
+
+                found = call
+                break
+        self._per_plugin[key] = found
+        return found
+
+    def default_order(self) -> list[str]:
+        return sorted(self.infos, key=lambda n: (self.infos[n].order, n))
+
+    def configure(self, gateway: GatewayInfo) -> None:
+        self.pm.hook.twistgw_configure(gateway=gateway)
+
+    async def unconfigure(self) -> None:
+        for result in self.pm.hook.twistgw_unconfigure():
+            try:
+                await maybe_await(result)
+            except Exception:
+                self._log.failure("A plugin failed while shutting down")
+
+    def config_loaded(self, compiled_by_plugin: Mapping[str, list[Any]], settings: Mapping[str, Any]) -> None:
+        """Tell each plugin a snapshot is serving; log (never raise) failures."""
+        for name in self.infos:
+            fn = self.impl(name, "twistgw_config_loaded")
+            if fn is None:
+                continue
+            try:
+                result = fn(compiled=list(compiled_by_plugin.get(name, [])), settings=settings.get(name) or {})
+            except Exception:
+                self._log.failure("Plugin {plugin} failed in twistgw_config_loaded", plugin=name)
+                continue
+            if isinstance(result, Deferred) or inspect.isawaitable(result):
+                d = result if isinstance(result, Deferred) else Deferred.fromCoroutine(result)
+                d.addErrback(lambda f, n=name: self._log.failure(
+                    "Plugin {plugin} failed in twistgw_config_loaded", failure=f, plugin=n))

@@ -1,0 +1,102 @@
+"""From a raw request head to a route and a RequestContext (pure, shared by
+the proxy, ``twistgw explain`` and :mod:`twistgw.testing`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from twisted.web.http_headers import Headers
+
+from twistgw._api import Deny, RequestContext
+from twistgw._paths import BadPath, normalise_path
+from twistgw._routing import first_route, host_without_port
+from twistgw._snapshot import RouteRuntime, Snapshot
+
+#: Hop-by-hop headers (RFC 9110 §7.6.1) plus framing headers the proxy sets itself.
+HOP_BY_HOP = frozenset({
+    b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
+    b"transfer-encoding", b"upgrade", b"proxy-authorization", b"proxy-authenticate",
+    b"content-length", b"expect",
+})
+
+NOT_FOUND = Deny(404, reason="no virtual service or route matches")
+
+
+def bad_request(reason: str) -> Deny:
+    return Deny(400, f"Bad Request: {reason}\n".encode(), reason=reason)
+
+
+@attrs.define
+class Prepared:
+    ctx: RequestContext
+    runtime: RouteRuntime
+
+
+def split_target(target: bytes) -> tuple[bytes | None, bytes, bytes]:
+    """``(authority or None, path, query)`` of an origin- or absolute-form target."""
+    authority = None
+    lowered = target[:8].lower()
+    if lowered.startswith(b"http://") or lowered.startswith(b"https://"):
+        rest = target.split(b"://", 1)[1]
+        slash = rest.find(b"/")
+        q = rest.find(b"?")
+        cut = min(x for x in (slash, q, len(rest)) if x != -1)
+        authority, target = rest[:cut], rest[cut:]
+        if not target.startswith(b"/"):
+            target = b"/" + target
+        if b"@" in authority:
+            raise BadPath("userinfo is not allowed in the request target")
+    path, _, query = target.partition(b"?")
+    return authority, path, query
+
+
+def forward_headers(incoming: Headers) -> Headers:
+    """The end-to-end headers of a request or response, hop-by-hop removed
+    (including every header the ``Connection`` header names)."""
+    out = Headers()
+    listed: set[bytes] = set()
+    for value in incoming.getRawHeaders(b"connection") or ():
+        for token in value.split(b","):
+            listed.add(token.strip().lower())
+    for name, values in incoming.getAllRawHeaders():
+        lname = name.lower()
+        if lname in HOP_BY_HOP or lname in listed:
+            continue
+        out.setRawHeaders(name, list(values))
+    return out
+
+
+def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, headers: Headers,
+            client_address: str = "", reactor: Any = None, route_hook: Any = None) -> Prepared | Deny:
+    """Normalise, find the virtual service and route, and build the context."""
+    try:
+        authority, raw_path, query = split_target(target)
+        path = normalise_path(raw_path)
+    except BadPath as exc:
+        return bad_request(str(exc))
+    hosts = headers.getRawHeaders(b"host")
+    if authority is not None:
+        host_value = authority
+    elif hosts is None:
+        return bad_request("the Host header is required")
+    else:
+        host_value = hosts[0]
+    if hosts is not None and len(hosts) > 1:
+        return bad_request("more than one Host header")
+    try:
+        host = host_without_port(host_value.decode("ascii"))
+    except UnicodeDecodeError:
+        return bad_request("the Host header must be ASCII")
+    vs = snapshot.hosts.lookup(host)
+    if vs is None:
+        return NOT_FOUND
+    ctx = RequestContext(
+        method.decode("latin-1"), path, query, forward_headers(headers), host,
+        client_address, vs.key, "", reactor,
+    )
+    route = route_hook(ctx=ctx, virtual_service=vs) if route_hook is not None else first_route(vs.routes, ctx.method, path)
+    if route is None:
+        return NOT_FOUND
+    ctx.route = route.name
+    return Prepared(ctx, snapshot.runtime(vs, route))

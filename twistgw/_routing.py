@@ -1,0 +1,63 @@
+"""Host and route matching (pure). The core's route matcher is a hookimpl that
+runs last, so a plugin's ``twistgw_route_match`` can take precedence."""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import pluggy
+
+from twistgw._api import RequestContext
+from twistgw._model import Route, VirtualService
+
+hookimpl = pluggy.HookimplMarker("twistgw")
+
+
+@hookimpl(trylast=True)
+def twistgw_route_match(ctx: RequestContext, virtual_service: VirtualService) -> Route | None:
+    return first_route(virtual_service.routes, ctx.method, ctx.path)
+
+
+def first_route(routes: Iterable[Route], method: str, path: str) -> Route | None:
+    for route in routes:
+        if route.matches(method, path):
+            return route
+    return None
+
+
+def host_without_port(host: str) -> str:
+    host = host.strip().lower()
+    if host.startswith("["):
+        end = host.find("]")
+        return host[: end + 1] if end != -1 else host
+    colon = host.rfind(":")
+    if colon != -1 and host.count(":") == 1:
+        return host[:colon]
+    return host.rstrip(".")
+
+
+class HostTable:
+    """Exact domains first, then ``*.suffix`` wildcards (longest first), then ``*``."""
+
+    def __init__(self, virtual_services: Iterable[VirtualService]) -> None:
+        self.exact: dict[str, VirtualService] = {}
+        self.suffixes: list[tuple[str, VirtualService]] = []
+        self.default: VirtualService | None = None
+        for vs in virtual_services:
+            for domain in vs.domains:
+                if domain == "*":
+                    self.default = self.default or vs
+                elif domain.startswith("*"):
+                    self.suffixes.append((domain[1:], vs))
+                else:
+                    self.exact.setdefault(domain, vs)
+        self.suffixes.sort(key=lambda item: -len(item[0]))
+
+    def lookup(self, host: str) -> VirtualService | None:
+        vs = self.exact.get(host)
+        if vs is not None:
+            return vs
+        for suffix, vs in self.suffixes:
+            if host.endswith(suffix) and len(host) > len(suffix):
+                return vs
+        return self.default

@@ -1,0 +1,197 @@
+"""The twistgw hook API: the reference for plugin authors.
+
+A plugin is a module (or object) with functions marked ``@twistgw.hookimpl``
+whose names are the hooks below, registered under the entry point group
+``twistgw.plugins``::
+
+    # pyproject.toml of your distribution
+    [project.entry-points."twistgw.plugins"]
+    apikey = "my_package.apikey"
+
+The entry point's *name* (``apikey``) is the plugin's name and also its
+**options key**: a VirtualService enables the plugin by writing
+``spec.virtualHost.options.apikey: {...}`` (or the same under a route's
+``options``). The gateway hands that mapping to your
+``twistgw_compile_options`` when the configuration loads, and the compiled
+result back to ``twistgw_authenticate`` / ``twistgw_authorize`` on each
+request.
+
+How the gateway calls hooks:
+
+* *Per-plugin hooks* (compile, authenticate, authorize, config_loaded) are
+  called only for the plugin they concern, in the order of that virtual
+  service's chain. pluggy's global order plays no part in them.
+* *Broadcast hooks* (configure, unconfigure, route_match,
+  request_finished) are ordinary pluggy calls to every plugin.
+* Any hook that does I/O may be ``async def`` or return a
+  :class:`~twisted.internet.defer.Deferred`; the gateway awaits it. An
+  exception (or failed Deferred) from a request hook fails the request
+  **closed** with ``500`` and is logged with the plugin's name.
+
+The chain for a route: each enabled plugin, in order, first authenticates
+then authorizes; the first :class:`~twistgw.Deny` ends the request. Default
+order: ``extauth`` (100) → ``jwt`` (200) → ``rbac`` (300) → third-party
+plugins (1000, unless their ``twistgw_plugin_info`` says otherwise).
+``options.pluginOrder: [name, ...]`` on a virtual host or route sets it
+explicitly. See ``docs/plugins.md``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import pluggy
+
+if TYPE_CHECKING:
+    from twistgw._api import Decision, OptionsScope, RequestContext
+    from twistgw._model import Route, VirtualService
+    from twistgw._plugins import GatewayInfo, PluginInfo
+
+hookspec = pluggy.HookspecMarker("twistgw")
+
+
+# ---------------------------------------------------------------------------
+# Describing a plugin
+# ---------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def twistgw_plugin_info() -> PluginInfo:
+    """Describe the plugin: its default position in the chain and a summary.
+
+    Called once per plugin when it is registered (per-plugin).
+
+    :return: a :class:`twistgw.PluginInfo`. Plugins without this hook get
+        ``PluginInfo(order=1000)``.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Lifecycle
+# ---------------------------------------------------------------------------
+
+
+@hookspec
+def twistgw_configure(gateway: GatewayInfo) -> None:
+    """Called once at start-up, before the first configuration is compiled.
+
+    :param gateway: gives ``reactor``, ``log`` and ``metrics_registry`` (a
+        prometheus-client ``CollectorRegistry`` for the plugin's own metrics).
+    """
+
+
+@hookspec
+def twistgw_unconfigure() -> Any:
+    """Called once at shutdown; release connections and timers. May return a
+    Deferred, which the gateway waits for (bounded)."""
+
+
+# ---------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def twistgw_compile_options(options: Mapping[str, Any], scope: OptionsScope) -> object:
+    """Validate and compile this plugin's options (per-plugin, synchronous).
+
+    Called for every virtual host and route where the plugin's options key is
+    set, each time the configuration loads. Return any object; it is passed
+    back as ``options`` on each request. Keep it immutable: one compiled
+    object may serve many concurrent requests.
+
+    :param options: the raw mapping written under the plugin's key (a plain
+        ``dict`` of YAML values). A route's options replace the virtual
+        host's wholesale; ``{disable: true}`` never reaches you, the gateway
+        turns the plugin off for that route itself.
+    :param scope: where the options were written, and lookups of the other
+        resources (upstreams, secrets, auth configs) in the same snapshot.
+    :raise twistgw.OptionsError: with the field path (below your key) and a
+        reason. The whole configuration is then rejected and the last good
+        one keeps serving.
+    """
+
+
+@hookspec(firstresult=True)
+def twistgw_default_options(settings: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """Options for routes that do not configure this plugin (per-plugin).
+
+    Lets a gateway-wide setting put the plugin on every route, e.g. the rbac
+    plugin's ``requireRbac`` denies routes that have no policy. A route's own
+    options, or ``{disable: true}``, still win.
+
+    :param settings: the ``Settings.spec.<plugin name>`` section ({} if none).
+    :return: a raw options mapping, compiled like any other, or None.
+    """
+
+
+@hookspec
+def twistgw_config_loaded(compiled: Sequence[object], settings: Mapping[str, Any]) -> Any:
+    """A new configuration is now serving (per-plugin; also called when the
+    plugin has no options anywhere, with ``compiled=[]``).
+
+    :param compiled: every object this plugin's ``twistgw_compile_options``
+        returned for the new snapshot. Use it to warm caches (fetch key sets)
+        or close resources no longer referenced.
+    :param settings: the ``Settings.spec.<plugin name>`` section ({} if none).
+    :return: may be a Deferred; the gateway does not wait for it before
+        serving, but logs its failure.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Request flow
+# ---------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def twistgw_route_match(
+    ctx: RequestContext, virtual_service: VirtualService
+) -> Route | None:
+    """Choose the route for a request (broadcast, first non-None wins).
+
+    The gateway's own prefix matcher runs last, so a plugin implementing this
+    hook takes precedence for the requests it answers. Must be synchronous.
+
+    :param ctx: the request (``ctx.path`` is already normalised).
+    :param virtual_service: the virtual service chosen by Host.
+    :return: one of ``virtual_service.routes``, or None to let others decide.
+    """
+
+
+@hookspec(firstresult=True)
+def twistgw_authenticate(ctx: RequestContext, options: object) -> Decision | None:
+    """Establish who sent the request (per-plugin, in chain order).
+
+    Verify credentials; on success record the identity on ``ctx`` (e.g.
+    ``ctx.claims``, ``ctx.principal``, ``ctx.state[NAME]``) and return
+    :class:`twistgw.Allow` (or None). Return :class:`twistgw.Deny` to refuse
+    the request with that response.
+
+    :param ctx: the request.
+    :param options: what this plugin's ``twistgw_compile_options`` returned
+        for this route.
+    """
+
+
+@hookspec(firstresult=True)
+def twistgw_authorize(ctx: RequestContext, options: object) -> Decision | None:
+    """Decide whether the (authenticated) request may proceed (per-plugin).
+
+    Called right after the same plugin's ``twistgw_authenticate`` admitted
+    the request, so a plugin may implement either hook or both.
+
+    :return: :class:`twistgw.Deny` to refuse, :class:`twistgw.Allow` or None
+        to go on.
+    """
+
+
+@hookspec
+def twistgw_request_finished(ctx: RequestContext, status: int) -> None:
+    """A request was answered (broadcast). For accounting; must not block.
+
+    :param ctx: the request; ``ctx.decided_by`` names the plugin that denied
+        it, if one did.
+    :param status: the status sent to the client (0 if the client went away
+        before a status was sent).
+    """

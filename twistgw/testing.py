@@ -1,0 +1,128 @@
+"""Helpers for testing plugins and configurations in memory (no sockets).
+
+Example::
+
+    from twistgw.testing import ChainTester
+
+    tester = ChainTester.from_yaml(CONFIG_YAML, plugins=[("apikey", my_plugin)])
+    result = await tester.request("GET", "http://api.example.com/pets",
+                                  headers={"X-Api-Key": "secret"})
+    assert result.status == 200            # the request would be forwarded
+    assert result.forwarded_headers.getRawHeaders(b"x-api-key") is None
+
+``result.status`` is the status the gateway would answer with when a plugin
+or routing decides (401, 403, 404, ...), or ``200`` standing for "forwarded
+to the upstream".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import attrs
+from twisted.web.http_headers import Headers
+
+from twistgw._api import Deny, RequestContext
+from twistgw._chain import run_chain
+from twistgw._config import load_directory, load_text
+from twistgw._plugins import GatewayInfo, PluginHost
+from twistgw._prepare import Prepared, prepare, split_target
+from twistgw._snapshot import RouteRuntime, Snapshot, build_snapshot
+
+__all__ = ["ChainResult", "ChainTester", "make_headers"]
+
+
+def make_headers(headers: Mapping[str, str | Sequence[str]] | Iterable[tuple[str, str]] | None) -> Headers:
+    out = Headers()
+    if headers is None:
+        return out
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    for name, value in items:
+        values = [value] if isinstance(value, (str, bytes)) else list(value)
+        for v in values:
+            out.addRawHeader(name.encode("latin-1"), v.encode("latin-1") if isinstance(v, str) else v)
+    return out
+
+
+@attrs.define
+class ChainResult:
+    """What the gateway would do with a request."""
+
+    status: int
+    body: bytes
+    response_headers: tuple[tuple[bytes, bytes], ...]
+    decided_by: str | None
+    ctx: RequestContext | None
+    runtime: RouteRuntime | None
+    trace: list[tuple[str, str, Any]]
+    deny: Deny | None
+
+    @property
+    def forwarded(self) -> bool:
+        return self.deny is None
+
+    @property
+    def forwarded_headers(self) -> Headers:
+        assert self.ctx is not None
+        return self.ctx.headers
+
+
+def _configured_host(plugins: Iterable[tuple[str, object]], load_entry_points: bool, reactor: Any) -> PluginHost:
+    from prometheus_client import REGISTRY
+    from twisted.logger import Logger
+
+    if reactor is None:
+        from twisted.internet import reactor as default_reactor
+
+        reactor = default_reactor
+    host = PluginHost.create(extra=plugins, load_entry_points=load_entry_points)
+    host.configure(GatewayInfo(reactor, REGISTRY, Logger(namespace="twistgw.testing")))
+    return host
+
+
+class ChainTester:
+    """A compiled configuration and its plugins, to run requests through."""
+
+    def __init__(self, snapshot: Snapshot, host: PluginHost, reactor: Any = None) -> None:
+        self.snapshot = snapshot
+        self.host = host
+        self.reactor = reactor
+        host.config_loaded(snapshot.plugin_compiled, snapshot.config.settings)
+
+    @classmethod
+    def from_yaml(cls, text: str, plugins: Iterable[tuple[str, object]] = (),
+                  load_entry_points: bool = True, reactor: Any = None) -> "ChainTester":
+        """Compile YAML text. Raises ``twistgw._config.ConfigError`` when invalid."""
+        host = _configured_host(plugins, load_entry_points, reactor)
+        return cls(build_snapshot(load_text(text), host), host, reactor)
+
+    @classmethod
+    def from_directory(cls, directory: str, plugins: Iterable[tuple[str, object]] = (),
+                       load_entry_points: bool = True, reactor: Any = None) -> "ChainTester":
+        host = _configured_host(plugins, load_entry_points, reactor)
+        return cls(build_snapshot(load_directory(directory), host), host, reactor)
+
+    async def request(self, method: str, url: str, headers: Any = None,
+                      client_address: str = "127.0.0.1") -> ChainResult:
+        """Run a request (``url`` absolute: its host is the Host header)."""
+        hdrs = make_headers(headers)
+        target = url.encode("latin-1")
+        authority, _, _ = split_target(target)
+        if authority is not None and not hdrs.hasHeader(b"host"):
+            hdrs.setRawHeaders(b"host", [authority])
+            target = target.split(authority, 1)[1] or b"/"
+        trace: list[tuple[str, str, Any]] = []
+        prepared = prepare(self.snapshot, self.host, method.encode("latin-1"), target, hdrs,
+                           client_address, self.reactor, self.host.pm.hook.twistgw_route_match)
+        if isinstance(prepared, Deny):
+            return ChainResult(prepared.status, prepared.body, prepared.headers, None, None, None, trace, prepared)
+        assert isinstance(prepared, Prepared)
+        deny = await run_chain(prepared.runtime.chain, prepared.ctx,
+                               lambda p, ph, d: trace.append((p, ph, d)))
+        if deny is not None:
+            return ChainResult(deny.status, deny.body, deny.headers, prepared.ctx.decided_by,
+                               prepared.ctx, prepared.runtime, trace, deny)
+        direct = prepared.runtime.direct
+        if direct is not None:
+            return ChainResult(direct.status, direct.body, (), None, prepared.ctx, prepared.runtime, trace, None)
+        return ChainResult(200, b"", (), None, prepared.ctx, prepared.runtime, trace, None)
