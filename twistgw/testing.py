@@ -126,3 +126,67 @@ class ChainTester:
         if direct is not None:
             return ChainResult(direct.status, direct.body, (), None, prepared.ctx, prepared.runtime, trace, None)
         return ChainResult(200, b"", (), None, prepared.ctx, prepared.runtime, trace, None)
+
+
+class RunningGateway:
+    """A gateway serving on loopback in this process (see :func:`start_gateway`)."""
+
+    def __init__(self, service: Any, port: Any, admin_port: Any) -> None:
+        self.service = service
+        self._port = port
+        self._admin_port = admin_port
+        self.port: int = port.getHost().port
+        self.admin_port: int | None = admin_port.getHost().port if admin_port else None
+
+    def url(self, path: str = "/") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def admin_url(self, path: str = "/") -> str:
+        return f"http://127.0.0.1:{self.admin_port}{path}"
+
+    def reload(self) -> bool:
+        """Reload the configuration directory now; True when it was accepted."""
+        return self.service.reload("test")
+
+    async def stop(self) -> None:
+        from twisted.internet.defer import gatherResults, maybeDeferred
+
+        self.service.gateway.draining = True
+        if self.service._poller.running:
+            self.service._poller.stop()
+        ports = [p for p in (self._port, self._admin_port) if p is not None]
+        await gatherResults([maybeDeferred(p.stopListening) for p in ports])
+        await self.service.gateway.forwarder.close()
+        await self.service.plugins.unconfigure()
+
+
+def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object]] = (),
+                  load_entry_points: bool = True, reactor: Any = None,
+                  poll_interval: float = 0.0, **service_options: Any) -> RunningGateway:
+    """Load ``config_dir`` and serve it on a free loopback port (and an admin port).
+
+    Raises ``ConfigError`` if the configuration is invalid. Call
+    ``await gw.stop()`` when done. ``poll_interval`` > 0 watches the directory.
+    """
+    from twistgw._service import GatewayService
+
+    if reactor is None:
+        from twisted.internet import reactor as default_reactor
+
+        reactor = default_reactor
+    host = PluginHost.create(extra=plugins, load_entry_points=load_entry_points)
+    service_options.setdefault("access_log", False)
+    svc = GatewayService(config_dir, listen=(), admin=None, reactor=reactor, plugins=host,
+                         poll_interval=poll_interval, **service_options)
+    svc.load_initial()
+    port = reactor.listenTCP(0, svc.factory, interface="127.0.0.1")
+    from twisted.web import server as web_server
+
+    from twistgw._service import AdminRoot
+
+    admin_site = web_server.Site(AdminRoot(svc))
+    admin_site.log = lambda request: None
+    admin_port = reactor.listenTCP(0, admin_site, interface="127.0.0.1")
+    if poll_interval:
+        svc._poller.start(poll_interval, now=False)
+    return RunningGateway(svc, port, admin_port)

@@ -1,0 +1,401 @@
+"""The client side: an HTTPChannel that starts processing as soon as the
+request head is complete (so bodies stream), and the per-request flow.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web import http
+from twisted.web.http_headers import Headers
+
+from twistgw._api import Deny, RequestContext
+from twistgw._chain import run_chain
+from twistgw._plugins import PluginHost
+from twistgw._prepare import Prepared, prepare
+from twistgw._proxy import Forwarder, RequestBody, ResponseRelay, classify_failure, copy_response_headers
+from twistgw._snapshot import RouteRuntime, Snapshot
+
+NO_UPSTREAM = Deny(503, b"no healthy upstream", reason="the upstream has no endpoints")
+NOT_READY = Deny(503, b"no configuration loaded", reason="no configuration loaded")
+
+
+class GatewayRequest(http.Request):
+    """A request whose body is streamed, not buffered into ``content``."""
+
+    gateway: "Gateway"
+    body: RequestBody | None = None
+    body_complete = False
+    dispatched = False
+    ctx: RequestContext | None = None
+    upstream_label = ""
+    started = 0.0
+    _recorded = False
+    _upstream_d: Deferred | None = None
+    _relay: ResponseRelay | None = None
+
+    def __init__(self, channel: Any, queued: Any = http._QUEUED_SENTINEL) -> None:
+        super().__init__(channel, queued)
+        self.gateway = channel.factory.gateway
+        self.started = self.gateway.reactor.seconds()
+        self.gateway.inflight += 1
+
+    # -- called by GatewayChannel -----------------------------------------
+
+    def gotLength(self, length: int | None) -> None:
+        self.content = io.BytesIO()  # stays empty; bodies stream
+        if length != 0:
+            channel = self.channel
+            self.body = RequestBody(length, channel.pauseClient, channel.resumeClient)
+
+    def headersComplete(self, command: bytes, path: bytes, version: bytes) -> None:
+        self.method, self.uri, self.clientproto = command, path, version
+        self.path = path.split(b"?", 1)[0]
+        self.client = self.channel.getPeer()
+        self.host = self.channel.getHost()
+        if self.body is not None:
+            # A body is coming: start now so it can stream to the upstream.
+            self.dispatched = True
+            self.gateway.handle(self)
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if self.body is not None:
+            self.body.write(data)
+
+    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        self.body_complete = True
+        if self.body is not None:
+            self.body.finish()
+        if not self.dispatched:
+            self.dispatched = True
+            self.gateway.handle(self)
+
+    # -- responding --------------------------------------------------------
+
+    def beforeResponse(self) -> None:
+        """Called before the status line goes out: if the request body has
+        not been read to its end, the connection cannot be reused."""
+        if not self.body_complete and self.channel is not None:
+            self.channel.abandonInput()
+            self.responseHeaders.setRawHeaders(b"connection", [b"close"])
+
+    def finish(self) -> None:
+        super().finish()
+        self.gateway.record(self)
+
+    def connectionLost(self, reason: Failure) -> None:
+        super().connectionLost(reason)
+        if self._upstream_d is not None:
+            d, self._upstream_d = self._upstream_d, None
+            d.cancel()
+        if self._relay is not None and self._relay.transport is not None:
+            self._relay.transport.stopProducing()
+        if self.body is not None:
+            self.body.stopProducing()
+        self.gateway.record(self)
+
+
+class GatewayChannel(http.HTTPChannel):
+    """HTTPChannel with streaming request bodies, a deadline for the request
+    head (slowloris), no obs-fold, and no automatic ``100 Continue``."""
+
+    headTimeout = 10.0
+    _headTimer: Any = None
+    _abandoned = False
+
+    def lineReceived(self, line: bytes) -> None:
+        if self._headTimer is None and self.headTimeout:
+            self._headTimer = self.callLater(self.headTimeout, self._headTimedOut)
+        if not self._HTTPChannel__first_line and line[:1] in (b" ", b"\t"):
+            # obs-fold (RFC 9112 §5.2): reject rather than guess.
+            self._respondToBadRequestAndDisconnect()
+            return
+        super().lineReceived(line)
+
+    def _headTimedOut(self) -> None:
+        self._headTimer = None
+        if self.transport is not None:
+            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n")
+            self.transport.loseConnection()
+
+    def _cancelHeadTimer(self) -> None:
+        if self._headTimer is not None:
+            if self._headTimer.active():
+                self._headTimer.cancel()
+            self._headTimer = None
+
+    def allHeadersReceived(self) -> None:
+        self._cancelHeadTimer()
+        req = self.requests[-1]
+        self.persistent = self.checkPersistence(req, self._version)
+        req.gotLength(self.length)
+        req.headersComplete(self._command, self._path, self._version)
+
+    def allContentReceived(self) -> None:
+        if self._abandoned:
+            return
+        super().allContentReceived()
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._abandoned:
+            return
+        super().dataReceived(data)
+
+    def abandonInput(self) -> None:
+        """The response went out before the request body was read: close
+        after it, and read nothing more (no smuggling of the rest)."""
+        self._abandoned = True
+        self.persistent = False
+
+    def pauseClient(self) -> None:
+        if self.transport is not None:
+            self.transport.pauseProducing()
+
+    def resumeClient(self) -> None:
+        if self.transport is not None and not self._abandoned:
+            self.transport.resumeProducing()
+
+    def connectionLost(self, reason: Failure) -> None:
+        self._cancelHeadTimer()
+        super().connectionLost(reason)
+
+    def _respondToBadRequestAndDisconnect(self) -> None:
+        self._cancelHeadTimer()
+        self._abandoned = True
+        self.transport.write(
+            b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+        )
+        self.loseConnection()
+
+    def lineLengthExceeded(self, line: bytes) -> None:
+        self._cancelHeadTimer()
+        self._abandoned = True
+        self.transport.write(
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+        )
+        self.loseConnection()
+
+
+class GatewayFactory(http.HTTPFactory):
+    protocol = GatewayChannel
+
+    def __init__(self, gateway: "Gateway", timeout: float = 60.0, head_timeout: float = 10.0) -> None:
+        super().__init__(timeout=timeout)
+        self.gateway = gateway
+        self.head_timeout = head_timeout
+
+    def buildProtocol(self, addr: Any) -> Any:
+        p = super().buildProtocol(addr)
+        p.requestFactory = GatewayRequest
+        p.headTimeout = self.head_timeout
+        return p
+
+    def log(self, request: Any) -> None:
+        pass  # the gateway writes its own structured access log
+
+
+class Gateway:
+    """Holds the serving snapshot and runs every request through it."""
+
+    _log = Logger(namespace="twistgw.gateway")
+    _access = Logger(namespace="twistgw.access")
+
+    def __init__(self, reactor: Any, plugins: PluginHost, forwarder: Forwarder | None = None,
+                 metrics: Any = None, access_log: bool = True, upstream_timeout: float = 15.0) -> None:
+        self.reactor = reactor
+        self.plugins = plugins
+        self.forwarder = forwarder or Forwarder(reactor)
+        self.metrics = metrics
+        self.access_log = access_log
+        self.upstream_timeout = upstream_timeout
+        self.snapshot: Snapshot | None = None
+        self.draining = False
+        self.inflight = 0
+        impls = plugins.pm.hook.twistgw_route_match.get_hookimpls()
+        self._route_hook = plugins.pm.hook.twistgw_route_match if len(impls) > 1 else None
+        self._finished_hook = (
+            plugins.pm.hook.twistgw_request_finished
+            if plugins.pm.hook.twistgw_request_finished.get_hookimpls() else None
+        )
+
+    # -- dispatch ------------------------------------------------------------
+
+    def handle(self, request: GatewayRequest) -> None:
+        snapshot = self.snapshot
+        if snapshot is None:
+            self.respond(request, NOT_READY)
+            return
+        peer = request.client
+        client_ip = getattr(peer, "host", "") or ""
+        prepared = prepare(snapshot, self.plugins, request.method, request.uri, request.requestHeaders,
+                           client_ip, self.reactor, self._route_hook)
+        if isinstance(prepared, Deny):
+            self.respond(request, prepared)
+            return
+        assert isinstance(prepared, Prepared)
+        request.ctx = prepared.ctx
+        if prepared.runtime.chain:
+            d = Deferred.fromCoroutine(self._authorize(request, prepared.ctx, prepared.runtime))
+            d.addErrback(self._internal_error, request)
+        else:
+            self._dispatch(request, prepared.ctx, prepared.runtime)
+
+    async def _authorize(self, request: GatewayRequest, ctx: RequestContext, runtime: RouteRuntime) -> None:
+        deny = await run_chain(runtime.chain, ctx)
+        if request._disconnected or request.finished:
+            return
+        if deny is not None:
+            self.respond(request, deny)
+            return
+        self._dispatch(request, ctx, runtime)
+
+    def _internal_error(self, failure: Failure, request: GatewayRequest) -> None:
+        self._log.failure("Unexpected error handling {method} {uri}", failure,
+                          method=request.method, uri=request.uri)
+        if not request._disconnected and not request.finished:
+            self.respond(request, Deny(500, b"Internal Server Error"))
+
+    def _dispatch(self, request: GatewayRequest, ctx: RequestContext, runtime: RouteRuntime) -> None:
+        if runtime.direct is not None:
+            self.respond(request, Deny(runtime.direct.status, runtime.direct.body))
+            return
+        assert runtime.balancer is not None
+        endpoint = runtime.balancer.pick()
+        if endpoint is None:
+            self.respond(request, NO_UPSTREAM)
+            return
+        self._forward(request, ctx, runtime, endpoint)
+
+    # -- forwarding ----------------------------------------------------------
+
+    def _forward(self, request: GatewayRequest, ctx: RequestContext, runtime: RouteRuntime, endpoint: Any) -> None:
+        route = runtime.route
+        path = ctx.path
+        if route.prefix_rewrite is not None:
+            for m in route.matchers:
+                if m.prefix is not None and path.startswith(m.prefix):
+                    path = route.prefix_rewrite + path[len(m.prefix):]
+                    if not path.startswith("/"):
+                        path = "/" + path
+                    break
+        host = endpoint.host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        url = f"http://{host}:{endpoint.port}{path}".encode("ascii")
+        if ctx.query:
+            url += b"?" + ctx.query
+        headers: Headers = ctx.headers
+        headers.setRawHeaders(b"x-forwarded-for", [ctx.client_address.encode("ascii")])
+        headers.setRawHeaders(b"x-forwarded-proto", [b"https" if request.isSecure() else b"http"])
+        request.upstream_label = f"{endpoint.host}:{endpoint.port}"
+        body = request.body
+        if body is None and request.requestHeaders.hasHeader(b"content-length"):
+            body = RequestBody(0, lambda: None, lambda: None)
+            body.finish()
+        if (body is not None and not request.body_complete and request.clientproto == b"HTTP/1.1"
+                and (request.requestHeaders.getRawHeaders(b"expect") or [b""])[0].lower() == b"100-continue"):
+            # Only now, after authentication, invite the client to send its body.
+            request.channel.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        d = self.forwarder.agent.request(request.method, url, headers, body)
+        d.addTimeout(route.timeout or self.upstream_timeout, self.reactor)
+        request._upstream_d = d
+        request.upstream_started = self.reactor.seconds()
+        d.addCallbacks(self._got_response, self._upstream_failed, callbackArgs=(request,), errbackArgs=(request,))
+
+    def _got_response(self, response: Any, request: GatewayRequest) -> None:
+        request._upstream_d = None
+        if self.metrics is not None:
+            self.metrics.upstream_latency(request, self.reactor.seconds() - request.upstream_started)
+        if request._disconnected:
+            response.deliverBody(_Discard())
+            return
+        request.setResponseCode(response.code, response.phrase)
+        copy_response_headers(response, request)
+        request.beforeResponse()
+
+        def finished(reason: Failure | None) -> None:
+            request._relay = None
+            if request._disconnected or request.finished:
+                return
+            if reason is None:
+                request.finish()
+            else:
+                self._log.warn("Upstream {upstream} broke off the response to {method} {path}: {reason}",
+                               upstream=request.upstream_label, method=request.method,
+                               path=request.ctx.path if request.ctx else request.uri,
+                               reason=reason.getErrorMessage())
+                request.channel.abandonInput()
+                request.channel.loseConnection()
+
+        request._relay = ResponseRelay(request, finished)
+        response.deliverBody(request._relay)
+
+    def _upstream_failed(self, failure: Failure, request: GatewayRequest) -> None:
+        request._upstream_d = None
+        if request._disconnected or request.finished:
+            return
+        status, body, why = classify_failure(failure)
+        self._log.info("Upstream {upstream} failed for {method} {path}: {why} ({error})",
+                       upstream=request.upstream_label, method=request.method,
+                       path=request.ctx.path if request.ctx else request.uri, why=why,
+                       error=failure.getErrorMessage())
+        self.respond(request, Deny(status, body, reason=why))
+
+    # -- local responses and accounting ----------------------------------
+
+    def respond(self, request: GatewayRequest, deny: Deny) -> None:
+        if request._disconnected or request.finished:
+            return
+        request.setResponseCode(deny.status)
+        rh = request.responseHeaders
+        if deny.body and deny.content_type:
+            rh.setRawHeaders(b"content-type", [deny.content_type])
+        rh.setRawHeaders(b"content-length", [b"%d" % len(deny.body)])
+        for name, value in deny.headers:
+            rh.addRawHeader(name, value)
+        request.beforeResponse()
+        if deny.body:
+            request.write(deny.body)
+        request.finish()
+
+    def record(self, request: GatewayRequest) -> None:
+        if request._recorded:
+            return
+        request._recorded = True
+        self.inflight -= 1
+        ctx = request.ctx
+        status = request.code if request.startedWriting else 0
+        duration = self.reactor.seconds() - request.started
+        if self.metrics is not None:
+            self.metrics.request(ctx, status, duration)
+        if self.access_log:
+            self._access.info(
+                '{client} "{method} {path}" {status} vs={virtual_service} route={route}'
+                " upstream={upstream} decided_by={decided_by} principal={principal} {duration_ms:.1f}ms",
+                client=ctx.client_address if ctx else getattr(request.client, "host", ""),
+                method=request.method.decode("latin-1") if request.method else "-",
+                path=ctx.path if ctx else (request.uri or b"").decode("latin-1", "replace")[:200],
+                status=status,
+                virtual_service=ctx.virtual_service if ctx else "-",
+                route=ctx.route if ctx else "-",
+                upstream=request.upstream_label or "-",
+                decided_by=(ctx.decided_by if ctx else None) or "-",
+                principal=(ctx.principal if ctx else None) or "-",
+                duration_ms=duration * 1000,
+            )
+        if self._finished_hook is not None and ctx is not None:
+            try:
+                self._finished_hook(ctx=ctx, status=status)
+            except Exception:
+                self._log.failure("A twistgw_request_finished hook failed")
+
+
+class _Discard(ResponseRelay.__mro__[1]):  # type: ignore[misc]
+    """Drops a response nobody is waiting for, closing its connection."""
+
+    def connectionMade(self) -> None:
+        self.transport.stopProducing()

@@ -1,0 +1,242 @@
+"""The running gateway: loads the config directory, serves it, reloads it.
+
+A reload reads the whole directory, validates it, compiles every plugin's
+options into a new Snapshot, and only then swaps the serving reference. Any
+error rejects the whole change; the last good snapshot keeps serving.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any, Iterable
+
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from twisted.application import service
+from twisted.application.internet import StreamServerEndpointService
+from twisted.internet import defer, task
+from twisted.internet.endpoints import serverFromString
+from twisted.logger import Logger
+from twisted.web import resource, server
+
+from twistgw._config import ConfigError, load_directory
+from twistgw._metrics import Metrics
+from twistgw._plugins import GatewayInfo, PluginHost
+from twistgw._proxy import Forwarder
+from twistgw._server import Gateway, GatewayFactory
+from twistgw._snapshot import Snapshot, build_snapshot
+
+_METRICS: Metrics | None = None
+
+
+def shared_metrics() -> Metrics:
+    """One Metrics per process (prometheus-client registers names globally)."""
+    global _METRICS
+    if _METRICS is None:
+        _METRICS = Metrics(REGISTRY)
+    return _METRICS
+
+
+def fingerprint(directory: str) -> tuple:
+    """Cheap change detection: names, sizes, mtimes and inodes of the YAML files."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as exc:
+        return (("error", str(exc)),)
+    out = []
+    for name in names:
+        if not name.endswith((".yaml", ".yml")) or name.startswith("."):
+            continue
+        try:
+            st = os.stat(os.path.join(directory, name))
+        except OSError:
+            continue
+        out.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
+    return tuple(out)
+
+
+class GatewayService(service.MultiService):
+    """Config loading and reloading, the proxy listeners and the admin listener."""
+
+    _log = Logger(namespace="twistgw")
+
+    def __init__(self, config_dir: str, listen: Iterable[str] = ("tcp:8080",),
+                 admin: str | None = "tcp:9901:interface=127.0.0.1", reactor: Any = None,
+                 plugins: PluginHost | None = None, poll_interval: float = 1.0,
+                 access_log: bool = True, drain_timeout: float = 10.0,
+                 upstream_timeout: float = 15.0, idle_timeout: float = 60.0,
+                 head_timeout: float = 10.0) -> None:
+        super().__init__()
+        if reactor is None:
+            from twisted.internet import reactor as default_reactor
+
+            reactor = default_reactor
+        self.reactor = reactor
+        self.config_dir = config_dir
+        self.plugins = plugins or PluginHost.create()
+        self.metrics = shared_metrics()
+        self.plugins.configure(GatewayInfo(reactor, self.metrics.registry, Logger(namespace="twistgw.plugin")))
+        self.gateway = Gateway(reactor, self.plugins, Forwarder(reactor, idle_timeout=idle_timeout),
+                               self.metrics, access_log, upstream_timeout)
+        self.poll_interval = poll_interval
+        self.drain_timeout = drain_timeout
+        self.generation = 0
+        self._fingerprint: tuple | None = None
+        self.last_error: ConfigError | None = None
+        self.factory = GatewayFactory(self.gateway, timeout=idle_timeout, head_timeout=head_timeout)
+        self.listeners: list[StreamServerEndpointService] = []
+        for description in listen:
+            svc = StreamServerEndpointService(serverFromString(reactor, description), self.factory)
+            svc.setServiceParent(self)
+            self.listeners.append(svc)
+        self.admin_listener = None
+        if admin:
+            site = server.Site(AdminRoot(self))
+            site.displayTracebacks = False
+            site.log = lambda request: None  # type: ignore[method-assign]
+            self.admin_listener = StreamServerEndpointService(serverFromString(reactor, admin), site)
+            self.admin_listener.setServiceParent(self)
+        self._poller = task.LoopingCall(self.reload_if_changed)
+        self._poller.clock = reactor
+
+    # -- configuration -----------------------------------------------------
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        return self.gateway.snapshot
+
+    def load(self) -> Snapshot:
+        """Build a snapshot from the directory (raises ConfigError)."""
+        fp = fingerprint(self.config_dir)
+        config = load_directory(self.config_dir)
+        snapshot = build_snapshot(config, self.plugins, self.generation + 1)
+        self._fingerprint = fp
+        return snapshot
+
+    def load_initial(self) -> Snapshot:
+        """The first load: errors propagate so the process refuses to start."""
+        snapshot = self.load()
+        self._swap(snapshot)
+        return snapshot
+
+    def _swap(self, snapshot: Snapshot) -> None:
+        self.generation = snapshot.generation
+        self.gateway.snapshot = snapshot
+        self.last_error = None
+        self.metrics.reload(True, snapshot.generation, snapshot.loaded_at)
+        self.plugins.config_loaded(snapshot.plugin_compiled, snapshot.config.settings)
+
+    def reload(self, why: str = "requested") -> bool:
+        """Reload now; on error log every issue and keep serving the last good snapshot."""
+        try:
+            snapshot = self.load()
+        except ConfigError as exc:
+            self._fingerprint = fingerprint(self.config_dir)
+            self.last_error = exc
+            self.metrics.reload(False)
+            self._log.error(
+                "Configuration change rejected ({why}); still serving generation {generation}."
+                " {count} problem(s):\n{problems}",
+                why=why, generation=self.generation, count=len(exc.issues),
+                problems="\n".join(f"  {i}" for i in exc.issues),
+            )
+            return False
+        except Exception:
+            self._fingerprint = fingerprint(self.config_dir)
+            self.metrics.reload(False)
+            self._log.failure("Configuration reload failed unexpectedly ({why});"
+                              " still serving generation {generation}", why=why, generation=self.generation)
+            return False
+        self._swap(snapshot)
+        vs_count = len(snapshot.config.virtual_services)
+        self._log.info("Configuration generation {generation} is serving ({why}): {vs} virtual service(s),"
+                       " {routes} route(s)", generation=snapshot.generation, why=why, vs=vs_count,
+                       routes=len(snapshot.routes))
+        return True
+
+    def reload_if_changed(self) -> None:
+        if fingerprint(self.config_dir) != self._fingerprint:
+            self.reload("files changed")
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def startService(self) -> None:
+        if self.gateway.snapshot is None:
+            self.load_initial()
+        super().startService()
+        if self.poll_interval:
+            self._poller.start(self.poll_interval, now=False)
+        try:
+            self._old_sighup = signal.signal(signal.SIGHUP, self._on_sighup)
+        except ValueError:  # not the main thread (embedded use)
+            self._old_sighup = None
+        self._log.info("twistgw serving {listen}; admin on {admin}; config {config}",
+                       listen=[str(s.endpoint) for s in self.listeners],
+                       admin=self.admin_listener.endpoint if self.admin_listener else None,
+                       config=os.path.abspath(self.config_dir))
+
+    def _on_sighup(self, signum: int, frame: Any) -> None:
+        self.reactor.callFromThread(self.reload, "SIGHUP")
+
+    @defer.inlineCallbacks
+    def stopService(self) -> Any:
+        self.gateway.draining = True
+        if self._poller.running:
+            self._poller.stop()
+        # Stop accepting, then let in-flight requests finish (bounded).
+        for listener in self.listeners:
+            yield listener.stopService()
+        deadline = self.reactor.seconds() + self.drain_timeout
+        while self.gateway.inflight > 0 and self.reactor.seconds() < deadline:
+            yield task.deferLater(self.reactor, 0.05, lambda: None)
+        if self.gateway.inflight:
+            self._log.warn("Stopping with {n} request(s) still in flight after {t}s",
+                           n=self.gateway.inflight, t=self.drain_timeout)
+        if self.admin_listener is not None:
+            yield self.admin_listener.stopService()
+        service.Service.stopService(self)
+        yield self.gateway.forwarder.close()
+        yield defer.ensureDeferred(self.plugins.unconfigure())
+
+
+# ---------------------------------------------------------------------------
+# Admin endpoint
+# ---------------------------------------------------------------------------
+
+
+class _Text(resource.Resource):
+    isLeaf = True
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def render_GET(self, request: Any) -> bytes:
+        status, ctype, body = self.fn()
+        request.setResponseCode(status)
+        request.setHeader(b"content-type", ctype)
+        return body
+
+    render_HEAD = render_GET
+
+
+class AdminRoot(resource.Resource):
+    def __init__(self, svc: GatewayService) -> None:
+        super().__init__()
+        self.svc = svc
+        self.putChild(b"healthz", _Text(lambda: (200, b"text/plain", b"ok\n")))
+        self.putChild(b"readyz", _Text(self._ready))
+        self.putChild(b"metrics", _Text(lambda: (200, CONTENT_TYPE_LATEST.encode(), generate_latest(svc.metrics.registry))))
+        self.putChild(b"", _Text(lambda: (200, b"text/plain", b"twistgw admin: /healthz /readyz /metrics\n")))
+
+    def _ready(self) -> tuple[int, bytes, bytes]:
+        if self.svc.gateway.draining:
+            return 503, b"text/plain", b"draining\n"
+        snap = self.svc.snapshot
+        if snap is None:
+            return 503, b"text/plain", b"no configuration loaded\n"
+        body = f"ready: configuration generation {snap.generation}\n"
+        if self.svc.last_error is not None:
+            body += f"last change rejected: {len(self.svc.last_error.issues)} problem(s); see the log\n"
+        return 200, b"text/plain", body.encode()

@@ -1,0 +1,81 @@
+"""``twist twistgw``: command-line options and the service they build."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from twisted.application.service import IService
+from twisted.python import usage
+
+from twistgw._config import ConfigError
+
+
+class Options(usage.Options):
+    synopsis = "[options]"
+    longdesc = (
+        "Run the twistgw HTTP gateway on the resources (VirtualService, Upstream,"
+        " AuthConfig, Secret, Service, Endpoints, Settings) in a configuration directory."
+        " Edits to the directory apply live; SIGHUP reloads at once."
+    )
+    optParameters = [
+        ["config", "c", "etc", "Configuration directory (every *.yaml / *.yml file, multi-document)."],
+        ["admin", None, "tcp:9901:interface=127.0.0.1",
+         "Admin endpoint (/healthz, /readyz, /metrics); 'none' to disable."],
+        ["poll-interval", None, "1", "Seconds between checks of the config directory for changes (0: only SIGHUP)."],
+        ["upstream-timeout", None, "15", "Seconds to wait for an upstream's response head (route option 'timeout' overrides)."],
+        ["idle-timeout", None, "60", "Seconds an idle client connection is kept open."],
+        ["head-timeout", None, "10", "Seconds a client has to send a complete request head (slowloris guard)."],
+        ["drain-timeout", None, "10", "Seconds to let in-flight requests finish on SIGTERM."],
+    ]
+    optFlags = [
+        ["no-access-log", None, "Do not log one line per request."],
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self["listen"] = []
+
+    def opt_listen(self, endpoint: str) -> None:
+        """Listen on a Twisted endpoint string (repeatable). Default: tcp:8080"""
+        self["listen"].append(endpoint)
+
+    opt_l = opt_listen
+
+    def postOptions(self) -> None:
+        if not self["listen"]:
+            self["listen"] = ["tcp:8080"]
+        for name in ("poll-interval", "upstream-timeout", "idle-timeout", "head-timeout", "drain-timeout"):
+            try:
+                self[name] = float(self[name])
+            except ValueError:
+                raise usage.UsageError(f"--{name} must be a number of seconds, got {self[name]!r}")
+
+
+def makeService(options: Options) -> IService:
+    from twistgw._service import GatewayService
+
+    admin = None if options["admin"] in ("none", "") else options["admin"]
+    svc = GatewayService(
+        options["config"],
+        listen=options["listen"],
+        admin=admin,
+        poll_interval=options["poll-interval"],
+        access_log=not options["no-access-log"],
+        upstream_timeout=options["upstream-timeout"],
+        idle_timeout=options["idle-timeout"],
+        head_timeout=options["head-timeout"],
+        drain_timeout=options["drain-timeout"],
+    )
+    try:
+        svc.load_initial()
+    except ConfigError as exc:
+        sys.stderr.write(
+            f"twistgw: the configuration in {options['config']!r} is invalid;"
+            f" refusing to start. {len(exc.issues)} problem(s):\n"
+        )
+        for issue in exc.issues:
+            sys.stderr.write(f"  {issue}\n")
+        sys.stderr.flush()
+        raise SystemExit(1)
+    return svc
