@@ -1,0 +1,91 @@
+"""The ``rbac`` plugin: role-based access control on verified JWT claims.
+
+Options key ``rbac`` (SPEC.md §3, docs/rbac.md). Runs after the ``jwt``
+plugin (order 300 vs 200), which leaves the verified claims in
+``ctx.claims`` and the verifying provider's name in ``ctx.claims_provider``.
+
+Written only against the public hook API, exactly as a third-party plugin
+would be. The policy language lives in :mod:`twistgw_rbac._policy` (pure);
+this module is the thin hook layer: compile, authorize, log and count.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from prometheus_client import Counter
+from twisted.logger import Logger
+
+import twistgw
+from twistgw_rbac._policy import PolicySet, compile_options, settings_problem
+
+__all__ = ["DENY_BODY", "PolicySet"]
+
+_log = Logger(namespace="twistgw.rbac")
+
+DENY_BODY = b"RBAC: access denied"
+
+# Defined once, at import, on the default registry (SPEC: many gateways may
+# be built in one process; registering twice would raise).
+DECISIONS = Counter(
+    "twistgw_rbac_decisions_total",
+    "RBAC decisions enforced, by outcome.",
+    ["decision"],
+)
+SHADOW_DECISIONS = Counter(
+    "twistgw_rbac_shadow_decisions_total",
+    "Would-be decisions of RBAC policy sets in shadow mode (never enforced).",
+    ["decision"],
+)
+
+
+@twistgw.hookimpl
+def twistgw_plugin_info() -> twistgw.PluginInfo:
+    return twistgw.PluginInfo(
+        order=300, description="Role-based access control on verified JWT claims")
+
+
+@twistgw.hookimpl
+def twistgw_default_options(settings: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    problem = settings_problem(settings)
+    if problem is not None:
+        # This hook cannot raise a field error itself; hand the compiler
+        # options that fail with the precise path below Settings.spec.rbac.
+        return {"_settingsError": problem}
+    if settings.get("requireRbac") is True:
+        return {"policies": {}, "_requiredBySettings": True}
+    return None
+
+
+@twistgw.hookimpl
+def twistgw_compile_options(options: Mapping[str, Any], scope: twistgw.OptionsScope) -> PolicySet:
+    if "_settingsError" in options:
+        path, reason = options["_settingsError"]
+        raise twistgw.OptionsError(path, reason)
+    problem = settings_problem(scope.resources.settings("rbac"))
+    if problem is not None:
+        path, reason = problem
+        dotted = ".".join(str(p) for p in path)
+        raise twistgw.OptionsError((), f"the gateway-wide Settings spec.rbac.{dotted} is"
+                                       f" invalid: {reason}")
+    return compile_options(options)
+
+
+@twistgw.hookimpl
+def twistgw_authorize(ctx: twistgw.RequestContext, options: PolicySet) -> twistgw.Decision:
+    verdict = options.evaluate(ctx.method, ctx.path, ctx.claims, ctx.claims_provider)
+    decision = "allow" if verdict.allowed else "deny"
+    if options.shadow:
+        SHADOW_DECISIONS.labels(decision).inc()
+        _log.info(
+            "RBAC shadow mode: would {decision} {method} {path} (virtual service {vs},"
+            " route {route}): {reason}",
+            decision=decision, method=ctx.method, path=ctx.path, vs=ctx.virtual_service,
+            route=ctx.route, reason=verdict.reason,
+        )
+        return twistgw.Allow(reason=f"shadow mode, not enforced; would {decision}:"
+                                    f" {verdict.reason}")
+    DECISIONS.labels(decision).inc()
+    if verdict.allowed:
+        return twistgw.Allow(reason=verdict.reason)
+    return twistgw.Deny(403, DENY_BODY, reason=verdict.reason)

@@ -1,0 +1,341 @@
+"""RBAC options: validation, compilation and evaluation (pure, no I/O).
+
+Semantics (docs/rbac.md):
+
+* a policy set admits when **any** policy matches;
+* a policy matches when the method is one of ``permissions.methods`` (exact,
+  case-sensitive; absent = any), the normalised path starts with
+  ``permissions.pathPrefix`` (absent = any), and **any** principal matches;
+* a principal matches when the claims were verified by its ``provider`` (if
+  set) and **every** listed claim matches under its ``matcher``. A principal
+  with no claims matches nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Any, Mapping
+
+import attrs
+
+from twistgw import OptionsError
+from twistgw_rbac._regex import SafeRegex, UnsafePattern
+
+# Method names are RFC 9110 tokens.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+class Matcher(enum.Enum):
+    EXACT_STRING = "EXACT_STRING"
+    BOOLEAN = "BOOLEAN"
+    LIST_CONTAINS = "LIST_CONTAINS"
+    REGEX_MATCH = "REGEX_MATCH"
+
+
+_MISSING = object()
+
+
+@attrs.frozen
+class ClaimRule:
+    name: str  # as written in the configuration
+    path: tuple[str, ...]  # the name split by the policy's nestedClaimDelimiter
+    matcher: Matcher
+    value: Any  # str, bool (BOOLEAN) or SafeRegex (REGEX_MATCH)
+
+    def lookup(self, claims: Mapping[str, Any]) -> Any:
+        node: Any = claims
+        for part in self.path:
+            if not isinstance(node, dict) or part not in node:
+                return _MISSING
+            node = node[part]
+        return node
+
+    def matches(self, claims: Mapping[str, Any]) -> bool:
+        found = self.lookup(claims)
+        m = self.matcher
+        if m is Matcher.EXACT_STRING:
+            # type() rather than isinstance: only a JSON string, never a
+            # number, boolean, null, list or object, equals a string.
+            return type(found) is str and found == self.value
+        if m is Matcher.BOOLEAN:
+            return type(found) is bool and found is self.value
+        if m is Matcher.LIST_CONTAINS:
+            if type(found) is list:
+                return any(type(item) is str and item == self.value for item in found)
+            if type(found) is str:  # space-separated, like OAuth's "scope"
+                return self.value in found.split(" ")  # never matches a value with a space
+            return False
+        # REGEX_MATCH
+        return type(found) is str and self.value.fullmatch(found)
+
+
+@attrs.frozen
+class Principal:
+    index: int
+    provider: str | None
+    rules: tuple[ClaimRule, ...]
+
+    def matches(self, claims: Mapping[str, Any], provider: str | None) -> bool:
+        if not self.rules:
+            return False
+        if self.provider is not None and provider != self.provider:
+            return False
+        return all(rule.matches(claims) for rule in self.rules)
+
+    def why_not(self, claims: Mapping[str, Any], provider: str | None) -> str:
+        """Why this principal does not match (names only, never claim values)."""
+        if not self.rules:
+            return f"principals[{self.index}] lists no claims (matches nothing)"
+        if self.provider is not None and provider != self.provider:
+            return (f"principals[{self.index}] requires provider {self.provider!r},"
+                    f" token verified by {provider!r}")
+        for rule in self.rules:
+            if not rule.matches(claims):
+                state = "missing" if rule.lookup(claims) is _MISSING else "does not match"
+                return (f"principals[{self.index}] claim {rule.name!r} {state}"
+                        f" ({rule.matcher.value})")
+        return f"principals[{self.index}] matches"  # pragma: no cover
+
+
+@attrs.frozen
+class Policy:
+    name: str
+    methods: frozenset[str] | None
+    path_prefix: str | None
+    principals: tuple[Principal, ...]
+
+    def permits(self, method: str, path: str) -> bool:
+        if self.methods is not None and method not in self.methods:
+            return False
+        return self.path_prefix is None or path.startswith(self.path_prefix)
+
+    def first_principal(self, claims: Mapping[str, Any], provider: str | None) -> Principal | None:
+        for principal in self.principals:
+            if principal.matches(claims, provider):
+                return principal
+        return None
+
+    def why_not(self, method: str, path: str, claims: Mapping[str, Any], provider: str | None) -> str:
+        if self.methods is not None and method not in self.methods:
+            return f"method {method!r} not in {sorted(self.methods)}"
+        if self.path_prefix is not None and not path.startswith(self.path_prefix):
+            return f"path does not start with {self.path_prefix!r}"
+        if not self.principals:
+            return "no principals (matches nothing)"
+        return "; ".join(p.why_not(claims, provider) for p in self.principals)
+
+
+@attrs.frozen
+class Verdict:
+    allowed: bool
+    reason: str
+
+
+@attrs.frozen
+class PolicySet:
+    """The compiled ``rbac`` options of one virtual host or route."""
+
+    policies: tuple[Policy, ...]
+    shadow: bool = False
+    #: set when these options come from ``Settings.spec.rbac.requireRbac``.
+    required_by_settings: bool = False
+
+    def evaluate(self, method: str, path: str, claims: Any, provider: str | None) -> Verdict:
+        if not isinstance(claims, dict):
+            return Verdict(False, "no verified JWT claims on the request (is the jwt plugin"
+                                  " configured on this route, before rbac?)")
+        for policy in self.policies:
+            if policy.permits(method, path):
+                principal = policy.first_principal(claims, provider)
+                if principal is not None:
+                    return Verdict(True, f"policy {policy.name!r}"
+                                         f" principals[{principal.index}] matched")
+        if self.required_by_settings:
+            return Verdict(False, "requireRbac is set gateway-wide and this route has no"
+                                  " RBAC policy")
+        if not self.policies:
+            return Verdict(False, "no policies configured (an empty policy set denies all)")
+        details = "; ".join(
+            f"{p.name!r}: {p.why_not(method, path, claims, provider)}" for p in self.policies)
+        return Verdict(False, f"no policy matched: {details}")
+
+
+# ---------------------------------------------------------------------------
+# Compilation
+# ---------------------------------------------------------------------------
+
+Path = tuple[str | int, ...]
+
+
+def _mapping(value: Any, path: Path, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise OptionsError(path, f"{what} must be a mapping, got {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
+
+
+def _check_keys(value: Mapping[str, Any], allowed: tuple[str, ...], path: Path) -> None:
+    for key in value:
+        if key not in allowed:
+            raise OptionsError(path + (str(key),),
+                               f"unknown field {key!r}; expected one of: {', '.join(allowed)}")
+
+
+def compile_options(options: Mapping[str, Any]) -> PolicySet:
+    """Validate and compile the ``rbac`` options mapping. Raises OptionsError."""
+    _check_keys(options, ("policies", "shadow", "disable", "_requiredBySettings"), ())
+    shadow = options.get("shadow", False)
+    if not isinstance(shadow, bool):
+        raise OptionsError(("shadow",), f"must be true or false, got {_kind(shadow)}")
+    disable = options.get("disable", False)
+    if disable is not False:
+        # ``disable: true`` is handled by the gateway and never reaches us.
+        raise OptionsError(("disable",), f"must be true or false, got {_kind(disable)}")
+    raw = options.get("policies", {})
+    if raw is None:
+        raw = {}
+    policies = _mapping(raw, ("policies",), "policies")
+    compiled = tuple(
+        _policy(str(name), value, ("policies", str(name))) for name, value in policies.items())
+    return PolicySet(compiled, shadow, options.get("_requiredBySettings") is True)
+
+
+def _policy(name: str, raw: Any, path: Path) -> Policy:
+    policy = _mapping(raw, path, "a policy")
+    _check_keys(policy, ("permissions", "principals", "nestedClaimDelimiter"), path)
+    delimiter = policy.get("nestedClaimDelimiter")
+    if delimiter is not None and not isinstance(delimiter, str):
+        raise OptionsError(path + ("nestedClaimDelimiter",),
+                           f"must be a string such as '.', got {_kind(delimiter)}")
+    delimiter = delimiter or None
+
+    methods: frozenset[str] | None = None
+    prefix: str | None = None
+    if policy.get("permissions") is not None:
+        ppath = path + ("permissions",)
+        perms = _mapping(policy["permissions"], ppath, "permissions")
+        _check_keys(perms, ("methods", "pathPrefix"), ppath)
+        if perms.get("methods") is not None:
+            methods = _methods(perms["methods"], ppath + ("methods",))
+        if perms.get("pathPrefix") is not None:
+            prefix = _path_prefix(perms["pathPrefix"], ppath + ("pathPrefix",))
+
+    principals_raw = policy.get("principals")
+    if principals_raw is None:
+        principals_raw = []
+    if not isinstance(principals_raw, list):
+        raise OptionsError(path + ("principals",), f"must be a list, got {_kind(principals_raw)}")
+    principals = tuple(
+        _principal(i, p, path + ("principals", i), delimiter) for i, p in enumerate(principals_raw))
+    return Policy(name, methods, prefix, principals)
+
+
+def _methods(raw: Any, path: Path) -> frozenset[str]:
+    if not isinstance(raw, list):
+        raise OptionsError(path, f"must be a list of method names, got {_kind(raw)}")
+    if not raw:
+        raise OptionsError(path, "an empty list would match no method; omit 'methods' to"
+                                 " allow every method")
+    for i, m in enumerate(raw):
+        if not isinstance(m, str) or not _TOKEN.fullmatch(m):
+            raise OptionsError(path + (i,), f"must be an HTTP method name such as GET,"
+                                            f" got {m!r}")
+    return frozenset(raw)
+
+
+def _path_prefix(raw: Any, path: Path) -> str:
+    if not isinstance(raw, str):
+        raise OptionsError(path, f"must be a string starting with '/', got {_kind(raw)}")
+    if not raw.startswith("/"):
+        raise OptionsError(path, f"must start with '/', got {raw!r}")
+    # Requests are matched on their normalised path, so a prefix that is not
+    # itself normal could never match what its author meant.
+    if "//" in raw or "\\" in raw or "%" in raw or "#" in raw or "?" in raw:
+        raise OptionsError(path, f"{raw!r} is not a normalised path: it may not contain"
+                                 " '//', '\\', '%'-escapes, '?' or '#'")
+    if any(seg in (".", "..") for seg in raw.split("/")):
+        raise OptionsError(path, f"{raw!r} is not a normalised path: it contains a '.' or"
+                                 " '..' segment")
+    return raw
+
+
+def _principal(index: int, raw: Any, path: Path, delimiter: str | None) -> Principal:
+    principal = _mapping(raw, path, "a principal")
+    _check_keys(principal, ("jwtPrincipal",), path)
+    if "jwtPrincipal" not in principal:
+        raise OptionsError(path + ("jwtPrincipal",), "a principal needs a jwtPrincipal")
+    jpath = path + ("jwtPrincipal",)
+    jwt = _mapping(principal["jwtPrincipal"], jpath, "jwtPrincipal")
+    _check_keys(jwt, ("claims", "provider", "matcher"), jpath)
+
+    matcher_raw = jwt.get("matcher", "EXACT_STRING")
+    try:
+        matcher = Matcher(matcher_raw)
+    except ValueError:
+        raise OptionsError(jpath + ("matcher",), f"unknown matcher {matcher_raw!r}; expected one"
+                           f" of: {', '.join(m.value for m in Matcher)}") from None
+
+    provider = jwt.get("provider")
+    if provider is not None and (not isinstance(provider, str) or not provider):
+        raise OptionsError(jpath + ("provider",), "must be the name of a jwt provider,"
+                                                  f" got {provider!r}")
+
+    claims_raw = jwt.get("claims")
+    if claims_raw is None:
+        claims_raw = {}
+    claims = _mapping(claims_raw, jpath + ("claims",), "claims")
+    rules = []
+    for name, value in claims.items():
+        cpath = jpath + ("claims", str(name))
+        if not isinstance(name, str) or not name:
+            raise OptionsError(cpath, "a claim name must be a non-empty string")
+        parts = tuple(name.split(delimiter)) if delimiter else (name,)
+        if not all(parts):
+            raise OptionsError(cpath, f"claim path {name!r} has an empty part between"
+                                      f" delimiters {delimiter!r}")
+        rules.append(ClaimRule(name, parts, matcher, _claim_value(matcher, value, cpath)))
+    return Principal(index, provider or None, tuple(rules))
+
+
+def _claim_value(matcher: Matcher, value: Any, path: Path) -> Any:
+    if matcher is Matcher.BOOLEAN:
+        if isinstance(value, bool):
+            return value
+        if value in ("true", "false"):
+            return value == "true"
+        raise OptionsError(path, f"the BOOLEAN matcher needs true or false, got {value!r}")
+    if not isinstance(value, str):
+        raise OptionsError(path, f"must be a string, got {_kind(value)} {value!r}; claims are"
+                                 f" compared as text under {matcher.value}, so quote the value"
+                                 " in YAML (or use matcher BOOLEAN for true/false)")
+    if matcher is Matcher.LIST_CONTAINS and not value:
+        raise OptionsError(path, "the LIST_CONTAINS value must be a non-empty list item")
+    if matcher is Matcher.REGEX_MATCH:
+        try:
+            return SafeRegex(value)
+        except UnsafePattern as exc:
+            raise OptionsError(path, f"REGEX_MATCH pattern {value!r} refused: {exc}") from None
+    return value
+
+
+# ---------------------------------------------------------------------------
+# Gateway-wide settings (Settings.spec.rbac)
+# ---------------------------------------------------------------------------
+
+
+def settings_problem(settings: Mapping[str, Any]) -> tuple[Path, str] | None:
+    """(field path, reason) if ``Settings.spec.rbac`` is invalid, else None."""
+    for key in settings:
+        if key != "requireRbac":
+            return (str(key),), f"unknown field {key!r}; expected: requireRbac"
+    value = settings.get("requireRbac", False)
+    if not isinstance(value, bool):
+        return ("requireRbac",), f"must be true or false, got {_kind(value)} {value!r}"
+    return None
