@@ -421,6 +421,7 @@ def build_config(docs: list[Document]) -> Config:
                     raise reader.fail((), f"only one Settings resource is allowed; another is at {settings_source}")
                 for key, value in reader.mapping(spec, ("spec",)).items():
                     reader.mapping(value, ("spec", key))
+                _gateway_settings(reader, spec.get("gateway"))
                 settings, settings_source = dict(spec), source
         except _Invalid:
             continue
@@ -701,6 +702,22 @@ def _secret(r: _Reader, ns: str, name: str, data: dict) -> SecretInfo:
     stype = data.get("type", "Opaque")
     r.string(stype, ("type",))
     return SecretInfo(ns, name, stype, values)
+
+
+def _gateway_settings(r: _Reader, value: Any) -> None:
+    """``Settings.spec.gateway``: the core's own gateway-wide settings."""
+    if value is None:
+        return
+    path: tuple[str | int, ...] = ("spec", "gateway")
+    g = r.mapping(value, path, {"echoServer"})
+    if "echoServer" in g:
+        e = r.mapping(g["echoServer"], path + ("echoServer",), {"listen"}, required=("listen",))
+        listen = r.string(e["listen"], path + ("echoServer", "listen"))
+        from twistgw._devecho import is_loopback_endpoint
+
+        if not is_loopback_endpoint(listen):
+            raise r.fail(path + ("echoServer", "listen"),
+                         "the development echo server only listens on loopback, e.g. 'tcp:8081:interface=127.0.0.1'")
 
 
 def _auth_config(r: _Reader, ns: str, name: str, spec: Any) -> AuthConfigInfo:

@@ -97,6 +97,8 @@ class GatewayService(service.MultiService):
             site.log = lambda request: None  # type: ignore[method-assign]
             self.admin_listener = StreamServerEndpointService(serverFromString(reactor, admin), site)
             self.admin_listener.setServiceParent(self)
+        self._echo_listen: str | None = None
+        self._echo_port: Any = None
         self._poller = task.LoopingCall(self.reload_if_changed)
         self._poller.clock = reactor
 
@@ -126,6 +128,23 @@ class GatewayService(service.MultiService):
         self.last_error = None
         self.metrics.reload(True, snapshot.generation, snapshot.loaded_at)
         self.plugins.config_loaded(snapshot.plugin_compiled, snapshot.config.settings)
+        self._sync_echo(snapshot)
+
+    def _sync_echo(self, snapshot: Snapshot) -> None:
+        from twistgw._devecho import start_echo
+
+        gateway_settings = snapshot.config.settings.get("gateway") or {}
+        listen = (gateway_settings.get("echoServer") or {}).get("listen")
+        if listen == self._echo_listen:
+            return
+        if self._echo_port is not None:
+            self._echo_port.addCallback(lambda port: port.stopListening())
+            self._echo_port = None
+        self._echo_listen = listen
+        if listen:
+            self._echo_port = start_echo(self.reactor, listen)
+            self._echo_port.addErrback(lambda f: self._log.failure(
+                "Could not start the development echo server on {listen}", f, listen=listen))
 
     def reload(self, why: str = "requested") -> bool:
         """Reload now; on error log every issue and keep serving the last good snapshot."""
@@ -196,6 +215,8 @@ class GatewayService(service.MultiService):
         if self.admin_listener is not None:
             yield self.admin_listener.stopService()
         service.Service.stopService(self)
+        if self._echo_port is not None:
+            self._echo_port.addCallback(lambda port: port.stopListening())
         yield self.gateway.forwarder.close()
         yield defer.ensureDeferred(self.plugins.unconfigure())
 

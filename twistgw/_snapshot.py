@@ -87,7 +87,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
             if value is not None:
                 defaults[name] = value
     for key in config.settings:
-        if key not in host.infos:
+        if key not in host.infos and key != "gateway":
             src = config.settings_source
             issues.append(ConfigIssue(
                 f"no plugin named {key!r} is installed (installed: {', '.join(host.names()) or 'none'})",

@@ -1,0 +1,3 @@
+from twistgw.cli import main
+
+raise SystemExit(main())
