@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Set up .venv with twistgw installed as users get it (pip install, not
+# editable) and run the whole test suite. Extra arguments go to pytest,
+# e.g. ./run-tests.sh tests/unit -x
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if ! command -v slapd >/dev/null 2>&1 && [ ! -x /usr/sbin/slapd ]; then
+  echo "run-tests: OpenLDAP slapd is required: the LDAP tests run a real directory." >&2
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "run-tests: installing slapd and ldap-utils with apt-get" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slapd ldap-utils >/dev/null
+  else
+    echo "run-tests: install it with: sudo apt-get install slapd ldap-utils" >&2
+    exit 1
+  fi
+fi
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+.venv/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps .
+.venv/bin/python -m pip install -q --disable-pip-version-check '.[test]'
+# Run from the installed package (pytest, not "python -m pytest", keeps the
+# source tree off sys.path).
+exec .venv/bin/pytest "$@"
