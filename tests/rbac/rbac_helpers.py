@@ -103,7 +103,7 @@ def config(rbac: Any = None, routes: list[dict[str, Any]] | None = None,
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-def tester(text: str) -> ChainTester:
+def make_tester(text: str) -> ChainTester:
     return ChainTester.from_yaml(
         text, plugins=[("fakejwt", fakejwt), ("rbac", twistgw_rbac)], load_entry_points=False)
 
