@@ -1,0 +1,265 @@
+"""The network edge: LDAP connections with timeouts, and a pool of them.
+
+ldaptor's ``LDAPClient`` has no timeouts and assumes every answer finds its
+request; here every operation is bounded with ``Deferred.addTimeout`` and a
+connection that timed out is aborted and never reused.
+
+A pooled connection is lent to one request at a time for the whole flow
+(bind as the user, maybe bind as the service account, search), so two
+requests never see each other's bind state; the next request binds again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from ldaptor.protocols import pureldap
+from ldaptor.protocols.ldap.ldapclient import LDAPClient
+from twisted.internet import defer, error, ssl
+from twisted.internet.endpoints import HostnameEndpoint, connectProtocol, wrapClientTLS
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from twistgw_ldap._options import Target
+
+#: Result codes that mean "the directory cannot answer now", not "no".
+FAULT_CODES = frozenset({
+    1,   # operationsError
+    3,   # timeLimitExceeded
+    11,  # adminLimitExceeded
+    51,  # busy
+    52,  # unavailable
+    80,  # other
+})
+
+
+class DirectoryFault(Exception):
+    """The directory refused, reset, or did not answer in time (→ 503)."""
+
+    def __init__(self, reason: str, connection_lost: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        #: the connection broke before any answer: worth one retry on a fresh one
+        self.connection_lost = connection_lost
+
+
+class Client(LDAPClient):
+    """``LDAPClient`` that survives late answers and timed-out requests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reused = False
+        self.lost: defer.Deferred[None] = defer.Deferred()
+
+    def handle(self, msg: Any) -> None:
+        if msg.id != 0 and msg.id not in self.onwire:
+            return  # an answer to a request we gave up on
+        super().handle(msg)
+
+    def connectionLost(self, reason: Failure = Failure(error.ConnectionDone())) -> None:
+        self.connected = 0
+        pending, self.onwire = self.onwire, {}
+        for d, *_ in pending.values():
+            if not d.called:
+                d.errback(reason)
+        if not self.lost.called:
+            self.lost.callback(None)
+
+    def abort(self) -> None:
+        self.onwire = {}
+        if self.transport is not None:
+            self.transport.abortConnection()
+
+
+def _fault_from(failure: Failure, what: str, timeout: float) -> DirectoryFault:
+    if failure.check(defer.TimeoutError, defer.CancelledError):
+        return DirectoryFault(f"{what}: no answer within {timeout:g}s")
+    if failure.check(error.ConnectionRefusedError):
+        return DirectoryFault(f"{what}: connection refused")
+    if failure.check(error.DNSLookupError):
+        return DirectoryFault(f"{what}: host name not found")
+    if failure.check(error.ConnectionLost, error.ConnectionDone, error.ConnectionClosed):
+        return DirectoryFault(f"{what}: connection closed by the directory", connection_lost=True)
+    return DirectoryFault(f"{what}: {failure.type.__name__}: {failure.getErrorMessage()}",
+                          connection_lost=bool(failure.check(error.ConnectError)))
+
+
+async def _bounded(d: defer.Deferred[Any], client: Client | None, timeout: float, reactor: Any, what: str) -> Any:
+    d.addTimeout(timeout, reactor)
+    try:
+        return await d
+    except Exception:
+        failure = Failure()
+        if client is not None:
+            client.abort()
+        raise _fault_from(failure, what, timeout) from None
+
+
+def tls_options(target: Target) -> Any:
+    hostname = target.server_name or target.host
+    if target.insecure_skip_verify:
+        return ssl.CertificateOptions(verify=False)
+    if target.ca_pem is not None:
+        certs = [ssl.Certificate.loadPEM(b + b"-----END CERTIFICATE-----\n")
+                 for b in target.ca_pem.split(b"-----END CERTIFICATE-----") if b"-----BEGIN CERTIFICATE-----" in b]
+        return ssl.optionsForClientTLS(hostname, trustRoot=ssl.trustRootFromCertificates(certs))
+    return ssl.optionsForClientTLS(hostname)
+
+
+async def connect(reactor: Any, target: Target, timeout: float) -> Client:
+    """Open (and for StartTLS, secure) a connection, all within ``timeout``."""
+    endpoint: Any = HostnameEndpoint(reactor, target.host.encode("idna") if not target.host.isascii()
+                                     else target.host, target.port, timeout=timeout)
+    if target.scheme == "ldaps":
+        endpoint = wrapClientTLS(tls_options(target), endpoint)
+    client = Client()
+    await _bounded(connectProtocol(endpoint, client), None, timeout, reactor, f"connect to {target.describe()}")
+    if target.start_tls:
+        response = await _bounded(client.send(pureldap.LDAPStartTLSRequest()), client, timeout, reactor,
+                                  f"StartTLS with {target.describe()}")
+        if response.resultCode != 0:
+            client.abort()
+            raise DirectoryFault(f"StartTLS refused by {target.describe()} (result {response.resultCode})")
+        client.transport.startTLS(tls_options(target))
+    return client
+
+
+async def bind(client: Client, dn: str, password: bytes, timeout: float, reactor: Any) -> int:
+    """Simple bind; returns the LDAP result code (0 is success)."""
+    if not client.connected:
+        raise DirectoryFault("connection closed", connection_lost=True)
+    request = pureldap.LDAPBindRequest(dn=dn.encode("utf-8"), auth=password)
+    response = await _bounded(client.send(request), client, timeout, reactor, "bind")
+    return int(response.resultCode)
+
+
+async def search_base(client: Client, dn: str, filter_object: Any, attribute: str,
+                      timeout: float, reactor: Any) -> tuple[int, list[Any]]:
+    """Base-scope search of ``dn``; returns (result code, entries)."""
+    if not client.connected:
+        raise DirectoryFault("connection closed", connection_lost=True)
+    entries: list[Any] = []
+    done: defer.Deferred[Any] = defer.Deferred()
+
+    def handler(msg: Any) -> bool:
+        if isinstance(msg, pureldap.LDAPSearchResultEntry):
+            entries.append(msg)
+            return False
+        if isinstance(msg, pureldap.LDAPSearchResultReference):
+            return False
+        if not done.called:
+            done.callback(msg)
+        return True
+
+    request = pureldap.LDAPSearchRequest(
+        baseObject=dn.encode("utf-8"),
+        scope=pureldap.LDAP_SCOPE_baseObject,
+        derefAliases=pureldap.LDAP_DEREF_neverDerefAliases,
+        sizeLimit=2,
+        timeLimit=max(1, int(timeout)),
+        typesOnly=0,
+        filter=filter_object,
+        attributes=[attribute.encode("ascii")],
+    )
+    sent = client.send_multiResponse(request, handler)
+    sent.addErrback(lambda f: None if done.called else done.errback(f))
+    result = await _bounded(done, client, timeout, reactor, "search")
+    if not isinstance(result, pureldap.LDAPSearchResultDone):
+        client.abort()
+        raise DirectoryFault(f"search: unexpected answer {type(result).__name__}")
+    return int(result.resultCode), entries
+
+
+class Pool:
+    """Connections to one directory target, lent out one request at a time."""
+
+    _log = Logger()
+
+    def __init__(self, reactor: Any, target: Target, max_size: int) -> None:
+        self.reactor = reactor
+        self.target = target
+        self.max_size = max_size
+        self.size = 0  # open or opening
+        self.idle: list[Client] = []
+        self.waiters: deque[defer.Deferred[Client | None]] = deque()
+        self.closed = False
+
+    async def acquire(self, connect_timeout: float, wait_timeout: float) -> Client:
+        while self.idle:
+            client = self.idle.pop()
+            if client.connected:
+                client.reused = True
+                return client
+            self.size -= 1
+        if self.size >= self.max_size:
+            waiter: defer.Deferred[Client | None] = defer.Deferred()
+            self.waiters.append(waiter)
+            waiter.addTimeout(wait_timeout, self.reactor)
+            try:
+                got = await waiter
+            except defer.TimeoutError:
+                raise DirectoryFault(f"all {self.max_size} connections to {self.target.describe()}"
+                                     f" busy for {wait_timeout:g}s") from None
+            finally:
+                if waiter in self.waiters:
+                    self.waiters.remove(waiter)
+            if got is not None:
+                got.reused = True
+                return got
+            # a slot was freed for us (size already counts it)
+        else:
+            self.size += 1
+        try:
+            return await connect(self.reactor, self.target, connect_timeout)
+        except BaseException:
+            self._free_slot()
+            raise
+
+    def release(self, client: Client, reusable: bool) -> None:
+        if reusable and client.connected and not self.closed and self.size <= self.max_size:
+            while self.waiters:
+                waiter = self.waiters.popleft()
+                if not waiter.called:
+                    waiter.callback(client)
+                    return
+            self.idle.append(client)
+            return
+        client.abort()
+        self._free_slot()
+
+    def _free_slot(self) -> None:
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.called:
+                waiter.callback(None)  # the slot passes to the waiter
+                return
+        self.size -= 1
+
+    def warm(self, count: int, connect_timeout: float) -> None:
+        """Open connections in the background until ``count`` are idle."""
+        missing = min(count, self.max_size) - self.size
+        for _ in range(max(0, missing)):
+            self.size += 1
+            d = defer.Deferred.fromCoroutine(connect(self.reactor, self.target, connect_timeout))
+
+            def ok(client: Client) -> None:
+                self.release(client, True)
+
+            def failed(f: Failure) -> None:
+                self._free_slot()
+                self._log.warn("Could not pre-open a connection to {target}: {reason}",
+                               target=self.target.describe(), reason=f.getErrorMessage())
+
+            d.addCallbacks(ok, failed)
+
+    def close(self) -> None:
+        self.closed = True
+        idle, self.idle = self.idle, []
+        for client in idle:
+            client.abort()
+            self.size -= 1
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.called:
+                waiter.errback(DirectoryFault("the connection pool was closed"))

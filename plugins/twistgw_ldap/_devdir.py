@@ -1,0 +1,165 @@
+"""A development directory: ldaptor's in-memory LDAP server, loaded from LDIF.
+
+Enabled by the gateway-wide Settings resource::
+
+    apiVersion: gateway.vendor.io/v1
+    kind: Settings
+    metadata: {name: settings}
+    spec:
+      extauth:
+        devDirectory:
+          ldif: demo-users.ldif                 # relative to the config directory
+          listen: tcp:3389:interface=127.0.0.1  # loopback only
+
+For demos and tests only: no ACLs, no memberof overlay (write ``memberOf``
+in the LDIF), plain-text or ``{SSHA}`` passwords, nothing persisted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+from typing import Any, Mapping
+
+from ldaptor import inmemory, interfaces
+from ldaptor.protocols.ldap.ldapserver import LDAPServer
+from twisted.internet import defer
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.protocol import ServerFactory
+from twisted.logger import Logger
+from twisted.python.components import registerAdapter
+
+DEFAULT_LISTEN = "tcp:3389:interface=127.0.0.1"
+
+
+class DevDirectoryError(ValueError):
+    pass
+
+
+class _Factory(ServerFactory):
+    protocol = LDAPServer
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+
+
+registerAdapter(lambda factory: factory.root, _Factory, interfaces.IConnectedLDAPEntry)
+
+
+def check_loopback(listen: str) -> None:
+    """Refuse any endpoint that would accept connections from other hosts."""
+    parts = listen.split(":")
+    kind = parts[0].strip().lower()
+    if kind == "unix":
+        return
+    if kind not in ("tcp", "tcp6"):
+        raise DevDirectoryError(f"listen must be a tcp: or unix: endpoint, got {listen!r}")
+    interface = None
+    for p in parts[1:]:
+        if p.startswith("interface="):
+            interface = p[len("interface="):].replace("\\", "")
+    if interface is None:
+        raise DevDirectoryError(
+            f"listen {listen!r} has no interface= and would listen on every address;"
+            " the development directory only listens on loopback (add :interface=127.0.0.1)")
+    if interface != "localhost":
+        try:
+            loopback = ipaddress.ip_address(interface).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise DevDirectoryError(f"listen interface {interface!r} is not a loopback address;"
+                                    " the development directory only listens on loopback")
+
+
+def read_settings(settings: Mapping[str, Any], config_dir: str) -> tuple[str, str] | None:
+    """(absolute LDIF path, listen endpoint) or None when not configured."""
+    if not settings:
+        return None
+    for key in settings:
+        if key != "devDirectory":
+            raise DevDirectoryError(f"Settings spec.extauth.{key}: unknown field (expected devDirectory)")
+    dev = settings.get("devDirectory")
+    if dev is None:
+        return None
+    if not isinstance(dev, Mapping):
+        raise DevDirectoryError("Settings spec.extauth.devDirectory must be a mapping {ldif, listen}")
+    for key in dev:
+        if key not in ("ldif", "listen"):
+            raise DevDirectoryError(f"Settings spec.extauth.devDirectory.{key}: unknown field (expected ldif, listen)")
+    ldif = dev.get("ldif")
+    if not isinstance(ldif, str) or not ldif:
+        raise DevDirectoryError("Settings spec.extauth.devDirectory.ldif is required: an LDIF file")
+    if not os.path.isabs(ldif):
+        if not config_dir:
+            raise DevDirectoryError(
+                f"Settings spec.extauth.devDirectory.ldif {ldif!r} is relative but the configuration"
+                " directory is not known (configuration loaded from text); give an absolute path")
+        ldif = os.path.join(config_dir, ldif)
+    listen = dev.get("listen", DEFAULT_LISTEN)
+    if not isinstance(listen, str) or not listen:
+        raise DevDirectoryError("Settings spec.extauth.devDirectory.listen must be an endpoint string")
+    check_loopback(listen)
+    return ldif, listen
+
+
+class DevDirectory:
+    """The running development directory; restarted when its settings or LDIF change."""
+
+    _log = Logger()
+
+    def __init__(self) -> None:
+        self.key: tuple[str, str, str] | None = None
+        self.port: Any = None
+        self._lock = defer.DeferredLock()
+
+    async def apply(self, reactor: Any, settings: Mapping[str, Any], config_dir: str) -> None:
+        await self._lock.acquire()
+        try:
+            await self._apply(reactor, settings, config_dir)
+        finally:
+            self._lock.release()
+
+    async def _apply(self, reactor: Any, settings: Mapping[str, Any], config_dir: str) -> None:
+        try:
+            wanted = read_settings(settings, config_dir)
+        except DevDirectoryError as exc:
+            self._log.error("Development LDAP directory not started: {reason}", reason=str(exc))
+            await self.stop()
+            return
+        if wanted is None:
+            await self.stop()
+            return
+        ldif, listen = wanted
+        try:
+            with open(ldif, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            self._log.error("Development LDAP directory not started: cannot read {ldif}: {err}",
+                            ldif=ldif, err=exc.strerror)
+            await self.stop()
+            return
+        key = (ldif, listen, hashlib.sha256(data).hexdigest())
+        if key == self.key and self.port is not None:
+            return
+        await self.stop()
+        from io import BytesIO
+
+        try:
+            root = await inmemory.fromLDIFFile(BytesIO(data))
+        except Exception as exc:
+            self._log.error("Development LDAP directory not started: {ldif} is not valid LDIF: {err!r}",
+                            ldif=ldif, err=exc)
+            return
+        self.port = await serverFromString(reactor, listen).listen(_Factory(root))
+        self.key = key
+        self._log.warn(
+            "DEVELOPMENT LDAP DIRECTORY serving {ldif} on {listen}: in-memory, no ACLs, test"
+            " users only. Never use it in production; remove Settings spec.extauth.devDirectory.",
+            ldif=ldif, listen=listen)
+
+    async def stop(self) -> None:
+        port, self.port, self.key = self.port, None, None
+        if port is not None:
+            await port.stopListening()

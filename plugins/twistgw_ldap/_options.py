@@ -1,0 +1,384 @@
+"""Validating and compiling ``options.extauth`` and the AuthConfig it names.
+
+Pure: reads files named in the options (CA certificates) but does no network
+I/O and never touches the reactor. The result is immutable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+import attrs
+from ldaptor import ldapfilter
+from twistgw import OptionsError, OptionsScope
+
+from twistgw_ldap._dn import InvalidDN, NormalDN, parse_dn
+
+DEFAULT_SEARCH_FILTER = "(uid=*)"
+DEFAULT_MEMBERSHIP_ATTRIBUTE = "memberOf"
+DEFAULT_POOL_MAX = 5
+DEFAULT_POOL_INITIAL = 2
+DEFAULT_CONNECT_TIMEOUT = 2.0
+DEFAULT_REQUEST_TIMEOUT = 3.0
+DEFAULT_CACHE_TTL = 60.0
+DEFAULT_REALM = "twistgw"
+SECRET_TYPE = "extauth.vendor.io/accountcredentials"
+
+_LDAP_FIELDS = {
+    "address", "userDnTemplate", "membershipAttributeName", "allowedGroups",
+    "searchFilter", "disableGroupChecking", "groupLookupSettings", "pool",
+    "startTLS", "tls", "connectTimeout", "requestTimeout", "cacheTtl", "realm",
+}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_ATTRIBUTE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
+
+
+@attrs.frozen
+class Target:
+    """Where and how to connect; the key of a connection pool."""
+
+    host: str
+    port: int
+    scheme: str  # "ldap" or "ldaps"
+    start_tls: bool = False
+    ca_pem: bytes | None = None  # None: the platform's trust store
+    server_name: str = ""  # the name the certificate must carry
+    insecure_skip_verify: bool = False
+
+    def describe(self) -> str:
+        tls = " (StartTLS)" if self.start_tls else ""
+        return f"{self.scheme}://{self.host}:{self.port}{tls}"
+
+
+@attrs.frozen
+class ServiceAccount:
+    dn: str
+    password: bytes = attrs.field(repr=False)
+    secret: str  # namespace/name, for messages
+
+
+@attrs.frozen
+class LdapConfig:
+    """One ``spec.configs[i].ldap`` entry, validated. Hashable: equal configs
+    share a decision cache across routes and reloads."""
+
+    source: str  # "AuthConfig ns/name configs[i]"
+    target: Target
+    user_dn_template: str
+    membership_attribute: str
+    allowed_groups: frozenset[NormalDN]
+    search_filter: str
+    disable_group_checking: bool
+    service_account: ServiceAccount | None
+    pool_max: int
+    pool_initial: int
+    connect_timeout: float
+    request_timeout: float
+    cache_ttl: float
+    realm: str
+    filter_object: Any = attrs.field(eq=False, repr=False, default=None)
+
+    def user_dn(self, cleaned_name: str) -> str:
+        return self.user_dn_template.replace("%s", cleaned_name)
+
+
+@attrs.frozen
+class CompiledExtAuth:
+    """What ``twistgw_compile_options`` returns for ``extauth``."""
+
+    auth_config: str  # namespace/name
+    configs: tuple[LdapConfig, ...]
+
+
+# ---------------------------------------------------------------------------
+
+
+def parse_duration(value: Any) -> float | None:
+    """``"3s"``, ``"500ms"``, ``"1m"``, ``"1h"`` or a number of seconds."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if value >= 0 else None
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if m:
+            return float(m.group(1)) * _UNITS[m.group(2)]
+    return None
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
+            int: "an integer", float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+class _Checker:
+    """Raises OptionsError located under ``configRef`` with the AuthConfig field."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, field: str, reason: str) -> OptionsError:
+        return OptionsError(("configRef",), f"{self.where}: {field}: {reason}")
+
+    def mapping(self, value: Any, field: str, allowed: set[str]) -> Mapping[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(field, f"must be a mapping, got {_type_name(value)}")
+        for key in value:
+            if key not in allowed:
+                raise self.fail(f"{field}.{key}", f"unknown field (expected one of: {', '.join(sorted(allowed))})")
+        return value
+
+    def string(self, value: Any, field: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(field, f"must be a string, got {_type_name(value)}")
+        if not value.strip():
+            raise self.fail(field, "must not be empty")
+        return value
+
+    def boolean(self, value: Any, field: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(field, f"must be true or false, got {value!r}")
+        return value
+
+    def integer(self, value: Any, field: str, lo: int, hi: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(field, f"must be an integer, got {_type_name(value)}")
+        if not lo <= value <= hi:
+            raise self.fail(field, f"must be between {lo} and {hi}, got {value}")
+        return value
+
+    def duration(self, value: Any, field: str, lo: float, hi: float) -> float:
+        seconds = parse_duration(value)
+        if seconds is None:
+            raise self.fail(field, f"must be a duration such as '3s' or '500ms', got {value!r}")
+        if not lo <= seconds <= hi:
+            raise self.fail(field, f"must be between {lo:g}s and {hi:g}s, got {seconds:g}s")
+        return seconds
+
+
+def parse_address(value: str) -> tuple[str, str, int]:
+    """``ldap://h:p``, ``ldaps://h[:p]``, ``h:p`` or ``h`` → (scheme, host, port).
+
+    :raise ValueError: with a reason.
+    """
+    text = value.strip()
+    if "://" not in text:
+        text = "ldap://" + text
+    parts = urlsplit(text)
+    scheme = parts.scheme.lower()
+    if scheme not in ("ldap", "ldaps"):
+        raise ValueError(f"scheme must be ldap:// or ldaps://, got {parts.scheme!r}")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError("give only scheme, host and port (no DN, query or credentials)")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ValueError(f"invalid port: {exc}") from None
+    if not host:
+        raise ValueError("has no host")
+    return scheme, host, port or (636 if scheme == "ldaps" else 389)
+
+
+def _check_template(c: _Checker, template: str) -> None:
+    field = "userDnTemplate"
+    if template.count("%s") != 1:
+        raise c.fail(field, f"must contain exactly one %s (the user name), got {template!r}")
+    try:
+        dn = parse_dn(template)
+    except InvalidDN as exc:
+        raise c.fail(field, f"is not a valid DN: {exc}") from None
+    if not dn:
+        raise c.fail(field, "must not be empty")
+    # %s must sit inside an attribute value, never in a type or as a whole RDN.
+    for rdn in dn:
+        for atype, _value in rdn:
+            if "%s" in atype:
+                raise c.fail(field, "the %s must be inside an attribute value, e.g. uid=%s,ou=people,dc=example,dc=org")
+    if not any("%s" in v for rdn in dn for _, v in rdn):
+        raise c.fail(field, "the %s must be inside an attribute value, e.g. uid=%s,ou=people,dc=example,dc=org")
+
+
+def _read_ca(c: _Checker, tls: Mapping[str, Any], config_dir: str) -> bytes | None:
+    if "caFile" in tls and "caPem" in tls:
+        raise c.fail("tls", "set caFile or caPem, not both")
+    if "caPem" in tls:
+        pem = c.string(tls["caPem"], "tls.caPem").encode("ascii", "replace")
+    elif "caFile" in tls:
+        path = c.string(tls["caFile"], "tls.caFile")
+        if not os.path.isabs(path):
+            path = os.path.join(config_dir or os.getcwd(), path)
+        try:
+            with open(path, "rb") as f:
+                pem = f.read()
+        except OSError as exc:
+            raise c.fail("tls.caFile", f"cannot read {path}: {exc.strerror}") from None
+    else:
+        return None
+    from twisted.internet import ssl
+
+    try:
+        found = [ssl.Certificate.loadPEM(block + b"-----END CERTIFICATE-----\n")
+                 for block in pem.split(b"-----END CERTIFICATE-----") if b"-----BEGIN CERTIFICATE-----" in block]
+    except Exception as exc:
+        raise c.fail("tls", f"CA certificates are not valid PEM: {exc}") from None
+    if not found:
+        raise c.fail("tls", "no PEM certificate (-----BEGIN CERTIFICATE-----) found")
+    return pem
+
+
+def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> LdapConfig:
+    c = _Checker(where)
+    spec = c.mapping(raw, "ldap", _LDAP_FIELDS)
+    if "address" not in spec:
+        raise c.fail("address", "is required (e.g. ldap://ldap.example.org:389)")
+    address = c.string(spec["address"], "address")
+    try:
+        scheme, host, port = parse_address(address)
+    except ValueError as exc:
+        raise c.fail("address", f"{exc} (got {address!r})") from None
+
+    start_tls = c.boolean(spec.get("startTLS", False), "startTLS")
+    if start_tls and scheme == "ldaps":
+        raise c.fail("startTLS", "ldaps:// is already TLS; use startTLS only with ldap://")
+    tls = c.mapping(spec.get("tls", {}), "tls", {"caFile", "caPem", "serverName", "insecureSkipVerify"})
+    if tls and scheme != "ldaps" and not start_tls:
+        raise c.fail("tls", "TLS settings need an ldaps:// address or startTLS: true")
+    ca_pem = _read_ca(c, tls, scope.resources.config_dir)
+    server_name = c.string(tls["serverName"], "tls.serverName") if "serverName" in tls else ""
+    insecure = c.boolean(tls.get("insecureSkipVerify", False), "tls.insecureSkipVerify")
+    if insecure and ca_pem is not None:
+        raise c.fail("tls.insecureSkipVerify", "makes the CA setting pointless; choose one")
+    target = Target(host, port, scheme, start_tls, ca_pem, server_name, insecure)
+
+    if "userDnTemplate" not in spec:
+        raise c.fail("userDnTemplate", "is required (e.g. uid=%s,ou=people,dc=example,dc=org)")
+    template = c.string(spec["userDnTemplate"], "userDnTemplate").strip()
+    _check_template(c, template)
+
+    attribute = c.string(spec.get("membershipAttributeName", DEFAULT_MEMBERSHIP_ATTRIBUTE),
+                         "membershipAttributeName").strip()
+    if not _ATTRIBUTE.match(attribute):
+        raise c.fail("membershipAttributeName", f"is not an attribute name: {attribute!r}")
+
+    disable = c.boolean(spec.get("disableGroupChecking", False), "disableGroupChecking")
+    groups_raw = spec.get("allowedGroups", [])
+    if not isinstance(groups_raw, list):
+        raise c.fail("allowedGroups", f"must be a list of group DNs, got {_type_name(groups_raw)}")
+    groups = set()
+    for i, g in enumerate(groups_raw):
+        text = c.string(g, f"allowedGroups[{i}]")
+        try:
+            dn = parse_dn(text)
+        except InvalidDN as exc:
+            raise c.fail(f"allowedGroups[{i}]", f"is not a valid DN: {exc}") from None
+        groups.add(dn)
+    if not groups and not disable:
+        raise c.fail("allowedGroups", "must list at least one group DN, or set"
+                     " disableGroupChecking: true to admit every user whose bind succeeds")
+
+    filter_text = c.string(spec.get("searchFilter", DEFAULT_SEARCH_FILTER), "searchFilter").strip()
+    if not (filter_text.startswith("(") and filter_text.endswith(")")):
+        raise c.fail("searchFilter", f"must be an LDAP filter in parentheses, e.g. (objectClass=*); got {filter_text!r}")
+    try:
+        filter_object = ldapfilter.parseFilter(filter_text)
+    except Exception as exc:
+        raise c.fail("searchFilter", f"is not a valid LDAP filter (RFC 4515): {filter_text!r}"
+                     f" ({type(exc).__name__})") from None
+
+    gls = c.mapping(spec.get("groupLookupSettings", {}), "groupLookupSettings",
+                    {"checkGroupsWithServiceAccount", "credentialsSecretRef"})
+    use_sa = c.boolean(gls.get("checkGroupsWithServiceAccount", False),
+                       "groupLookupSettings.checkGroupsWithServiceAccount")
+    account = None
+    if "credentialsSecretRef" in gls:
+        account = _service_account(c, gls["credentialsSecretRef"], default_ns, scope)
+    if use_sa and account is None:
+        raise c.fail("groupLookupSettings.credentialsSecretRef",
+                     "is required when checkGroupsWithServiceAccount is true")
+    if not use_sa:
+        account = None
+
+    pool = c.mapping(spec.get("pool", {}), "pool", {"maxSize", "initialSize"})
+    pool_max = c.integer(pool.get("maxSize", DEFAULT_POOL_MAX), "pool.maxSize", 1, 1000)
+    pool_initial = c.integer(pool.get("initialSize", min(DEFAULT_POOL_INITIAL, pool_max)),
+                             "pool.initialSize", 0, pool_max)
+
+    connect_timeout = c.duration(spec.get("connectTimeout", DEFAULT_CONNECT_TIMEOUT), "connectTimeout", 0.01, 60)
+    request_timeout = c.duration(spec.get("requestTimeout", DEFAULT_REQUEST_TIMEOUT), "requestTimeout", 0.01, 60)
+    cache_ttl = c.duration(spec.get("cacheTtl", DEFAULT_CACHE_TTL), "cacheTtl", 0, 3600)
+    realm = c.string(spec.get("realm", DEFAULT_REALM), "realm")
+    if any(ch in realm for ch in '"\\') or not realm.isprintable():
+        raise c.fail("realm", "must be printable and contain no quote or backslash")
+
+    return LdapConfig(
+        where, target, template, attribute, frozenset(groups), filter_text, disable, account,
+        pool_max, pool_initial, connect_timeout, request_timeout, cache_ttl, realm, filter_object,
+    )
+
+
+def _service_account(c: _Checker, ref: Any, default_ns: str, scope: OptionsScope) -> ServiceAccount:
+    field = "groupLookupSettings.credentialsSecretRef"
+    ref = c.mapping(ref, field, {"name", "namespace"})
+    if "name" not in ref:
+        raise c.fail(f"{field}.name", "is required")
+    name = c.string(ref["name"], f"{field}.name")
+    ns = c.string(ref.get("namespace", default_ns), f"{field}.namespace")
+    try:
+        secret = scope.resources.secret(name, ns)
+    except KeyError as exc:
+        raise c.fail(field, f"dangling reference: {exc.args[0]}") from None
+    where = f"Secret {ns}/{name}"
+    for key in ("username", "password"):
+        if not secret.data.get(key):
+            raise c.fail(field, f"{where} has no non-empty data.{key} (create it with"
+                         " `twistgw create secret authcredentials`)")
+    try:
+        username = secret.data["username"].decode("utf-8")
+        parse_dn(username)
+    except (UnicodeDecodeError, InvalidDN):
+        raise c.fail(field, f"{where}: data.username must be the service account's DN"
+                     " (e.g. cn=admin,dc=example,dc=org)") from None
+    return ServiceAccount(username.strip(), secret.data["password"], f"{ns}/{name}")
+
+
+def compile_options(options: Mapping[str, Any], scope: OptionsScope) -> CompiledExtAuth:
+    """The body of ``twistgw_compile_options`` for ``extauth``."""
+    for key in options:
+        if key != "configRef":
+            raise OptionsError((key,), "unknown field (expected configRef, or disable: true on a route)")
+    if "configRef" not in options:
+        raise OptionsError(("configRef",), "is required: {configRef: {name: NAME, namespace: NS}}")
+    ref = options["configRef"]
+    if not isinstance(ref, dict):
+        raise OptionsError(("configRef",), f"must be a mapping {{name, namespace}}, got {_type_name(ref)}")
+    for key in ref:
+        if key not in ("name", "namespace"):
+            raise OptionsError(("configRef", key), "unknown field (expected name, namespace)")
+    name = ref.get("name")
+    if not isinstance(name, str) or not name:
+        raise OptionsError(("configRef", "name"), "is required: the name of an AuthConfig")
+    ns = ref.get("namespace", scope.namespace)
+    if not isinstance(ns, str) or not ns:
+        raise OptionsError(("configRef", "namespace"), "must be a non-empty string")
+    try:
+        info = scope.resources.auth_config(name, ns)
+    except KeyError as exc:
+        raise OptionsError(("configRef",), f"dangling reference: {exc.args[0]}") from None
+    compiled = []
+    for i, entry in enumerate(info.configs):
+        where = f"AuthConfig {ns}/{name}: spec.configs[{i}]"
+        if not isinstance(entry, Mapping) or set(entry) != {"ldap"}:
+            kinds = ", ".join(sorted(entry)) if isinstance(entry, Mapping) else _type_name(entry)
+            raise OptionsError(("configRef",), f"{where}: only 'ldap' configs are supported by the"
+                               f" extauth plugin, got {kinds}")
+        compiled.append(compile_ldap(entry["ldap"], where + ".ldap", info.namespace, scope))
+    return CompiledExtAuth(f"{ns}/{name}", tuple(compiled))
+
+
+def fingerprint(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:12]

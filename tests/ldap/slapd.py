@@ -1,0 +1,227 @@
+"""A private OpenLDAP ``slapd`` for tests: config and LDIF written to a temp
+directory, served on a free loopback port, stopped by pid.
+
+Reusable outside this directory::
+
+    from tests.ldap.slapd import Slapd
+    server = Slapd(tmp_path, permissive=True).start()
+    ... server.url, server.port, server.bind_count() ...
+    server.stop()
+
+The directory (suffix ``dc=example,dc=org``):
+
+* ``ou=people``: inetOrgPerson users ``alice`` (managers, developers),
+  ``bob`` (developers), ``carol`` (no group), ``eve`` (password with colons,
+  managers); every password is ``<uid>-pw`` except eve's ``pa:ss:wd``.
+* ``ou=groups``: groupOfNames ``managers``, ``developers``; the ``memberof``
+  overlay gives users ``memberOf``.
+* ``cn=reader,ou=services,dc=example,dc=org`` / ``reader-pw``: the service
+  account, allowed to read ``memberOf`` under the strict ACL.
+
+``permissive=True`` accepts unauthenticated binds (``allow bind_anon_dn``:
+a DN with an empty password binds anonymously) and lets everyone read
+everything but passwords. ``permissive=False`` hides ``memberOf`` from
+everyone but the service account.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+SUFFIX = "dc=example,dc=org"
+ROOT_DN = f"cn=admin,{SUFFIX}"
+ROOT_PW = "admin-secret"
+SERVICE_DN = f"cn=reader,ou=services,{SUFFIX}"
+SERVICE_PW = "reader-pw"
+MANAGERS = f"cn=managers,ou=groups,{SUFFIX}"
+DEVELOPERS = f"cn=developers,ou=groups,{SUFFIX}"
+
+USERS = {
+    # uid: (password, groups)
+    "alice": ("alice-pw", ("managers", "developers")),
+    "bob": ("bob-pw", ("developers",)),
+    "carol": ("carol-pw", ()),
+    "eve": ("pa:ss:wd", ("managers",)),
+}
+
+INSTALL_HINT = "apt-get install slapd ldap-utils"
+
+
+class SlapdMissing(RuntimeError):
+    pass
+
+
+def find_slapd() -> str:
+    for candidate in (shutil.which("slapd"), "/usr/sbin/slapd"):
+        if candidate and os.access(candidate, os.X_OK):
+            if not shutil.which("ldapadd"):
+                raise SlapdMissing(f"ldapadd not found; install OpenLDAP's tools: {INSTALL_HINT}")
+            return candidate
+    raise SlapdMissing(f"slapd (OpenLDAP) not found; the LDAP tests need it: {INSTALL_HINT}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ldif_people() -> str:
+    out = [f"dn: {SUFFIX}\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n",
+           f"dn: ou=people,{SUFFIX}\nobjectClass: organizationalUnit\nou: people\n",
+           f"dn: ou=groups,{SUFFIX}\nobjectClass: organizationalUnit\nou: groups\n",
+           f"dn: ou=services,{SUFFIX}\nobjectClass: organizationalUnit\nou: services\n",
+           f"dn: {SERVICE_DN}\nobjectClass: organizationalRole\nobjectClass: simpleSecurityObject\n"
+           f"cn: reader\nuserPassword: {SERVICE_PW}\n"]
+    for uid, (pw, _) in USERS.items():
+        out.append(f"dn: uid={uid},ou=people,{SUFFIX}\nobjectClass: inetOrgPerson\nuid: {uid}\n"
+                   f"cn: {uid.title()}\nsn: {uid.title()}\nuserPassword: {pw}\n")
+    return "\n".join(out)
+
+
+def _ldif_groups() -> str:
+    out = []
+    for group in ("managers", "developers"):
+        members = [uid for uid, (_, groups) in USERS.items() if group in groups]
+        lines = [f"dn: cn={group},ou=groups,{SUFFIX}", "objectClass: groupOfNames", f"cn: {group}"]
+        lines += [f"member: uid={m},ou=people,{SUFFIX}" for m in members]
+        out.append("\n".join(lines) + "\n")
+    return "\n".join(out)
+
+
+def _config(directory: Path, permissive: bool) -> str:
+    schema = "/etc/ldap/schema"
+    acl_memberof = ("" if permissive else
+                    f'access to attrs=memberOf\n  by dn.exact="{SERVICE_DN}" read\n  by * none\n')
+    return f"""\
+include {schema}/core.schema
+include {schema}/cosine.schema
+include {schema}/inetorgperson.schema
+pidfile {directory}/slapd.pid
+argsfile {directory}/slapd.args
+modulepath /usr/lib/ldap
+moduleload back_mdb
+moduleload memberof
+{"allow bind_anon_dn" if permissive else ""}
+
+database mdb
+maxsize 16777216
+suffix "{SUFFIX}"
+rootdn "{ROOT_DN}"
+rootpw {ROOT_PW}
+directory {directory}/db
+overlay memberof
+
+access to attrs=userPassword
+  by self write
+  by anonymous auth
+  by * none
+{acl_memberof}access to *
+  by * read
+"""
+
+
+class Slapd:
+    """One slapd process and its files."""
+
+    def __init__(self, directory: Path, permissive: bool = True, port: int | None = None) -> None:
+        self.slapd = find_slapd()
+        self.directory = Path(directory)
+        self.permissive = permissive
+        self.port = port or free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = self.directory / "slapd.log"
+        self._populated = False
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / "db").mkdir(exist_ok=True)
+        (self.directory / "slapd.conf").write_text(_config(self.directory, permissive))
+        (self.directory / "people.ldif").write_text(_ldif_people())
+        (self.directory / "groups.ldif").write_text(_ldif_groups())
+
+    @property
+    def url(self) -> str:
+        return f"ldap://127.0.0.1:{self.port}"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> "Slapd":
+        """Start in the foreground (``-d 256``: stats log, which records every BIND)."""
+        if self.process is not None and self.process.poll() is None:
+            return self
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [self.slapd, "-f", str(self.directory / "slapd.conf"), "-h", f"{self.url}/", "-d", "256"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"slapd exited with {self.process.returncode}; log:\n{self.log_text()[-3000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"slapd did not listen on {self.port} within {timeout}s") from None
+                time.sleep(0.02)
+        if not self._populated:
+            for name in ("people.ldif", "groups.ldif"):
+                done = subprocess.run(["ldapadd", "-x", "-H", self.url, "-D", ROOT_DN, "-w", ROOT_PW,
+                                       "-f", str(self.directory / name)], capture_output=True, text=True)
+                if done.returncode != 0:
+                    self.stop()
+                    raise RuntimeError(f"ldapadd {name} failed ({done.returncode}): {done.stderr}")
+            self._populated = True
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM by pid, then SIGKILL if it lingers."""
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL by pid: connections reset, no goodbye."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+    def pause(self) -> None:
+        """SIGSTOP: connections stay open, nothing answers (a hung directory)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def binds(self) -> list[str]:
+        """Every bind DN the server logged (``""`` for anonymous binds)."""
+        return re.findall(r'BIND dn="([^"]*)" method=', self.log_text())
+
+    def bind_count(self) -> int:
+        return len(self.binds())
