@@ -1,0 +1,273 @@
+"""The request path: find the token, verify it, record the claims.
+
+Written to stay synchronous whenever it can (cache hit, local keys, remote
+keys already cached): only a request that must wait for a key-set fetch pays
+for a coroutine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, Mapping
+
+from prometheus_client import Counter
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from twistgw import Allow, Deny, RequestContext
+from twistgw_jwt import _token as T
+from twistgw_jwt._options import CompiledJwt, HeaderSource, Provider, QuerySource
+from twistgw_jwt._token import Failure, ParsedToken
+
+_log = Logger(namespace="twistgw_jwt")
+
+DECISIONS = Counter(
+    "twistgw_jwt_decisions",
+    "JWT plugin outcomes: ok, ok_cached, allowed_missing, allowed_failed, or the failure code.",
+    ["outcome"],
+)
+
+
+class Clock:
+    """Wall-clock seconds; tests replace ``now``."""
+
+    now: Callable[[], float] = staticmethod(time.time)
+
+
+clock = Clock()
+
+_NEEDS_IO = object()
+
+
+# ---------------------------------------------------------------------------
+# Token extraction
+# ---------------------------------------------------------------------------
+
+
+def extract(ctx: RequestContext, opts: CompiledJwt) -> tuple[str, tuple[int, ...]] | Failure | None:
+    """The one token of the request and the indexes of the sources it was
+    found in; None when there is none; MULTIPLE_TOKENS when a source holds
+    several values or two sources hold different tokens."""
+    found: list[tuple[str, int]] = []
+    params: list[tuple[str, str]] | None = None
+    for idx, src in enumerate(opts.sources):
+        if isinstance(src, HeaderSource):
+            values = ctx.headers.getRawHeaders(src.header.encode("ascii"))
+            if not values:
+                continue
+            matched = []
+            for raw in values:
+                text = raw.decode("latin-1").strip()
+                if src.prefix:
+                    if text[:len(src.prefix)].lower() != src.prefix:
+                        continue
+                    text = text[len(src.prefix):].strip()
+                if text:
+                    matched.append(text)
+            if matched and len(values) > 1:
+                return T.MULTIPLE_TOKENS  # two Authorization headers: ambiguous, refuse
+            found.extend((t, idx) for t in matched)
+        else:
+            assert isinstance(src, QuerySource)
+            if not ctx.query:
+                continue
+            if params is None:
+                params = ctx.query_params()
+            matched = [v for k, v in params if k == src.param and v]
+            if len(matched) > 1:
+                return T.MULTIPLE_TOKENS
+            found.extend((t, idx) for t in matched)
+    if not found:
+        return None
+    token = found[0][0]
+    if any(t != token for t, _ in found):
+        return T.MULTIPLE_TOKENS
+    return token, tuple(i for _, i in found)
+
+
+# ---------------------------------------------------------------------------
+# Outcomes
+# ---------------------------------------------------------------------------
+
+
+def _realm(ctx: RequestContext) -> str:
+    host = ctx.header("host") or ctx.host
+    scheme = getattr(ctx, "scheme", None) or "http"
+    uri = f"{scheme}://{host}{ctx.path}"  # never the query: it may hold the token
+    return "".join(c if 0x20 < ord(c) < 0x7f and c not in '"\\' else "%%%02X" % (ord(c) & 0xff)
+                   for c in uri)
+
+
+def deny(ctx: RequestContext, opts: CompiledJwt, failure: Failure) -> Deny | Allow:
+    if failure is T.MISSING:
+        if opts.policy != "REQUIRE_VALID":
+            DECISIONS.labels("allowed_missing").inc()
+            return Allow(f"no JWT; validationPolicy {opts.policy}")
+        value = f'Bearer realm="{_realm(ctx)}"'
+    else:
+        if opts.policy == "ALLOW_MISSING_OR_FAILED":
+            DECISIONS.labels("allowed_failed").inc()
+            return Allow(f"JWT not accepted ({failure.message}); validationPolicy {opts.policy}")
+        value = f'Bearer realm="{_realm(ctx)}", error="invalid_token"'
+    DECISIONS.labels(failure.code).inc()
+    return Deny(failure.status, failure.message.encode("ascii"),
+                headers=((b"www-authenticate", value.encode("latin-1")),),
+                reason=f"jwt: {failure.message}")
+
+
+def _claim_text(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = value
+    elif isinstance(value, (int, float)):
+        text = json.dumps(value)
+    elif isinstance(value, list):
+        parts = [_claim_text(v) for v in value]
+        return b",".join(p for p in parts if p is not None)
+    else:
+        text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    data = text.encode("utf-8")
+    if any(b < 0x20 and b != 0x09 or b == 0x7f for b in data):
+        return None  # never let a claim inject a header line
+    return data
+
+
+def succeed(ctx: RequestContext, opts: CompiledJwt, provider: Provider,
+            claims: Mapping[str, Any], where: tuple[int, ...], cached: bool) -> Allow:
+    ctx.claims = dict(claims)
+    ctx.claims_provider = provider.name
+    sub = claims.get("sub")
+    ctx.principal = sub if isinstance(sub, str) else None
+    if not provider.keep_token:
+        for idx in where:
+            src = opts.sources[idx]
+            if isinstance(src, HeaderSource):
+                ctx.headers.removeHeader(src.header.encode("ascii"))
+            else:
+                ctx.remove_query_param(src.param)
+    for c in provider.claims_to_headers:
+        data = _claim_text(claims.get(c.claim))
+        if data is None:
+            continue
+        if c.append:
+            ctx.headers.addRawHeader(c.header, data)
+        else:
+            ctx.headers.setRawHeaders(c.header, [data])
+    DECISIONS.labels("ok_cached" if cached else "ok").inc()
+    return Allow(f"JWT verified by provider {provider.name}" + (" (cached)" if cached else ""))
+
+
+# ---------------------------------------------------------------------------
+# Verification
+# ---------------------------------------------------------------------------
+
+
+def _check(provider: Provider, token: ParsedToken, candidates: list[Any]) -> Mapping[str, Any] | Failure:
+    if not any(T.verify_signature(k, token) for k in candidates):
+        return T.VERIFICATION_FAILS
+    problem = T.check_claims(token.payload, clock.now(), provider.clock_skew, provider.audiences)
+    if problem is not None:
+        return problem
+    return token.payload
+
+
+def verify_sync(provider: Provider, token: ParsedToken) -> Mapping[str, Any] | Failure | object:
+    """Verify without waiting, or return ``_NEEDS_IO`` when a key-set fetch
+    must be awaited first."""
+    if provider.local is not None:
+        keys = provider.local.keys
+    else:
+        assert provider.remote is not None
+        keys = provider.remote.keys_now()
+        if keys is None:
+            return _NEEDS_IO
+    candidates = T.candidate_keys(keys, token)
+    if not candidates:
+        if provider.remote is not None and provider.remote.may_refetch_unknown():
+            return _NEEDS_IO
+        return T.KID_ALG_MISMATCH
+    return _check(provider, token, candidates)
+
+
+async def verify_async(provider: Provider, token: ParsedToken) -> Mapping[str, Any] | Failure:
+    remote = provider.remote
+    if remote is None:
+        result = verify_sync(provider, token)
+        assert result is not _NEEDS_IO
+        return result  # type: ignore[return-value]
+    keys = await remote.get_keys()
+    if keys is None:
+        return T.JWKS_FETCH_FAILED
+    candidates = T.candidate_keys(keys, token)
+    if not candidates:
+        keys = await remote.refetch_unknown()
+        candidates = T.candidate_keys(keys or (), token)
+        if not candidates:
+            return T.KID_ALG_MISMATCH
+    return _check(provider, token, candidates)
+
+
+def _pick_failure(failures: list[Failure]) -> Failure:
+    """Envoy's rule for several providers: the last failure other than
+    missing / unknown issuer wins."""
+    chosen = T.UNKNOWN_ISSUER
+    for f in failures:
+        if f is not T.MISSING and f is not T.UNKNOWN_ISSUER:
+            chosen = f
+    return chosen
+
+
+def authenticate(ctx: RequestContext, opts: CompiledJwt) -> Allow | Deny | Deferred[Allow | Deny]:
+    for name in opts.claim_headers:  # a client never chooses these headers
+        ctx.headers.removeHeader(name)
+    found = extract(ctx, opts)
+    if found is None:
+        return deny(ctx, opts, T.MISSING)
+    if isinstance(found, Failure):
+        return deny(ctx, opts, found)
+    raw, where = found
+    providers: list[Provider] = []
+    for idx in where:
+        for p in opts.providers_by_source[idx]:
+            if p not in providers:
+                providers.append(p)
+    now = clock.now()
+    for p in providers:
+        cached = opts.cache.get(p.name, raw, now)
+        if cached is not None:
+            return succeed(ctx, opts, p, cached, where, cached=True)
+    parsed = T.parse_token(raw)
+    if isinstance(parsed, Failure):
+        return deny(ctx, opts, parsed)
+    matching = [p for p in providers if p.issuer == parsed.iss]
+    if not matching:
+        return deny(ctx, opts, T.UNKNOWN_ISSUER)
+    failures: list[Failure] = []
+    for i, p in enumerate(matching):
+        result = verify_sync(p, parsed)
+        if result is _NEEDS_IO:
+            return Deferred.fromCoroutine(
+                _authenticate_async(ctx, opts, parsed, where, matching[i:], failures))
+        if isinstance(result, Failure):
+            failures.append(result)
+            continue
+        opts.cache.put(p.name, raw, result, now)  # type: ignore[arg-type]
+        return succeed(ctx, opts, p, result, where, cached=False)  # type: ignore[arg-type]
+    return deny(ctx, opts, _pick_failure(failures))
+
+
+async def _authenticate_async(ctx: RequestContext, opts: CompiledJwt, parsed: ParsedToken,
+                              where: tuple[int, ...], providers: list[Provider],
+                              failures: list[Failure]) -> Allow | Deny:
+    for p in providers:
+        result = await verify_async(p, parsed)
+        if isinstance(result, Failure):
+            failures.append(result)
+            continue
+        opts.cache.put(p.name, parsed.raw, result, clock.now())
+        return succeed(ctx, opts, p, result, where, cached=False)
+    return deny(ctx, opts, _pick_failure(failures))

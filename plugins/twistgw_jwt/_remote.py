@@ -1,0 +1,296 @@
+"""Remote key sets: fetched with treq from an upstream, cached, refreshed.
+
+The rules, in short:
+
+* Keys are cached for ``cacheDuration``; after that the last good keys keep
+  serving while one background fetch refreshes them (requests never wait for
+  a refresh when keys are already known).
+* A token whose ``kid``/``alg`` matches no key triggers an immediate refetch,
+  at most once per ``refetchInterval`` per key set; concurrent requests share
+  one fetch. A storm of bogus ``kid`` values costs one fetch per interval.
+* A failed fetch (refused, reset, non-200, garbage, no usable key, timeout)
+  keeps the last good keys, is counted and logged, and later attempts back
+  off exponentially (1 s doubling to 60 s).
+* With no keys at all, a request waits for at most one fetch (bounded by the
+  fetch timeout); during backoff it fails at once with
+  ``Jwks remote fetch is failed``.
+* The address is the upstream's; the URL gives only the path and the Host
+  header. No URL is ever taken from a token.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable
+
+import attrs
+from prometheus_client import Counter
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.logger import Logger
+
+from twistgw_jwt._keys import KeyProblem, VerifyKey, parse_remote_body
+
+#: Largest key-set document accepted.
+MAX_BODY_BYTES = 1024 * 1024
+BACKOFF_BASE = 1.0
+BACKOFF_MAX = 60.0
+
+FETCHES = Counter(
+    "twistgw_jwt_jwks_fetches",
+    "Remote key-set fetches by outcome (ok, error).",
+    ["outcome"],
+)
+
+
+class FetchError(Exception):
+    pass
+
+
+@attrs.frozen
+class RemoteSpec:
+    """What identifies a remote key set; equal specs share one cache across
+    routes and configuration reloads."""
+
+    addresses: tuple[tuple[str, int], ...]
+    path: bytes
+    host_header: bytes | None
+    upstream: str
+    url: str
+    cache_duration: float
+    timeout: float
+    refetch_interval: float
+
+
+class _Body:
+    """A size-bounded body collector for ``treq.collect``."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def __call__(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > MAX_BODY_BYTES:
+            raise FetchError(f"key set larger than {MAX_BODY_BYTES} bytes")
+        self.parts.append(data)
+
+
+class RemoteKeySet:
+    """The cached keys of one remote key-set document."""
+
+    _log = Logger()
+
+    def __init__(self, spec: RemoteSpec, reactor_getter: Callable[[], Any],
+                 clock: Callable[[], float]) -> None:
+        self.spec = spec
+        self._reactor_getter = reactor_getter
+        self._now = clock
+        self.keys: tuple[VerifyKey, ...] | None = None
+        self.fetched_at: float | None = None
+        self.last_attempt: float | None = None
+        self.failures = 0
+        self.next_allowed = 0.0
+        self.last_error: str | None = None
+        self.fetch_count = 0
+        self._inflight: Deferred[bool] | None = None
+        self._next_address = 0
+
+    # -- what requests call --------------------------------------------------
+
+    def keys_now(self) -> tuple[VerifyKey, ...] | None:
+        """The cached keys without waiting (starting a background refresh when
+        they are older than ``cacheDuration``), or None when there are none."""
+        if self.keys is None:
+            return None
+        assert self.fetched_at is not None
+        now = self._now()
+        if now >= self.fetched_at + self.spec.cache_duration and self._may_fetch(now):
+            self._start_fetch("cache expired")  # the stale keys serve meanwhile
+        return self.keys
+
+    async def get_keys(self) -> tuple[VerifyKey, ...] | None:
+        """The keys to verify with, waiting for at most one fetch when there
+        are none yet; None when none could be fetched."""
+        if self.keys is not None:
+            return self.keys_now()
+        if self._inflight is not None:
+            await self._wait(self._inflight)
+        elif self._may_fetch(self._now()):
+            await self._wait(self._start_fetch("no keys yet"))
+        return self.keys
+
+    def may_refetch_unknown(self) -> bool:
+        """Whether :meth:`refetch_unknown` would fetch (or join a fetch)."""
+        if self._inflight is not None:
+            return True
+        now = self._now()
+        return (self.last_attempt is None or now - self.last_attempt >= self.spec.refetch_interval) \
+            and self._may_fetch(now)
+
+    async def refetch_unknown(self) -> tuple[VerifyKey, ...] | None:
+        """A token names a key we do not have: refetch now unless one was
+        attempted less than ``refetchInterval`` ago (then the current keys)."""
+        if self._inflight is not None:
+            await self._wait(self._inflight)
+        elif self.may_refetch_unknown():
+            await self._wait(self._start_fetch("unknown kid or alg"))
+        return self.keys
+
+    def prefetch(self) -> Deferred[bool] | None:
+        """Start a fetch now if there are no keys and none is running."""
+        if self.keys is None and self._may_fetch(self._now()):
+            return self._start_fetch("prefetch")
+        return self._inflight
+
+    def cancel(self) -> None:
+        if self._inflight is not None:
+            self._inflight.cancel()
+
+    # -- fetching -------------------------------------------------------------
+
+    def _may_fetch(self, now: float) -> bool:
+        return self._inflight is None and now >= self.next_allowed
+
+    @staticmethod
+    async def _wait(d: Deferred[bool]) -> None:
+        # Each waiter gets its own view of the shared fetch; the fetch itself
+        # never fails (errors are recorded), so this only returns.
+        waiter: Deferred[bool] = Deferred()
+        d.addBoth(lambda r: (waiter.callback(None) if not waiter.called else None, r)[1])
+        await waiter
+
+    def _start_fetch(self, why: str) -> Deferred[bool]:
+        self.last_attempt = self._now()
+        reactor = self._reactor_getter()
+        d = Deferred.fromCoroutine(self._fetch(why, reactor))
+        self._inflight = d
+
+        def done(result: Any) -> Any:
+            if self._inflight is d:
+                self._inflight = None
+            return result
+
+        d.addBoth(done)
+
+        def unexpected(failure: Any) -> bool:
+            if not failure.check(CancelledError):
+                self._log.failure("Fetching key set {url} failed unexpectedly",
+                                  failure=failure, url=self.spec.url)
+            return False
+
+        d.addErrback(unexpected)
+        return d
+
+    async def _fetch(self, why: str, reactor: Any) -> bool:
+        self.fetch_count += 1
+        addresses = self.spec.addresses
+        errors: list[str] = []
+        if not addresses:
+            errors.append(f"upstream {self.spec.upstream} has no endpoints")
+        # Try each address once, starting after the last one that failed.
+        for i in range(min(len(addresses), 3)):
+            host, port = addresses[(self._next_address + i) % len(addresses)]
+            try:
+                body = await self._get_with_timeout(reactor, host, port)
+                result = parse_remote_body(body)
+            except KeyProblem as exc:
+                errors.append(f"{host}:{port}: {exc}")
+                self._next_address = (self._next_address + i + 1) % len(addresses)
+                continue
+            except Exception as exc:
+                errors.append(f"{host}:{port}: {_describe(exc, self.spec.timeout)}")
+                self._next_address = (self._next_address + i + 1) % len(addresses)
+                continue
+            old = {k.kid for k in self.keys} if self.keys is not None else None
+            self.keys = result.keys
+            self.fetched_at = self._now()
+            self.failures = 0
+            self.next_allowed = 0.0
+            self.last_error = None
+            FETCHES.labels("ok").inc()
+            new = {k.kid for k in result.keys}
+            self._log.info(
+                "Fetched key set {url} from {host}:{port} ({why}): {count} keys, kids {kids}"
+                "{changed}", url=self.spec.url, host=host, port=port, why=why,
+                count=len(result.keys), kids=sorted(str(k) for k in new),
+                changed="" if old is None or old == new else " (changed)")
+            for skipped in result.skipped:
+                self._log.warn("Key set {url}: {skipped}", url=self.spec.url, skipped=skipped)
+            return True
+        self.failures += 1
+        delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** (self.failures - 1))
+        self.next_allowed = self._now() + delay
+        self.last_error = "; ".join(errors)
+        FETCHES.labels("error").inc()
+        self._log.warn(
+            "Fetching key set {url} from upstream {upstream} failed ({why}): {error};"
+            " {keeping}; next attempt in {delay:.0f}s at the earliest",
+            url=self.spec.url, upstream=self.spec.upstream, why=why, error=self.last_error,
+            keeping="keeping the last good keys" if self.keys is not None else "no keys yet",
+            delay=delay)
+        return False
+
+    async def _get_with_timeout(self, reactor: Any, host: str, port: int) -> bytes:
+        d = Deferred.fromCoroutine(self._get(reactor, host, port))
+        d.addTimeout(self.spec.timeout, reactor)
+        return await d
+
+    async def _get(self, reactor: Any, host: str, port: int) -> bytes:
+        import treq
+        from treq.client import HTTPClient
+        from twisted.web.client import Agent, HTTPConnectionPool
+
+        pool = HTTPConnectionPool(reactor, persistent=False)
+        client = HTTPClient(Agent(reactor, pool=pool))
+        netloc = f"[{host}]" if ":" in host else host
+        url = f"http://{netloc}:{port}".encode("ascii") + self.spec.path
+        headers = {b"Accept": [b"application/json"]}
+        if self.spec.host_header is not None:
+            headers[b"Host"] = [self.spec.host_header]
+        response = await client.get(url, headers=headers, allow_redirects=False)
+        if response.code != 200:
+            # read and drop the body so the connection closes cleanly
+            response.deliverBody(_Discard())
+            raise FetchError(f"HTTP status {response.code}")
+        body = _Body()
+        await treq.collect(response, body)
+        return b"".join(body.parts)
+
+
+class _Discard:
+    def makeConnection(self, transport: Any) -> None:
+        transport.stopProducing()
+
+    def dataReceived(self, data: bytes) -> None:
+        pass
+
+    def connectionLost(self, reason: Any) -> None:
+        pass
+
+
+def _describe(exc: BaseException, timeout: float) -> str:
+    if isinstance(exc, CancelledError) or type(exc).__name__ == "TimeoutError":
+        return f"no answer within {timeout:g}s"
+    if isinstance(exc, FetchError):
+        return str(exc)
+    name = type(exc).__name__
+    return f"{name}: {exc}" if str(exc) else name
+
+
+class Registry:
+    """Key sets by spec, shared while any compiled configuration uses them,
+    so a configuration reload keeps the keys already fetched."""
+
+    def __init__(self) -> None:
+        self._sets: weakref.WeakValueDictionary[RemoteSpec, RemoteKeySet] = weakref.WeakValueDictionary()
+
+    def get(self, spec: RemoteSpec, reactor_getter: Callable[[], Any],
+            clock: Callable[[], float]) -> RemoteKeySet:
+        found = self._sets.get(spec)
+        if found is None:
+            found = RemoteKeySet(spec, reactor_getter, clock)
+            self._sets[spec] = found
+        return found
+
+    def all(self) -> list[RemoteKeySet]:
+        return list(self._sets.values())
