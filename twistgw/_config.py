@@ -487,6 +487,10 @@ def _envelope(r: _Reader, data: Any) -> tuple[str, str, str]:
     kind = data.get("kind")
     if not isinstance(kind, str) or kind not in API_VERSIONS:
         raise r.fail(("kind",), f"unknown kind {kind!r} (expected one of: {', '.join(sorted(API_VERSIONS))})")
+    meta = data.get("metadata")
+    if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+        ns_guess = meta.get("namespace", "default")
+        r.resource = f"{kind} {ns_guess if isinstance(ns_guess, str) else '?'}/{meta['name']}"
     api = data.get("apiVersion")
     if api != API_VERSIONS[kind]:
         raise r.fail(("apiVersion",), f"{kind} needs apiVersion {API_VERSIONS[kind]!r}, got {api!r}")
