@@ -24,8 +24,9 @@ Fixtures
                       at teardown. ``load_entry_points`` defaults to False
                       here; pass True to load the installed plugins.
 
-Helpers (plain functions; import them with ``from conftest import ...`` or
-use them through the fixtures of the same name)
+Helpers (plain functions). Other directories have their own ``conftest.py``,
+so ``import conftest`` is ambiguous; this module registers itself as
+``gwtest`` instead: ``from gwtest import http_request, raw_exchange``.
 -------
 ``http_request(method, url, headers=None, body=None)`` → :class:`HTTPResult`
 ``raw_exchange(port, data, ...)`` → :class:`RawResult`
@@ -39,6 +40,7 @@ import hashlib
 import io
 import json
 import os
+import sys
 import textwrap
 from typing import Any, Callable, Iterable, Sequence
 from urllib.parse import parse_qs
@@ -57,6 +59,9 @@ from twisted.web.iweb import UNKNOWN_LENGTH, IBodyProducer
 from zope.interface import implementer
 
 reactor: Any = _reactor
+
+# Importable under a unique name (see the module docstring).
+sys.modules.setdefault("gwtest", sys.modules[__name__])
 
 
 def sleep(seconds: float) -> defer.Deferred:
