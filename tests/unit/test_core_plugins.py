@@ -1,0 +1,480 @@
+"""The plugin host and snapshot compiler: options errors, unknown keys,
+ordering, disable, jwtStaged, Settings defaults, failing plugins, and a
+third-party plugin loaded from outside the core (extra= and entry points)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+import pytest_twisted
+from twisted.internet import defer
+from twisted.logger import globalLogPublisher
+
+import twistgw
+from twistgw._config import ConfigError, load_text
+from twistgw._plugins import PluginError, PluginHost
+from twistgw._snapshot import build_snapshot
+from twistgw.testing import ChainTester
+
+
+class Recorder:
+    """A configurable test plugin. ``calls`` records (plugin, hook) pairs."""
+
+    def __init__(self, name: str, order: int = 1000, deny: Any = None, raise_in: str = "",
+                 returns: Any = None, compile_error: Any = None, defaults: Any = None,
+                 calls: list | None = None, asynchronous: bool = False) -> None:
+        self.name = name
+        self.order = order
+        self.deny = deny
+        self.raise_in = raise_in
+        self.returns = returns
+        self.compile_error = compile_error
+        self.defaults = defaults
+        self.calls = calls if calls is not None else []
+        self.compiled: list[Any] = []
+        self.asynchronous = asynchronous
+
+    @twistgw.hookimpl
+    def twistgw_plugin_info(self) -> twistgw.PluginInfo:
+        return twistgw.PluginInfo(order=self.order)
+
+    @twistgw.hookimpl
+    def twistgw_compile_options(self, options: Any, scope: twistgw.OptionsScope) -> Any:
+        if self.compile_error is not None:
+            raise self.compile_error
+        if options.get("bad") is not None:
+            raise twistgw.OptionsError(("bad", 0, "value"), "is not acceptable")
+        compiled = ("compiled", self.name, tuple(sorted(options.items())), scope.route)
+        self.compiled.append(compiled)
+        return compiled
+
+    @twistgw.hookimpl
+    def twistgw_default_options(self, settings: Any) -> Any:
+        if self.defaults is None:
+            return None
+        return self.defaults(settings)
+
+    @twistgw.hookimpl
+    def twistgw_authenticate(self, ctx: twistgw.RequestContext, options: Any) -> Any:
+        self.calls.append((self.name, "authenticate"))
+        if self.raise_in == "authenticate":
+            raise RuntimeError("boom in authenticate")
+        if self.returns is not None:
+            return self.returns
+        if self.asynchronous:
+            d: defer.Deferred = defer.Deferred()
+            from twisted.internet import reactor
+
+            reactor.callLater(0.01, d.callback, None)
+            return d
+        return None
+
+    @twistgw.hookimpl
+    async def twistgw_authorize(self, ctx: twistgw.RequestContext, options: Any) -> Any:
+        self.calls.append((self.name, "authorize"))
+        if self.raise_in == "authorize":
+            raise ValueError("boom in authorize")
+        if isinstance(options, tuple) and dict(options[2]).get("deny"):
+            return twistgw.Deny(403, f"denied by {self.name}".encode())
+        return twistgw.Allow()
+
+
+def vs(options: str = "{}", route_options: str = "{}", routes: str | None = None) -> str:
+    if routes is None:
+        routes = (f"    - name: r0\n      matchers: [{{prefix: /}}]\n"
+                  f"      directResponseAction: {{status: 200, body: ok}}\n      options: {route_options}\n")
+    return ("apiVersion: gateway.vendor.io/v1\nkind: VirtualService\nmetadata: {name: v}\n"
+            f"spec:\n  virtualHost:\n    domains: ['*']\n    options: {options}\n    routes:\n{routes}")
+
+
+def host_with(*plugins: Recorder) -> PluginHost:
+    return PluginHost.create(extra=[(p.name, p) for p in plugins], load_entry_points=False)
+
+
+def chain_of(text: str, host: PluginHost, route: int = 0) -> list[str]:
+    snap = build_snapshot(load_text(text, "cfg.yaml"), host)
+    return [s.plugin for s in snap.routes[("default/v", route)].chain]
+
+
+def issues_of(text: str, host: PluginHost) -> list:
+    with pytest.raises(ConfigError) as info:
+        build_snapshot(load_text(text, "cfg.yaml"), host)
+    return info.value.issues
+
+
+def three() -> PluginHost:
+    return host_with(Recorder("extauth", 100), Recorder("jwt", 200), Recorder("apikey"))
+
+
+# ---------------------------------------------------------------------------
+# Compile-time
+# ---------------------------------------------------------------------------
+
+
+def test_options_error_path_is_prefixed_at_virtual_host() -> None:
+    (issue,) = issues_of(vs("{apikey: {bad: 1}}"), three())
+    assert issue.field == "spec.virtualHost.options.apikey.bad[0].value"
+    assert issue.reason == "is not acceptable"
+    assert issue.resource == "VirtualService default/v"
+    assert issue.file == "cfg.yaml" and issue.document == 0
+
+
+def test_options_error_path_is_prefixed_at_route() -> None:
+    (issue,) = issues_of(vs(route_options="{apikey: {bad: 1}}"), three())
+    assert issue.field == "spec.virtualHost.routes[0].options.apikey.bad[0].value"
+
+
+def test_options_error_with_dotted_string_path() -> None:
+    host = host_with(Recorder("apikey", compile_error=twistgw.OptionsError("a.b", "nope")))
+    (issue,) = issues_of(vs("{apikey: {}}"), host)
+    assert issue.field == "spec.virtualHost.options.apikey.a.b" and issue.reason == "nope"
+
+
+def test_plugin_crashing_in_compile_rejects_the_config() -> None:
+    host = host_with(Recorder("apikey", compile_error=KeyError("oops")))
+    (issue,) = issues_of(vs("{apikey: {}}"), host)
+    assert issue.field == "spec.virtualHost.options.apikey"
+    assert "plugin 'apikey' failed compiling its options: KeyError('oops')" == issue.reason
+
+
+def test_non_mapping_options_rejected() -> None:
+    (issue,) = issues_of(vs("{apikey: [1, 2]}"), three())
+    assert issue.field == "spec.virtualHost.options.apikey"
+    assert issue.reason == "must be a mapping, got list"
+
+
+def test_unknown_plugin_key_rejected() -> None:
+    (issue,) = issues_of(vs(route_options="{apikye: {}}"), three())
+    assert issue.field == "spec.virtualHost.routes[0].options.apikye"
+    assert "no plugin named 'apikye' is installed (installed: apikey, extauth, jwt)" in issue.reason
+
+
+def test_disabling_an_unknown_plugin_is_harmless() -> None:
+    assert chain_of(vs(route_options="{ghost: {disable: true}}"), three()) == []
+
+
+def test_default_order_and_plugin_order() -> None:
+    opts = "{apikey: {}, jwt: {}, extauth: {}}"
+    assert chain_of(vs(opts), three()) == ["extauth", "jwt", "apikey"]
+    assert chain_of(vs(opts[:-1] + ", pluginOrder: [apikey, jwt, extauth]}"), three()) == ["apikey", "jwt", "extauth"]
+    # a route's pluginOrder overrides the virtual host's
+    assert chain_of(vs(opts[:-1] + ", pluginOrder: [apikey, jwt, extauth]}",
+                       "{pluginOrder: [jwt, apikey, extauth]}"), three()) == ["jwt", "apikey", "extauth"]
+
+
+def test_plugin_order_must_list_every_enabled_plugin() -> None:
+    (issue,) = issues_of(vs("{apikey: {}, jwt: {}, pluginOrder: [jwt]}"), three())
+    assert issue.field == "spec.virtualHost.options.pluginOrder"
+    assert issue.reason == "pluginOrder must list every enabled plugin; missing: apikey"
+
+
+def test_plugin_order_naming_uninstalled_plugin() -> None:
+    (issue,) = issues_of(vs("{jwt: {}, pluginOrder: [jwt, ghost]}"), three())
+    assert "not installed: ghost" in issue.reason
+
+
+def test_route_disables_one_plugin_and_overrides_another() -> None:
+    host = three()
+    text = vs("{apikey: {a: 1}, jwt: {b: 2}}", "{jwt: {disable: true}, apikey: {c: 3}}")
+    snap = build_snapshot(load_text(text), host)
+    (step,) = snap.routes[("default/v", 0)].chain
+    assert step.plugin == "apikey"
+    # route options replace the virtual host's wholesale, and carry the route name
+    assert step.options == ("compiled", "apikey", (("c", 3),), "r0")
+
+
+def test_virtual_host_options_are_compiled_once_for_all_routes() -> None:
+    p = Recorder("apikey")
+    routes = "".join(
+        f"    - matchers: [{{prefix: /{i}}}]\n      directResponseAction: {{status: 200}}\n" for i in range(3))
+    snap = build_snapshot(load_text(vs("{apikey: {k: v}}", routes=routes)), host_with(p))
+    assert len(p.compiled) == 1
+    assert {id(snap.routes[("default/v", i)].chain[0].options) for i in range(3)} == {id(p.compiled[0])}
+
+
+def test_jwt_staged_orders_jwt_before_or_after_extauth() -> None:
+    before = vs("{extauth: {}, jwtStaged: {beforeExtAuth: {x: 1}}}")
+    after = vs("{extauth: {}, jwtStaged: {afterExtAuth: {x: 1}}}")
+    host = three()
+    assert chain_of(before, host) == ["jwt", "extauth"]
+    assert chain_of(after, host) == ["extauth", "jwt"]
+    snap = build_snapshot(load_text(before), host)
+    assert snap.routes[("default/v", 0)].chain[0].options[2] == (("x", 1),)
+
+
+def test_jwt_staged_and_jwt_together_rejected() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_text(vs("{jwt: {}, jwtStaged: {beforeExtAuth: {}}}"))
+    assert info.value.issues[0].reason == "use either jwt or jwtStaged, not both"
+
+
+SETTINGS = "apiVersion: gateway.vendor.io/v1\nkind: Settings\nmetadata: {name: s}\nspec: {guard: {required: true}}\n---\n"
+
+
+def test_settings_and_default_options() -> None:
+    seen: list[Any] = []
+
+    def defaults(settings: Any) -> Any:
+        seen.append(dict(settings))
+        return {"deny": True} if settings.get("required") else None
+
+    guard = Recorder("guard", defaults=defaults)
+    routes = ("    - matchers: [{prefix: /open}]\n      directResponseAction: {status: 200}\n"
+              "      options: {guard: {disable: true}}\n"
+              "    - matchers: [{prefix: /own}]\n      directResponseAction: {status: 200}\n"
+              "      options: {guard: {mine: 1}}\n"
+              "    - matchers: [{prefix: /}]\n      directResponseAction: {status: 200}\n")
+    snap = build_snapshot(load_text(SETTINGS + vs(routes=routes)), host_with(guard))
+    assert seen == [{"required": True}]
+    assert [s.plugin for s in snap.routes[("default/v", 0)].chain] == []
+    assert snap.routes[("default/v", 1)].chain[0].options[2] == (("mine", 1),)
+    assert snap.routes[("default/v", 2)].chain[0].options[2] == (("deny", True),)
+    # without Settings, no defaults
+    snap = build_snapshot(load_text(vs(routes=routes)), host_with(guard))
+    assert snap.routes[("default/v", 2)].chain == ()
+
+
+def test_settings_for_unknown_plugin_rejected() -> None:
+    text = SETTINGS.replace("guard", "ghost") + vs()
+    (issue,) = issues_of(text, three())
+    assert issue.resource == "Settings" and issue.field == "spec.ghost"
+    assert "no plugin named 'ghost' is installed" in issue.reason
+
+
+def test_settings_section_must_be_mapping() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_text(SETTINGS.replace("{required: true}", "5") + vs())
+    assert info.value.issues[0].field == "spec.guard"
+
+
+def test_plugin_info_must_return_plugin_info() -> None:
+    class Bad:
+        @twistgw.hookimpl
+        def twistgw_plugin_info(self) -> Any:
+            return {"order": 1}
+
+    with pytest.raises(PluginError, match="must return twistgw.PluginInfo"):
+        PluginHost.create(extra=[("bad", Bad())], load_entry_points=False)
+
+
+# ---------------------------------------------------------------------------
+# Request time (in memory)
+# ---------------------------------------------------------------------------
+
+
+def make_tester(*plugins: Recorder, options: str) -> ChainTester:
+    return ChainTester.from_yaml(vs(options), plugins=[(p.name, p) for p in plugins], load_entry_points=False)
+
+
+@pytest_twisted.ensureDeferred
+async def test_chain_runs_authenticate_then_authorize_in_order() -> None:
+    calls: list = []
+    a, b = Recorder("a", 10, calls=calls, asynchronous=True), Recorder("b", 20, calls=calls)
+    result = await make_tester(b, a, options="{a: {}, b: {}}").request("GET", "http://x/")
+    assert result.status == 200 and result.body == b"ok" and result.forwarded
+    assert calls == [("a", "authenticate"), ("a", "authorize"), ("b", "authenticate"), ("b", "authorize")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_first_deny_stops_the_chain() -> None:
+    calls: list = []
+    a, b = Recorder("a", 10, calls=calls), Recorder("b", 20, calls=calls)
+    result = await make_tester(a, b, options="{a: {deny: true}, b: {}}").request("GET", "http://x/")
+    assert (result.status, result.body, result.decided_by) == (403, b"denied by a", "a")
+    assert calls == [("a", "authenticate"), ("a", "authorize")]
+
+
+class _LogCapture:
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+
+    def __call__(self, event: dict) -> None:
+        self.events.append(event)
+
+    def __enter__(self) -> "_LogCapture":
+        globalLogPublisher.addObserver(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        globalLogPublisher.removeObserver(self)
+
+
+@pytest.mark.parametrize("phase", ["authenticate", "authorize"])
+@pytest_twisted.ensureDeferred
+async def test_plugin_raising_fails_closed_with_500_and_is_logged(phase: str) -> None:
+    calls: list = []
+    a, b = Recorder("a", 10, calls=calls, raise_in=phase), Recorder("b", 20, calls=calls)
+    with _LogCapture() as log:
+        result = await make_tester(a, b, options="{a: {}, b: {}}").request("GET", "http://x/p")
+    assert (result.status, result.body, result.decided_by) == (500, b"Internal Server Error", "a")
+    assert ("b", "authenticate") not in calls
+    failures = [e for e in log.events if e.get("log_failure") is not None and e.get("plugin") == "a"]
+    assert len(failures) == 1
+    assert failures[0]["phase"] == phase and failures[0]["path"] == "/p"
+    assert "boom in" in str(failures[0]["log_failure"].value)
+
+
+@pytest.mark.parametrize("garbage", [True, 403, "deny", b"", {"status": 403}, object()])
+@pytest_twisted.ensureDeferred
+async def test_plugin_returning_garbage_fails_closed(garbage: Any) -> None:
+    calls: list = []
+    a, b = Recorder("a", 10, calls=calls, returns=garbage), Recorder("b", 20, calls=calls)
+    with _LogCapture() as log:
+        result = await make_tester(a, b, options="{a: {}, b: {}}").request("GET", "http://x/")
+    assert (result.status, result.decided_by) == (500, "a")
+    assert calls == [("a", "authenticate")]
+    assert any(e.get("plugin") == "a" and "expected Allow, Deny or None" in e.get("log_format", "")
+               for e in log.events)
+
+
+@pytest_twisted.ensureDeferred
+async def test_plugin_failing_deferred_fails_closed() -> None:
+    failing = Recorder("a", returns=defer.fail(RuntimeError("async boom")))
+    result = await make_tester(failing, options="{a: {}}").request("GET", "http://x/")
+    assert (result.status, result.decided_by) == (500, "a")
+
+
+# ---------------------------------------------------------------------------
+# A third-party plugin, from outside the core
+# ---------------------------------------------------------------------------
+
+APIKEY_PLUGIN = '''\
+"""A minimal third-party plugin: an API key in a header, keys in a Secret."""
+import hmac
+
+import twistgw
+
+
+@twistgw.hookimpl
+def twistgw_plugin_info():
+    return twistgw.PluginInfo(order=400, description="API keys")
+
+
+@twistgw.hookimpl
+def twistgw_compile_options(options, scope):
+    ref = options.get("keysSecretRef")
+    if not isinstance(ref, dict) or "name" not in ref:
+        raise twistgw.OptionsError("keysSecretRef", "is required: {name: SECRET}")
+    try:
+        secret = scope.resources.secret(ref["name"], ref.get("namespace", scope.namespace))
+    except KeyError as exc:
+        raise twistgw.OptionsError(("keysSecretRef", "name"), f"dangling reference: {exc.args[0]}")
+    return (options.get("header", "x-api-key").encode(), tuple(sorted(secret.data.items())))
+
+
+@twistgw.hookimpl
+def twistgw_authenticate(ctx, options):
+    header, keys = options
+    values = ctx.headers.getRawHeaders(header) or []
+    if not values:
+        return twistgw.Deny(401, b"API key is missing")
+    if len(values) == 1:
+        for name, key in keys:
+            if hmac.compare_digest(values[0], key):
+                ctx.principal = name
+                ctx.headers.removeHeader(header)
+                return twistgw.Allow()
+    return twistgw.Deny(403, b"API key is not valid")
+'''
+
+APIKEY_CONFIG = """\
+apiVersion: v1
+kind: Secret
+metadata: {name: api-keys}
+stringData: {alice: k-alice, bob: k-bob}
+---
+apiVersion: gateway.vendor.io/v1
+kind: VirtualService
+metadata: {name: v}
+spec:
+  virtualHost:
+    domains: [api.example.com]
+    options:
+      apikey: {keysSecretRef: {name: api-keys}}
+    routes:
+    - matchers: [{prefix: /public}]
+      directResponseAction: {status: 200, body: public}
+      options: {apikey: {disable: true}}
+    - matchers: [{prefix: /}]
+      directResponseAction: {status: 200, body: private}
+"""
+
+
+@pytest.fixture
+def apikey_dist(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A distribution 'acme-apikey' (module acme_apikey, entry point apikey)
+    on a fresh sys.path entry, as pip would install it."""
+    site = tmp_path / "site"
+    (site / "acme_apikey").mkdir(parents=True)
+    (site / "acme_apikey" / "__init__.py").write_text(APIKEY_PLUGIN)
+    info = site / "acme_apikey-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-apikey\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[twistgw.plugins]\napikey = acme_apikey\n")
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    yield site
+    sys.modules.pop("acme_apikey", None)
+
+
+@pytest_twisted.ensureDeferred
+async def test_third_party_plugin_registered_with_extra(apikey_dist: Any) -> None:
+    import acme_apikey
+
+    t = ChainTester.from_yaml(APIKEY_CONFIG, plugins=[("apikey", acme_apikey)], load_entry_points=False)
+    await _check_apikey(t)
+
+
+@pytest_twisted.ensureDeferred
+async def test_third_party_plugin_loaded_from_entry_point(apikey_dist: Any) -> None:
+    assert "acme_apikey" not in sys.modules
+    # Block the shipped plugins: this proves *our* distribution's entry point loads.
+    host = PluginHost.create(load_entry_points=True, blocked=["jwt", "rbac", "extauth"])
+    assert host.names() == ["apikey"]
+    assert host.infos["apikey"].order == 400
+    assert sys.modules["acme_apikey"].__file__.startswith(str(apikey_dist))
+    await _check_apikey(ChainTester(build_snapshot(load_text(APIKEY_CONFIG), host), host))
+
+
+async def _check_apikey(t: ChainTester) -> None:
+    ok = await t.request("GET", "http://api.example.com/pets", headers={"X-Api-Key": "k-bob"})
+    assert (ok.status, ok.body) == (200, b"private")
+    assert ok.ctx.principal == "bob"
+    assert ok.forwarded_headers.getRawHeaders(b"x-api-key") is None
+    missing = await t.request("GET", "http://api.example.com/pets")
+    assert (missing.status, missing.body, missing.decided_by) == (401, b"API key is missing", "apikey")
+    wrong = await t.request("GET", "http://api.example.com/pets", headers={"X-Api-Key": "k-eve"})
+    assert (wrong.status, wrong.body) == (403, b"API key is not valid")
+    two = await t.request("GET", "http://api.example.com/", headers=[("X-Api-Key", "k-eve"), ("X-Api-Key", "k-bob")])
+    assert two.status == 403
+    public = await t.request("GET", "http://api.example.com/public/x")
+    assert (public.status, public.body) == (200, b"public")
+    other = await t.request("GET", "http://other.example.com/")
+    assert other.status == 404
+
+
+def test_third_party_plugin_options_error(apikey_dist: Any) -> None:
+    import acme_apikey
+
+    text = APIKEY_CONFIG.replace("keysSecretRef: {name: api-keys}", "keysSecretRef: {name: nope}")
+    with pytest.raises(ConfigError) as info:
+        ChainTester.from_yaml(text, plugins=[("apikey", acme_apikey)], load_entry_points=False)
+    (issue,) = info.value.issues
+    assert issue.field == "spec.virtualHost.options.apikey.keysSecretRef.name"
+    assert issue.reason == "dangling reference: no Secret default/nope"
+
+
+def test_broken_entry_point_is_a_plugin_error(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site2"
+    info = site / "broken_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[twistgw.plugins]\nbroken = no_such_module_xyz\n")
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    with pytest.raises(PluginError, match="no_such_module_xyz"):
+        PluginHost.create(load_entry_points=True, blocked=["jwt", "rbac", "extauth"])
