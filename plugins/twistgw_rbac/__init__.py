@@ -59,12 +59,13 @@ def twistgw_default_options(settings: Mapping[str, Any]) -> Mapping[str, Any] | 
 
 @twistgw.hookimpl
 def twistgw_compile_options(options: Mapping[str, Any], scope: twistgw.OptionsScope) -> PolicySet:
-    if "_settingsError" in options:
-        path, reason = options["_settingsError"]
-        raise twistgw.OptionsError(path, reason)
-    problem = settings_problem(scope.resources.settings("rbac"))
-    if problem is not None:
+    problem = options.get("_settingsError")
+    if isinstance(problem, tuple):  # only ever from twistgw_default_options (YAML has no tuples)
         path, reason = problem
+        raise twistgw.OptionsError(path, reason)
+    invalid = settings_problem(scope.resources.settings("rbac"))
+    if invalid is not None:
+        path, reason = invalid
         dotted = ".".join(str(p) for p in path)
         raise twistgw.OptionsError((), f"the gateway-wide Settings spec.rbac.{dotted} is"
                                        f" invalid: {reason}")

@@ -158,3 +158,8 @@ def test_invalid_settings_are_rejected(settings: Any, field: str, reason: str) -
     # ... and on the rbac options when every route has its own.
     message = error_of(config({"policies": {}}, settings={"rbac": settings}))
     assert f"{VH}: the gateway-wide Settings spec.rbac.{field} is invalid: {reason}" in message, message
+
+
+def test_internal_keys_cannot_be_forged_from_yaml() -> None:
+    message = error_of(config({"_settingsError": ["x", "y"], "policies": {}}))
+    assert f"{VH}._settingsError: unknown field '_settingsError'" in message, message
