@@ -83,7 +83,20 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     for name in host.infos:
         fn = host.impl(name, "twistgw_default_options")
         if fn is not None:
-            value = fn(settings=view.settings(name))
+            src = config.settings_source
+            try:
+                value = fn(settings=view.settings(name))
+            except OptionsError as exc:
+                issues.append(ConfigIssue(
+                    exc.reason, file=src.file if src else "", document=src.document if src else None,
+                    line=src.line if src else None, resource="Settings",
+                    field=path_text(("spec", name) + exc.path)))
+                continue
+            except Exception as exc:
+                issues.append(ConfigIssue(
+                    f"plugin {name!r} failed reading its settings: {exc!r}",
+                    file=src.file if src else "", resource="Settings", field=f"spec.{name}"))
+                continue
             if value is not None:
                 defaults[name] = value
     for key in config.settings:

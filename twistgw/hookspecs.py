@@ -122,6 +122,8 @@ def twistgw_default_options(settings: Mapping[str, Any]) -> Mapping[str, Any] | 
 
     :param settings: the ``Settings.spec.<plugin name>`` section ({} if none).
     :return: a raw options mapping, compiled like any other, or None.
+    :raise twistgw.OptionsError: for invalid settings (path below
+        ``Settings.spec.<plugin name>``); the configuration is rejected.
     """
 
 

@@ -107,10 +107,10 @@ class ChainTester:
         """Run a request (``url`` absolute: its host is the Host header)."""
         hdrs = make_headers(headers)
         target = url.encode("latin-1")
-        authority, _, _ = split_target(target)
+        authority, path, query = split_target(target)
         if authority is not None and not hdrs.hasHeader(b"host"):
             hdrs.setRawHeaders(b"host", [authority])
-            target = target.split(authority, 1)[1] or b"/"
+            target = path + (b"?" + query if query else b"")
         trace: list[tuple[str, str, Any]] = []
         prepared = prepare(self.snapshot, self.host, method.encode("latin-1"), target, hdrs,
                            client_address, self.reactor, self.host.pm.hook.twistgw_route_match)
