@@ -163,7 +163,7 @@ def local_provider(key: str | None = None, issuer: str = ISSUER, **extra: Any) -
             **extra}
 
 
-def tester(jwt_options: dict[str, Any], **kw: Any) -> ChainTester:
+def make_tester(jwt_options: dict[str, Any], **kw: Any) -> ChainTester:
     return ChainTester.from_yaml(config(jwt_options, **kw), plugins=[("jwt", twistgw_jwt)],
                                  load_entry_points=False)
 
@@ -239,3 +239,30 @@ def remote_provider(port_name: str = "jwks", url: str = "http://auth.example.com
                     issuer: str = ISSUER, **remote_extra: Any) -> dict[str, Any]:
     remote = {"upstreamRef": {"name": port_name, "namespace": "default"}, "url": url, **remote_extra}
     return {"issuer": issuer, "jwks": {"remote": remote}}
+
+
+_DEFAULT_ALG = {"rsa": "RS256", "ec256": "ES256", "ec384": "ES384", "ec521": "ES512", "ed25519": "EdDSA"}
+
+
+def signed(payload: Any, header: Any = None, kind: str = "rsa", n: int = 0,
+           alg: str | None = None, kid: str | None = "") -> str:
+    """Sign exactly this payload (and header, default ``{alg, typ, kid}``)."""
+    import jwt as pyjwt
+
+    alg = alg or _DEFAULT_ALG[kind]
+    if header is None:
+        header = {"alg": alg, "typ": "JWT"}
+        if kid == "":
+            header["kid"] = kid_of(kind, n)
+        elif kid is not None:
+            header["kid"] = kid
+    signing_input = f"{b64(header)}.{b64(payload)}".encode()
+    algo = pyjwt.algorithms.get_default_algorithms()[alg]
+    sig = algo.sign(signing_input, private_key(kind, n))
+    return f"{signing_input.decode()}.{b64(sig)}"
+
+
+def claims(**extra: Any) -> dict[str, Any]:
+    """A valid payload for ISSUER at the real current time."""
+    t = now()
+    return {"iss": ISSUER, "sub": "alice", "iat": t, "exp": t + 3600, **extra}
