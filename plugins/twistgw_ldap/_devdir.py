@@ -18,6 +18,7 @@ in the LDIF), plain-text or ``{SSHA}`` passwords, nothing persisted.
 from __future__ import annotations
 
 import hashlib
+import re
 import ipaddress
 import os
 from typing import Any, Mapping
@@ -37,11 +38,22 @@ class DevDirectoryError(ValueError):
     pass
 
 
+class _Server(LDAPServer):
+    def connectionMade(self) -> None:
+        self.factory.connections.add(self)
+        super().connectionMade()
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self.factory.connections.discard(self)
+        super().connectionLost(reason)
+
+
 class _Factory(ServerFactory):
-    protocol = LDAPServer
+    protocol = _Server
 
     def __init__(self, root: Any) -> None:
         self.root = root
+        self.connections: set[_Server] = set()
 
 
 registerAdapter(lambda factory: factory.root, _Factory, interfaces.IConnectedLDAPEntry)
@@ -49,7 +61,7 @@ registerAdapter(lambda factory: factory.root, _Factory, interfaces.IConnectedLDA
 
 def check_loopback(listen: str) -> None:
     """Refuse any endpoint that would accept connections from other hosts."""
-    parts = listen.split(":")
+    parts = re.split(r"(?<!\\):", listen)
     kind = parts[0].strip().lower()
     if kind == "unix":
         return
@@ -112,6 +124,7 @@ class DevDirectory:
     def __init__(self) -> None:
         self.key: tuple[str, str, str] | None = None
         self.port: Any = None
+        self.factory: _Factory | None = None
         self._lock = defer.DeferredLock()
 
     async def apply(self, reactor: Any, settings: Mapping[str, Any], config_dir: str) -> None:
@@ -147,12 +160,14 @@ class DevDirectory:
         from io import BytesIO
 
         try:
-            root = await inmemory.fromLDIFFile(BytesIO(data))
+            # ldaptor wants a blank line after the last entry; many files lack it
+            root = await inmemory.fromLDIFFile(BytesIO(data.rstrip(b"\r\n") + b"\n\n"))
         except Exception as exc:
             self._log.error("Development LDAP directory not started: {ldif} is not valid LDIF: {err!r}",
                             ldif=ldif, err=exc)
             return
-        self.port = await serverFromString(reactor, listen).listen(_Factory(root))
+        self.factory = _Factory(root)
+        self.port = await serverFromString(reactor, listen).listen(self.factory)
         self.key = key
         self._log.warn(
             "DEVELOPMENT LDAP DIRECTORY serving {ldif} on {listen}: in-memory, no ACLs, test"
@@ -161,5 +176,9 @@ class DevDirectory:
 
     async def stop(self) -> None:
         port, self.port, self.key = self.port, None, None
+        factory, self.factory = self.factory, None
         if port is not None:
             await port.stopListening()
+        if factory is not None:  # clients must not keep talking to the old tree
+            for conn in list(factory.connections):
+                conn.transport.abortConnection()

@@ -16,7 +16,7 @@ import attrs
 from ldaptor import ldapfilter
 from twistgw import OptionsError, OptionsScope
 
-from twistgw_ldap._dn import InvalidDN, NormalDN, parse_dn
+from twistgw_ldap._dn import InvalidDN, NormalDN, format_dn, parse_dn
 
 DEFAULT_SEARCH_FILTER = "(uid=*)"
 DEFAULT_MEMBERSHIP_ATTRIBUTE = "memberOf"
@@ -123,14 +123,15 @@ class _Checker:
         self.where = where
 
     def fail(self, field: str, reason: str) -> OptionsError:
-        return OptionsError(("configRef",), f"{self.where}: {field}: {reason}")
+        where = f"{self.where}: {field}" if field else self.where
+        return OptionsError(("configRef",), f"{where}: {reason}")
 
     def mapping(self, value: Any, field: str, allowed: set[str]) -> Mapping[str, Any]:
         if not isinstance(value, dict):
             raise self.fail(field, f"must be a mapping, got {_type_name(value)}")
         for key in value:
             if key not in allowed:
-                raise self.fail(f"{field}.{key}", f"unknown field (expected one of: {', '.join(sorted(allowed))})")
+                raise self.fail(f"{field}.{key}" if field else key, f"unknown field (expected one of: {', '.join(sorted(allowed))})")
         return value
 
     def string(self, value: Any, field: str) -> str:
@@ -233,7 +234,7 @@ def _read_ca(c: _Checker, tls: Mapping[str, Any], config_dir: str) -> bytes | No
 
 def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> LdapConfig:
     c = _Checker(where)
-    spec = c.mapping(raw, "ldap", _LDAP_FIELDS)
+    spec = c.mapping(raw, "", _LDAP_FIELDS)
     if "address" not in spec:
         raise c.fail("address", "is required (e.g. ldap://ldap.example.org:389)")
     address = c.string(spec["address"], "address")
@@ -269,14 +270,14 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> 
     groups_raw = spec.get("allowedGroups", [])
     if not isinstance(groups_raw, list):
         raise c.fail("allowedGroups", f"must be a list of group DNs, got {_type_name(groups_raw)}")
-    groups = set()
+    parsed = []
     for i, g in enumerate(groups_raw):
         text = c.string(g, f"allowedGroups[{i}]")
         try:
-            dn = parse_dn(text)
+            parsed.append(parse_dn(text))
         except InvalidDN as exc:
             raise c.fail(f"allowedGroups[{i}]", f"is not a valid DN: {exc}") from None
-        groups.add(dn)
+    groups = set(_rejoin_flow_split(c, parsed))
     if not groups and not disable:
         raise c.fail("allowedGroups", "must list at least one group DN, or set"
                      " disableGroupChecking: true to admit every user whose bind succeeds")
@@ -319,6 +320,35 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> 
         where, target, template, attribute, frozenset(groups), filter_text, disable, account,
         pool_max, pool_initial, connect_timeout, request_timeout, cache_ttl, realm, filter_object,
     )
+
+
+_SUFFIX_TYPES = frozenset({"dc", "o", "c", "l", "st"})
+_QUOTE_HINT = ("in a YAML flow list [a,b] every comma separates items, so an unquoted DN is cut"
+               " into pieces; quote each DN (allowedGroups: [\"cn=managers,ou=groups,dc=example,dc=org\"])"
+               " or use a block list (- cn=managers,ou=groups,dc=example,dc=org)")
+
+
+def _rejoin_flow_split(c: _Checker, groups: list[NormalDN]) -> list[NormalDN]:
+    """Undo YAML's split of ``allowedGroups: [cn=managers,ou=groups,dc=example,dc=org]``.
+
+    SPEC.md writes the list that way; YAML reads it as four one-RDN items.
+    When *every* item has a single RDN and they join into one plausible DN
+    (nothing after its dc/o/c suffix), they are read as that one DN. Mixed
+    or ambiguous lists are refused with a hint to quote.
+    """
+    if len(groups) < 2 or any(len(g) != 1 for g in groups):
+        for i, g in enumerate(groups):
+            if len(g) == 1 and len(groups) > 1:
+                raise c.fail(f"allowedGroups[{i}]", f"{format_dn(g)!r} is a single RDN, not a group DN; {_QUOTE_HINT}")
+        return groups
+    joined: NormalDN = tuple(rdn for g in groups for rdn in g)
+    seen_suffix = False
+    for rdn in joined:
+        is_suffix = all(t in _SUFFIX_TYPES for t, _ in rdn)
+        if seen_suffix and not is_suffix:
+            raise c.fail("allowedGroups", f"looks like several unquoted DNs run together; {_QUOTE_HINT}")
+        seen_suffix = seen_suffix or is_suffix
+    return [joined]
 
 
 def _service_account(c: _Checker, ref: Any, default_ns: str, scope: OptionsScope) -> ServiceAccount:

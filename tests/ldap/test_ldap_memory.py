@@ -1,0 +1,206 @@
+"""Fast paths against ldaptor's in-memory directory (the development
+directory of Settings ``spec.extauth.devDirectory``), the shipped demo
+configuration, and end-to-end requests through the real proxy."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import pytest_twisted
+from ldap_helpers import PLUGINS, basic, ldap_config
+from slapd import free_port
+from twisted.internet import defer, reactor, task
+
+import twistgw_ldap
+from twistgw.testing import ChainTester
+
+REPO = Path(__file__).resolve().parents[2]
+URL = "http://api.example.com/pets"
+
+LDIF = """\
+dn: dc=example,dc=org
+objectClass: dcObject
+objectClass: organization
+dc: example
+o: Example
+
+dn: ou=people,dc=example,dc=org
+objectClass: organizationalUnit
+ou: people
+
+dn: uid=alice,ou=people,dc=example,dc=org
+objectClass: inetOrgPerson
+uid: alice
+cn: Alice
+sn: A
+userPassword: alice-pw
+memberOf: CN=Managers, OU=Groups, DC=example, DC=org
+
+dn: uid=bob,ou=people,dc=example,dc=org
+objectClass: inetOrgPerson
+uid: bob
+cn: Bob
+sn: B
+userPassword: bob-pw
+memberOf: cn=developers,ou=groups,dc=example,dc=org
+"""
+
+
+def sleep(seconds: float) -> defer.Deferred:
+    return task.deferLater(reactor, seconds, lambda: None)
+
+
+async def wait_for(predicate: Any, timeout: float = 3.0) -> None:
+    deadline = reactor.seconds() + timeout
+    while not predicate():
+        assert reactor.seconds() < deadline, "timed out"
+        await sleep(0.01)
+
+
+@pytest.fixture
+def stop_dev_directory() -> Iterator[None]:
+    yield
+    pytest_twisted.blockon(defer.Deferred.fromCoroutine(twistgw_ldap._dev_directory.stop()))
+
+
+def settings_yaml(ldif: str, port: int) -> str:
+    return textwrap.dedent(f"""\
+        ---
+        apiVersion: gateway.vendor.io/v1
+        kind: Settings
+        metadata: {{name: settings}}
+        spec:
+          extauth:
+            devDirectory: {{ldif: {ldif}, listen: "tcp:{port}:interface=127.0.0.1"}}
+        """)
+
+
+@pytest.fixture
+def memory_dir(tmp_path: Path, stop_dev_directory: None) -> Any:
+    """A config directory with a dev directory on a free port; returns (dir, port)."""
+    port = free_port()
+    (tmp_path / "users.ldif").write_text(LDIF)
+    (tmp_path / "config.yaml").write_text(
+        ldap_config(f"ldap://127.0.0.1:{port}", cacheTtl=0) + settings_yaml("users.ldif", port))
+    return tmp_path, port
+
+
+async def started_tester(directory: Path) -> ChainTester:
+    tester = ChainTester.from_directory(str(directory), plugins=PLUGINS, load_entry_points=False)
+    await wait_for(lambda: twistgw_ldap._dev_directory.port is not None)
+    return tester
+
+
+@pytest_twisted.ensureDeferred
+async def test_flow_against_in_memory_directory(memory_dir: Any) -> None:
+    directory, port = memory_dir
+    tester = await started_tester(directory)
+    assert twistgw_ldap._dev_directory.port.getHost().port == port
+    result = await tester.request("GET", URL, headers=basic("alice", "alice-pw"))
+    assert result.status == 200 and result.ctx.principal == "alice"
+    assert (await tester.request("GET", URL, headers=basic("bob", "bob-pw"))).status == 403
+    assert (await tester.request("GET", URL, headers=basic("alice", "nope"))).status == 401
+    assert (await tester.request("GET", URL, headers=basic("zed", "x"))).status == 401
+    assert (await tester.request("GET", URL, headers=basic("alice", ""))).status == 401
+
+
+@pytest_twisted.ensureDeferred
+async def test_dev_directory_restarts_when_ldif_changes_and_stops_when_removed(memory_dir: Any) -> None:
+    directory, port = memory_dir
+    tester = await started_tester(directory)
+    assert (await tester.request("GET", URL, headers=basic("bob", "bob-pw"))).status == 403
+    (directory / "users.ldif").write_text(LDIF.replace("cn=developers,ou=groups", "cn=managers,ou=groups"))
+    first = twistgw_ldap._dev_directory.port
+    tester = ChainTester.from_directory(str(directory), plugins=PLUGINS, load_entry_points=False)
+    await wait_for(lambda: twistgw_ldap._dev_directory.port not in (None, first))
+    assert (await tester.request("GET", URL, headers=basic("bob", "bob-pw"))).status == 200
+    text = (directory / "config.yaml").read_text()
+    (directory / "config.yaml").write_text(text.split("---\napiVersion: gateway.vendor.io/v1\nkind: Settings")[0])
+    tester = ChainTester.from_directory(str(directory), plugins=PLUGINS, load_entry_points=False)
+    await wait_for(lambda: twistgw_ldap._dev_directory.port is None)
+    assert (await tester.request("GET", URL, headers=basic("bob", "bob-pw"))).status == 503
+
+
+@pytest_twisted.ensureDeferred
+async def test_dev_directory_refuses_a_public_listen_address(tmp_path: Path, stop_dev_directory: None) -> None:
+    (tmp_path / "users.ldif").write_text(LDIF)
+    text = ldap_config("ldap://127.0.0.1:1", cacheTtl=0) + settings_yaml("users.ldif", 0).replace(
+        ":interface=127.0.0.1", "")
+    (tmp_path / "config.yaml").write_text(text)
+    ChainTester.from_directory(str(tmp_path), plugins=PLUGINS, load_entry_points=False)
+    await sleep(0.05)
+    assert twistgw_ldap._dev_directory.port is None
+
+
+# ---------------------------------------------------------------------------
+# The shipped demo (etc/) and the real proxy
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def demo_dir(tmp_path: Path, stop_dev_directory: None) -> Any:
+    """etc/ copied with its fixed ports (3389 directory, 8081 echo) moved to free ones."""
+    target = tmp_path / "etc"
+    shutil.copytree(REPO / "etc", target)
+    ldap_port, echo_port = free_port(), free_port()
+    for path in target.glob("*.yaml"):
+        text = path.read_text().replace("3389", str(ldap_port)).replace("8081", str(echo_port))
+        path.write_text(text)
+    return target
+
+
+def demo_creds() -> dict[str, tuple[str, str]]:
+    ldif = (REPO / "etc" / "demo-users.ldif").read_text()
+    users = dict(re.findall(r"^dn: uid=(\w+),.*?^userPassword: (\S+)", ldif, re.M | re.S))
+    return users
+
+
+@pytest_twisted.ensureDeferred
+async def test_shipped_demo_serves_ldap_with_nothing_else_installed(demo_dir: Path) -> None:
+    users = demo_creds()
+    assert {"alice", "bob"} <= set(users)
+    tester = ChainTester.from_directory(str(demo_dir))  # installed plugins, as `twist twistgw`
+    await wait_for(lambda: twistgw_ldap._dev_directory.port is not None)
+    url = "http://localhost/ldap/hello"
+    assert (await tester.request("GET", url, headers=basic("alice", users["alice"]))).status == 200
+    assert (await tester.request("GET", url, headers=basic("bob", users["bob"]))).status == 403
+    assert (await tester.request("GET", url, headers=basic("alice", "wrong"))).status == 401
+    assert (await tester.request("GET", url)).status == 401
+
+
+async def raw_get(port: int, path: str, headers: dict[str, str]) -> Any:
+    from gwtest import raw_exchange
+
+    lines = [f"GET {path} HTTP/1.1", "Host: demo.local", "Connection: close"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    result = await raw_exchange(port, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    (response,) = result.responses()
+    return response
+
+
+@pytest_twisted.ensureDeferred
+async def test_end_to_end_through_the_proxy(demo_dir: Path, gateway: Any) -> None:
+    users = demo_creds()
+    gw = gateway(str(demo_dir), load_entry_points=True)
+    await wait_for(lambda: twistgw_ldap._dev_directory.port is not None)
+    ok = await raw_get(gw.port, "/ldap/x", basic("alice", users["alice"]))
+    assert ok.status == 200
+    challenge = b'Basic realm="twistgw", charset="UTF-8"'
+    for headers, status in ((basic("bob", users["bob"]), 403), (basic("alice", "bad"), 401), ({}, 401),
+                            (basic("alice", ""), 401), ({"Authorization": "Basic %%%"}, 401)):
+        r = await raw_get(gw.port, "/ldap/x", headers)
+        assert (r.status, r.body, r.header(b"content-length")) == (status, b"", b"0")
+        assert r.header(b"content-type") is None
+        assert r.header(b"www-authenticate") == (challenge if status == 401 else None)
+    # the directory goes away: 503 with an empty body; other routes unaffected;
+    # alice's recent success is still served from the decision cache (60 s)
+    await twistgw_ldap._dev_directory.stop()
+    r = await raw_get(gw.port, "/ldap/x", basic("alice", "not-cached"))
+    assert (r.status, r.body, r.header(b"content-length")) == (503, b"", b"0")
+    assert (await raw_get(gw.port, "/ldap/x", basic("alice", users["alice"]))).status == 200
+    assert (await raw_get(gw.port, "/", {})).status == 200
