@@ -1,0 +1,1103 @@
+"""bench/run: twistgw side by side with nginx and a bare Twisted proxy, in one run.
+
+Everything runs on loopback and is started (and stopped) here:
+
+* nginx as a fast backend returning a small fixed body;
+* references: wrk straight at the backend, nginx as a reverse proxy
+  (1 worker, upstream keepalive) and ``bench/bare_proxy.py``;
+* twistgw scenarios: plain route, JWT (one token, a fresh token per request),
+  JWT + RBAC, LDAP against a private slapd with the decision cache on and off.
+
+Load: ``wrk -t1 -c32`` pinned with taskset. The load generator, the backend and
+slapd share core 0; the proxy under test has core 1 to itself. Every scenario
+gets a warm-up, then is measured ``--rounds`` times (default 2), the rounds in
+alternating order. Per scenario: requests/s, p50/p99, CPU microseconds per
+request of the proxy process (utime+stime deltas from /proc/PID/stat), peak
+RSS (VmHWM), and ratios to nginx and to the bare Twisted proxy.
+
+A twistgw scenario whose plugin is missing, rejects the options or fails the
+functional check before the load (e.g. a JWT scenario that answers 200
+without a token) is reported as "skipped: <reason>", never measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import base64
+import ctypes
+import datetime
+import http.client
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+PY = sys.executable
+LOAD_CPU = "0"  # wrk, the backend, slapd
+PROXY_CPU = "1"  # the proxy under test
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+CONNECTIONS = 32
+QUIET = 0.15  # a core is "idle" below this busy fraction (our idle servers included)
+ISSUER = "https://issuer.bench.example"
+DOCS = os.path.join(ROOT, "docs", "performance.md")
+
+# Scenario names, in the order of the table.
+REFERENCES = ["backend-direct", "nginx-proxy", "bare-twisted"]
+GATEWAY = ["plain", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache", "ldap-nocache"]
+ALL = REFERENCES + GATEWAY
+DESCRIPTIONS = {
+    "backend-direct": "wrk straight at the nginx backend (ceiling of core 0)",
+    "nginx-proxy": "nginx reverse proxy, 1 worker, upstream keepalive",
+    "bare-twisted": "bench/bare_proxy.py: Agent + persistent pool",
+    "plain": "twistgw, one route, no auth",
+    "jwt": "twistgw, JWT RS256, the same token every request",
+    "jwt-fresh": "twistgw, JWT RS256, a fresh token every request",
+    "jwt-rbac": "twistgw, JWT RS256 + RBAC, the same token",
+    "ldap-cache": "twistgw, LDAP (slapd), decision cache on",
+    "ldap-nocache": "twistgw, LDAP (slapd), decision cache off",
+}
+
+
+class Skip(Exception):
+    """The scenario cannot run here; the message says why."""
+
+
+# ---------------------------------------------------------------------------
+# Processes: every one started here is stopped here, by its pid.
+# ---------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if the harness dies (even by SIGKILL)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class Processes:
+    def __init__(self, logdir: str) -> None:
+        self.logdir = logdir
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, argv: list[str], cpu: str, cwd: str = ROOT,
+              env: dict[str, str] | None = None) -> subprocess.Popen:
+        log = open(os.path.join(self.logdir, f"{name}.log"), "wb")
+        proc = subprocess.Popen(["taskset", "-c", cpu, *argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        log.close()
+        self.procs.append((name, proc))
+        return proc
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        try:
+            with open(os.path.join(self.logdir, f"{name}.log"), "rb") as f:
+                return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, proc: subprocess.Popen, timeout: float = 5.0) -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        self.procs = [(n, p) for n, p in self.procs if p is not proc]
+
+    def stop_all(self) -> None:
+        procs = list(self.procs)
+        for _, proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 5
+        for _, proc in procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        self.procs = []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, procs: Processes, name: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise Skip(f"{name} exited with status {proc.returncode}: " + _first_error(procs.log_tail(name)))
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise Skip(f"{name} did not listen on port {port} within {timeout:.0f} s: " + _first_error(procs.log_tail(name)))
+
+
+def _first_error(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in lines:  # the gateway's own config report, if any
+        if ln.startswith("twistgw:"):
+            i = lines.index(ln)
+            return " ".join(lines[i:i + 3])[:300]
+    return (lines[-1] if lines else "no output")[:300]
+
+
+# ---------------------------------------------------------------------------
+# /proc readings
+# ---------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def cpu_busy() -> dict[str, float]:
+    """Busy seconds of each core since boot (everything but idle and iowait)."""
+    out = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu") and line[3].isdigit():
+                name, *vals = line.split()
+                v = [int(x) for x in vals[:8]]
+                out[name[3:]] = (sum(v) - v[3] - v[4]) / CLK_TCK
+    return out
+
+
+def rss_kib(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) in KiB."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line.split(":")[0]] = int(line.split()[1])
+    return out.get("VmRSS", 0), out.get("VmHWM", 0)
+
+
+# ---------------------------------------------------------------------------
+# Servers
+# ---------------------------------------------------------------------------
+
+BACKEND_BODY = "hello from the backend\n"
+
+
+def nginx_conf(prefix: str, name: str, server_block: str, extra_http: str = "") -> str:
+    tmp = os.path.join(prefix, f"{name}-tmp")
+    os.makedirs(tmp, exist_ok=True)
+    return f"""
+worker_processes 1;
+master_process off;
+daemon off;
+pid {prefix}/{name}.pid;
+error_log {prefix}/{name}.error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    keepalive_requests 1000000;
+    keepalive_timeout 75s;
+    {extra_http}
+    {server_block}
+}}
+"""
+
+
+def start_nginx(procs: Processes, prefix: str, name: str, conf: str, port: int, cpu: str) -> subprocess.Popen:
+    path = os.path.join(prefix, f"{name}.conf")
+    with open(path, "w") as f:
+        f.write(conf)
+    proc = procs.start(name, ["nginx", "-p", prefix, "-c", path, "-e", f"{prefix}/{name}.error.log"], cpu)
+    wait_port(port, proc, procs, name)
+    return proc
+
+
+SLAPD_CONF = """
+include /etc/ldap/schema/core.schema
+include /etc/ldap/schema/cosine.schema
+include /etc/ldap/schema/inetorgperson.schema
+modulepath /usr/lib/ldap
+moduleload back_mdb
+moduleload memberof
+pidfile {dir}/slapd.pid
+argsfile {dir}/slapd.args
+database mdb
+maxsize 67108864
+suffix "dc=example,dc=org"
+rootdn "cn=admin,dc=example,dc=org"
+rootpw adminpw
+directory {dir}/data
+overlay memberof
+"""
+
+LDIF = """dn: dc=example,dc=org
+objectClass: dcObject
+objectClass: organization
+o: Example
+dc: example
+
+dn: ou=people,dc=example,dc=org
+objectClass: organizationalUnit
+ou: people
+
+dn: ou=groups,dc=example,dc=org
+objectClass: organizationalUnit
+ou: groups
+
+dn: uid=alice,ou=people,dc=example,dc=org
+objectClass: inetOrgPerson
+uid: alice
+cn: Alice
+sn: Example
+userPassword: alicepw
+
+dn: uid=bob,ou=people,dc=example,dc=org
+objectClass: inetOrgPerson
+uid: bob
+cn: Bob
+sn: Example
+userPassword: bobpw
+
+dn: cn=managers,ou=groups,dc=example,dc=org
+objectClass: groupOfNames
+cn: managers
+member: uid=alice,ou=people,dc=example,dc=org
+"""
+
+
+def start_slapd(procs: Processes, prefix: str) -> int:
+    if not shutil.which("slapd") and not os.path.exists("/usr/sbin/slapd"):
+        raise Skip("slapd is not installed (apt-get install slapd ldap-utils)")
+    d = os.path.join(prefix, "slapd")
+    os.makedirs(os.path.join(d, "data"), exist_ok=True)
+    with open(os.path.join(d, "slapd.conf"), "w") as f:
+        f.write(SLAPD_CONF.format(dir=d))
+    port = free_port()
+    slapd = shutil.which("slapd") or "/usr/sbin/slapd"
+    proc = procs.start("slapd", [slapd, "-f", os.path.join(d, "slapd.conf"), "-h", f"ldap://127.0.0.1:{port}/",
+                                 "-d", "0"], LOAD_CPU)
+    wait_port(port, proc, procs, "slapd")
+    ldif = os.path.join(d, "entries.ldif")
+    with open(ldif, "w") as f:
+        f.write(LDIF)
+    r = subprocess.run(["ldapadd", "-x", "-H", f"ldap://127.0.0.1:{port}/", "-D", "cn=admin,dc=example,dc=org",
+                        "-w", "adminpw", "-f", ldif], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise Skip(f"ldapadd failed: {r.stderr.strip()[:200]}")
+    return port
+
+
+# ---------------------------------------------------------------------------
+# JWT material
+# ---------------------------------------------------------------------------
+
+
+def _mint_chunk(args: tuple[bytes, int, int]) -> list[str]:
+    import jwt
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    pem, start, count = args
+    key = load_pem_private_key(pem, None)
+    now = int(time.time())
+    return [jwt.encode({"iss": ISSUER, "sub": "alice", "jti": f"bench-{start + i}", "iat": now,
+                        "exp": now + 30 * 86400}, key, algorithm="RS256", headers={"kid": "bench"})
+            for i in range(count)]
+
+
+@dataclass
+class JwtMaterial:
+    private_pem: bytes
+    public_pem: str
+    alice: str
+    bob: str
+    forged: str
+    tokens_file: str = ""
+    tokens: int = 0
+
+
+def jwt_material(cache_dir: str, fresh_needed: int) -> JwtMaterial:
+    """A key pair and tokens, kept in bench/results/.jwt so later runs skip
+    the minting (RS256 signing costs ~0.7 ms a token)."""
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    os.makedirs(cache_dir, exist_ok=True)
+    key_path = os.path.join(cache_dir, "key.pem")
+    if not os.path.exists(key_path):
+        k = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        with open(key_path + ".new", "wb") as f:
+            f.write(k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption()))
+        os.replace(key_path + ".new", key_path)
+        for old in os.listdir(cache_dir):
+            if old.startswith("tokens"):
+                os.unlink(os.path.join(cache_dir, old))
+    with open(key_path, "rb") as f:
+        pem = f.read()
+    key = serialization.load_pem_private_key(pem, None)
+    public_pem = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    exp = int(time.time()) + 86400
+    alice = jwt.encode({"iss": ISSUER, "sub": "alice", "exp": exp}, key, algorithm="RS256", headers={"kid": "bench"})
+    bob = jwt.encode({"iss": ISSUER, "sub": "bob", "exp": exp}, key, algorithm="RS256", headers={"kid": "bench"})
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    forged = jwt.encode({"iss": ISSUER, "sub": "alice", "exp": exp}, other, algorithm="RS256",
+                        headers={"kid": "bench"})
+    mat = JwtMaterial(pem, public_pem, alice, bob, forged)
+    if fresh_needed <= 0:
+        return mat
+
+    tokens_file = os.path.join(cache_dir, "tokens.txt")
+    have: list[str] = []
+    if os.path.exists(tokens_file) and time.time() - os.path.getmtime(tokens_file) < 20 * 86400:
+        with open(tokens_file) as f:
+            have = [ln for ln in f.read().splitlines() if ln]
+    if len(have) < fresh_needed:
+        need = fresh_needed - len(have)
+        print(f"minting {need} RS256 tokens for jwt-fresh (cached in {cache_dir}; once) ...", flush=True)
+        t0 = time.monotonic()
+        workers = max(1, os.cpu_count() or 1)
+        per = -(-need // workers)
+        jobs = [(pem, len(have) + i * per, min(per, need - i * per)) for i in range(workers) if need - i * per > 0]
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(len(jobs)) as ex:
+            for chunk in ex.map(_mint_chunk, jobs):
+                have.extend(chunk)
+        with open(tokens_file + ".new", "w") as f:
+            f.write("\n".join(have) + "\n")
+        os.replace(tokens_file + ".new", tokens_file)
+        print(f"  minted in {time.monotonic() - t0:.1f} s", flush=True)
+    mat.tokens_file = tokens_file
+    mat.tokens = len(have)
+    return mat
+
+
+# ---------------------------------------------------------------------------
+# twistgw configurations
+# ---------------------------------------------------------------------------
+
+
+def _yaml_block(text: str, indent: int) -> str:
+    pad = " " * indent
+    return "|\n" + "".join(pad + line + "\n" for line in text.strip().splitlines())
+
+
+def gateway_config(directory: str, backend_port: int, options: str = "", extra: str = "") -> None:
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "gateway.yaml"), "w") as f:
+        f.write(f"""apiVersion: core.vendor.io/v1
+kind: Upstream
+metadata: {{name: backend, namespace: default}}
+spec:
+  static:
+    hosts: [{{addr: 127.0.0.1, port: {backend_port}}}]
+---
+apiVersion: gateway.vendor.io/v1
+kind: VirtualService
+metadata: {{name: bench, namespace: default}}
+spec:
+  virtualHost:
+    domains: ["*"]
+{options}    routes:
+    - matchers: [{{prefix: /}}]
+      routeAction:
+        single:
+          upstream: {{name: backend, namespace: default}}
+{extra}""")
+
+
+def jwt_options(mat: JwtMaterial, rbac: bool) -> str:
+    out = f"""    options:
+      jwt:
+        providers:
+          bench:
+            issuer: {ISSUER}
+            jwks:
+              local:
+                key: {_yaml_block(mat.public_pem, 18)}"""
+    if rbac:
+        out += """      rbac:
+        policies:
+          alice-reads:
+            permissions: {methods: [GET], pathPrefix: /}
+            principals: [{jwtPrincipal: {claims: {sub: alice}}}]
+"""
+    return out
+
+
+def ldap_options(slapd_port: int, cache: bool) -> tuple[str, str]:
+    options = """    options:
+      extauth: {configRef: {name: ldap, namespace: default}}
+"""
+    extra = f"""---
+apiVersion: enterprise.gateway.vendor.io/v1
+kind: AuthConfig
+metadata: {{name: ldap, namespace: default}}
+spec:
+  configs:
+  - ldap:
+      address: ldap://127.0.0.1:{slapd_port}
+      userDnTemplate: uid=%s,ou=people,dc=example,dc=org
+      membershipAttributeName: memberOf
+      allowedGroups: ["cn=managers,ou=groups,dc=example,dc=org"]
+      searchFilter: (objectClass=*)
+      pool: {{maxSize: {CONNECTIONS}, initialSize: 4}}
+      cacheTtl: {"60s" if cache else "0"}
+"""
+    return options, extra
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+# ---------------------------------------------------------------------------
+# Scenarios
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """A running thing wrk can be pointed at."""
+
+    name: str
+    port: int
+    pid: int | None  # the process whose CPU and RSS are measured
+    headers: list[str] = field(default_factory=list)  # for wrk -H
+    script: list[str] = field(default_factory=list)  # ["-s", lua, ..., "--", args]
+    fresh: bool = False
+
+
+@dataclass
+class Run:
+    requests: int
+    seconds: float
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    non2xx: int
+    socket_errors: int
+    cpu_us: float | None
+    hwm_kib: int | None
+    rss_kib: int | None
+    order: int
+    core0_busy: float = 0.0  # fraction of core 0 busy (wrk, backend, slapd, anything else)
+    core1_others: float = 0.0  # fraction of core 1 busy with something other than the proxy
+
+
+@dataclass
+class Result:
+    name: str
+    skipped: str = ""
+    runs: list[Run] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def rps(self) -> float:
+        return statistics.mean(r.rps for r in self.runs)
+
+    def p50(self) -> float:
+        return statistics.median(r.p50_ms for r in self.runs)
+
+    def p99(self) -> float:
+        return statistics.median(r.p99_ms for r in self.runs)
+
+    def cpu_us(self) -> float | None:
+        runs = [r for r in self.runs if r.cpu_us is not None]
+        if not runs:
+            return None
+        return sum(r.cpu_us * r.requests for r in runs) / sum(r.requests for r in runs)
+
+    def hwm_mib(self) -> float | None:
+        vals = [r.hwm_kib for r in self.runs if r.hwm_kib]
+        return max(vals) / 1024 if vals else None
+
+    def spread(self) -> float:
+        vals = [r.rps for r in self.runs]
+        return (max(vals) - min(vals)) / 2 / statistics.mean(vals) * 100 if len(vals) > 1 else 0.0
+
+
+def http_status(port: int, headers: dict[str, str] | None = None) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/bench", headers=headers or {})
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+def check(port: int, expectations: list[tuple[str, dict[str, str], int]]) -> None:
+    """Refuse to measure a scenario that does not do what it claims."""
+    for label, headers, want in expectations:
+        try:
+            got = http_status(port, headers)
+        except OSError as exc:
+            raise Skip(f"functional check '{label}' failed: {exc}")
+        if got != want:
+            raise Skip(f"functional check '{label}' answered {got}, expected {want}")
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.prefix = tempfile.mkdtemp(prefix="twistgw-bench-")
+        self.procs = Processes(self.prefix)
+        self.targets: dict[str, Target] = {}
+        self.results: dict[str, Result] = {name: Result(name) for name in args.scenarios}
+        self.backend_port = 0
+        self.fresh_offset = 0
+        self.mat: JwtMaterial | None = None
+        self.slapd_port: int | None = None
+        self.slapd_error = ""
+
+    # -- setup ------------------------------------------------------------
+
+    def setup(self) -> None:
+        self.backend_port = free_port()
+        start_nginx(self.procs, self.prefix, "backend", nginx_conf(self.prefix, "backend", f"""
+    server {{
+        listen 127.0.0.1:{self.backend_port};
+        location / {{ default_type text/plain; return 200 "{BACKEND_BODY.strip()}\\n"; }}
+    }}"""), self.backend_port, LOAD_CPU)
+        if any(s.startswith("jwt") for s in self.args.scenarios):
+            try:
+                self.mat = jwt_material(os.path.join(RESULTS, ".jwt"), self.fresh_tokens_needed())
+            except ImportError as exc:
+                self.slapd_error = ""
+                for s in self.args.scenarios:
+                    if s.startswith("jwt"):
+                        self.results[s].skipped = f"cannot mint tokens: {exc}"
+        if any(s.startswith("ldap") for s in self.args.scenarios):
+            try:
+                self.slapd_port = start_slapd(self.procs, self.prefix)
+            except Skip as exc:
+                for s in self.args.scenarios:
+                    if s.startswith("ldap"):
+                        self.results[s].skipped = str(exc)
+        for name in self.args.scenarios:
+            if self.results[name].skipped:
+                continue
+            try:
+                self.targets[name] = self.start(name)
+            except Skip as exc:
+                self.results[name].skipped = str(exc)
+                print(f"  {name}: skipped: {exc}", flush=True)
+            else:
+                print(f"  {name}: ready on port {self.targets[name].port}", flush=True)
+
+    def fresh_tokens_needed(self) -> int:
+        if "jwt-fresh" not in self.args.scenarios:
+            return 0
+        # Enough for every measured second at a generous 4,000 requests/s.
+        return int(self.args.rounds * self.args.duration * 4000)
+
+    def start(self, name: str) -> Target:
+        if name == "backend-direct":
+            return Target(name, self.backend_port, None)
+        port = free_port()
+        if name == "nginx-proxy":
+            proc = start_nginx(self.procs, self.prefix, "nginx-proxy", nginx_conf(self.prefix, "nginx-proxy", f"""
+    upstream backend {{ server 127.0.0.1:{self.backend_port}; keepalive 64; keepalive_requests 1000000; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+    }}"""), port, PROXY_CPU)
+            check(port, [("GET /", {}, 200)])
+            return Target(name, port, proc.pid)
+        if name == "bare-twisted":
+            proc = self.procs.start(name, [PY, os.path.join(HERE, "bare_proxy.py"), str(port),
+                                           f"127.0.0.1:{self.backend_port}"], PROXY_CPU)
+            wait_port(port, proc, self.procs, name)
+            check(port, [("GET /", {}, 200)])
+            return Target(name, port, proc.pid)
+        return self.start_gateway(name, port)
+
+    def start_gateway(self, name: str, port: int) -> Target:
+        directory = os.path.join(self.prefix, f"config-{name}")
+        headers: list[str] = []
+        script: list[str] = []
+        expect: list[tuple[str, dict[str, str], int]]
+        mat = self.mat
+        if name == "plain":
+            gateway_config(directory, self.backend_port)
+            expect = [("GET /", {}, 200)]
+        elif name in ("jwt", "jwt-fresh", "jwt-rbac"):
+            assert mat is not None
+            gateway_config(directory, self.backend_port, jwt_options(mat, rbac=name == "jwt-rbac"))
+            bearer = {"Authorization": f"Bearer {mat.alice}"}
+            expect = [("no token", {}, 401), ("valid token", bearer, 200),
+                      ("token signed by another key", {"Authorization": f"Bearer {mat.forged}"}, 401)]
+            if name == "jwt-rbac":
+                expect.append(("token of a user no policy admits", {"Authorization": f"Bearer {mat.bob}"}, 403))
+            headers = [f"Authorization: Bearer {mat.alice}"]
+            if name == "jwt-fresh":
+                if not mat.tokens_file:
+                    raise Skip("no token list")
+                headers = []
+                script = ["-s", os.path.join(HERE, "fresh_tokens.lua")]
+        elif name in ("ldap-cache", "ldap-nocache"):
+            assert self.slapd_port is not None
+            options, extra = ldap_options(self.slapd_port, cache=name == "ldap-cache")
+            gateway_config(directory, self.backend_port, options, extra)
+            expect = [("no credentials", {}, 401),
+                      ("wrong password", {"Authorization": basic("alice", "nope")}, 401),
+                      ("member of the allowed group", {"Authorization": basic("alice", "alicepw")}, 200),
+                      ("not a member", {"Authorization": basic("bob", "bobpw")}, 403)]
+            headers = [f"Authorization: {basic('alice', 'alicepw')}"]
+        else:
+            raise Skip(f"unknown scenario {name!r}")
+        admin = free_port()
+        argv = [PY, "-m", "twisted", "twistgw", "--config", directory,
+                "--listen", f"tcp:{port}:interface=127.0.0.1",
+                "--admin", f"tcp:{admin}:interface=127.0.0.1", "--no-access-log"]
+        argv += self.args.gateway_arg
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        proc = self.procs.start(name, argv, PROXY_CPU, env=env)
+        try:
+            wait_port(port, proc, self.procs, name, timeout=30)
+            check(port, expect)
+        except Skip:
+            self.procs.stop(proc)
+            raise
+        return Target(name, port, proc.pid, headers, script, fresh=name == "jwt-fresh")
+
+    # -- load -------------------------------------------------------------
+
+    def wrk(self, target: Target, seconds: float, offset: int | None = None) -> dict[str, Any]:
+        argv = ["taskset", "-c", LOAD_CPU, "wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds:g}s", "--latency",
+                "--timeout", "10s"]
+        for h in target.headers:
+            argv += ["-H", h]
+        if target.fresh and offset is not None:
+            argv += [*target.script, f"http://127.0.0.1:{target.port}/bench", "--",
+                     self.mat.tokens_file, str(offset)]
+        else:
+            if target.fresh:  # warm-up: the same token
+                argv += ["-H", f"Authorization: Bearer {self.mat.alice}"]
+            argv += [f"http://127.0.0.1:{target.port}/bench"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
+        if out.returncode != 0:
+            raise RuntimeError(f"wrk failed: {out.stderr.strip()[:300]}")
+        return parse_wrk(out.stdout)
+
+    def wait_quiet(self) -> float:
+        """Wait (at most --quiet-wait seconds) until other work on the machine
+        leaves both cores nearly idle; returns the last busy fraction seen."""
+        deadline = time.monotonic() + self.args.quiet_wait
+        while True:
+            b0, t0 = cpu_busy(), time.monotonic()
+            time.sleep(0.5)
+            b1, t1 = cpu_busy(), time.monotonic()
+            busy = max((b1[c] - b0[c]) / (t1 - t0) for c in (LOAD_CPU, PROXY_CPU))
+            if busy < QUIET or time.monotonic() >= deadline:
+                return busy
+
+    def measure(self, name: str, order: int) -> None:
+        target = self.targets[name]
+        if self.args.quiet_wait > 0:
+            busy = self.wait_quiet()
+            if busy >= QUIET:
+                self.results[name].notes.append(
+                    f"round {order}: the machine was still busy ({busy:.0%} of a core) after"
+                    f" {self.args.quiet_wait:g} s of waiting")
+        self.wrk(target, self.args.warmup)
+        pid = target.pid
+        cpu0 = cpu_seconds(pid) if pid else None
+        offset = self.fresh_offset if target.fresh else None
+        busy0, t0 = cpu_busy(), time.monotonic()
+        w = self.wrk(target, self.args.duration, offset)
+        busy1, t1 = cpu_busy(), time.monotonic()
+        cpu1 = cpu_seconds(pid) if pid else None
+        proxy_s = (cpu1 - cpu0) if pid else 0.0
+        core0 = (busy1[LOAD_CPU] - busy0[LOAD_CPU]) / (t1 - t0)
+        others = max(0.0, (busy1[PROXY_CPU] - busy0[PROXY_CPU] - proxy_s) / (t1 - t0))
+        rss, hwm = rss_kib(pid) if pid else (None, None)
+        cpu_us = (cpu1 - cpu0) * 1e6 / w["requests"] if pid and w["requests"] else None
+        run = Run(w["requests"], w["seconds"], w["rps"], w["p50_ms"], w["p99_ms"], w["non2xx"],
+                  w["socket_errors"], cpu_us, hwm, rss, order, core0, others)
+        res = self.results[name]
+        res.runs.append(run)
+        if target.fresh:
+            self.fresh_offset += w["requests"]
+            if self.fresh_offset > self.mat.tokens:
+                note = f"token list wrapped ({self.fresh_offset} requests > {self.mat.tokens} tokens)"
+                if note not in res.notes:
+                    res.notes.append(note)
+        if run.non2xx or run.socket_errors:
+            res.notes.append(f"round {order}: {run.non2xx} non-2xx, {run.socket_errors} socket errors")
+        print(f"  [{order}] {name:15s} {run.rps:9.0f} req/s  p50 {run.p50_ms:6.2f} ms  p99 {run.p99_ms:6.2f} ms"
+              + (f"  {cpu_us:6.0f} us/req" if cpu_us is not None else "")
+            + f"  core0 {core0:4.0%}  core1 others {others:4.0%}", flush=True)
+
+    def run(self) -> None:
+        live = [n for n in self.args.scenarios if n in self.targets]
+        for r in range(self.args.rounds):
+            order = live if r % 2 == 0 else list(reversed(live))
+            for name in order:
+                self.measure(name, r + 1)
+
+    def profile(self, name: str) -> str:
+        """py-spy on a twistgw scenario under load; returns a text summary."""
+        target = self.targets.get(name)
+        if target is None or target.pid is None:
+            return f"profile: {name} is not running"
+        spy = shutil.which("py-spy") or os.path.join(os.path.dirname(PY), "py-spy")
+        if not os.path.exists(spy):
+            return "profile: py-spy not found (pip install py-spy)"
+        os.makedirs(RESULTS, exist_ok=True)
+        raw = os.path.join(RESULTS, f"profile-{name}.txt")
+        seconds = max(5.0, self.args.duration)
+        spy_proc = subprocess.Popen([spy, "record", "--pid", str(target.pid), "--rate", "200", "--duration",
+                                     f"{seconds:g}", "--format", "raw", "--output", raw, "--nonblocking"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+        try:
+            time.sleep(1.0)
+            self.wrk(target, seconds)
+            spy_proc.wait(30)
+        finally:
+            if spy_proc.poll() is None:
+                spy_proc.kill()
+                spy_proc.wait()
+        if not os.path.exists(raw):
+            return f"profile: py-spy wrote nothing ({spy_proc.stderr.read().decode()[:300]})"
+        summary = summarize_profile(raw)
+        with open(os.path.join(RESULTS, f"profile-{name}.md"), "w") as f:
+            f.write(summary)
+        return summary
+
+    def close(self) -> None:
+        self.procs.stop_all()
+        shutil.rmtree(self.prefix, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# Parsing and reporting
+# ---------------------------------------------------------------------------
+
+_UNIT = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}
+
+
+def _ms(text: str) -> float:
+    m = re.match(r"([\d.]+)(us|ms|s|m)$", text)
+    if not m:
+        raise ValueError(f"unparsed duration {text!r}")
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+def parse_wrk(out: str) -> dict[str, Any]:
+    m = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m)", out)
+    if not m:
+        raise RuntimeError(f"cannot parse wrk output:\n{out}")
+    pct = dict(re.findall(r"^\s+(\d+)%\s+(\S+)", out, re.M))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    return {
+        "requests": int(m.group(1)),
+        "seconds": _ms(m.group(2) + m.group(3)) / 1000,
+        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+        "p50_ms": _ms(pct["50"]),
+        "p99_ms": _ms(pct["99"]),
+        "non2xx": int(non2xx.group(1)) if non2xx else 0,
+        "socket_errors": sum(int(x) for x in sock.groups()) if sock else 0,
+    }
+
+
+def summarize_profile(raw: str, top: int = 25) -> str:
+    """Self and inclusive sample shares per function from py-spy's collapsed stacks."""
+    self_c: dict[str, int] = {}
+    incl: dict[str, int] = {}
+    total = 0
+    with open(raw) as f:
+        for line in f:
+            stack, _, n = line.rstrip("\n").rpartition(" ")
+            if not stack:
+                continue
+            count = int(n)
+            total += count
+            frames = stack.split(";")
+            for fr in set(frames):
+                key = _frame(fr)
+                incl[key] = incl.get(key, 0) + count
+            leaf = _frame(frames[-1])
+            self_c[leaf] = self_c.get(leaf, 0) + count
+    # collapse duplicates created by _frame's line-number stripping
+    lines = [f"py-spy samples: {total} ({raw})", "", "| self % | function |", "|---:|---|"]
+    for k, v in sorted(self_c.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"| {100 * v / total:.1f} | `{k}` |")
+    lines += ["", "| inclusive % | function |", "|---:|---|"]
+    for k, v in sorted(incl.items(), key=lambda kv: -kv[1])[:top + 15]:
+        lines.append(f"| {100 * v / total:.1f} | `{k}` |")
+    return "\n".join(lines) + "\n"
+
+
+def _frame(fr: str) -> str:
+    # py-spy raw frames look like "function (path/to/file.py:123)"
+    m = re.match(r"(.*) \((.*?)(?::\d+)?\)$", fr)
+    if not m:
+        return fr
+    func, path = m.groups()
+    for marker in ("site-packages/", "/work/main/", "lib/python3"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+    return f"{path}:{func}"
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+
+    def version(argv: list[str]) -> str:
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=5)
+            return (r.stdout + r.stderr).strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            return "?"
+
+    try:
+        import twisted
+
+        tw = twisted.__version__
+    except ImportError:
+        tw = "?"
+    return (f"{model}, {os.cpu_count()} cores, Linux {platform.release()}; "
+            f"CPython {platform.python_version()}, Twisted {tw}; {version(['nginx', '-v'])}; "
+            f"{version(['wrk', '-v']).split(' Copyright')[0]}")
+
+
+def fmt(v: float | None, spec: str) -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def ratio(a: Result | None, b: Result | None) -> float | None:
+    if a is None or b is None or not a.runs or not b.runs:
+        return None
+    return a.rps() / b.rps()
+
+
+def cpu_ratio(a: Result | None, b: Result | None) -> float | None:
+    """How many of a's requests fit in the CPU time of one of b's: b's µs / a's µs."""
+    if a is None or b is None or not a.runs or not b.runs or not a.cpu_us() or not b.cpu_us():
+        return None
+    return b.cpu_us() / a.cpu_us()
+
+
+def report(bench: Bench, elapsed: float) -> str:
+    args = bench.args
+    res = bench.results
+    ng, bare, plain = res.get("nginx-proxy"), res.get("bare-twisted"), res.get("plain")
+    lines = [
+        f"Run {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, {elapsed:.0f} s: wrk -t1 -c{CONNECTIONS},"
+        f" {args.duration:g} s per measurement after a {args.warmup:g} s warm-up, {args.rounds} rounds"
+        " in alternating order; wrk + backend (+ slapd) on core 0, the proxy on core 1.",
+        f"Machine: {machine()}.",
+        "",
+        "| scenario | req/s | ± | p50 ms | p99 ms | p99/p50 | CPU µs/req | peak RSS MiB | × nginx | × bare | × bare CPU | core 0 busy | core 1 others |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    notes = []
+    for name in args.scenarios:
+        r = res[name]
+        if r.skipped:
+            lines.append(f"| {name} | skipped: {r.skipped.replace('|', '/')} |" + "  |" * 12)
+            continue
+        if not r.runs:
+            lines.append(f"| {name} | not measured |" + "  |" * 12)
+            continue
+        x_ng = ratio(r, ng) if name != "nginx-proxy" else None
+        x_bare = ratio(r, bare) if name != "bare-twisted" else None
+        lines.append(
+            f"| {name} | {r.rps():,.0f} | {r.spread():.0f}% | {r.p50():.2f} | {r.p99():.2f} | {r.p99() / r.p50():.1f} |"
+            f" {fmt(r.cpu_us(), '.0f')} | {fmt(r.hwm_mib(), '.0f')} | {fmt(x_ng, '.2f')} | {fmt(x_bare, '.2f')} |"
+            f" {fmt(cpu_ratio(r, bare) if name != 'bare-twisted' else None, '.2f')} | {max(x.core0_busy for x in r.runs):.0%} | {max(x.core1_others for x in r.runs):.0%} |")
+        for n in r.notes:
+            notes.append(f"- {name}: {n}")
+    lines += ["", "± is half the spread between rounds, in % of the mean. CPU is the proxy process's"
+              " utime+stime over the measured run divided by the requests served (10 ms clock"
+              " ticks). × nginx and × bare are ratios of requests/s; × bare CPU is the bare proxy's CPU µs per"
+              " request divided by this row's (the throughput ratio the proxy core alone would allow,"
+              " less sensitive to a busy machine). Core 0 busy: wrk + backend (+ slapd) and anything else"
+              " on core 0 (near 100%: the load side limits the result). Core 1 others: time core 1"
+              " spent on processes other than the proxy under test (the machine is shared; high values"
+              " make that row pessimistic). Both are the worst round."]
+    if notes:
+        lines += ["", "Notes:", *notes]
+
+    # Targets of issue 6
+    def verdict(value: float | None, goal: float, below: bool = False) -> str:
+        if value is None:
+            return "—"
+        return "met" if (value <= goal if below else value >= goal) else "NOT met"
+
+    def tgt(label: str, a: Result | None, b: Result | None, goal: float) -> str:
+        rr, cr = ratio(a, b), cpu_ratio(a, b)
+        return (f"| {label} | {fmt(rr, '.2f')} | {fmt(cr, '.2f')} | ≥ {goal:g}× |"
+                f" {verdict(rr, goal)} | {verdict(cr, goal)} |")
+
+    lines += ["", "| target (issue 6) | req/s ratio | CPU ratio | goal | by req/s | by CPU |",
+              "|---|---:|---:|---:|---|---|"]
+    lines.append(tgt("plain route / bare Twisted proxy", plain, bare, 0.9))
+    lines.append(tgt("JWT + RBAC (same token) / plain route", res.get("jwt-rbac"), plain, 0.9))
+    lines.append(tgt("JWT fresh token / plain route", res.get("jwt-fresh"), plain, 0.5))
+    lines.append(tgt("LDAP, decision cache / plain route", res.get("ldap-cache"), plain, 0.85))
+    nc = res.get("ldap-nocache")
+    if nc and nc.runs:
+        cap = 1e6 / nc.cpu_us() if nc.cpu_us() else None
+        lines.append(f"| LDAP uncached, req/s (CPU: 10⁶ / µs per request) | {nc.rps():,.0f} | {fmt(cap, ',.0f')} |"
+                     f" ≥ 1,000 | {verdict(nc.rps(), 1000)} | {verdict(cap, 1000)} |")
+    for name in GATEWAY:
+        r = res.get(name)
+        if r and r.runs:
+            v = r.p99() / r.p50()
+            lines.append(f"| p99 / p50, {name} | {v:.1f} | | ≤ 5 | {verdict(v, 5, below=True)} | |")
+    lines.append("")
+    raw = ["<details><summary>every measurement</summary>", "",
+           "| scenario | round | requests | req/s | p50 ms | p99 ms | CPU µs/req | RSS MiB | non-2xx | core 0 busy | core 1 others |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in args.scenarios:
+        for run in sorted(res[name].runs, key=lambda r: r.order):
+            raw.append(f"| {name} | {run.order} | {run.requests} | {run.rps:,.0f} | {run.p50_ms:.2f} |"
+                       f" {run.p99_ms:.2f} | {fmt(run.cpu_us, '.0f')} |"
+                       f" {fmt(run.rss_kib / 1024 if run.rss_kib else None, '.0f')} | {run.non2xx} |"
+                       f" {run.core0_busy:.0%} | {run.core1_others:.0%} |")
+    raw += ["", "</details>", ""]
+    return "\n".join(lines + raw)
+
+
+def update_docs(table: str) -> None:
+    begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
+    with open(DOCS) as f:
+        text = f.read()
+    if begin not in text or end not in text:
+        raise SystemExit(f"{DOCS} has no {begin} ... {end} markers")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    with open(DOCS, "w") as f:
+        f.write(head + begin + "\n" + table + end + tail)
+
+
+# ---------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="bench/run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=float, default=8.0, help="seconds per measured run (default 8)")
+    p.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up before every measured run (default 2)")
+    p.add_argument("--rounds", type=int, default=2, help="measurements per scenario, in alternating order (default 2)")
+    p.add_argument("--scenarios", default=",".join(ALL),
+                   help="comma-separated subset of: " + ", ".join(ALL) + " (default: all)")
+    p.add_argument("--quick", action="store_true", help="3 s runs, 1 s warm-up: a smoke test, not a measurement")
+    p.add_argument("--profile", metavar="SCENARIO", action="append", default=[],
+                   help="after measuring, record SCENARIO (a twistgw one) under load with py-spy and"
+                        " print where the time goes (bench/results/profile-SCENARIO.{txt,md})")
+    p.add_argument("--quiet-wait", type=float, default=10.0,
+                   help="before each measurement wait up to this many seconds for other work on the"
+                        " machine to stop (0: do not wait; default 10)")
+    p.add_argument("--gateway-arg", action="append", default=[],
+                   help="extra command-line argument for every twistgw process (repeatable)")
+    p.add_argument("--update-docs", action="store_true", help="also put the table into docs/performance.md")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.duration, args.warmup = min(args.duration, 3.0), min(args.warmup, 1.0)
+    args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    unknown = [s for s in args.scenarios if s not in ALL]
+    if unknown:
+        p.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(ALL)}")
+    for s in args.profile:
+        if s not in args.scenarios:
+            args.scenarios.append(s)
+    args.scenarios = [s for s in ALL if s in args.scenarios]
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    for tool in ("wrk", "nginx", "taskset"):
+        if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
+            print(f"bench/run needs {tool} (apt-get install {tool if tool != 'taskset' else 'util-linux'})",
+                  file=sys.stderr)
+            return 2
+    if (os.cpu_count() or 1) < 2:
+        print("bench/run pins the load to core 0 and the proxy to core 1: it needs 2 cores", file=sys.stderr)
+        return 2
+    os.environ["PATH"] = "/usr/sbin:" + os.environ.get("PATH", "")
+
+    def on_signal(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    bench = Bench(args)
+    atexit.register(bench.close)
+    started = time.monotonic()
+    try:
+        print(f"starting servers in {bench.prefix} ...", flush=True)
+        bench.setup()
+        print(f"measuring ({args.rounds} rounds of {args.duration:g} s, warm-up {args.warmup:g} s) ...", flush=True)
+        bench.run()
+        table = report(bench, time.monotonic() - started)
+        profiles = [bench.profile(name) for name in args.profile]
+    except KeyboardInterrupt:
+        print("interrupted; stopping everything", file=sys.stderr)
+        return 130
+    finally:
+        bench.close()
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "latest.md"), "w") as f:
+        f.write(table)
+    with open(os.path.join(RESULTS, "latest.json"), "w") as f:
+        json.dump({name: {"skipped": r.skipped, "notes": r.notes, "runs": [vars(x) for x in r.runs]}
+                   for name, r in bench.results.items()}, f, indent=1)
+    print()
+    print(table)
+    for p in profiles:
+        print(p)
+    print(f"written to {os.path.relpath(os.path.join(RESULTS, 'latest.md'))}")
+    if args.update_docs:
+        update_docs(table)
+        print(f"and into {os.path.relpath(DOCS)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
