@@ -1,0 +1,79 @@
+"""docs/ldap.md's worked example, run as written against a real slapd whose
+ACL hides memberOf from users (only the service account reads it)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest_twisted
+import yaml
+from ldap_helpers import basic, make_tester
+from slapd import SERVICE_DN, SERVICE_PW
+
+from twistgw_ldap.secret import secret_yaml
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "ldap.md"
+URL = "http://reports.example.org"
+
+
+def example_blocks() -> tuple[str, str, str]:
+    text = DOC.read_text()
+    section = text.split("## Worked example", 1)[1].split("\n## ", 1)[0]
+    command = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    start = section.index("<!-- example: ldap-worked-example")
+    secret, config = re.findall(r"```yaml\n(.*?)```", section[start:], re.S)[:2]
+    return command, secret, config
+
+
+def test_documented_secret_is_what_the_utility_writes() -> None:
+    command, secret, _ = example_blocks()
+    args = shlex.split(command.replace("\\\n", " ").split(">")[0])
+    assert args[:4] == ["twistgw", "create", "secret", "authcredentials"]
+    opts = dict(zip(args[4::2], args[5::2]))
+    assert opts["--username"] == SERVICE_DN and opts["--password"] == SERVICE_PW
+    assert secret == secret_yaml(opts["--name"], opts["--namespace"], opts["--username"], opts["--password"])
+
+
+@pytest_twisted.ensureDeferred
+async def test_worked_example_against_slapd(slapd_strict: Any) -> None:
+    _, secret, config = example_blocks()
+    assert "ldap://ldap.example.org:389" in config
+    text = secret + "---\n" + config.replace("ldap://ldap.example.org:389", slapd_strict.url)
+    assert len(list(yaml.safe_load_all(text))) == 4
+    tester = make_tester(text)
+    before = len(slapd_strict.binds())
+    ok = await tester.request("GET", URL + "/reports", headers=basic("alice", "alice-pw"))
+    assert ok.status == 200 and ok.ctx.principal == "alice"
+    assert slapd_strict.binds()[before:] == ["uid=alice,ou=people,dc=example,dc=org", SERVICE_DN]
+    for headers, status in ((basic("bob", "bob-pw"), 403), (basic("alice", "wrong"), 401), (None, 401),
+                            (basic("alice", ""), 401)):
+        result = await tester.request("GET", URL + "/reports", headers=headers)
+        assert (result.status, result.body) == (status, b"")
+    assert (await tester.request("GET", URL + "/healthz")).status == 200
+    # the Secret's password wrong → 500
+    bad = text.replace(secret_yaml("ldap-reader", "default", SERVICE_DN, SERVICE_PW),
+                       secret_yaml("ldap-reader", "default", SERVICE_DN, "not-it"))
+    assert bad != text
+    result = await make_tester(bad).request("GET", URL + "/reports", headers=basic("alice", "alice-pw"))
+    assert (result.status, result.body) == (500, b"")
+
+
+def test_dev_directory_settings_block_parses() -> None:
+    text = DOC.read_text().split("## The development directory", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", text, re.S).group(1)
+    doc = yaml.safe_load(block)
+    assert doc["kind"] == "Settings"
+    assert doc["spec"]["extauth"]["devDirectory"] == {"ldif": "demo-users.ldif",
+                                                      "listen": "tcp:3389:interface=127.0.0.1"}
+
+
+def test_documented_command_through_the_cli(capsys: Any) -> None:
+    from twistgw import cli
+
+    command, secret, _ = example_blocks()
+    args = shlex.split(command.replace("\\\n", " ").split(">")[0])
+    assert cli.main(args[1:]) == 0
+    assert capsys.readouterr().out == secret
