@@ -46,8 +46,11 @@ def slapd_strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slapd]:
 def slapd_factory(tmp_path: Path) -> Iterator[Any]:
     started: list[Slapd] = []
 
-    def make(permissive: bool = True) -> Slapd:
-        server = _start(tmp_path / f"slapd{len(started)}", permissive)
+    def make(permissive: bool = True, tls: bool = False) -> Slapd:
+        try:
+            server = Slapd(tmp_path / f"slapd{len(started)}", permissive=permissive, tls=tls).start()
+        except SlapdMissing as exc:
+            pytest.fail(str(exc), pytrace=False)
         started.append(server)
         return server
 

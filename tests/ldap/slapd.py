@@ -96,8 +96,47 @@ def _ldif_groups() -> str:
     return "\n".join(out)
 
 
-def _config(directory: Path, permissive: bool) -> str:
+def write_tls_files(directory: Path, hostname: str = "localhost") -> None:
+    """A CA (``ca.pem``) and a server certificate for ``hostname`` and
+    127.0.0.1 (``server.pem`` / ``server-key.pem``)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "twistgw test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostname)]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(hostname),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    (directory / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (directory / "server.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "server-key.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()))
+
+
+def _config(directory: Path, permissive: bool, tls: bool = False) -> str:
     schema = "/etc/ldap/schema"
+    tls_lines = (f"TLSCACertificateFile {directory}/ca.pem\nTLSCertificateFile {directory}/server.pem\n"
+                 f"TLSCertificateKeyFile {directory}/server-key.pem\n") if tls else ""
     acl_memberof = ("" if permissive else
                     f'access to attrs=memberOf\n  by dn.exact="{SERVICE_DN}" read\n  by * none\n')
     return f"""\
@@ -110,7 +149,7 @@ modulepath /usr/lib/ldap
 moduleload back_mdb
 moduleload memberof
 {"allow bind_anon_dn" if permissive else ""}
-
+{tls_lines}
 database mdb
 maxsize 16777216
 suffix "{SUFFIX}"
@@ -131,17 +170,22 @@ access to attrs=userPassword
 class Slapd:
     """One slapd process and its files."""
 
-    def __init__(self, directory: Path, permissive: bool = True, port: int | None = None) -> None:
+    def __init__(self, directory: Path, permissive: bool = True, port: int | None = None,
+                 tls: bool = False) -> None:
         self.slapd = find_slapd()
         self.directory = Path(directory)
         self.permissive = permissive
         self.port = port or free_port()
+        #: with tls=True: also ldaps:// on this port, StartTLS on ``port``; CA in ``ca.pem``
+        self.tls_port = free_port() if tls else None
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.directory / "slapd.log"
         self._populated = False
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "db").mkdir(exist_ok=True)
-        (self.directory / "slapd.conf").write_text(_config(self.directory, permissive))
+        if tls:
+            write_tls_files(self.directory)
+        (self.directory / "slapd.conf").write_text(_config(self.directory, permissive, tls))
         (self.directory / "people.ldif").write_text(_ldif_people())
         (self.directory / "groups.ldif").write_text(_ldif_groups())
 
@@ -153,13 +197,19 @@ class Slapd:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def _urls(self) -> str:
+        urls = f"{self.url}/"
+        if self.tls_port:
+            urls += f" ldaps://127.0.0.1:{self.tls_port}/"
+        return urls
+
     def start(self, timeout: float = 10.0) -> "Slapd":
         """Start in the foreground (``-d 256``: stats log, which records every BIND)."""
         if self.process is not None and self.process.poll() is None:
             return self
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [self.slapd, "-f", str(self.directory / "slapd.conf"), "-h", f"{self.url}/", "-d", "256"],
+            [self.slapd, "-f", str(self.directory / "slapd.conf"), "-h", self._urls(), "-d", "256"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         log.close()

@@ -419,3 +419,28 @@ async def test_150_concurrent_mixed_requests_all_correct(slapd_strict: Any) -> N
     assert got == [want for _, want in plan]
     pool = _flow.STATE.pools[tester.snapshot.plugin_compiled["extauth"][0].configs[0].target]
     assert pool.size <= 4
+
+
+# ---------------------------------------------------------------------------
+# TLS: ldaps:// and StartTLS
+# ---------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_ldaps_and_starttls_with_a_private_ca(slapd_factory: Any) -> None:
+    server = slapd_factory(tls=True)
+    ca = str(server.directory / "ca.pem")
+    ldaps = f"ldaps://127.0.0.1:{server.tls_port}"
+    for address, extra in ((ldaps, {}), (server.url, {"startTLS": True})):
+        tester = make_tester(ldap_config(address, cacheTtl=0, tls={"caFile": ca, "serverName": "localhost"},
+                                         **extra))
+        assert (await tester.request("GET", URL, headers=basic("alice", "alice-pw"))).status == 200, address
+        assert_empty(await tester.request("GET", URL, headers=basic("bob", "bob-pw")), 403)
+        assert_empty(await tester.request("GET", URL, headers=basic("alice", "bad")), 401)
+    # a certificate the CA does not vouch for, or another name: the
+    # directory cannot be trusted, so no decision can be made → 503
+    tester = make_tester(ldap_config(ldaps, cacheTtl=0))  # system trust store
+    assert_empty(await tester.request("GET", URL, headers=basic("alice", "alice-pw")), 503)
+    tester = make_tester(ldap_config(server.url, cacheTtl=0, startTLS=True,
+                                     tls={"caFile": ca, "serverName": "ldap.other.org"}))
+    assert_empty(await tester.request("GET", URL, headers=basic("alice", "alice-pw")), 503)
