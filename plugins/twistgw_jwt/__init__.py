@@ -46,7 +46,7 @@ def _reactor() -> Any:
     return _state.reactor
 
 
-def _remote(spec: RemoteSpec) -> RemoteKeySet:
+def _remote_key_set(spec: RemoteSpec) -> RemoteKeySet:
     return registry.get(spec, _reactor, lambda: _authn.clock.now())
 
 
@@ -71,7 +71,7 @@ def twistgw_unconfigure() -> None:
 
 @twistgw.hookimpl
 def twistgw_compile_options(options: Mapping[str, Any], scope: twistgw.OptionsScope) -> CompiledJwt:
-    return compile_options(options, scope, _remote)
+    return compile_options(options, scope, _remote_key_set)
 
 
 @twistgw.hookimpl

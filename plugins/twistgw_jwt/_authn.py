@@ -211,6 +211,10 @@ async def verify_async(provider: Provider, token: ParsedToken) -> Mapping[str, A
     return _check(provider, token, candidates)
 
 
+def _generation(provider: Provider) -> int:
+    return provider.remote.generation if provider.remote is not None else 0
+
+
 def _pick_failure(failures: list[Failure]) -> Failure:
     """Envoy's rule for several providers: the last failure other than
     missing / unknown issuer wins."""
@@ -237,8 +241,10 @@ def authenticate(ctx: RequestContext, opts: CompiledJwt) -> Allow | Deny | Defer
                 providers.append(p)
     now = clock.now()
     for p in providers:
-        cached = opts.cache.get(p.name, raw, now)
+        cached = opts.cache.get(p.name, raw, now, _generation(p))
         if cached is not None:
+            if p.remote is not None:
+                p.remote.keys_now()  # refresh a stale key set in the background
             return succeed(ctx, opts, p, cached, where, cached=True)
     parsed = T.parse_token(raw)
     if isinstance(parsed, Failure):
@@ -255,7 +261,7 @@ def authenticate(ctx: RequestContext, opts: CompiledJwt) -> Allow | Deny | Defer
         if isinstance(result, Failure):
             failures.append(result)
             continue
-        opts.cache.put(p.name, raw, result, now)  # type: ignore[arg-type]
+        opts.cache.put(p.name, raw, result, now, _generation(p))  # type: ignore[arg-type]
         return succeed(ctx, opts, p, result, where, cached=False)  # type: ignore[arg-type]
     return deny(ctx, opts, _pick_failure(failures))
 
@@ -268,6 +274,6 @@ async def _authenticate_async(ctx: RequestContext, opts: CompiledJwt, parsed: Pa
         if isinstance(result, Failure):
             failures.append(result)
             continue
-        opts.cache.put(p.name, parsed.raw, result, clock.now())
+        opts.cache.put(p.name, parsed.raw, result, clock.now(), _generation(p))
         return succeed(ctx, opts, p, result, where, cached=False)
     return deny(ctx, opts, _pick_failure(failures))

@@ -5,6 +5,9 @@ Keyed by ``(provider name, raw token)``. An entry expires no later than the
 token's ``exp`` and at most :data:`MAX_ENTRY_SECONDS` after it was verified
 (so a key removed from a key set stops admitting cached tokens soon).
 Only successes are cached; failures always go through full verification.
+Each entry remembers the generation of the key set that verified it; when a
+remote key set changes (a key is removed or replaced), older entries are no
+longer served.
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ class VerifiedCache:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._entries: OrderedDict[tuple[str, str], tuple[float, Mapping[str, Any]]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], tuple[float, int, Mapping[str, Any]]] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
-    def get(self, provider: str, token: str, now: float) -> Mapping[str, Any] | None:
+    def get(self, provider: str, token: str, now: float, generation: int = 0) -> Mapping[str, Any] | None:
         if not self.size:
             return None
         key = (provider, token)
@@ -33,8 +36,8 @@ class VerifiedCache:
         if entry is None:
             self.misses += 1
             return None
-        expires, claims = entry
-        if now >= expires:
+        expires, gen, claims = entry
+        if now >= expires or gen != generation:
             del self._entries[key]
             self.misses += 1
             return None
@@ -42,7 +45,8 @@ class VerifiedCache:
         self.hits += 1
         return claims
 
-    def put(self, provider: str, token: str, claims: Mapping[str, Any], now: float) -> None:
+    def put(self, provider: str, token: str, claims: Mapping[str, Any], now: float,
+            generation: int = 0) -> None:
         if not self.size:
             return
         expires = now + MAX_ENTRY_SECONDS
@@ -52,7 +56,7 @@ class VerifiedCache:
         if expires <= now:
             return
         key = (provider, token)
-        self._entries[key] = (expires, claims)
+        self._entries[key] = (expires, generation, claims)
         self._entries.move_to_end(key)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)

@@ -20,6 +20,7 @@ The rules, in short:
 
 from __future__ import annotations
 
+import hashlib
 import weakref
 from typing import Any, Callable
 
@@ -92,6 +93,9 @@ class RemoteKeySet:
         self.next_allowed = 0.0
         self.last_error: str | None = None
         self.fetch_count = 0
+        #: bumped whenever a fetched document differs from the previous one
+        self.generation = 0
+        self._digest: bytes | None = None
         self._inflight: Deferred[bool] | None = None
         self._next_address = 0
 
@@ -193,6 +197,7 @@ class RemoteKeySet:
             try:
                 body = await self._get_with_timeout(reactor, host, port)
                 result = parse_remote_body(body)
+                digest = hashlib.sha256(body).digest()
             except KeyProblem as exc:
                 errors.append(f"{host}:{port}: {exc}")
                 self._next_address = (self._next_address + i + 1) % len(addresses)
@@ -203,6 +208,9 @@ class RemoteKeySet:
                 continue
             old = {k.kid for k in self.keys} if self.keys is not None else None
             self.keys = result.keys
+            if digest != self._digest:
+                self._digest = digest
+                self.generation += 1
             self.fetched_at = self._now()
             self.failures = 0
             self.next_allowed = 0.0

@@ -91,11 +91,14 @@ def b64(data: bytes | str | Any) -> str:
 
 def token(kind: str = "rsa", n: int = 0, iss: str = ISSUER, sub: str = "alice",
           ttl: int = 3600, kid: str | None = "", alg: str | None = None, **claims: Any) -> str:
-    """A token signed by key ``(kind, n)``. ``kid=""`` (default) uses the
-    key's thumbprint; None sends no kid; anything else is sent as is."""
-    use_kid = None if kid == "" else ("" if kid is None else kid)
-    t = tools.mint_token(private_pem(kind, n), iss, sub, claims, ttl, kid=use_kid, algorithm=alg)
-    return t
+    """A token signed by key ``(kind, n)`` with iat = now and exp = now + ttl.
+    ``kid=""`` (default) uses the key's thumbprint (as ``twistgw token``
+    does); None sends no kid; anything else is sent as is. (Signs with the
+    key object: loading a PEM private key each time costs ~70 ms.)"""
+    t = now()
+    payload = {k: v for k, v in claims.items()}
+    payload.update({"iss": iss, "sub": sub, "iat": t, "exp": t + ttl})
+    return signed(payload, kind=kind, n=n, alg=alg, kid=kid)
 
 
 def raw_token(header: Any, payload: Any, signature: bytes | str = b"sig") -> str:
@@ -215,11 +218,14 @@ class KeySetResource(resource.Resource):
 
 
 class KeySetServer:
-    def __init__(self) -> None:
+    """A real HTTP server on loopback serving :class:`KeySetResource`
+    (``port=0`` picks a free port; pass a port to come back on it)."""
+
+    def __init__(self, port: int = 0) -> None:
         self.resource = KeySetResource()
         self.site = server.Site(self.resource)
         self.site.log = lambda request: None  # type: ignore[method-assign]
-        self.listening = reactor.listenTCP(0, self.site, interface="127.0.0.1")
+        self.listening = reactor.listenTCP(port, self.site, interface="127.0.0.1")
         self.port = self.listening.getHost().port
 
     @property
