@@ -42,8 +42,20 @@ async def settle_resources(fd_baseline: int, fd_slack: int = 6, timeout: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"file descriptors did not return to baseline: {now} open,"
                                  f" baseline {fd_baseline} (+{fd_slack} allowed): "
-                                 f"{sorted(os.listdir('/proc/self/fd'))[-20:]}")
+                                 f"{_describe_fds()}")
         await sleep(0.05)
+
+
+def _describe_fds() -> str:
+    kinds: dict[str, int] = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        kind = target.split(":")[0] if ":" in target else "file"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return ", ".join(f"{k}={n}" for k, n in sorted(kinds.items()))
 
 
 def bearer(tok: str) -> dict[str, str]:
@@ -322,6 +334,14 @@ async def until(predicate: Callable[[], Awaitable[bool]], timeout: float, interv
         if time.monotonic() - start > timeout:
             raise AssertionError(f"not true within {timeout}s")
         await sleep(interval)
+
+
+async def warm(gw_url: Callable[[str], str], requests: list[tuple[str, str, dict[str, str] | None]],
+               workers: int, seconds: float = 0.5) -> LoadResult:
+    """A short load at the test's concurrency, so connection pools reach the
+    size they keep: take resource baselines after this."""
+    end = time.monotonic() + seconds
+    return await load(gw_url, requests, workers, lambda: time.monotonic() > end)
 
 
 def summary(outcomes: Iterable[Outcome]) -> str:
