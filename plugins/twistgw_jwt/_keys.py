@@ -151,6 +151,9 @@ def parse_jwk(jwk: Mapping[str, Any], where: str = "key") -> VerifyKey | None:
         raise KeyProblem(f"{where}: [kty] is missing or not a string")
     if kty == "oct":
         return None  # symmetric secrets are never used: HMAC is not accepted
+    if "d" in jwk:
+        raise KeyProblem(f"{where}: this JWK holds a private key; publish the public key only"
+                         " (`twistgw keys PUBLIC.pem`)")
     use = jwk.get("use")
     if use is not None and use != "sig":
         return None

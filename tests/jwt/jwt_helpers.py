@@ -27,9 +27,13 @@ URL = "http://api.example.com/api/pets"
 # ---------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
 def private_key(kind: str = "rsa", n: int = 0) -> Any:
     """``kind``: rsa, rsa1024, ec256, ec384, ec521, ed25519. ``n`` picks another key."""
+    return _private_key(kind, n)
+
+
+@functools.lru_cache(maxsize=None)
+def _private_key(kind: str, n: int) -> Any:
     if kind == "rsa":
         return rsa.generate_private_key(public_exponent=65537, key_size=2048)
     if kind == "rsa1024":
