@@ -182,7 +182,7 @@ def _upstream(name: str, port: int) -> dict[str, Any]:
             "spec": {"static": {"hosts": [{"addr": "127.0.0.1", "port": port}]}}}
 
 
-def _route(prefix: str, upstream: str = "backend", **options: Any) -> dict[str, Any]:
+def route(prefix: str, upstream: str = "backend", **options: Any) -> dict[str, Any]:
     r: dict[str, Any] = {"matchers": [{"prefix": prefix}],
                          "routeAction": {"single": {"upstream": {"name": upstream, "namespace": "default"}}}}
     if options:
@@ -231,30 +231,33 @@ def ldap_docs(address: str, request_timeout: str = "500ms", connect_timeout: str
 def config_yaml(backend_port: int, *, jwt: dict[str, Any] | None = None, rbac: bool = False,
                 ldap_address: str | None = None, jwks_port: int | None = None,
                 slow_timeout: str | None = None, extra_upstreams: dict[str, int] | None = None,
-                ldap_options: dict[str, Any] | None = None) -> str:
+                ldap_options: dict[str, Any] | None = None,
+                extra_routes: list[dict[str, Any]] | None = None) -> str:
     """One VirtualService (``*``) with routes, in this order:
 
     ``/open`` no auth; ``/slow`` (when ``slow_timeout``) no auth with
     ``options.timeout``; ``/jwt`` the ``jwt`` options; ``/rbac`` jwt + RBAC
     (GET with claim ``role: admin``); ``/ldap`` extauth (AuthConfig ``ldap``);
-    ``/`` protected by jwt when given, else open.
+    ``extra_routes`` (see :func:`route`); ``/`` protected by jwt when given,
+    else open.
     """
     docs: list[dict[str, Any]] = [_upstream("backend", backend_port)]
     if jwks_port is not None:
         docs.append(_upstream("jwks", jwks_port))
     for name, port in (extra_upstreams or {}).items():
         docs.append(_upstream(name, port))
-    routes = [_route("/open")]
+    routes = [route("/open")]
     if slow_timeout:
-        routes.append(_route("/slow", timeout=slow_timeout))
+        routes.append(route("/slow", timeout=slow_timeout))
     if jwt is not None:
-        routes.append(_route("/jwt", jwt=jwt))
+        routes.append(route("/jwt", jwt=jwt))
         if rbac:
-            routes.append(_route("/rbac", jwt=jwt, rbac=RBAC_ADMIN_GET))
+            routes.append(route("/rbac", jwt=jwt, rbac=RBAC_ADMIN_GET))
     if ldap_address is not None:
-        routes.append(_route("/ldap", extauth={"configRef": {"name": "ldap", "namespace": "default"}}))
+        routes.append(route("/ldap", extauth={"configRef": {"name": "ldap", "namespace": "default"}}))
         docs.extend(ldap_docs(ldap_address, **(ldap_options or {})))
-    routes.append(_route("/", **({"jwt": jwt} if jwt is not None else {})))
+    routes.extend(extra_routes or [])
+    routes.append(route("/", **({"jwt": jwt} if jwt is not None else {})))
     docs.append({"apiVersion": "gateway.vendor.io/v1", "kind": "VirtualService",
                  "metadata": {"name": "vs", "namespace": "default"},
                  "spec": {"virtualHost": {"domains": ["*"], "routes": routes}}})
