@@ -276,3 +276,12 @@ def claims(**extra: Any) -> dict[str, Any]:
     """A valid payload for ISSUER at the real current time."""
     t = now()
     return {"iss": ISSUER, "sub": "alice", "iat": t, "exp": t + 3600, **extra}
+
+
+def _stop_deferred(self: KeySetServer) -> Any:
+    from twisted.internet import defer
+
+    return defer.ensureDeferred(self.stop())
+
+
+KeySetServer.stop_deferred = _stop_deferred  # type: ignore[attr-defined]
