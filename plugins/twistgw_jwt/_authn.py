@@ -29,6 +29,16 @@ DECISIONS = Counter(
 )
 
 
+_outcomes: dict[str, Any] = {}
+
+
+def _count(outcome: str) -> None:
+    child = _outcomes.get(outcome)
+    if child is None:
+        child = _outcomes[outcome] = DECISIONS.labels(outcome)
+    child.inc()
+
+
 class Clock:
     """Wall-clock seconds; tests replace ``now``."""
 
@@ -102,15 +112,15 @@ def _realm(ctx: RequestContext) -> str:
 def deny(ctx: RequestContext, opts: CompiledJwt, failure: Failure) -> Deny | Allow:
     if failure is T.MISSING:
         if opts.policy != "REQUIRE_VALID":
-            DECISIONS.labels("allowed_missing").inc()
+            _count("allowed_missing")
             return Allow(f"no JWT; validationPolicy {opts.policy}")
         value = f'Bearer realm="{_realm(ctx)}"'
     else:
         if opts.policy == "ALLOW_MISSING_OR_FAILED":
-            DECISIONS.labels("allowed_failed").inc()
+            _count("allowed_failed")
             return Allow(f"JWT not accepted ({failure.message}); validationPolicy {opts.policy}")
         value = f'Bearer realm="{_realm(ctx)}", error="invalid_token"'
-    DECISIONS.labels(failure.code).inc()
+    _count(failure.code)
     return Deny(failure.status, failure.message.encode("ascii"),
                 headers=((b"www-authenticate", value.encode("latin-1")),),
                 reason=f"jwt: {failure.message}")
@@ -157,7 +167,7 @@ def succeed(ctx: RequestContext, opts: CompiledJwt, provider: Provider,
             ctx.headers.addRawHeader(c.header, data)
         else:
             ctx.headers.setRawHeaders(c.header, [data])
-    DECISIONS.labels("ok_cached" if cached else "ok").inc()
+    _count("ok_cached" if cached else "ok")
     return Allow(f"JWT verified by provider {provider.name}" + (" (cached)" if cached else ""))
 
 

@@ -236,15 +236,18 @@ def _no_duplicates(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _bad_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_bad_constant)
+
+
 def loads_json(data: bytes | str) -> Any:
     """Strict JSON: UTF-8 only, no duplicate members, no NaN/Infinity."""
     if isinstance(data, bytes):
         data = data.decode("utf-8")
-
-    def _bad_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
-    return json.loads(data, object_pairs_hook=_no_duplicates, parse_constant=_bad_constant)
+    return _DECODER.decode(data)
 
 
 def parse_local_key(text: str, where: str = "key") -> KeyParseResult:
