@@ -146,9 +146,19 @@ def _claim_text(value: Any) -> bytes | None:
     return data
 
 
+def _copy_json(value: Any) -> Any:
+    """A deep copy of JSON data (dicts, lists, scalars), so a plugin changing
+    its ``ctx.claims`` never changes a cached entry."""
+    if isinstance(value, dict):
+        return {k: _copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(v) for v in value]
+    return value
+
+
 def succeed(ctx: RequestContext, opts: CompiledJwt, provider: Provider,
             claims: Mapping[str, Any], where: tuple[int, ...], cached: bool) -> Allow:
-    ctx.claims = dict(claims)
+    ctx.claims = _copy_json(claims)
     ctx.claims_provider = provider.name
     sub = claims.get("sub")
     ctx.principal = sub if isinstance(sub, str) else None

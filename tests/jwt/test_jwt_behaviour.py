@@ -389,7 +389,7 @@ def verifications(monkeypatch):
 async def test_cache_hit_skips_verification(clock, verifications):
     t = make_tester({"providers": {"main": local_provider(claimsToHeaders=[
         {"claim": "sub", "header": "x-user"}])}})
-    tok = signed({"iss": ISSUER, "sub": "alice", "exp": clock["now"] + 600})
+    tok = signed({"iss": ISSUER, "sub": "alice", "exp": clock["now"] + 600, "groups": ["dev"]})
     for i in range(5):
         r = await t.request("GET", URL, headers={**bearer(tok), "x-user": "forged"})
         assert r.status == 200
@@ -397,7 +397,9 @@ async def test_cache_hit_skips_verification(clock, verifications):
         assert r.forwarded_headers.getRawHeaders(b"authorization") is None
         assert r.forwarded_headers.getRawHeaders(b"x-user") == [b"alice"]
         assert r.ctx.claims["sub"] == "alice" and r.ctx.claims_provider == "main"
+        assert r.ctx.claims["groups"] == ["dev"]
         r.ctx.claims["sub"] = "mallory"  # a later plugin scribbling on its copy
+        r.ctx.claims["groups"].append("admins")
     assert verifications == [tok]
     step = r.trace[0]
     assert "(cached)" in step[2].reason
