@@ -53,9 +53,23 @@ class Client(LDAPClient):
         self.lost: defer.Deferred[None] = defer.Deferred()
 
     def handle(self, msg: Any) -> None:
-        if msg.id != 0 and msg.id not in self.onwire:
+        # ldaptor's handle() deletes the request *after* firing its Deferred;
+        # our callbacks may abort the connection (clearing onwire) meanwhile.
+        if msg.id == 0:
+            self.unsolicitedNotification(msg.value)
+            return
+        entry = self.onwire.get(msg.id)
+        if entry is None:
             return  # an answer to a request we gave up on
-        super().handle(msg)
+        d, return_controls, handler, args, kwargs = entry
+        if handler is None:
+            del self.onwire[msg.id]
+            d.callback((msg.value, msg.controls) if return_controls else msg.value)
+            return
+        done = (handler(msg.value, msg.controls, *args, **kwargs) if return_controls
+                else handler(msg.value, *args, **kwargs))
+        if done:
+            self.onwire.pop(msg.id, None)
 
     def connectionLost(self, reason: Failure = Failure(error.ConnectionDone())) -> None:
         self.connected = 0

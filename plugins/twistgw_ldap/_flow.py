@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import os
@@ -211,6 +212,15 @@ def read_basic(ctx: RequestContext) -> tuple[str, bytes] | str:
 # ---------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse_value(text: str) -> Any:
+    """Membership values repeat across requests; parse each once."""
+    try:
+        return parse_dn(text)
+    except InvalidDN:
+        return None
+
+
 def _member_of(cfg: LdapConfig, entries: list[Any]) -> bool:
     wanted = cfg.membership_attribute.lower()
     for entry in entries:
@@ -220,11 +230,8 @@ def _member_of(cfg: LdapConfig, entries: list[Any]) -> bool:
                 continue
             for v in values:
                 text = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-                try:
-                    if parse_dn(text) in cfg.allowed_groups:
-                        return True
-                except InvalidDN:
-                    continue
+                if len(text) <= 4096 and _parse_value(text) in cfg.allowed_groups:
+                    return True
     return False
 
 
