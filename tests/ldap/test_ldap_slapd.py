@@ -444,3 +444,33 @@ async def test_ldaps_and_starttls_with_a_private_ca(slapd_factory: Any) -> None:
     tester = make_tester(ldap_config(server.url, cacheTtl=0, startTLS=True,
                                      tls={"caFile": ca, "serverName": "ldap.other.org"}))
     assert_empty(await tester.request("GET", URL, headers=basic("alice", "alice-pw")), 503)
+
+
+@pytest_twisted.ensureDeferred
+async def test_reload_shrinking_the_pool_mid_flight(slapd_open: Any) -> None:
+    """A reload that lowers pool.maxSize while requests hold connections: the
+    surplus connections are closed on release, requests are unaffected, and
+    nothing is logged as an unhandled error."""
+    from twisted.logger import globalLogPublisher
+
+    failures: list[Any] = []
+
+    def observer(event: dict[str, Any]) -> None:
+        if event.get("log_failure") is not None or event.get("isError"):
+            failures.append(event)
+
+    globalLogPublisher.addObserver(observer)
+    try:
+        big = make_tester(ldap_config(slapd_open.url, cacheTtl=0, pool={"maxSize": 16, "initialSize": 0}))
+        pending = [defer.Deferred.fromCoroutine(big.request("GET", URL, headers=basic("alice", "alice-pw")))
+                   for _ in range(48)]
+        await sleep(0.005)
+        small = make_tester(ldap_config(slapd_open.url, cacheTtl=0, pool={"maxSize": 2, "initialSize": 0}))
+        results = await defer.gatherResults(pending)
+        assert [r.status for r in results] == [200] * 48
+        assert (await small.request("GET", URL, headers=basic("bob", "bob-pw"))).status == 403
+        pool = _flow.STATE.pools[small.snapshot.plugin_compiled["extauth"][0].configs[0].target]
+        assert pool.max_size == 2 and pool.size <= 2
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    assert failures == []
