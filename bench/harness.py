@@ -772,16 +772,17 @@ class Bench:
     def profile(self, name: str) -> str:
         """py-spy on a twistgw scenario under load; returns a text summary."""
         target = self.targets.get(name)
-        if target is None or target.pid is None:
-            return f"profile: {name} is not running"
+        if target is None or target.pid is None or name == "nginx-proxy":
+            return f"profile: {name} is not a running Python proxy"
         spy = shutil.which("py-spy") or os.path.join(os.path.dirname(PY), "py-spy")
         if not os.path.exists(spy):
             return "profile: py-spy not found (pip install py-spy)"
         os.makedirs(RESULTS, exist_ok=True)
         raw = os.path.join(RESULTS, f"profile-{name}.txt")
         seconds = max(5.0, self.args.duration)
-        spy_proc = subprocess.Popen([spy, "record", "--pid", str(target.pid), "--rate", "200", "--duration",
-                                     f"{seconds:g}", "--format", "raw", "--output", raw, "--nonblocking"],
+        spy_proc = subprocess.Popen(["taskset", "-c", LOAD_CPU, spy, "record", "--pid", str(target.pid),
+                                     "--rate", str(self.args.profile_rate), "--duration",
+                                     f"{seconds:g}", "--format", "raw", "--output", raw],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
         try:
             time.sleep(1.0)
@@ -797,6 +798,40 @@ class Bench:
         with open(os.path.join(RESULTS, f"profile-{name}.md"), "w") as f:
             f.write(summary)
         return summary
+
+    def soak(self, name: str, seconds: float) -> str:
+        """Load one scenario for a long time and watch its RSS (the target: flat within ±10%)."""
+        target = self.targets.get(name)
+        if target is None or target.pid is None:
+            return f"soak: {name} is not running"
+        self.wrk(target, self.args.warmup)
+        argv = ["taskset", "-c", LOAD_CPU, "wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds:g}s", "--latency"]
+        argv += [x for h in target.headers for x in ("-H", h)]
+        argv.append(f"http://127.0.0.1:{target.port}/bench")
+        wrk = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_die_with_parent)
+        samples = []
+        t0 = time.monotonic()
+        try:
+            while wrk.poll() is None:
+                time.sleep(min(5.0, max(0.5, seconds / 60)))
+                samples.append((time.monotonic() - t0, rss_kib(target.pid)[0]))
+            out, _ = wrk.communicate(30)
+        finally:
+            if wrk.poll() is None:
+                wrk.kill()
+                wrk.wait()
+        w = parse_wrk(out)
+        rss = [kib for _, kib in samples]
+        first, last = rss[0], rss[-1]
+        drift = (last - first) / first * 100
+        spread = (max(rss) - min(rss)) / first * 100
+        text = (f"Soak, {name}, {seconds:g} s under load ({w['requests']:,} requests, {w['rps']:,.0f} req/s,"
+                f" p50 {w['p50_ms']:.2f} ms, p99 {w['p99_ms']:.2f} ms, {w['non2xx']} non-2xx):"
+                f" RSS {first / 1024:.1f} MiB after {samples[0][0]:.0f} s, {last / 1024:.1f} MiB at the end"
+                f" ({drift:+.1f}%), range {min(rss) / 1024:.1f}–{max(rss) / 1024:.1f} MiB ({spread:.1f}% of the"
+                f" first); target ±10%: {'met' if abs(drift) <= 10 and spread <= 20 else 'NOT met'}.\n")
+        return text
 
     def close(self) -> None:
         self.procs.stop_all()
@@ -859,6 +894,10 @@ def summarize_profile(raw: str, top: int = 25) -> str:
         lines.append(f"| {100 * v / total:.1f} | `{k}` |")
     lines += ["", "| inclusive % | function |", "|---:|---|"]
     for k, v in sorted(incl.items(), key=lambda kv: -kv[1])[:top + 15]:
+        lines.append(f"| {100 * v / total:.1f} | `{k}` |")
+    own = [(k, v) for k, v in incl.items() if k.startswith(("twistgw", "plugins/", "prometheus_client/"))]
+    lines += ["", "| inclusive % | twistgw, plugin and metrics code |", "|---:|---|"]
+    for k, v in sorted(own, key=lambda kv: -kv[1])[:top]:
         lines.append(f"| {100 * v / total:.1f} | `{k}` |")
     return "\n".join(lines) + "\n"
 
@@ -1032,6 +1071,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quiet-wait", type=float, default=10.0,
                    help="before each measurement wait up to this many seconds for other work on the"
                         " machine to stop (0: do not wait; default 10)")
+    p.add_argument("--profile-rate", type=int, default=500, help="py-spy samples per second (default 500)")
+    p.add_argument("--soak", metavar="SCENARIO:SECONDS", default="",
+                   help="after measuring, load SCENARIO for SECONDS and report whether its RSS stays flat"
+                        " (the issue's target: ±10%% over 5 minutes, i.e. plain:300)")
     p.add_argument("--gateway-arg", action="append", default=[],
                    help="extra command-line argument for every twistgw process (repeatable)")
     p.add_argument("--update-docs", action="store_true", help="also put the table into docs/performance.md")
@@ -1042,7 +1085,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     unknown = [s for s in args.scenarios if s not in ALL]
     if unknown:
         p.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(ALL)}")
-    for s in args.profile:
+    args.soak_scenario, args.soak_seconds = "", 0.0
+    if args.soak:
+        name, _, secs = args.soak.partition(":")
+        try:
+            args.soak_scenario, args.soak_seconds = name, float(secs or 300)
+        except ValueError:
+            p.error("--soak takes SCENARIO:SECONDS, e.g. plain:300")
+        if name not in ALL or name in ("backend-direct", "jwt-fresh"):
+            p.error(f"--soak: {name!r} is not a scenario that can be soaked")
+    for s in args.profile + ([args.soak_scenario] if args.soak_scenario else []):
+        if s not in ALL:
+            p.error(f"unknown scenario {s!r}")
         if s not in args.scenarios:
             args.scenarios.append(s)
     args.scenarios = [s for s in ALL if s in args.scenarios]
@@ -1077,6 +1131,10 @@ def main(argv: list[str] | None = None) -> int:
         bench.run()
         table = report(bench, time.monotonic() - started)
         profiles = [bench.profile(name) for name in args.profile]
+        if args.soak_scenario:
+            print(f"soaking {args.soak_scenario} for {args.soak_seconds:g} s ...", flush=True)
+            soak = bench.soak(args.soak_scenario, args.soak_seconds)
+            table += "\n" + soak
     except KeyboardInterrupt:
         print("interrupted; stopping everything", file=sys.stderr)
         return 130
