@@ -24,6 +24,11 @@ during which either answer is accepted):
 * 60 %  backend killed, restarted: forwarded kinds → 503
 * 77 %  slapd frozen (SIGSTOP), resumed: LDAP kinds → 503 after requestTimeout
 
+A request without any HTTP answer (connection error, client timeout) is not
+a decision: it is counted apart, with the load client's own stalls (its event
+loop not running for over 0.5 s, e.g. a machine short of memory) so a busy
+machine can be told from a stuck gateway.
+
 Report: requests, statuses and errors by kind, wrong decisions, p50/p99
 latency (all, and outside fault windows), time to recover after each fault,
 gateway RSS and open FDs over time (sampled every second from /proc), and
@@ -503,6 +508,7 @@ class Soak:
                           key=lambda e: e[0])
         next_sample = 0.0
         readyz_seen: list[tuple[float, str]] = []
+        self.stalls: list[tuple[float, float]] = []
         while time.monotonic() < stop_at:
             t = time.monotonic() - t0
             while timeline and timeline[0][0] <= t:
@@ -513,7 +519,10 @@ class Soak:
                 loop = asyncio.get_running_loop()
                 readyz_seen.append((round(t, 1), await loop.run_in_executor(None, self.readyz)))
                 next_sample += 1.0
+            before = time.monotonic()
             await asyncio.sleep(0.05)
+            if time.monotonic() - before > 0.5:  # the load client itself did not run (machine busy)
+                self.stalls.append((round(before - t0, 1), round(time.monotonic() - before, 2)))
         await asyncio.gather(*tasks)
         self.sample(time.monotonic() - t0)
         self.readyz_seen = readyz_seen
@@ -536,6 +545,7 @@ def analyse(records: list[Record], faults: list[Fault], kinds_: list[Kind], elap
             soak: Soak) -> dict[str, Any]:
     by_name = {k.name: k for k in kinds_}
     wrong: list[dict[str, Any]] = []
+    lost: list[dict[str, Any]] = []
     by_kind: dict[str, dict[str, int]] = {}
     errors: dict[str, int] = {}
     for r in records:
@@ -546,7 +556,9 @@ def analyse(records: list[Record], faults: list[Fault], kinds_: list[Kind], elap
         if r.status is None or r.status >= 500:
             errors[label] = errors.get(label, 0) + 1
         ok = allowed(k, r.start, r.end, faults)
-        if r.status not in ok:
+        if r.status is None:
+            lost.append({"kind": r.kind, "error": r.error, "start": round(r.start, 3), "end": round(r.end, 3)})
+        elif r.status not in ok:
             wrong.append({"kind": r.kind, "status": r.status, "error": r.error, "start": round(r.start, 3),
                           "end": round(r.end, 3), "allowed": sorted(ok)})
     fail_open = [w for w in wrong if w["status"] is not None and 200 <= w["status"] < 300]
@@ -578,6 +590,9 @@ def analyse(records: list[Record], faults: list[Fault], kinds_: list[Kind], elap
         "wrong_decisions": len(wrong),
         "fail_open": len(fail_open),
         "wrong_examples": wrong[:10],
+        "lost": len(lost),
+        "lost_examples": lost[:5],
+        "client_stalls": soak.stalls,
         "errors": dict(sorted(errors.items())),
         "by_kind": by_kind,
         "latency_ms": {"p50": round(percentile(lat_all, 50), 2), "p99": round(percentile(lat_all, 99), 2),
@@ -605,6 +620,8 @@ def render(report: dict[str, Any]) -> str:
         f"twistgw soak: {report['duration_s']} s, concurrency {report['concurrency']}, "
         f"{report['requests']} requests ({report['rps']}/s)",
         f"wrong decisions: {report['wrong_decisions']} (of which 2xx where a denial was due: {report['fail_open']})",
+        f"requests without an HTTP answer (connection error or client timeout): {report['lost']};"
+        f" load-client stalls over 0.5 s (t, seconds): {report['client_stalls']}",
         f"latency ms: p50 {report['latency_ms']['p50']}, p99 {report['latency_ms']['p99']}; outside fault"
         f" windows p50 {report['latency_ms']['p50_outside_faults']}, p99 {report['latency_ms']['p99_outside_faults']}",
         f"gateway RSS MB: first {report['rss_mb']['first']}, peak {report['rss_mb']['peak']},"
@@ -619,6 +636,9 @@ def render(report: dict[str, Any]) -> str:
     ]
     for kind, counts in report["by_kind"].items():
         lines.append(f"  {kind:16} " + ", ".join(f"{s}: {n}" for s, n in sorted(counts.items())))
+    if report["lost_examples"]:
+        lines.append("requests without an answer (first 5):")
+        lines += [f"  {w}" for w in report["lost_examples"]]
     if report["wrong_examples"]:
         lines.append("wrong decisions (first 10):")
         lines += [f"  {w}" for w in report["wrong_examples"]]
@@ -640,6 +660,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.duration < 20:
         ap.error("--duration must be at least 20 s (the fault schedule needs room)")
     soak = Soak(args)
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise SystemExit(f"bench/soak: stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, terminate)  # so the children are stopped too
     try:
         tokens = soak.prepare()
         records, faults, elapsed = asyncio.run(soak.run_load(tokens))
