@@ -113,11 +113,43 @@ class Document:
             path = path[:-1]
 
 
+#: Most nodes a document may expand to once aliases are followed ("billion laughs").
+MAX_EXPANDED_NODES = 200_000
+
+
+def _expanded_size(node: yaml.Node) -> int:
+    """Nodes in the document once every alias is expanded (memoised, so an
+    alias bomb is measured without being expanded)."""
+    sizes: dict[int, int] = {}
+
+    def size(n: yaml.Node) -> int:
+        known = sizes.get(id(n))
+        if known is not None:
+            return known
+        sizes[id(n)] = 1  # a recursive alias counts once
+        total = 1
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                total += size(k) + size(v)
+        elif isinstance(n, yaml.SequenceNode):
+            for v in n.value:
+                total += size(v)
+        total = min(total, MAX_EXPANDED_NODES + 1)
+        sizes[id(n)] = total
+        return total
+
+    return size(node)
+
+
 def _line_map(node: yaml.Node) -> dict[tuple[str | int, ...], int]:
     out: dict[tuple[str | int, ...], int] = {}
+    seen: set[int] = set()
 
     def walk(n: yaml.Node, path: tuple[str | int, ...]) -> None:
         out[path] = n.start_mark.line + 1
+        if id(n) in seen:  # an alias: its lines were recorded where it was defined
+            return
+        seen.add(id(n))
         if isinstance(n, yaml.MappingNode):
             for k, v in n.value:
                 if isinstance(k, yaml.ScalarNode):
@@ -194,6 +226,11 @@ def parse_yaml_text(text: str, filename: str = "<string>") -> tuple[list[Documen
                 node = loader.get_node()
                 if node is None:
                     continue
+                if _expanded_size(node) > MAX_EXPANDED_NODES:
+                    return [], [ConfigIssue(
+                        f"document {index + 1} expands to more than {MAX_EXPANDED_NODES} nodes"
+                        " through aliases; refusing it (an alias bomb?)",
+                        file=filename, document=index, line=node.start_mark.line + 1)]
                 data = loader.construct_document(node)
                 if data is not None:
                     docs.append(Document(filename, index, data, _line_map(node)))
