@@ -3,7 +3,7 @@ the proxy, ``twistgw explain`` and :mod:`twistgw.testing`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import attrs
 from twisted.web.http_headers import Headers
@@ -51,12 +51,16 @@ def split_target(target: bytes) -> tuple[bytes | None, bytes, bytes]:
     return authority, path, query
 
 
-def forward_headers(incoming: Headers) -> Headers:
+def forward_headers(incoming: Headers, connection: Iterable[bytes] | None = None) -> Headers:
     """The end-to-end headers of a request or response, hop-by-hop removed
-    (including every header the ``Connection`` header names)."""
+    (including every header the ``Connection`` header names).
+
+    :param connection: ``Connection`` header values kept apart from
+        ``incoming`` (Twisted's HTTP client files them separately).
+    """
     out = Headers()
     listed: set[bytes] = set()
-    for value in incoming.getRawHeaders(b"connection") or ():
+    for value in list(incoming.getRawHeaders(b"connection") or ()) + list(connection or ()):
         for token in value.split(b","):
             listed.add(token.strip().lower())
     for name, values in incoming.getAllRawHeaders():

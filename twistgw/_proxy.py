@@ -18,6 +18,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import client as webclient
 from twisted.web._newclient import (
+    HTTP11ClientProtocol,
     ParseError,
     RequestGenerationFailed,
     RequestTransmissionFailed,
@@ -53,6 +54,30 @@ class _EndpointFactory:
         return HostnameEndpoint(self.reactor, host, uri.port, timeout=self.connect_timeout)
 
 
+class _ClientProtocol(HTTP11ClientProtocol):
+    """Keeps each response's connection-control headers. Twisted's client
+    parser files ``Connection`` apart from ``response.headers``; without it
+    the headers a ``Connection`` header lists could not be dropped as
+    hop-by-hop."""
+
+    def request(self, request: Any) -> Deferred:
+        before = getattr(self, "_parser", None)
+        d = super().request(request)
+        parser = getattr(self, "_parser", None)
+        if parser is not None and parser is not before:
+            def keep(response: Any) -> Any:
+                response.connection_headers = parser.connHeaders
+                return response
+
+            d.addCallback(keep)
+        return d
+
+
+class _ClientFactory(webclient._HTTP11ClientFactory):
+    def buildProtocol(self, addr: Any) -> _ClientProtocol:
+        return _ClientProtocol(self._quiescentCallback)
+
+
 class Forwarder:
     """Owns the connection pool and the Agent; one per gateway process."""
 
@@ -60,6 +85,7 @@ class Forwarder:
                  idle_timeout: float = 60.0) -> None:
         self.reactor = reactor
         self.pool = webclient.HTTPConnectionPool(reactor, persistent=True)
+        self.pool._factory = _ClientFactory
         self.pool.maxPersistentPerHost = max_per_host
         self.pool.cachedConnectionTimeout = idle_timeout
         self.pool.retryAutomatically = True
@@ -162,7 +188,8 @@ class ResponseRelay(Protocol):
 
 
 def copy_response_headers(response: Any, request: Any) -> None:
-    headers = forward_headers(response.headers)
+    conn = getattr(response, "connection_headers", None)
+    headers = forward_headers(response.headers, conn.getRawHeaders(b"connection") if conn is not None else None)
     out = request.responseHeaders
     for name, values in headers.getAllRawHeaders():
         out.setRawHeaders(name, list(values))
