@@ -128,6 +128,21 @@ class GatewayChannel(http.HTTPChannel):
                 self._headTimer.cancel()
             self._headTimer = None
 
+    def checkPersistence(self, request: Any, version: bytes) -> bool:
+        """Like Twisted's, but reads every ``Connection`` line and splits on
+        commas (Twisted reads only the first line, split on spaces, so
+        ``Connection: a,close`` or a second ``Connection: close`` line kept
+        the connection open)."""
+        tokens = {
+            token.strip().lower()
+            for value in request.requestHeaders.getRawHeaders(b"connection", ())
+            for token in value.split(b",")
+        }
+        if version == b"HTTP/1.1" and b"close" not in tokens:
+            return True
+        request.responseHeaders.setRawHeaders(b"connection", [b"close"])
+        return False
+
     def allHeadersReceived(self) -> None:
         self._cancelHeadTimer()
         req = self.requests[-1]
