@@ -210,6 +210,9 @@ def classify_failure(failure: Failure) -> tuple[int, bytes, str]:
         return 503, b"upstream connect error or disconnect/reset before headers. reset reason: connection timeout", "connect timeout"
     if failure.check(ResponseNeverReceived, ResponseFailed, RequestTransmissionFailed, RequestGenerationFailed):
         reasons = getattr(failure.value, "reasons", []) or []
+        # Agent reports a cancelled request (our response timeout) wrapped.
+        if any(isinstance(r, Failure) and r.check(DeferTimeout, CancelledError) for r in reasons):
+            return 504, b"upstream request timeout", "timeout"
         for r in reasons:
             if isinstance(r, Failure) and (r.check(ParseError, ValueError) or "Parse" in type(r.value).__name__):
                 return 502, b"upstream sent a malformed response", "malformed response"
