@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from conftest import http_request
+from gwtest import http_request
 from rbac_helpers import claims_headers, fakejwt
 
 import twistgw_rbac
