@@ -293,7 +293,10 @@ class Gateway:
         if route.prefix_rewrite is not None:
             for m in route.matchers:
                 if m.prefix is not None and path.startswith(m.prefix):
-                    path = route.prefix_rewrite + path[len(m.prefix):]
+                    rest = path[len(m.prefix):]
+                    if route.prefix_rewrite.endswith("/") and rest.startswith("/"):
+                        rest = rest[1:]  # "/" for "/api" on "/api/x" is "/x", not "//x"
+                    path = route.prefix_rewrite + rest
                     if not path.startswith("/"):
                         path = "/" + path
                     break
