@@ -101,6 +101,8 @@ class SeenRequest:
     #: set to True when the client (the gateway) went away before the answer
     aborted: bool = False
     finished: bool = False
+    #: bytes of body written so far by ``/_stream``
+    body_sent: int = 0
 
     def header(self, name: bytes) -> list[bytes] | None:
         for n, values in self.headers:
@@ -113,8 +115,9 @@ class _Streamer:
     """A push producer writing ``size`` bytes in ``chunk``-sized pieces,
     one piece per ``delay`` seconds, honouring pause/resume (back-pressure)."""
 
-    def __init__(self, request: server.Request, size: int, chunk: int, delay: float) -> None:
+    def __init__(self, request: server.Request, size: int, chunk: int, delay: float, seen: SeenRequest) -> None:
         self.request = request
+        self.seen = seen
         self.left = size
         self.chunk = chunk
         self.delay = delay
@@ -140,6 +143,7 @@ class _Streamer:
                 break
             n = min(self.chunk, self.left)
             self.left -= n
+            self.seen.body_sent += n
             self.request.write(self.piece if n == self.chunk else self.piece[:n])
         if self.left <= 0:
             self.stopped = True
@@ -247,7 +251,7 @@ class EchoBackend(resource.Resource):
             size = int(args.get("size", "1000000"))
             if args.get("chunked") != "1":
                 request.setHeader(b"content-length", b"%d" % size)
-            _Streamer(request, size, int(args.get("chunk", "65536")), int(args.get("delay_ms", "0")) / 1000)
+            _Streamer(request, size, int(args.get("chunk", "65536")), int(args.get("delay_ms", "0")) / 1000, seen)
             return server.NOT_DONE_YET
         if path == b"/_hang":
             return server.NOT_DONE_YET
@@ -370,6 +374,8 @@ class _RawServerProtocol(protocol.Protocol):
         if self.answered or b"\r\n\r\n" not in self.received:
             return
         self.answered = True
+        if self.factory.pause_reading:
+            self.transport.pauseProducing()
         reply = self.factory.reply
         if callable(reply):
             reply = reply(self.received)
@@ -393,14 +399,17 @@ class RawServer(protocol.ServerFactory):
     * a callable ``f(received_bytes)`` returning one of the above.
 
     ``received`` collects every byte received, ``connections`` every
-    connection; ``port`` is the listening port.
+    connection; ``port`` is the listening port. With ``pause_reading`` the
+    server stops reading once a request head has arrived (a stalled
+    upstream: the sender's buffers fill up).
     """
 
     protocol = _RawServerProtocol
 
-    def __init__(self, reply: Any, close_after: bool = True) -> None:
+    def __init__(self, reply: Any, close_after: bool = True, pause_reading: bool = False) -> None:
         self.reply = reply
         self.close_after = close_after
+        self.pause_reading = pause_reading
         self.received: list[bytes] = []
         self.connections: list[_RawServerProtocol] = []
         self.listening: Any = None
@@ -413,11 +422,12 @@ class RawServer(protocol.ServerFactory):
 
 @pytest.fixture
 def raw_server() -> Any:
-    """``raw_server(reply, close_after=True)`` → a listening :class:`RawServer`."""
+    """``raw_server(reply, close_after=True, pause_reading=False)`` → a
+    listening :class:`RawServer`."""
     started: list[RawServer] = []
 
-    def start(reply: Any, close_after: bool = True) -> RawServer:
-        f = RawServer(reply, close_after)
+    def start(reply: Any, close_after: bool = True, pause_reading: bool = False) -> RawServer:
+        f = RawServer(reply, close_after, pause_reading)
         f.listening = reactor.listenTCP(0, f, interface="127.0.0.1")
         f.port = f.listening.getHost().port
         started.append(f)
@@ -688,13 +698,15 @@ class RawResult:
             return None
         return int(self.data.split(b" ", 2)[1])
 
-    def responses(self) -> list["RawResponse"]:
-        return parse_responses(self.data)
+    def responses(self, methods: Sequence[str] = ()) -> list["RawResponse"]:
+        return parse_responses(self.data, methods)
 
 
 class _RawClient(protocol.Protocol):
     def __init__(self, pieces: Sequence[bytes], delay: float, timeout: float,
-                 until: Callable[[bytes], bool] | None, half_close: bool) -> None:
+                 until: Callable[[bytes], bool] | None, half_close: bool, keep: int | None = None) -> None:
+        self.keep = keep
+        self.count = 0
         self.pieces = list(pieces)
         self.delay = delay
         self.timeout = timeout
@@ -727,7 +739,9 @@ class _RawClient(protocol.Protocol):
         self.transport.abortConnection()
 
     def dataReceived(self, data: bytes) -> None:
-        self.buf += data
+        self.count += len(data)
+        if self.keep is None or len(self.buf) < self.keep:
+            self.buf += data
         if self.until is not None and not self.finished and self.until(self.buf):
             self.finished = True
             self.transport.abortConnection()
@@ -752,10 +766,12 @@ async def raw_exchange(port: int, data: bytes | Sequence[bytes], timeout: float 
     return await proto.done
 
 
-async def raw_connect(port: int, host: str = "127.0.0.1") -> Any:
-    """An open connection (a Protocol with ``.transport`` and ``.buf``) that
-    collects what it receives; close it with ``.transport.abortConnection()``."""
-    proto = _RawClient([], 0, 3600, None, False)
+async def raw_connect(port: int, host: str = "127.0.0.1", keep: int | None = None) -> Any:
+    """An open connection (a Protocol with ``.transport``, ``.buf``, ``.count``
+    and ``.done``, a Deferred fired with a :class:`RawResult` on close) that
+    collects what it receives (only the first ``keep`` bytes, if given; all
+    are counted); close it with ``.transport.abortConnection()``."""
+    proto = _RawClient([], 0, 3600, None, False, keep)
     await connectProtocol(TCP4ClientEndpoint(reactor, host, port), proto)
     return proto
 
@@ -774,11 +790,13 @@ class RawResponse:
         return None
 
 
-def parse_responses(data: bytes, head_request: bool = False) -> list[RawResponse]:
+def parse_responses(data: bytes, methods: Sequence[str] = ()) -> list[RawResponse]:
     """Split a byte stream into HTTP/1.x responses (content-length, chunked,
     or read-until-close framing; 1xx responses included). Stops at the
-    first incomplete response."""
+    first incomplete response. ``methods[i]`` is the method of the i-th
+    request (a response to ``HEAD`` has no body)."""
     out: list[RawResponse] = []
+    answered = 0
     while data:
         end = data.find(b"\r\n\r\n")
         if end == -1:
@@ -791,7 +809,12 @@ def parse_responses(data: bytes, head_request: bool = False) -> list[RawResponse
             headers.append((name.strip(), value.strip()))
         r = RawResponse(version, int(status), headers, b"")
         code = r.status
-        if 100 <= code < 200 or code in (204, 304) or head_request:
+        if 100 <= code < 200:
+            out.append(r)
+            continue
+        head_request = answered < len(methods) and methods[answered] == "HEAD"
+        answered += 1
+        if code in (204, 304) or head_request:
             out.append(r)
             continue
         te = (r.header(b"transfer-encoding") or b"").lower()
