@@ -251,6 +251,10 @@ class AdminRoot(resource.Resource):
         self.putChild(b"metrics", _Text(lambda: (200, CONTENT_TYPE_LATEST.encode(), generate_latest(svc.metrics.registry))))
         self.putChild(b"", _Text(lambda: (200, b"text/plain", b"twistgw admin: /healthz /readyz /metrics\n")))
 
+    def getChild(self, path: bytes, request: Any) -> resource.Resource:
+        # Not Twisted's default NoResource (deprecated, and an HTML page).
+        return _Text(lambda: (404, b"text/plain", b"not found; try /healthz /readyz /metrics\n"))
+
     def _ready(self) -> tuple[int, bytes, bytes]:
         if self.svc.gateway.draining:
             return 503, b"text/plain", b"draining\n"
