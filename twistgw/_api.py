@@ -224,6 +224,7 @@ class RequestContext:
         ``sub`` or the LDAP user); shown in the access log.
     :ivar state: a free dict for plugins to share values; key by plugin name.
     :ivar reactor: the reactor, for plugins that do I/O.
+    :ivar scheme: ``"https"`` when the client connection is TLS, else ``"http"``.
     """
 
     __slots__ = (
@@ -241,6 +242,7 @@ class RequestContext:
         "state",
         "reactor",
         "decided_by",
+        "scheme",
     )
 
     def __init__(
@@ -254,7 +256,9 @@ class RequestContext:
         virtual_service: str = "",
         route: str = "",
         reactor: Any = None,
+        scheme: str = "http",
     ) -> None:
+        self.scheme = scheme
         self.method = method
         self.path = path
         self.query = query

@@ -402,6 +402,11 @@ def load_directory(directory: str) -> Config:
     docs, issues = read_documents(directory)
     if issues:
         raise ConfigError(issues)
+    if not any(n.endswith((".yaml", ".yml")) and not n.startswith(".") for n in os.listdir(directory)):
+        # Almost always an accident (a failed copy, a ConfigMap mount in
+        # flux); serving "nothing" would turn every route into a 404.
+        raise ConfigError([ConfigIssue(
+            "the configuration directory has no *.yaml or *.yml files", file=directory)])
     return attrs.evolve(build_config(docs), directory=os.path.abspath(directory))
 
 

@@ -72,7 +72,8 @@ def forward_headers(incoming: Headers, connection: Iterable[bytes] | None = None
 
 
 def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, headers: Headers,
-            client_address: str = "", reactor: Any = None, route_hook: Any = None) -> Prepared | Deny:
+            client_address: str = "", reactor: Any = None, route_hook: Any = None,
+            scheme: str = "http") -> Prepared | Deny:
     """Normalise, find the virtual service and route, and build the context."""
     try:
         authority, raw_path, query = split_target(target)
@@ -97,7 +98,7 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
         return NOT_FOUND
     ctx = RequestContext(
         method.decode("latin-1"), path, query, forward_headers(headers), host,
-        client_address, vs.key, "", reactor,
+        client_address, vs.key, "", reactor, scheme,
     )
     route = route_hook(ctx=ctx, virtual_service=vs) if route_hook is not None else first_route(vs.routes, ctx.method, path)
     if route is None:

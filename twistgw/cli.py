@@ -207,7 +207,11 @@ def cmd_keys(args: argparse.Namespace) -> int:
 def cmd_create_secret(args: argparse.Namespace) -> int:
     from twistgw_ldap.secret import secret_yaml
 
-    text = secret_yaml(args.name, args.namespace, args.username, args.password)
+    try:
+        text = secret_yaml(args.name, args.namespace, args.username, args.password)
+    except ValueError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
     if args.output:
         try:
             with open(args.output, "w") as f:

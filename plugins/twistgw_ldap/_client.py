@@ -11,13 +11,21 @@ requests never see each other's bind state; the next request binds again.
 
 from __future__ import annotations
 
+import socket
+
 from collections import deque
 from typing import Any
 
 from ldaptor.protocols import pureldap
 from ldaptor.protocols.ldap.ldapclient import LDAPClient
 from twisted.internet import defer, error, ssl
-from twisted.internet.endpoints import HostnameEndpoint, connectProtocol, wrapClientTLS
+from twisted.internet.endpoints import (
+    HostnameEndpoint,
+    TCP4ClientEndpoint,
+    TCP6ClientEndpoint,
+    connectProtocol,
+    wrapClientTLS,
+)
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -121,10 +129,25 @@ def tls_options(target: Target) -> Any:
     return ssl.optionsForClientTLS(hostname)
 
 
+def _is_ip(host: str, family: int) -> bool:
+    try:
+        socket.inet_pton(family, host)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 async def connect(reactor: Any, target: Target, timeout: float) -> Client:
     """Open (and for StartTLS, secure) a connection, all within ``timeout``."""
-    endpoint: Any = HostnameEndpoint(reactor, target.host.encode("idna") if not target.host.isascii()
-                                     else target.host, target.port, timeout=timeout)
+    endpoint: Any
+    if _is_ip(target.host, socket.AF_INET):
+        endpoint = TCP4ClientEndpoint(reactor, target.host, target.port, timeout=timeout)
+    elif _is_ip(target.host.strip("[]"), socket.AF_INET6):
+        endpoint = TCP6ClientEndpoint(reactor, target.host.strip("[]"), target.port, timeout=timeout)
+    else:
+        # HostnameEndpoint resolves and races addresses; only worth it for names.
+        endpoint = HostnameEndpoint(reactor, target.host.encode("idna") if not target.host.isascii()
+                                    else target.host, target.port, timeout=timeout)
     if target.scheme == "ldaps":
         endpoint = wrapClientTLS(tls_options(target), endpoint)
     client = Client()
