@@ -7,12 +7,20 @@ measured against this. Usage: bare_proxy.py LISTEN_PORT UPSTREAM_HOST:PORT
 import sys
 
 from twisted.internet import reactor
+from twisted.internet.endpoints import TCP4ClientEndpoint
 from twisted.internet.protocol import Protocol
 from twisted.web import client, http, server
 from twisted.web.resource import Resource
 
 HOP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
        b"transfer-encoding", b"upgrade", b"proxy-authorization", b"proxy-authenticate"}
+
+
+class IPv4Endpoints:
+    """Connect to the literal address: no per-request HostnameEndpoint/IDNA work (as twistgw)."""
+
+    def endpointForURI(self, uri):
+        return TCP4ClientEndpoint(reactor, uri.host.decode("ascii"), uri.port)
 
 
 class Relay(Protocol):
@@ -63,7 +71,7 @@ class Proxy(Resource):
 if __name__ == "__main__":
     pool = client.HTTPConnectionPool(reactor, persistent=True)
     pool.maxPersistentPerHost = 64
-    site = server.Site(Proxy(sys.argv[2], client.Agent(reactor, pool=pool)))
+    site = server.Site(Proxy(sys.argv[2], client.Agent.usingEndpointFactory(reactor, IPv4Endpoints(), pool=pool)))
     site.log = lambda request: None  # no access log, like twistgw --no-access-log
     reactor.listenTCP(int(sys.argv[1]), site, interface="127.0.0.1")
     reactor.run()

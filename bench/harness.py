@@ -52,6 +52,7 @@ PROXY_CPU = "1"  # the proxy under test
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CONNECTIONS = 32
 QUIET = 0.15  # a core is "idle" below this busy fraction (our idle servers included)
+BUSY = 0.10  # a measurement is retried when other processes took more of core 1 than this
 ISSUER = "https://issuer.bench.example"
 DOCS = os.path.join(ROOT, "docs", "performance.md")
 
@@ -726,13 +727,36 @@ class Bench:
                 return busy
 
     def measure(self, name: str, order: int) -> None:
+        """One measured round; retried (up to --retry-busy times) while other
+        processes took more than BUSY of core 1, keeping the cleanest attempt."""
         target = self.targets[name]
-        if self.args.quiet_wait > 0:
-            busy = self.wait_quiet()
-            if busy >= QUIET:
-                self.results[name].notes.append(
-                    f"round {order}: the machine was still busy ({busy:.0%} of a core) after"
-                    f" {self.args.quiet_wait:g} s of waiting")
+        res = self.results[name]
+        best: Run | None = None
+        for attempt in range(1 + self.args.retry_busy):
+            if self.args.quiet_wait > 0:
+                busy = self.wait_quiet()
+                if busy >= QUIET and attempt == 0:
+                    res.notes.append(f"round {order}: the machine was still busy ({busy:.0%} of a core)"
+                                     f" after {self.args.quiet_wait:g} s of waiting")
+            run = self.measure_once(target, order)
+            if best is None or run.core1_others < best.core1_others:
+                best = run
+            if run.core1_others <= BUSY:
+                break
+            print(f"      (core 1 was {run.core1_others:.0%} busy with other processes; measuring again)", flush=True)
+        assert best is not None
+        res.runs.append(best)
+        if target.fresh and self.fresh_offset > self.mat.tokens:
+            note = f"token list wrapped ({self.fresh_offset} requests > {self.mat.tokens} tokens)"
+            if note not in res.notes:
+                res.notes.append(note)
+        if best.non2xx or best.socket_errors:
+            res.notes.append(f"round {order}: {best.non2xx} non-2xx, {best.socket_errors} socket errors")
+        print(f"  [{order}] {name:15s} {best.rps:9.0f} req/s  p50 {best.p50_ms:6.2f} ms  p99 {best.p99_ms:6.2f} ms"
+              + (f"  {best.cpu_us:6.0f} us/req" if best.cpu_us is not None else "")
+              + f"  core0 {best.core0_busy:4.0%}  core1 others {best.core1_others:4.0%}", flush=True)
+
+    def measure_once(self, target: Target, order: int) -> Run:
         self.wrk(target, self.args.warmup)
         pid = target.pid
         cpu0 = cpu_seconds(pid) if pid else None
@@ -745,22 +769,11 @@ class Bench:
         core0 = (busy1[LOAD_CPU] - busy0[LOAD_CPU]) / (t1 - t0)
         others = max(0.0, (busy1[PROXY_CPU] - busy0[PROXY_CPU] - proxy_s) / (t1 - t0))
         rss, hwm = rss_kib(pid) if pid else (None, None)
-        cpu_us = (cpu1 - cpu0) * 1e6 / w["requests"] if pid and w["requests"] else None
-        run = Run(w["requests"], w["seconds"], w["rps"], w["p50_ms"], w["p99_ms"], w["non2xx"],
-                  w["socket_errors"], cpu_us, hwm, rss, order, core0, others)
-        res = self.results[name]
-        res.runs.append(run)
+        cpu_us = proxy_s * 1e6 / w["requests"] if pid and w["requests"] else None
         if target.fresh:
             self.fresh_offset += w["requests"]
-            if self.fresh_offset > self.mat.tokens:
-                note = f"token list wrapped ({self.fresh_offset} requests > {self.mat.tokens} tokens)"
-                if note not in res.notes:
-                    res.notes.append(note)
-        if run.non2xx or run.socket_errors:
-            res.notes.append(f"round {order}: {run.non2xx} non-2xx, {run.socket_errors} socket errors")
-        print(f"  [{order}] {name:15s} {run.rps:9.0f} req/s  p50 {run.p50_ms:6.2f} ms  p99 {run.p99_ms:6.2f} ms"
-              + (f"  {cpu_us:6.0f} us/req" if cpu_us is not None else "")
-            + f"  core0 {core0:4.0%}  core1 others {others:4.0%}", flush=True)
+        return Run(w["requests"], w["seconds"], w["rps"], w["p50_ms"], w["p99_ms"], w["non2xx"],
+                   w["socket_errors"], cpu_us, hwm, rss, order, core0, others)
 
     def run(self) -> None:
         live = [n for n in self.args.scenarios if n in self.targets]
@@ -1071,6 +1084,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quiet-wait", type=float, default=10.0,
                    help="before each measurement wait up to this many seconds for other work on the"
                         " machine to stop (0: do not wait; default 10)")
+    p.add_argument("--retry-busy", type=int, default=2,
+                   help="measure a round again (up to N times) when other processes used more than 10%% of"
+                        " the proxy's core; the cleanest attempt is kept (default 2)")
     p.add_argument("--profile-rate", type=int, default=500, help="py-spy samples per second (default 500)")
     p.add_argument("--soak", metavar="SCENARIO:SECONDS", default="",
                    help="after measuring, load SCENARIO for SECONDS and report whether its RSS stays flat"
