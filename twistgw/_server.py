@@ -37,6 +37,7 @@ class GatewayRequest(http.Request):
     _recorded = False
     _upstream_d: Deferred | None = None
     _relay: ResponseRelay | None = None
+    on_body_complete: Any = None
 
     def __init__(self, channel: Any, queued: Any = http._QUEUED_SENTINEL) -> None:
         super().__init__(channel, queued)
@@ -70,6 +71,9 @@ class GatewayRequest(http.Request):
         self.body_complete = True
         if self.body is not None:
             self.body.finish()
+        if self.on_body_complete is not None:
+            callback, self.on_body_complete = self.on_body_complete, None
+            callback()
         if not self.dispatched:
             self.dispatched = True
             self.gateway.handle(self)
@@ -158,6 +162,12 @@ class GatewayChannel(http.HTTPChannel):
     def dataReceived(self, data: bytes) -> None:
         if self._abandoned:
             return
+        if (self._headTimer is None and self.headTimeout and data and self.line_mode
+                and not self._handlingRequest):
+            # The head deadline runs from the first byte of a request, not
+            # from its first complete line: a request line dribbled one byte
+            # at a time (never a CRLF) must not hold the connection.
+            self._headTimer = self.callLater(self.headTimeout, self._headTimedOut)
         super().dataReceived(data)
 
     def abandonInput(self) -> None:
@@ -197,6 +207,7 @@ class GatewayChannel(http.HTTPChannel):
 
 class GatewayFactory(http.HTTPFactory):
     protocol = GatewayChannel
+    noisy = False
 
     def __init__(self, gateway: "Gateway", timeout: float = 60.0, head_timeout: float = 10.0) -> None:
         super().__init__(timeout=timeout)
@@ -247,7 +258,8 @@ class Gateway:
         peer = request.client
         client_ip = getattr(peer, "host", "") or ""
         prepared = prepare(snapshot, self.plugins, request.method, request.uri, request.requestHeaders,
-                           client_ip, self.reactor, self._route_hook)
+                           client_ip, self.reactor, self._route_hook,
+                           "https" if request.isSecure() else "http")
         if isinstance(prepared, Deny):
             self.respond(request, prepared)
             return
@@ -319,10 +331,28 @@ class Gateway:
             # Only now, after authentication, invite the client to send its body.
             request.channel.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         d = self.forwarder.agent.request(request.method, url, headers, body)
-        d.addTimeout(route.timeout or self.upstream_timeout, self.reactor)
         request._upstream_d = d
         request.upstream_started = self.reactor.seconds()
         d.addCallbacks(self._got_response, self._upstream_failed, callbackArgs=(request,), errbackArgs=(request,))
+        # Like Envoy, the route timeout runs once the client has sent the
+        # whole request: a slow upload is not the upstream's fault.
+        timeout = route.timeout or self.upstream_timeout
+        if body is None or request.body_complete:
+            self._arm_timeout(d, timeout)
+        else:
+            request.on_body_complete = lambda: self._arm_timeout(d, timeout)
+
+    def _arm_timeout(self, d: Deferred, timeout: float) -> None:
+        if d.called:
+            return
+        call = self.reactor.callLater(timeout, d.cancel)
+
+        def disarm(result: Any) -> Any:
+            if call.active():
+                call.cancel()
+            return result
+
+        d.addBoth(disarm)
 
     def _got_response(self, response: Any, request: GatewayRequest) -> None:
         request._upstream_d = None
