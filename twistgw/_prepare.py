@@ -96,8 +96,13 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
     vs = snapshot.hosts.lookup(host)
     if vs is None:
         return NOT_FOUND
+    upstream_headers = forward_headers(headers)
+    if authority is not None:
+        # RFC 9112 §3.2.2: the target's authority replaces Host, so the
+        # upstream sees the host that routing (and authorization) used.
+        upstream_headers.setRawHeaders(b"host", [authority])
     ctx = RequestContext(
-        method.decode("latin-1"), path, query, forward_headers(headers), host,
+        method.decode("latin-1"), path, query, upstream_headers, host,
         client_address, vs.key, "", reactor, scheme,
     )
     route = route_hook(ctx=ctx, virtual_service=vs) if route_hook is not None else first_route(vs.routes, ctx.method, path)
