@@ -78,6 +78,12 @@ class _ClientFactory(webclient._HTTP11ClientFactory):
         return _ClientProtocol(self._quiescentCallback)
 
 
+class _QuietClientFactory(webclient._HTTP11ClientFactory):  # type: ignore[misc]
+    """No "Starting factory" log line for every pooled upstream connection."""
+
+    noisy = False
+
+
 class Forwarder:
     """Owns the connection pool and the Agent; one per gateway process."""
 
@@ -85,6 +91,7 @@ class Forwarder:
                  idle_timeout: float = 60.0) -> None:
         self.reactor = reactor
         self.pool = webclient.HTTPConnectionPool(reactor, persistent=True)
+        self.pool._factory = _QuietClientFactory
         self.pool._factory = _ClientFactory
         self.pool.maxPersistentPerHost = max_per_host
         self.pool.cachedConnectionTimeout = idle_timeout

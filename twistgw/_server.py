@@ -338,13 +338,15 @@ class Gateway:
         # whole request: a slow upload is not the upstream's fault.
         timeout = route.timeout or self.upstream_timeout
         if body is None or request.body_complete:
-            self._arm_timeout(d, timeout)
+            self._arm_timeout(request, d, timeout)
         else:
-            request.on_body_complete = lambda: self._arm_timeout(d, timeout)
+            request.on_body_complete = lambda: self._arm_timeout(request, d, timeout)
 
-    def _arm_timeout(self, d: Deferred, timeout: float) -> None:
-        if d.called:
-            return
+    def _arm_timeout(self, request: GatewayRequest, d: Deferred, timeout: float) -> None:
+        # Not ``d.called``: on a pooled connection the Agent's Deferred has
+        # fired already and waits, paused, on the response.
+        if request._upstream_d is not d:
+            return  # the response (or a failure) arrived already
         call = self.reactor.callLater(timeout, d.cancel)
 
         def disarm(result: Any) -> Any:

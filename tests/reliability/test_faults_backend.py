@@ -75,7 +75,6 @@ TIMEOUT_BUG = ("BUG: an upstream that does not answer within the route timeout g
                " ResponseNeverReceived([CancelledError]) that classify_failure does not map to 504")
 
 
-@pytest.mark.xfail(strict=True, reason=TIMEOUT_BUG)
 @pytest_twisted.ensureDeferred
 async def test_silent_backend_is_504(config_dir: Any, gateway: Any, raw_server: Any) -> None:
     upstream = raw_server(None)  # reads the request, never answers
@@ -169,9 +168,6 @@ async def test_slow_writer_upload_arrives_whole_on_protected_route(
     assert len(backend.requests) == before
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the route timeout runs from the request head, so an upload"
-                                       " slower than options.timeout gets 504 although the upstream"
-                                       " answers at once (Envoy starts it when the request is complete)")
 @pytest_twisted.ensureDeferred
 async def test_route_timeout_does_not_count_the_clients_upload_time(
         backend: Any, config_dir: Any, gateway: Any) -> None:
