@@ -73,15 +73,14 @@ class _ClientProtocol(HTTP11ClientProtocol):
         return d
 
 
-class _ClientFactory(webclient._HTTP11ClientFactory):
-    def buildProtocol(self, addr: Any) -> _ClientProtocol:
-        return _ClientProtocol(self._quiescentCallback)
-
-
-class _QuietClientFactory(webclient._HTTP11ClientFactory):  # type: ignore[misc]
-    """No "Starting factory" log line for every pooled upstream connection."""
+class _ClientFactory(webclient._HTTP11ClientFactory):  # type: ignore[misc]
+    """Builds :class:`_ClientProtocol`; no "Starting factory" log line for
+    every pooled upstream connection."""
 
     noisy = False
+
+    def buildProtocol(self, addr: Any) -> _ClientProtocol:
+        return _ClientProtocol(self._quiescentCallback)
 
 
 class Forwarder:
@@ -91,7 +90,6 @@ class Forwarder:
                  idle_timeout: float = 60.0) -> None:
         self.reactor = reactor
         self.pool = webclient.HTTPConnectionPool(reactor, persistent=True)
-        self.pool._factory = _QuietClientFactory
         self.pool._factory = _ClientFactory
         self.pool.maxPersistentPerHost = max_per_host
         self.pool.cachedConnectionTimeout = idle_timeout
