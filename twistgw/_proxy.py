@@ -198,13 +198,23 @@ def copy_response_headers(response: Any, request: Any) -> None:
     out = request.responseHeaders
     for name, values in headers.getAllRawHeaders():
         out.setRawHeaders(name, list(values))
+    code = response.code
     length = response.length
-    if length is not UNKNOWN_LENGTH and length is not None and request.method != b"HEAD":
-        out.setRawHeaders(b"content-length", [b"%d" % length])
-    elif request.method == b"HEAD":
+    if code == 204 or code < 200:
+        # RFC 9110 §8.6: never a Content-Length on 1xx or 204.
+        out.removeHeader(b"content-length")
+    elif code == 304 or request.method == b"HEAD":
+        # No body follows; Content-Length, if any, describes the
+        # representation: pass the upstream's on, never Twisted's 0.
         cl = response.headers.getRawHeaders(b"content-length")
+        if not cl and conn is not None:
+            cl = conn.getRawHeaders(b"content-length")
         if cl:
             out.setRawHeaders(b"content-length", cl[:1])
+        else:
+            out.removeHeader(b"content-length")
+    elif length is not UNKNOWN_LENGTH and length is not None:
+        out.setRawHeaders(b"content-length", [b"%d" % length])
 
 
 def classify_failure(failure: Failure) -> tuple[int, bytes, str]:

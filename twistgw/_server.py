@@ -404,7 +404,8 @@ class Gateway:
         rh = request.responseHeaders
         if deny.body and deny.content_type:
             rh.setRawHeaders(b"content-type", [deny.content_type])
-        rh.setRawHeaders(b"content-length", [b"%d" % len(deny.body)])
+        if deny.status not in (204, 304):  # RFC 9110 §8.6: no Content-Length on 204
+            rh.setRawHeaders(b"content-length", [b"%d" % len(deny.body)])
         for name, value in deny.headers:
             rh.addRawHeader(name, value)
         request.beforeResponse()
