@@ -38,6 +38,8 @@ RAW_REPLIES: dict[bytes, Any] = {
     b"/raw/reset": b"RESET",
     b"/raw/close": b"",
     b"/raw/hop": HOP_RESPONSE,
+    b"/raw/204": b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n",
+    b"/raw/304": b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nContent-Length: 1234\r\n\r\n",
     b"/raw/badchunk": b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\nabc\r\n",
 }
 
@@ -107,6 +109,8 @@ spec:
       routeAction: {{single: {{upstream: {{name: default-pets-80}}}}}}
     - matchers: [{{prefix: /kubeup}}]
       routeAction: {{single: {{upstream: {{name: kube-pets}}}}}}
+    - matchers: [{{prefix: /direct204}}]
+      directResponseAction: {{status: 204}}
     - matchers: [{{prefix: /direct}}]
       directResponseAction: {{status: 201, body: "made it"}}
     - matchers: [{{prefix: /refused}}]
@@ -473,6 +477,24 @@ async def test_head_and_keep_alive_framing(env: Env) -> None:
     assert r3.status == 200 and r3.body == b""
     assert (r4.status, r4.body) == (201, b"made it")
     assert res.closed
+
+
+@pytest_twisted.ensureDeferred
+async def test_no_body_statuses_framing(env: Env) -> None:
+    req = (b"GET /raw/204 HTTP/1.1\r\nHost: gw.test\r\n\r\n"
+           b"GET /raw/304 HTTP/1.1\r\nHost: gw.test\r\nIf-None-Match: \"v1\"\r\n\r\n"
+           b"GET /direct204 HTTP/1.1\r\nHost: gw.test\r\n\r\n"
+           b"GET /direct HTTP/1.1\r\nHost: gw.test\r\nConnection: close\r\n\r\n")
+    res = await raw_exchange(env.gw.port, req)
+    r204, r304, d204, last = res.responses()
+    for r in (r204, d204):
+        assert r.status == 204 and r.body == b""
+        # RFC 9110 8.6: no Content-Length (and no chunking) on a 204
+        assert r.header(b"content-length") is None and r.header(b"transfer-encoding") is None
+    assert r204.header(b"x-a") == b"1"
+    # 304: the representation's length passes through, not a made-up 0
+    assert (r304.status, r304.header(b"content-length"), r304.header(b"etag")) == (304, b"1234", b'"v1"')
+    assert (last.status, last.body) == (201, b"made it")
 
 
 @pytest_twisted.ensureDeferred
