@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import pytest_twisted
+from twisted.internet import defer
 
 import twistgw
 from gwtest import http_request, raw_connect, raw_exchange, reactor, sleep, wait_for
@@ -51,7 +52,10 @@ def gw(backend: Any, config_dir: Any, gateway: Any) -> Any:
     g = gateway(config_dir(CONFIG.format(port=backend.port)), plugins=[("denyall", DenyAll())],
                 head_timeout=0.5, idle_timeout=1.0)
     g.backend = backend
-    return g
+    yield g
+    # every request object the gateway created was accounted for (no leak)
+    pytest_twisted.blockon(defer.ensureDeferred(
+        wait_for(lambda: g.service.gateway.inflight == 0, timeout=3)))
 
 
 async def still_serving(gw: Any) -> None:
@@ -234,6 +238,15 @@ async def test_slowloris_request_line_times_out(gw: Any) -> None:
     assert res.closed, "a dribbled request line must not hold the connection"
     assert res.status == 408
     assert elapsed < 1.5
+
+
+@pytest_twisted.ensureDeferred
+async def test_slow_upstream_outlasting_head_and_idle_timeouts(gw: Any) -> None:
+    # head_timeout 0.5 s and idle_timeout 1 s apply to the client, not to a
+    # request the gateway is still answering
+    res = await raw_exchange(gw.port, b"GET /_sleep?ms=1300 HTTP/1.1\r\nHost: gw.test\r\n\r\n"
+                             b"GET /next HTTP/1.1\r\nHost: gw.test\r\nConnection: close\r\n\r\n", timeout=5)
+    assert [r.status for r in res.responses()] == [200, 200]
 
 
 @pytest_twisted.ensureDeferred

@@ -168,11 +168,15 @@ class Env:
 
 
 @pytest.fixture
-def env(backend_factory: Any, raw_server: Any, unused_port: int, config_dir: Any, gateway: Any) -> Env:
+def env(backend_factory: Any, raw_server: Any, unused_port: int, config_dir: Any, gateway: Any) -> Any:
     a, b = backend_factory("a"), backend_factory("b")
     raw = raw_server(_raw_reply)
     d = config_dir(CONFIG.format(a=a.port, b=b.port, raw=raw.port, refused=unused_port))
-    return Env(gateway(d), a, b, raw)
+    e = Env(gateway(d), a, b, raw)
+    yield e
+    # every request was accounted for, however it ended (no leak)
+    pytest_twisted.blockon(defer.ensureDeferred(
+        wait_for(lambda: e.gw.service.gateway.inflight == 0, timeout=3)))
 
 
 def seen_json(result: Any) -> dict:
