@@ -10,6 +10,7 @@ from twisted.web.http_headers import Headers
 
 from twistgw._api import Deny, RequestContext
 from twistgw._paths import BadPath, normalise_path
+from twistgw._model import Route
 from twistgw._routing import first_route, host_without_port
 from twistgw._snapshot import RouteRuntime, Snapshot
 
@@ -108,5 +109,7 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
     route = route_hook(ctx=ctx, virtual_service=vs) if route_hook is not None else first_route(vs.routes, ctx.method, path)
     if route is None:
         return NOT_FOUND
+    if not (isinstance(route, Route) and 0 <= route.index < len(vs.routes) and vs.routes[route.index] == route):
+        raise TypeError(f"twistgw_route_match returned {route!r}, not one of the virtual service's routes")
     ctx.route = route.name
     return Prepared(ctx, snapshot.runtime(vs, route))

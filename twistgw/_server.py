@@ -251,6 +251,14 @@ class Gateway:
     # -- dispatch ------------------------------------------------------------
 
     def handle(self, request: GatewayRequest) -> None:
+        try:
+            self._handle(request)
+        except Exception:
+            # e.g. a twistgw_route_match plugin that raised: fail closed with
+            # a 500 rather than dropping the connection without an answer.
+            self._internal_error(Failure(), request)
+
+    def _handle(self, request: GatewayRequest) -> None:
         snapshot = self.snapshot
         if snapshot is None:
             self.respond(request, NOT_READY)
