@@ -680,3 +680,76 @@ async def test_many_sequential_requests_reuse_pooled_connections(env: Env) -> No
     # one backend, persistent pool: far fewer connections than requests
     assert env.a.site.connections_made <= 2
     await sleep(0)
+
+
+class Router:
+    """``twistgw_route_match``: ``x-route: N`` picks route N; ``x-route: raise``
+    raises; ``x-route: garbage`` returns junk; ``x-route: foreign`` returns
+    a route of another virtual service."""
+
+    foreign: Any = None
+
+    @twistgw.hookimpl
+    def twistgw_route_match(self, ctx: Any, virtual_service: Any) -> Any:
+        choice = ctx.header("x-route")
+        if choice is None:
+            return None
+        if choice == "raise":
+            raise RuntimeError("router exploded")
+        if choice == "garbage":
+            return "routes[0]"
+        if choice == "foreign":
+            return self.foreign
+        return virtual_service.routes[int(choice)]
+
+
+ROUTER_CONFIG = """\
+apiVersion: gateway.vendor.io/v1
+kind: VirtualService
+metadata: {name: v}
+spec:
+  virtualHost:
+    domains: [gw.test]
+    routes:
+    - matchers: [{prefix: /a}]
+      directResponseAction: {status: 200, body: route-a}
+    - matchers: [{prefix: /b}]
+      directResponseAction: {status: 200, body: route-b}
+---
+apiVersion: gateway.vendor.io/v1
+kind: VirtualService
+metadata: {name: other}
+spec:
+  virtualHost:
+    domains: [other.test]
+    routes:
+    - matchers: [{prefix: /}]
+      directResponseAction: {status: 200, body: other-0}
+    - matchers: [{prefix: /}]
+      directResponseAction: {status: 200, body: other-1}
+    - matchers: [{prefix: /}]
+      directResponseAction: {status: 200, body: other-2}
+"""
+
+
+@pytest_twisted.ensureDeferred
+async def test_route_match_plugin(config_dir: Any, gateway: Any) -> None:
+    router = Router()
+    gw = gateway(config_dir(ROUTER_CONFIG), plugins=[("router", router)])
+    other = gw.service.snapshot.config.virtual_services[1]
+
+    async def get(path: str, route: str | None) -> Any:
+        headers = {"Host": "gw.test"}
+        if route is not None:
+            headers["x-route"] = route
+        return await http_request("GET", gw.url(path), headers=headers)
+
+    assert (await get("/a", None)).body == b"route-a"  # the core matcher
+    assert (await get("/a", "1")).body == b"route-b"  # the plugin's choice wins
+    for bad in ("raise", "garbage", "foreign"):
+        router.foreign = other.routes[2] if bad == "foreign" else None
+        r = await get("/a", bad)
+        assert (r.status, r.body) == (500, b"Internal Server Error"), bad
+    router.foreign = other.routes[0]  # equal index, but another virtual service's route
+    assert (await get("/a", "foreign")).status == 500
+    assert gw.service.gateway.inflight == 0
