@@ -753,3 +753,31 @@ async def test_route_match_plugin(config_dir: Any, gateway: Any) -> None:
     router.foreign = other.routes[0]  # equal index, but another virtual service's route
     assert (await get("/a", "foreign")).status == 500
     assert gw.service.gateway.inflight == 0
+
+
+class SlowAllow:
+    """``slow: {ms: N}``: admits after N ms (an asynchronous plugin)."""
+
+    @twistgw.hookimpl
+    def twistgw_compile_options(self, options: Any, scope: Any) -> Any:
+        return options["ms"] / 1000
+
+    @twistgw.hookimpl
+    async def twistgw_authenticate(self, ctx: Any, options: Any) -> Any:
+        await sleep(options)
+        return twistgw.Allow()
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest_twisted.ensureDeferred
+async def test_upload_waits_for_an_async_plugin_then_streams_whole(backend: Any, config_dir: Any, gateway: Any,
+                                                                  chunked: bool) -> None:
+    text = ONE_UPSTREAM.format(port=backend.port).replace(
+        "routes: [", "options: {slow: {ms: 300}}\n    routes: [")
+    gw = gateway(config_dir(text), plugins=[("slow", SlowAllow())])
+    body = bytes(range(256)) * 20000  # ~5 MB: far past the pre-decision buffer
+    producer: Any = ChunkedBody(body[i:i + 50000] for i in range(0, len(body), 50000)) if chunked else body
+    r = await http_request("PUT", gw.url("/up"), body=producer, timeout=30)
+    echo = seen_json(r)
+    assert echo["body_length"] == len(body)
+    assert echo["body_sha256"] == hashlib.sha256(body).hexdigest()
