@@ -781,3 +781,24 @@ async def test_upload_waits_for_an_async_plugin_then_streams_whole(backend: Any,
     echo = seen_json(r)
     assert echo["body_length"] == len(body)
     assert echo["body_sha256"] == hashlib.sha256(body).hexdigest()
+
+
+@pytest_twisted.ensureDeferred
+async def test_ipv6_literal_and_hostname_upstreams(backend: Any, config_dir: Any, gateway: Any) -> None:
+    from gwtest import EchoBackend, _TrackingSite, static_upstream_yaml, vs_yaml
+
+    v6 = reactor.listenTCP(0, _TrackingSite(EchoBackend("v6")), interface="::1")
+    try:
+        text = "---\n".join([
+            static_upstream_yaml("byname", [backend.port]).replace("127.0.0.1", "localhost"),
+            static_upstream_yaml("v6", [v6.getHost().port]).replace("127.0.0.1", '"::1"'),
+            vs_yaml(name="n", upstream="byname", domains=["name.test"]),
+            vs_yaml(name="s", upstream="v6", domains=["v6.test"]),
+        ])
+        gw = gateway(config_dir(text))
+        r = await http_request("GET", gw.url("/n"), headers={"Host": "name.test"})
+        assert seen_json(r)["server"] == "backend"
+        r = await http_request("GET", gw.url("/s"), headers={"Host": "v6.test"})
+        assert seen_json(r)["server"] == "v6"
+    finally:
+        await v6.stopListening()
