@@ -802,3 +802,24 @@ async def test_ipv6_literal_and_hostname_upstreams(backend: Any, config_dir: Any
         assert seen_json(r)["server"] == "v6"
     finally:
         await v6.stopListening()
+
+
+def _open_fds() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest_twisted.ensureDeferred
+async def test_failures_leak_no_file_descriptors(env: Env) -> None:
+    paths = ["/refused", "/raw/garbage", "/raw/reset", "/raw/close", "/raw/badchunk", "/_close_mid",
+             "/empty", "/raw/silent"]
+    for p in paths:  # warm up (pool, lazily opened files)
+        await raw_exchange(env.gw.port, env.raw_get(p), timeout=3)
+    await sleep(0.2)
+    baseline = _open_fds()
+    for _ in range(3):
+        for p in paths:
+            await raw_exchange(env.gw.port, env.raw_get(p), timeout=3)
+    await sleep(0.2)
+    assert _open_fds() <= baseline + 2, (baseline, _open_fds())
