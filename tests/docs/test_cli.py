@@ -1,0 +1,138 @@
+"""The ``twistgw`` command as a newcomer uses it: check, explain, token, keys,
+create secret, plugins, --help; exit codes 0 / 1 / 2."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pathlib
+import subprocess
+import sys
+
+import jwt
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ETC = ROOT / "etc"
+PRIVATE = ETC / "demo-keys" / "jwt-private.pem"
+PUBLIC = ETC / "demo-keys" / "jwt-public.pem"
+
+
+def run(*args: str, cwd: str = "/") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "twistgw", *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd)
+
+
+def test_help_everywhere():
+    for args in ([], ["check"], ["explain"], ["token"], ["keys"], ["create", "secret", "authcredentials"]):
+        out = run(*args, "--help")
+        assert out.returncode == 0, (args, out.stderr)
+        assert "usage: twistgw" in out.stdout
+    assert run().returncode == 2  # no command: usage error
+
+
+def test_check_ok_and_verbose():
+    out = run("check", str(ETC), "-v")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "OK: 1 virtual service(s), 3 route(s)" in out.stdout
+    assert "jwt: prefix /jwt chain: jwt -> rbac" in out.stdout
+    assert "ldap: prefix /ldap chain: extauth" in out.stdout
+
+
+def test_check_reports_file_line_resource_field(tmp_path):
+    (tmp_path / "bad.yaml").write_text(
+        "apiVersion: gateway.vendor.io/v1\nkind: VirtualService\nmetadata: {name: x}\n"
+        "spec:\n  virtualHost:\n    routes:\n    - matchers: [{prefix: api}]\n"
+        "      directResponseAction: {status: 200}\n")
+    out = run("check", str(tmp_path))
+    assert out.returncode == 1
+    assert (f"{tmp_path}/bad.yaml: document 1, line 7: VirtualService default/x: "
+            "spec.virtualHost.routes[0].matchers[0].prefix: must start with '/'") in out.stdout
+
+
+def test_check_missing_directory_is_invalid(tmp_path):
+    out = run("check", str(tmp_path / "nope"))
+    assert out.returncode == 1
+    assert "cannot read the configuration directory" in out.stdout
+
+
+def test_token_and_keys_round_trip(tmp_path):
+    out = run("token", "--key", str(PRIVATE), "--iss", "https://demo.twistgw.local", "--sub", "alice",
+              "--claim", "role=admin", "--claim", "level=3", "--claim", 'groups=["a","b"]', "--ttl", "15m")
+    assert out.returncode == 0, out.stderr
+    token = out.stdout.strip()
+    keys = run("keys", "--public", str(PUBLIC))
+    assert keys.returncode == 0, keys.stderr
+    jwks = json.loads(keys.stdout)
+    (key,) = jwks["keys"]
+    assert key["kty"] == "RSA" and key["kid"] == jwt.get_unverified_header(token)["kid"]
+    claims = jwt.decode(token, jwt.PyJWK(key).key, algorithms=["RS256"], issuer="https://demo.twistgw.local")
+    assert claims["sub"] == "alice" and claims["role"] == "admin"
+    assert claims["level"] == 3 and claims["groups"] == ["a", "b"]
+    assert 14 * 60 <= claims["exp"] - claims["iat"] <= 15 * 60
+
+
+@pytest.mark.parametrize("args", [
+    ["--key", "/nonexistent.pem", "--iss", "i", "--sub", "s"],
+    ["--key", str(PRIVATE), "--iss", "i", "--sub", "s", "--ttl", "soon"],
+    ["--key", str(PRIVATE), "--iss", "i", "--sub", "s", "--claim", "novalue"],
+])
+def test_token_usage_errors(args):
+    out = run("token", *args)
+    assert out.returncode == 2
+    assert out.stderr.startswith("twistgw: ") and "Traceback" not in out.stderr
+
+
+def test_create_secret_authcredentials_loads_as_a_secret(tmp_path):
+    out = run("create", "secret", "authcredentials", "--name", "ldap-sa", "--namespace", "auth",
+              "--username", "cn=admin,dc=example,dc=org", "--password", "p:a:ss")
+    assert out.returncode == 0, out.stderr
+    doc = yaml.safe_load(out.stdout)
+    assert doc["type"] == "extauth.vendor.io/accountcredentials"
+    assert doc["metadata"] == {"name": "ldap-sa", "namespace": "auth"}
+    assert base64.b64decode(doc["data"]["password"]) == b"p:a:ss"
+    target = tmp_path / "sa.yaml"
+    out = run("create", "secret", "authcredentials", "--name", "ldap-sa", "--username",
+              "cn=admin,dc=example,dc=org", "--password", "pw", "-o", str(target))
+    assert out.returncode == 0 and target.exists()
+    bad = run("create", "secret", "authcredentials", "--name", "Bad_Name", "--username", "x", "--password", "p")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_plugins_lists_the_shipped_three_in_order():
+    out = run("plugins")
+    assert out.returncode == 0
+    names = [line.split()[0] for line in out.stdout.splitlines()]
+    assert names[:3] == ["extauth", "jwt", "rbac"]
+
+
+def test_explain_jwt_rbac_without_secrets():
+    viewer = run("token", "--key", str(PRIVATE), "--iss", "https://demo.twistgw.local", "--sub", "bob",
+                 "--claim", "role=viewer").stdout.strip()
+    out = run("explain", str(ETC), "GET", "http://localhost/jwt/pets", "-H", f"Authorization: Bearer {viewer}")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Route: jwt (prefix /jwt)" in out.stdout
+    assert "Plugin chain: jwt -> rbac" in out.stdout
+    assert "rbac.authorize: DENY 403 'RBAC: access denied'" in out.stdout
+    assert "admins" in out.stdout  # names the policy that did not match
+    assert viewer not in out.stdout and viewer.split(".")[2] not in out.stdout
+    missing = run("explain", str(ETC), "GET", "http://localhost/jwt/pets")
+    assert missing.returncode == 1 and "DENY 401 'Jwt is missing'" in missing.stdout
+
+
+def test_explain_open_route_and_404():
+    ok = run("explain", str(ETC), "GET", "http://localhost/hello?x=1")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "forwarded to upstream default/echo (127.0.0.1:8081) as /hello?x=1" in ok.stdout
+    bad = run("explain", str(ETC), "GET", "/relative")
+    assert bad.returncode == 2
+
+
+def test_explain_ldap_names_the_failing_step_without_the_password():
+    # no directory is running here: the step that failed is the directory itself
+    auth = base64.b64encode(b"alice:sup3r-s3cret").decode()
+    out = run("explain", str(ETC), "GET", "http://localhost/ldap/", "-H", f"Authorization: Basic {auth}")
+    assert out.returncode == 1
+    assert "extauth.authenticate: DENY" in out.stdout
+    assert "sup3r-s3cret" not in out.stdout and auth not in out.stdout
