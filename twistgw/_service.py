@@ -138,7 +138,7 @@ class GatewayService(service.MultiService):
         if listen == self._echo_listen:
             return
         if self._echo_port is not None:
-            self._echo_port.addCallback(lambda port: port.stopListening())
+            self._echo_port.addCallback(lambda port: port.stopListening() if port is not None else None)
             self._echo_port = None
         self._echo_listen = listen
         if listen:
@@ -216,7 +216,7 @@ class GatewayService(service.MultiService):
             yield self.admin_listener.stopService()
         service.Service.stopService(self)
         if self._echo_port is not None:
-            self._echo_port.addCallback(lambda port: port.stopListening())
+            self._echo_port.addCallback(lambda port: port.stopListening() if port is not None else None)
         yield self.gateway.forwarder.close()
         yield defer.ensureDeferred(self.plugins.unconfigure())
 

@@ -27,6 +27,8 @@ class Options(usage.Options):
         ["idle-timeout", None, "60", "Seconds an idle client connection is kept open."],
         ["head-timeout", None, "10", "Seconds a client has to send a complete request head (slowloris guard)."],
         ["drain-timeout", None, "10", "Seconds to let in-flight requests finish on SIGTERM."],
+        ["workers", "w", "1", "Worker processes sharing the listening sockets ('auto': one per core)."
+         " With more than 1, only tcp:/tcp6: --listen endpoints are supported."],
     ]
     optFlags = [
         ["no-access-log", None, "Do not log one line per request."],
@@ -45,6 +47,12 @@ class Options(usage.Options):
     def postOptions(self) -> None:
         if not self["listen"]:
             self["listen"] = ["tcp:8080"]
+        from twistgw._workers import parse_workers
+
+        try:
+            self["workers"] = parse_workers(str(self["workers"]))
+        except ValueError as exc:
+            raise usage.UsageError(str(exc))
         for name in ("poll-interval", "upstream-timeout", "idle-timeout", "head-timeout", "drain-timeout"):
             try:
                 self[name] = float(self[name])
@@ -56,6 +64,8 @@ def makeService(options: Options) -> IService:
     from twistgw._service import GatewayService
 
     admin = None if options["admin"] in ("none", "") else options["admin"]
+    if options["workers"] > 1:
+        return _workers_service(options, admin)
     svc = GatewayService(
         options["config"],
         listen=options["listen"],
@@ -79,3 +89,33 @@ def makeService(options: Options) -> IService:
         sys.stderr.flush()
         raise SystemExit(1)
     return svc
+
+
+def _workers_service(options: Options, admin: str | None) -> IService:
+    """Validate once here (refuse to start on errors), then supervise workers."""
+    from twistgw._config import load_directory
+    from twistgw._plugins import PluginHost
+    from twistgw._snapshot import build_snapshot
+    from twistgw._workers import WorkersService
+
+    try:
+        build_snapshot(load_directory(options["config"]), PluginHost.create())
+    except ConfigError as exc:
+        sys.stderr.write(
+            f"twistgw: the configuration in {options['config']!r} is invalid;"
+            f" refusing to start. {len(exc.issues)} problem(s):\n"
+        )
+        for issue in exc.issues:
+            sys.stderr.write(f"  {issue}\n")
+        raise SystemExit(1)
+    for description in options["listen"]:
+        if not description.startswith(("tcp:", "tcp6:")):
+            sys.stderr.write(f"twistgw: --listen {description!r}: with --workers only tcp: and tcp6:"
+                             " endpoints are supported\n")
+            raise SystemExit(2)
+    args = ["--config", options["config"]]
+    for name in ("poll-interval", "upstream-timeout", "idle-timeout", "head-timeout", "drain-timeout"):
+        args += [f"--{name}", str(options[name])]
+    if options["no-access-log"]:
+        args.append("--no-access-log")
+    return WorkersService(options["workers"], options["listen"], admin, args)

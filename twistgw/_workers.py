@@ -1,0 +1,217 @@
+"""``--workers N``: several gateway processes serving the same listening sockets.
+
+The parent (supervisor) validates the configuration, opens each ``--listen``
+socket itself, never accepts on them, and spawns N workers. Each worker
+adopts the sockets (``reactor.adoptStreamPort``), loads the configuration,
+watches it for changes and serves, exactly like a single-process gateway;
+the kernel spreads new connections over them. The parent serves the admin
+endpoint: ``/metrics`` aggregates every worker through prometheus-client's
+multiprocess mode, ``/readyz`` is ready while every worker runs. A worker
+that dies is restarted (with backoff). On SIGTERM the parent stops its
+workers with SIGTERM, and each drains its in-flight requests.
+
+Only ``tcp:`` and ``tcp6:`` listen endpoints are supported with workers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from typing import Any, Sequence
+
+from twisted.application import service
+from twisted.application.internet import StreamServerEndpointService
+from twisted.internet import defer, protocol, task
+from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint, serverFromString
+from twisted.logger import Logger
+from twisted.web import resource, server
+
+ENV_DIR = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def parse_workers(value: str) -> int:
+    if value == "auto":
+        return max(1, os.cpu_count() or 1)
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"--workers must be a number or 'auto', got {value!r}") from None
+    if not 1 <= n <= 256:
+        raise ValueError(f"--workers must be between 1 and 256, got {n}")
+    return n
+
+
+def open_listening_socket(reactor: Any, description: str) -> socket.socket:
+    """Bind and listen, without accepting (the workers accept)."""
+    endpoint = serverFromString(reactor, description)
+    if isinstance(endpoint, TCP6ServerEndpoint):
+        family, interface = socket.AF_INET6, endpoint._interface or "::"
+    elif isinstance(endpoint, TCP4ServerEndpoint):
+        family, interface = socket.AF_INET, endpoint._interface or "0.0.0.0"
+    else:
+        raise ValueError(f"--listen {description!r}: with --workers only tcp: and tcp6: endpoints are supported")
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((interface, endpoint._port))
+    sock.listen(endpoint._backlog)
+    sock.setblocking(False)
+    return sock
+
+
+class _Worker(protocol.ProcessProtocol):
+    def __init__(self, supervisor: "WorkersService", index: int) -> None:
+        self.supervisor = supervisor
+        self.index = index
+        self.alive = False
+
+    def connectionMade(self) -> None:
+        self.alive = True
+
+    def processEnded(self, reason: Any) -> None:
+        self.alive = False
+        self.supervisor.worker_ended(self, reason)
+
+
+class WorkersService(service.MultiService):
+    _log = Logger(namespace="twistgw.workers")
+
+    def __init__(self, count: int, listen: Sequence[str], admin: str | None, worker_args: Sequence[str],
+                 reactor: Any = None) -> None:
+        super().__init__()
+        if reactor is None:
+            from twisted.internet import reactor as default_reactor
+
+            reactor = default_reactor
+        self.reactor = reactor
+        self.count = count
+        self.listen = list(listen)
+        self.worker_args = list(worker_args)
+        self.sockets: list[socket.socket] = []
+        self.workers: dict[int, _Worker] = {}
+        self.transports: dict[int, Any] = {}
+        self.stopping = False
+        self._restart_delay: dict[int, float] = {}
+        self.metrics_dir = tempfile.mkdtemp(prefix="twistgw-metrics-")
+        self._ended: dict[int, defer.Deferred] = {}
+        if admin:
+            site = server.Site(_AdminRoot(self))
+            site.log = lambda request: None  # type: ignore[method-assign]
+            StreamServerEndpointService(serverFromString(reactor, admin), site).setServiceParent(self)
+
+    def startService(self) -> None:
+        for description in self.listen:
+            self.sockets.append(open_listening_socket(self.reactor, description))
+        super().startService()
+        for i in range(self.count):
+            self.spawn(i)
+        self._log.info("Started {n} workers on {listen}", n=self.count, listen=self.listen)
+
+    def spawn(self, index: int) -> None:
+        fds = {0: "w", 1: 1, 2: 2}
+        args = [sys.executable, "-m", "twistgw._worker", *self.worker_args]
+        for k, sock in enumerate(self.sockets):
+            fd = 3 + k
+            fds[fd] = sock.fileno()
+            args += ["--fd", f"{fd}:{'6' if sock.family == socket.AF_INET6 else '4'}"]
+        env = dict(os.environ, **{ENV_DIR: self.metrics_dir})
+        worker = _Worker(self, index)
+        self.workers[index] = worker
+        self.transports[index] = self.reactor.spawnProcess(worker, sys.executable, args, env=env, childFDs=fds)
+
+    def worker_ended(self, worker: _Worker, reason: Any) -> None:
+        pid = getattr(self.transports.get(worker.index), "pid", None)
+        if pid is None:
+            pid = "?"
+        try:
+            from prometheus_client import multiprocess
+
+            if isinstance(pid, int):
+                multiprocess.mark_process_dead(pid, self.metrics_dir)
+        except Exception:
+            pass
+        if self.stopping:
+            d = self._ended.pop(worker.index, None)
+            if d is not None:
+                d.callback(None)
+            return
+        delay = min(self._restart_delay.get(worker.index, 0.5) * 2, 30.0)
+        self._restart_delay[worker.index] = delay
+        self._log.error("Worker {i} exited ({reason}); restarting in {delay:.1f}s",
+                        i=worker.index, reason=reason.getErrorMessage(), delay=delay)
+        self.reactor.callLater(delay, self._respawn, worker.index)
+
+    def _respawn(self, index: int) -> None:
+        if not self.stopping:
+            self.spawn(index)
+
+    @defer.inlineCallbacks
+    def stopService(self) -> Any:
+        self.stopping = True
+        waits = []
+        for index, worker in self.workers.items():
+            if worker.alive:
+                self._ended[index] = d = defer.Deferred()
+                waits.append(d)
+                try:
+                    self.transports[index].signalProcess("TERM")
+                except Exception:
+                    pass
+        if waits:
+            timeout = task.deferLater(self.reactor, 30, lambda: None)
+            yield defer.DeferredList([defer.DeferredList(waits), timeout], fireOnOneCallback=True)
+        for index, worker in self.workers.items():
+            if worker.alive:
+                try:
+                    self.transports[index].signalProcess("KILL")
+                except Exception:
+                    pass
+        for sock in self.sockets:
+            sock.close()
+        yield service.MultiService.stopService(self)
+        shutil.rmtree(self.metrics_dir, ignore_errors=True)
+
+    def ready(self) -> bool:
+        return not self.stopping and all(w.alive for w in self.workers.values())
+
+
+class _AdminRoot(resource.Resource):
+    def __init__(self, supervisor: WorkersService) -> None:
+        super().__init__()
+        self.supervisor = supervisor
+        self.putChild(b"healthz", _Leaf(lambda: (200, b"text/plain", b"ok\n")))
+        self.putChild(b"readyz", _Leaf(self._ready))
+        self.putChild(b"metrics", _Leaf(self._metrics))
+
+    def _ready(self) -> tuple[int, bytes, bytes]:
+        alive = sum(w.alive for w in self.supervisor.workers.values())
+        body = f"{alive}/{self.supervisor.count} workers running\n".encode()
+        return (200 if self.supervisor.ready() else 503), b"text/plain", body
+
+    def _metrics(self) -> tuple[int, bytes, bytes]:
+        from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+        from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=self.supervisor.metrics_dir)
+        return 200, CONTENT_TYPE_LATEST.encode(), generate_latest(registry)
+
+
+class _Leaf(resource.Resource):
+    isLeaf = True
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def render_GET(self, request: Any) -> bytes:
+        status, ctype, body = self.fn()
+        request.setResponseCode(status)
+        request.setHeader(b"content-type", ctype)
+        return body
+
+
+__all__ = ["WorkersService", "open_listening_socket", "parse_workers", "signal"]
