@@ -437,7 +437,7 @@ def build_config(docs: list[Document]) -> Config:
         except _Invalid:
             continue
         reader.resource = f"{kind} {namespace}/{name}"
-        source = Source(doc.file, doc.index, doc.line_of(()))
+        source = Source(doc.file, doc.index, doc.line_of(()), doc.lines)
         key3 = (kind, namespace, name)
         if key3 in seen:
             reader.issue(("metadata", "name"), f"duplicate resource: also defined at {seen[key3]}")

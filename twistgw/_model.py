@@ -34,6 +34,16 @@ class Source:
     file: str
     document: int
     line: int | None = None
+    #: field path → line, for pointing at a field inside the document
+    lines: Mapping[tuple[str | int, ...], int] = attrs.field(factory=dict, eq=False, hash=False, repr=False)
+
+    def line_of(self, path: tuple[str | int, ...]) -> int | None:
+        """The line of the deepest known part of ``path``."""
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return self.line
 
     def __str__(self) -> str:
         where = f"{self.file}: document {self.document + 1}"

@@ -120,7 +120,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 reason,
                 file=source.file if source else "",
                 document=source.document if source else None,
-                line=source.line if source else None,
+                line=source.line_of(tuple(path)) if source else None,
                 resource=f"VirtualService {vs.key}",
                 field=path_text(path),
             ))
