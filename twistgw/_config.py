@@ -216,8 +216,48 @@ def read_documents(directory: str) -> tuple[list[Document], list[ConfigIssue]]:
     return docs, issues
 
 
+#: PyYAML's parser slows down quadratically with flow-collection nesting
+#: (3,000 levels of ``[`` take seconds); no real configuration nests this deep.
+MAX_FLOW_NESTING = 100
+
+
+def _flow_nesting(text: str) -> int:
+    """Deepest ``[``/``{`` nesting outside quoted scalars and comments (approximate)."""
+    depth = deepest = 0
+    quote = ""
+    prev = "\n"
+    i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\" and quote == '"':
+                i += 2
+                continue
+            if c == quote:
+                quote = ""
+        elif c in "\"'" and (prev in " \t\n[{,:" or depth):
+            quote = c
+        elif c == "#" and prev in " \t\n":
+            j = text.find("\n", i)
+            i = n if j == -1 else j
+            prev = "\n"
+            continue
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        prev = c
+        i += 1
+    return deepest
+
+
 def parse_yaml_text(text: str, filename: str = "<string>") -> tuple[list[Document], list[ConfigIssue]]:
     docs: list[Document] = []
+    if _flow_nesting(text) > MAX_FLOW_NESTING:
+        return [], [ConfigIssue(f"invalid YAML: brackets nested deeper than {MAX_FLOW_NESTING} levels",
+                                file=filename)]
     try:
         loader = _SafeLoader(text)
         try:
