@@ -15,6 +15,7 @@ import attrs
 import yaml
 
 from twistgw._api import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
+from twistgw.options import type_name as _type_name
 from twistgw._model import (
     DirectResponse,
     EndpointsResource,
@@ -359,11 +360,6 @@ class _Reader:
         return value
 
 
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
 
 
 def parse_duration(value: Any) -> float | None:

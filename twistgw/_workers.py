@@ -30,6 +30,8 @@ from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint, s
 from twisted.logger import Logger
 from twisted.web import resource, server
 
+from twistgw._service import _Text as _Leaf
+
 ENV_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 
@@ -198,20 +200,6 @@ class _AdminRoot(resource.Resource):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=self.supervisor.metrics_dir)
         return 200, CONTENT_TYPE_LATEST.encode(), generate_latest(registry)
-
-
-class _Leaf(resource.Resource):
-    isLeaf = True
-
-    def __init__(self, fn: Any) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def render_GET(self, request: Any) -> bytes:
-        status, ctype, body = self.fn()
-        request.setResponseCode(status)
-        request.setHeader(b"content-type", ctype)
-        return body
 
 
 __all__ = ["WorkersService", "open_listening_socket", "parse_workers", "signal"]

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from twistgw.options import Path, check_fields, require_mapping, type_name
 from twistgw import OptionsError, OptionsScope
 from twistgw_jwt._cache import VerifiedCache
 from twistgw_jwt._keys import KeyProblem, VerifyKey, parse_local_key
@@ -102,27 +103,9 @@ class CompiledJwt:
 # Helpers
 # ---------------------------------------------------------------------------
 
-Path = tuple[str | int, ...]
-
-
-def _mapping(value: Any, path: Path, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise OptionsError(path, f"{what} must be a mapping, got {_kind(value)}")
-    return value
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {str: "a string", bool: "a boolean", int: "a number", float: "a number",
-            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
-
-
-def _only(m: Mapping[str, Any], allowed: tuple[str, ...], path: Path) -> None:
-    for key in m:
-        if key not in allowed:
-            raise OptionsError(path + (str(key),),
-                               f"unknown field; allowed here: {', '.join(allowed)}")
+_mapping = require_mapping
+_kind = type_name
+_only = check_fields
 
 
 def _string(value: Any, path: Path, what: str, allow_empty: bool = False) -> str:

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import attrs
 from ldaptor import ldapfilter
+from twistgw.options import type_name
 from twistgw import OptionsError, OptionsScope
 
 from twistgw_ldap._dn import InvalidDN, NormalDN, format_dn, parse_dn
@@ -111,9 +112,7 @@ def parse_duration(value: Any) -> float | None:
     return None
 
 
-def _type_name(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
-            int: "an integer", float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+_type_name = type_name
 
 
 class _Checker:

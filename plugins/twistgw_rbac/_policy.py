@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import attrs
 
+from twistgw.options import Path, check_fields, require_mapping, type_name
 from twistgw import OptionsError
 from twistgw_rbac._regex import SafeRegex, UnsafePattern
 
@@ -165,27 +166,9 @@ class PolicySet:
 # Compilation
 # ---------------------------------------------------------------------------
 
-Path = tuple[str | int, ...]
-
-
-def _mapping(value: Any, path: Path, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise OptionsError(path, f"{what} must be a mapping, got {_kind(value)}")
-    return value
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
-            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
-
-
-def _check_keys(value: Mapping[str, Any], allowed: tuple[str, ...], path: Path) -> None:
-    for key in value:
-        if key not in allowed:
-            raise OptionsError(path + (str(key),),
-                               f"unknown field {key!r}; expected one of: {', '.join(allowed)}")
+_mapping = require_mapping
+_kind = type_name
+_check_keys = check_fields
 
 
 def compile_options(options: Mapping[str, Any]) -> PolicySet:

@@ -38,6 +38,17 @@ def twist_command(tmp: Path) -> tuple[list[str], str]:
     return [sys.executable, "-m", "twisted", "twistgw"], str(REPO)
 
 
+async def stop_process(proc: subprocess.Popen, seconds: float = 10.0) -> None:
+    """SIGTERM, wait (without blocking the reactor), then SIGKILL."""
+    proc.send_signal(signal.SIGTERM)
+    for _ in range(int(seconds / 0.05)):
+        if proc.poll() is not None:
+            return
+        await sleep(0.05)
+    proc.kill()
+    proc.wait()
+
+
 @pytest_twisted.ensureDeferred
 async def test_twist_twistgw_serves_and_proxies(tmp_path: Path, backend: Any, config_dir: Any) -> None:
     d = config_dir(static_upstream_yaml("backend", [backend.port]) + "---\n" + vs_yaml(domains=["*"]))
@@ -66,14 +77,7 @@ async def test_twist_twistgw_serves_and_proxies(tmp_path: Path, backend: Any, co
         ready = await http_request("GET", f"http://127.0.0.1:{admin}/readyz")
         assert ready.status == 200
     finally:
-        proc.send_signal(signal.SIGTERM)
-        for _ in range(100):
-            if proc.poll() is not None:
-                break
-            await sleep(0.05)
-        else:
-            proc.kill()
-            proc.wait()
+        await stop_process(proc)
         log.close()
     # twist re-raises the signal it stopped on, so a clean stop is -SIGTERM
     assert proc.returncode in (0, -signal.SIGTERM), (tmp_path / "twist.log").read_text()

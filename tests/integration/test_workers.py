@@ -13,7 +13,7 @@ from typing import Any
 import pytest_twisted
 
 from gwtest import http_request, raw_connect, reactor, sleep, static_upstream_yaml, vs_yaml
-from test_core_twist import _free_port, twist_command
+from test_core_twist import _free_port, stop_process, twist_command
 
 
 def _children(pid: int) -> list[int]:
@@ -89,14 +89,7 @@ async def test_two_workers_share_the_socket_reload_and_metrics(tmp_path: Path, b
             assert reactor.seconds() < deadline, logpath.read_text()
             await sleep(0.2)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        for _ in range(200):
-            if proc.poll() is not None:
-                break
-            await sleep(0.05)
-        else:
-            proc.kill()
-            proc.wait()
+        await stop_process(proc)
         log.close()
     assert _children(proc.pid) == []
     assert "Traceback" not in logpath.read_text(), logpath.read_text()[-3000:]

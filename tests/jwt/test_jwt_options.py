@@ -49,7 +49,7 @@ def remote(**fields):
     ({"providers": None}, "providers", "required"),
     ({"providers": []}, "providers", "must be a mapping, got a list"),
     ({"providers": {}}, "providers", "at least one provider"),
-    ({"provider": {}}, "provider", "unknown field; allowed here: providers, validationPolicy"),
+    ({"provider": {}}, "provider", "unknown field 'provider'; expected one of: providers, validationPolicy"),
     ({"providers": {"m": local_provider()}, "validationPolicy": "ALLOW_ALL"}, "validationPolicy",
      "must be one of REQUIRE_VALID, ALLOW_MISSING, ALLOW_MISSING_OR_FAILED"),
     ({"providers": {"m": "x"}}, "providers.m", "provider 'm' must be a mapping"),
@@ -163,7 +163,7 @@ def test_route_level_error_names_the_route():
                  "options": {"jwt": {"providers": {"m": local_provider(issuer=7)}}}}
     field, reason = compile_error({"providers": {"m": local_provider()}}, extra_routes=[bad_route])
     assert field == "spec.virtualHost.routes[0].options.jwt.providers.m.issuer"
-    assert "must be a string, got a number" in reason
+    assert "must be a string, got an integer" in reason
 
 
 def test_settings_cache_size_must_be_a_count():

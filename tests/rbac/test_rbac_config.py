@@ -46,7 +46,7 @@ def jp(**jwt: Any) -> dict[str, Any]:
     (jp(claims={"v": 1}, matcher="BOOLEAN"), ".policies.p.principals[0].jwtPrincipal.claims.v",
      "the BOOLEAN matcher needs true or false, got 1"),
     (jp(claims={"level": 1}), ".policies.p.principals[0].jwtPrincipal.claims.level",
-     "must be a string, got a number 1; claims are compared as text under EXACT_STRING"),
+     "must be a string, got an integer 1; claims are compared as text under EXACT_STRING"),
     (jp(claims={"admin": True}), ".policies.p.principals[0].jwtPrincipal.claims.admin",
      "must be a string, got a boolean True"),
     (jp(claims={"sub": None}), ".policies.p.principals[0].jwtPrincipal.claims.sub",
