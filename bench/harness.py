@@ -1084,9 +1084,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quiet-wait", type=float, default=10.0,
                    help="before each measurement wait up to this many seconds for other work on the"
                         " machine to stop (0: do not wait; default 10)")
-    p.add_argument("--retry-busy", type=int, default=2,
+    p.add_argument("--retry-busy", type=int, default=1,
                    help="measure a round again (up to N times) when other processes used more than 10%% of"
-                        " the proxy's core; the cleanest attempt is kept (default 2)")
+                        " the proxy's core; the cleanest attempt is kept (default 1)")
     p.add_argument("--profile-rate", type=int, default=500, help="py-spy samples per second (default 500)")
     p.add_argument("--soak", metavar="SCENARIO:SECONDS", default="",
                    help="after measuring, load SCENARIO for SECONDS and report whether its RSS stays flat"
