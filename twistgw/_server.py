@@ -14,7 +14,7 @@ from twisted.web import http
 from twisted.web.http_headers import Headers
 
 from twistgw._api import Deny, RequestContext
-from twistgw._chain import run_chain
+from twistgw._chain import start_chain
 from twistgw._plugins import PluginHost
 from twistgw._prepare import Prepared, prepare
 from twistgw._proxy import Forwarder, RequestBody, ResponseRelay, classify_failure, copy_response_headers
@@ -56,8 +56,6 @@ class GatewayRequest(http.Request):
     def headersComplete(self, command: bytes, path: bytes, version: bytes) -> None:
         self.method, self.uri, self.clientproto = command, path, version
         self.path = path.split(b"?", 1)[0]
-        self.client = self.channel.getPeer()
-        self.host = self.channel.getHost()
         if self.body is not None:
             # A body is coming: start now so it can stream to the upstream.
             self.dispatched = True
@@ -274,13 +272,17 @@ class Gateway:
         assert isinstance(prepared, Prepared)
         request.ctx = prepared.ctx
         if prepared.runtime.chain:
-            d = Deferred.fromCoroutine(self._authorize(request, prepared.ctx, prepared.runtime))
-            d.addErrback(self._internal_error, request)
+            outcome = start_chain(prepared.runtime.chain, prepared.ctx)
+            if isinstance(outcome, Deferred):
+                outcome.addCallback(self._chain_done, request, prepared.ctx, prepared.runtime)
+                outcome.addErrback(self._internal_error, request)
+            else:
+                self._chain_done(outcome, request, prepared.ctx, prepared.runtime)
         else:
             self._dispatch(request, prepared.ctx, prepared.runtime)
 
-    async def _authorize(self, request: GatewayRequest, ctx: RequestContext, runtime: RouteRuntime) -> None:
-        deny = await run_chain(runtime.chain, ctx)
+    def _chain_done(self, deny: Deny | None, request: GatewayRequest, ctx: RequestContext,
+                    runtime: RouteRuntime) -> None:
         if request._disconnected or request.finished:
             return
         if deny is not None:
