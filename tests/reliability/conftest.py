@@ -79,3 +79,32 @@ def _fresh_ldap_caches() -> Iterator[None]:
     _flow.STATE.caches.clear()
     yield
     _flow.STATE.caches.clear()
+
+
+#: Descriptors a test may leave behind legitimately (a session-wide slapd
+#: started on first use keeps its pipes; the reactor may keep a waker).
+FD_SLACK = 8
+
+
+def _open_fds() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest_twisted.async_yield_fixture(autouse=True)
+async def fds_return_to_baseline() -> Any:
+    """Every fault test: once it and its fixtures are done (gateway stopped,
+    servers closed), this process's open descriptors return to where they
+    were, within FD_SLACK. A leak per request or per fault shows up as far
+    more than that."""
+    from gwtest import sleep
+
+    before = _open_fds()
+    yield
+    deadline = 3.0
+    while _open_fds() > before + FD_SLACK and deadline > 0:
+        await sleep(0.1)
+        deadline -= 0.1
+    after = _open_fds()
+    assert after <= before + FD_SLACK, f"open descriptors grew from {before} to {after}"
