@@ -52,14 +52,17 @@ def split_target(target: bytes) -> tuple[bytes | None, bytes, bytes]:
     return authority, path, query
 
 
-def forward_headers(incoming: Headers, connection: Iterable[bytes] | None = None) -> Headers:
+def forward_headers(incoming: Headers, connection: Iterable[bytes] | None = None,
+                    into: Headers | None = None) -> Headers:
     """The end-to-end headers of a request or response, hop-by-hop removed
     (including every header the ``Connection`` header names).
 
     :param connection: ``Connection`` header values kept apart from
         ``incoming`` (Twisted's HTTP client files them separately).
+    :param into: write them into these headers (replacing same-named ones)
+        instead of a new ``Headers``.
     """
-    out = Headers()
+    out = Headers() if into is None else into
     listed: set[bytes] = set()
     for value in list(incoming.getRawHeaders(b"connection") or ()) + list(connection or ()):
         for token in value.split(b","):
@@ -106,10 +109,14 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
         method.decode("latin-1"), path, query, upstream_headers, host,
         client_address, vs.key, "", reactor, scheme,
     )
-    route = route_hook(ctx=ctx, virtual_service=vs) if route_hook is not None else first_route(vs.routes, ctx.method, path)
+    if route_hook is None:
+        route = first_route(vs.routes, ctx.method, path)
+    else:
+        route = route_hook(ctx=ctx, virtual_service=vs)
+        if route is not None and not (isinstance(route, Route) and 0 <= route.index < len(vs.routes)
+                                      and vs.routes[route.index] == route):
+            raise TypeError(f"twistgw_route_match returned {route!r}, not one of the virtual service's routes")
     if route is None:
         return NOT_FOUND
-    if not (isinstance(route, Route) and 0 <= route.index < len(vs.routes) and vs.routes[route.index] == route):
-        raise TypeError(f"twistgw_route_match returned {route!r}, not one of the virtual service's routes")
     ctx.route = route.name
     return Prepared(ctx, snapshot.runtime(vs, route))

@@ -201,10 +201,8 @@ class ResponseRelay(Protocol):
 
 def copy_response_headers(response: Any, request: Any) -> None:
     conn = getattr(response, "connection_headers", None)
-    headers = forward_headers(response.headers, conn.getRawHeaders(b"connection") if conn is not None else None)
     out = request.responseHeaders
-    for name, values in headers.getAllRawHeaders():
-        out.setRawHeaders(name, list(values))
+    forward_headers(response.headers, conn.getRawHeaders(b"connection") if conn is not None else None, into=out)
     code = response.code
     length = response.length
     if code == 204 or code < 200:

@@ -8,6 +8,7 @@ import io
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import http
@@ -110,8 +111,6 @@ class GatewayChannel(http.HTTPChannel):
     _abandoned = False
 
     def lineReceived(self, line: bytes) -> None:
-        if self._headTimer is None and self.headTimeout:
-            self._headTimer = self.callLater(self.headTimeout, self._headTimedOut)
         if not self._HTTPChannel__first_line and line[:1] in (b" ", b"\t"):
             # obs-fold (RFC 9112 §5.2): reject rather than guess.
             self._respondToBadRequestAndDisconnect()
@@ -330,7 +329,7 @@ class Gateway:
             url += b"?" + ctx.query
         headers: Headers = ctx.headers
         headers.setRawHeaders(b"x-forwarded-for", [ctx.client_address.encode("ascii")])
-        headers.setRawHeaders(b"x-forwarded-proto", [b"https" if request.isSecure() else b"http"])
+        headers.setRawHeaders(b"x-forwarded-proto", [ctx.scheme.encode("ascii")])
         request.upstream_label = f"{endpoint.host}:{endpoint.port}"
         body = request.body
         if body is None and request.requestHeaders.hasHeader(b"content-length"):
@@ -455,7 +454,7 @@ class Gateway:
                 self._log.failure("A twistgw_request_finished hook failed")
 
 
-class _Discard(ResponseRelay.__mro__[1]):  # type: ignore[misc]
+class _Discard(Protocol):
     """Drops a response nobody is waiting for, closing its connection."""
 
     def connectionMade(self) -> None:
