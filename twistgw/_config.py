@@ -9,12 +9,13 @@ import base64
 import binascii
 import os
 import re
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Mapping
 
 import attrs
 import yaml
 
 from twistgw._api import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
+from twistgw._routing import host_without_port
 from twistgw.options import type_name as _type_name
 from twistgw._model import (
     DirectResponse,
@@ -612,7 +613,7 @@ def _virtual_service(r: _Reader, ns: str, name: str, spec: Any, source: Source) 
     domains = []
     for i, d in enumerate(domains_raw):
         d = r.string(d, vh_path + ("domains", i)).strip().lower()
-        d = _strip_port(d)
+        d = host_without_port(d)
         if d in domains:
             raise r.fail(vh_path + ("domains", i), f"domain {d!r} is listed twice")
         domains.append(d)
@@ -622,14 +623,6 @@ def _virtual_service(r: _Reader, ns: str, name: str, spec: Any, source: Source) 
         routes.append(_route(r, ns, i, raw, vh_path + ("routes", i)))
     return VirtualService(ns, name, tuple(domains), tuple(routes), options, display, source)
 
-
-def _strip_port(host: str) -> str:
-    if host.startswith("["):
-        end = host.find("]")
-        return host[: end + 1] if end != -1 else host
-    if host.count(":") == 1:
-        return host.split(":", 1)[0]
-    return host
 
 
 def _options(r: _Reader, value: Any, path: tuple[str | int, ...]) -> dict:
@@ -811,7 +804,3 @@ def _auth_config(r: _Reader, ns: str, name: str, spec: Any) -> AuthConfigInfo:
             raise r.fail(("spec", "configs", i), "an auth config entry must name its kind (e.g. ldap)")
     return AuthConfigInfo(ns, name, tuple(configs))
 
-
-def iter_locations(config: Config) -> Iterator[tuple[str, Source | None]]:
-    for vs in config.virtual_services:
-        yield vs.key, vs.source

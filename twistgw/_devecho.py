@@ -12,7 +12,7 @@ from typing import Any
 
 from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
-from twisted.web import resource, server
+from twisted.web import resource
 
 _log = Logger(namespace="twistgw.devecho")
 
@@ -50,8 +50,9 @@ def start_echo(reactor: Any, description: str) -> Any:
     if not is_loopback_endpoint(description):
         raise ValueError(f"echoServer.listen must be a loopback endpoint such as"
                          f" 'tcp:8081:interface=127.0.0.1', got {description!r}")
-    site = server.Site(_Echo())
-    site.log = lambda request: None
+    from twistgw._service import quiet_site  # not at import time: _config imports this module
+
+    site = quiet_site(_Echo())
     _log.warn("Starting the DEVELOPMENT echo upstream on {where} (Settings.spec.gateway.echoServer);"
               " do not enable it in production", where=description)
     return serverFromString(reactor, description).listen(site)

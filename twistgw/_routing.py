@@ -3,7 +3,7 @@ runs last, so a plugin's ``twistgw_route_match`` can take precedence."""
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable
 
 import pluggy
 

@@ -38,6 +38,15 @@ def shared_metrics() -> Metrics:
     return _METRICS
 
 
+def quiet_site(root: resource.Resource) -> server.Site:
+    """A Site for the admin endpoint and development servers: no access-log
+    line per request and no tracebacks in responses."""
+    site = server.Site(root)
+    site.displayTracebacks = False
+    site.log = lambda request: None  # type: ignore[method-assign]
+    return site
+
+
 def fingerprint(directory: str) -> tuple:
     """Cheap change detection: names, sizes, mtimes and inodes of the YAML files."""
     try:
@@ -92,10 +101,8 @@ class GatewayService(service.MultiService):
             self.listeners.append(svc)
         self.admin_listener = None
         if admin:
-            site = server.Site(AdminRoot(self))
-            site.displayTracebacks = False
-            site.log = lambda request: None  # type: ignore[method-assign]
-            self.admin_listener = StreamServerEndpointService(serverFromString(reactor, admin), site)
+            self.admin_listener = StreamServerEndpointService(
+                serverFromString(reactor, admin), quiet_site(AdminRoot(self)))
             self.admin_listener.setServiceParent(self)
         self._echo_listen: str | None = None
         self._echo_port: Any = None

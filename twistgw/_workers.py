@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -28,9 +27,10 @@ from twisted.application.internet import StreamServerEndpointService
 from twisted.internet import defer, protocol, task
 from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint, serverFromString
 from twisted.logger import Logger
-from twisted.web import resource, server
+from twisted.web import resource
 
 from twistgw._service import _Text as _Leaf
+from twistgw._service import quiet_site
 
 ENV_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -100,9 +100,8 @@ class WorkersService(service.MultiService):
         self.metrics_dir = tempfile.mkdtemp(prefix="twistgw-metrics-")
         self._ended: dict[int, defer.Deferred] = {}
         if admin:
-            site = server.Site(_AdminRoot(self))
-            site.log = lambda request: None  # type: ignore[method-assign]
-            StreamServerEndpointService(serverFromString(reactor, admin), site).setServiceParent(self)
+            StreamServerEndpointService(serverFromString(reactor, admin),
+                                        quiet_site(_AdminRoot(self))).setServiceParent(self)
 
     def startService(self) -> None:
         for description in self.listen:
@@ -202,4 +201,4 @@ class _AdminRoot(resource.Resource):
         return 200, CONTENT_TYPE_LATEST.encode(), generate_latest(registry)
 
 
-__all__ = ["WorkersService", "open_listening_socket", "parse_workers", "signal"]
+__all__ = ["WorkersService", "open_listening_socket", "parse_workers"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from twisted.application.service import IService
 from twisted.python import usage

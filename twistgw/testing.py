@@ -180,13 +180,9 @@ def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object]] = (),
                          poll_interval=poll_interval, **service_options)
     svc.load_initial()
     port = reactor.listenTCP(0, svc.factory, interface="127.0.0.1")
-    from twisted.web import server as web_server
+    from twistgw._service import AdminRoot, quiet_site
 
-    from twistgw._service import AdminRoot
-
-    admin_site = web_server.Site(AdminRoot(svc))
-    admin_site.log = lambda request: None
-    admin_port = reactor.listenTCP(0, admin_site, interface="127.0.0.1")
+    admin_port = reactor.listenTCP(0, quiet_site(AdminRoot(svc)), interface="127.0.0.1")
     if poll_interval:
         svc._poller.start(poll_interval, now=False)
     return RunningGateway(svc, port, admin_port)
