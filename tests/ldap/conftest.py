@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from slapd import Slapd, SlapdMissing
+from slapd import Slapd, SlapdMissing, stop_all
 from twistgw_ldap import _flow
 
 
@@ -55,13 +55,7 @@ def slapd_factory(tmp_path: Path) -> Iterator[Any]:
         return server
 
     yield make
-    for server in started:
-        if server.process is not None:
-            try:
-                server.resume()
-            except Exception:
-                pass
-        server.stop()
+    stop_all(started)
 
 
 @pytest.fixture(autouse=True)

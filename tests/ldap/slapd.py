@@ -275,3 +275,15 @@ class Slapd:
 
     def bind_count(self) -> int:
         return len(self.binds())
+
+
+def stop_all(servers: list["Slapd"]) -> None:
+    """Stop every server a test started, resuming any it left paused (SIGSTOP)
+    first so that it can exit."""
+    for server in servers:
+        if server.process is not None:
+            try:
+                server.resume()
+            except Exception:
+                pass
+        server.stop()

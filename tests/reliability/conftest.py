@@ -30,7 +30,7 @@ for _sub in ("ldap", "jwt"):
         sys.path.append(_p)
 
 import rel_helpers  # noqa: E402  (needs the paths above)
-from slapd import Slapd, SlapdMissing  # noqa: E402
+from slapd import Slapd, SlapdMissing, stop_all  # noqa: E402
 
 
 @pytest.fixture
@@ -48,13 +48,7 @@ def slapd_server(tmp_path: Path) -> Iterator[Any]:
         return server
 
     yield make
-    for server in started:
-        if server.process is not None:
-            try:
-                server.resume()
-            except Exception:
-                pass
-        server.stop()
+    stop_all(started)
 
 
 @pytest.fixture
