@@ -15,7 +15,7 @@ from twisted.web import http
 from twisted.web.http_headers import Headers
 
 from twistgw._api import Deny, RequestContext
-from twistgw._chain import start_chain
+from twistgw._chain import start_calls
 from twistgw._plugins import PluginHost
 from twistgw._prepare import Prepared, prepare
 from twistgw._proxy import Forwarder, RequestBody, ResponseRelay, classify_failure, copy_response_headers
@@ -107,8 +107,40 @@ class GatewayChannel(http.HTTPChannel):
     head (slowloris), no obs-fold, and no automatic ``100 Continue``."""
 
     headTimeout = 10.0
-    _headTimer: Any = None
     _abandoned = False
+    _peer: Any = None
+    _host: Any = None
+    _secure: bool | None = None
+    #: the reactor's clock (set by GatewayFactory.buildProtocol)
+    _clock: Any = None
+    # One deadline at a time per connection: the request head's (slowloris),
+    # then the upstream's answer. It is kept by one timer that is re-armed
+    # lazily rather than one reactor.callLater per request and phase: moving
+    # a deadline later only updates two attributes, and the timer, when it
+    # fires early, sets itself again for the deadline it finds.
+    _deadline = 0.0
+    _on_deadline: Any = None
+    _timer: Any = None
+    _timer_at = 0.0
+
+    # A connection's addresses and security never change: look them up once
+    # per connection, not per request (Twisted's Request.__init__ asks for
+    # both, and getHost() is a getsockname() system call).
+
+    def getPeer(self) -> Any:
+        if self._peer is None:
+            self._peer = super().getPeer()
+        return self._peer
+
+    def getHost(self) -> Any:
+        if self._host is None:
+            self._host = super().getHost()
+        return self._host
+
+    def isSecure(self) -> bool:
+        if self._secure is None:
+            self._secure = super().isSecure()
+        return self._secure
 
     def lineReceived(self, line: bytes) -> None:
         if not self._HTTPChannel__first_line and line[:1] in (b" ", b"\t"):
@@ -117,17 +149,48 @@ class GatewayChannel(http.HTTPChannel):
             return
         super().lineReceived(line)
 
+    # -- deadlines -----------------------------------------------------------
+
+    def set_deadline(self, seconds: float, action: Any) -> None:
+        """Call ``action`` unless :meth:`clear_deadline` (or another
+        ``set_deadline``) comes within ``seconds``."""
+        when = self._clock() + seconds
+        self._deadline, self._on_deadline = when, action
+        timer = self._timer
+        if timer is None or not timer.active():
+            self._timer = self.callLater(seconds, self._deadline_reached)
+            self._timer_at = when
+        elif when < self._timer_at:
+            timer.reset(seconds)
+            self._timer_at = when
+
+    def clear_deadline(self) -> None:
+        self._on_deadline = None  # a pending timer will find nothing to do
+
+    def _deadline_reached(self) -> None:
+        self._timer = None
+        action = self._on_deadline
+        if action is None:
+            return
+        remaining = self._deadline - self._clock()
+        if remaining > 0:  # the deadline moved later since the timer was set
+            self._timer = self.callLater(remaining, self._deadline_reached)
+            self._timer_at = self._deadline
+            return
+        self._on_deadline = None
+        action()
+
+    def _stop_timer(self) -> None:
+        self._on_deadline = None
+        if self._timer is not None:
+            if self._timer.active():
+                self._timer.cancel()
+            self._timer = None
+
     def _headTimedOut(self) -> None:
-        self._headTimer = None
         if self.transport is not None:
             self.transport.write(b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n")
             self.transport.loseConnection()
-
-    def _cancelHeadTimer(self) -> None:
-        if self._headTimer is not None:
-            if self._headTimer.active():
-                self._headTimer.cancel()
-            self._headTimer = None
 
     def checkPersistence(self, request: Any, version: bytes) -> bool:
         """Like Twisted's, but reads every ``Connection`` line and splits on
@@ -145,7 +208,7 @@ class GatewayChannel(http.HTTPChannel):
         return False
 
     def allHeadersReceived(self) -> None:
-        self._cancelHeadTimer()
+        self.clear_deadline()
         req = self.requests[-1]
         self.persistent = self.checkPersistence(req, self._version)
         req.gotLength(self.length)
@@ -159,12 +222,12 @@ class GatewayChannel(http.HTTPChannel):
     def dataReceived(self, data: bytes) -> None:
         if self._abandoned:
             return
-        if (self._headTimer is None and self.headTimeout and data and self.line_mode
+        if (self._on_deadline is None and self.headTimeout and data and self.line_mode
                 and not self._handlingRequest):
             # The head deadline runs from the first byte of a request, not
             # from its first complete line: a request line dribbled one byte
             # at a time (never a CRLF) must not hold the connection.
-            self._headTimer = self.callLater(self.headTimeout, self._headTimedOut)
+            self.set_deadline(self.headTimeout, self._headTimedOut)
         super().dataReceived(data)
 
     def abandonInput(self) -> None:
@@ -182,11 +245,11 @@ class GatewayChannel(http.HTTPChannel):
             self.transport.resumeProducing()
 
     def connectionLost(self, reason: Failure) -> None:
-        self._cancelHeadTimer()
+        self._stop_timer()
         super().connectionLost(reason)
 
     def _respondToBadRequestAndDisconnect(self) -> None:
-        self._cancelHeadTimer()
+        self._stop_timer()
         self._abandoned = True
         self.transport.write(
             b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
@@ -194,7 +257,7 @@ class GatewayChannel(http.HTTPChannel):
         self.loseConnection()
 
     def lineLengthExceeded(self, line: bytes) -> None:
-        self._cancelHeadTimer()
+        self._stop_timer()
         self._abandoned = True
         self.transport.write(
             b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
@@ -207,7 +270,8 @@ class GatewayFactory(http.HTTPFactory):
     noisy = False
 
     def __init__(self, gateway: "Gateway", timeout: float = 60.0, head_timeout: float = 10.0) -> None:
-        super().__init__(timeout=timeout)
+        # The gateway's reactor keeps the connections' time too.
+        super().__init__(timeout=timeout, reactor=gateway.reactor)
         self.gateway = gateway
         self.head_timeout = head_timeout
 
@@ -215,6 +279,7 @@ class GatewayFactory(http.HTTPFactory):
         p = super().buildProtocol(addr)
         p.requestFactory = GatewayRequest
         p.headTimeout = self.head_timeout
+        p._clock = self.reactor.seconds
         return p
 
     def log(self, request: Any) -> None:
@@ -270,8 +335,8 @@ class Gateway:
             return
         assert isinstance(prepared, Prepared)
         request.ctx = prepared.ctx
-        if prepared.runtime.chain:
-            outcome = start_chain(prepared.runtime.chain, prepared.ctx)
+        if prepared.runtime.calls:
+            outcome = start_calls(prepared.runtime.calls, prepared.ctx)
             if isinstance(outcome, Deferred):
                 outcome.addCallback(self._chain_done, request, prepared.ctx, prepared.runtime)
                 outcome.addErrback(self._internal_error, request)
@@ -354,19 +419,18 @@ class Gateway:
     def _arm_timeout(self, request: GatewayRequest, d: Deferred, timeout: float) -> None:
         # Not ``d.called``: on a pooled connection the Agent's Deferred has
         # fired already and waits, paused, on the response.
-        if request._upstream_d is not d:
+        if request._upstream_d is not d or request.channel is None:
             return  # the response (or a failure) arrived already
-        call = self.reactor.callLater(timeout, d.cancel)
+        request.channel.set_deadline(timeout, d.cancel)  # cleared in _upstream_done
 
-        def disarm(result: Any) -> Any:
-            if call.active():
-                call.cancel()
-            return result
-
-        d.addBoth(disarm)
+    @staticmethod
+    def _upstream_done(request: GatewayRequest) -> None:
+        request._upstream_d = None
+        if request.channel is not None:
+            request.channel.clear_deadline()
 
     def _got_response(self, response: Any, request: GatewayRequest) -> None:
-        request._upstream_d = None
+        self._upstream_done(request)
         if self.metrics is not None:
             self.metrics.upstream_latency(request, self.reactor.seconds() - request.upstream_started)
         if request._disconnected:
@@ -394,7 +458,7 @@ class Gateway:
         response.deliverBody(request._relay)
 
     def _upstream_failed(self, failure: Failure, request: GatewayRequest) -> None:
-        request._upstream_d = None
+        self._upstream_done(request)
         if request._disconnected or request.finished:
             return
         status, body, why = classify_failure(failure)

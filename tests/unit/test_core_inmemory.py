@@ -12,6 +12,8 @@ from typing import Any
 
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.internet.error import ConnectionDone
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 import twistgw
@@ -51,7 +53,6 @@ def _gateway(reactor: MemoryReactorClock, head_timeout: float = 10.0) -> Gateway
     gateway = Gateway(reactor, host, access_log=False)
     gateway.snapshot = build_snapshot(load_text(CONFIG), host)
     factory = GatewayFactory(gateway, timeout=60, head_timeout=head_timeout)
-    factory._reactor = reactor  # HTTPFactory's timeouts use it
     return factory
 
 
@@ -138,3 +139,117 @@ class InMemoryTests(SynchronousTestCase):
         first = out.find(b"hello\n")
         second = out.find(b"no pass")
         self.assertTrue(0 < first < second, out)
+
+
+_PROXY_CONFIG = """
+apiVersion: core.vendor.io/v1
+kind: Upstream
+metadata: {name: slow, namespace: default}
+spec:
+  static:
+    hosts: [{addr: 127.0.0.1, port: 9}]
+---
+apiVersion: gateway.vendor.io/v1
+kind: VirtualService
+metadata: {name: mem, namespace: default}
+spec:
+  virtualHost:
+    domains: ["*"]
+    routes:
+    - matchers: [{prefix: /fast}]
+      options: {timeout: 2s}
+      routeAction: {single: {upstream: {name: slow, namespace: default}}}
+    - matchers: [{prefix: /}]
+      routeAction: {single: {upstream: {name: slow, namespace: default}}}
+"""
+
+
+class _HangingAgent:
+    """An upstream that never answers: each request's Deferred is kept."""
+
+    def __init__(self) -> None:
+        self.pending: list[Any] = []
+
+    def request(self, method: bytes, uri: bytes, headers: Any, body: Any = None) -> Any:
+        from twisted.internet.defer import Deferred
+
+        d: Deferred[Any] = Deferred()
+        self.pending.append(d)
+        return d
+
+
+class DeadlineTests(SynchronousTestCase):
+    """The head and upstream deadlines share one lazily re-armed timer per
+    connection; they must still fire exactly when due."""
+
+    def setUp(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.agent = _HangingAgent()
+        host = PluginHost.create(load_entry_points=False)
+        forwarder = type("F", (), {"agent": self.agent})()
+        gateway = Gateway(self.reactor, host, forwarder=forwarder, access_log=False,  # type: ignore[arg-type]
+                          upstream_timeout=15)
+        gateway.snapshot = build_snapshot(load_text(_PROXY_CONFIG), host)
+        self.factory = GatewayFactory(gateway, timeout=600, head_timeout=10)
+        proto = self.factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+        self.t = StringTransport(peerAddress=IPv4Address("TCP", "10.1.2.3", 5555))
+        proto.makeConnection(self.t)
+        self.proto = proto
+
+    def answer(self, d: Any) -> None:
+        from twisted.web._newclient import ResponseDone
+        from twisted.web.http_headers import Headers
+
+        class R:
+            code, phrase, length = 200, b"OK", 2
+            headers = Headers()
+
+            def deliverBody(self, p: Any) -> None:
+                p.makeConnection(type("P", (), {"pauseProducing": lambda s: None,
+                                                "resumeProducing": lambda s: None,
+                                                "stopProducing": lambda s: None})())
+                p.dataReceived(b"ok")
+                p.connectionLost(Failure(ResponseDone()))
+
+        d.callback(R())
+
+    def test_upstream_deadline_shorter_than_a_pending_head_timer(self) -> None:
+        self.proto.dataReceived(b"GET /fast HTTP/1.1\r\nHost: a\r\n\r\n")
+        self.reactor.advance(1.9)
+        self.assertEqual(self.t.value(), b"")
+        self.reactor.advance(0.2)
+        self.assertTrue(self.t.value().startswith(b"HTTP/1.1 504 "), self.t.value())
+
+    def test_upstream_deadline_longer_than_the_head_timer_it_follows(self) -> None:
+        self.proto.dataReceived(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+        self.reactor.advance(14.9)  # past the head timer's first firing (10 s)
+        self.assertEqual(self.t.value(), b"")
+        self.reactor.advance(0.2)
+        self.assertTrue(self.t.value().startswith(b"HTTP/1.1 504 "), self.t.value())
+
+    def test_keep_alive_requests_each_get_their_own_head_deadline(self) -> None:
+        for _ in range(3):
+            self.proto.dataReceived(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+            self.reactor.advance(6)
+            self.answer(self.agent.pending[-1])
+            self.assertIn(b"200 OK", self.t.value())
+            self.t.clear()
+        # 18 s after the first byte of the connection, a new head gets 10 s.
+        self.proto.dataReceived(b"GET /slow HTTP/1.1\r\nHo")
+        self.reactor.advance(9.5)
+        self.assertEqual(self.t.value(), b"")
+        self.reactor.advance(0.6)
+        self.assertTrue(self.t.value().startswith(b"HTTP/1.1 408 "), self.t.value())
+
+    def test_one_timer_per_connection_not_per_request(self) -> None:
+        for _ in range(50):
+            self.proto.dataReceived(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+            self.answer(self.agent.pending[-1])
+        self.assertIn(b"200 OK", self.t.value())
+        self.assertLessEqual(len(self.reactor.getDelayedCalls()), 2)  # ours + HTTPChannel's idle timeout
+
+    def test_closed_connection_leaves_no_timer(self) -> None:
+        self.proto.dataReceived(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
+        self.proto.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual([c for c in self.reactor.getDelayedCalls()
+                          if getattr(c.func, "__self__", None) is self.proto], [])
