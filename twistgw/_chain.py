@@ -27,14 +27,14 @@ Trace = Callable[[str, str, Any], None]
 _Call = tuple[ChainStep, str, Callable[..., Any]]
 
 
-def _calls(steps: tuple[ChainStep, ...]) -> list[_Call]:
+def _calls(steps: tuple[ChainStep, ...]) -> tuple[_Call, ...]:
     out = []
     for step in steps:
         if step.authenticate is not None:
             out.append((step, "authenticate", step.authenticate))
         if step.authorize is not None:
             out.append((step, "authorize", step.authorize))
-    return out
+    return tuple(out)
 
 
 def _failed(step: ChainStep, phase: str, exc: BaseException, ctx: RequestContext, trace: Trace | None) -> Deny:
@@ -74,10 +74,43 @@ def start_chain(steps: tuple[ChainStep, ...], ctx: RequestContext,
     a Deferred firing with one of those once an asynchronous plugin answers.
     Any exception, or a result that is not Allow/Deny/None, fails closed (500).
     """
-    return _run(_calls(steps), 0, ctx, trace)
+    return start_calls(_calls(steps), ctx, trace)
 
 
-def _run(calls: list[_Call], start: int, ctx: RequestContext, trace: Trace | None) -> Deny | None | Deferred:
+def start_calls(calls: tuple[_Call, ...], ctx: RequestContext,
+                trace: Trace | None = None) -> Deny | None | Deferred:
+    """:func:`start_chain` over a chain already flattened
+    (:attr:`RouteRuntime.calls`): what the gateway runs per request."""
+    if trace is None:
+        # The common case, kept lean: Allow/None go straight on.
+        for i, (step, phase, fn) in enumerate(calls):
+            try:
+                result = fn(ctx=ctx, options=step.options)
+            except Exception as exc:
+                return _failed(step, phase, exc, ctx, None)
+            if result is None or type(result) is Allow:
+                continue
+            if type(result) is Deny:
+                ctx.decided_by = step.plugin
+                return result
+            return _other(calls, i, step, phase, result, ctx, None)
+        return None
+    return _run(calls, 0, ctx, trace)
+
+
+def _other(calls: tuple[_Call, ...], i: int, step: ChainStep, phase: str, result: Any,
+           ctx: RequestContext, trace: Trace | None) -> Deny | None | Deferred:
+    """A result other than None/Allow/Deny: something to await, a subclass,
+    or a plugin bug."""
+    if isinstance(result, Deferred) or inspect.isawaitable(result):
+        return Deferred.fromCoroutine(_resume(calls, i, result, ctx, trace))
+    deny = _judge(step, phase, result, ctx, trace)
+    if deny is not None:
+        return deny
+    return _run(calls, i + 1, ctx, trace)
+
+
+def _run(calls: tuple[_Call, ...], start: int, ctx: RequestContext, trace: Trace | None) -> Deny | None | Deferred:
     for i in range(start, len(calls)):
         step, phase, fn = calls[i]
         try:
@@ -92,7 +125,7 @@ def _run(calls: list[_Call], start: int, ctx: RequestContext, trace: Trace | Non
     return None
 
 
-async def _resume(calls: list[_Call], i: int, pending: Any, ctx: RequestContext, trace: Trace | None) -> Deny | None:
+async def _resume(calls: tuple[_Call, ...], i: int, pending: Any, ctx: RequestContext, trace: Trace | None) -> Deny | None:
     step, phase, _ = calls[i]
     try:
         result = await pending

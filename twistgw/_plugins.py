@@ -141,6 +141,12 @@ class PluginHost:
             if impl.plugin_name == plugin_name:
                 names = tuple(impl.argnames)
                 function = impl.function
+                spec = caller.spec
+                if spec is not None and set(names) == set(spec.argnames) and not impl.kwargnames:
+                    # Takes exactly the hook's arguments: call it as it is,
+                    # no wrapper on the per-request path.
+                    found = function
+                    break
 
                 def call(_f: Callable[..., Any] = function, _n: tuple[str, ...] = names, **kw: Any) -> Any:
                     return _f(*[kw[n] for n in _n])

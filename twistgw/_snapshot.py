@@ -52,6 +52,18 @@ class RouteRuntime:
     chain: tuple[ChainStep, ...]
     direct: DirectResponse | None
     balancer: Balancer | None
+    #: the chain flattened into (step, phase, callable), once per snapshot
+    calls: tuple[tuple[ChainStep, str, Callable[..., Any]], ...] = attrs.field(init=False, eq=False)
+
+    @calls.default
+    def _flatten(self) -> tuple[tuple[ChainStep, str, Callable[..., Any]], ...]:
+        out = []
+        for step in self.chain:
+            if step.authenticate is not None:
+                out.append((step, "authenticate", step.authenticate))
+            if step.authorize is not None:
+                out.append((step, "authorize", step.authorize))
+        return tuple(out)
 
 
 class Snapshot:
