@@ -52,6 +52,30 @@ def split_target(target: bytes) -> tuple[bytes | None, bytes, bytes]:
     return authority, path, query
 
 
+def _can_copy_raw() -> bool:
+    """Whether Headers keeps canonical names in ``_rawHeaders``, as Twisted
+    22+ does: then end-to-end headers can be copied as they are instead of
+    being encoded and sanitised again value by value (they already were,
+    when Twisted parsed or stored them)."""
+    probe = Headers()
+    probe.addRawHeader(b"x-probe-name", b"v")
+    raw = getattr(probe, "_rawHeaders", None)
+    return isinstance(raw, dict) and list(raw.items()) == list(probe.getAllRawHeaders())
+
+
+_COPY_RAW = _can_copy_raw()
+_lower_cache: dict[bytes, bytes] = {}
+
+
+def _lower(name: bytes) -> bytes:
+    low = _lower_cache.get(name)
+    if low is None:
+        low = name.lower()
+        if len(_lower_cache) < 10_000:  # bounded: names come from clients
+            _lower_cache[name] = low
+    return low
+
+
 def forward_headers(incoming: Headers, connection: Iterable[bytes] | None = None,
                     into: Headers | None = None) -> Headers:
     """The end-to-end headers of a request or response, hop-by-hop removed
@@ -63,15 +87,22 @@ def forward_headers(incoming: Headers, connection: Iterable[bytes] | None = None
         instead of a new ``Headers``.
     """
     out = Headers() if into is None else into
-    listed: set[bytes] = set()
-    for value in list(incoming.getRawHeaders(b"connection") or ()) + list(connection or ()):
-        for token in value.split(b","):
-            listed.add(token.strip().lower())
+    listed: set[bytes] | None = None
+    named = incoming.getRawHeaders(b"connection")
+    if named or connection:
+        listed = set()
+        for value in list(named or ()) + list(connection or ()):
+            for token in value.split(b","):
+                listed.add(token.strip().lower())
+    raw = out._rawHeaders if _COPY_RAW else None
     for name, values in incoming.getAllRawHeaders():
-        lname = name.lower()
-        if lname in HOP_BY_HOP or lname in listed:
+        lname = _lower(name)
+        if lname in HOP_BY_HOP or (listed is not None and lname in listed):
             continue
-        out.setRawHeaders(name, list(values))
+        if raw is not None:
+            raw[name] = list(values)
+        else:
+            out.setRawHeaders(name, list(values))
     return out
 
 
