@@ -7,9 +7,10 @@ for a coroutine.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from prometheus_client import Counter
 from twisted.internet.defer import Deferred
@@ -62,17 +63,18 @@ def extract(ctx: RequestContext, opts: CompiledJwt) -> tuple[str, tuple[int, ...
     found: list[tuple[str, int]] = []
     params: list[tuple[str, str]] | None = None
     for idx, src in enumerate(opts.sources):
-        if isinstance(src, HeaderSource):
-            values = ctx.headers.getRawHeaders(src.header.encode("ascii"))
+        if type(src) is HeaderSource:
+            values = ctx.headers.getRawHeaders(src.name)
             if not values:
                 continue
             matched = []
+            prefix = src.prefix
             for raw in values:
                 text = raw.decode("latin-1").strip()
-                if src.prefix:
-                    if text[:len(src.prefix)].lower() != src.prefix:
+                if prefix:
+                    if text[:len(prefix)].lower() != prefix:
                         continue
-                    text = text[len(src.prefix):].strip()
+                    text = text[len(prefix):].strip()
                 if text:
                     matched.append(text)
             if matched and len(values) > 1:
@@ -90,7 +92,9 @@ def extract(ctx: RequestContext, opts: CompiledJwt) -> tuple[str, tuple[int, ...
             found.extend((t, idx) for t in matched)
     if not found:
         return None
-    token = found[0][0]
+    token, first = found[0]
+    if len(found) == 1:
+        return token, (first,)
     if any(t != token for t, _ in found):
         return T.MULTIPLE_TOKENS
     return token, tuple(i for _, i in found)
@@ -178,7 +182,13 @@ def succeed(ctx: RequestContext, opts: CompiledJwt, provider: Provider,
         else:
             ctx.headers.setRawHeaders(c.header, [data])
     _count("ok_cached" if cached else "ok")
-    return Allow(f"JWT verified by provider {provider.name}" + (" (cached)" if cached else ""))
+    return _allowed(provider.name, cached)
+
+
+@functools.lru_cache(maxsize=1024)
+def _allowed(provider: str, cached: bool) -> Allow:
+    """One (immutable) Allow per provider and cache state, not one per request."""
+    return Allow(f"JWT verified by provider {provider}" + (" (cached)" if cached else ""))
 
 
 # ---------------------------------------------------------------------------
@@ -254,11 +264,16 @@ def authenticate(ctx: RequestContext, opts: CompiledJwt) -> Allow | Deny | Defer
     if isinstance(found, Failure):
         return deny(ctx, opts, found)
     raw, where = found
-    providers: list[Provider] = []
-    for idx in where:
-        for p in opts.providers_by_source[idx]:
-            if p not in providers:
-                providers.append(p)
+    providers: Sequence[Provider]
+    if len(where) == 1:
+        providers = opts.providers_by_source[where[0]]
+    else:
+        merged: list[Provider] = []
+        for idx in where:
+            for p in opts.providers_by_source[idx]:
+                if p not in merged:
+                    merged.append(p)
+        providers = merged
     now = clock.now()
     for p in providers:
         cached = opts.cache.get(p.name, raw, now, _generation(p))

@@ -44,6 +44,11 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 class HeaderSource:
     header: str          # lower-case name
     prefix: str          # lower-case prefix ("bearer ") or ""
+    name: bytes = attrs.field(init=False, eq=False, repr=False)  # header, encoded once
+
+    @name.default
+    def _encode_name(self) -> bytes:
+        return self.header.encode("ascii")
 
 
 @attrs.frozen

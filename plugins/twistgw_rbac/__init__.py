@@ -39,6 +39,22 @@ SHADOW_DECISIONS = Counter(
 )
 
 
+# Labelled children resolved once: .labels() takes a lock and a dict lookup.
+_ALLOW_COUNT = DECISIONS.labels("allow")
+_DENY_COUNT = DECISIONS.labels("deny")
+#: verdict reason -> the Allow handed back (an admitted request allocates nothing)
+_ALLOWS: dict[str, twistgw.Allow] = {}
+
+
+def _allow(reason: str) -> twistgw.Allow:
+    allow = _ALLOWS.get(reason)
+    if allow is None:
+        if len(_ALLOWS) >= 10_000:  # reasons are per configured principal; bound them anyway
+            _ALLOWS.clear()
+        allow = _ALLOWS[reason] = twistgw.Allow(reason=reason)
+    return allow
+
+
 @twistgw.hookimpl
 def twistgw_plugin_info() -> twistgw.PluginInfo:
     return twistgw.PluginInfo(
@@ -75,8 +91,8 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: twistgw.OptionsSc
 @twistgw.hookimpl
 def twistgw_authorize(ctx: twistgw.RequestContext, options: PolicySet) -> twistgw.Decision:
     verdict = options.evaluate(ctx.method, ctx.path, ctx.claims, ctx.claims_provider)
-    decision = "allow" if verdict.allowed else "deny"
     if options.shadow:
+        decision = "allow" if verdict.allowed else "deny"
         SHADOW_DECISIONS.labels(decision).inc()
         _log.info(
             "RBAC shadow mode: would {decision} {method} {path} (virtual service {vs},"
@@ -86,7 +102,8 @@ def twistgw_authorize(ctx: twistgw.RequestContext, options: PolicySet) -> twistg
         )
         return twistgw.Allow(reason=f"shadow mode, not enforced; would {decision}:"
                                     f" {verdict.reason}")
-    DECISIONS.labels(decision).inc()
     if verdict.allowed:
-        return twistgw.Allow(reason=verdict.reason)
+        _ALLOW_COUNT.inc()
+        return _allow(verdict.reason)
+    _DENY_COUNT.inc()
     return twistgw.Deny(403, DENY_BODY, reason=verdict.reason)

@@ -100,21 +100,35 @@ class Principal:
 
 
 @attrs.frozen
+class Verdict:
+    allowed: bool
+    reason: str
+
+
+@attrs.frozen
 class Policy:
     name: str
     methods: frozenset[str] | None
     path_prefix: str | None
     principals: tuple[Principal, ...]
+    #: the verdict for each principal matching, built once rather than per request
+    grants: tuple[Verdict, ...] = attrs.field(init=False, eq=False, repr=False)
+
+    @grants.default
+    def _grants(self) -> tuple[Verdict, ...]:
+        return tuple(Verdict(True, f"policy {self.name!r} principals[{p.index}] matched")
+                     for p in self.principals)
 
     def permits(self, method: str, path: str) -> bool:
         if self.methods is not None and method not in self.methods:
             return False
         return self.path_prefix is None or path.startswith(self.path_prefix)
 
-    def first_principal(self, claims: Mapping[str, Any], provider: str | None) -> Principal | None:
-        for principal in self.principals:
+    def grant(self, claims: Mapping[str, Any], provider: str | None) -> Verdict | None:
+        """The verdict of the first principal that matches, if any."""
+        for i, principal in enumerate(self.principals):
             if principal.matches(claims, provider):
-                return principal
+                return self.grants[i]
         return None
 
     def why_not(self, method: str, path: str, claims: Mapping[str, Any], provider: str | None) -> str:
@@ -125,12 +139,6 @@ class Policy:
         if not self.principals:
             return "no principals (matches nothing)"
         return "; ".join(p.why_not(claims, provider) for p in self.principals)
-
-
-@attrs.frozen
-class Verdict:
-    allowed: bool
-    reason: str
 
 
 @attrs.frozen
@@ -148,10 +156,9 @@ class PolicySet:
                                   " configured on this route, before rbac?)")
         for policy in self.policies:
             if policy.permits(method, path):
-                principal = policy.first_principal(claims, provider)
-                if principal is not None:
-                    return Verdict(True, f"policy {policy.name!r}"
-                                         f" principals[{principal.index}] matched")
+                granted = policy.grant(claims, provider)
+                if granted is not None:
+                    return granted
         if self.required_by_settings:
             return Verdict(False, "requireRbac is set gateway-wide and this route has no"
                                   " RBAC policy")
