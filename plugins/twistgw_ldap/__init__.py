@@ -65,4 +65,4 @@ def twistgw_config_loaded(compiled: Sequence[object], settings: Mapping[str, Any
 
 @hookimpl
 def twistgw_authenticate(ctx: RequestContext, options: CompiledExtAuth) -> Any:
-    return defer.Deferred.fromCoroutine(_flow.authenticate(ctx, options))
+    return _flow.authenticate(ctx, options)

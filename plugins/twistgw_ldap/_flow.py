@@ -13,6 +13,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from prometheus_client import Counter, Histogram
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twistgw import Allow, Deny, RequestContext
 
@@ -41,6 +42,10 @@ OPERATIONS = Counter(
 )
 LATENCY = Histogram("twistgw_ldap_check_seconds", "Time to decide one LDAP check against the directory",
                     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+
+# Labelled children resolved once (.labels() takes a lock per call).
+_CACHE_HIT = CACHE.labels("hit")
+_ALLOWED = DECISIONS.labels("allowed")
 
 #: Per-process secret for the cache key; never leaves memory, never logged.
 _SALT = os.urandom(32)
@@ -295,7 +300,7 @@ async def check_one(cfg: LdapConfig, ctx: RequestContext, user: str, password: b
     key = (user, password_digest(password))
     cached = cache.get(key)
     if cached is not None:
-        CACHE.labels("hit").inc()
+        _CACHE_HIT.inc()
         if cached == "forbidden":
             return forbidden(f"{cfg.source}: {user} is not in any allowed group (cached)")
         return None
@@ -325,8 +330,9 @@ async def check_one(cfg: LdapConfig, ctx: RequestContext, user: str, password: b
     return internal_error(reason)
 
 
-async def authenticate(ctx: RequestContext, compiled: CompiledExtAuth) -> Allow | Deny:
-    realm = compiled.configs[0].realm
+def credentials(ctx: RequestContext, realm: str) -> tuple[str, bytes] | Deny:
+    """The cleaned user name and the password, or the 401 refusing them
+    without asking the directory."""
     creds = read_basic(ctx)
     if isinstance(creds, str):
         return unauthorized(realm, creds)
@@ -340,11 +346,49 @@ async def authenticate(ctx: RequestContext, compiled: CompiledExtAuth) -> Allow 
         return unauthorized(realm, f"user name longer than {MAX_USERNAME} characters")
     if len(password) > MAX_PASSWORD:
         return unauthorized(realm, f"password longer than {MAX_PASSWORD} bytes")
-    for cfg in compiled.configs:
+    return user, password
+
+
+def authenticate(ctx: RequestContext, compiled: CompiledExtAuth) -> Allow | Deny | Deferred[Allow | Deny]:
+    """Decide from the decision cache when every config has an answer there
+    (synchronously: no coroutine, no Deferred); otherwise ask the directory
+    for the configs from the first one without a cached answer."""
+    creds = credentials(ctx, compiled.configs[0].realm)
+    if isinstance(creds, Deny):
+        return creds
+    user, password = creds
+    key: tuple[str, bytes] | None = None
+    for i, cfg in enumerate(compiled.configs):
+        if cfg.cache_ttl <= 0:
+            return Deferred.fromCoroutine(_ask_directory(ctx, compiled, user, password, i))
+        if key is None:
+            key = (user, password_digest(password))
+        cached = STATE.cache(cfg).get(key)
+        if cached is None:
+            return Deferred.fromCoroutine(_ask_directory(ctx, compiled, user, password, i))
+        _CACHE_HIT.inc()
+        if cached == "forbidden":
+            return forbidden(f"{cfg.source}: {user} is not in any allowed group (cached)")
+    return _admit(ctx, compiled, user)
+
+
+async def _ask_directory(ctx: RequestContext, compiled: CompiledExtAuth, user: str, password: bytes,
+                         start: int) -> Allow | Deny:
+    for cfg in compiled.configs[start:]:
         deny = await check_one(cfg, ctx, user, password)
         if deny is not None:
             return deny
+    return _admit(ctx, compiled, user)
+
+
+def _admit(ctx: RequestContext, compiled: CompiledExtAuth, user: str) -> Allow:
     ctx.principal = user
     ctx.state["extauth"] = {"user": user, "authConfig": compiled.auth_config}
-    DECISIONS.labels("allowed").inc()
-    return Allow(f"LDAP: {user} admitted by AuthConfig {compiled.auth_config}")
+    _ALLOWED.inc()
+    return _admission(compiled.auth_config)
+
+
+@functools.lru_cache(maxsize=1024)
+def _admission(auth_config: str) -> Allow:
+    # One Allow per AuthConfig (the user is in ctx.principal), not one per request.
+    return Allow(f"LDAP: admitted by AuthConfig {auth_config}")

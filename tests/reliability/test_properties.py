@@ -87,15 +87,20 @@ def test_basic_header_refused_or_bound_only_with_usable_credentials(value: bytes
         reached.append((user, password))
         return Deny(503, reason="test directory")
 
-    compiled = type("C", (), {"configs": (type("Cfg", (), {"realm": "t"})(),), "auth_config": "t"})()
+    # cache_ttl 0: no decision cache, so every usable credential goes to check_one
+    compiled = type("C", (), {"configs": (type("Cfg", (), {"realm": "t", "cache_ttl": 0})(),),
+                              "auth_config": "t"})()
     headers = Headers({b"authorization": [value]})
     ctx = RequestContext("GET", "/", headers=headers)
     original = flow.check_one
     flow.check_one = fake_directory
     try:
-        d = Deferred.fromCoroutine(flow.authenticate(ctx, compiled))
+        outcome = flow.authenticate(ctx, compiled)
         out: list[Any] = []
-        d.addBoth(out.append)
+        if isinstance(outcome, Deferred):
+            outcome.addBoth(out.append)
+        else:
+            out.append(outcome)
     finally:
         flow.check_one = original
     result = out[0]
