@@ -1,0 +1,241 @@
+"""twistgw's own per-request cost, in memory: no sockets, no load generator.
+
+    python bench/micro.py [--requests N] [--repeat R] [--profile SCENARIO]
+
+Request bytes go into a GatewayChannel over a StringTransport; the upstream
+is a stub Agent answering at once with a 23-byte body (the same as the
+bench backend). What is timed is everything twistgw adds between a parsed
+request and a written response: routing, the plugin chain, header
+handling, the response relay, metrics. Twisted's socket and Agent machinery
+is not in it, so the numbers are much smaller than bench/run's CPU µs per
+request; the differences between scenarios are what this is for (how much
+does JWT + RBAC add to a plain route?), measured with far less noise than a
+loaded shared machine allows. bench/run remains the measurement of record.
+
+The LDAP scenario measures the decision-cache hit path: the cache is
+filled before timing, so no directory is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import gc
+import statistics
+import sys
+import time
+from typing import Any
+
+from twisted.internet.address import IPv4Address
+from twisted.internet.defer import succeed
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.python.failure import Failure
+from twisted.web._newclient import ResponseDone
+from twisted.web.http_headers import Headers
+
+from twistgw._config import load_text
+from twistgw._plugins import PluginHost
+from twistgw._server import Gateway, GatewayFactory
+from twistgw._snapshot import build_snapshot
+
+ISSUER = "https://issuer.bench"
+
+_BASE = """apiVersion: core.vendor.io/v1
+kind: Upstream
+metadata: {{name: backend, namespace: default}}
+spec:
+  static:
+    hosts: [{{addr: 127.0.0.1, port: 9}}]
+---
+apiVersion: gateway.vendor.io/v1
+kind: VirtualService
+metadata: {{name: bench, namespace: default}}
+spec:
+  virtualHost:
+    domains: ["*"]
+{options}    routes:
+    - matchers: [{{prefix: /}}]
+      routeAction:
+        single:
+          upstream: {{name: backend, namespace: default}}
+{extra}"""
+
+
+class _Response:
+    code = 200
+    phrase = b"OK"
+    version = (b"HTTP", 1, 1)
+    length = 23
+    body = b"hello from the backend\n"
+
+    def __init__(self) -> None:
+        self.headers = Headers({b"content-type": [b"text/plain"], b"server": [b"nginx"],
+                                b"date": [b"Sat, 21 Nov 2026 10:00:00 GMT"]})
+
+    def deliverBody(self, protocol: Any) -> None:
+        protocol.makeConnection(_NullProducer())
+        protocol.dataReceived(self.body)
+        protocol.connectionLost(Failure(ResponseDone()))
+
+
+class _NullProducer:
+    def pauseProducing(self) -> None:
+        pass
+
+    def resumeProducing(self) -> None:
+        pass
+
+    def stopProducing(self) -> None:
+        pass
+
+
+class _StubAgent:
+    def request(self, method: bytes, uri: bytes, headers: Headers, body: Any = None) -> Any:
+        return succeed(_Response())
+
+
+class _StubForwarder:
+    agent = _StubAgent()
+
+
+def _key_material() -> tuple[str, str]:
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                           serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    token = jwt.encode({"iss": ISSUER, "sub": "alice", "exp": int(time.time()) + 86400,
+                        "iat": int(time.time())}, key, algorithm="RS256")
+    return public, token
+
+
+def scenarios() -> dict[str, tuple[str, str, bytes]]:
+    """name -> (options YAML, extra resources YAML, extra request header lines)."""
+    public, token = _key_material()
+    key_block = "|\n" + "".join(" " * 18 + line + "\n" for line in public.strip().splitlines())
+    jwt_opts = f"""    options:
+      jwt:
+        providers:
+          bench:
+            issuer: {ISSUER}
+            jwks:
+              local:
+                key: {key_block}"""
+    rbac = """      rbac:
+        policies:
+          alice-reads:
+            permissions: {methods: [GET], pathPrefix: /}
+            principals: [{jwtPrincipal: {claims: {sub: alice}}}]
+"""
+    bearer = f"Authorization: Bearer {token}\r\n".encode()
+    basic = b"Authorization: Basic " + base64.b64encode(b"alice:alicepw") + b"\r\n"
+    ldap_extra = """---
+apiVersion: enterprise.gateway.vendor.io/v1
+kind: AuthConfig
+metadata: {name: ldap, namespace: default}
+spec:
+  configs:
+  - ldap:
+      address: ldap://127.0.0.1:9
+      userDnTemplate: uid=%s,ou=people,dc=example,dc=org
+      membershipAttributeName: memberOf
+      allowedGroups: ["cn=managers,ou=groups,dc=example,dc=org"]
+      pool: {initialSize: 0}
+      cacheTtl: 60s
+"""
+    return {
+        "plain": ("", "", b""),
+        "plain-bearer": ("", "", bearer),
+        "jwt": (jwt_opts, "", bearer),
+        "jwt-rbac": (jwt_opts + rbac, "", bearer),
+        "ldap-cache": ("    options:\n      extauth: {configRef: {name: ldap, namespace: default}}\n",
+                       ldap_extra, basic),
+    }
+
+
+def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:
+    options, extra, header = spec
+    reactor = MemoryReactorClock()
+    host = PluginHost.create()
+    gateway = Gateway(reactor, host, forwarder=_StubForwarder(), access_log=False)  # type: ignore[arg-type]
+    from twistgw._metrics import Metrics
+    from prometheus_client import CollectorRegistry
+
+    gateway.metrics = Metrics(CollectorRegistry())
+    gateway.snapshot = build_snapshot(load_text(_BASE.format(options=options, extra=extra)), host)
+    if name == "ldap-cache":
+        from twistgw_ldap import _flow
+
+        for compiled in gateway.snapshot.plugin_compiled.get("extauth", []):
+            for cfg in compiled.configs:
+                _flow.STATE.cache(cfg).put(("alice", _flow.password_digest(b"alicepw")), "allowed")
+    factory = GatewayFactory(gateway, timeout=60)
+    proto = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 8080))
+    proto.callLater = reactor.callLater
+    transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 40000))
+    proto.makeConnection(transport)
+    request = (b"GET /hello HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: wrk\r\n"
+               + header + b"\r\n")
+    return (proto, transport), request
+
+
+def run(conn: Any, request: bytes, n: int) -> float:
+    proto, transport = conn
+    clear = transport.clear
+    feed = proto.dataReceived
+    t0 = time.perf_counter()
+    for _ in range(n):
+        feed(request)
+        clear()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--scenarios", default="plain,jwt,jwt-rbac,ldap-cache")
+    ap.add_argument("--profile", metavar="SCENARIO", help="cProfile this scenario instead")
+    args = ap.parse_args()
+    specs = scenarios()
+    conns = {}
+    for name in args.scenarios.split(","):
+        conn, request = build(name, specs[name])
+        run(conn, request, 1)
+        out = conn[1].value()
+        conn[1].clear()
+        proto = conn[0]
+        proto.dataReceived(request)
+        out = conn[1].value()
+        conn[1].clear()
+        if not out.startswith(b"HTTP/1.1 200 "):
+            sys.exit(f"{name}: expected a 200, got {out[:200]!r}")
+        conns[name] = (conn, request)
+    if args.profile:
+        import cProfile
+        import pstats
+
+        conn, request = conns[args.profile]
+        prof = cProfile.Profile()
+        prof.runcall(run, conn, request, args.requests)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(35)
+        return
+    results: dict[str, list[float]] = {name: [] for name in conns}
+    gc.collect()
+    for _ in range(args.repeat):
+        for name, (conn, request) in conns.items():
+            results[name].append(run(conn, request, args.requests))
+    # The best of the rounds: on a shared machine the slower ones measure
+    # the neighbours, not this code.
+    plain = min(results["plain"]) if "plain" in results else None
+    print(f"{'scenario':12} {'µs/req':>8} {'median':>7}  {'+ over plain':>12}")
+    for name, values in results.items():
+        best = min(values)
+        extra = f"{best - plain:+10.1f}" if plain is not None and name != "plain" else ""
+        print(f"{name:12} {best:8.1f} {statistics.median(values):7.1f}  {extra:>12}")
+
+
+if __name__ == "__main__":
+    main()
