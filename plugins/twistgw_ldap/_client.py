@@ -16,7 +16,7 @@ import socket
 from collections import deque
 from typing import Any
 
-from ldaptor.protocols import pureldap
+from ldaptor.protocols import pureber, pureldap
 from ldaptor.protocols.ldap.ldapclient import LDAPClient
 from twisted.internet import defer, error, ssl
 from twisted.internet.endpoints import (
@@ -29,6 +29,7 @@ from twisted.internet.endpoints import (
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from twistgw_ldap import _ber
 from twistgw_ldap._options import Target
 
 #: Result codes that mean "the directory cannot answer now", not "no".
@@ -53,31 +54,78 @@ class DirectoryFault(Exception):
 
 
 class Client(LDAPClient):
-    """``LDAPClient`` that survives late answers and timed-out requests."""
+    """``LDAPClient`` that survives late answers and timed-out requests, and
+    encodes and decodes the messages of a directory check with
+    :mod:`twistgw_ldap._ber` (ldaptor decodes anything else)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.reused = False
         self.lost: defer.Deferred[None] = defer.Deferred()
+        self._last_id = 0
+
+    def next_id(self) -> int:
+        """A message ID not in use on this connection (1 .. 2³¹-1, wrapping)."""
+        msg_id = self._last_id
+        while True:
+            msg_id = 1 if msg_id >= _ber.MAX_ID else msg_id + 1
+            if msg_id not in self.onwire:
+                break
+        self._last_id = msg_id
+        return msg_id
+
+    def send_encoded(self, msg_id: int, data: bytes, handler: Any = None) -> defer.Deferred[Any]:
+        """Send a message already encoded with ID ``msg_id``; like ldaptor's
+        ``send`` (``handler`` None) or ``send_multiResponse``."""
+        d: defer.Deferred[Any] = defer.Deferred()
+        self.onwire[msg_id] = (d, False, handler, (), {})
+        self.transport.write(data)
+        return d
+
+    def dataReceived(self, data: bytes) -> None:
+        self.buffer += data
+        while self.buffer:
+            try:
+                size = _ber.message_length(self.buffer)
+            except _ber.Unhandled:
+                LDAPClient.dataReceived(self, b"")  # not framed as expected: ldaptor decides
+                return
+            if size is None or len(self.buffer) < size:
+                return  # wait for the rest
+            message, self.buffer = self.buffer[:size], self.buffer[size:]
+            try:
+                msg_id, value = _ber.decode(message)
+            except _ber.Unhandled:
+                decoded, _ = pureber.berDecodeObject(self.berdecoder, message)
+                if decoded is None:
+                    raise ValueError(f"undecodable LDAP message of {size} bytes") from None
+                self.handle(decoded)
+            else:
+                self._dispatch(msg_id, value, None)
+            if not self.connected:
+                return
 
     def handle(self, msg: Any) -> None:
+        self._dispatch(msg.id, msg.value, msg.controls)
+
+    def _dispatch(self, msg_id: int, value: Any, controls: Any) -> None:
         # ldaptor's handle() deletes the request *after* firing its Deferred;
         # our callbacks may abort the connection (clearing onwire) meanwhile.
-        if msg.id == 0:
-            self.unsolicitedNotification(msg.value)
+        if msg_id == 0:
+            self.unsolicitedNotification(value)
             return
-        entry = self.onwire.get(msg.id)
+        entry = self.onwire.get(msg_id)
         if entry is None:
             return  # an answer to a request we gave up on
         d, return_controls, handler, args, kwargs = entry
         if handler is None:
-            del self.onwire[msg.id]
-            d.callback((msg.value, msg.controls) if return_controls else msg.value)
+            del self.onwire[msg_id]
+            d.callback((value, controls) if return_controls else value)
             return
-        done = (handler(msg.value, msg.controls, *args, **kwargs) if return_controls
-                else handler(msg.value, *args, **kwargs))
+        done = (handler(value, controls, *args, **kwargs) if return_controls
+                else handler(value, *args, **kwargs))
         if done:
-            self.onwire.pop(msg.id, None)
+            self.onwire.pop(msg_id, None)
 
     def connectionLost(self, reason: Failure = Failure(error.ConnectionDone())) -> None:
         self.connected = 0
@@ -166,12 +214,16 @@ async def bind(client: Client, dn: str, password: bytes, timeout: float, reactor
     """Simple bind; returns the LDAP result code (0 is success)."""
     if not client.connected:
         raise DirectoryFault("connection closed", connection_lost=True)
-    request = pureldap.LDAPBindRequest(dn=dn.encode("utf-8"), auth=password)
-    response = await _bounded(client.send(request), client, timeout, reactor, "bind")
+    msg_id = client.next_id()
+    sent = client.send_encoded(msg_id, _ber.bind_request(msg_id, dn.encode("utf-8"), password))
+    response = await _bounded(sent, client, timeout, reactor, "bind")
+    if not isinstance(response, pureldap.LDAPBindResponse):
+        client.abort()
+        raise DirectoryFault(f"bind: unexpected answer {type(response).__name__}")
     return int(response.resultCode)
 
 
-async def search_base(client: Client, dn: str, filter_object: Any, attribute: str,
+async def search_base(client: Client, dn: str, filter_ber: bytes, attribute: str,
                       timeout: float, reactor: Any) -> tuple[int, list[Any]]:
     """Base-scope search of ``dn``; returns (result code, entries)."""
     if not client.connected:
@@ -189,17 +241,10 @@ async def search_base(client: Client, dn: str, filter_object: Any, attribute: st
             done.callback(msg)
         return True
 
-    request = pureldap.LDAPSearchRequest(
-        baseObject=dn.encode("utf-8"),
-        scope=pureldap.LDAP_SCOPE_baseObject,
-        derefAliases=pureldap.LDAP_DEREF_neverDerefAliases,
-        sizeLimit=2,
-        timeLimit=max(1, int(timeout)),
-        typesOnly=0,
-        filter=filter_object,
-        attributes=[attribute.encode("ascii")],
-    )
-    sent = client.send_multiResponse(request, handler)
+    msg_id = client.next_id()
+    request = _ber.search_request(msg_id, dn.encode("utf-8"), filter_ber, [attribute.encode("ascii")],
+                                  size_limit=2, time_limit=max(1, int(timeout)))
+    sent = client.send_encoded(msg_id, request, handler)
     sent.addErrback(lambda f: None if done.called else done.errback(f))
     result = await _bounded(done, client, timeout, reactor, "search")
     if not isinstance(result, pureldap.LDAPSearchResultDone):

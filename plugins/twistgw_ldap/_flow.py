@@ -46,6 +46,16 @@ LATENCY = Histogram("twistgw_ldap_check_seconds", "Time to decide one LDAP check
 # Labelled children resolved once (.labels() takes a lock per call).
 _CACHE_HIT = CACHE.labels("hit")
 _ALLOWED = DECISIONS.labels("allowed")
+_operations: dict[tuple[str, int], Any] = {}
+
+
+def _operation(name: str, code: int) -> Any:
+    child = _operations.get((name, code))
+    if child is None:
+        child = OPERATIONS.labels(name, str(code))
+        if len(_operations) < 256:  # result codes come from the directory: bound the cache
+            _operations[(name, code)] = child
+    return child
 
 #: Per-process secret for the cache key; never leaves memory, never logged.
 _SALT = os.urandom(32)
@@ -250,7 +260,7 @@ async def _against_directory(cfg: LdapConfig, pool: Pool, user_dn: str, password
         reusable = False
         try:
             code = await bind(client, user_dn, password, t, reactor)
-            OPERATIONS.labels("bind_user", str(code)).inc()
+            _operation("bind_user", code).inc()
             if code in FAULT_CODES:
                 raise DirectoryFault(f"user bind: directory answered result code {code}")
             if code != 0:
@@ -262,16 +272,16 @@ async def _against_directory(cfg: LdapConfig, pool: Pool, user_dn: str, password
             if cfg.service_account is not None:
                 sa = cfg.service_account
                 code = await bind(client, sa.dn, sa.password, t, reactor)
-                OPERATIONS.labels("bind_service", str(code)).inc()
+                _operation("bind_service", code).inc()
                 if code in FAULT_CODES:
                     raise DirectoryFault(f"service account bind: directory answered result code {code}")
                 if code != 0:
                     reusable = True
                     return "error", (f"service account {sa.dn} (Secret {sa.secret}) could not bind"
                                      f" (result code {code}); fix the credentials Secret")
-            code, entries = await search_base(client, user_dn, cfg.filter_object,
+            code, entries = await search_base(client, user_dn, cfg.filter_ber,
                                               cfg.membership_attribute, t, reactor)
-            OPERATIONS.labels("search", str(code)).inc()
+            _operation("search", code).inc()
             reusable = True
             if code in FAULT_CODES:
                 reusable = False

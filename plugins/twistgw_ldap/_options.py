@@ -83,6 +83,12 @@ class LdapConfig:
     cache_ttl: float
     realm: str
     filter_object: Any = attrs.field(eq=False, repr=False, default=None)
+    #: the filter's BER encoding, computed once
+    filter_ber: bytes = attrs.field(init=False, eq=False, repr=False)
+
+    @filter_ber.default
+    def _encode_filter(self) -> bytes:
+        return self.filter_object.toWire() if self.filter_object is not None else b""
 
     def user_dn(self, cleaned_name: str) -> str:
         return self.user_dn_template.replace("%s", cleaned_name)

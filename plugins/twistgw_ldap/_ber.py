@@ -1,0 +1,195 @@
+"""The few LDAP messages of the request path, encoded and decoded directly.
+
+A directory check is a simple bind and a base-scope search for one
+attribute. ldaptor encodes and decodes those through a generic tree of BER
+objects, which cost about 150 µs of CPU per check (a third of the LDAP work
+of an uncached request, see docs/performance.md). This module handles just
+those shapes, producing the same ldaptor objects the rest of the plugin
+reads, and hands anything else (controls, referrals, extended responses,
+intermediate responses, a malformed message) to ldaptor's own decoder.
+
+Tests check both directions against ldaptor (``tests/ldap/test_ber.py``): every
+message encoded here decodes with ldaptor to the same fields, and every
+response ldaptor encodes decodes here to the same objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ldaptor.protocols import pureldap
+
+#: Largest LDAP message ID (RFC 4511 §4.1.1.1: MessageID ::= INTEGER (0 .. maxInt)).
+MAX_ID = 2**31 - 1
+
+_BIND_REQUEST = 0x60      # [APPLICATION 0] constructed
+_BIND_RESPONSE = 0x61     # [APPLICATION 1]
+_SEARCH_REQUEST = 0x63    # [APPLICATION 3]
+_SEARCH_ENTRY = 0x64      # [APPLICATION 4]
+_SEARCH_DONE = 0x65       # [APPLICATION 5]
+
+
+class Unhandled(Exception):
+    """Not one of the shapes decoded here: let ldaptor decode it."""
+
+
+# -- encoding ------------------------------------------------------------------
+
+
+def _length(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    raw = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes((0x80 | len(raw),)) + raw
+
+
+def _tlv(tag: int, content: bytes) -> bytes:
+    return bytes((tag,)) + _length(len(content)) + content
+
+
+def _integer(value: int, tag: int = 0x02) -> bytes:
+    return _tlv(tag, value.to_bytes((value.bit_length() + 8) // 8, "big", signed=True))
+
+
+def bind_request(msg_id: int, dn: bytes, password: bytes) -> bytes:
+    """LDAPMessage(BindRequest(version 3, dn, simple password))."""
+    op = _tlv(_BIND_REQUEST, b"\x02\x01\x03" + _tlv(0x04, dn) + _tlv(0x80, password))
+    return _tlv(0x30, _integer(msg_id) + op)
+
+
+def search_request(msg_id: int, base: bytes, filter_ber: bytes, attributes: list[bytes],
+                   size_limit: int, time_limit: int) -> bytes:
+    """LDAPMessage(SearchRequest(base, scope baseObject, never deref, limits,
+    typesOnly false, filter, attributes)); ``filter_ber`` is the filter's
+    encoding (ldaptor's ``toWire()``, computed once per configuration)."""
+    attrs = _tlv(0x30, b"".join(_tlv(0x04, a) for a in attributes))
+    op = _tlv(_SEARCH_REQUEST,
+              _tlv(0x04, base) + b"\x0a\x01\x00\x0a\x01\x00" + _integer(size_limit)
+              + _integer(time_limit) + b"\x01\x01\x00" + filter_ber + attrs)
+    return _tlv(0x30, _integer(msg_id) + op)
+
+
+# -- decoding ------------------------------------------------------------------
+
+
+def _read(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
+    """(tag, start of content, end of content) of the TLV at ``pos``;
+    raises Unhandled for anything that is not a definite-length TLV inside
+    ``end``."""
+    if pos + 2 > end:
+        raise Unhandled("truncated")
+    tag = data[pos]
+    if tag & 0x1F == 0x1F:
+        raise Unhandled("multi-byte tag")
+    first = data[pos + 1]
+    pos += 2
+    if first < 0x80:
+        length = first
+    else:
+        count = first & 0x7F
+        if count == 0 or count > 4 or pos + count > end:
+            raise Unhandled("indefinite or oversized length")
+        length = int.from_bytes(data[pos:pos + count], "big")
+        pos += count
+    if pos + length > end:
+        raise Unhandled("length past the end")
+    return tag, pos, pos + length
+
+
+def _unsigned(data: bytes, start: int, end: int) -> int:
+    if not 0 < end - start <= 5:
+        raise Unhandled("integer size")
+    return int.from_bytes(data[start:end], "big", signed=True)
+
+
+def message_length(buffer: bytes) -> int | None:
+    """Bytes the first message in ``buffer`` takes, or None when more must
+    arrive first. Raises Unhandled when it cannot be framed (ldaptor then
+    decides what the bytes are)."""
+    if len(buffer) < 2:
+        return None
+    if buffer[0] != 0x30:
+        raise Unhandled("not a SEQUENCE")
+    first = buffer[1]
+    if first < 0x80:
+        return 2 + first
+    count = first & 0x7F
+    if count == 0 or count > 4:
+        raise Unhandled("indefinite or oversized length")
+    if len(buffer) < 2 + count:
+        return None
+    return 2 + count + int.from_bytes(buffer[2:2 + count], "big")
+
+
+def _result(data: bytes, pos: int, end: int) -> tuple[int, bytes, bytes]:
+    tag, s, e = _read(data, pos, end)
+    if tag != 0x0A:
+        raise Unhandled("resultCode")
+    code = _unsigned(data, s, e)
+    tag, s, e2 = _read(data, e, end)
+    if tag != 0x04:
+        raise Unhandled("matchedDN")
+    matched = data[s:e2]
+    tag, s, e3 = _read(data, e2, end)
+    if tag != 0x04:
+        raise Unhandled("diagnosticMessage")
+    if e3 != end:
+        raise Unhandled("referral or other optional parts")
+    return code, matched, data[s:e3]
+
+
+def decode(message: bytes) -> tuple[int, Any]:
+    """(message ID, ldaptor protocol op) of one complete LDAPMessage holding a
+    BindResponse, SearchResultEntry or SearchResultDone without controls.
+    Raises Unhandled for anything else."""
+    tag, s, end = _read(message, 0, len(message))
+    if tag != 0x30 or end != len(message):
+        raise Unhandled("envelope")
+    tag, s, e = _read(message, s, end)
+    if tag != 0x02:
+        raise Unhandled("messageID")
+    msg_id = _unsigned(message, s, e)
+    op_tag, s, op_end = _read(message, e, end)
+    if op_end != end:
+        raise Unhandled("controls")
+    if op_tag == _BIND_RESPONSE:
+        code, matched, diagnostic = _result(message, s, op_end)
+        return msg_id, pureldap.LDAPBindResponse(resultCode=code, matchedDN=matched, errorMessage=diagnostic)
+    if op_tag == _SEARCH_DONE:
+        code, matched, diagnostic = _result(message, s, op_end)
+        return msg_id, pureldap.LDAPSearchResultDone(resultCode=code, matchedDN=matched,
+                                                     errorMessage=diagnostic)
+    if op_tag == _SEARCH_ENTRY:
+        tag, ds, de = _read(message, s, op_end)
+        if tag != 0x04:
+            raise Unhandled("objectName")
+        tag, ls, le = _read(message, de, op_end)
+        if tag != 0x30 or le != op_end:
+            raise Unhandled("attributes")
+        attributes: list[tuple[bytes, list[bytes]]] = []
+        pos = ls
+        while pos < le:
+            tag, ps, pe = _read(message, pos, le)
+            if tag != 0x30:
+                raise Unhandled("PartialAttribute")
+            tag, ts, te = _read(message, ps, pe)
+            if tag != 0x04:
+                raise Unhandled("attribute type")
+            tag, vs, ve = _read(message, te, pe)
+            if tag != 0x31 or ve != pe:
+                raise Unhandled("attribute values")
+            values = []
+            vpos = vs
+            while vpos < ve:
+                tag, xs, xe = _read(message, vpos, ve)
+                if tag != 0x04:
+                    raise Unhandled("attribute value")
+                values.append(message[xs:xe])
+                vpos = xe
+            attributes.append((message[ts:te], values))
+            pos = pe
+        return msg_id, pureldap.LDAPSearchResultEntry(objectName=message[ds:de], attributes=attributes)
+    raise Unhandled(f"operation tag {op_tag:#x}")
+
+
+__all__ = ["MAX_ID", "Unhandled", "bind_request", "decode", "message_length", "search_request"]
