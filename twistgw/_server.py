@@ -5,6 +5,7 @@ request head is complete (so bodies stream), and the per-request flow.
 from __future__ import annotations
 
 import io
+import time
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -111,17 +112,17 @@ class GatewayChannel(http.HTTPChannel):
     _peer: Any = None
     _host: Any = None
     _secure: bool | None = None
-    #: the reactor's clock (set by GatewayFactory.buildProtocol)
-    _clock: Any = None
-    # One deadline at a time per connection: the request head's (slowloris),
-    # then the upstream's answer. It is kept by one timer that is re-armed
-    # lazily rather than one reactor.callLater per request and phase: moving
-    # a deadline later only updates two attributes, and the timer, when it
-    # fires early, sets itself again for the deadline it finds.
-    _deadline = 0.0
-    _on_deadline: Any = None
-    _timer: Any = None
-    _timer_at = 0.0
+    #: the clock of the reactor behind ``callLater`` (GatewayFactory sets it)
+    _clock: Any = staticmethod(time.monotonic)
+
+    def __init__(self) -> None:
+        super().__init__()
+        # One deadline at a time: the request head's (slowloris), then the
+        # upstream's answer. And Twisted's idle timeout, which HTTPChannel
+        # cancels and re-creates around every request. Both are lazy timers,
+        # not a reactor.callLater per request.
+        self._deadline = _LazyTimer(self)
+        self._idle = _LazyTimer(self)
 
     # A connection's addresses and security never change: look them up once
     # per connection, not per request (Twisted's Request.__init__ asks for
@@ -154,38 +155,27 @@ class GatewayChannel(http.HTTPChannel):
     def set_deadline(self, seconds: float, action: Any) -> None:
         """Call ``action`` unless :meth:`clear_deadline` (or another
         ``set_deadline``) comes within ``seconds``."""
-        when = self._clock() + seconds
-        self._deadline, self._on_deadline = when, action
-        timer = self._timer
-        if timer is None or not timer.active():
-            self._timer = self.callLater(seconds, self._deadline_reached)
-            self._timer_at = when
-        elif when < self._timer_at:
-            timer.reset(seconds)
-            self._timer_at = when
+        self._deadline.set(seconds, action)
 
     def clear_deadline(self) -> None:
-        self._on_deadline = None  # a pending timer will find nothing to do
+        self._deadline.clear()
 
-    def _deadline_reached(self) -> None:
-        self._timer = None
-        action = self._on_deadline
-        if action is None:
-            return
-        remaining = self._deadline - self._clock()
-        if remaining > 0:  # the deadline moved later since the timer was set
-            self._timer = self.callLater(remaining, self._deadline_reached)
-            self._timer_at = self._deadline
-            return
-        self._on_deadline = None
-        action()
+    def setTimeout(self, period: float | None) -> float | None:
+        """TimeoutMixin's idle timeout, on a lazy timer."""
+        previous, self.timeOut = self.timeOut, period
+        if period is None:
+            self._idle.clear()
+        else:
+            self._idle.set(period, self.timeoutConnection)
+        return previous
 
-    def _stop_timer(self) -> None:
-        self._on_deadline = None
-        if self._timer is not None:
-            if self._timer.active():
-                self._timer.cancel()
-            self._timer = None
+    def resetTimeout(self) -> None:
+        if self.timeOut is not None and self._idle.armed:
+            self._idle.set(self.timeOut, self.timeoutConnection)
+
+    def _stop_timers(self) -> None:
+        self._deadline.stop()
+        self._idle.stop()
 
     def _headTimedOut(self) -> None:
         if self.transport is not None:
@@ -222,7 +212,7 @@ class GatewayChannel(http.HTTPChannel):
     def dataReceived(self, data: bytes) -> None:
         if self._abandoned:
             return
-        if (self._on_deadline is None and self.headTimeout and data and self.line_mode
+        if (not self._deadline.armed and self.headTimeout and data and self.line_mode
                 and not self._handlingRequest):
             # The head deadline runs from the first byte of a request, not
             # from its first complete line: a request line dribbled one byte
@@ -245,11 +235,11 @@ class GatewayChannel(http.HTTPChannel):
             self.transport.resumeProducing()
 
     def connectionLost(self, reason: Failure) -> None:
-        self._stop_timer()
         super().connectionLost(reason)
+        self._stop_timers()
 
     def _respondToBadRequestAndDisconnect(self) -> None:
-        self._stop_timer()
+        self._deadline.stop()
         self._abandoned = True
         self.transport.write(
             b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
@@ -257,12 +247,71 @@ class GatewayChannel(http.HTTPChannel):
         self.loseConnection()
 
     def lineLengthExceeded(self, line: bytes) -> None:
-        self._stop_timer()
+        self._deadline.stop()
         self._abandoned = True
         self.transport.write(
             b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
         )
         self.loseConnection()
+
+
+class _LazyTimer:
+    """A deadline that moves without touching the reactor.
+
+    ``set`` records when the deadline falls; a reactor call is made only
+    when none is pending, or when the new deadline is earlier than the
+    pending call. A call that finds the deadline moved later sets itself
+    again for it; one that finds it cleared does nothing. So a deadline
+    re-set on every request of a keep-alive connection costs two attribute
+    writes, and the reactor sees about one call per timeout period.
+    """
+
+    __slots__ = ("_owner", "_due", "_action", "_call", "_call_at")
+
+    def __init__(self, owner: Any) -> None:
+        self._owner = owner  # has callLater and _clock
+        self._due = 0.0
+        self._action: Any = None
+        self._call: Any = None
+        self._call_at = 0.0
+
+    @property
+    def armed(self) -> bool:
+        return self._action is not None
+
+    def set(self, seconds: float, action: Any) -> None:
+        due = self._owner._clock() + seconds
+        self._due, self._action = due, action
+        call = self._call
+        if call is None or not call.active():
+            self._call = self._owner.callLater(seconds, self._fire)
+            self._call_at = due
+        elif due < self._call_at:
+            call.reset(seconds)
+            self._call_at = due
+
+    def clear(self) -> None:
+        self._action = None  # a pending call will find nothing to do
+
+    def stop(self) -> None:
+        self._action = None
+        if self._call is not None:
+            if self._call.active():
+                self._call.cancel()
+            self._call = None
+
+    def _fire(self) -> None:
+        self._call = None
+        action = self._action
+        if action is None:
+            return
+        remaining = self._due - self._owner._clock()
+        if remaining > 0:  # moved later since the call was made
+            self._call = self._owner.callLater(remaining, self._fire)
+            self._call_at = self._due
+            return
+        self._action = None
+        action()
 
 
 class GatewayFactory(http.HTTPFactory):
