@@ -11,7 +11,7 @@ from twisted.web.http_headers import Headers
 from twistgw._api import Deny, RequestContext
 from twistgw._paths import BadPath, normalise_path
 from twistgw._model import Route
-from twistgw._routing import first_route, host_without_port
+from twistgw._routing import first_route
 from twistgw._snapshot import RouteRuntime, Snapshot
 
 #: Hop-by-hop headers (RFC 9110 §7.6.1) plus framing headers the proxy sets itself.
@@ -76,6 +76,16 @@ def _lower(name: bytes) -> bytes:
     return low
 
 
+def set_header(headers: Headers, canonical_name: bytes, value: bytes) -> None:
+    """``headers.setRawHeaders(name, [value])`` for a name already in
+    Twisted's canonical form (``X-Forwarded-For``) and a value the gateway
+    made itself (no line breaks)."""
+    if _COPY_RAW:
+        headers._rawHeaders[canonical_name] = [value]
+    else:
+        headers.setRawHeaders(canonical_name, [value])
+
+
 def forward_headers(incoming: Headers, connection: Iterable[bytes] | None = None,
                     into: Headers | None = None) -> Headers:
     """The end-to-end headers of a request or response, hop-by-hop removed
@@ -125,10 +135,9 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
     if hosts is not None and len(hosts) > 1:
         return bad_request("more than one Host header")
     try:
-        host = host_without_port(host_value.decode("ascii"))
+        host, vs = snapshot.hosts.resolve(host_value)
     except UnicodeDecodeError:
         return bad_request("the Host header must be ASCII")
-    vs = snapshot.hosts.lookup(host)
     if vs is None:
         return NOT_FOUND
     upstream_headers = forward_headers(headers)

@@ -52,6 +52,19 @@ class HostTable:
                 else:
                     self.exact.setdefault(domain, vs)
         self.suffixes.sort(key=lambda item: -len(item[0]))
+        self._by_header: dict[bytes, tuple[str, VirtualService | None]] = {}
+
+    def resolve(self, header: bytes) -> tuple[str, VirtualService | None]:
+        """(host without port, its virtual service) for a raw ``Host`` value;
+        raises UnicodeDecodeError for a non-ASCII one. Remembered per value
+        (bounded: clients choose them), as requests repeat a few hosts."""
+        found = self._by_header.get(header)
+        if found is None:
+            host = host_without_port(header.decode("ascii"))
+            found = (host, self.lookup(host))
+            if len(self._by_header) < 1024:
+                self._by_header[header] = found
+        return found
 
     def lookup(self, host: str) -> VirtualService | None:
         vs = self.exact.get(host)

@@ -13,12 +13,11 @@ from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import http
-from twisted.web.http_headers import Headers
 
 from twistgw._api import Deny, RequestContext
 from twistgw._chain import start_calls
 from twistgw._plugins import PluginHost
-from twistgw._prepare import Prepared, prepare
+from twistgw._prepare import Prepared, prepare, set_header
 from twistgw._proxy import Forwarder, RequestBody, ResponseRelay, classify_failure, copy_response_headers
 from twistgw._snapshot import RouteRuntime, Snapshot
 
@@ -352,6 +351,8 @@ class Gateway:
         self.snapshot: Snapshot | None = None
         self.draining = False
         self.inflight = 0
+        #: (host, port) -> (b"http://host:port", "host:port")
+        self._targets: dict[tuple[str, int], tuple[bytes, str]] = {}
         impls = plugins.pm.hook.twistgw_route_match.get_hookimpls()
         self._route_hook = plugins.pm.hook.twistgw_route_match if len(impls) > 1 else None
         self._finished_hook = (
@@ -435,16 +436,21 @@ class Gateway:
                     if not path.startswith("/"):
                         path = "/" + path
                     break
-        host = endpoint.host
-        if ":" in host and not host.startswith("["):
-            host = f"[{host}]"
-        url = f"http://{host}:{endpoint.port}{path}".encode("ascii")
+        key = (endpoint.host, endpoint.port)
+        target = self._targets.get(key)
+        if target is None:
+            host = endpoint.host
+            if ":" in host and not host.startswith("["):
+                host = f"[{host}]"
+            target = (f"http://{host}:{endpoint.port}".encode("ascii"), f"{endpoint.host}:{endpoint.port}")
+            if len(self._targets) < 4096:
+                self._targets[key] = target
+        url = target[0] + path.encode("ascii")
         if ctx.query:
             url += b"?" + ctx.query
-        headers: Headers = ctx.headers
-        headers.setRawHeaders(b"x-forwarded-for", [ctx.client_address.encode("ascii")])
-        headers.setRawHeaders(b"x-forwarded-proto", [ctx.scheme.encode("ascii")])
-        request.upstream_label = f"{endpoint.host}:{endpoint.port}"
+        set_header(ctx.headers, b"X-Forwarded-For", ctx.client_address.encode("ascii"))
+        set_header(ctx.headers, b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
+        request.upstream_label = target[1]
         body = request.body
         if body is None and request.requestHeaders.hasHeader(b"content-length"):
             body = RequestBody(0, lambda: None, lambda: None)
@@ -453,7 +459,7 @@ class Gateway:
                 and (request.requestHeaders.getRawHeaders(b"expect") or [b""])[0].lower() == b"100-continue"):
             # Only now, after authentication, invite the client to send its body.
             request.channel.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        d = self.forwarder.agent.request(request.method, url, headers, body)
+        d = self.forwarder.agent.request(request.method, url, ctx.headers, body)
         request._upstream_d = d
         request.upstream_started = self.reactor.seconds()
         d.addCallbacks(self._got_response, self._upstream_failed, callbackArgs=(request,), errbackArgs=(request,))

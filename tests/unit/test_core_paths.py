@@ -333,3 +333,16 @@ def test_route_model_matching() -> None:
     r = Route("r", 0, (Matcher(prefix="/api"), Matcher(exact="/x", methods=("POST",))), None)
     assert r.matches("GET", "/api") and r.matches("GET", "/apix") and r.matches("POST", "/x")
     assert not r.matches("GET", "/x") and not r.matches("GET", "/ap")
+
+
+def test_host_table_resolve_remembers_a_bounded_number_of_host_values() -> None:
+    table = HostTable([_vs("a", "a.com"), _vs("w", "*.b.com"), _vs("d", "*")])
+    for raw in (b"A.com:8080", b"x.b.com", b"x.b.com.", b"[::1]:80", b"other"):
+        expected = host_without_port(raw.decode())
+        assert table.resolve(raw) == (expected, table.lookup(expected))
+        assert table.resolve(raw) == (expected, table.lookup(expected))  # remembered
+    for i in range(5000):  # client-chosen values must not grow memory without bound
+        table.resolve(b"h%d.example" % i)
+    assert len(table._by_header) <= 1024
+    with pytest.raises(UnicodeDecodeError):
+        table.resolve("é.com".encode())
