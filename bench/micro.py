@@ -146,6 +146,7 @@ spec:
       cacheTtl: 60s
 """
     return {
+        "bare-twisted": ("", "", b""),
         "plain": ("", "", b""),
         "plain-bearer": ("", "", bearer),
         "jwt": (jwt_opts, "", bearer),
@@ -155,8 +156,28 @@ spec:
     }
 
 
+def build_bare(reactor: Any) -> Any:
+    """bench/bare_proxy.py's Site over the same stub upstream: the floor."""
+    import os
+
+    from twisted.web import server
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bare_proxy import Proxy
+
+    site = server.Site(Proxy("127.0.0.1:9", _StubAgent()), reactor=reactor)
+    site.log = lambda request: None
+    return site
+
+
 def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:
     options, extra, header = spec
+    if name == "bare-twisted":
+        reactor = MemoryReactorClock()
+        proto = build_bare(reactor).buildProtocol(IPv4Address("TCP", "127.0.0.1", 8080))
+        transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 40000))
+        proto.makeConnection(transport)
+        return (proto, transport), b"GET /hello HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: wrk\r\n\r\n"
     reactor = MemoryReactorClock()
     host = PluginHost.create()
     gateway = Gateway(reactor, host, forwarder=_StubForwarder(), access_log=False)  # type: ignore[arg-type]
@@ -196,7 +217,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--repeat", type=int, default=9)
-    ap.add_argument("--scenarios", default="plain,jwt,jwt-rbac,ldap-cache")
+    ap.add_argument("--scenarios", default="bare-twisted,plain,jwt,jwt-rbac,ldap-cache")
     ap.add_argument("--profile", metavar="SCENARIO", help="cProfile this scenario instead")
     args = ap.parse_args()
     specs = scenarios()
