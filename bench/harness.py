@@ -960,17 +960,38 @@ def fmt(v: float | None, spec: str) -> str:
     return "—" if v is None else format(v, spec)
 
 
+def _paired(a: Result, b: Result, value: Any) -> float | None:
+    """The median over rounds of value(a's run) / value(b's run), each pair
+    measured in the same round, i.e. minutes apart at most. On a shared
+    machine whose speed drifts (a round can be 30% slower than the one before
+    for every scenario alike), comparing within a round cancels the drift
+    that comparing the means of all rounds keeps."""
+    mine = {r.order: r for r in a.runs}
+    ratios = []
+    for rb in b.runs:
+        ra = mine.get(rb.order)
+        if ra is None:
+            continue
+        va, vb = value(ra), value(rb)
+        if va and vb:
+            ratios.append(va / vb)
+    return statistics.median(ratios) if ratios else None
+
+
 def ratio(a: Result | None, b: Result | None) -> float | None:
+    """a's requests/s over b's, paired by round (see _paired)."""
     if a is None or b is None or not a.runs or not b.runs:
         return None
-    return a.rps() / b.rps()
+    return _paired(a, b, lambda r: r.rps)
 
 
 def cpu_ratio(a: Result | None, b: Result | None) -> float | None:
-    """How many of a's requests fit in the CPU time of one of b's: b's µs / a's µs."""
-    if a is None or b is None or not a.runs or not b.runs or not a.cpu_us() or not b.cpu_us():
+    """How many of a's requests fit in the CPU time of one of b's: b's µs / a's µs,
+    paired by round."""
+    if a is None or b is None or not a.runs or not b.runs:
         return None
-    return b.cpu_us() / a.cpu_us()
+    inverse = _paired(a, b, lambda r: r.cpu_us)
+    return 1 / inverse if inverse else None
 
 
 def report(bench: Bench, elapsed: float) -> str:
@@ -1006,7 +1027,9 @@ def report(bench: Bench, elapsed: float) -> str:
     lines += ["", "± is half the spread between rounds, in % of the mean. CPU is the proxy process's"
               " utime+stime over the measured run divided by the requests served (10 ms clock"
               " ticks). × nginx and × bare are ratios of requests/s; × bare CPU is the bare proxy's CPU µs per"
-              " request divided by this row's (the throughput ratio the proxy core alone would allow,"
+              " request divided by this row's; every ratio here and below is the median of the ratios"
+              " within each round (rounds drift on a shared machine), so it need not equal the ratio of"
+              " the means in the columns (the throughput ratio the proxy core alone would allow,"
               " less sensitive to a busy machine). Core 0 busy: wrk + backend (+ slapd) and anything else"
               " on core 0 (near 100%: the load side limits the result). Core 1 others: time core 1"
               " spent on processes other than the proxy under test (the machine is shared; high values"
@@ -1072,9 +1095,9 @@ def update_docs(table: str) -> None:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/run", description=__doc__.split("\n\n")[0])
-    p.add_argument("--duration", type=float, default=8.0, help="seconds per measured run (default 8)")
+    p.add_argument("--duration", type=float, default=6.0, help="seconds per measured run (default 6)")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up before every measured run (default 2)")
-    p.add_argument("--rounds", type=int, default=2, help="measurements per scenario, in alternating order (default 2)")
+    p.add_argument("--rounds", type=int, default=3, help="measurements per scenario, in alternating order (default 3)")
     p.add_argument("--scenarios", default=",".join(ALL),
                    help="comma-separated subset of: " + ", ".join(ALL) + " (default: all)")
     p.add_argument("--quick", action="store_true", help="3 s runs, 1 s warm-up: a smoke test, not a measurement")
