@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -411,10 +411,10 @@ def _yaml_block(text: str, indent: int) -> str:
     return "|\n" + "".join(pad + line + "\n" for line in text.strip().splitlines())
 
 
-def gateway_config(directory: str, backend_port: int, options: str = "", extra: str = "") -> None:
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, "gateway.yaml"), "w") as f:
-        f.write(f"""apiVersion: core.vendor.io/v1
+def gateway_yaml(backend_port: int, options: str = "", extra: str = "") -> str:
+    """One virtual service, one route to the backend; ``options`` go on the
+    virtual host, ``extra`` resources after it (also used by bench/micro.py)."""
+    return f"""apiVersion: core.vendor.io/v1
 kind: Upstream
 metadata: {{name: backend, namespace: default}}
 spec:
@@ -432,7 +432,13 @@ spec:
       routeAction:
         single:
           upstream: {{name: backend, namespace: default}}
-{extra}""")
+{extra}"""
+
+
+def gateway_config(directory: str, backend_port: int, options: str = "", extra: str = "") -> None:
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "gateway.yaml"), "w") as f:
+        f.write(gateway_yaml(backend_port, options, extra))
 
 
 def jwt_options(mat: JwtMaterial, rbac: bool) -> str:

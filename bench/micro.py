@@ -19,10 +19,11 @@ filled before timing, so no directory is needed.
 from __future__ import annotations
 
 import argparse
-import base64
 import gc
+import os
 import statistics
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -38,27 +39,8 @@ from twistgw._plugins import PluginHost
 from twistgw._server import Gateway, GatewayFactory
 from twistgw._snapshot import build_snapshot
 
-ISSUER = "https://issuer.bench"
-
-_BASE = """apiVersion: core.vendor.io/v1
-kind: Upstream
-metadata: {{name: backend, namespace: default}}
-spec:
-  static:
-    hosts: [{{addr: 127.0.0.1, port: 9}}]
----
-apiVersion: gateway.vendor.io/v1
-kind: VirtualService
-metadata: {{name: bench, namespace: default}}
-spec:
-  virtualHost:
-    domains: ["*"]
-{options}    routes:
-    - matchers: [{{prefix: /}}]
-      routeAction:
-        single:
-          upstream: {{name: backend, namespace: default}}
-{extra}"""
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (the same configurations as bench/run)
 
 
 class _Response:
@@ -98,71 +80,27 @@ class _StubForwarder:
     agent = _StubAgent()
 
 
-def _key_material() -> tuple[str, str]:
-    import jwt
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    public = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                           serialization.PublicFormat.SubjectPublicKeyInfo).decode()
-    token = jwt.encode({"iss": ISSUER, "sub": "alice", "exp": int(time.time()) + 86400,
-                        "iat": int(time.time())}, key, algorithm="RS256")
-    return public, token
-
-
 def scenarios() -> dict[str, tuple[str, str, bytes]]:
-    """name -> (options YAML, extra resources YAML, extra request header lines)."""
-    public, token = _key_material()
-    key_block = "|\n" + "".join(" " * 18 + line + "\n" for line in public.strip().splitlines())
-    jwt_opts = f"""    options:
-      jwt:
-        providers:
-          bench:
-            issuer: {ISSUER}
-            jwks:
-              local:
-                key: {key_block}"""
-    rbac = """      rbac:
-        policies:
-          alice-reads:
-            permissions: {methods: [GET], pathPrefix: /}
-            principals: [{jwtPrincipal: {claims: {sub: alice}}}]
-"""
-    bearer = f"Authorization: Bearer {token}\r\n".encode()
-    basic = b"Authorization: Basic " + base64.b64encode(b"alice:alicepw") + b"\r\n"
-    ldap_extra = """---
-apiVersion: enterprise.gateway.vendor.io/v1
-kind: AuthConfig
-metadata: {name: ldap, namespace: default}
-spec:
-  configs:
-  - ldap:
-      address: ldap://127.0.0.1:9
-      userDnTemplate: uid=%s,ou=people,dc=example,dc=org
-      membershipAttributeName: memberOf
-      allowedGroups: ["cn=managers,ou=groups,dc=example,dc=org"]
-      pool: {initialSize: 0}
-      cacheTtl: 60s
-"""
+    """name -> (virtual host options YAML, extra resources YAML, extra request
+    header lines), from bench/harness.py's scenario definitions."""
+    with tempfile.TemporaryDirectory() as keys:
+        mat = harness.jwt_material(keys, 0)
+    bearer = f"Authorization: Bearer {mat.alice}\r\n".encode()
+    ldap_options, ldap_extra = harness.ldap_options(9, cache=True)
     return {
         "bare-twisted": ("", "", b""),
         "plain": ("", "", b""),
         "plain-bearer": ("", "", bearer),
-        "jwt": (jwt_opts, "", bearer),
-        "jwt-rbac": (jwt_opts + rbac, "", bearer),
-        "ldap-cache": ("    options:\n      extauth: {configRef: {name: ldap, namespace: default}}\n",
-                       ldap_extra, basic),
+        "jwt": (harness.jwt_options(mat, rbac=False), "", bearer),
+        "jwt-rbac": (harness.jwt_options(mat, rbac=True), "", bearer),
+        "ldap-cache": (ldap_options, ldap_extra, f"Authorization: {harness.basic('alice', 'alicepw')}\r\n".encode()),
     }
 
 
 def build_bare(reactor: Any) -> Any:
     """bench/bare_proxy.py's Site over the same stub upstream: the floor."""
-    import os
-
     from twisted.web import server
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from bare_proxy import Proxy
 
     site = server.Site(Proxy("127.0.0.1:9", _StubAgent()), reactor=reactor)
@@ -185,7 +123,7 @@ def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:
     from prometheus_client import CollectorRegistry
 
     gateway.metrics = Metrics(CollectorRegistry())
-    gateway.snapshot = build_snapshot(load_text(_BASE.format(options=options, extra=extra)), host)
+    gateway.snapshot = build_snapshot(load_text(harness.gateway_yaml(9, options, extra)), host)
     if name == "ldap-cache":
         from twistgw_ldap import _flow
 

@@ -29,6 +29,10 @@ _SEARCH_ENTRY = 0x64      # [APPLICATION 4]
 _SEARCH_DONE = 0x65       # [APPLICATION 5]
 
 
+#: answers that are a bare LDAPResult, by tag
+_RESULTS = {_BIND_RESPONSE: pureldap.LDAPBindResponse, _SEARCH_DONE: pureldap.LDAPSearchResultDone}
+
+
 class Unhandled(Exception):
     """Not one of the shapes decoded here: let ldaptor decode it."""
 
@@ -152,13 +156,10 @@ def decode(message: bytes) -> tuple[int, Any]:
     op_tag, s, op_end = _read(message, e, end)
     if op_end != end:
         raise Unhandled("controls")
-    if op_tag == _BIND_RESPONSE:
+    result_class = _RESULTS.get(op_tag)
+    if result_class is not None:
         code, matched, diagnostic = _result(message, s, op_end)
-        return msg_id, pureldap.LDAPBindResponse(resultCode=code, matchedDN=matched, errorMessage=diagnostic)
-    if op_tag == _SEARCH_DONE:
-        code, matched, diagnostic = _result(message, s, op_end)
-        return msg_id, pureldap.LDAPSearchResultDone(resultCode=code, matchedDN=matched,
-                                                     errorMessage=diagnostic)
+        return msg_id, result_class(resultCode=code, matchedDN=matched, errorMessage=diagnostic)
     if op_tag == _SEARCH_ENTRY:
         tag, ds, de = _read(message, s, op_end)
         if tag != 0x04:
