@@ -100,6 +100,14 @@ def _read(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
     return tag, pos, pos + length
 
 
+def _expect(data: bytes, pos: int, end: int, tag: int, what: str) -> tuple[int, int]:
+    """(start, end) of the content of the TLV at ``pos``, which must have ``tag``."""
+    found, start, stop = _read(data, pos, end)
+    if found != tag:
+        raise Unhandled(what)
+    return start, stop
+
+
 def _unsigned(data: bytes, start: int, end: int) -> int:
     if not 0 < end - start <= 5:
         raise Unhandled("integer size")
@@ -126,20 +134,13 @@ def message_length(buffer: bytes) -> int | None:
 
 
 def _result(data: bytes, pos: int, end: int) -> tuple[int, bytes, bytes]:
-    tag, s, e = _read(data, pos, end)
-    if tag != 0x0A:
-        raise Unhandled("resultCode")
+    s, e = _expect(data, pos, end, 0x0A, "resultCode")
     code = _unsigned(data, s, e)
-    tag, s, e2 = _read(data, e, end)
-    if tag != 0x04:
-        raise Unhandled("matchedDN")
-    matched = data[s:e2]
-    tag, s, e3 = _read(data, e2, end)
-    if tag != 0x04:
-        raise Unhandled("diagnosticMessage")
-    if e3 != end:
+    ms, me = _expect(data, e, end, 0x04, "matchedDN")
+    ds, de = _expect(data, me, end, 0x04, "diagnosticMessage")
+    if de != end:
         raise Unhandled("referral or other optional parts")
-    return code, matched, data[s:e3]
+    return code, data[ms:me], data[ds:de]
 
 
 def decode(message: bytes) -> tuple[int, Any]:
@@ -149,9 +150,7 @@ def decode(message: bytes) -> tuple[int, Any]:
     tag, s, end = _read(message, 0, len(message))
     if tag != 0x30 or end != len(message):
         raise Unhandled("envelope")
-    tag, s, e = _read(message, s, end)
-    if tag != 0x02:
-        raise Unhandled("messageID")
+    s, e = _expect(message, s, end, 0x02, "messageID")
     msg_id = _unsigned(message, s, e)
     op_tag, s, op_end = _read(message, e, end)
     if op_end != end:
@@ -161,32 +160,23 @@ def decode(message: bytes) -> tuple[int, Any]:
         code, matched, diagnostic = _result(message, s, op_end)
         return msg_id, result_class(resultCode=code, matchedDN=matched, errorMessage=diagnostic)
     if op_tag == _SEARCH_ENTRY:
-        tag, ds, de = _read(message, s, op_end)
-        if tag != 0x04:
-            raise Unhandled("objectName")
-        tag, ls, le = _read(message, de, op_end)
-        if tag != 0x30 or le != op_end:
+        ds, de = _expect(message, s, op_end, 0x04, "objectName")
+        ls, le = _expect(message, de, op_end, 0x30, "attributes")
+        if le != op_end:
             raise Unhandled("attributes")
         attributes: list[tuple[bytes, list[bytes]]] = []
         pos = ls
         while pos < le:
-            tag, ps, pe = _read(message, pos, le)
-            if tag != 0x30:
-                raise Unhandled("PartialAttribute")
-            tag, ts, te = _read(message, ps, pe)
-            if tag != 0x04:
-                raise Unhandled("attribute type")
-            tag, vs, ve = _read(message, te, pe)
-            if tag != 0x31 or ve != pe:
+            ps, pe = _expect(message, pos, le, 0x30, "PartialAttribute")
+            ts, te = _expect(message, ps, pe, 0x04, "attribute type")
+            vs, ve = _expect(message, te, pe, 0x31, "attribute values")
+            if ve != pe:
                 raise Unhandled("attribute values")
             values = []
             vpos = vs
             while vpos < ve:
-                tag, xs, xe = _read(message, vpos, ve)
-                if tag != 0x04:
-                    raise Unhandled("attribute value")
-                values.append(message[xs:xe])
-                vpos = xe
+                xs, vpos = _expect(message, vpos, ve, 0x04, "attribute value")
+                values.append(message[xs:vpos])
             attributes.append((message[ts:te], values))
             pos = pe
         return msg_id, pureldap.LDAPSearchResultEntry(objectName=message[ds:de], attributes=attributes)
