@@ -15,7 +15,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from twistgw._api import Allow, Deny, RequestContext
-from twistgw._snapshot import ChainStep
+from twistgw._snapshot import ChainStep, flatten_chain
 
 _log = Logger(namespace="twistgw.chain")
 
@@ -25,16 +25,6 @@ PLUGIN_FAILED = Deny(500, b"Internal Server Error", reason="a plugin failed")
 Trace = Callable[[str, str, Any], None]
 
 _Call = tuple[ChainStep, str, Callable[..., Any]]
-
-
-def _calls(steps: tuple[ChainStep, ...]) -> tuple[_Call, ...]:
-    out = []
-    for step in steps:
-        if step.authenticate is not None:
-            out.append((step, "authenticate", step.authenticate))
-        if step.authorize is not None:
-            out.append((step, "authorize", step.authorize))
-    return tuple(out)
 
 
 def _failed(step: ChainStep, phase: str, exc: BaseException, ctx: RequestContext, trace: Trace | None) -> Deny:
@@ -74,7 +64,7 @@ def start_chain(steps: tuple[ChainStep, ...], ctx: RequestContext,
     a Deferred firing with one of those once an asynchronous plugin answers.
     Any exception, or a result that is not Allow/Deny/None, fails closed (500).
     """
-    return start_calls(_calls(steps), ctx, trace)
+    return start_calls(flatten_chain(steps), ctx, trace)
 
 
 def start_calls(calls: tuple[_Call, ...], ctx: RequestContext,

@@ -29,6 +29,18 @@ class ChainStep:
     authorize: Callable[..., Any] | None
 
 
+def flatten_chain(steps: tuple[ChainStep, ...]) -> tuple[tuple[ChainStep, str, Callable[..., Any]], ...]:
+    """Each plugin's authenticate then authorize, in chain order, as
+    (step, phase, callable)."""
+    out = []
+    for step in steps:
+        if step.authenticate is not None:
+            out.append((step, "authenticate", step.authenticate))
+        if step.authorize is not None:
+            out.append((step, "authorize", step.authorize))
+    return tuple(out)
+
+
 class Balancer:
     """Round robin over an upstream's endpoints."""
 
@@ -57,13 +69,7 @@ class RouteRuntime:
 
     @calls.default
     def _flatten(self) -> tuple[tuple[ChainStep, str, Callable[..., Any]], ...]:
-        out = []
-        for step in self.chain:
-            if step.authenticate is not None:
-                out.append((step, "authenticate", step.authenticate))
-            if step.authorize is not None:
-                out.append((step, "authorize", step.authorize))
-        return tuple(out)
+        return flatten_chain(self.chain)
 
 
 class Snapshot:
