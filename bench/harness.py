@@ -1033,10 +1033,10 @@ def report(bench: Bench, elapsed: float) -> str:
     lines += ["", "± is half the spread between rounds, in % of the mean. CPU is the proxy process's"
               " utime+stime over the measured run divided by the requests served (10 ms clock"
               " ticks). × nginx and × bare are ratios of requests/s; × bare CPU is the bare proxy's CPU µs per"
-              " request divided by this row's; every ratio here and below is the median of the ratios"
+              " request divided by this row's (the throughput ratio the proxy core alone would allow,"
+              " less sensitive to a busy machine). Every ratio here and below is the median of the ratios"
               " within each round (rounds drift on a shared machine), so it need not equal the ratio of"
-              " the means in the columns (the throughput ratio the proxy core alone would allow,"
-              " less sensitive to a busy machine). Core 0 busy: wrk + backend (+ slapd) and anything else"
+              " the means in the columns. Core 0 busy: wrk + backend (+ slapd) and anything else"
               " on core 0 (near 100%: the load side limits the result). Core 1 others: time core 1"
               " spent on processes other than the proxy under test (the machine is shared; high values"
               " make that row pessimistic). Both are the worst round."]
