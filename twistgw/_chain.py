@@ -71,33 +71,7 @@ def start_calls(calls: tuple[_Call, ...], ctx: RequestContext,
                 trace: Trace | None = None) -> Deny | None | Deferred:
     """:func:`start_chain` over a chain already flattened
     (:attr:`RouteRuntime.calls`): what the gateway runs per request."""
-    if trace is None:
-        # The common case, kept lean: Allow/None go straight on.
-        for i, (step, phase, fn) in enumerate(calls):
-            try:
-                result = fn(ctx=ctx, options=step.options)
-            except Exception as exc:
-                return _failed(step, phase, exc, ctx, None)
-            if result is None or type(result) is Allow:
-                continue
-            if type(result) is Deny:
-                ctx.decided_by = step.plugin
-                return result
-            return _other(calls, i, step, phase, result, ctx, None)
-        return None
     return _run(calls, 0, ctx, trace)
-
-
-def _other(calls: tuple[_Call, ...], i: int, step: ChainStep, phase: str, result: Any,
-           ctx: RequestContext, trace: Trace | None) -> Deny | None | Deferred:
-    """A result other than None/Allow/Deny: something to await, a subclass,
-    or a plugin bug."""
-    if isinstance(result, Deferred) or inspect.isawaitable(result):
-        return Deferred.fromCoroutine(_resume(calls, i, result, ctx, trace))
-    deny = _judge(step, phase, result, ctx, trace)
-    if deny is not None:
-        return deny
-    return _run(calls, i + 1, ctx, trace)
 
 
 def _run(calls: tuple[_Call, ...], start: int, ctx: RequestContext, trace: Trace | None) -> Deny | None | Deferred:
@@ -107,6 +81,8 @@ def _run(calls: tuple[_Call, ...], start: int, ctx: RequestContext, trace: Trace
             result = fn(ctx=ctx, options=step.options)
         except Exception as exc:
             return _failed(step, phase, exc, ctx, trace)
+        if trace is None and (result is None or type(result) is Allow):
+            continue  # the common case, by type: no isinstance or isawaitable
         if isinstance(result, Deferred) or inspect.isawaitable(result):
             return Deferred.fromCoroutine(_resume(calls, i, result, ctx, trace))
         deny = _judge(step, phase, result, ctx, trace)
