@@ -64,16 +64,6 @@ def _can_copy_raw() -> bool:
 
 
 _COPY_RAW = _can_copy_raw()
-_lower_cache: dict[bytes, bytes] = {}
-
-
-def _lower(name: bytes) -> bytes:
-    low = _lower_cache.get(name)
-    if low is None:
-        low = name.lower()
-        if len(_lower_cache) < 10_000:  # bounded: names come from clients
-            _lower_cache[name] = low
-    return low
 
 
 def set_header(headers: Headers, canonical_name: bytes, value: bytes) -> None:
@@ -106,7 +96,7 @@ def forward_headers(incoming: Headers, connection: Iterable[bytes] | None = None
                 listed.add(token.strip().lower())
     raw = out._rawHeaders if _COPY_RAW else None
     for name, values in incoming.getAllRawHeaders():
-        lname = _lower(name)
+        lname = name.lower()
         if lname in HOP_BY_HOP or (listed is not None and lname in listed):
             continue
         if raw is not None:
