@@ -11,6 +11,7 @@ this module is the thin hook layer: compile, authorize, log and count.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
 
 from prometheus_client import Counter
@@ -42,17 +43,13 @@ SHADOW_DECISIONS = Counter(
 # Labelled children resolved once: .labels() takes a lock and a dict lookup.
 _ALLOW_COUNT = DECISIONS.labels("allow")
 _DENY_COUNT = DECISIONS.labels("deny")
-#: verdict reason -> the Allow handed back (an admitted request allocates nothing)
-_ALLOWS: dict[str, twistgw.Allow] = {}
 
 
+@functools.lru_cache(maxsize=1024)
 def _allow(reason: str) -> twistgw.Allow:
-    allow = _ALLOWS.get(reason)
-    if allow is None:
-        if len(_ALLOWS) >= 10_000:  # reasons are per configured principal; bound them anyway
-            _ALLOWS.clear()
-        allow = _ALLOWS[reason] = twistgw.Allow(reason=reason)
-    return allow
+    """One (immutable) Allow per verdict reason, i.e. per configured policy
+    principal: an admitted request allocates nothing."""
+    return twistgw.Allow(reason=reason)
 
 
 @twistgw.hookimpl
