@@ -305,15 +305,26 @@ async def _against_directory(cfg: LdapConfig, pool: Pool, user_dn: str, password
     raise AssertionError("unreachable")
 
 
+_MISS: Any = object()
+
+
+def _cached(cfg: LdapConfig, cache: DecisionCache, key: tuple[str, bytes]) -> Deny | None:
+    """The cached decision for ``key`` (None: allowed, or the 403), or _MISS."""
+    outcome = cache.get(key)
+    if outcome is None:
+        return _MISS
+    _CACHE_HIT.inc()
+    if outcome == "forbidden":
+        return forbidden(f"{cfg.source}: {key[0]} is not in any allowed group (cached)")
+    return None
+
+
 async def check_one(cfg: LdapConfig, ctx: RequestContext, user: str, password: bytes) -> Deny | None:
     cache = STATE.cache(cfg)
     key = (user, password_digest(password))
-    cached = cache.get(key)
-    if cached is not None:
-        _CACHE_HIT.inc()
-        if cached == "forbidden":
-            return forbidden(f"{cfg.source}: {user} is not in any allowed group (cached)")
-        return None
+    hit = _cached(cfg, cache, key)
+    if hit is not _MISS:
+        return hit
     if cache.ttl > 0:
         CACHE.labels("miss").inc()
     reactor = STATE.get_reactor(ctx)
@@ -373,12 +384,11 @@ def authenticate(ctx: RequestContext, compiled: CompiledExtAuth) -> Allow | Deny
             return Deferred.fromCoroutine(_ask_directory(ctx, compiled, user, password, i))
         if key is None:
             key = (user, password_digest(password))
-        cached = STATE.cache(cfg).get(key)
-        if cached is None:
+        hit = _cached(cfg, STATE.cache(cfg), key)
+        if hit is _MISS:
             return Deferred.fromCoroutine(_ask_directory(ctx, compiled, user, password, i))
-        _CACHE_HIT.inc()
-        if cached == "forbidden":
-            return forbidden(f"{cfg.source}: {user} is not in any allowed group (cached)")
+        if hit is not None:
+            return hit
     return _admit(ctx, compiled, user)
 
 
