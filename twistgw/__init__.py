@@ -10,6 +10,7 @@ from twistgw._api import (
     Decision,
     Deny,
     Endpoint,
+    NotChecked,
     OptionsError,
     OptionsScope,
     RequestContext,
@@ -17,6 +18,7 @@ from twistgw._api import (
     SecretInfo,
     UpstreamInfo,
 )
+from twistgw._config import ConfigError
 from twistgw._plugins import GatewayInfo, PluginInfo, hookimpl
 
 __version__ = "0.1.0"
@@ -24,10 +26,12 @@ __version__ = "0.1.0"
 __all__ = [
     "Allow",
     "AuthConfigInfo",
+    "ConfigError",
     "Decision",
     "Deny",
     "Endpoint",
     "GatewayInfo",
+    "NotChecked",
     "OptionsError",
     "OptionsScope",
     "PluginInfo",

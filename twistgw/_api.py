@@ -46,6 +46,23 @@ class Deny:
     reason: str = ""
 
 
+@attrs.frozen
+class NotChecked:
+    """A dry run's answer (``twistgw explain`` without ``--live``) from a
+    plugin that would need the network to decide: nothing was contacted.
+
+    :param reason: what the plugin would do, e.g. ``"would bind as
+        uid=alice,ou=people,dc=example,dc=org at ldap://ldap:389"``.
+
+    Only valid when ``ctx.dry_run`` is true; the chain then goes on to the
+    next plugin. Returned from a real request it refuses the request with
+    500, like any other unexpected result: a plugin confused about dry runs
+    never lets a request through.
+    """
+
+    reason: str
+
+
 Decision = Allow | Deny
 
 
@@ -225,6 +242,9 @@ class RequestContext:
     :ivar state: a free dict for plugins to share values; key by plugin name.
     :ivar reactor: the reactor, for plugins that do I/O.
     :ivar scheme: ``"https"`` when the client connection is TLS, else ``"http"``.
+    :ivar dry_run: ``True`` under ``twistgw explain`` without ``--live``:
+        contact nothing; return :class:`NotChecked` where the answer would
+        need the network.
     """
 
     __slots__ = (
@@ -243,6 +263,7 @@ class RequestContext:
         "reactor",
         "decided_by",
         "scheme",
+        "dry_run",
     )
 
     def __init__(
@@ -273,6 +294,7 @@ class RequestContext:
         self.state: dict[str, Any] = {}
         self.reactor = reactor
         self.decided_by: str | None = None
+        self.dry_run = False
 
     # Headers ---------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from twistgw._api import Allow, Deny, RequestContext
+from twistgw._api import Allow, Deny, NotChecked, RequestContext
 from twistgw._snapshot import ChainStep, flatten_chain
 
 _log = Logger(namespace="twistgw.chain")
@@ -48,9 +48,12 @@ def _judge(step: ChainStep, phase: str, result: Any, ctx: RequestContext, trace:
     if isinstance(result, Deny):
         ctx.decided_by = step.plugin
         return result
+    if isinstance(result, NotChecked) and ctx.dry_run:
+        return None  # a dry run goes on; explain shows what was not checked
     _log.error(
         "Plugin {plugin} returned {result!r} from {phase}; expected Allow, Deny"
-        " or None. Refusing with 500.", plugin=step.plugin, result=result, phase=phase,
+        " or None{dry}. Refusing with 500.", plugin=step.plugin, result=result, phase=phase,
+        dry=" (NotChecked only in a dry run)" if isinstance(result, NotChecked) else "",
     )
     ctx.decided_by = step.plugin
     return PLUGIN_FAILED

@@ -39,11 +39,28 @@ class PluginInfo:
 
 @attrs.frozen
 class GatewayInfo:
-    """Handed to ``twistgw_configure``."""
+    """Handed to ``twistgw_configure``.
+
+    :ivar reactor: the reactor, for I/O.
+    :ivar metrics_registry: the prometheus-client registry for your metrics.
+    :ivar log: a ``twisted.logger.Logger`` for the plugin.
+    :ivar dry_run: ``True`` under ``twistgw explain`` (without ``--live``):
+        the plugin must contact nothing and listen on nothing. In
+        ``twistgw_config_loaded`` start no server and fetch nothing; in
+        ``twistgw_authenticate``/``twistgw_authorize``, where the answer
+        would need the network, return :class:`twistgw.NotChecked` saying
+        what would be done.
+    :ivar may_listen: ``False`` under ``twistgw explain``, even with
+        ``--live``: start no server of your own (such as a development
+        directory); contacting existing servers is allowed unless
+        ``dry_run``.
+    """
 
     reactor: Any
     metrics_registry: Any
     log: Logger
+    dry_run: bool = False
+    may_listen: bool = True
 
 
 class PluginError(Exception):

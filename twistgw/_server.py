@@ -236,6 +236,9 @@ class GatewayChannel(http.HTTPChannel):
     def connectionLost(self, reason: Failure) -> None:
         super().connectionLost(reason)
         self._stop_timers()
+        closed = getattr(self.factory, "connection_closed", None)
+        if closed is not None:
+            closed(self)
 
     def _respondToBadRequestAndDisconnect(self) -> None:
         self._deadline.stop()
@@ -322,13 +325,39 @@ class GatewayFactory(http.HTTPFactory):
         super().__init__(timeout=timeout, reactor=gateway.reactor)
         self.gateway = gateway
         self.head_timeout = head_timeout
+        #: open client connections, so that stopping can close them
+        self.connections: set[GatewayChannel] = set()
+        self._all_closed: list[Deferred] = []
 
     def buildProtocol(self, addr: Any) -> Any:
         p = super().buildProtocol(addr)
         p.requestFactory = GatewayRequest
         p.headTimeout = self.head_timeout
         p._clock = self.reactor.seconds
+        self.connections.add(p)
         return p
+
+    def connection_closed(self, channel: GatewayChannel) -> None:
+        self.connections.discard(channel)
+        if not self.connections:
+            waiting, self._all_closed = self._all_closed, []
+            for d in waiting:
+                d.callback(None)
+
+    def close_connections(self) -> Deferred:
+        """Close every client connection now (idle keep-alive ones and any
+        still in flight) and stop their timers. The Deferred fires once
+        every connection is gone."""
+        d: Deferred = Deferred()
+        if not self.connections:
+            d.callback(None)
+            return d
+        self._all_closed.append(d)
+        for channel in list(self.connections):
+            channel._stop_timers()
+            if channel.transport is not None:
+                channel.transport.abortConnection()
+        return d
 
     def log(self, request: Any) -> None:
         pass  # the gateway writes its own structured access log

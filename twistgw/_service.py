@@ -219,6 +219,8 @@ class GatewayService(service.MultiService):
         if self.gateway.inflight:
             self._log.warn("Stopping with {n} request(s) still in flight after {t}s",
                            n=self.gateway.inflight, t=self.drain_timeout)
+        # Idle keep-alive connections, and any request the drain gave up on.
+        yield self.factory.close_connections()
         if self.admin_listener is not None:
             yield self.admin_listener.stopService()
         service.Service.stopService(self)

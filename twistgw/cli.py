@@ -89,7 +89,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 async def _explain(args: argparse.Namespace, reactor: Any) -> int:
-    from twistgw._api import Allow, Deny
+    from twistgw._api import Allow, Deny, NotChecked
     from twistgw._config import ConfigError
     from twistgw.testing import ChainTester
 
@@ -104,14 +104,16 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
         _err(f"URL must be absolute (http://host/path), got {args.url!r}")
         return EXIT_USAGE
     try:
-        tester = ChainTester.from_directory(args.directory, reactor=reactor)
+        tester = ChainTester.from_directory(args.directory, [], load_entry_points=True, reactor=reactor,
+                                            dry_run=not args.live, may_listen=False)
     except ConfigError as exc:
         print(f"The configuration in {args.directory} is invalid:")
         for issue in exc.issues:
             print(f"  {issue}")
         return EXIT_INVALID
     result = await tester.request(args.method, args.url, headers)
-    print(f"Request: {args.method} {args.url}")
+    print(f"Request: {args.method} {args.url}"
+          + ("" if args.live else "  (dry run: nothing contacted; --live asks directories and key sets)"))
     if result.ctx is None:
         print(f"Routing: {result.deny.reason if result.deny else 'n/a'}")
         print(f"Result: {result.status} (no plugin ran)")
@@ -121,6 +123,7 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
     print(f"Virtual service: {ctx.virtual_service} (host {ctx.host!r})")
     print(f"Route: {ctx.route} ({_describe_matchers(rt.route)})")
     print("Plugin chain: " + (" -> ".join(s.plugin for s in rt.chain) or "(none)"))
+    unchecked: list[str] = []
     for plugin, phase, decision in result.trace:
         if isinstance(decision, Deny):
             verdict = f"DENY {decision.status}"
@@ -129,12 +132,17 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
             reason = decision.reason
         elif isinstance(decision, Allow):
             verdict, reason = "allow", decision.reason
+        elif isinstance(decision, NotChecked):
+            verdict, reason = "NOT CHECKED", decision.reason
+            unchecked.append(plugin)
         else:
             verdict, reason = "pass", ""
         print(f"  {plugin}.{phase}: {verdict}" + (f" — {reason}" if reason else ""))
     if result.deny is not None:
         print(f"Result: {result.status}, refused by {result.decided_by or 'routing'}")
         return EXIT_INVALID
+    if unchecked:
+        print(f"Unless {' or '.join(dict.fromkeys(unchecked))} refuses it (not checked in a dry run):")
     if rt.direct is not None:
         print(f"Result: direct response {rt.direct.status}")
     else:
@@ -260,12 +268,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("explain", help="dry-run a request against a configuration",
                        description="Show which virtual service and route a request matches, which plugins"
-                       " run in which order, and each one's decision and reason. Nothing is forwarded;"
-                       " plugins that need a directory or key set do contact it.")
+                       " run in which order, and each one's decision and reason. A dry run: nothing is"
+                       " forwarded, nothing listens, and no directory or key-set server is contacted;"
+                       " plugins that would need one say what they would do (NOT CHECKED).")
     e.add_argument("directory")
     e.add_argument("method", help="e.g. GET")
     e.add_argument("url", help="absolute URL; its host is the Host header, e.g. http://api.example.com/pets")
     e.add_argument("-H", "--header", action="append", help="request header 'Name: value' (repeatable)")
+    e.add_argument("--live", action="store_true",
+                   help="let plugins contact directories and key-set servers to decide (still forwards"
+                        " nothing and listens on nothing)")
     e.set_defaults(func=cmd_explain)
 
     t = sub.add_parser("token", help="mint a signed JWT for local testing")

@@ -17,6 +17,7 @@ to the upstream".
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
@@ -29,7 +30,7 @@ from twistgw._plugins import GatewayInfo, PluginHost
 from twistgw._prepare import Prepared, prepare, split_target
 from twistgw._snapshot import RouteRuntime, Snapshot, build_snapshot
 
-__all__ = ["ChainResult", "ChainTester", "make_headers"]
+__all__ = ["ChainResult", "ChainTester", "RunningGateway", "make_headers", "resolve_plugins", "start_gateway"]
 
 
 def make_headers(headers: Mapping[str, str | Sequence[str]] | Iterable[tuple[str, str]] | None) -> Headers:
@@ -67,7 +68,34 @@ class ChainResult:
         return self.ctx.headers
 
 
-def _configured_host(plugins: Iterable[tuple[str, object]], load_entry_points: bool, reactor: Any) -> PluginHost:
+def resolve_plugins(plugins: Iterable[tuple[str, object] | str]) -> list[tuple[str, object]]:
+    """``(name, plugin)`` pairs for :class:`ChainTester` and :func:`start_gateway`.
+
+    A bare string names an installed plugin (its ``twistgw.plugins`` entry
+    point, e.g. ``"jwt"``); a pair registers that object under that name.
+    Raises ``ValueError`` for a name no installed package provides.
+    """
+    from importlib.metadata import entry_points
+
+    from twistgw._plugins import ENTRY_POINT_GROUP
+
+    out: list[tuple[str, object]] = []
+    for item in plugins:
+        if isinstance(item, str):
+            found = list(entry_points(group=ENTRY_POINT_GROUP, name=item))
+            if not found:
+                installed = sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+                raise ValueError(f"no installed twistgw plugin is named {item!r}"
+                                 f" (installed: {', '.join(installed) or 'none'})")
+            out.append((item, found[0].load()))
+        else:
+            name, plugin = item
+            out.append((name, plugin))
+    return out
+
+
+def _configured_host(plugins: Iterable[tuple[str, object] | str], load_entry_points: bool, reactor: Any,
+                     dry_run: bool = False, may_listen: bool = True) -> PluginHost:
     from prometheus_client import REGISTRY
     from twisted.logger import Logger
 
@@ -75,32 +103,61 @@ def _configured_host(plugins: Iterable[tuple[str, object]], load_entry_points: b
         from twisted.internet import reactor as default_reactor
 
         reactor = default_reactor
-    host = PluginHost.create(extra=plugins, load_entry_points=load_entry_points)
-    host.configure(GatewayInfo(reactor, REGISTRY, Logger(namespace="twistgw.testing")))
+    host = PluginHost.create(extra=resolve_plugins(plugins), load_entry_points=load_entry_points)
+    host.configure(GatewayInfo(reactor, REGISTRY, Logger(namespace="twistgw.testing"),
+                               dry_run=dry_run, may_listen=may_listen))
     return host
 
 
 class ChainTester:
-    """A compiled configuration and its plugins, to run requests through."""
+    """A compiled configuration and the plugins you name, to run requests through.
 
-    def __init__(self, snapshot: Snapshot, host: PluginHost, reactor: Any = None) -> None:
+    Only the plugins you pass take part: a test of one plugin does not
+    pick up whatever else is installed. Build one with :meth:`from_yaml` or
+    :meth:`from_directory`; both raise :class:`twistgw.ConfigError` (its
+    ``issues`` list every problem, with file, line and field) when the
+    configuration is rejected.
+    """
+
+    def __init__(self, snapshot: Snapshot, host: PluginHost, reactor: Any = None,
+                 dry_run: bool = False) -> None:
         self.snapshot = snapshot
         self.host = host
         self.reactor = reactor
+        self.dry_run = dry_run
         host.config_loaded(snapshot.plugin_compiled, snapshot.config.settings)
 
     @classmethod
-    def from_yaml(cls, text: str, plugins: Iterable[tuple[str, object]] = (),
-                  load_entry_points: bool = True, reactor: Any = None) -> "ChainTester":
-        """Compile YAML text. Raises ``twistgw._config.ConfigError`` when invalid."""
+    def from_yaml(cls, text: str, plugins: Iterable[tuple[str, object] | str], *,
+                  load_entry_points: bool = False, reactor: Any = None) -> "ChainTester":
+        """Compile YAML text (one or more ``---``-separated documents).
+
+        :param plugins: the plugins to load: ``(name, module)`` pairs (the
+            name is the options key, as an entry point's name would be) or
+            names of installed plugins (``"jwt"``). ``[]`` for none.
+        :param load_entry_points: also load every installed plugin, as the
+            gateway does (``twistgw explain``).
+        :param reactor: for plugins that do I/O (default: the global reactor).
+        :raises twistgw.ConfigError: the configuration is rejected.
+        """
         host = _configured_host(plugins, load_entry_points, reactor)
         return cls(build_snapshot(load_text(text), host), host, reactor)
 
     @classmethod
-    def from_directory(cls, directory: str, plugins: Iterable[tuple[str, object]] = (),
-                       load_entry_points: bool = True, reactor: Any = None) -> "ChainTester":
-        host = _configured_host(plugins, load_entry_points, reactor)
-        return cls(build_snapshot(load_directory(directory), host), host, reactor)
+    def from_directory(cls, directory: str, plugins: Iterable[tuple[str, object] | str], *,
+                       load_entry_points: bool = False, reactor: Any = None,
+                       dry_run: bool = False, may_listen: bool = True) -> "ChainTester":
+        """Compile a configuration directory, as the gateway reads it.
+
+        Arguments as :meth:`from_yaml`. With ``dry_run`` the plugins are told
+        (``GatewayInfo.dry_run``) to contact nothing, and answer
+        :class:`twistgw.NotChecked` where they would need to; with
+        ``may_listen=False`` they start no server of their own (such as the
+        development LDAP directory). ``twistgw explain`` passes both;
+        ``--live`` only the second.
+        """
+        host = _configured_host(plugins, load_entry_points, reactor, dry_run, may_listen)
+        return cls(build_snapshot(load_directory(directory), host), host, reactor, dry_run)
 
     async def request(self, method: str, url: str, headers: Any = None,
                       client_address: str = "127.0.0.1") -> ChainResult:
@@ -117,6 +174,7 @@ class ChainTester:
         if isinstance(prepared, Deny):
             return ChainResult(prepared.status, prepared.body, prepared.headers, None, None, None, trace, prepared)
         assert isinstance(prepared, Prepared)
+        prepared.ctx.dry_run = self.dry_run
         deny = await run_chain(prepared.runtime.chain, prepared.ctx,
                                lambda p, ph, d: trace.append((p, ph, d)))
         if deny is not None:
@@ -156,17 +214,40 @@ class RunningGateway:
             self.service._poller.stop()
         ports = [p for p in (self._port, self._admin_port) if p is not None]
         await gatherResults([maybeDeferred(p.stopListening) for p in ports])
+        await self.service.factory.close_connections()
+        await _close_treq_idle_connections()
         await self.service.gateway.forwarder.close()
         await self.service.plugins.unconfigure()
 
 
-def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object]] = (),
-                  load_entry_points: bool = True, reactor: Any = None,
+async def _close_treq_idle_connections() -> None:
+    """Close the idle connections of treq's default pool, if treq is in use.
+
+    When the gateway closes a keep-alive connection, Twisted's
+    ``HTTPConnectionPool`` still holds it, with a timer of up to four
+    minutes, until it is reused or that timer fires: a test that called
+    ``treq.get(gw.url(...))`` would leave that timer behind (trial's
+    ``DirtyReactorAggregateError``). Idle connections only; requests in
+    flight are not affected.
+    """
+    treq_api = sys.modules.get("treq.api")
+    pool = treq_api.get_global_pool() if treq_api is not None else None
+    if pool is not None:
+        await pool.closeCachedConnections()
+
+
+def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object] | str], *,
+                  load_entry_points: bool = False, reactor: Any = None,
                   poll_interval: float = 0.0, **service_options: Any) -> RunningGateway:
     """Load ``config_dir`` and serve it on a free loopback port (and an admin port).
 
-    Raises ``ConfigError`` if the configuration is invalid. Call
-    ``await gw.stop()`` when done. ``poll_interval`` > 0 watches the directory.
+    ``plugins`` as for :meth:`ChainTester.from_yaml`. Raises
+    :class:`twistgw.ConfigError` if the configuration is invalid. Call
+    ``await gw.stop()`` when done: it stops listening, closes every client
+    connection (idle keep-alive ones and any in flight) and their timers,
+    the idle connections of treq's default pool, the upstream pool and the
+    plugins' resources, so that trial finds a clean reactor.
+    ``poll_interval`` > 0 watches the directory.
     """
     from twistgw._service import GatewayService
 
@@ -174,7 +255,7 @@ def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object]] = (),
         from twisted.internet import reactor as default_reactor
 
         reactor = default_reactor
-    host = PluginHost.create(extra=plugins, load_entry_points=load_entry_points)
+    host = PluginHost.create(extra=resolve_plugins(plugins), load_entry_points=load_entry_points)
     service_options.setdefault("access_log", False)
     svc = GatewayService(config_dir, listen=(), admin=None, reactor=reactor, plugins=host,
                          poll_interval=poll_interval, **service_options)

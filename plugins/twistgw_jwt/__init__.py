@@ -31,6 +31,8 @@ _log = Logger(namespace="twistgw_jwt")
 
 class _State:
     reactor: Any = None
+    #: ``twistgw explain`` without ``--live``: fetch no key set
+    dry_run = False
 
 
 _state = _State()
@@ -61,6 +63,7 @@ def twistgw_plugin_info() -> twistgw.PluginInfo:
 @twistgw.hookimpl
 def twistgw_configure(gateway: twistgw.GatewayInfo) -> None:
     _state.reactor = gateway.reactor
+    _state.dry_run = gateway.dry_run
 
 
 @twistgw.hookimpl
@@ -77,7 +80,10 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: twistgw.OptionsSc
 @twistgw.hookimpl
 def twistgw_config_loaded(compiled: Sequence[object], settings: Mapping[str, Any]) -> Deferred[None] | None:
     """Prefetch every remote key set that has no keys yet, so the first
-    request does not wait. Returns a Deferred firing when all attempts end."""
+    request does not wait. Returns a Deferred firing when all attempts end.
+    Nothing in a dry run."""
+    if _state.dry_run:
+        return None
     pending: list[Deferred[bool]] = []
     seen: set[int] = set()
     for opts in compiled:

@@ -16,7 +16,7 @@ from prometheus_client import Counter
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from twistgw import Allow, Deny, RequestContext
+from twistgw import Allow, Deny, NotChecked, RequestContext
 from twistgw_jwt import _token as T
 from twistgw_jwt._options import CompiledJwt, HeaderSource, Provider, QuerySource
 from twistgw_jwt._token import Failure, ParsedToken
@@ -288,9 +288,13 @@ def authenticate(ctx: RequestContext, opts: CompiledJwt) -> Allow | Deny | Defer
     if not matching:
         return deny(ctx, opts, T.UNKNOWN_ISSUER)
     failures: list[Failure] = []
+    unchecked: list[str] = []
     for i, p in enumerate(matching):
         result = verify_sync(p, parsed)
         if result is _NEEDS_IO:
+            if ctx.dry_run:
+                unchecked.append(_would_fetch(p))
+                continue
             return Deferred.fromCoroutine(
                 _authenticate_async(ctx, opts, parsed, where, matching[i:], failures))
         if isinstance(result, Failure):
@@ -298,7 +302,18 @@ def authenticate(ctx: RequestContext, opts: CompiledJwt) -> Allow | Deny | Defer
             continue
         opts.cache.put(p.name, raw, result, now, _generation(p))  # type: ignore[arg-type]
         return succeed(ctx, opts, p, result, where, cached=False)  # type: ignore[arg-type]
+    if unchecked:
+        return NotChecked("; ".join(unchecked) + " (not fetched in a dry run; --live fetches it)")
     return deny(ctx, opts, _pick_failure(failures))
+
+
+def _would_fetch(provider: Provider) -> str:
+    """What a dry run says instead of fetching a remote key set."""
+    assert provider.remote is not None
+    spec = provider.remote.spec
+    where = ", ".join(f"{host}:{port}" for host, port in spec.addresses) or "no endpoints"
+    return (f"provider {provider.name!r} would fetch its key set {spec.url} from upstream"
+            f" {spec.upstream} ({where}) and verify the token with it")
 
 
 async def _authenticate_async(ctx: RequestContext, opts: CompiledJwt, parsed: ParsedToken,

@@ -29,6 +29,10 @@ NAME = "extauth"
 _dev_directory = DevDirectory()
 #: The configuration directory seen at the last compile (for devDirectory.ldif).
 _config_dir = ""
+#: ``twistgw explain`` without ``--live``: no connection pools, bind nothing.
+_dry_run = False
+#: False under ``twistgw explain``: never start the development directory.
+_may_listen = True
 
 
 @hookimpl
@@ -39,7 +43,9 @@ def twistgw_plugin_info() -> PluginInfo:
 
 @hookimpl
 def twistgw_configure(gateway: GatewayInfo) -> None:
+    global _dry_run, _may_listen
     _flow.STATE.reactor = gateway.reactor
+    _dry_run, _may_listen = gateway.dry_run, gateway.may_listen
 
 
 @hookimpl
@@ -58,11 +64,17 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: OptionsScope) -> 
 
 @hookimpl
 def twistgw_config_loaded(compiled: Sequence[object], settings: Mapping[str, Any]) -> Any:
+    if _dry_run:
+        return None  # no connection pools, no development directory
     _flow.STATE.config_loaded(list(compiled))
+    if not _may_listen:
+        return None
     return defer.Deferred.fromCoroutine(
         _dev_directory.apply(_flow.STATE.get_reactor(), settings, _config_dir))
 
 
 @hookimpl
 def twistgw_authenticate(ctx: RequestContext, options: CompiledExtAuth) -> Any:
+    if ctx.dry_run:
+        return _flow.dry_run(ctx, options)
     return _flow.authenticate(ctx, options)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ldaptor.protocols import pureldap
+from twistgw_ldap._ldaptor import pureldap
 
 #: Largest LDAP message ID (RFC 4511 §4.1.1.1: MessageID ::= INTEGER (0 .. maxInt)).
 MAX_ID = 2**31 - 1

@@ -16,8 +16,7 @@ import socket
 from collections import deque
 from typing import Any
 
-from ldaptor.protocols import pureber, pureldap
-from ldaptor.protocols.ldap.ldapclient import LDAPClient
+from twistgw_ldap._ldaptor import LDAPClient, pureber, pureldap
 from twisted.internet import defer, error, ssl
 from twisted.internet.endpoints import (
     HostnameEndpoint,

@@ -23,8 +23,7 @@ import ipaddress
 import os
 from typing import Any, Mapping
 
-from ldaptor import inmemory, interfaces
-from ldaptor.protocols.ldap.ldapserver import LDAPServer
+from twistgw_ldap._ldaptor import LDAPServer, inmemory, interfaces
 from twisted.internet import defer
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.protocol import ServerFactory

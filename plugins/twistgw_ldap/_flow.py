@@ -15,10 +15,10 @@ from typing import Any, Callable
 from prometheus_client import Counter, Histogram
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
-from twistgw import Allow, Deny, RequestContext
+from twistgw import Allow, Deny, NotChecked, RequestContext
 
 from twistgw_ldap._client import FAULT_CODES, DirectoryFault, Pool, bind, search_base
-from twistgw_ldap._dn import InvalidDN, clean_username, parse_dn
+from twistgw_ldap._dn import InvalidDN, clean_username, format_dn, parse_dn
 from twistgw_ldap._options import CompiledExtAuth, LdapConfig, Target
 
 _log = Logger(namespace="twistgw_ldap")
@@ -390,6 +390,27 @@ def authenticate(ctx: RequestContext, compiled: CompiledExtAuth) -> Allow | Deny
         if hit is not None:
             return hit
     return _admit(ctx, compiled, user)
+
+
+def dry_run(ctx: RequestContext, compiled: CompiledExtAuth) -> Deny | NotChecked:
+    """``twistgw explain`` without ``--live``: refuse what is refused without
+    asking the directory (no or malformed credentials); otherwise say what
+    would be asked, contacting nothing."""
+    creds = credentials(ctx, compiled.configs[0].realm)
+    if isinstance(creds, Deny):
+        return creds
+    user, _ = creds
+    steps = []
+    for cfg in compiled.configs:
+        step = f"bind as {cfg.user_dn(user)!r} at {cfg.target.describe()}"
+        if not cfg.disable_group_checking:
+            who = (f"as the service account {cfg.service_account.dn!r}" if cfg.service_account
+                   else "as the user")
+            groups = ", ".join(sorted(format_dn(g) for g in cfg.allowed_groups)) or "(none)"
+            step += (f", then search that entry {who} and require {cfg.membership_attribute}"
+                     f" to hold one of: {groups}")
+        steps.append(f"{cfg.source} would {step}")
+    return NotChecked("; then ".join(steps) + " (not contacted in a dry run; --live asks the directory)")
 
 
 async def _ask_directory(ctx: RequestContext, compiled: CompiledExtAuth, user: str, password: bytes,

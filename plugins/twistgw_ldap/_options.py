@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 import attrs
-from ldaptor import ldapfilter
+from twistgw_ldap._ldaptor import parse_filter
 from twistgw.options import type_name
 from twistgw import OptionsError, OptionsScope
 
@@ -291,7 +291,7 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> 
     if not (filter_text.startswith("(") and filter_text.endswith(")")):
         raise c.fail("searchFilter", f"must be an LDAP filter in parentheses, e.g. (objectClass=*); got {filter_text!r}")
     try:
-        filter_object = ldapfilter.parseFilter(filter_text)
+        filter_object = parse_filter(filter_text)
     except Exception as exc:
         raise c.fail("searchFilter", f"is not a valid LDAP filter (RFC 4515): {filter_text!r}"
                      f" ({type(exc).__name__})") from None

@@ -7,9 +7,7 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings, strategies as st
-from ldaptor import ldapfilter
-from ldaptor.protocols import pureber, pureldap
-from ldaptor.protocols.ldap.ldapclient import LDAPClient
+from twistgw_ldap._ldaptor import LDAPClient, parse_filter, pureber, pureldap
 from twisted.internet.testing import StringTransport
 
 from twistgw_ldap import _ber
@@ -40,7 +38,7 @@ def test_bind_request_is_what_ldaptor_sends(msg_id: int, dn: bytes, password: by
        st.integers(min_value=0, max_value=2**31 - 1), st.integers(min_value=0, max_value=2**31 - 1))
 def test_search_request_is_what_ldaptor_sends(msg_id: int, base: bytes, text: str, attrs: list[bytes],
                                               size: int, seconds: int) -> None:
-    flt = ldapfilter.parseFilter(text)
+    flt = parse_filter(text)
     ours = _ber.search_request(msg_id, base, flt.toWire(), attrs, size, seconds)
     theirs = pureldap.LDAPMessage(pureldap.LDAPSearchRequest(
         baseObject=base, scope=pureldap.LDAP_SCOPE_baseObject,

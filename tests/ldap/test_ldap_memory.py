@@ -164,7 +164,7 @@ def demo_creds() -> dict[str, tuple[str, str]]:
 async def test_shipped_demo_serves_ldap_with_nothing_else_installed(demo_dir: Path) -> None:
     users = demo_creds()
     assert {"alice", "bob"} <= set(users)
-    tester = ChainTester.from_directory(str(demo_dir))  # installed plugins, as `twist twistgw`
+    tester = ChainTester.from_directory(str(demo_dir), [], load_entry_points=True)  # as `twist twistgw`
     await wait_for(lambda: twistgw_ldap._dev_directory.port is not None)
     url = "http://localhost/ldap/hello"
     assert (await tester.request("GET", url, headers=basic("alice", users["alice"]))).status == 200

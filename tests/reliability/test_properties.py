@@ -43,7 +43,7 @@ spec:
                   key: |
 %s""" % "".join(" " * 20 + line + "\n" for line in _PUB.splitlines())
 
-_tester = ChainTester.from_yaml(_JWT_CONFIG)
+_tester = ChainTester.from_yaml(_JWT_CONFIG, ["jwt"])
 _HEADER_BYTES = st.binary(max_size=400).filter(lambda b: not set(b) & {0, 10, 13})
 
 
