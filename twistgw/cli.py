@@ -233,6 +233,30 @@ def cmd_create_secret(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_echo(args: argparse.Namespace) -> int:
+    from twisted.internet import task
+    from twisted.internet.defer import Deferred
+
+    from twistgw._devecho import is_loopback_endpoint, start_echo
+
+    if not is_loopback_endpoint(args.listen):
+        _err(f"--listen must be a loopback endpoint such as tcp:9000:interface=127.0.0.1, got {args.listen!r}")
+        return EXIT_USAGE
+
+    def run(reactor: Any) -> Deferred:
+        port = start_echo(reactor, args.listen)
+        port.addCallback(lambda p: print(f"twistgw echo: answering every request on"
+                                         f" {p.getHost().host}:{p.getHost().port} (Ctrl-C stops)",
+                                         file=sys.stderr, flush=True))
+        return port.addCallback(lambda _: Deferred())  # serve until interrupted
+
+    try:
+        task.react(run)
+    except SystemExit as exc:
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_OK
+    return EXIT_OK
+
+
 def cmd_plugins(args: argparse.Namespace) -> int:
     from twistgw._plugins import PluginError, PluginHost
 
@@ -311,6 +335,14 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--password", required=True)
     a.add_argument("-o", "--output", help="write to this file instead of stdout")
     a.set_defaults(func=cmd_create_secret)
+
+    ec = sub.add_parser("echo", help="run the development echo upstream (a backend for trying things)",
+                        description="A development HTTP upstream on loopback that answers every method"
+                        " on every path with 200 and JSON describing the request it received (method,"
+                        " path, headers, body size). The demo's backend; never for production.")
+    ec.add_argument("--listen", default="tcp:9000:interface=127.0.0.1",
+                    help="loopback endpoint (default tcp:9000:interface=127.0.0.1)")
+    ec.set_defaults(func=cmd_echo)
 
     pl = sub.add_parser("plugins", help="list installed plugins and their default order")
     pl.set_defaults(func=cmd_plugins)

@@ -7,6 +7,7 @@ configuration and keeps serving the last good one.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
@@ -218,11 +219,11 @@ def _compile_provider(name: str, raw: Any, path: Path, scope: OptionsScope,
     jwks = _mapping(raw.get("jwks"), path + ("jwks",), "jwks (required)")
     _only(jwks, ("local", "remote"), path + ("jwks",))
     if ("local" in jwks) == ("remote" in jwks):
-        raise OptionsError(path + ("jwks",), "set exactly one of local: {key: ...} or"
-                           " remote: {upstreamRef: {name, namespace}, url}")
+        raise OptionsError(path + ("jwks",), "set exactly one of local: {key: ...} (or {keyFile: ...})"
+                           " or remote: {upstreamRef: {name, namespace}, url}")
     local = remote = None
     if "local" in jwks:
-        local = _compile_local(jwks["local"], path + ("jwks", "local"))
+        local = _compile_local(jwks["local"], path + ("jwks", "local"), scope.resources.config_dir)
     else:
         remote = remote_factory(_compile_remote(jwks["remote"], path + ("jwks", "remote"), scope))
 
@@ -236,19 +237,54 @@ def _compile_provider(name: str, raw: Any, path: Path, scope: OptionsScope,
     return Provider(name, issuer, audiences, local, remote, sources, keep, claims, skew)
 
 
-def _compile_local(raw: Any, path: Path) -> LocalKeys:
+#: A key file larger than this is refused (a key set is a few kilobytes).
+MAX_KEY_FILE = 1 << 20
+
+
+def _compile_local(raw: Any, path: Path, config_dir: str) -> LocalKeys:
     raw = _mapping(raw, path, "local")
-    _only(raw, ("key",), path)
-    text = _string(raw.get("key"), path + ("key",),
-                   "key (a PEM public key, a JWK or a JWKS)")
+    _only(raw, ("key", "keyFile"), path)
+    if ("key" in raw) == ("keyFile" in raw):
+        raise OptionsError(path, "set exactly one of key (the PEM, JWK or JWKS text) or keyFile"
+                           " (a file holding it, relative to the configuration directory)")
+    if "key" in raw:
+        field = "key"
+        text = _string(raw["key"], path + ("key",), "key (a PEM public key, a JWK or a JWKS)")
+    else:
+        field = "keyFile"
+        text = _read_key_file(raw["keyFile"], path + ("keyFile",), config_dir)
     try:
-        result = parse_local_key(text, "key")
+        result = parse_local_key(text, field)
     except KeyProblem as exc:
-        raise OptionsError(path + ("key",), str(exc)) from None
+        raise OptionsError(path + (field,), str(exc)) from None
     if not result.keys:
-        raise OptionsError(path + ("key",), "no usable public key: kty oct (HMAC) keys are"
+        raise OptionsError(path + (field,), "no usable public key: kty oct (HMAC) keys are"
                            " never accepted, and keys with use other than sig are ignored")
     return LocalKeys(result.keys)
+
+
+def _read_key_file(value: Any, path: Path, config_dir: str) -> str:
+    """The text of ``keyFile``: a path relative to the configuration
+    directory (never to the working directory), or absolute."""
+    name = _string(value, path, "keyFile (a file name relative to the configuration directory)")
+    if os.path.isabs(name):
+        full = name
+    elif config_dir:
+        full = os.path.join(config_dir, name)
+    else:
+        raise OptionsError(path, f"{name!r} is relative, but this configuration was not read from"
+                           " a directory; give an absolute path or use key")
+    try:
+        with open(full, "rb") as f:
+            data = f.read(MAX_KEY_FILE + 1)
+    except OSError as exc:
+        raise OptionsError(path, f"cannot read {name!r} ({full}): {exc.strerror}") from None
+    if len(data) > MAX_KEY_FILE:
+        raise OptionsError(path, f"{name!r} is larger than {MAX_KEY_FILE} bytes; a key set is a few kilobytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise OptionsError(path, f"{name!r} is not UTF-8 text (a PEM public key, a JWK or a JWKS)") from None
 
 
 def _compile_remote(raw: Any, path: Path, scope: OptionsScope) -> RemoteSpec:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import pathlib
-import re
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
+
+from doc_shell import check_outcomes, port_busy, run_lines, shell_lines
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(sys.executable).parent
@@ -23,15 +23,7 @@ DEMO_PORTS = (8080, 9901, 8081, 3389)
 
 
 def demo_lines() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    block = text.split("<!-- demo:start -->", 1)[1].split("<!-- demo:end -->", 1)[0]
-    body = block.split("```sh\n", 1)[1].split("```", 1)[0]
-    return [line for line in body.splitlines() if line.strip()]
-
-
-def _port_busy(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+    return shell_lines((ROOT / "README.md").read_text(), "<!-- demo:start -->", "<!-- demo:end -->")
 
 
 def twist_command() -> tuple[list[str], str]:
@@ -46,7 +38,7 @@ def twist_command() -> tuple[list[str], str]:
 
 @pytest.fixture(scope="module")
 def demo():
-    busy = [p for p in DEMO_PORTS if _port_busy(p)]
+    busy = [p for p in DEMO_PORTS if port_busy(p)]
     assert not busy, f"the demo needs ports {DEMO_PORTS} free on 127.0.0.1; busy: {busy}"
     cmd, cwd = twist_command()
     log = open(ROOT / ".demo-test.log", "wb")
@@ -54,7 +46,7 @@ def demo():
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
-        while not (_port_busy(8080) and _port_busy(3389) and _port_busy(8081)):
+        while not (port_busy(8080) and port_busy(3389) and port_busy(8081)):
             assert proc.poll() is None, (ROOT / ".demo-test.log").read_text()
             assert time.monotonic() < deadline, "the demo gateway did not start in 30 s"
             time.sleep(0.1)
@@ -77,24 +69,55 @@ def test_demo_block_has_every_outcome():
 
 
 def test_readme_demo_lines(demo):
-    lines = demo_lines()
-    script = ["set -u"]
-    checks = []
-    for i, line in enumerate(lines):
-        if "# expect:" in line:
-            expect = line.split("# expect:", 1)[1].strip()
-            script.append(f"echo '@@@{i}'")
-            checks.append((i, line, expect))
-        script.append(line)
-    script.append("echo '@@@end'")
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}")
-    out = subprocess.run(["bash", "-c", "\n".join(script)], cwd=str(ROOT), env=env,
-                         capture_output=True, text=True, timeout=120)
-    sections = dict(re.findall(r"@@@(\d+)\n(.*?)(?=@@@)", out.stdout + "@@@", re.S))
-    for i, line, expect in checks:
-        got = sections.get(str(i), "")
-        status, _, text = expect.partition(" ")
-        first = got.splitlines()[0] if got else ""
-        assert first.startswith(f"HTTP/1.1 {status} "), f"{line}\n  expected {status}, got:\n{got[:500]}\n{out.stderr}"
-        if text:
-            assert text.strip() in got, f"{line}\n  expected {text!r} in:\n{got[:800]}"
+    outcomes, log = run_lines(demo_lines(), str(ROOT), env, timeout=120)
+    assert outcomes
+    check_outcomes(outcomes, log)
+
+
+AUDIT = """
+import sys
+opened = []
+def audit(event, args):
+    if event in ("socket.bind", "socket.connect", "socket.sendto", "socket.sendmsg"):
+        opened.append((event, repr(args[1:])))
+    elif event == "socket.__new__" and args[1] in (2, 10):  # AF_INET, AF_INET6
+        opened.append((event, repr(args[1:])))
+sys.addaudithook(audit)
+from twistgw.cli import main
+rc = main(sys.argv[1:])
+sys.stdout.flush()
+print("NETWORK:", opened, file=sys.stderr)
+sys.exit(rc)
+"""
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["GET", "http://localhost/ldap/", "-H", "Authorization: Basic YWxpY2U6YWxpY2UtcGFzc3dvcmQ="],
+     "extauth.authenticate: NOT CHECKED — AuthConfig default/demo-ldap: spec.configs[0].ldap would bind"
+     " as 'uid=alice,ou=people,dc=example,dc=org' at ldap://127.0.0.1:3389"),
+    (["GET", "http://localhost/ldap/"], "extauth.authenticate: DENY 401"),
+    (["GET", "http://localhost/hello"], "Result: forwarded to upstream default/echo"),
+])
+def test_explain_with_the_demo_running_is_a_dry_run(demo, args, expect):
+    """The demo listens on 3389 (its development directory), 8080, 8081 and
+    9901: explain starts none of them again, binds and connects nothing,
+    and says what it would have asked the directory."""
+    out = subprocess.run([sys.executable, "-c", AUDIT, "explain", "etc", *args], cwd=str(ROOT),
+                         capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in out.stdout + out.stderr, out.stdout + out.stderr
+    assert "NETWORK: []" in out.stderr, out.stderr
+    assert expect in out.stdout, out.stdout
+    assert "(dry run: nothing contacted" in out.stdout
+
+
+def test_explain_live_asks_the_running_directory_and_listens_on_nothing(demo):
+    out = subprocess.run([sys.executable, "-c", AUDIT, "explain", "etc", "GET", "http://localhost/ldap/",
+                          "-H", "Authorization: Basic YWxpY2U6YWxpY2UtcGFzc3dvcmQ=", "--live"],
+                         cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr, out.stdout + out.stderr
+    assert "extauth.authenticate: allow — LDAP: admitted by AuthConfig default/demo-ldap" in out.stdout
+    network = out.stderr.split("NETWORK:", 1)[1]
+    assert "socket.connect" in network and "3389" in network  # the demo's directory
+    assert "socket.bind" not in network
