@@ -120,7 +120,9 @@ class UpstreamInfo:
 
 @attrs.frozen
 class SecretInfo:
-    """A Secret's decoded data (``data`` base64-decoded, ``stringData`` encoded)."""
+    """A Secret's decoded data: ``data`` maps each key (``str``) to ``bytes``
+    (``data`` values base64-decoded, ``stringData`` values UTF-8 encoded);
+    compare keys with ``hmac.compare_digest`` on bytes."""
 
     namespace: str
     name: str
@@ -221,27 +223,39 @@ class RequestContext:
     (``headers``, :meth:`set_query_params`), and leave results for the plugins
     after them.
 
-    :ivar method: the request method, exactly as sent (``"GET"``; never
-        case-folded).
-    :ivar path: the normalised path (dot segments removed, slashes merged,
-        unreserved escapes decoded). This is what routing matched and what is
-        forwarded.
-    :ivar query: the raw query string, without ``?`` (bytes).
+    :ivar method: ``str``: the request method, exactly as sent (``"GET"``;
+        never case-folded).
+    :ivar path: ``str``: the **normalised** path: percent-escapes decoded
+        (``%2F`` too: ``/a%2Fb`` is ``/a/b``), dot segments resolved,
+        slashes merged. This is what routing and authorization saw and what
+        is forwarded. It is not what the client signed: see ``raw_target``.
+    :ivar raw_target: ``bytes``: the request target exactly as the client
+        sent it, before any normalisation (``b"/a%2Fb/../c?x=1"``, or the
+        absolute form ``b"http://host/..."``). For plugins that verify a
+        signature over the request line; never route or authorize on it.
+    :ivar query: ``bytes``: the raw query string, without ``?``; what is
+        forwarded (see :meth:`set_query_params`).
     :ivar headers: the request headers that will be sent upstream
-        (:class:`twisted.web.http_headers.Headers`, mutable; hop-by-hop headers
-        already removed). Plugins may remove credentials or add headers.
-    :ivar host: the Host, lower-cased, without port.
-    :ivar client_address: the peer's IP address.
-    :ivar virtual_service: ``namespace/name`` of the matched VirtualService.
-    :ivar route: the matched route's name.
-    :ivar claims: the verified JWT claims, set by the ``jwt`` plugin
-        (``None`` when no token was verified).
-    :ivar claims_provider: the name of the JWT provider that verified them.
-    :ivar principal: who the request is from, once a plugin knows (the JWT
-        ``sub`` or the LDAP user); shown in the access log.
-    :ivar state: a free dict for plugins to share values; key by plugin name.
+        (:class:`twisted.web.http_headers.Headers`, mutable, names and values
+        ``bytes``; hop-by-hop headers already removed). Plugins may remove
+        credentials or add headers.
+    :ivar host: ``str``: the Host, lower-cased, without port.
+    :ivar client_address: ``str``: the peer's IP address.
+    :ivar virtual_service: ``str``: ``namespace/name`` of the matched
+        VirtualService.
+    :ivar route: ``str``: the matched route's name (``routes[2]`` when
+        unnamed).
+    :ivar claims: ``dict | None``: the verified JWT claims, set by the
+        ``jwt`` plugin (``None`` when no token was verified).
+    :ivar claims_provider: ``str | None``: the name of the JWT provider that
+        verified them.
+    :ivar principal: ``str | None``: who the request is from, once a plugin
+        knows (the JWT ``sub`` or the LDAP user); shown in the access log.
+    :ivar state: ``dict``: free for plugins to share values; key by plugin
+        name.
     :ivar reactor: the reactor, for plugins that do I/O.
-    :ivar scheme: ``"https"`` when the client connection is TLS, else ``"http"``.
+    :ivar scheme: ``str``: ``"https"`` when the client connection is TLS,
+        else ``"http"``.
     :ivar dry_run: ``True`` under ``twistgw explain`` without ``--live``:
         contact nothing; return :class:`NotChecked` where the answer would
         need the network.
@@ -250,6 +264,7 @@ class RequestContext:
     __slots__ = (
         "method",
         "path",
+        "raw_target",
         "query",
         "headers",
         "host",
@@ -278,10 +293,12 @@ class RequestContext:
         route: str = "",
         reactor: Any = None,
         scheme: str = "http",
+        raw_target: bytes | None = None,
     ) -> None:
         self.scheme = scheme
         self.method = method
         self.path = path
+        self.raw_target = raw_target if raw_target is not None else path.encode("utf-8")
         self.query = query
         self.headers = headers if headers is not None else Headers()
         self.host = host
@@ -299,19 +316,21 @@ class RequestContext:
     # Headers ---------------------------------------------------------------
 
     def header(self, name: str) -> str | None:
-        """The first value of a request header as text (latin-1), or None."""
+        """The **first** value of a request header as ``str`` (latin-1), or
+        None; a header sent twice is two values (:meth:`header_values`)."""
         values = self.headers.getRawHeaders(name.encode("ascii"))
         return values[0].decode("latin-1") if values else None
 
     def header_values(self, name: str) -> list[str]:
-        """Every value of a request header, as text."""
+        """Every value of a request header, in order, as ``str`` (latin-1)."""
         values = self.headers.getRawHeaders(name.encode("ascii")) or []
         return [v.decode("latin-1") for v in values]
 
     # Query -----------------------------------------------------------------
 
     def query_params(self) -> list[tuple[str, str]]:
-        """The query parameters, decoded, in order, repeats kept."""
+        """The query parameters as ``(str, str)`` pairs, percent-decoded, in
+        order, repeats kept."""
         if not self.query:
             return []
         return parse_qsl(

@@ -137,7 +137,7 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
         upstream_headers.setRawHeaders(b"host", [authority])
     ctx = RequestContext(
         method.decode("latin-1"), path, query, upstream_headers, host,
-        client_address, vs.key, "", reactor, scheme,
+        client_address, vs.key, "", reactor, scheme, target,
     )
     if route_hook is None:
         route = first_route(vs.routes, ctx.method, path)

@@ -65,6 +65,37 @@ def fingerprint(directory: str) -> tuple:
     return tuple(out)
 
 
+class _AnnouncedEndpoint:
+    """A server endpoint that logs the address it really listens on (the
+    port number chosen for ``tcp:0``, the interface) once it does."""
+
+    _log = Logger(namespace="twistgw")
+
+    def __init__(self, endpoint: Any, description: str, what: str) -> None:
+        self.endpoint = endpoint
+        self.description = description
+        self.what = what
+
+    def listen(self, factory: Any) -> Any:
+        def announce(port: Any) -> Any:
+            self._log.info("{what} listening on {address} ({description})", what=self.what,
+                           address=describe_address(port.getHost()), description=self.description)
+            return port
+
+        return self.endpoint.listen(factory).addCallback(announce)
+
+    def __str__(self) -> str:
+        return self.description
+
+
+def describe_address(address: Any) -> str:
+    """``127.0.0.1:8080``, ``[::1]:8080`` or a UNIX socket path."""
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    if host is None or port is None:
+        return str(getattr(address, "name", address))
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class GatewayService(service.MultiService):
     """Config loading and reloading, the proxy listeners and the admin listener."""
 
@@ -96,13 +127,14 @@ class GatewayService(service.MultiService):
         self.factory = GatewayFactory(self.gateway, timeout=idle_timeout, head_timeout=head_timeout)
         self.listeners: list[StreamServerEndpointService] = []
         for description in listen:
-            svc = StreamServerEndpointService(serverFromString(reactor, description), self.factory)
+            endpoint = _AnnouncedEndpoint(serverFromString(reactor, description), description, "Gateway")
+            svc = StreamServerEndpointService(endpoint, self.factory)
             svc.setServiceParent(self)
             self.listeners.append(svc)
         self.admin_listener = None
         if admin:
-            self.admin_listener = StreamServerEndpointService(
-                serverFromString(reactor, admin), quiet_site(AdminRoot(self)))
+            endpoint = _AnnouncedEndpoint(serverFromString(reactor, admin), admin, "Admin endpoint")
+            self.admin_listener = StreamServerEndpointService(endpoint, quiet_site(AdminRoot(self)))
             self.admin_listener.setServiceParent(self)
         self._echo_listen: str | None = None
         self._echo_port: Any = None
@@ -197,9 +229,9 @@ class GatewayService(service.MultiService):
             self._old_sighup = signal.signal(signal.SIGHUP, self._on_sighup)
         except ValueError:  # not the main thread (embedded use)
             self._old_sighup = None
-        self._log.info("twistgw serving {listen}; admin on {admin}; config {config}",
-                       listen=[str(s.endpoint) for s in self.listeners],
-                       admin=self.admin_listener.endpoint if self.admin_listener else None,
+        self._log.info("twistgw starting: gateway on {listen}; admin on {admin}; config {config}",
+                       listen=", ".join(str(s.endpoint) for s in self.listeners) or "(nothing)",
+                       admin=str(self.admin_listener.endpoint) if self.admin_listener else "(off)",
                        config=os.path.abspath(self.config_dir))
 
     def _on_sighup(self, signum: int, frame: Any) -> None:

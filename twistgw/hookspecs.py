@@ -76,7 +76,9 @@ def twistgw_configure(gateway: GatewayInfo) -> None:
     """Called once at start-up, before the first configuration is compiled.
 
     :param gateway: gives ``reactor``, ``log`` and ``metrics_registry`` (a
-        prometheus-client ``CollectorRegistry`` for the plugin's own metrics).
+        prometheus-client ``CollectorRegistry`` for the plugin's own metrics),
+        ``dry_run`` (``twistgw explain`` without ``--live``: contact nothing)
+        and ``may_listen`` (``False`` under ``explain``: start no server).
     """
 
 
@@ -169,6 +171,9 @@ def twistgw_authenticate(ctx: RequestContext, options: object) -> Decision | Non
     ``ctx.claims``, ``ctx.principal``, ``ctx.state[NAME]``) and return
     :class:`twistgw.Allow` (or None). Return :class:`twistgw.Deny` to refuse
     the request with that response.
+
+    In a dry run (``ctx.dry_run``), return :class:`twistgw.NotChecked`
+    saying what would be done instead of contacting anything.
 
     :param ctx: the request.
     :param options: what this plugin's ``twistgw_compile_options`` returned

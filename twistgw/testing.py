@@ -30,7 +30,8 @@ from twistgw._plugins import GatewayInfo, PluginHost
 from twistgw._prepare import Prepared, prepare, split_target
 from twistgw._snapshot import RouteRuntime, Snapshot, build_snapshot
 
-__all__ = ["ChainResult", "ChainTester", "RunningGateway", "make_headers", "resolve_plugins", "start_gateway"]
+__all__ = ["ChainResult", "ChainTester", "RunningGateway", "make_headers", "resolve_plugins", "start_gateway",
+           "trial_tests_first"]
 
 
 def make_headers(headers: Mapping[str, str | Sequence[str]] | Iterable[tuple[str, str]] | None) -> Headers:
@@ -267,3 +268,27 @@ def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object] | str], 
     if poll_interval:
         svc._poller.start(poll_interval, now=False)
     return RunningGateway(svc, port, admin_port)
+
+
+def trial_tests_first(items: list[Any]) -> None:
+    """Reorder pytest items so that trial ``TestCase`` tests run first.
+
+    For a ``conftest.py`` whose session holds both styles::
+
+        from twistgw.testing import trial_tests_first
+
+        def pytest_collection_modifyitems(items):
+            trial_tests_first(items)
+
+    A ``twisted.trial.unittest.TestCase`` spins the reactor itself for each
+    test; pytest-twisted, from its first test on, keeps the reactor running
+    in a greenlet for the rest of the session, and trial cannot spin it
+    from there. Trial tests first, in their collected order, then the rest.
+    """
+    from twisted.trial.unittest import TestCase
+
+    def is_trial(item: Any) -> bool:
+        cls = getattr(item, "cls", None)
+        return isinstance(cls, type) and issubclass(cls, TestCase)
+
+    items[:] = [i for i in items if is_trial(i)] + [i for i in items if not is_trial(i)]

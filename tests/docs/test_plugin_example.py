@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -67,3 +68,42 @@ def test_disabled_on_status_route(installed):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Plugin chain: (none)" in out.stdout
     assert "direct response 200" in out.stdout
+
+
+# --------------------------------------------------------------------------
+# The example's own tests, in both styles, under both runners
+# --------------------------------------------------------------------------
+
+BIN = pathlib.Path(sys.executable).parent
+
+
+def _runner(installed, *cmd):
+    env = dict(os.environ, PYTHONPATH=str(installed))
+    return subprocess.run([str(BIN / cmd[0]), *cmd[1:]], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=str(EXAMPLE))
+
+
+def _trial_count(out) -> int:
+    m = re.search(r"^Ran (\d+) tests? in ", out.stdout, re.M)
+    assert m and out.returncode == 0 and "PASSED" in out.stdout, out.stdout + out.stderr
+    return int(m.group(1))
+
+
+def _pytest_count(out) -> int:
+    m = re.search(r"^(\d+) passed", out.stdout.splitlines()[-1] if out.stdout else "")
+    assert m and out.returncode == 0 and "failed" not in out.stdout.splitlines()[-1], out.stdout + out.stderr
+    return int(m.group(1))
+
+
+def test_trial_style_module_counts_the_same_under_both_runners(installed):
+    trial = _trial_count(_runner(installed, "trial", "tests/test_apikey_trial.py"))
+    pytest_ = _pytest_count(_runner(installed, "pytest", "-q", "-p", "no:cacheprovider",
+                                    "tests/test_apikey_trial.py"))
+    assert trial == pytest_ == 7
+
+
+def test_both_styles_in_one_pytest_session(installed):
+    out = _runner(installed, "pytest", "-q", "-p", "no:cacheprovider", "-W", "error::DeprecationWarning",
+                  "tests")
+    assert _pytest_count(out) == 12  # 7 trial-style + 5 pytest-twisted-style
+    assert "warning" not in out.stdout.lower(), out.stdout

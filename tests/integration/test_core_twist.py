@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -81,7 +82,16 @@ async def test_twist_twistgw_serves_and_proxies(tmp_path: Path, backend: Any, co
         log.close()
     # twist re-raises the signal it stopped on, so a clean stop is -SIGTERM
     assert proc.returncode in (0, -signal.SIGTERM), (tmp_path / "twist.log").read_text()
-    assert "Main loop terminated." in (tmp_path / "twist.log").read_text()
+    text = (tmp_path / "twist.log").read_text()
+    assert "Main loop terminated." in text
+    # The startup log names the addresses it listens on, not endpoint
+    # objects (twist logs JSON when its output is not a terminal).
+    events = [json.loads(line.strip("\x1e")) for line in text.splitlines() if line.strip("\x1e")]
+    said = [e["log_format"].format(**e) for e in events
+            if e.get("log_namespace", "").startswith("twistgw") and "log_format" in e and "what" in e]
+    assert f"Gateway listening on 127.0.0.1:{port} (tcp:{port}:interface=127.0.0.1)" in said, said
+    assert f"Admin endpoint listening on 127.0.0.1:{admin} (tcp:{admin}:interface=127.0.0.1)" in said, said
+    assert "EndpointObject" not in text and "ServerEndpoint object at" not in text
 
 
 def test_twist_twistgw_refuses_an_invalid_config(tmp_path: Path, config_dir: Any) -> None:

@@ -1,0 +1,62 @@
+"""The apikey plugin's tests in pytest-twisted style: plain functions.
+
+Run them with ``pytest`` (from ``examples/apikey-plugin``); ``trial`` does
+not collect module-level functions, so it is pointed at
+``test_apikey_trial.py`` only. ``conftest.py`` runs trial classes first
+when both styles share one pytest session (see docs/plugins.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import pytest_twisted
+import treq
+
+import twistgw
+import twistgw_apikey
+from twistgw.testing import ChainTester, start_gateway
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "example-config")
+PLUGINS = [("apikey", twistgw_apikey)]
+HOST = "http://partners.example.com"
+
+
+@pytest.fixture
+def tester() -> ChainTester:
+    return ChainTester.from_directory(CONFIG_DIR, PLUGINS)
+
+
+@pytest.mark.parametrize("headers,status,body", [
+    ({}, 401, b"API key is missing"),
+    ({"X-Api-Key": "nope"}, 403, b"API key is not valid"),
+    ({"X-Api-Key": "acme-key-1234"}, 200, b"hello partner\n"),
+])
+@pytest_twisted.ensureDeferred
+async def test_in_memory(tester, headers, status, body):
+    result = await tester.request("GET", f"{HOST}/orders", headers=headers)
+    assert (result.status, result.body) == (status, body)
+
+
+def test_bad_options_are_a_config_error():
+    with pytest.raises(twistgw.ConfigError, match="options.apikey.keysSecretRef: is required"):
+        ChainTester.from_yaml(
+            "apiVersion: gateway.vendor.io/v1\nkind: VirtualService\nmetadata: {name: p}\nspec:\n"
+            "  virtualHost:\n    domains: ['*']\n    options: {apikey: {}}\n"
+            "    routes: [{matchers: [{prefix: /}], directResponseAction: {status: 200}}]\n", PLUGINS)
+
+
+@pytest_twisted.async_yield_fixture
+async def gateway():
+    gw = start_gateway(CONFIG_DIR, PLUGINS)
+    yield gw
+    await gw.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_end_to_end(gateway):
+    response = await treq.get(gateway.url("/orders"),
+                              headers={"Host": "partners.example.com", "X-Api-Key": "globex-key-5678"})
+    assert response.code == 200
+    assert await response.content() == b"hello partner\n"
