@@ -64,6 +64,14 @@ reactor: Any = _reactor
 sys.modules.setdefault("gwtest", sys.modules[__name__])
 
 
+def pytest_collection_modifyitems(items: list) -> None:
+    """trial ``TestCase`` modules spin the reactor themselves; run them
+    before the pytest-twisted tests, which keep it running in a greenlet."""
+    from twistgw.testing import trial_tests_first
+
+    trial_tests_first(items)
+
+
 def sleep(seconds: float) -> defer.Deferred:
     """``await sleep(0.1)`` in a test."""
     from twisted.internet import task
