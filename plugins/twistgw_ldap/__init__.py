@@ -16,11 +16,13 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from twisted.internet import defer
-from twistgw import GatewayInfo, OptionsScope, PluginInfo, RequestContext, hookimpl
+import attrs
+from twistgw import GatewayInfo, OptionsError, OptionsScope, PluginInfo, RequestContext, ResourceView, hookimpl
 
 from twistgw_ldap import _flow
 from twistgw_ldap._devdir import DevDirectory
 from twistgw_ldap._options import CompiledExtAuth, LdapConfig, compile_options
+from twistgw_ldap._settings import NO_POLICY, check_settings, guard, read_policy
 
 __all__ = ["CompiledExtAuth", "LdapConfig"]
 
@@ -49,11 +51,26 @@ def twistgw_unconfigure() -> Any:
 
 
 @hookimpl
+def twistgw_default_options(settings: Mapping[str, Any], resources: ResourceView) -> None:
+    """Check ``Settings.spec.extauth`` when the configuration loads; it puts
+    extauth on no route by itself."""
+    global _config_dir
+    if resources.config_dir:
+        _config_dir = resources.config_dir
+    check_settings(settings, resources.config_dir)
+
+
+@hookimpl
 def twistgw_compile_options(options: Mapping[str, Any], scope: OptionsScope) -> CompiledExtAuth:
     global _config_dir
     if scope.resources.config_dir:
         _config_dir = scope.resources.config_dir
-    return compile_options(options, scope)
+    compiled = compile_options(options, scope)
+    try:
+        policy = read_policy(scope.resources.settings(NAME))
+    except OptionsError:  # already reported against Settings by twistgw_default_options
+        policy = NO_POLICY
+    return attrs.evolve(compiled, on_error=policy)
 
 
 @hookimpl
@@ -65,4 +82,4 @@ def twistgw_config_loaded(compiled: Sequence[object], settings: Mapping[str, Any
 
 @hookimpl
 def twistgw_authenticate(ctx: RequestContext, options: CompiledExtAuth) -> Any:
-    return _flow.authenticate(ctx, options)
+    return guard(_flow.authenticate(ctx, options), options.on_error, ctx, _flow.STATE.get_reactor(ctx))

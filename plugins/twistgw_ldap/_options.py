@@ -100,6 +100,9 @@ class CompiledExtAuth:
 
     auth_config: str  # namespace/name
     configs: tuple[LdapConfig, ...]
+    #: Settings spec.extauth's requestTimeout/failureModeAllow/statusOnError
+    #: (a ``_settings.ErrorPolicy``; None: SPEC's statuses, no overall bound)
+    on_error: Any = None
 
 
 # ---------------------------------------------------------------------------
