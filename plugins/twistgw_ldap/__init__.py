@@ -21,6 +21,7 @@ from twistgw import GatewayInfo, OptionsError, OptionsScope, PluginInfo, Request
 
 from twistgw_ldap import _flow
 from twistgw_ldap._devdir import DevDirectory
+from twistgw_ldap._expr import check_expression
 from twistgw_ldap._options import CompiledExtAuth, LdapConfig, compile_options
 from twistgw_ldap._settings import NO_POLICY, check_settings, guard, read_policy
 
@@ -82,4 +83,8 @@ def twistgw_config_loaded(compiled: Sequence[object], settings: Mapping[str, Any
 
 @hookimpl
 def twistgw_authenticate(ctx: RequestContext, options: CompiledExtAuth) -> Any:
-    return guard(_flow.authenticate(ctx, options), options.on_error, ctx, _flow.STATE.get_reactor(ctx))
+    if options.expression is not None:
+        result = defer.Deferred.fromCoroutine(check_expression(ctx, options))
+    else:
+        result = _flow.authenticate(ctx, options)
+    return guard(result, options.on_error, ctx, _flow.STATE.get_reactor(ctx))
