@@ -17,13 +17,13 @@ from typing import Any, Mapping, Sequence
 
 from twisted.internet import defer
 import attrs
-from twistgw import GatewayInfo, OptionsError, OptionsScope, PluginInfo, RequestContext, ResourceView, hookimpl
+from twistgw import GatewayInfo, OptionsError, OptionsScope, PluginInfo, RequestContext, hookimpl
 
 from twistgw_ldap import _flow
 from twistgw_ldap._devdir import DevDirectory
 from twistgw_ldap._expr import check_expression
 from twistgw_ldap._options import CompiledExtAuth, LdapConfig, compile_options
-from twistgw_ldap._settings import NO_POLICY, check_settings, guard, read_policy
+from twistgw_ldap._settings import NO_POLICY, guard, read_policy
 
 __all__ = ["CompiledExtAuth", "LdapConfig"]
 
@@ -52,13 +52,11 @@ def twistgw_unconfigure() -> Any:
 
 
 @hookimpl
-def twistgw_default_options(settings: Mapping[str, Any], resources: ResourceView) -> None:
-    """Check ``Settings.spec.extauth`` when the configuration loads; it puts
-    extauth on no route by itself."""
-    global _config_dir
-    if resources.config_dir:
-        _config_dir = resources.config_dir
-    check_settings(settings, resources.config_dir)
+def twistgw_default_options(settings: Mapping[str, Any], config_dir: str) -> None:
+    """No default options; checks ``Settings.spec.extauth`` when the
+    configuration loads, so ``twistgw check`` reports its mistakes."""
+    read_policy(settings)
+    return None
 
 
 @hookimpl

@@ -10,7 +10,7 @@ AuthConfig, connection waits included)::
         requestTimeout: 2s       # the whole check; past it, the check is an error
         failureModeAllow: false  # true: an error admits the request (fail OPEN)
         statusOnError: 503       # the status an error answers with
-        devDirectory: {...}      # _devdir.py
+        devDirectory: {...}      # checked by _devdir.py
 
 An *error* is what SPEC.md answers with 5xx: a directory that refuses,
 resets or does not answer in time (503), a service account that cannot bind
@@ -20,8 +20,6 @@ errors. Without these settings the SPEC statuses apply unchanged.
 
 from __future__ import annotations
 
-import os
-import re
 from typing import Any, Mapping
 
 import attrs
@@ -30,7 +28,6 @@ from twisted.logger import Logger
 from twistgw import Allow, Deny, OptionsError, RequestContext
 from twistgw.options import type_name
 
-from twistgw_ldap._devdir import DevDirectoryError, read_settings
 from twistgw_ldap._options import parse_duration
 
 _log = Logger(namespace="twistgw_ldap")
@@ -89,27 +86,6 @@ def read_policy(settings: Mapping[str, Any]) -> ErrorPolicy:
         raise OptionsError(("statusOnError",), f"must be an HTTP status code such as 403 or 503, got"
                            f" {status!r} ({type_name(status)})")
     return ErrorPolicy(timeout, allow, status)
-
-
-def check_settings(settings: Mapping[str, Any], config_dir: str) -> None:
-    """Everything ``Settings.spec.extauth`` says, checked when the
-    configuration loads (so ``twistgw check`` reports it).
-
-    :raise OptionsError: located below ``Settings.spec.extauth``.
-    """
-    read_policy(settings)
-    try:
-        dev = read_settings(settings, config_dir)
-    except DevDirectoryError as exc:
-        # its messages (also logged at run time) start with the field they concern
-        m = re.match(r"Settings spec\.extauth\.devDirectory\.?(\w*):? (.*)", str(exc), re.S)
-        field, reason = (m.group(1), m.group(2)) if m else ("", str(exc))
-        raise OptionsError(("devDirectory", field) if field else ("devDirectory",), reason) from None
-    if dev is not None:
-        ldif = dev[0]
-        if not os.path.isfile(ldif) or not os.access(ldif, os.R_OK):
-            raise OptionsError(("devDirectory", "ldif"), f"cannot read the LDIF file {ldif}"
-                               " (relative names are relative to the configuration directory)")
 
 
 def guard(result: Any, policy: ErrorPolicy | None, ctx: RequestContext, reactor: Any) -> Any:

@@ -110,7 +110,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
         if fn is not None:
             src = config.settings_source
             try:
-                value = fn(settings=view.settings(name), resources=view)
+                value = fn(settings=view.settings(name), config_dir=config.directory)
             except OptionsError as exc:
                 issues.append(ConfigIssue(
                     exc.reason, file=src.file if src else "", document=src.document if src else None,
