@@ -88,17 +88,17 @@ class _Parser:
         return self.tokens[self.i] if self.i < len(self.tokens) else None
 
     def disjunction(self, depth: int) -> Node:
-        node = self.conjunction(depth)
-        while self._peek() == "||":
-            self.i += 1
-            node = Or(node, self.conjunction(depth))
-        return node
+        return self._left_to_right(depth, "||", Or, self.conjunction)
 
     def conjunction(self, depth: int) -> Node:
-        node = self.unary(depth)
-        while self._peek() == "&&":
+        return self._left_to_right(depth, "&&", And, self.unary)
+
+    def _left_to_right(self, depth: int, op: str, make: Callable[[Node, Node], Node],
+                       operand: Callable[[int], Node]) -> Node:
+        node = operand(depth)
+        while self._peek() == op:
             self.i += 1
-            node = And(node, self.unary(depth))
+            node = make(node, operand(depth))
         return node
 
     def unary(self, depth: int) -> Node:
