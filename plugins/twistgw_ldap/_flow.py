@@ -603,11 +603,11 @@ def _admit(ctx: RequestContext, compiled: CompiledExtAuth, user: str, verdicts: 
             else:
                 headers.setRawHeaders(name, [value])
     _ALLOWED.inc()
-    return _admission(compiled.auth_config, tuple(v.reason for v in verdicts), cached)
+    return _admission(tuple(v.reason for v in verdicts), cached)
 
 
 @functools.lru_cache(maxsize=1024)
-def _admission(auth_config: str, reasons: tuple[str, ...], cached: bool) -> Allow:
-    # One Allow per AuthConfig and reasons (the user is in ctx.principal), not one per request.
-    return Allow(f"LDAP: admitted by AuthConfig {auth_config}{' (cached)' if cached else ''}: "
-                 + " | ".join(reasons))
+def _admission(reasons: tuple[str, ...], cached: bool) -> Allow:
+    # One Allow per set of reasons (kept with the cached verdicts), not one per request.
+    # Each reason starts with its config's place: "AuthConfig ns/name: spec.configs[i].ldap: ...".
+    return Allow(f"LDAP: admitted{' (cached)' if cached else ''}: " + " | ".join(reasons))
