@@ -174,7 +174,7 @@ async def test_shipped_demo_serves_ldap_with_nothing_else_installed(demo_dir: Pa
 
 
 async def raw_get(port: int, path: str, headers: dict[str, str]) -> Any:
-    from gwtest import raw_exchange
+    from support.http import raw_exchange
 
     lines = [f"GET {path} HTTP/1.1", "Host: demo.local", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in headers.items()]

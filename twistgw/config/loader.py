@@ -14,10 +14,10 @@ from typing import Any, Mapping
 import attrs
 import yaml
 
-from twistgw._api import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
-from twistgw._routing import host_without_port
+from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
+from twistgw.config.names import host_without_port, is_loopback_endpoint
 from twistgw.options import type_name as _type_name
-from twistgw._model import (
+from twistgw.config.model import (
     DirectResponse,
     EndpointsResource,
     EndpointSubset,
@@ -788,8 +788,6 @@ def _gateway_settings(r: _Reader, value: Any) -> None:
     if "echoServer" in g:
         e = r.mapping(g["echoServer"], path + ("echoServer",), {"listen"}, required=("listen",))
         listen = r.string(e["listen"], path + ("echoServer", "listen"))
-        from twistgw._devecho import is_loopback_endpoint
-
         if not is_loopback_endpoint(listen):
             raise r.fail(path + ("echoServer", "listen"),
                          "the development echo server only listens on loopback, e.g. 'tcp:8081:interface=127.0.0.1'")
