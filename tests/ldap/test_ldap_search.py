@@ -233,7 +233,7 @@ async def test_a_membership_cycle_terminates(slapd_open: Any) -> None:
 @pytest_twisted.ensureDeferred
 async def test_backend_sees_trustworthy_headers_and_never_the_password(slapd_open: Any, backend: Any,
                                                                        gateway: Any, tmp_path: Path) -> None:
-    from gwtest import http_request
+    from support.http import http_request
 
     from ldap_helpers import PLUGINS
 
