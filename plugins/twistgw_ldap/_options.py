@@ -461,8 +461,11 @@ def _allowed_groups(c: _Checker, groups_raw: Any, disable: bool) -> set[NormalDN
     return groups
 
 
-def _base_dn(c: _Checker, value: Any, field: str) -> str:
-    text = c.string(value, field).strip()
+def _base_dn(c: _Checker, spec: Mapping[str, Any], field: str, what: str) -> str:
+    """The required ``baseDn`` of ``spec`` (at ``field``), a valid DN."""
+    if "baseDn" not in spec:
+        raise c.fail(field, f"is required: {what}")
+    text = c.string(spec["baseDn"], field).strip()
     try:
         if not parse_dn(text):
             raise InvalidDN("empty")
@@ -486,9 +489,7 @@ def _user_search(c: _Checker, raw: Any, default_ns: str, scope: OptionsScope) ->
         spec = c.mapping(raw, "userSearch", {"baseDn", "filter", "scope", "credentialsSecretRef"})
     found: dict[str, Any] = {}
     with c.checking():
-        if "baseDn" not in spec:
-            raise c.fail("userSearch.baseDn", "is required: where users are searched (e.g. dc=example,dc=org)")
-        found["base"] = _base_dn(c, spec["baseDn"], "userSearch.baseDn")
+        found["base"] = _base_dn(c, spec, "userSearch.baseDn", "where users are searched (e.g. dc=example,dc=org)")
     with c.checking():
         if "filter" not in spec:
             raise c.fail("userSearch.filter", "is required, with one %s for the user name (e.g. (uid=%s),"
@@ -517,10 +518,8 @@ def _group_search(c: _Checker, raw: Any) -> GroupSearch | None:
         spec = c.mapping(raw, "groupSearch", {"baseDn", "filter", "nameAttribute", "nested", "maxDepth"})
     found: dict[str, Any] = {}
     with c.checking():
-        if "baseDn" not in spec:
-            raise c.fail("groupSearch.baseDn", "is required: where groups are searched (e.g."
-                         " ou=groups,dc=example,dc=org)")
-        found["base"] = _base_dn(c, spec["baseDn"], "groupSearch.baseDn")
+        found["base"] = _base_dn(c, spec, "groupSearch.baseDn",
+                                 "where groups are searched (e.g. ou=groups,dc=example,dc=org)")
     with c.checking():
         found["filter"] = _search_filter(c, spec.get("filter", DEFAULT_GROUP_FILTER), "groupSearch.filter")
     with c.checking():
