@@ -13,7 +13,7 @@ import re
 from typing import Any, Awaitable, Callable, Union
 
 import attrs
-from twistgw import Allow
+from twistgw import Allow, Deny
 
 #: A config name as Gloo writes them (``ldap-managers``, ``config_0``, ``basic1``).
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
@@ -170,17 +170,20 @@ async def check_expression(ctx: Any, compiled: Any) -> Any:
 
     creds = _flow.credentials(ctx, compiled.configs[0].realm)
     refusals: list[Any] = []
+    admissions: list[Any] = []  # the verdicts of the configs that admitted (their headers apply)
 
     async def check(index: int) -> tuple[bool, Any]:
         if isinstance(creds, tuple):
-            deny = await _flow.check_one(compiled.configs[index], ctx, *creds)
+            result = await _flow.check_one(compiled.configs[index], ctx, *creds)
         else:
-            deny = creds  # no usable credentials: every config refuses (401)
-        if deny is not None and deny.status >= 500:
-            raise Abort(deny)
-        if deny is not None:
-            refusals.append(deny)
-        return deny is None, deny
+            result = creds  # no usable credentials: every config refuses (401)
+        if not isinstance(result, Deny):
+            admissions.append(result)
+            return True, None
+        if result.status >= 500:
+            raise Abort(result)
+        refusals.append(result)
+        return False, result
 
     try:
         admitted = await evaluate(compiled.expression, check)
@@ -190,5 +193,5 @@ async def check_expression(ctx: Any, compiled: Any) -> Any:
         return refusals[-1] if refusals else _flow.forbidden(
             f"AuthConfig {compiled.auth_config}: booleanExpr is false")
     if isinstance(creds, tuple):
-        return _flow._admit(ctx, compiled, creds[0])
+        return _flow._admit(ctx, compiled, creds[0], admissions, False)
     return Allow(f"LDAP: AuthConfig {compiled.auth_config} booleanExpr is true without credentials")
