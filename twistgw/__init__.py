@@ -4,7 +4,9 @@ Plugin authors need only what is exported here; see :mod:`twistgw.hookspecs`
 for the hooks and ``docs/plugins.md`` for a complete example.
 """
 
-from twistgw._api import (
+from twistgw.api.headers import Headers
+from twistgw.api.plugin import GatewayInfo, PluginInfo, hookimpl
+from twistgw.api.types import (
     Allow,
     AuthConfigInfo,
     Decision,
@@ -18,8 +20,8 @@ from twistgw._api import (
     SecretInfo,
     UpstreamInfo,
 )
-from twistgw._config import ConfigError
-from twistgw._plugins import GatewayInfo, PluginInfo, hookimpl
+from twistgw.config.loader import ConfigError, ConfigIssue
+from twistgw.config.model import Route, VirtualService
 
 __version__ = "0.1.0"
 
@@ -27,18 +29,22 @@ __all__ = [
     "Allow",
     "AuthConfigInfo",
     "ConfigError",
+    "ConfigIssue",
     "Decision",
     "Deny",
     "Endpoint",
     "GatewayInfo",
+    "Headers",
     "NotChecked",
     "OptionsError",
     "OptionsScope",
     "PluginInfo",
     "RequestContext",
     "ResourceView",
+    "Route",
     "SecretInfo",
     "UpstreamInfo",
+    "VirtualService",
     "__version__",
     "hookimpl",
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from twistgw._api import OptionsError
+from twistgw.api.types import OptionsError
 
 Path = tuple[str | int, ...]
 

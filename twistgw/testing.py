@@ -21,14 +21,14 @@ import sys
 from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
-from twisted.web.http_headers import Headers
 
-from twistgw._api import Deny, RequestContext
-from twistgw._chain import run_chain
-from twistgw._config import load_directory, load_text
-from twistgw._plugins import GatewayInfo, PluginHost
-from twistgw._prepare import Prepared, prepare, split_target
-from twistgw._snapshot import RouteRuntime, Snapshot, build_snapshot
+from twistgw.api.headers import Headers
+from twistgw.api.types import Deny, RequestContext
+from twistgw.config.loader import load_directory, load_text
+from twistgw.core.chain import run_chain
+from twistgw.core.pipeline import Prepared, prepare, split_target
+from twistgw.core.plugins import GatewayInfo, PluginHost
+from twistgw.core.snapshot import RouteRuntime, Snapshot, build_snapshot
 
 __all__ = ["ChainResult", "ChainTester", "RunningGateway", "make_headers", "resolve_plugins", "start_gateway",
            "trial_tests_first"]
@@ -78,7 +78,7 @@ def resolve_plugins(plugins: Iterable[tuple[str, object] | str]) -> list[tuple[s
     """
     from importlib.metadata import entry_points
 
-    from twistgw._plugins import ENTRY_POINT_GROUP
+    from twistgw.core.plugins import ENTRY_POINT_GROUP
 
     out: list[tuple[str, object]] = []
     for item in plugins:
@@ -250,7 +250,7 @@ def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object] | str], 
     plugins' resources, so that trial finds a clean reactor.
     ``poll_interval`` > 0 watches the directory.
     """
-    from twistgw._service import GatewayService
+    from twistgw.runtime.service import GatewayService
 
     if reactor is None:
         from twisted.internet import reactor as default_reactor
@@ -262,7 +262,7 @@ def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object] | str], 
                          poll_interval=poll_interval, **service_options)
     svc.load_initial()
     port = reactor.listenTCP(0, svc.factory, interface="127.0.0.1")
-    from twistgw._service import AdminRoot, quiet_site
+    from twistgw.runtime.admin import AdminRoot, quiet_site
 
     admin_port = reactor.listenTCP(0, quiet_site(AdminRoot(svc)), interface="127.0.0.1")
     if poll_interval:

@@ -8,11 +8,11 @@ import textwrap
 
 import pytest
 
-from twistgw._api import Endpoint
-from twistgw._config import ConfigError, ConfigIssue, load_directory, load_text
-from twistgw._model import DirectResponse, KubeRef, UpstreamRef
-from twistgw._plugins import PluginHost
-from twistgw._snapshot import build_snapshot
+from twistgw.api.types import Endpoint
+from twistgw.config.loader import ConfigError, ConfigIssue, load_directory, load_text
+from twistgw.config.model import DirectResponse, KubeRef, UpstreamRef
+from twistgw.core.plugins import PluginHost
+from twistgw.core.snapshot import build_snapshot
 
 
 def load(text: str):
@@ -318,9 +318,13 @@ ERROR_CASES = [
         "VirtualService default/v", "spec.virtualHost.routes[0]",
         "set exactly one of routeAction or directResponseAction", 7, id="no-action"),
     pytest.param(
-        VS_HEAD + "    options: {jwtStaged: {beforeExtAuth: {}, afterExtAuth: {}}}\n    routes: []\n",
-        "VirtualService default/v", "spec.virtualHost.options.jwtStaged", "set exactly one of", 6,
-        id="jwtstaged-both"),
+        VS_HEAD + "    options: {jwtStaged: {}}\n    routes: []\n",
+        "VirtualService default/v", "spec.virtualHost.options.jwtStaged", "set beforeExtAuth, afterExtAuth or both", 6,
+        id="jwtstaged-empty"),
+    pytest.param(
+        VS_HEAD + "    options: {jwtProvidersStaged: {afterExtAuth: {}}}\n    routes: []\n",
+        "VirtualService default/v", "spec.virtualHost.options.jwtProvidersStaged", "is a route option", 6,
+        id="jwtprovidersstaged-on-host"),
     pytest.param(
         VS_HEAD + "    options: {pluginOrder: [jwt, jwt]}\n    routes: []\n",
         "VirtualService default/v", "spec.virtualHost.options.pluginOrder", "lists a plugin twice", 6,

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from twistgw._api import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
+from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
 
 __all__ = [
     "AuthConfigInfo",

@@ -9,7 +9,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import parse_qsl, urlencode
 
 import attrs
-from twisted.web.http_headers import Headers
+
+from twistgw.api.headers import Headers
 
 
 # --------------------------------------------------------------------------
@@ -132,11 +133,15 @@ class SecretInfo:
 
 @attrs.frozen
 class AuthConfigInfo:
-    """An ``AuthConfig``: its ``spec.configs`` list as plain data."""
+    """An ``AuthConfig``: its ``spec.configs`` list as plain data, and Gloo's
+    ``booleanExpr`` / ``failOnRedirect`` when written (the plugin decides
+    what they mean, or rejects them)."""
 
     namespace: str
     name: str
     configs: tuple[Mapping[str, Any], ...]
+    boolean_expr: str | None = None
+    fail_on_redirect: bool | None = None
 
 
 @attrs.frozen
@@ -236,9 +241,11 @@ class RequestContext:
     :ivar query: ``bytes``: the raw query string, without ``?``; what is
         forwarded (see :meth:`set_query_params`).
     :ivar headers: the request headers that will be sent upstream
-        (:class:`twisted.web.http_headers.Headers`, mutable, names and values
-        ``bytes``; hop-by-hop headers already removed). Plugins may remove
-        credentials or add headers.
+        (:class:`twistgw.Headers`, mutable, names and values ``bytes``, with
+        the methods of Twisted's ``Headers``: ``getRawHeaders``,
+        ``setRawHeaders``, ``addRawHeader``, ``removeHeader``, ``hasHeader``,
+        ``getAllRawHeaders``; hop-by-hop headers already removed). Plugins may
+        remove credentials or add headers.
     :ivar host: ``str``: the Host, lower-cased, without port.
     :ivar client_address: ``str``: the peer's IP address.
     :ivar virtual_service: ``str``: ``namespace/name`` of the matched

@@ -11,56 +11,16 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Iterable, Mapping
 
-import attrs
 import pluggy
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from twistgw import hookspecs
+from twistgw.api.plugin import DEFAULT_ORDER, GatewayInfo, PluginInfo, hookimpl
+
+__all__ = ["DEFAULT_ORDER", "GatewayInfo", "PluginError", "PluginHost", "PluginInfo", "hookimpl", "maybe_await"]
 
 ENTRY_POINT_GROUP = "twistgw.plugins"
-DEFAULT_ORDER = 1000
-
-hookimpl = pluggy.HookimplMarker("twistgw")
-
-
-@attrs.frozen
-class PluginInfo:
-    """What a plugin says about itself (``twistgw_plugin_info``).
-
-    :ivar order: default position in the chain; lower runs first. The shipped
-        plugins use ``extauth`` 100, ``jwt`` 200, ``rbac`` 300.
-    :ivar description: one line, shown by ``twistgw plugins``.
-    """
-
-    order: int = DEFAULT_ORDER
-    description: str = ""
-
-
-@attrs.frozen
-class GatewayInfo:
-    """Handed to ``twistgw_configure``.
-
-    :ivar reactor: the reactor, for I/O.
-    :ivar metrics_registry: the prometheus-client registry for your metrics.
-    :ivar log: a ``twisted.logger.Logger`` for the plugin.
-    :ivar dry_run: ``True`` under ``twistgw explain`` (without ``--live``):
-        the plugin must contact nothing and listen on nothing. In
-        ``twistgw_config_loaded`` start no server and fetch nothing; in
-        ``twistgw_authenticate``/``twistgw_authorize``, where the answer
-        would need the network, return :class:`twistgw.NotChecked` saying
-        what would be done.
-    :ivar may_listen: ``False`` under ``twistgw explain``, even with
-        ``--live``: start no server of your own (such as a development
-        directory); contacting existing servers is allowed unless
-        ``dry_run``.
-    """
-
-    reactor: Any
-    metrics_registry: Any
-    log: Logger
-    dry_run: bool = False
-    may_listen: bool = True
 
 
 class PluginError(Exception):
@@ -105,11 +65,11 @@ class PluginHost:
             embedding applications).
         :param blocked: plugin names not to load.
         """
-        from twistgw import _routing
+        from twistgw.core import routing
 
         pm = pluggy.PluginManager("twistgw")
         pm.add_hookspecs(hookspecs)
-        pm.register(_routing, name="_core_routing")
+        pm.register(routing, name="_core_routing")
         for name in blocked:
             pm.set_blocked(name)
         if load_entry_points:
