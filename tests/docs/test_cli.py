@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import json
 import pathlib
+import shutil
+import socket
 import subprocess
 import sys
 
@@ -136,10 +138,30 @@ def test_explain_open_route_and_404():
     assert bad.returncode == 2
 
 
-def test_explain_ldap_names_the_failing_step_without_the_password():
-    # no directory is running here: the step that failed is the directory itself
+def test_explain_ldap_says_what_it_would_ask_without_the_password():
     auth = base64.b64encode(b"alice:sup3r-s3cret").decode()
     out = run("explain", str(ETC), "GET", "http://localhost/ldap/", "-H", f"Authorization: Basic {auth}")
-    assert out.returncode == 1
-    assert "extauth.authenticate: DENY" in out.stdout
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert ("extauth.authenticate: NOT CHECKED — AuthConfig default/demo-ldap: spec.configs[0].ldap would"
+            " bind as 'uid=alice,ou=people,dc=example,dc=org' at ldap://127.0.0.1:3389") in out.stdout
     assert "sup3r-s3cret" not in out.stdout and auth not in out.stdout
+
+
+def test_explain_live_ldap_names_the_failing_step_without_the_password(tmp_path):
+    # --live, and no directory is running at the address: the step that
+    # failed is the directory itself (and explain never starts the demo's)
+    etc = tmp_path / "etc"
+    shutil.copytree(ETC, etc)
+    (etc / "gateway.yaml").write_text((etc / "gateway.yaml").read_text().replace("3389", str(_unused_port())))
+    auth = base64.b64encode(b"alice:sup3r-s3cret").decode()
+    out = run("explain", str(etc), "GET", "http://localhost/ldap/", "-H", f"Authorization: Basic {auth}",
+              "--live")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "extauth.authenticate: DENY 503" in out.stdout and "connection refused" in out.stdout
+    assert "sup3r-s3cret" not in out.stdout and auth not in out.stdout
+
+
+def _unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -82,7 +82,7 @@ class ExplicitPluginsTests(unittest.TestCase):
         self.assertIn("jwt", str(caught.exception))
 
     def test_config_error_is_public_and_lists_every_issue(self) -> None:
-        self.assertIs(twistgw.ConfigError, __import__("twistgw._config", fromlist=["x"]).ConfigError)
+        self.assertIs(twistgw.ConfigError, __import__("twistgw.config.loader", fromlist=["x"]).ConfigError)
         text = virtual_service("{a: {}, b: {}}")
         with self.assertRaises(twistgw.ConfigError) as caught:
             ChainTester.from_yaml(text, [])
