@@ -124,7 +124,7 @@ def test_documented_explain_line_is_what_explain_prints(slapd_open: Any, tmp_pat
     (tmp_path / "config.yaml").write_text(openldap_example(slapd_open.url))
     auth = base64.b64encode(b"dave:dave-pw").decode()
     out = subprocess.run([sys.executable, "-m", "twistgw", "explain", str(tmp_path), "GET",
-                          "http://wiki.example.org/", "-H", f"Authorization: Basic {auth}"],
+                          "http://wiki.example.org/", "-H", f"Authorization: Basic {auth}", "--live"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert documented in [line.strip() for line in out.stdout.splitlines()], out.stdout

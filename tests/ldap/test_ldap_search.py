@@ -316,7 +316,7 @@ def test_explain_shows_the_search_that_found_the_user_and_the_groups(slapd_open:
     (tmp_path / "config.yaml").write_text(text)
     auth = base64.b64encode(b"dave:dave-pw").decode()
     out = subprocess.run([sys.executable, "-m", "twistgw", "explain", str(tmp_path), "GET", URL,
-                          "-H", f"Authorization: Basic {auth}"], capture_output=True, text=True, timeout=60)
+                          "-H", f"Authorization: Basic {auth}", "--live"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     line = next(x for x in out.stdout.splitlines() if "extauth.authenticate" in x)
     assert "allow" in line
