@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import textwrap
 
 import treq
 from twisted.internet import defer, reactor
 from twisted.trial import unittest
 from twisted.web import resource, server
 
+from support.http import static_upstream_yaml, vs_yaml
 from twistgw.testing import start_gateway
 
 
@@ -43,25 +43,12 @@ class StopTests(unittest.TestCase):
         self.addCleanup(self.backend.stopListening)
         directory = tempfile.mkdtemp(prefix="twistgw-test-")
         self.addCleanup(shutil.rmtree, directory, True)
+        routes = ("    - matchers: [{prefix: /direct}]\n"
+                  "      directResponseAction: {status: 200, body: direct}\n"
+                  "    - matchers: [{prefix: /}]\n"
+                  "      routeAction: {single: {upstream: {name: hang}}}\n")
         with open(os.path.join(directory, "gw.yaml"), "w") as f:
-            f.write(textwrap.dedent(f"""\
-                apiVersion: gateway.vendor.io/v1
-                kind: VirtualService
-                metadata: {{name: vs}}
-                spec:
-                  virtualHost:
-                    domains: ["*"]
-                    routes:
-                    - matchers: [{{prefix: /direct}}]
-                      directResponseAction: {{status: 200, body: "direct"}}
-                    - matchers: [{{prefix: /}}]
-                      routeAction: {{single: {{upstream: {{name: hang}}}}}}
-                ---
-                apiVersion: core.vendor.io/v1
-                kind: Upstream
-                metadata: {{name: hang}}
-                spec: {{static: {{hosts: [{{addr: 127.0.0.1, port: {self.backend.getHost().port}}}]}}}}
-                """))
+            f.write(vs_yaml(routes=routes) + "---\n" + static_upstream_yaml("hang", [self.backend.getHost().port]))
         self.gw = start_gateway(directory, [])
 
     async def test_idle_keep_alive_connections_of_treqs_default_pool(self) -> None:
