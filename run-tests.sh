@@ -27,4 +27,12 @@ rm -rf build
 .venv/bin/python -m pip install -q --disable-pip-version-check '.[test]'
 # Run from the installed package (pytest, not "python -m pytest", keeps the
 # source tree off sys.path).
-exec .venv/bin/pytest "$@"
+if [ "$#" -gt 0 ]; then
+  exec .venv/bin/pytest "$@"
+fi
+.venv/bin/pytest
+# The in-memory suite again, under trial: its modules are trial TestCases
+# and must pass under both runners (tests/docs/test_runners.py compares the
+# counts). trial's scratch directory is _trial_temp/ (ignored by git).
+echo "run-tests: the in-memory suite under trial (tests/inmemory.py)"
+exec .venv/bin/trial tests/inmemory.py

@@ -130,7 +130,8 @@ class ChainTester:
 
     @classmethod
     def from_yaml(cls, text: str, plugins: Iterable[tuple[str, object] | str], *,
-                  load_entry_points: bool = False, reactor: Any = None) -> "ChainTester":
+                  load_entry_points: bool = False, reactor: Any = None,
+                  dry_run: bool = False) -> "ChainTester":
         """Compile YAML text (one or more ``---``-separated documents).
 
         :param plugins: the plugins to load: ``(name, module)`` pairs (the
@@ -139,10 +140,12 @@ class ChainTester:
         :param load_entry_points: also load every installed plugin, as the
             gateway does (``twistgw explain``).
         :param reactor: for plugins that do I/O (default: the global reactor).
+        :param dry_run: tell the plugins to contact nothing (see
+            :meth:`from_directory`), e.g. to test compiled options alone.
         :raises twistgw.ConfigError: the configuration is rejected.
         """
-        host = _configured_host(plugins, load_entry_points, reactor)
-        return cls(build_snapshot(load_text(text), host), host, reactor)
+        host = _configured_host(plugins, load_entry_points, reactor, dry_run)
+        return cls(build_snapshot(load_text(text), host), host, reactor, dry_run)
 
     @classmethod
     def from_directory(cls, directory: str, plugins: Iterable[tuple[str, object] | str], *,

@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 import pytest
-import pytest_twisted
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
@@ -17,114 +16,11 @@ from twisted.logger import Logger, formatEvent
 import twistgw_rbac
 from twistgw_rbac._regex import MAX_SUBJECT, SafeRegex, UnsafePattern
 
+from support.trial import TestCase
+
 
 def count(name: str, decision: str) -> float:
     return REGISTRY.get_sample_value(name, {"decision": decision}) or 0.0
-
-
-@pytest_twisted.ensureDeferred
-async def test_shadow_mode_counts_and_logs_but_never_denies(monkeypatch: Any) -> None:
-    events: list[dict[str, Any]] = []
-    monkeypatch.setattr(twistgw_rbac, "_log", Logger(observer=events.append))
-    t = make_tester(config({"shadow": True, "policies": {"p": policy({"sub": "alice"}, methods=["GET"])}}))
-    name = "twistgw_rbac_shadow_decisions_total"
-    allow0, deny0 = count(name, "allow"), count(name, "deny")
-    enforced0 = count("twistgw_rbac_decisions_total", "deny")
-
-    r = await t.request("GET", "http://gw.test/x", headers=claims_headers({"sub": "bob"}))
-    assert r.status == 200 and r.deny is None
-    assert r.trace[-1][2].reason.startswith("shadow mode, not enforced; would deny: no policy matched")
-    r = await t.request("POST", "http://gw.test/x", headers=claims_headers({"sub": "alice"}))
-    assert r.status == 200
-    r = await t.request("GET", "http://gw.test/x")  # no claims at all
-    assert r.status == 200
-    r = await t.request("GET", "http://gw.test/x", headers=claims_headers({"sub": "alice"}))
-    assert r.status == 200
-    assert r.trace[-1][2].reason == "shadow mode, not enforced; would allow: policy 'p' principals[0] matched"
-
-    assert count(name, "deny") - deny0 == 3
-    assert count(name, "allow") - allow0 == 1
-    assert count("twistgw_rbac_decisions_total", "deny") == enforced0  # nothing enforced
-    texts = [formatEvent(e) for e in events]
-    assert len(texts) == 4
-    assert texts[0].startswith("RBAC shadow mode: would deny GET /x (virtual service default/vs")
-    assert texts[3].startswith("RBAC shadow mode: would allow GET /x")
-    assert "bob" not in " ".join(texts)
-
-
-@pytest_twisted.ensureDeferred
-async def test_shadow_on_one_route_does_not_weaken_another() -> None:
-    t = make_tester(config({"policies": {"p": policy({"sub": "alice"})}}, routes=[
-        route("/try", {"rbac": {"shadow": True, "policies": {"n": policy({"sub": "root"})}}}),
-        route("/"),
-    ]))
-    bob = claims_headers({"sub": "bob"})
-    assert (await t.request("GET", "http://gw.test/try", headers=bob)).status == 200
-    assert (await t.request("GET", "http://gw.test/x", headers=bob)).status == 403
-
-
-@pytest_twisted.ensureDeferred
-async def test_enforced_decisions_are_counted() -> None:
-    t = make_tester(config({"policies": {"p": policy({"sub": "alice"})}}))
-    a0, d0 = count("twistgw_rbac_decisions_total", "allow"), count("twistgw_rbac_decisions_total", "deny")
-    await t.request("GET", "http://gw.test/x", headers=claims_headers({"sub": "alice"}))
-    await t.request("GET", "http://gw.test/x", headers=claims_headers({"sub": "eve"}))
-    await t.request("GET", "http://gw.test/x", headers=claims_headers({"sub": "eve"}))
-    assert count("twistgw_rbac_decisions_total", "allow") - a0 == 1
-    assert count("twistgw_rbac_decisions_total", "deny") - d0 == 2
-
-
-# -- SafeRegex --------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("pattern,reason", [
-    (r"(a)\1", "backreferences"),
-    (r"(?P<x>a)(?P=x)", "backreferences"),
-    (r"(?=a)a", "lookahead"),
-    (r"(?!a)b", "lookahead"),
-    (r"(?<=a)b", "lookahead"),
-    (r"(a)?(?(1)b|c)", "conditional"),
-    (r"(?>a+)", "atomic"),
-    (r"a*+", "possessive"),
-    (r"(?i)admin", "inline flags"),
-    (r"(?i:admin)", "inline flags"),
-    (r"(?s).*", "inline flags"),
-    (r"a\bb", "anchors"),
-    (r"a^b", "anchors"),
-    (r"a$b", "anchors"),
-    ("x" * 1001, "longer than 1000"),
-    (r"(?:(?:a{100}){100})", "too large"),
-    (r"[", "invalid regular expression"),
-])
-def test_unsafe_or_invalid_patterns_are_refused(pattern: str, reason: str) -> None:
-    with pytest.raises(UnsafePattern, match=re.escape(reason)):
-        SafeRegex(pattern)
-
-
-@pytest.mark.parametrize("pattern", [
-    r"(a+)+", r"(a|a)*", r"(a|aa)+", r".*.*.*.*.*", r"(a*)*", r"(?:a?){50}a{50}", r"(\w+\s?)*",
-])
-def test_catastrophic_patterns_run_in_linear_time(pattern: str) -> None:
-    rx = SafeRegex(pattern + "!")
-    subject = "a" * MAX_SUBJECT
-    start = time.perf_counter()
-    assert rx.fullmatch(subject) is False
-    assert rx.fullmatch(subject + "!") is False  # over the length bound
-    assert time.perf_counter() - start < 0.5
-
-
-def test_anchors_at_the_ends_are_accepted() -> None:
-    for p in (r"^abc$", r"\Aabc\Z", r"^abc", r"abc$"):
-        rx = SafeRegex(p)
-        assert rx.fullmatch("abc") and not rx.fullmatch("abc\n") and not rx.fullmatch("xabc")
-
-
-def test_cache_reset_keeps_answers_right() -> None:
-    rx = SafeRegex(r"[a-z]*[0-9]")
-    for i in range(30000):  # more distinct (state, char) moves than the cache holds
-        ch = chr(0x4E00 + i)
-        assert rx.fullmatch("ab" + ch + "1") is False
-    assert rx.fullmatch("abc1") is True
 
 
 SAFE_PATTERNS = [
@@ -134,16 +30,111 @@ SAFE_PATTERNS = [
 ]
 
 
-@settings(max_examples=400, deadline=None)
-@given(pattern=st.sampled_from(SAFE_PATTERNS),
-       subject=st.text(alphabet="abcxyz0123 -_@.:\n\u00e9\u0663", max_size=12))
-def test_matches_exactly_like_python_re(pattern: str, subject: str) -> None:
-    assert SafeRegex(pattern).fullmatch(subject) == bool(re.fullmatch(pattern, subject))
+class RbacShadowRegexTests(TestCase):
+    async def test_shadow_mode_counts_and_logs_but_never_denies(self, monkeypatch: Any) -> None:
+        events: list[dict[str, Any]] = []
+        monkeypatch.setattr(twistgw_rbac, "_log", Logger(observer=events.append))
+        t = make_tester(config({"shadow": True, "policies": {"p": policy({"sub": "alice"}, methods=["GET"])}}))
+        name = "twistgw_rbac_shadow_decisions_total"
+        allow0, deny0 = count(name, "allow"), count(name, "deny")
+        enforced0 = count("twistgw_rbac_decisions_total", "deny")
+
+        r = await t.request("GET", "http://gw.test/x", headers=claims_headers({"sub": "bob"}))
+        assert r.status == 200 and r.deny is None
+        assert r.trace[-1][2].reason.startswith("shadow mode, not enforced; would deny: no policy matched")
+        r = await t.request("POST", "http://gw.test/x", headers=claims_headers({"sub": "alice"}))
+        assert r.status == 200
+        r = await t.request("GET", "http://gw.test/x")  # no claims at all
+        assert r.status == 200
+        r = await t.request("GET", "http://gw.test/x", headers=claims_headers({"sub": "alice"}))
+        assert r.status == 200
+        assert r.trace[-1][2].reason == "shadow mode, not enforced; would allow: policy 'p' principals[0] matched"
+
+        assert count(name, "deny") - deny0 == 3
+        assert count(name, "allow") - allow0 == 1
+        assert count("twistgw_rbac_decisions_total", "deny") == enforced0  # nothing enforced
+        texts = [formatEvent(e) for e in events]
+        assert len(texts) == 4
+        assert texts[0].startswith("RBAC shadow mode: would deny GET /x (virtual service default/vs")
+        assert texts[3].startswith("RBAC shadow mode: would allow GET /x")
+        assert "bob" not in " ".join(texts)
+
+    async def test_shadow_on_one_route_does_not_weaken_another(self) -> None:
+        t = make_tester(config({"policies": {"p": policy({"sub": "alice"})}}, routes=[
+            route("/try", {"rbac": {"shadow": True, "policies": {"n": policy({"sub": "root"})}}}),
+            route("/"),
+        ]))
+        bob = claims_headers({"sub": "bob"})
+        assert (await t.request("GET", "http://gw.test/try", headers=bob)).status == 200
+        assert (await t.request("GET", "http://gw.test/x", headers=bob)).status == 403
+
+    async def test_enforced_decisions_are_counted(self) -> None:
+        t = make_tester(config({"policies": {"p": policy({"sub": "alice"})}}))
+        a0, d0 = count("twistgw_rbac_decisions_total", "allow"), count("twistgw_rbac_decisions_total", "deny")
+        await t.request("GET", "http://gw.test/x", headers=claims_headers({"sub": "alice"}))
+        await t.request("GET", "http://gw.test/x", headers=claims_headers({"sub": "eve"}))
+        await t.request("GET", "http://gw.test/x", headers=claims_headers({"sub": "eve"}))
+        assert count("twistgw_rbac_decisions_total", "allow") - a0 == 1
+        assert count("twistgw_rbac_decisions_total", "deny") - d0 == 2
+
+    # -- SafeRegex --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("subject", [
-    "system:serviceaccount:ci:builder", "system:serviceaccount:ci:deployer", "ab", "abc", "abbbc",
-])
-def test_matches_like_python_re_on_fixed_cases(subject: str) -> None:
-    for pattern in SAFE_PATTERNS:
-        assert SafeRegex(pattern).fullmatch(subject) == bool(re.fullmatch(pattern, subject)), pattern
+    @pytest.mark.parametrize("pattern,reason", [
+        (r"(a)\1", "backreferences"),
+        (r"(?P<x>a)(?P=x)", "backreferences"),
+        (r"(?=a)a", "lookahead"),
+        (r"(?!a)b", "lookahead"),
+        (r"(?<=a)b", "lookahead"),
+        (r"(a)?(?(1)b|c)", "conditional"),
+        (r"(?>a+)", "atomic"),
+        (r"a*+", "possessive"),
+        (r"(?i)admin", "inline flags"),
+        (r"(?i:admin)", "inline flags"),
+        (r"(?s).*", "inline flags"),
+        (r"a\bb", "anchors"),
+        (r"a^b", "anchors"),
+        (r"a$b", "anchors"),
+        ("x" * 1001, "longer than 1000"),
+        (r"(?:(?:a{100}){100})", "too large"),
+        (r"[", "invalid regular expression"),
+    ])
+    def test_unsafe_or_invalid_patterns_are_refused(self, pattern: str, reason: str) -> None:
+        with pytest.raises(UnsafePattern, match=re.escape(reason)):
+            SafeRegex(pattern)
+
+    @pytest.mark.parametrize("pattern", [
+        r"(a+)+", r"(a|a)*", r"(a|aa)+", r".*.*.*.*.*", r"(a*)*", r"(?:a?){50}a{50}", r"(\w+\s?)*",
+    ])
+    def test_catastrophic_patterns_run_in_linear_time(self, pattern: str) -> None:
+        rx = SafeRegex(pattern + "!")
+        subject = "a" * MAX_SUBJECT
+        start = time.perf_counter()
+        assert rx.fullmatch(subject) is False
+        assert rx.fullmatch(subject + "!") is False  # over the length bound
+        assert time.perf_counter() - start < 0.5
+
+    def test_anchors_at_the_ends_are_accepted(self) -> None:
+        for p in (r"^abc$", r"\Aabc\Z", r"^abc", r"abc$"):
+            rx = SafeRegex(p)
+            assert rx.fullmatch("abc") and not rx.fullmatch("abc\n") and not rx.fullmatch("xabc")
+
+    def test_cache_reset_keeps_answers_right(self) -> None:
+        rx = SafeRegex(r"[a-z]*[0-9]")
+        for i in range(30000):  # more distinct (state, char) moves than the cache holds
+            ch = chr(0x4E00 + i)
+            assert rx.fullmatch("ab" + ch + "1") is False
+        assert rx.fullmatch("abc1") is True
+
+    @settings(max_examples=400, deadline=None)
+    @given(pattern=st.sampled_from(SAFE_PATTERNS),
+           subject=st.text(alphabet="abcxyz0123 -_@.:\n\u00e9\u0663", max_size=12))
+    def test_matches_exactly_like_python_re(self, pattern: str, subject: str) -> None:
+        assert SafeRegex(pattern).fullmatch(subject) == bool(re.fullmatch(pattern, subject))
+
+    @pytest.mark.parametrize("subject", [
+        "system:serviceaccount:ci:builder", "system:serviceaccount:ci:deployer", "ab", "abc", "abbbc",
+    ])
+    def test_matches_like_python_re_on_fixed_cases(self, subject: str) -> None:
+        for pattern in SAFE_PATTERNS:
+            assert SafeRegex(pattern).fullmatch(subject) == bool(re.fullmatch(pattern, subject)), pattern

@@ -20,6 +20,8 @@ from twistgw import Deny, RequestContext
 from twistgw.testing import ChainTester
 from twistgw_ldap._dn import clean_username
 
+from support.trial import TestCase
+
 _KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 _PUB = _KEY.public_key().public_bytes(serialization.Encoding.PEM,
                                       serialization.PublicFormat.SubjectPublicKeyInfo).decode()
@@ -55,61 +57,60 @@ def _now(coro: Any) -> Any:
     return out[0]
 
 
-@settings(max_examples=300, deadline=None)
-@given(_HEADER_BYTES)
-def test_arbitrary_bearer_bytes_are_401(token: bytes) -> None:
-    r = _now(_tester.request("GET", "http://x/", headers=[("Authorization", b"Bearer " + token)]))
-    assert r.status == 401, (token, r.status, r.body)
+class PropertiesTests(TestCase):
+    @settings(max_examples=300, deadline=None)
+    @given(_HEADER_BYTES)
+    def test_arbitrary_bearer_bytes_are_401(self, token: bytes) -> None:
+        r = _now(_tester.request("GET", "http://x/", headers=[("Authorization", b"Bearer " + token)]))
+        assert r.status == 401, (token, r.status, r.body)
 
+    @settings(max_examples=200, deadline=None)
+    @given(st.text(max_size=300))
+    def test_arbitrary_access_token_query_is_401(self, token: str) -> None:
+        from urllib.parse import quote
 
-@settings(max_examples=200, deadline=None)
-@given(st.text(max_size=300))
-def test_arbitrary_access_token_query_is_401(token: str) -> None:
-    from urllib.parse import quote
+        r = _now(_tester.request("GET", "http://x/?access_token=" + quote(token, safe="")))
+        assert r.status == 401, (token, r.status, r.body)
 
-    r = _now(_tester.request("GET", "http://x/?access_token=" + quote(token, safe="")))
-    assert r.status == 401, (token, r.status, r.body)
+    @settings(max_examples=300, deadline=None)
+    @given(st.one_of(
+        _HEADER_BYTES.map(lambda b: b"Basic " + b),
+        st.tuples(st.binary(max_size=60), st.binary(max_size=60)).map(
+            lambda up: b"Basic " + base64.b64encode(up[0] + b":" + up[1])),
+        st.tuples(st.text(max_size=40), st.text(max_size=40)).map(
+            lambda up: b"bAsIc " + base64.b64encode(f"{up[0]}:{up[1]}".encode())),
+    ))
+    def test_basic_header_refused_or_bound_only_with_usable_credentials(self, value: bytes) -> None:
+        reached: list[tuple[str, bytes]] = []
 
+        async def fake_directory(cfg: Any, ctx: Any, user: str, password: bytes) -> Deny:
+            # stands in for the directory (tested for real against slapd in tests/ldap)
+            reached.append((user, password))
+            return Deny(503, reason="test directory")
 
-@settings(max_examples=300, deadline=None)
-@given(st.one_of(
-    _HEADER_BYTES.map(lambda b: b"Basic " + b),
-    st.tuples(st.binary(max_size=60), st.binary(max_size=60)).map(
-        lambda up: b"Basic " + base64.b64encode(up[0] + b":" + up[1])),
-    st.tuples(st.text(max_size=40), st.text(max_size=40)).map(
-        lambda up: b"bAsIc " + base64.b64encode(f"{up[0]}:{up[1]}".encode())),
-))
-def test_basic_header_refused_or_bound_only_with_usable_credentials(value: bytes) -> None:
-    reached: list[tuple[str, bytes]] = []
-
-    async def fake_directory(cfg: Any, ctx: Any, user: str, password: bytes) -> Deny:
-        # stands in for the directory (tested for real against slapd in tests/ldap)
-        reached.append((user, password))
-        return Deny(503, reason="test directory")
-
-    # cache_ttl 0: no decision cache, so every usable credential goes to check_one
-    compiled = type("C", (), {"configs": (type("Cfg", (), {"realm": "t", "cache_ttl": 0})(),),
-                              "auth_config": "t"})()
-    headers = Headers({b"authorization": [value]})
-    ctx = RequestContext("GET", "/", headers=headers)
-    original = flow.check_one
-    flow.check_one = fake_directory
-    try:
-        outcome = flow.authenticate(ctx, compiled)
-        out: list[Any] = []
-        if isinstance(outcome, Deferred):
-            outcome.addBoth(out.append)
+        # cache_ttl 0: no decision cache, so every usable credential goes to check_one
+        compiled = type("C", (), {"configs": (type("Cfg", (), {"realm": "t", "cache_ttl": 0})(),),
+                                  "auth_config": "t"})()
+        headers = Headers({b"authorization": [value]})
+        ctx = RequestContext("GET", "/", headers=headers)
+        original = flow.check_one
+        flow.check_one = fake_directory
+        try:
+            outcome = flow.authenticate(ctx, compiled)
+            out: list[Any] = []
+            if isinstance(outcome, Deferred):
+                outcome.addBoth(out.append)
+            else:
+                out.append(outcome)
+        finally:
+            flow.check_one = original
+        result = out[0]
+        assert isinstance(result, Deny), result
+        if reached:
+            (user, password), = reached
+            assert user and password
+            assert user == clean_username(user)
+            assert not set(user) & set(',+"\\<>;=#\x00')
+            assert result.status == 503
         else:
-            out.append(outcome)
-    finally:
-        flow.check_one = original
-    result = out[0]
-    assert isinstance(result, Deny), result
-    if reached:
-        (user, password), = reached
-        assert user and password
-        assert user == clean_username(user)
-        assert not set(user) & set(',+"\\<>;=#\x00')
-        assert result.status == 503
-    else:
-        assert result.status == 401 and result.body == b""
+            assert result.status == 401 and result.body == b""

@@ -3,4 +3,6 @@
 
 :mod:`support.http`      loopback backends, raw servers, HTTP and raw clients
 :mod:`support.fixtures`  the shared pytest fixtures (``backend``, ``gateway``, ...)
+:mod:`support.trial`     the ``TestCase`` of the in-memory suite, which runs under
+                         ``trial`` and ``pytest`` alike (see ``tests/inmemory.py``)
 """

@@ -11,9 +11,10 @@ see the same methods:
 * Arguments named ``tmp_path`` (a fresh ``pathlib.Path``, removed after the
   test), ``monkeypatch`` (``pytest.MonkeyPatch``, undone after the test) and
   ``capsys`` (``readouterr()`` of what the test printed) are filled in, as
-  is any argument named after a method of the class decorated with
-  :func:`fixture` (called once per test; a generator fixture's code after
-  ``yield`` runs as a cleanup).
+  is any argument named after a function of the module (or a method of the
+  class) decorated with :func:`fixture`, itself given its arguments the same
+  way (called once per test; a generator fixture's code after ``yield``
+  runs as a cleanup).
 * ``async def`` tests return a coroutine, which trial waits for.
 
 Plain ``assert`` statements and ``pytest.raises`` work under both runners.
@@ -41,8 +42,8 @@ _FIXTURE = "_twistgw_trial_fixture"
 
 
 def fixture(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark a method ``name(self)`` as the value of test arguments called
-    ``name`` (a generator method: what follows ``yield`` is the cleanup)."""
+    """Mark a function (or a method) as the value of test arguments of the
+    same name; a generator: what follows its ``yield`` is the cleanup."""
     setattr(method, _FIXTURE, True)
     return method
 
@@ -138,6 +139,12 @@ class TestCase(unittest.TestCase):
                 assert method_name not in vars(cls), f"{cls.__name__}.{method_name} twice"
                 setattr(cls, method_name, _method(function, given, wanted))
 
+    def temp_path(self) -> pathlib.Path:
+        """This test's ``tmp_path`` (for ``setUp``): removed after the test.
+        Not trial's ``mktemp()``, which is relative to the working directory
+        (under pytest, the checkout)."""
+        return self._fixture("tmp_path")
+
     def _fill(self, names: list[str]) -> dict[str, Any]:
         return {name: self._fixture(name) for name in names}
 
@@ -160,9 +167,13 @@ class TestCase(unittest.TestCase):
         if name == "capsys":
             return _Capsys(self)
         method = getattr(type(self), name, None)
-        if method is None or not getattr(method, _FIXTURE, False):
-            raise TypeError(f"{type(self).__name__}: no fixture for the test argument {name!r}")
-        value = method(self, **self._fill(list(inspect.signature(method).parameters)[1:]))
+        if method is not None and getattr(method, _FIXTURE, False):
+            value = method(self, **self._fill(list(inspect.signature(method).parameters)[1:]))
+        else:
+            function = getattr(sys.modules[type(self).__module__], name, None)
+            if function is None or not getattr(function, _FIXTURE, False):
+                raise TypeError(f"{type(self).__name__}: no fixture for the test argument {name!r}")
+            value = function(**self._fill(list(inspect.signature(function).parameters)))
         if inspect.isgenerator(value):
             generator: Iterator[Any] = value
             value = next(generator)

@@ -17,6 +17,8 @@ from twistgw.core.snapshot import build_snapshot
 
 import twistgw
 
+from support.trial import TestCase
+
 
 class Strict:
     """A plugin whose compile validates a little, so fuzzed options reach it."""
@@ -102,10 +104,6 @@ def compile_or_error(text: str) -> None:
             assert issue.reason and str(issue)
 
 
-def test_the_seed_is_valid() -> None:
-    build_snapshot(load_text(VALID), HOST)
-
-
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True), st.text(max_size=12),
@@ -163,67 +161,65 @@ def mutated(draw: Any) -> str:
     return yaml.safe_dump_all(docs)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(mutated())
-def test_mutated_documents(text: str) -> None:
-    compile_or_error(text)
+class CoreConfigFuzzTests(TestCase):
+    def test_the_seed_is_valid(self) -> None:
+        build_snapshot(load_text(VALID), HOST)
 
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(mutated())
+    def test_mutated_documents(self, text: str) -> None:
+        compile_or_error(text)
 
-@settings(max_examples=200, deadline=None)
-@given(st.data())
-def test_mutated_text(data: Any) -> None:
-    text = VALID
-    for _ in range(data.draw(st.integers(1, 4))):
-        pos = data.draw(st.integers(0, len(text)))
-        op = data.draw(st.sampled_from(["delete", "insert", "replace"]))
-        piece = data.draw(st.sampled_from(
-            [":", "-", " ", "\n", "{", "}", "[", "]", "'", '"', "&a", "*a", "!!str", "?", "#", "\t", "%",
-             "<<: *a", "\x00", "\ufeff", "---\n", "...\n", "!!binary", "0x10", "1e9", "~"]))
-        if op == "delete":
-            text = text[:pos] + text[pos + data.draw(st.integers(1, 5)):]
-        elif op == "insert":
-            text = text[:pos] + piece + text[pos:]
-        else:
-            text = text[:pos] + piece + text[pos + 1:]
-    compile_or_error(text)
+    @settings(max_examples=200, deadline=None)
+    @given(st.data())
+    def test_mutated_text(self, data: Any) -> None:
+        text = VALID
+        for _ in range(data.draw(st.integers(1, 4))):
+            pos = data.draw(st.integers(0, len(text)))
+            op = data.draw(st.sampled_from(["delete", "insert", "replace"]))
+            piece = data.draw(st.sampled_from(
+                [":", "-", " ", "\n", "{", "}", "[", "]", "'", '"', "&a", "*a", "!!str", "?", "#", "\t", "%",
+                 "<<: *a", "\x00", "\ufeff", "---\n", "...\n", "!!binary", "0x10", "1e9", "~"]))
+            if op == "delete":
+                text = text[:pos] + text[pos + data.draw(st.integers(1, 5)):]
+            elif op == "insert":
+                text = text[:pos] + piece + text[pos:]
+            else:
+                text = text[:pos] + piece + text[pos + 1:]
+        compile_or_error(text)
 
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(max_size=200))
+    def test_random_text(self, text: str) -> None:
+        compile_or_error(text)
 
-@settings(max_examples=300, deadline=None)
-@given(st.text(max_size=200))
-def test_random_text(text: str) -> None:
-    compile_or_error(text)
+    @settings(max_examples=15, deadline=None)
+    @given(st.integers(50, 600))
+    def test_deep_nesting(self, depth: int) -> None:
+        # (PyYAML's scanner is quadratic in flow-nesting depth: 3000 levels take
+        # seconds, hence the modest range.)
+        compile_or_error("a: " + "[" * depth + "]" * depth + "\n")
+        compile_or_error("a: " + "{b: " * depth + "1" + "}" * depth + "\n")
 
+    def test_alias_bomb_is_bounded(self) -> None:
+        # a "billion laughs" document: aliases expand by reference, not by copy;
+        # the loader must answer (error or not) quickly without building 10^9 nodes.
+        lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]']
+        for i in range(1, 9):
+            refs = ",".join([f"*a{i - 1}"] * 10)
+            lines.append(f"a{i}: &a{i} [{refs}]")
+        with pytest.raises(ConfigError) as info:
+            load_text("\n".join(lines) + "\n")
+        assert "alias bomb" in info.value.issues[0].reason
 
-@settings(max_examples=15, deadline=None)
-@given(st.integers(50, 600))
-def test_deep_nesting(depth: int) -> None:
-    # (PyYAML's scanner is quadratic in flow-nesting depth: 3000 levels take
-    # seconds, hence the modest range.)
-    compile_or_error("a: " + "[" * depth + "]" * depth + "\n")
-    compile_or_error("a: " + "{b: " * depth + "1" + "}" * depth + "\n")
+    def test_modest_aliases_still_work(self) -> None:
+        text = VALID.replace("- name: one\n      matchers: [{prefix: /a, methods: [GET]}, {exact: /b}]",
+                             "- name: one\n      matchers: &m [{prefix: /a, methods: [GET]}, {exact: /b}]")
+        text = text.replace("- directResponseAction: {status: 200, body: hi}",
+                            "- directResponseAction: {status: 200, body: hi}\n      matchers: *m")
+        assert "*m" in text
+        (vs,) = load_text(text).virtual_services
+        assert vs.routes[3].matchers == vs.routes[0].matchers
 
-
-def test_alias_bomb_is_bounded() -> None:
-    # a "billion laughs" document: aliases expand by reference, not by copy;
-    # the loader must answer (error or not) quickly without building 10^9 nodes.
-    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]']
-    for i in range(1, 9):
-        refs = ",".join([f"*a{i - 1}"] * 10)
-        lines.append(f"a{i}: &a{i} [{refs}]")
-    with pytest.raises(ConfigError) as info:
-        load_text("\n".join(lines) + "\n")
-    assert "alias bomb" in info.value.issues[0].reason
-
-
-def test_modest_aliases_still_work() -> None:
-    text = VALID.replace("- name: one\n      matchers: [{prefix: /a, methods: [GET]}, {exact: /b}]",
-                         "- name: one\n      matchers: &m [{prefix: /a, methods: [GET]}, {exact: /b}]")
-    text = text.replace("- directResponseAction: {status: 200, body: hi}",
-                        "- directResponseAction: {status: 200, body: hi}\n      matchers: *m")
-    assert "*m" in text
-    (vs,) = load_text(text).virtual_services
-    assert vs.routes[3].matchers == vs.routes[0].matchers
-
-
-def test_recursive_alias_is_an_error_not_a_crash() -> None:
-    compile_or_error("a: &a [*a]\n")
+    def test_recursive_alias_is_an_error_not_a_crash(self) -> None:
+        compile_or_error("a: &a [*a]\n")

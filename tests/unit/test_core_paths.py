@@ -19,6 +19,8 @@ from twistgw.core.pipeline import Prepared, prepare, split_target
 from twistgw.core.routing import HostTable, host_without_port
 from twistgw.core.snapshot import build_snapshot
 
+from support.trial import TestCase, fixture
+
 NORMALISED = [
     (b"/", "/"),
     (b"/a/b", "/a/b"),
@@ -56,17 +58,6 @@ REFUSED = [
     b"/a#frag", b"/\xc3\xa9", b"/a b", b"/a\tb", b"/..;/admin", b"/api/..;x/admin", b"/.;/a",
     b'/a"b', b"/a<b>", b"/a{b}", b"/a|b", b"/a^b", b"/a`b", b"/a[b]",
 ]
-
-
-@pytest.mark.parametrize("raw, expected", NORMALISED)
-def test_normalised(raw: bytes, expected: str) -> None:
-    assert normalise_path(raw) == expected
-
-
-@pytest.mark.parametrize("raw", REFUSED)
-def test_refused(raw: bytes) -> None:
-    with pytest.raises(BadPath):
-        normalise_path(raw)
 
 
 # ---------------------------------------------------------------------------
@@ -119,53 +110,6 @@ def backend_view(path: bytes) -> bytes:
     return _remove_dots(merged.decode("latin-1")).encode("latin-1")
 
 
-@settings(max_examples=600, deadline=None)
-@given(paths)
-@example(b"/api/..%2fadmin")
-@example(b"/api/%2e%2e/admin")
-def test_idempotent(raw: bytes) -> None:
-    try:
-        once = normalise_path(raw)
-    except BadPath:
-        return
-    assert normalise_path(once.encode("ascii")) == once
-
-
-@settings(max_examples=600, deadline=None)
-@given(st.one_of(paths, any_bytes, any_bytes.map(lambda b: b"/" + b)))
-def test_only_bad_path_escapes(raw: bytes) -> None:
-    try:
-        result = normalise_path(raw)
-    except BadPath:
-        return
-    assert isinstance(result, str)
-    result.encode("ascii")  # always ASCII
-
-
-@settings(max_examples=800, deadline=None)
-@given(paths, st.sampled_from(["/api", "/api/", "/admin", "/a"]))
-@example(b"/api/..%2fadmin", "/api")
-@example(b"/api%2f..%2fadmin", "/api")
-@example(b"/api/%252e%252e/admin", "/api/")
-def test_never_escapes_a_prefix(raw: bytes, prefix: str) -> None:
-    """The forwarded path is under a prefix exactly when the path the raw
-    target decodes to is, and the backend, decoding once more, sees no dot
-    segment, backslash or empty segment that could take it elsewhere."""
-    try:
-        normalised = normalise_path(raw)
-    except BadPath:
-        return
-    forwarded = normalised.encode("ascii")
-    # what the raw target "appeared to be" after decoding
-    appeared = backend_view(raw)
-    assert backend_view(forwarded) == appeared
-    assert normalised.startswith(prefix) == appeared.decode("latin-1").startswith(prefix)
-    # the backend's own decoding cannot move it: no structure hidden in escapes
-    decoded = unquote_to_bytes(forwarded)
-    assert b"\\" not in decoded and b"//" not in decoded
-    assert not any(seg in (b".", b"..") for seg in decoded.split(b"/"))
-
-
 # ---------------------------------------------------------------------------
 # Hosts
 # ---------------------------------------------------------------------------
@@ -173,45 +117,6 @@ def test_never_escapes_a_prefix(raw: bytes, prefix: str) -> None:
 
 def _vs(name: str, *domains: str) -> VirtualService:
     return VirtualService("default", name, domains, ())
-
-
-@pytest.mark.parametrize("raw, host", [
-    ("api.example.com", "api.example.com"),
-    ("API.Example.COM:8080", "api.example.com"),
-    ("api.example.com.", "api.example.com"),
-    (" api.example.com ", "api.example.com"),
-    ("[::1]:8080", "[::1]"),
-    ("[::1]", "[::1]"),
-    ("127.0.0.1:80", "127.0.0.1"),
-])
-def test_host_without_port(raw: str, host: str) -> None:
-    assert host_without_port(raw) == host
-
-
-def test_host_table() -> None:
-    table = HostTable([
-        _vs("exact", "api.example.com"),
-        _vs("wild", "*.example.com"),
-        _vs("deeper", "*.eu.example.com"),
-        _vs("any", "*"),
-        _vs("late-exact", "api.example.com", "other.org"),
-    ])
-    name = lambda host: (table.lookup(host) or _vs("none")).name  # noqa: E731
-    assert name("api.example.com") == "exact"
-    assert name("other.org") == "late-exact"
-    assert name("www.example.com") == "wild"
-    assert name("a.b.example.com") == "wild"
-    assert name("x.eu.example.com") == "deeper"  # longest suffix wins
-    assert name("example.com") == "any"  # "*.example.com" needs a label before it
-    assert name("evilexample.com") == "any"
-    assert name("anything.else") == "any"
-
-
-def test_host_table_without_default() -> None:
-    table = HostTable([_vs("a", "a.com"), _vs("w", "*.b.com")])
-    assert table.lookup("c.com") is None
-    assert table.lookup("b.com") is None
-    assert table.lookup("x.b.com").name == "w"
 
 
 # ---------------------------------------------------------------------------
@@ -241,7 +146,7 @@ spec:
 """
 
 
-@pytest.fixture(scope="module")
+@fixture
 def snapshot():
     return build_snapshot(load_text(CONFIG), PluginHost.create(load_entry_points=False))
 
@@ -256,93 +161,176 @@ def run(snapshot, target: bytes, host: bytes | list[bytes] | None = b"api.exampl
     return prepare(snapshot, None, method, target, h, "192.0.2.9")
 
 
-@pytest.mark.parametrize("target, route, path", [
-    (b"/admin/x", "admin", "/admin/x"),
-    (b"/api/../admin/x", "admin", "/admin/x"),
-    (b"/api/%2e%2e/admin", "admin", "/admin"),
-    (b"//admin", "admin", "/admin"),
-    (b"/api/x?a=1&b=%2F", "api", "/api/x"),
-    (b"/exact", "exact", "/exact"),
-    (b"/get", "get-only", "/get"),
-    (b"http://api.example.com/api/y?q", "api", "/api/y"),
-])
-def test_prepare_routes_on_normalised_path(snapshot, target: bytes, route: str, path: str) -> None:
-    p = run(snapshot, target)
-    assert isinstance(p, Prepared), p
-    assert (p.ctx.route, p.ctx.path) == (route, path)
-    assert p.ctx.query == (target.partition(b"?")[2])
-    assert p.ctx.host == "api.example.com" and p.ctx.client_address == "192.0.2.9"
-    assert p.ctx.virtual_service == "default/api" and p.ctx.method == "GET"
+class CorePathsTests(TestCase):
+    @pytest.mark.parametrize("raw, expected", NORMALISED)
+    def test_normalised(self, raw: bytes, expected: str) -> None:
+        assert normalise_path(raw) == expected
 
+    @pytest.mark.parametrize("raw", REFUSED)
+    def test_refused(self, raw: bytes) -> None:
+        with pytest.raises(BadPath):
+            normalise_path(raw)
 
-@pytest.mark.parametrize("target, method, host, status", [
-    (b"/nothing", b"GET", b"api.example.com", 404),
-    (b"/exact/", b"GET", b"api.example.com", 404),
-    (b"/get", b"POST", b"api.example.com", 404),
-    (b"/get", b"get", b"api.example.com", 404),
-    (b"/admin", b"GET", b"other.example.com", 404),
-    (b"/admin", b"GET", None, 400),
-    (b"/admin", b"GET", [b"api.example.com", b"api.example.com"], 400),
-    (b"/a%5c", b"GET", b"api.example.com", 400),
-    (b"/a#b", b"GET", b"api.example.com", 400),
-    (b"http://user@api.example.com/admin", b"GET", b"api.example.com", 400),
-    (b"/admin", b"GET", b"api.example.com\xff", 400),
-])
-def test_prepare_refusals(snapshot, target, method, host, status) -> None:
-    p = run(snapshot, target, host, method)
-    assert isinstance(p, Deny) and p.status == status
+    @settings(max_examples=600, deadline=None)
+    @given(paths)
+    @example(b"/api/..%2fadmin")
+    @example(b"/api/%2e%2e/admin")
+    def test_idempotent(self, raw: bytes) -> None:
+        try:
+            once = normalise_path(raw)
+        except BadPath:
+            return
+        assert normalise_path(once.encode("ascii")) == once
 
+    @settings(max_examples=600, deadline=None)
+    @given(st.one_of(paths, any_bytes, any_bytes.map(lambda b: b"/" + b)))
+    def test_only_bad_path_escapes(self, raw: bytes) -> None:
+        try:
+            result = normalise_path(raw)
+        except BadPath:
+            return
+        assert isinstance(result, str)
+        result.encode("ascii")  # always ASCII
 
-def test_absolute_form_target_wins_over_host_header(snapshot) -> None:
-    p = run(snapshot, b"http://api.example.com:8080/admin", host=b"evil.example.com")
-    assert isinstance(p, Prepared) and p.ctx.host == "api.example.com" and p.ctx.route == "admin"
-    p = run(snapshot, b"HTTP://evil.example.com/admin", host=b"api.example.com")
-    assert isinstance(p, Deny) and p.status == 404
+    @settings(max_examples=800, deadline=None)
+    @given(paths, st.sampled_from(["/api", "/api/", "/admin", "/a"]))
+    @example(b"/api/..%2fadmin", "/api")
+    @example(b"/api%2f..%2fadmin", "/api")
+    @example(b"/api/%252e%252e/admin", "/api/")
+    def test_never_escapes_a_prefix(self, raw: bytes, prefix: str) -> None:
+        """The forwarded path is under a prefix exactly when the path the raw
+    target decodes to is, and the backend, decoding once more, sees no dot
+    segment, backslash or empty segment that could take it elsewhere."""
+        try:
+            normalised = normalise_path(raw)
+        except BadPath:
+            return
+        forwarded = normalised.encode("ascii")
+        # what the raw target "appeared to be" after decoding
+        appeared = backend_view(raw)
+        assert backend_view(forwarded) == appeared
+        assert normalised.startswith(prefix) == appeared.decode("latin-1").startswith(prefix)
+        # the backend's own decoding cannot move it: no structure hidden in escapes
+        decoded = unquote_to_bytes(forwarded)
+        assert b"\\" not in decoded and b"//" not in decoded
+        assert not any(seg in (b".", b"..") for seg in decoded.split(b"/"))
 
+    @pytest.mark.parametrize("raw, host", [
+        ("api.example.com", "api.example.com"),
+        ("API.Example.COM:8080", "api.example.com"),
+        ("api.example.com.", "api.example.com"),
+        (" api.example.com ", "api.example.com"),
+        ("[::1]:8080", "[::1]"),
+        ("[::1]", "[::1]"),
+        ("127.0.0.1:80", "127.0.0.1"),
+    ])
+    def test_host_without_port(self, raw: str, host: str) -> None:
+        assert host_without_port(raw) == host
 
-def test_prepare_host_port_and_case_ignored(snapshot) -> None:
-    p = run(snapshot, b"/admin", host=b"API.EXAMPLE.COM:443")
-    assert isinstance(p, Prepared) and p.ctx.route == "admin"
+    def test_host_table(self) -> None:
+        table = HostTable([
+            _vs("exact", "api.example.com"),
+            _vs("wild", "*.example.com"),
+            _vs("deeper", "*.eu.example.com"),
+            _vs("any", "*"),
+            _vs("late-exact", "api.example.com", "other.org"),
+        ])
+        name = lambda host: (table.lookup(host) or _vs("none")).name  # noqa: E731
+        assert name("api.example.com") == "exact"
+        assert name("other.org") == "late-exact"
+        assert name("www.example.com") == "wild"
+        assert name("a.b.example.com") == "wild"
+        assert name("x.eu.example.com") == "deeper"  # longest suffix wins
+        assert name("example.com") == "any"  # "*.example.com" needs a label before it
+        assert name("evilexample.com") == "any"
+        assert name("anything.else") == "any"
 
+    def test_host_table_without_default(self) -> None:
+        table = HostTable([_vs("a", "a.com"), _vs("w", "*.b.com")])
+        assert table.lookup("c.com") is None
+        assert table.lookup("b.com") is None
+        assert table.lookup("x.b.com").name == "w"
 
-def test_prepare_strips_hop_by_hop_headers(snapshot) -> None:
-    p = run(snapshot, b"/admin", extra=[
-        (b"connection", b"keep-alive, X-Secret-Hop"), (b"x-secret-hop", b"1"), (b"keep-alive", b"300"),
-        (b"te", b"trailers"), (b"upgrade", b"websocket"), (b"proxy-authorization", b"Basic x"),
-        (b"proxy-connection", b"keep-alive"), (b"trailer", b"x"), (b"transfer-encoding", b"chunked"),
-        (b"x-keep", b"a"), (b"x-keep", b"b")])
-    assert isinstance(p, Prepared)
-    names = sorted(n.lower() for n, _ in p.ctx.headers.getAllRawHeaders())
-    assert names == [b"host", b"x-keep"]
-    assert p.ctx.headers.getRawHeaders(b"x-keep") == [b"a", b"b"]
+    @pytest.mark.parametrize("target, route, path", [
+        (b"/admin/x", "admin", "/admin/x"),
+        (b"/api/../admin/x", "admin", "/admin/x"),
+        (b"/api/%2e%2e/admin", "admin", "/admin"),
+        (b"//admin", "admin", "/admin"),
+        (b"/api/x?a=1&b=%2F", "api", "/api/x"),
+        (b"/exact", "exact", "/exact"),
+        (b"/get", "get-only", "/get"),
+        (b"http://api.example.com/api/y?q", "api", "/api/y"),
+    ])
+    def test_prepare_routes_on_normalised_path(self, snapshot, target: bytes, route: str, path: str) -> None:
+        p = run(snapshot, target)
+        assert isinstance(p, Prepared), p
+        assert (p.ctx.route, p.ctx.path) == (route, path)
+        assert p.ctx.query == (target.partition(b"?")[2])
+        assert p.ctx.host == "api.example.com" and p.ctx.client_address == "192.0.2.9"
+        assert p.ctx.virtual_service == "default/api" and p.ctx.method == "GET"
 
+    @pytest.mark.parametrize("target, method, host, status", [
+        (b"/nothing", b"GET", b"api.example.com", 404),
+        (b"/exact/", b"GET", b"api.example.com", 404),
+        (b"/get", b"POST", b"api.example.com", 404),
+        (b"/get", b"get", b"api.example.com", 404),
+        (b"/admin", b"GET", b"other.example.com", 404),
+        (b"/admin", b"GET", None, 400),
+        (b"/admin", b"GET", [b"api.example.com", b"api.example.com"], 400),
+        (b"/a%5c", b"GET", b"api.example.com", 400),
+        (b"/a#b", b"GET", b"api.example.com", 400),
+        (b"http://user@api.example.com/admin", b"GET", b"api.example.com", 400),
+        (b"/admin", b"GET", b"api.example.com\xff", 400),
+    ])
+    def test_prepare_refusals(self, snapshot, target, method, host, status) -> None:
+        p = run(snapshot, target, host, method)
+        assert isinstance(p, Deny) and p.status == status
 
-@pytest.mark.parametrize("target, authority, path, query", [
-    (b"/a?b", None, b"/a", b"b"),
-    (b"http://h:1/a/b?c=d", b"h:1", b"/a/b", b"c=d"),
-    (b"http://h?x", b"h", b"/", b"x"),
-    (b"https://h", b"h", b"/", b""),
-])
-def test_split_target(target, authority, path, query) -> None:
-    assert split_target(target) == (authority, path, query)
+    def test_absolute_form_target_wins_over_host_header(self, snapshot) -> None:
+        p = run(snapshot, b"http://api.example.com:8080/admin", host=b"evil.example.com")
+        assert isinstance(p, Prepared) and p.ctx.host == "api.example.com" and p.ctx.route == "admin"
+        p = run(snapshot, b"HTTP://evil.example.com/admin", host=b"api.example.com")
+        assert isinstance(p, Deny) and p.status == 404
 
+    def test_prepare_host_port_and_case_ignored(self, snapshot) -> None:
+        p = run(snapshot, b"/admin", host=b"API.EXAMPLE.COM:443")
+        assert isinstance(p, Prepared) and p.ctx.route == "admin"
 
-def test_route_model_matching() -> None:
-    from twistgw.config.model import Matcher
+    def test_prepare_strips_hop_by_hop_headers(self, snapshot) -> None:
+        p = run(snapshot, b"/admin", extra=[
+            (b"connection", b"keep-alive, X-Secret-Hop"), (b"x-secret-hop", b"1"), (b"keep-alive", b"300"),
+            (b"te", b"trailers"), (b"upgrade", b"websocket"), (b"proxy-authorization", b"Basic x"),
+            (b"proxy-connection", b"keep-alive"), (b"trailer", b"x"), (b"transfer-encoding", b"chunked"),
+            (b"x-keep", b"a"), (b"x-keep", b"b")])
+        assert isinstance(p, Prepared)
+        names = sorted(n.lower() for n, _ in p.ctx.headers.getAllRawHeaders())
+        assert names == [b"host", b"x-keep"]
+        assert p.ctx.headers.getRawHeaders(b"x-keep") == [b"a", b"b"]
 
-    r = Route("r", 0, (Matcher(prefix="/api"), Matcher(exact="/x", methods=("POST",))), None)
-    assert r.matches("GET", "/api") and r.matches("GET", "/apix") and r.matches("POST", "/x")
-    assert not r.matches("GET", "/x") and not r.matches("GET", "/ap")
+    @pytest.mark.parametrize("target, authority, path, query", [
+        (b"/a?b", None, b"/a", b"b"),
+        (b"http://h:1/a/b?c=d", b"h:1", b"/a/b", b"c=d"),
+        (b"http://h?x", b"h", b"/", b"x"),
+        (b"https://h", b"h", b"/", b""),
+    ])
+    def test_split_target(self, target, authority, path, query) -> None:
+        assert split_target(target) == (authority, path, query)
 
+    def test_route_model_matching(self) -> None:
+        from twistgw.config.model import Matcher
 
-def test_host_table_resolve_remembers_a_bounded_number_of_host_values() -> None:
-    table = HostTable([_vs("a", "a.com"), _vs("w", "*.b.com"), _vs("d", "*")])
-    for raw in (b"A.com:8080", b"x.b.com", b"x.b.com.", b"[::1]:80", b"other"):
-        expected = host_without_port(raw.decode())
-        assert table.resolve(raw) == (expected, table.lookup(expected))
-        assert table.resolve(raw) == (expected, table.lookup(expected))  # remembered
-    for i in range(5000):  # client-chosen values must not grow memory without bound
-        table.resolve(b"h%d.example" % i)
-    assert len(table._by_header) <= 1024
-    with pytest.raises(UnicodeDecodeError):
-        table.resolve("é.com".encode())
+        r = Route("r", 0, (Matcher(prefix="/api"), Matcher(exact="/x", methods=("POST",))), None)
+        assert r.matches("GET", "/api") and r.matches("GET", "/apix") and r.matches("POST", "/x")
+        assert not r.matches("GET", "/x") and not r.matches("GET", "/ap")
+
+    def test_host_table_resolve_remembers_a_bounded_number_of_host_values(self) -> None:
+        table = HostTable([_vs("a", "a.com"), _vs("w", "*.b.com"), _vs("d", "*")])
+        for raw in (b"A.com:8080", b"x.b.com", b"x.b.com.", b"[::1]:80", b"other"):
+            expected = host_without_port(raw.decode())
+            assert table.resolve(raw) == (expected, table.lookup(expected))
+            assert table.resolve(raw) == (expected, table.lookup(expected))  # remembered
+        for i in range(5000):  # client-chosen values must not grow memory without bound
+            table.resolve(b"h%d.example" % i)
+        assert len(table._by_header) <= 1024
+        with pytest.raises(UnicodeDecodeError):
+            table.resolve("é.com".encode())

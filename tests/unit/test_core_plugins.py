@@ -10,7 +10,6 @@ import textwrap
 from typing import Any
 
 import pytest
-import pytest_twisted
 from twisted.internet import defer
 from twisted.logger import globalLogPublisher
 
@@ -19,6 +18,8 @@ from twistgw.config.loader import ConfigError, load_text
 from twistgw.core.plugins import PluginError, PluginHost
 from twistgw.core.snapshot import build_snapshot
 from twistgw.testing import ChainTester
+
+from support.trial import TestCase, fixture
 
 
 class Recorder:
@@ -110,234 +111,13 @@ def three() -> PluginHost:
     return host_with(Recorder("extauth", 100), Recorder("jwt", 200), Recorder("apikey"))
 
 
-# ---------------------------------------------------------------------------
-# Compile-time
-# ---------------------------------------------------------------------------
-
-
-def test_options_error_path_is_prefixed_at_virtual_host() -> None:
-    (issue,) = issues_of(vs("{apikey: {bad: 1}}"), three())
-    assert issue.field == "spec.virtualHost.options.apikey.bad[0].value"
-    assert issue.reason == "is not acceptable"
-    assert issue.resource == "VirtualService default/v"
-    assert issue.file == "cfg.yaml" and issue.document == 0
-
-
-def test_options_error_path_is_prefixed_at_route() -> None:
-    (issue,) = issues_of(vs(route_options="{apikey: {bad: 1}}"), three())
-    assert issue.field == "spec.virtualHost.routes[0].options.apikey.bad[0].value"
-
-
-def test_options_error_with_dotted_string_path() -> None:
-    host = host_with(Recorder("apikey", compile_error=twistgw.OptionsError("a.b", "nope")))
-    (issue,) = issues_of(vs("{apikey: {}}"), host)
-    assert issue.field == "spec.virtualHost.options.apikey.a.b" and issue.reason == "nope"
-
-
-def test_plugin_crashing_in_compile_rejects_the_config() -> None:
-    host = host_with(Recorder("apikey", compile_error=KeyError("oops")))
-    (issue,) = issues_of(vs("{apikey: {}}"), host)
-    assert issue.field == "spec.virtualHost.options.apikey"
-    assert "plugin 'apikey' failed compiling its options: KeyError('oops')" == issue.reason
-
-
-def test_non_mapping_options_rejected() -> None:
-    (issue,) = issues_of(vs("{apikey: [1, 2]}"), three())
-    assert issue.field == "spec.virtualHost.options.apikey"
-    assert issue.reason == "must be a mapping, got list"
-
-
-def test_unknown_plugin_key_rejected() -> None:
-    (issue,) = issues_of(vs(route_options="{apikye: {}}"), three())
-    assert issue.field == "spec.virtualHost.routes[0].options.apikye"
-    assert "no plugin named 'apikye' is installed (installed: apikey, extauth, jwt)" in issue.reason
-
-
-def test_disabling_an_unknown_plugin_is_harmless() -> None:
-    assert chain_of(vs(route_options="{ghost: {disable: true}}"), three()) == []
-
-
-def test_default_order_and_plugin_order() -> None:
-    opts = "{apikey: {}, jwt: {}, extauth: {}}"
-    assert chain_of(vs(opts), three()) == ["extauth", "jwt", "apikey"]
-    assert chain_of(vs(opts[:-1] + ", pluginOrder: [apikey, jwt, extauth]}"), three()) == ["apikey", "jwt", "extauth"]
-    # a route's pluginOrder overrides the virtual host's
-    assert chain_of(vs(opts[:-1] + ", pluginOrder: [apikey, jwt, extauth]}",
-                       "{pluginOrder: [jwt, apikey, extauth]}"), three()) == ["jwt", "apikey", "extauth"]
-
-
-def test_plugin_order_must_list_every_enabled_plugin() -> None:
-    (issue,) = issues_of(vs("{apikey: {}, jwt: {}, pluginOrder: [jwt]}"), three())
-    assert issue.field == "spec.virtualHost.options.pluginOrder"
-    assert issue.reason == "pluginOrder must list every enabled plugin; missing: apikey"
-
-
-def test_plugin_order_naming_uninstalled_plugin() -> None:
-    (issue,) = issues_of(vs("{jwt: {}, pluginOrder: [jwt, ghost]}"), three())
-    assert "not installed: ghost" in issue.reason
-
-
-def test_route_disables_one_plugin_and_overrides_another() -> None:
-    host = three()
-    text = vs("{apikey: {a: 1}, jwt: {b: 2}}", "{jwt: {disable: true}, apikey: {c: 3}}")
-    snap = build_snapshot(load_text(text), host)
-    (step,) = snap.routes[("default/v", 0)].chain
-    assert step.plugin == "apikey"
-    # route options replace the virtual host's wholesale, and carry the route name
-    assert step.options == ("compiled", "apikey", (("c", 3),), "r0")
-
-
-def test_virtual_host_options_are_compiled_once_for_all_routes() -> None:
-    p = Recorder("apikey")
-    routes = "".join(
-        f"    - matchers: [{{prefix: /{i}}}]\n      directResponseAction: {{status: 200}}\n" for i in range(3))
-    snap = build_snapshot(load_text(vs("{apikey: {k: v}}", routes=routes)), host_with(p))
-    assert len(p.compiled) == 1
-    assert {id(snap.routes[("default/v", i)].chain[0].options) for i in range(3)} == {id(p.compiled[0])}
-
-
-def test_jwt_staged_orders_jwt_before_or_after_extauth() -> None:
-    before = vs("{extauth: {}, jwtStaged: {beforeExtAuth: {x: 1}}}")
-    after = vs("{extauth: {}, jwtStaged: {afterExtAuth: {x: 1}}}")
-    host = three()
-    assert chain_of(before, host) == ["jwt", "extauth"]
-    assert chain_of(after, host) == ["extauth", "jwt"]
-    snap = build_snapshot(load_text(before), host)
-    assert snap.routes[("default/v", 0)].chain[0].options[2] == (("x", 1),)
-
-
-def test_jwt_staged_and_jwt_together_rejected() -> None:
-    with pytest.raises(ConfigError) as info:
-        load_text(vs("{jwt: {}, jwtStaged: {beforeExtAuth: {}}}"))
-    assert info.value.issues[0].reason == "use either jwt or jwtStaged, not both"
-
-
 def stages_of(host_opts: str, route_opts: str = "{}", host: PluginHost | None = None) -> list[tuple[str, Any]]:
     """The route's chain as (label, the options each step was compiled from)."""
     snap = build_snapshot(load_text(vs(host_opts, route_opts), "cfg.yaml"), host or three())
     return [(s.label, dict(s.options[2])) for s in snap.routes[("default/v", 0)].chain]
 
 
-# Gloo's route-policy guide, scenario by scenario (docs/jwt.md, "Stages")
-@pytest.mark.parametrize("host_opts, route_opts, expected", [
-    # 1: host policy only: every route runs it
-    ("{jwt: {p: vh}}", "{}", [("jwt", {"p": "vh"})]),
-    # 2/3: a route policy at the host's stage replaces it (jwt is the afterExtAuth stage)
-    ("{jwt: {p: vh}}", "{jwtProvidersStaged: {afterExtAuth: {p: rt}}}", [("jwt", {"p": "rt"})]),
-    ("{jwtStaged: {afterExtAuth: {p: vh}}}", "{jwtProvidersStaged: {afterExtAuth: {p: rt}}}",
-     [("jwt", {"p": "rt"})]),
-    # 4: different stages: both run, the before stage ahead of extauth
-    ("{extauth: {e: 1}, jwtStaged: {beforeExtAuth: {p: vh}}}", "{jwtProvidersStaged: {afterExtAuth: {p: rt}}}",
-     [("jwt[beforeExtAuth]", {"p": "vh"}), ("extauth", {"e": 1}), ("jwt[afterExtAuth]", {"p": "rt"})]),
-    ("{jwtStaged: {beforeExtAuth: {p: vh}}}", "{jwtProvidersStaged: {afterExtAuth: {p: rt}}}",
-     [("jwt[beforeExtAuth]", {"p": "vh"}), ("jwt[afterExtAuth]", {"p": "rt"})]),
-    # our route-level jwtStaged holding providers is an alias of jwtProvidersStaged:
-    # it never drops the host's other stage (it used to: a security bug)
-    ("{jwtStaged: {beforeExtAuth: {p: vh}}}", "{jwtStaged: {afterExtAuth: {p: rt}}}",
-     [("jwt[beforeExtAuth]", {"p": "vh"}), ("jwt[afterExtAuth]", {"p": "rt"})]),
-    ("{jwt: {p: vh}}", "{jwtStaged: {beforeExtAuth: {p: rt}}}",
-     [("jwt[beforeExtAuth]", {"p": "rt"}), ("jwt[afterExtAuth]", {"p": "vh"})]),
-    # both stages on the host; a route replaces one of them
-    ("{jwtStaged: {beforeExtAuth: {p: b}, afterExtAuth: {p: a}}}", "{jwtProvidersStaged: {beforeExtAuth: {p: rt}}}",
-     [("jwt[beforeExtAuth]", {"p": "rt"}), ("jwt[afterExtAuth]", {"p": "a"})]),
-    # route-level jwt replaces the after stage only
-    ("{jwtStaged: {beforeExtAuth: {p: vh}}}", "{jwt: {p: rt}}",
-     [("jwt[beforeExtAuth]", {"p": "vh"}), ("jwt[afterExtAuth]", {"p": "rt"})]),
-    # Gloo's JwtStagedRouteExtension: disable one stage, keep the other
-    ("{jwtStaged: {beforeExtAuth: {p: b}, afterExtAuth: {p: a}}}", "{jwtStaged: {beforeExtAuth: {disable: true}}}",
-     [("jwt", {"p": "a"})]),
-    ("{jwtStaged: {beforeExtAuth: {p: b}}}", "{jwtStaged: {beforeExtAuth: {disable: false}}}",
-     [("jwt", {"p": "b"})]),
-    # jwt: {disable: true} on a route turns every JWT check off
-    ("{jwtStaged: {beforeExtAuth: {p: b}, afterExtAuth: {p: a}}}", "{jwt: {disable: true}}", []),
-    # no host policy: only the route's
-    ("{}", "{jwtProvidersStaged: {beforeExtAuth: {p: rt}}}", [("jwt", {"p": "rt"})]),
-])
-def test_jwt_stages_follow_gloo(host_opts: str, route_opts: str, expected: list) -> None:
-    assert stages_of(host_opts, route_opts) == expected
-
-
-@pytest.mark.parametrize("host_opts, route_opts, field, reason", [
-    ("{jwt: {}, jwtStaged: {beforeExtAuth: {}}}", "{}", "spec.virtualHost.options.jwtStaged",
-     "use either jwt or jwtStaged, not both"),
-    ("{}", "{jwtStaged: {afterExtAuth: {disable: true}}, jwtProvidersStaged: {beforeExtAuth: {}}}",
-     "spec.virtualHost.routes[0].options.jwtProvidersStaged", "use either jwtStaged or jwtProvidersStaged, not both"),
-    ("{}", "{jwtStaged: {afterExtAuth: {disable: true, providers: {}}}}",
-     "spec.virtualHost.routes[0].options.jwtStaged.afterExtAuth.disable", "it takes no other fields"),
-    ("{jwtStaged: {afterExtAuth: {disable: true}}}", "{}",
-     "spec.virtualHost.options.jwtStaged.afterExtAuth.disable", "is a route option"),
-    ("{}", "{jwtStaged: {afterExtAuth: {disable: 'off'}}}",
-     "spec.virtualHost.routes[0].options.jwtStaged.afterExtAuth.disable", "must be true or false"),
-    ("{}", "{jwtStaged: {duringExtAuth: {}}}",
-     "spec.virtualHost.routes[0].options.jwtStaged.duringExtAuth", "unknown field"),
-])
-def test_jwt_stage_shapes_rejected(host_opts: str, route_opts: str, field: str, reason: str) -> None:
-    with pytest.raises(ConfigError) as info:
-        load_text(vs(host_opts, route_opts))
-    (issue,) = info.value.issues
-    assert issue.field == field and reason in issue.reason
-
-
-def test_plugin_order_positions_the_after_stage_and_contradictions_are_errors() -> None:
-    host = three()
-    both = "{extauth: {}, jwtStaged: {beforeExtAuth: {p: b}, afterExtAuth: {p: a}}, pluginOrder: [extauth, apikey, jwt]}"
-    assert [label for label, _ in stages_of(both, host=host)] == ["jwt[beforeExtAuth]", "extauth", "jwt[afterExtAuth]"]
-    # plain jwt has no stage of its own: pluginOrder may put it first, as before
-    assert chain_of(vs("{extauth: {}, jwt: {}, pluginOrder: [jwt, extauth]}"), host) == ["jwt", "extauth"]
-    (issue,) = issues_of(vs("{extauth: {}, jwtStaged: {afterExtAuth: {}}, pluginOrder: [jwt, extauth]}"), host)
-    assert issue.field == "spec.virtualHost.options.pluginOrder"
-    assert "lists jwt before extauth, but an afterExtAuth JWT stage" in issue.reason
-    (issue,) = issues_of(vs("{extauth: {}, jwtStaged: {beforeExtAuth: {}}, pluginOrder: [extauth, jwt]}"), host)
-    assert "the only JWT stage is beforeExtAuth" in issue.reason
-
-
 SETTINGS = "apiVersion: gateway.vendor.io/v1\nkind: Settings\nmetadata: {name: s}\nspec: {guard: {required: true}}\n---\n"
-
-
-def test_settings_and_default_options() -> None:
-    seen: list[Any] = []
-
-    def defaults(settings: Any) -> Any:
-        seen.append(dict(settings))
-        return {"deny": True} if settings.get("required") else None
-
-    guard = Recorder("guard", defaults=defaults)
-    routes = ("    - matchers: [{prefix: /open}]\n      directResponseAction: {status: 200}\n"
-              "      options: {guard: {disable: true}}\n"
-              "    - matchers: [{prefix: /own}]\n      directResponseAction: {status: 200}\n"
-              "      options: {guard: {mine: 1}}\n"
-              "    - matchers: [{prefix: /}]\n      directResponseAction: {status: 200}\n")
-    snap = build_snapshot(load_text(SETTINGS + vs(routes=routes)), host_with(guard))
-    assert seen == [{"required": True}]
-    assert [s.plugin for s in snap.routes[("default/v", 0)].chain] == []
-    assert snap.routes[("default/v", 1)].chain[0].options[2] == (("mine", 1),)
-    assert snap.routes[("default/v", 2)].chain[0].options[2] == (("deny", True),)
-    # without Settings, no defaults
-    snap = build_snapshot(load_text(vs(routes=routes)), host_with(guard))
-    assert snap.routes[("default/v", 2)].chain == ()
-
-
-def test_settings_for_unknown_plugin_rejected() -> None:
-    text = SETTINGS.replace("guard", "ghost") + vs()
-    (issue,) = issues_of(text, three())
-    assert issue.resource == "Settings" and issue.field == "spec.ghost"
-    assert "no plugin named 'ghost' is installed" in issue.reason
-
-
-def test_settings_section_must_be_mapping() -> None:
-    with pytest.raises(ConfigError) as info:
-        load_text(SETTINGS.replace("{required: true}", "5") + vs())
-    assert info.value.issues[0].field == "spec.guard"
-
-
-def test_plugin_info_must_return_plugin_info() -> None:
-    class Bad:
-        @twistgw.hookimpl
-        def twistgw_plugin_info(self) -> Any:
-            return {"order": 1}
-
-    with pytest.raises(PluginError, match="must return twistgw.PluginInfo"):
-        PluginHost.create(extra=[("bad", Bad())], load_entry_points=False)
 
 
 # ---------------------------------------------------------------------------
@@ -347,24 +127,6 @@ def test_plugin_info_must_return_plugin_info() -> None:
 
 def make_tester(*plugins: Recorder, options: str) -> ChainTester:
     return ChainTester.from_yaml(vs(options), plugins=[(p.name, p) for p in plugins], load_entry_points=False)
-
-
-@pytest_twisted.ensureDeferred
-async def test_chain_runs_authenticate_then_authorize_in_order() -> None:
-    calls: list = []
-    a, b = Recorder("a", 10, calls=calls, asynchronous=True), Recorder("b", 20, calls=calls)
-    result = await make_tester(b, a, options="{a: {}, b: {}}").request("GET", "http://x/")
-    assert result.status == 200 and result.body == b"ok" and result.forwarded
-    assert calls == [("a", "authenticate"), ("a", "authorize"), ("b", "authenticate"), ("b", "authorize")]
-
-
-@pytest_twisted.ensureDeferred
-async def test_first_deny_stops_the_chain() -> None:
-    calls: list = []
-    a, b = Recorder("a", 10, calls=calls), Recorder("b", 20, calls=calls)
-    result = await make_tester(a, b, options="{a: {deny: true}, b: {}}").request("GET", "http://x/")
-    assert (result.status, result.body, result.decided_by) == (403, b"denied by a", "a")
-    assert calls == [("a", "authenticate"), ("a", "authorize")]
 
 
 class _LogCapture:
@@ -380,41 +142,6 @@ class _LogCapture:
 
     def __exit__(self, *exc: Any) -> None:
         globalLogPublisher.removeObserver(self)
-
-
-@pytest.mark.parametrize("phase", ["authenticate", "authorize"])
-@pytest_twisted.ensureDeferred
-async def test_plugin_raising_fails_closed_with_500_and_is_logged(phase: str) -> None:
-    calls: list = []
-    a, b = Recorder("a", 10, calls=calls, raise_in=phase), Recorder("b", 20, calls=calls)
-    with _LogCapture() as log:
-        result = await make_tester(a, b, options="{a: {}, b: {}}").request("GET", "http://x/p")
-    assert (result.status, result.body, result.decided_by) == (500, b"Internal Server Error", "a")
-    assert ("b", "authenticate") not in calls
-    failures = [e for e in log.events if e.get("log_failure") is not None and e.get("plugin") == "a"]
-    assert len(failures) == 1
-    assert failures[0]["phase"] == phase and failures[0]["path"] == "/p"
-    assert "boom in" in str(failures[0]["log_failure"].value)
-
-
-@pytest.mark.parametrize("garbage", [True, 403, "deny", b"", {"status": 403}, object()])
-@pytest_twisted.ensureDeferred
-async def test_plugin_returning_garbage_fails_closed(garbage: Any) -> None:
-    calls: list = []
-    a, b = Recorder("a", 10, calls=calls, returns=garbage), Recorder("b", 20, calls=calls)
-    with _LogCapture() as log:
-        result = await make_tester(a, b, options="{a: {}, b: {}}").request("GET", "http://x/")
-    assert (result.status, result.decided_by) == (500, "a")
-    assert calls == [("a", "authenticate")]
-    assert any(e.get("plugin") == "a" and "expected Allow, Deny or None" in e.get("log_format", "")
-               for e in log.events)
-
-
-@pytest_twisted.ensureDeferred
-async def test_plugin_failing_deferred_fails_closed() -> None:
-    failing = Recorder("a", returns=defer.fail(RuntimeError("async boom")))
-    result = await make_tester(failing, options="{a: {}}").request("GET", "http://x/")
-    assert (result.status, result.decided_by) == (500, "a")
 
 
 # ---------------------------------------------------------------------------
@@ -483,7 +210,7 @@ spec:
 """
 
 
-@pytest.fixture
+@fixture
 def apikey_dist(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A distribution 'acme-apikey' (module acme_apikey, entry point apikey)
     on a fresh sys.path entry, as pip would install it."""
@@ -498,25 +225,6 @@ def apikey_dist(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     importlib.invalidate_caches()
     yield site
     sys.modules.pop("acme_apikey", None)
-
-
-@pytest_twisted.ensureDeferred
-async def test_third_party_plugin_registered_with_extra(apikey_dist: Any) -> None:
-    import acme_apikey
-
-    t = ChainTester.from_yaml(APIKEY_CONFIG, plugins=[("apikey", acme_apikey)], load_entry_points=False)
-    await _check_apikey(t)
-
-
-@pytest_twisted.ensureDeferred
-async def test_third_party_plugin_loaded_from_entry_point(apikey_dist: Any) -> None:
-    assert "acme_apikey" not in sys.modules
-    # Block the shipped plugins: this proves *our* distribution's entry point loads.
-    host = PluginHost.create(load_entry_points=True, blocked=["jwt", "rbac", "extauth"])
-    assert host.names() == ["apikey"]
-    assert host.infos["apikey"].order == 400
-    assert sys.modules["acme_apikey"].__file__.startswith(str(apikey_dist))
-    await _check_apikey(ChainTester(build_snapshot(load_text(APIKEY_CONFIG), host), host))
 
 
 async def _check_apikey(t: ChainTester) -> None:
@@ -536,24 +244,284 @@ async def _check_apikey(t: ChainTester) -> None:
     assert other.status == 404
 
 
-def test_third_party_plugin_options_error(apikey_dist: Any) -> None:
-    import acme_apikey
-
-    text = APIKEY_CONFIG.replace("keysSecretRef: {name: api-keys}", "keysSecretRef: {name: nope}")
-    with pytest.raises(ConfigError) as info:
-        ChainTester.from_yaml(text, plugins=[("apikey", acme_apikey)], load_entry_points=False)
-    (issue,) = info.value.issues
-    assert issue.field == "spec.virtualHost.options.apikey.keysSecretRef.name"
-    assert issue.reason == "dangling reference: no Secret default/nope"
+class CorePluginsTests(TestCase):
+    # ---------------------------------------------------------------------------
+    # Compile-time
+    # ---------------------------------------------------------------------------
 
 
-def test_broken_entry_point_is_a_plugin_error(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    site = tmp_path / "site2"
-    info = site / "broken_plugin-1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[twistgw.plugins]\nbroken = no_such_module_xyz\n")
-    monkeypatch.syspath_prepend(str(site))
-    importlib.invalidate_caches()
-    with pytest.raises(PluginError, match="no_such_module_xyz"):
-        PluginHost.create(load_entry_points=True, blocked=["jwt", "rbac", "extauth"])
+    def test_options_error_path_is_prefixed_at_virtual_host(self) -> None:
+        (issue,) = issues_of(vs("{apikey: {bad: 1}}"), three())
+        assert issue.field == "spec.virtualHost.options.apikey.bad[0].value"
+        assert issue.reason == "is not acceptable"
+        assert issue.resource == "VirtualService default/v"
+        assert issue.file == "cfg.yaml" and issue.document == 0
+
+    def test_options_error_path_is_prefixed_at_route(self) -> None:
+        (issue,) = issues_of(vs(route_options="{apikey: {bad: 1}}"), three())
+        assert issue.field == "spec.virtualHost.routes[0].options.apikey.bad[0].value"
+
+    def test_options_error_with_dotted_string_path(self) -> None:
+        host = host_with(Recorder("apikey", compile_error=twistgw.OptionsError("a.b", "nope")))
+        (issue,) = issues_of(vs("{apikey: {}}"), host)
+        assert issue.field == "spec.virtualHost.options.apikey.a.b" and issue.reason == "nope"
+
+    def test_plugin_crashing_in_compile_rejects_the_config(self) -> None:
+        host = host_with(Recorder("apikey", compile_error=KeyError("oops")))
+        (issue,) = issues_of(vs("{apikey: {}}"), host)
+        assert issue.field == "spec.virtualHost.options.apikey"
+        assert "plugin 'apikey' failed compiling its options: KeyError('oops')" == issue.reason
+
+    def test_non_mapping_options_rejected(self) -> None:
+        (issue,) = issues_of(vs("{apikey: [1, 2]}"), three())
+        assert issue.field == "spec.virtualHost.options.apikey"
+        assert issue.reason == "must be a mapping, got list"
+
+    def test_unknown_plugin_key_rejected(self) -> None:
+        (issue,) = issues_of(vs(route_options="{apikye: {}}"), three())
+        assert issue.field == "spec.virtualHost.routes[0].options.apikye"
+        assert "no plugin named 'apikye' is installed (installed: apikey, extauth, jwt)" in issue.reason
+
+    def test_disabling_an_unknown_plugin_is_harmless(self) -> None:
+        assert chain_of(vs(route_options="{ghost: {disable: true}}"), three()) == []
+
+    def test_default_order_and_plugin_order(self) -> None:
+        opts = "{apikey: {}, jwt: {}, extauth: {}}"
+        assert chain_of(vs(opts), three()) == ["extauth", "jwt", "apikey"]
+        assert chain_of(vs(opts[:-1] + ", pluginOrder: [apikey, jwt, extauth]}"), three()) == ["apikey", "jwt", "extauth"]
+        # a route's pluginOrder overrides the virtual host's
+        assert chain_of(vs(opts[:-1] + ", pluginOrder: [apikey, jwt, extauth]}",
+                           "{pluginOrder: [jwt, apikey, extauth]}"), three()) == ["jwt", "apikey", "extauth"]
+
+    def test_plugin_order_must_list_every_enabled_plugin(self) -> None:
+        (issue,) = issues_of(vs("{apikey: {}, jwt: {}, pluginOrder: [jwt]}"), three())
+        assert issue.field == "spec.virtualHost.options.pluginOrder"
+        assert issue.reason == "pluginOrder must list every enabled plugin; missing: apikey"
+
+    def test_plugin_order_naming_uninstalled_plugin(self) -> None:
+        (issue,) = issues_of(vs("{jwt: {}, pluginOrder: [jwt, ghost]}"), three())
+        assert "not installed: ghost" in issue.reason
+
+    def test_route_disables_one_plugin_and_overrides_another(self) -> None:
+        host = three()
+        text = vs("{apikey: {a: 1}, jwt: {b: 2}}", "{jwt: {disable: true}, apikey: {c: 3}}")
+        snap = build_snapshot(load_text(text), host)
+        (step,) = snap.routes[("default/v", 0)].chain
+        assert step.plugin == "apikey"
+        # route options replace the virtual host's wholesale, and carry the route name
+        assert step.options == ("compiled", "apikey", (("c", 3),), "r0")
+
+    def test_virtual_host_options_are_compiled_once_for_all_routes(self) -> None:
+        p = Recorder("apikey")
+        routes = "".join(
+            f"    - matchers: [{{prefix: /{i}}}]\n      directResponseAction: {{status: 200}}\n" for i in range(3))
+        snap = build_snapshot(load_text(vs("{apikey: {k: v}}", routes=routes)), host_with(p))
+        assert len(p.compiled) == 1
+        assert {id(snap.routes[("default/v", i)].chain[0].options) for i in range(3)} == {id(p.compiled[0])}
+
+    def test_jwt_staged_orders_jwt_before_or_after_extauth(self) -> None:
+        before = vs("{extauth: {}, jwtStaged: {beforeExtAuth: {x: 1}}}")
+        after = vs("{extauth: {}, jwtStaged: {afterExtAuth: {x: 1}}}")
+        host = three()
+        assert chain_of(before, host) == ["jwt", "extauth"]
+        assert chain_of(after, host) == ["extauth", "jwt"]
+        snap = build_snapshot(load_text(before), host)
+        assert snap.routes[("default/v", 0)].chain[0].options[2] == (("x", 1),)
+
+    def test_jwt_staged_and_jwt_together_rejected(self) -> None:
+        with pytest.raises(ConfigError) as info:
+            load_text(vs("{jwt: {}, jwtStaged: {beforeExtAuth: {}}}"))
+        assert info.value.issues[0].reason == "use either jwt or jwtStaged, not both"
+
+    # Gloo's route-policy guide, scenario by scenario (docs/jwt.md, "Stages")
+    @pytest.mark.parametrize("host_opts, route_opts, expected", [
+        # 1: host policy only: every route runs it
+        ("{jwt: {p: vh}}", "{}", [("jwt", {"p": "vh"})]),
+        # 2/3: a route policy at the host's stage replaces it (jwt is the afterExtAuth stage)
+        ("{jwt: {p: vh}}", "{jwtProvidersStaged: {afterExtAuth: {p: rt}}}", [("jwt", {"p": "rt"})]),
+        ("{jwtStaged: {afterExtAuth: {p: vh}}}", "{jwtProvidersStaged: {afterExtAuth: {p: rt}}}",
+         [("jwt", {"p": "rt"})]),
+        # 4: different stages: both run, the before stage ahead of extauth
+        ("{extauth: {e: 1}, jwtStaged: {beforeExtAuth: {p: vh}}}", "{jwtProvidersStaged: {afterExtAuth: {p: rt}}}",
+         [("jwt[beforeExtAuth]", {"p": "vh"}), ("extauth", {"e": 1}), ("jwt[afterExtAuth]", {"p": "rt"})]),
+        ("{jwtStaged: {beforeExtAuth: {p: vh}}}", "{jwtProvidersStaged: {afterExtAuth: {p: rt}}}",
+         [("jwt[beforeExtAuth]", {"p": "vh"}), ("jwt[afterExtAuth]", {"p": "rt"})]),
+        # our route-level jwtStaged holding providers is an alias of jwtProvidersStaged:
+        # it never drops the host's other stage (it used to: a security bug)
+        ("{jwtStaged: {beforeExtAuth: {p: vh}}}", "{jwtStaged: {afterExtAuth: {p: rt}}}",
+         [("jwt[beforeExtAuth]", {"p": "vh"}), ("jwt[afterExtAuth]", {"p": "rt"})]),
+        ("{jwt: {p: vh}}", "{jwtStaged: {beforeExtAuth: {p: rt}}}",
+         [("jwt[beforeExtAuth]", {"p": "rt"}), ("jwt[afterExtAuth]", {"p": "vh"})]),
+        # both stages on the host; a route replaces one of them
+        ("{jwtStaged: {beforeExtAuth: {p: b}, afterExtAuth: {p: a}}}", "{jwtProvidersStaged: {beforeExtAuth: {p: rt}}}",
+         [("jwt[beforeExtAuth]", {"p": "rt"}), ("jwt[afterExtAuth]", {"p": "a"})]),
+        # route-level jwt replaces the after stage only
+        ("{jwtStaged: {beforeExtAuth: {p: vh}}}", "{jwt: {p: rt}}",
+         [("jwt[beforeExtAuth]", {"p": "vh"}), ("jwt[afterExtAuth]", {"p": "rt"})]),
+        # Gloo's JwtStagedRouteExtension: disable one stage, keep the other
+        ("{jwtStaged: {beforeExtAuth: {p: b}, afterExtAuth: {p: a}}}", "{jwtStaged: {beforeExtAuth: {disable: true}}}",
+         [("jwt", {"p": "a"})]),
+        ("{jwtStaged: {beforeExtAuth: {p: b}}}", "{jwtStaged: {beforeExtAuth: {disable: false}}}",
+         [("jwt", {"p": "b"})]),
+        # jwt: {disable: true} on a route turns every JWT check off
+        ("{jwtStaged: {beforeExtAuth: {p: b}, afterExtAuth: {p: a}}}", "{jwt: {disable: true}}", []),
+        # no host policy: only the route's
+        ("{}", "{jwtProvidersStaged: {beforeExtAuth: {p: rt}}}", [("jwt", {"p": "rt"})]),
+    ])
+    def test_jwt_stages_follow_gloo(self, host_opts: str, route_opts: str, expected: list) -> None:
+        assert stages_of(host_opts, route_opts) == expected
+
+    @pytest.mark.parametrize("host_opts, route_opts, field, reason", [
+        ("{jwt: {}, jwtStaged: {beforeExtAuth: {}}}", "{}", "spec.virtualHost.options.jwtStaged",
+         "use either jwt or jwtStaged, not both"),
+        ("{}", "{jwtStaged: {afterExtAuth: {disable: true}}, jwtProvidersStaged: {beforeExtAuth: {}}}",
+         "spec.virtualHost.routes[0].options.jwtProvidersStaged", "use either jwtStaged or jwtProvidersStaged, not both"),
+        ("{}", "{jwtStaged: {afterExtAuth: {disable: true, providers: {}}}}",
+         "spec.virtualHost.routes[0].options.jwtStaged.afterExtAuth.disable", "it takes no other fields"),
+        ("{jwtStaged: {afterExtAuth: {disable: true}}}", "{}",
+         "spec.virtualHost.options.jwtStaged.afterExtAuth.disable", "is a route option"),
+        ("{}", "{jwtStaged: {afterExtAuth: {disable: 'off'}}}",
+         "spec.virtualHost.routes[0].options.jwtStaged.afterExtAuth.disable", "must be true or false"),
+        ("{}", "{jwtStaged: {duringExtAuth: {}}}",
+         "spec.virtualHost.routes[0].options.jwtStaged.duringExtAuth", "unknown field"),
+    ])
+    def test_jwt_stage_shapes_rejected(self, host_opts: str, route_opts: str, field: str, reason: str) -> None:
+        with pytest.raises(ConfigError) as info:
+            load_text(vs(host_opts, route_opts))
+        (issue,) = info.value.issues
+        assert issue.field == field and reason in issue.reason
+
+    def test_plugin_order_positions_the_after_stage_and_contradictions_are_errors(self) -> None:
+        host = three()
+        both = "{extauth: {}, jwtStaged: {beforeExtAuth: {p: b}, afterExtAuth: {p: a}}, pluginOrder: [extauth, apikey, jwt]}"
+        assert [label for label, _ in stages_of(both, host=host)] == ["jwt[beforeExtAuth]", "extauth", "jwt[afterExtAuth]"]
+        # plain jwt has no stage of its own: pluginOrder may put it first, as before
+        assert chain_of(vs("{extauth: {}, jwt: {}, pluginOrder: [jwt, extauth]}"), host) == ["jwt", "extauth"]
+        (issue,) = issues_of(vs("{extauth: {}, jwtStaged: {afterExtAuth: {}}, pluginOrder: [jwt, extauth]}"), host)
+        assert issue.field == "spec.virtualHost.options.pluginOrder"
+        assert "lists jwt before extauth, but an afterExtAuth JWT stage" in issue.reason
+        (issue,) = issues_of(vs("{extauth: {}, jwtStaged: {beforeExtAuth: {}}, pluginOrder: [extauth, jwt]}"), host)
+        assert "the only JWT stage is beforeExtAuth" in issue.reason
+
+    def test_settings_and_default_options(self) -> None:
+        seen: list[Any] = []
+
+        def defaults(settings: Any) -> Any:
+            seen.append(dict(settings))
+            return {"deny": True} if settings.get("required") else None
+
+        guard = Recorder("guard", defaults=defaults)
+        routes = ("    - matchers: [{prefix: /open}]\n      directResponseAction: {status: 200}\n"
+                  "      options: {guard: {disable: true}}\n"
+                  "    - matchers: [{prefix: /own}]\n      directResponseAction: {status: 200}\n"
+                  "      options: {guard: {mine: 1}}\n"
+                  "    - matchers: [{prefix: /}]\n      directResponseAction: {status: 200}\n")
+        snap = build_snapshot(load_text(SETTINGS + vs(routes=routes)), host_with(guard))
+        assert seen == [{"required": True}]
+        assert [s.plugin for s in snap.routes[("default/v", 0)].chain] == []
+        assert snap.routes[("default/v", 1)].chain[0].options[2] == (("mine", 1),)
+        assert snap.routes[("default/v", 2)].chain[0].options[2] == (("deny", True),)
+        # without Settings, no defaults
+        snap = build_snapshot(load_text(vs(routes=routes)), host_with(guard))
+        assert snap.routes[("default/v", 2)].chain == ()
+
+    def test_settings_for_unknown_plugin_rejected(self) -> None:
+        text = SETTINGS.replace("guard", "ghost") + vs()
+        (issue,) = issues_of(text, three())
+        assert issue.resource == "Settings" and issue.field == "spec.ghost"
+        assert "no plugin named 'ghost' is installed" in issue.reason
+
+    def test_settings_section_must_be_mapping(self) -> None:
+        with pytest.raises(ConfigError) as info:
+            load_text(SETTINGS.replace("{required: true}", "5") + vs())
+        assert info.value.issues[0].field == "spec.guard"
+
+    def test_plugin_info_must_return_plugin_info(self) -> None:
+        class Bad:
+            @twistgw.hookimpl
+            def twistgw_plugin_info(self) -> Any:
+                return {"order": 1}
+
+        with pytest.raises(PluginError, match="must return twistgw.PluginInfo"):
+            PluginHost.create(extra=[("bad", Bad())], load_entry_points=False)
+
+    async def test_chain_runs_authenticate_then_authorize_in_order(self) -> None:
+        calls: list = []
+        a, b = Recorder("a", 10, calls=calls, asynchronous=True), Recorder("b", 20, calls=calls)
+        result = await make_tester(b, a, options="{a: {}, b: {}}").request("GET", "http://x/")
+        assert result.status == 200 and result.body == b"ok" and result.forwarded
+        assert calls == [("a", "authenticate"), ("a", "authorize"), ("b", "authenticate"), ("b", "authorize")]
+
+    async def test_first_deny_stops_the_chain(self) -> None:
+        calls: list = []
+        a, b = Recorder("a", 10, calls=calls), Recorder("b", 20, calls=calls)
+        result = await make_tester(a, b, options="{a: {deny: true}, b: {}}").request("GET", "http://x/")
+        assert (result.status, result.body, result.decided_by) == (403, b"denied by a", "a")
+        assert calls == [("a", "authenticate"), ("a", "authorize")]
+
+    @pytest.mark.parametrize("phase", ["authenticate", "authorize"])
+    async def test_plugin_raising_fails_closed_with_500_and_is_logged(self, phase: str) -> None:
+        calls: list = []
+        a, b = Recorder("a", 10, calls=calls, raise_in=phase), Recorder("b", 20, calls=calls)
+        with _LogCapture() as log:
+            result = await make_tester(a, b, options="{a: {}, b: {}}").request("GET", "http://x/p")
+        assert (result.status, result.body, result.decided_by) == (500, b"Internal Server Error", "a")
+        assert ("b", "authenticate") not in calls
+        failures = [e for e in log.events if e.get("log_failure") is not None and e.get("plugin") == "a"]
+        assert len(failures) == 1
+        assert failures[0]["phase"] == phase and failures[0]["path"] == "/p"
+        assert "boom in" in str(failures[0]["log_failure"].value)
+        assert len(self.flushLoggedErrors(RuntimeError, ValueError)) == 1  # logged, and trial saw it too
+
+    @pytest.mark.parametrize("garbage", [True, 403, "deny", b"", {"status": 403}, object()])
+    async def test_plugin_returning_garbage_fails_closed(self, garbage: Any) -> None:
+        calls: list = []
+        a, b = Recorder("a", 10, calls=calls, returns=garbage), Recorder("b", 20, calls=calls)
+        with _LogCapture() as log:
+            result = await make_tester(a, b, options="{a: {}, b: {}}").request("GET", "http://x/")
+        assert (result.status, result.decided_by) == (500, "a")
+        assert calls == [("a", "authenticate")]
+        assert any(e.get("plugin") == "a" and "expected Allow, Deny or None" in e.get("log_format", "")
+                   for e in log.events)
+
+    async def test_plugin_failing_deferred_fails_closed(self) -> None:
+        failing = Recorder("a", returns=defer.fail(RuntimeError("async boom")))
+        result = await make_tester(failing, options="{a: {}}").request("GET", "http://x/")
+        assert (result.status, result.decided_by) == (500, "a")
+        assert len(self.flushLoggedErrors(RuntimeError)) == 1  # and logged
+
+    async def test_third_party_plugin_registered_with_extra(self, apikey_dist: Any) -> None:
+        import acme_apikey
+
+        t = ChainTester.from_yaml(APIKEY_CONFIG, plugins=[("apikey", acme_apikey)], load_entry_points=False)
+        await _check_apikey(t)
+
+    async def test_third_party_plugin_loaded_from_entry_point(self, apikey_dist: Any) -> None:
+        assert "acme_apikey" not in sys.modules
+        # Block the shipped plugins: this proves *our* distribution's entry point loads.
+        host = PluginHost.create(load_entry_points=True, blocked=["jwt", "rbac", "extauth"])
+        assert host.names() == ["apikey"]
+        assert host.infos["apikey"].order == 400
+        assert sys.modules["acme_apikey"].__file__.startswith(str(apikey_dist))
+        await _check_apikey(ChainTester(build_snapshot(load_text(APIKEY_CONFIG), host), host))
+
+    def test_third_party_plugin_options_error(self, apikey_dist: Any) -> None:
+        import acme_apikey
+
+        text = APIKEY_CONFIG.replace("keysSecretRef: {name: api-keys}", "keysSecretRef: {name: nope}")
+        with pytest.raises(ConfigError) as info:
+            ChainTester.from_yaml(text, plugins=[("apikey", acme_apikey)], load_entry_points=False)
+        (issue,) = info.value.issues
+        assert issue.field == "spec.virtualHost.options.apikey.keysSecretRef.name"
+        assert issue.reason == "dangling reference: no Secret default/nope"
+
+    def test_broken_entry_point_is_a_plugin_error(self, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        site = tmp_path / "site2"
+        info = site / "broken_plugin-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text("[twistgw.plugins]\nbroken = no_such_module_xyz\n")
+        monkeypatch.syspath_prepend(str(site))
+        importlib.invalidate_caches()
+        with pytest.raises(PluginError, match="no_such_module_xyz"):
+            PluginHost.create(load_entry_points=True, blocked=["jwt", "rbac", "extauth"])

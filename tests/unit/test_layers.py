@@ -22,6 +22,8 @@ import pytest
 
 import twistgw
 
+from support.trial import TestCase
+
 PACKAGE = Path(twistgw.__file__).resolve().parent
 
 #: In order; a module may import its own layer and the ones before it.
@@ -110,100 +112,94 @@ def _graph() -> dict[str, set[str]]:
     return {m: {i for i, _ in _imports(m, t) if i in SOURCES and i != m} for m, t in SOURCES.items()}
 
 
-def test_every_module_has_a_layer() -> None:
-    assert len(SOURCES) > 20
-    missing = sorted(m for m in SOURCES if _layer(m) < 0)
-    assert not missing, f"modules outside every layer (add them to LAYERS and docs/architecture.md): {missing}"
-
-
-def test_layers_import_only_earlier_layers() -> None:
-    wrong = []
-    for module, tree in SOURCES.items():
-        mine = _layer(module)
-        for imported, line in _imports(module, tree):
-            if imported in SOURCES and _layer(imported) > mine:
-                wrong.append(f"{module}:{line} ({LAYERS[mine][0]}) imports {imported}"
-                             f" ({LAYERS[_layer(imported)][0]})")
-    assert not wrong, "\n".join(wrong)
-
-
-def test_no_import_cycles() -> None:
-    graph = _graph()
-    cycles = []
-    state: dict[str, int] = {}  # 1 on the stack, 2 done
-    stack: list[str] = []
-
-    def visit(node: str) -> None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                cycles.append(stack[stack.index(nxt):] + [nxt])
-            elif nxt not in state:
-                visit(nxt)
-        stack.pop()
-        state[node] = 2
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node)
-    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
-
-
-def test_the_cycle_check_finds_a_cycle() -> None:
-    """The checker itself: a function-level import back is a cycle."""
-    a = ast.parse("from twistgw.core import chain\n")
-    b = ast.parse("def f():\n    from twistgw.core import snapshot\n")
-    assert _imports("twistgw.core.snapshot", a) == [("twistgw.core.chain", 1)]
-    assert _imports("twistgw.core.chain", b) == [("twistgw.core.snapshot", 2)]
-    skipped = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import twistgw.cli\n")
-    assert _imports("twistgw.core.chain", skipped) == [("typing", 1)]
-
-
 def _third_party(prefix: str) -> list[tuple[str, str, int]]:
     return [(m, i, line) for m, t in SOURCES.items() if m.startswith(prefix)
             for i, line in _imports(m, t) if not i.startswith("twistgw")]
 
 
-def test_config_imports_no_twisted() -> None:
-    found = [f"{m}:{line} imports {i}" for m, i, line in _third_party("twistgw.config")
-             if i == "twisted" or i.startswith("twisted.")]
-    assert not found, "\n".join(found)
+class LayersTests(TestCase):
+    def test_every_module_has_a_layer(self) -> None:
+        assert len(SOURCES) > 20
+        missing = sorted(m for m in SOURCES if _layer(m) < 0)
+        assert not missing, f"modules outside every layer (add them to LAYERS and docs/architecture.md): {missing}"
 
+    def test_layers_import_only_earlier_layers(self) -> None:
+        wrong = []
+        for module, tree in SOURCES.items():
+            mine = _layer(module)
+            for imported, line in _imports(module, tree):
+                if imported in SOURCES and _layer(imported) > mine:
+                    wrong.append(f"{module}:{line} ({LAYERS[mine][0]}) imports {imported}"
+                                 f" ({LAYERS[_layer(imported)][0]})")
+        assert not wrong, "\n".join(wrong)
 
-def test_core_imports_no_twisted_web_and_no_reactor() -> None:
-    found = [f"{m}:{line} imports {i}" for m, i, line in _third_party("twistgw.core")
-             if i.startswith("twisted.web") or i == "twisted.internet.reactor"]
-    assert not found, "\n".join(found)
+    def test_no_import_cycles(self) -> None:
+        graph = _graph()
+        cycles = []
+        state: dict[str, int] = {}  # 1 on the stack, 2 done
+        stack: list[str] = []
 
+        def visit(node: str) -> None:
+            state[node] = 1
+            stack.append(node)
+            for nxt in sorted(graph[node]):
+                if state.get(nxt) == 1:
+                    cycles.append(stack[stack.index(nxt):] + [nxt])
+                elif nxt not in state:
+                    visit(nxt)
+            stack.pop()
+            state[node] = 2
 
-def test_twisted_private_internals_only_in_engine() -> None:
-    found = []
-    for module, tree in SOURCES.items():
-        if module.startswith("twistgw.engine"):
-            continue
-        for imported, line in _imports(module, tree):
-            if imported.startswith("twisted") and any(p.startswith("_") for p in imported.split(".")):
-                found.append(f"{module}:{line} imports {imported}")
-        for node in _walk_runtime(tree):
-            if isinstance(node, ast.Attribute) and node.attr in TWISTED_PRIVATE_NAMES:
-                found.append(f"{module}:{node.lineno} reads .{node.attr}")
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
-                    and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
-                    and node.args[1].value in TWISTED_PRIVATE_NAMES):
-                found.append(f"{module}:{node.lineno} reads .{node.args[1].value}")
-    assert not found, "\n".join(found)
+        for node in sorted(graph):
+            if node not in state:
+                visit(node)
+        assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
+    def test_the_cycle_check_finds_a_cycle(self) -> None:
+        """The checker itself: a function-level import back is a cycle."""
+        a = ast.parse("from twistgw.core import chain\n")
+        b = ast.parse("def f():\n    from twistgw.core import snapshot\n")
+        assert _imports("twistgw.core.snapshot", a) == [("twistgw.core.chain", 1)]
+        assert _imports("twistgw.core.chain", b) == [("twistgw.core.snapshot", 2)]
+        skipped = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import twistgw.cli\n")
+        assert _imports("twistgw.core.chain", skipped) == [("typing", 1)]
 
-@pytest.mark.parametrize("module, banned", [
-    ("twistgw.config.loader", ("twisted",)),
-    ("twistgw.core.pipeline", ("twisted.web", "twisted.internet.reactor")),
-])
-def test_importing_a_layer_loads_nothing_it_may_not_use(module: str, banned: tuple[str, ...]) -> None:
-    """At run time too (the package ``__init__`` files included)."""
-    code = (f"import sys, {module}\n"
-            f"bad = sorted(m for m in sys.modules if m.startswith({banned!r}))\n"
-            "print(bad)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": ""})
-    assert out.stdout.strip() == "[]", out.stdout
+    def test_config_imports_no_twisted(self) -> None:
+        found = [f"{m}:{line} imports {i}" for m, i, line in _third_party("twistgw.config")
+                 if i == "twisted" or i.startswith("twisted.")]
+        assert not found, "\n".join(found)
+
+    def test_core_imports_no_twisted_web_and_no_reactor(self) -> None:
+        found = [f"{m}:{line} imports {i}" for m, i, line in _third_party("twistgw.core")
+                 if i.startswith("twisted.web") or i == "twisted.internet.reactor"]
+        assert not found, "\n".join(found)
+
+    def test_twisted_private_internals_only_in_engine(self) -> None:
+        found = []
+        for module, tree in SOURCES.items():
+            if module.startswith("twistgw.engine"):
+                continue
+            for imported, line in _imports(module, tree):
+                if imported.startswith("twisted") and any(p.startswith("_") for p in imported.split(".")):
+                    found.append(f"{module}:{line} imports {imported}")
+            for node in _walk_runtime(tree):
+                if isinstance(node, ast.Attribute) and node.attr in TWISTED_PRIVATE_NAMES:
+                    found.append(f"{module}:{node.lineno} reads .{node.attr}")
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                        and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
+                        and node.args[1].value in TWISTED_PRIVATE_NAMES):
+                    found.append(f"{module}:{node.lineno} reads .{node.args[1].value}")
+        assert not found, "\n".join(found)
+
+    @pytest.mark.parametrize("module, banned", [
+        ("twistgw.config.loader", ("twisted",)),
+        ("twistgw.core.pipeline", ("twisted.web", "twisted.internet.reactor")),
+    ])
+    def test_importing_a_layer_loads_nothing_it_may_not_use(self, module: str, banned: tuple[str, ...]) -> None:
+        """At run time too (the package ``__init__`` files included)."""
+        code = (f"import sys, {module}\n"
+                f"bad = sorted(m for m in sys.modules if m.startswith({banned!r}))\n"
+                "print(bad)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONPATH": ""})
+        assert out.stdout.strip() == "[]", out.stdout

@@ -4,14 +4,11 @@ JWT provider's keyFile (in memory; trial style, runs under trial and pytest)."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import textwrap
 import types
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from twisted.trial import unittest
 
 import twistgw
 import twistgw_jwt
@@ -19,15 +16,9 @@ import twistgw_ldap
 from twistgw.testing import ChainTester, resolve_plugins
 from twistgw_jwt.tools import mint_token
 
+from support.trial import TestCase
+
 ISSUER = "https://issuer.example"
-
-
-def temp_dir(case: unittest.TestCase) -> str:
-    """A fresh directory, removed after the test (``TestCase.mktemp`` is
-    relative to the working directory, which under pytest is the checkout)."""
-    directory = tempfile.mkdtemp(prefix="twistgw-test-")
-    case.addCleanup(shutil.rmtree, directory, True)
-    return directory
 
 
 def virtual_service(options: str, route_options: str = "{}") -> str:
@@ -63,7 +54,7 @@ def plugin(name: str, authenticate) -> tuple[str, object]:
     return name, module
 
 
-class ExplicitPluginsTests(unittest.TestCase):
+class ExplicitPluginsTests(TestCase):
     def test_only_the_named_plugins_take_part(self) -> None:
         with self.assertRaises(twistgw.ConfigError) as caught:
             ChainTester.from_yaml(virtual_service("{jwt: {providers: {}}}"), [])
@@ -89,9 +80,9 @@ class ExplicitPluginsTests(unittest.TestCase):
         self.assertEqual(len(caught.exception.issues), 2)
 
 
-class DryRunTests(unittest.TestCase):
+class DryRunTests(TestCase):
     def _tester(self, authenticate, dry_run: bool) -> ChainTester:
-        directory = temp_dir(self)
+        directory = self.temp_path()
         with open(os.path.join(directory, "vs.yaml"), "w") as f:
             f.write(virtual_service("{probe: {}}"))
         return ChainTester.from_directory(directory, [plugin("probe", authenticate)], dry_run=dry_run)
@@ -109,7 +100,7 @@ class DryRunTests(unittest.TestCase):
         result = await tester.request("GET", "http://any/x")
         self.assertEqual(result.status, 500)
 
-    async def test_ldap_dry_run_binds_nothing(self) -> None:
+    async def test_ldap_dry_run_binds_nothing(self, tmp_path) -> None:
         text = virtual_service("{extauth: {configRef: {name: ldap}}}") + textwrap.dedent("""\
             ---
             apiVersion: enterprise.gateway.vendor.io/v1
@@ -122,7 +113,7 @@ class DryRunTests(unittest.TestCase):
                   userDnTemplate: uid=%s,ou=people,dc=example,dc=org
                   allowedGroups: [cn=admins,ou=groups,dc=example,dc=org]
             """)
-        directory = temp_dir(self)
+        directory = str(tmp_path)
         with open(os.path.join(directory, "c.yaml"), "w") as f:
             f.write(text)
         tester = ChainTester.from_directory(directory, [("extauth", twistgw_ldap)], dry_run=True)
@@ -136,7 +127,7 @@ class DryRunTests(unittest.TestCase):
                       decision.reason)
         self.assertIn("cn=admins,ou=groups,dc=example,dc=org", decision.reason)
 
-    async def test_jwt_dry_run_fetches_no_key_set(self) -> None:
+    async def test_jwt_dry_run_fetches_no_key_set(self, tmp_path) -> None:
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
@@ -149,7 +140,7 @@ class DryRunTests(unittest.TestCase):
             metadata: {name: keys}
             spec: {static: {hosts: [{addr: 127.0.0.1, port: 1}]}}
             """)
-        directory = temp_dir(self)
+        directory = str(tmp_path)
         with open(os.path.join(directory, "c.yaml"), "w") as f:
             f.write(text)
         tester = ChainTester.from_directory(directory, [("jwt", twistgw_jwt)], dry_run=True)
@@ -163,7 +154,7 @@ class DryRunTests(unittest.TestCase):
         self.assertEqual((missing.status, missing.body), (401, b"Jwt is missing"))
 
 
-class RawTargetTests(unittest.TestCase):
+class RawTargetTests(TestCase):
     async def test_raw_target_is_what_the_client_sent(self) -> None:
         seen = []
         tester = ChainTester.from_yaml(virtual_service("{probe: {}}"),
@@ -176,7 +167,7 @@ class RawTargetTests(unittest.TestCase):
         self.assertIsInstance(ctx.method, str)
 
 
-class KeyFileTests(unittest.TestCase):
+class KeyFileTests(TestCase):
     """``jwks.local.keyFile``: relative to the configuration directory."""
 
     def setUp(self) -> None:
@@ -185,7 +176,7 @@ class KeyFileTests(unittest.TestCase):
                                          serialization.NoEncryption())
         self.public = key.public_key().public_bytes(serialization.Encoding.PEM,
                                                     serialization.PublicFormat.SubjectPublicKeyInfo)
-        self.directory = temp_dir(self)
+        self.directory = str(self.temp_path())
         os.makedirs(os.path.join(self.directory, "keys"))
 
     def _write(self, local: str) -> None:

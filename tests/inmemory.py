@@ -1,0 +1,56 @@
+"""The in-memory suite under trial: ``.venv/bin/trial tests/inmemory.py``.
+
+Every module listed here is written as ``twisted.trial.unittest.TestCase``
+classes (most through :class:`support.trial.TestCase`), so it runs under
+``trial`` and under ``pytest`` with the same tests:
+``tests/unit/test_runners.py`` checks that both runners count the same,
+non-zero, number in each. The rest of the suite (real slapd, subprocesses,
+end-to-end over sockets) is pytest-twisted style and runs under ``pytest``.
+
+trial calls :func:`testSuite` (its hook for a module that builds its own
+suite); it puts the test directories on ``sys.path`` as pytest does, so
+that ``support`` and the ``*_helpers`` modules import under both runners.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+#: The modules, relative to ``tests/``.
+MODULES = (
+    "unit/test_core_config.py",
+    "unit/test_core_config_fuzz.py",
+    "unit/test_core_inmemory.py",
+    "unit/test_core_paths.py",
+    "unit/test_core_plugins.py",
+    "unit/test_core_yaml_limits.py",
+    "unit/test_headers.py",
+    "unit/test_layers.py",
+    "unit/test_testing_api.py",
+    "jwt/test_jwt_behaviour.py",
+    "jwt/test_jwt_options.py",
+    "jwt/test_jwt_security.py",
+    "jwt/test_jwt_tools.py",
+    "rbac/test_rbac_config.py",
+    "rbac/test_rbac_semantics.py",
+    "rbac/test_rbac_shadow_regex.py",
+    "ldap/test_ldap_ber.py",
+    "ldap/test_ldap_search_units.py",
+    "ldap/test_ldap_units.py",
+    "reliability/test_properties.py",
+    "integration/test_testing_stop.py",
+)
+
+
+def testSuite():  # noqa: N802  (trial's name)
+    from twisted.trial.runner import TestLoader, filenameToModule
+
+    for directory in sorted({os.path.dirname(m) for m in MODULES}, reverse=True) + [""]:
+        path = os.path.join(HERE, directory)
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    loader = TestLoader()
+    return loader.suiteFactory([loader.loadModule(filenameToModule(os.path.join(HERE, m))) for m in MODULES])
