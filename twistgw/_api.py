@@ -60,6 +60,11 @@ class OptionsError(Exception):
     :param path: the field path below the plugin's options key, as a
         sequence (``("providers", "main", "issuer")``) or a dotted string.
     :param reason: what is wrong, for a person to act on.
+
+    To report several problems at once (``twistgw check`` lists them all),
+    collect them with :class:`twistgw.options.Problems`, or raise
+    ``OptionsError.several([...])``; :attr:`problems` holds each one (just
+    this error for a plain one).
     """
 
     def __init__(self, path: Sequence[str | int] | str, reason: str) -> None:
@@ -67,7 +72,19 @@ class OptionsError(Exception):
             path = tuple(p for p in path.split(".") if p)
         self.path = tuple(path)
         self.reason = reason
+        self.problems: tuple[OptionsError, ...] = (self,)
         super().__init__(f"{self.dotted_path()}: {reason}" if self.path else reason)
+
+    @classmethod
+    def several(cls, errors: Sequence["OptionsError"]) -> "OptionsError":
+        """One exception carrying every error of ``errors`` (each flattened)."""
+        flat = tuple(p for e in errors for p in e.problems)
+        if not flat:
+            raise ValueError("OptionsError.several needs at least one error")
+        combined = cls(flat[0].path, flat[0].reason)
+        combined.problems = flat
+        combined.args = ("; ".join(str(p.args[0]) for p in flat),)
+        return combined
 
     def dotted_path(self) -> str:
         out = ""

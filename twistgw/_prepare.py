@@ -11,7 +11,7 @@ from twisted.web.http_headers import Headers
 from twistgw._api import Deny, RequestContext
 from twistgw._paths import BadPath, normalise_path
 from twistgw._model import Route
-from twistgw._routing import first_route
+from twistgw._routing import first_route, request_view
 from twistgw._snapshot import RouteRuntime, Snapshot
 
 #: Hop-by-hop headers (RFC 9110 §7.6.1) plus framing headers the proxy sets itself.
@@ -140,7 +140,7 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
         client_address, vs.key, "", reactor, scheme,
     )
     if route_hook is None:
-        route = first_route(vs.routes, ctx.method, path)
+        route = first_route(vs.routes, request_view(ctx))
     else:
         route = route_hook(ctx=ctx, virtual_service=vs)
         if route is not None and not (isinstance(route, Route) and 0 <= route.index < len(vs.routes)

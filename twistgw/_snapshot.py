@@ -105,10 +105,12 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
             try:
                 value = fn(settings=view.settings(name))
             except OptionsError as exc:
-                issues.append(ConfigIssue(
-                    exc.reason, file=src.file if src else "", document=src.document if src else None,
-                    line=src.line if src else None, resource="Settings",
-                    field=path_text(("spec", name) + exc.path)))
+                for p in exc.problems:
+                    field = ("spec", name) + p.path
+                    issues.append(ConfigIssue(
+                        p.reason, file=src.file if src else "", document=src.document if src else None,
+                        line=src.line_of(field) if src else None, resource="Settings",
+                        field=path_text(field)))
                 continue
             except Exception as exc:
                 issues.append(ConfigIssue(
@@ -128,24 +130,27 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     compiled_by_plugin: dict[str, list[Any]] = {name: [] for name in host.infos}
     balancers: dict[tuple[str, str], Balancer] = {}
 
+    reported: set[tuple[str, int, str]] = set()
     for vs in config.virtual_services:
-        source = vs.source
         vh_path: tuple[str | int, ...] = ("spec", "virtualHost")
         cache: dict[tuple[str, int], Any] = {}
 
-        def issue(path: tuple[str | int, ...], reason: str) -> None:
+        def issue(path: tuple[str | int, ...], reason: str, route: Route | None = None) -> None:
+            # A route written in a RouteTable is reported where it is written.
+            in_table = route is not None and route.source is not None and path[:2] != vh_path
+            source = route.source if in_table and route is not None else vs.source
             issues.append(ConfigIssue(
                 reason,
                 file=source.file if source else "",
                 document=source.document if source else None,
                 line=source.line_of(tuple(path)) if source else None,
-                resource=f"VirtualService {vs.key}",
+                resource=route.owner if in_table and route is not None else f"VirtualService {vs.key}",
                 field=path_text(path),
             ))
 
         vh_plugins = _plugin_options(vs.options)
         for route in vs.routes:
-            r_path = vh_path + ("routes", route.index)
+            r_path = route.path
             effective: dict[str, tuple[Any, tuple[str | int, ...], str | None]] = {}
             for key, value in defaults.items():
                 effective[key] = (value, ("Settings", "spec", key), None)
@@ -162,7 +167,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
             for key in unknown:
                 issue(enabled[key][1], f"no plugin named {key!r} is installed"
                       f" (installed: {', '.join(host.names()) or 'none'}); refusing to serve"
-                      " a route whose protection cannot be enforced")
+                      " a route whose protection cannot be enforced", route)
             if unknown:
                 continue
             if order_raw is not None:
@@ -170,12 +175,12 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 if missing:
                     issue(r_path + ("options", "pluginOrder") if "pluginOrder" in route.options
                           else vh_path + ("options", "pluginOrder"),
-                          f"pluginOrder must list every enabled plugin; missing: {', '.join(missing)}")
+                          f"pluginOrder must list every enabled plugin; missing: {', '.join(missing)}", route)
                     continue
                 not_installed = [k for k in order_raw if k not in host.infos]
                 if not_installed:
                     issue(vh_path + ("options", "pluginOrder"),
-                          f"pluginOrder names plugins that are not installed: {', '.join(not_installed)}")
+                          f"pluginOrder names plugins that are not installed: {', '.join(not_installed)}", route)
                     continue
                 order = [k for k in order_raw if k in enabled]
             else:
@@ -194,11 +199,15 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                     try:
                         compiled = _compile(host, name, raw, scope)
                     except OptionsError as exc:
-                        issue(where + exc.path, exc.reason)
+                        # The same options shared by many routes are reported once.
+                        if (vs.key, id(raw), name) not in reported:
+                            reported.add((vs.key, id(raw), name))
+                            for p in exc.problems:
+                                issue(where + p.path, p.reason, route)
                         failed = True
                         continue
                     except Exception as exc:  # a plugin bug: reject, never serve unprotected
-                        issue(where, f"plugin {name!r} failed compiling its options: {exc!r}")
+                        issue(where, f"plugin {name!r} failed compiling its options: {exc!r}", route)
                         failed = True
                         continue
                     cache[cache_key] = compiled
@@ -230,8 +239,8 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                     balancer = balancers[key] = Balancer(upstream)
             routes[(vs.key, route.index)] = RouteRuntime(vs, route, tuple(steps), direct, balancer)
 
-    if issues:
-        raise ConfigError(issues)
+    if issues or config.issues:
+        raise ConfigError(list(config.issues) + issues)
     return Snapshot(config, routes, generation, compiled_by_plugin)
 
 

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import attrs
 from ldaptor import ldapfilter
-from twistgw.options import type_name
+from twistgw.options import Problems, type_name, unknown_field
 from twistgw import OptionsError, OptionsScope
 
 from twistgw_ldap._dn import InvalidDN, NormalDN, format_dn, parse_dn
@@ -134,9 +134,10 @@ class _Checker:
     def mapping(self, value: Any, field: str, allowed: set[str]) -> Mapping[str, Any]:
         if not isinstance(value, dict):
             raise self.fail(field, f"must be a mapping, got {_type_name(value)}")
-        for key in value:
-            if key not in allowed:
-                raise self.fail(f"{field}.{key}" if field else key, f"unknown field (expected one of: {', '.join(sorted(allowed))})")
+        unknown = [self.fail(f"{field}.{key}" if field else str(key), unknown_field(key, sorted(allowed)))
+                   for key in value if key not in allowed]
+        if unknown:
+            raise OptionsError.several(unknown)
         return value
 
     def string(self, value: Any, field: str) -> str:
@@ -238,8 +239,94 @@ def _read_ca(c: _Checker, tls: Mapping[str, Any], config_dir: str) -> bytes | No
 
 
 def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> LdapConfig:
+    """One ``ldap`` config; raises OptionsError carrying every problem found."""
     c = _Checker(where)
-    spec = c.mapping(raw, "", _LDAP_FIELDS)
+    problems = Problems()
+    spec: Mapping[str, Any] = {}
+    with problems.check():
+        spec = c.mapping(raw, "", _LDAP_FIELDS)
+    if not isinstance(raw, dict):
+        problems.raise_if_any()
+    spec = {k: v for k, v in raw.items() if k in _LDAP_FIELDS}
+
+    target = None
+    with problems.check():
+        target = _target(c, spec, scope)
+
+    template = ""
+    with problems.check():
+        if "userDnTemplate" not in spec:
+            raise c.fail("userDnTemplate", "is required (e.g. uid=%s,ou=people,dc=example,dc=org)")
+        template = c.string(spec["userDnTemplate"], "userDnTemplate").strip()
+        _check_template(c, template)
+
+    attribute = DEFAULT_MEMBERSHIP_ATTRIBUTE
+    with problems.check():
+        attribute = c.string(spec.get("membershipAttributeName", DEFAULT_MEMBERSHIP_ATTRIBUTE),
+                             "membershipAttributeName").strip()
+        if not _ATTRIBUTE.match(attribute):
+            raise c.fail("membershipAttributeName", f"is not an attribute name: {attribute!r}")
+
+    disable = False
+    with problems.check():
+        disable = c.boolean(spec.get("disableGroupChecking", False), "disableGroupChecking")
+    groups: set[NormalDN] = set()
+    with problems.check():
+        groups = _groups(c, spec.get("allowedGroups", []), disable)
+
+    filter_text, filter_object = DEFAULT_SEARCH_FILTER, None
+    with problems.check():
+        filter_text = c.string(spec.get("searchFilter", DEFAULT_SEARCH_FILTER), "searchFilter").strip()
+        if not (filter_text.startswith("(") and filter_text.endswith(")")):
+            raise c.fail("searchFilter", f"must be an LDAP filter in parentheses, e.g. (objectClass=*); got {filter_text!r}")
+        try:
+            filter_object = ldapfilter.parseFilter(filter_text)
+        except Exception as exc:
+            raise c.fail("searchFilter", f"is not a valid LDAP filter (RFC 4515): {filter_text!r}"
+                         f" ({type(exc).__name__})") from None
+
+    account = None
+    with problems.check():
+        gls = c.mapping(spec.get("groupLookupSettings", {}), "groupLookupSettings",
+                        {"checkGroupsWithServiceAccount", "credentialsSecretRef"})
+        use_sa = c.boolean(gls.get("checkGroupsWithServiceAccount", False),
+                           "groupLookupSettings.checkGroupsWithServiceAccount")
+        if "credentialsSecretRef" in gls:
+            account = _service_account(c, gls["credentialsSecretRef"], default_ns, scope)
+        if use_sa and account is None:
+            raise c.fail("groupLookupSettings.credentialsSecretRef",
+                         "is required when checkGroupsWithServiceAccount is true")
+        if not use_sa:
+            account = None
+
+    pool_max, pool_initial = DEFAULT_POOL_MAX, DEFAULT_POOL_INITIAL
+    with problems.check():
+        pool = c.mapping(spec.get("pool", {}), "pool", {"maxSize", "initialSize"})
+        pool_max = c.integer(pool.get("maxSize", DEFAULT_POOL_MAX), "pool.maxSize", 1, 1000)
+        pool_initial = c.integer(pool.get("initialSize", min(DEFAULT_POOL_INITIAL, pool_max)),
+                                 "pool.initialSize", 0, pool_max)
+
+    durations = {}
+    for field, default, lo, hi in (("connectTimeout", DEFAULT_CONNECT_TIMEOUT, 0.01, 60),
+                                   ("requestTimeout", DEFAULT_REQUEST_TIMEOUT, 0.01, 60),
+                                   ("cacheTtl", DEFAULT_CACHE_TTL, 0, 3600)):
+        with problems.check():
+            durations[field] = c.duration(spec.get(field, default), field, lo, hi)
+    realm = DEFAULT_REALM
+    with problems.check():
+        realm = c.string(spec.get("realm", DEFAULT_REALM), "realm")
+        if any(ch in realm for ch in '"\\') or not realm.isprintable():
+            raise c.fail("realm", "must be printable and contain no quote or backslash")
+    problems.raise_if_any()
+    assert target is not None
+    return LdapConfig(
+        where, target, template, attribute, frozenset(groups), filter_text, disable, account,
+        pool_max, pool_initial, durations["connectTimeout"], durations["requestTimeout"],
+        durations["cacheTtl"], realm, filter_object,
+    )
+
+
+def _target(c: _Checker, spec: Mapping[str, Any], scope: OptionsScope) -> Target:
     if "address" not in spec:
         raise c.fail("address", "is required (e.g. ldap://ldap.example.org:389)")
     address = c.string(spec["address"], "address")
@@ -247,7 +334,6 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> 
         scheme, host, port = parse_address(address)
     except ValueError as exc:
         raise c.fail("address", f"{exc} (got {address!r})") from None
-
     start_tls = c.boolean(spec.get("startTLS", False), "startTLS")
     if start_tls and scheme == "ldaps":
         raise c.fail("startTLS", "ldaps:// is already TLS; use startTLS only with ldap://")
@@ -259,20 +345,10 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> 
     insecure = c.boolean(tls.get("insecureSkipVerify", False), "tls.insecureSkipVerify")
     if insecure and ca_pem is not None:
         raise c.fail("tls.insecureSkipVerify", "makes the CA setting pointless; choose one")
-    target = Target(host, port, scheme, start_tls, ca_pem, server_name, insecure)
+    return Target(host, port, scheme, start_tls, ca_pem, server_name, insecure)
 
-    if "userDnTemplate" not in spec:
-        raise c.fail("userDnTemplate", "is required (e.g. uid=%s,ou=people,dc=example,dc=org)")
-    template = c.string(spec["userDnTemplate"], "userDnTemplate").strip()
-    _check_template(c, template)
 
-    attribute = c.string(spec.get("membershipAttributeName", DEFAULT_MEMBERSHIP_ATTRIBUTE),
-                         "membershipAttributeName").strip()
-    if not _ATTRIBUTE.match(attribute):
-        raise c.fail("membershipAttributeName", f"is not an attribute name: {attribute!r}")
-
-    disable = c.boolean(spec.get("disableGroupChecking", False), "disableGroupChecking")
-    groups_raw = spec.get("allowedGroups", [])
+def _groups(c: _Checker, groups_raw: Any, disable: bool) -> set[NormalDN]:
     if not isinstance(groups_raw, list):
         raise c.fail("allowedGroups", f"must be a list of group DNs, got {_type_name(groups_raw)}")
     parsed = []
@@ -286,45 +362,7 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> 
     if not groups and not disable:
         raise c.fail("allowedGroups", "must list at least one group DN, or set"
                      " disableGroupChecking: true to admit every user whose bind succeeds")
-
-    filter_text = c.string(spec.get("searchFilter", DEFAULT_SEARCH_FILTER), "searchFilter").strip()
-    if not (filter_text.startswith("(") and filter_text.endswith(")")):
-        raise c.fail("searchFilter", f"must be an LDAP filter in parentheses, e.g. (objectClass=*); got {filter_text!r}")
-    try:
-        filter_object = ldapfilter.parseFilter(filter_text)
-    except Exception as exc:
-        raise c.fail("searchFilter", f"is not a valid LDAP filter (RFC 4515): {filter_text!r}"
-                     f" ({type(exc).__name__})") from None
-
-    gls = c.mapping(spec.get("groupLookupSettings", {}), "groupLookupSettings",
-                    {"checkGroupsWithServiceAccount", "credentialsSecretRef"})
-    use_sa = c.boolean(gls.get("checkGroupsWithServiceAccount", False),
-                       "groupLookupSettings.checkGroupsWithServiceAccount")
-    account = None
-    if "credentialsSecretRef" in gls:
-        account = _service_account(c, gls["credentialsSecretRef"], default_ns, scope)
-    if use_sa and account is None:
-        raise c.fail("groupLookupSettings.credentialsSecretRef",
-                     "is required when checkGroupsWithServiceAccount is true")
-    if not use_sa:
-        account = None
-
-    pool = c.mapping(spec.get("pool", {}), "pool", {"maxSize", "initialSize"})
-    pool_max = c.integer(pool.get("maxSize", DEFAULT_POOL_MAX), "pool.maxSize", 1, 1000)
-    pool_initial = c.integer(pool.get("initialSize", min(DEFAULT_POOL_INITIAL, pool_max)),
-                             "pool.initialSize", 0, pool_max)
-
-    connect_timeout = c.duration(spec.get("connectTimeout", DEFAULT_CONNECT_TIMEOUT), "connectTimeout", 0.01, 60)
-    request_timeout = c.duration(spec.get("requestTimeout", DEFAULT_REQUEST_TIMEOUT), "requestTimeout", 0.01, 60)
-    cache_ttl = c.duration(spec.get("cacheTtl", DEFAULT_CACHE_TTL), "cacheTtl", 0, 3600)
-    realm = c.string(spec.get("realm", DEFAULT_REALM), "realm")
-    if any(ch in realm for ch in '"\\') or not realm.isprintable():
-        raise c.fail("realm", "must be printable and contain no quote or backslash")
-
-    return LdapConfig(
-        where, target, template, attribute, frozenset(groups), filter_text, disable, account,
-        pool_max, pool_initial, connect_timeout, request_timeout, cache_ttl, realm, filter_object,
-    )
+    return groups
 
 
 _SUFFIX_TYPES = frozenset({"dc", "o", "c", "l", "st"})
@@ -383,17 +421,19 @@ def _service_account(c: _Checker, ref: Any, default_ns: str, scope: OptionsScope
 
 def compile_options(options: Mapping[str, Any], scope: OptionsScope) -> CompiledExtAuth:
     """The body of ``twistgw_compile_options`` for ``extauth``."""
-    for key in options:
-        if key != "configRef":
-            raise OptionsError((key,), "unknown field (expected configRef, or disable: true on a route)")
+    unknown = [OptionsError((key,), unknown_field(key, ("configRef", "disable")))
+               for key in options if key != "configRef"]
+    if unknown:
+        raise OptionsError.several(unknown)
     if "configRef" not in options:
         raise OptionsError(("configRef",), "is required: {configRef: {name: NAME, namespace: NS}}")
     ref = options["configRef"]
     if not isinstance(ref, dict):
         raise OptionsError(("configRef",), f"must be a mapping {{name, namespace}}, got {_type_name(ref)}")
-    for key in ref:
-        if key not in ("name", "namespace"):
-            raise OptionsError(("configRef", key), "unknown field (expected name, namespace)")
+    unknown = [OptionsError(("configRef", key), unknown_field(key, ("name", "namespace")))
+               for key in ref if key not in ("name", "namespace")]
+    if unknown:
+        raise OptionsError.several(unknown)
     name = ref.get("name")
     if not isinstance(name, str) or not name:
         raise OptionsError(("configRef", "name"), "is required: the name of an AuthConfig")
@@ -405,13 +445,17 @@ def compile_options(options: Mapping[str, Any], scope: OptionsScope) -> Compiled
     except KeyError as exc:
         raise OptionsError(("configRef",), f"dangling reference: {exc.args[0]}") from None
     compiled = []
+    problems = Problems()
     for i, entry in enumerate(info.configs):
         where = f"AuthConfig {ns}/{name}: spec.configs[{i}]"
         if not isinstance(entry, Mapping) or set(entry) != {"ldap"}:
             kinds = ", ".join(sorted(entry)) if isinstance(entry, Mapping) else _type_name(entry)
-            raise OptionsError(("configRef",), f"{where}: only 'ldap' configs are supported by the"
-                               f" extauth plugin, got {kinds}")
-        compiled.append(compile_ldap(entry["ldap"], where + ".ldap", info.namespace, scope))
+            problems.add(("configRef",), f"{where}: only 'ldap' configs are supported by the"
+                         f" extauth plugin, got {kinds}")
+            continue
+        with problems.check():
+            compiled.append(compile_ldap(entry["ldap"], where + ".ldap", info.namespace, scope))
+    problems.raise_if_any()
     return CompiledExtAuth(f"{ns}/{name}", tuple(compiled))
 
 
