@@ -596,6 +596,8 @@ def build_config(docs: list[Document], keep_going: bool = False) -> Config:
             info = config.resolve_kube(sname, ns, sport.port)
             upstreams[(ns, info.name)] = info
     for (ns, uname), res in upstream_res.items():
+        if ("Upstream", ns, uname) in invalid:
+            continue
         if res.static is not None:
             upstreams[(ns, uname)] = UpstreamInfo(ns, uname, res.static)
         elif res.kube is not None:

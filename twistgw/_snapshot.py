@@ -64,6 +64,10 @@ class RouteRuntime:
     chain: tuple[ChainStep, ...]
     direct: DirectResponse | None
     balancer: Balancer | None
+    #: route selection is repeated after the chain (its virtual service has
+    #: routes matching headers or query parameters, which plugins may write:
+    #: JWT claimsToHeaders; see docs/decisions.md "claim-based routing")
+    reselect: bool = False
     #: the chain flattened into (step, phase, callable), once per snapshot
     calls: tuple[tuple[ChainStep, str, Callable[..., Any]], ...] = attrs.field(init=False, eq=False)
 
@@ -149,6 +153,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
             ))
 
         vh_plugins = _plugin_options(vs.options)
+        reselect = any(r.reads_request for r in vs.routes)
         for route in vs.routes:
             r_path = route.path
             effective: dict[str, tuple[Any, tuple[str | int, ...], str | None]] = {}
@@ -237,7 +242,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 balancer = balancers.get(key)
                 if balancer is None:
                     balancer = balancers[key] = Balancer(upstream)
-            routes[(vs.key, route.index)] = RouteRuntime(vs, route, tuple(steps), direct, balancer)
+            routes[(vs.key, route.index)] = RouteRuntime(vs, route, tuple(steps), direct, balancer, reselect)
 
     if issues or config.issues:
         raise ConfigError(list(config.issues) + issues)

@@ -23,10 +23,10 @@ import attrs
 from twisted.web.http_headers import Headers
 
 from twistgw._api import Deny, RequestContext
-from twistgw._chain import run_chain
+from twistgw._chain import run_calls, run_chain
 from twistgw._config import load_directory, load_text
 from twistgw._plugins import GatewayInfo, PluginHost
-from twistgw._prepare import Prepared, prepare, split_target
+from twistgw._prepare import Prepared, prepare, reroute, split_target
 from twistgw._snapshot import RouteRuntime, Snapshot, build_snapshot
 
 __all__ = ["ChainResult", "ChainTester", "make_headers"]
@@ -117,15 +117,26 @@ class ChainTester:
         if isinstance(prepared, Deny):
             return ChainResult(prepared.status, prepared.body, prepared.headers, None, None, None, trace, prepared)
         assert isinstance(prepared, Prepared)
-        deny = await run_chain(prepared.runtime.chain, prepared.ctx,
-                               lambda p, ph, d: trace.append((p, ph, d)))
+        ctx, runtime = prepared.ctx, prepared.runtime
+
+        def record(p: str, ph: str, d: Any) -> None:
+            trace.append((p, ph, d))
+
+        deny = await run_chain(runtime.chain, ctx, record)
+        if deny is None and runtime.reselect:
+            # As the gateway does: select the route again (claim-based routing).
+            found = reroute(self.snapshot, ctx, runtime, self.host.pm.hook.twistgw_route_match)
+            if isinstance(found, Deny):
+                return ChainResult(found.status, found.body, found.headers, None, ctx, runtime, trace, found)
+            runtime, remaining = found
+            deny = await run_calls(remaining, ctx, record)
         if deny is not None:
-            return ChainResult(deny.status, deny.body, deny.headers, prepared.ctx.decided_by,
-                               prepared.ctx, prepared.runtime, trace, deny)
-        direct = prepared.runtime.direct
+            return ChainResult(deny.status, deny.body, deny.headers, ctx.decided_by,
+                               ctx, runtime, trace, deny)
+        direct = runtime.direct
         if direct is not None:
-            return ChainResult(direct.status, direct.body, (), None, prepared.ctx, prepared.runtime, trace, None)
-        return ChainResult(200, b"", (), None, prepared.ctx, prepared.runtime, trace, None)
+            return ChainResult(direct.status, direct.body, (), None, ctx, runtime, trace, None)
+        return ChainResult(200, b"", (), None, ctx, runtime, trace, None)
 
 
 class RunningGateway:
