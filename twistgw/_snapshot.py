@@ -107,7 +107,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
         if fn is not None:
             src = config.settings_source
             try:
-                value = fn(settings=view.settings(name))
+                value = fn(settings=view.settings(name), config_dir=config.directory)
             except OptionsError as exc:
                 for p in exc.problems:
                     field = ("spec", name) + p.path

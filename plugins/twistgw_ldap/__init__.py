@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from twisted.internet import defer
-from twistgw import GatewayInfo, OptionsScope, PluginInfo, RequestContext, hookimpl
+from twistgw import GatewayInfo, OptionsError, OptionsScope, PluginInfo, RequestContext, hookimpl
 
 from twistgw_ldap import _flow
-from twistgw_ldap._devdir import DevDirectory
+from twistgw_ldap._devdir import DevDirectory, DevDirectoryError, check_settings
 from twistgw_ldap._options import CompiledExtAuth, LdapConfig, compile_options
 
 __all__ = ["CompiledExtAuth", "LdapConfig"]
@@ -46,6 +46,17 @@ def twistgw_configure(gateway: GatewayInfo) -> None:
 def twistgw_unconfigure() -> Any:
     _flow.STATE.close()
     return defer.Deferred.fromCoroutine(_dev_directory.stop())
+
+
+@hookimpl
+def twistgw_default_options(settings: Mapping[str, Any], config_dir: str) -> None:
+    """No default options; validates ``Settings.spec.extauth`` so ``twistgw
+    check`` refuses what the development directory could not serve."""
+    try:
+        check_settings(settings, config_dir)
+    except DevDirectoryError as exc:
+        raise OptionsError(exc.path, str(exc)) from None
+    return None
 
 
 @hookimpl
