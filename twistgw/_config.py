@@ -604,6 +604,17 @@ def build_config(docs: list[Document], keep_going: bool = False) -> Config:
             if ("Service", res.kube.namespace, res.kube.name) in invalid:
                 invalid.add(("Upstream", ns, uname))
                 continue
+            service = services.get((res.kube.namespace, res.kube.name))
+            if res.selector is not None and service is not None and res.selector != (service.selector or {}):
+                # A narrower selector picks a subset of the pods; twistgw reads
+                # no pod labels, so it could not honour it: refuse, never ignore.
+                r = _Reader(_doc_for(docs, res.source), f"Upstream {ns}/{uname}", issues)
+                r.issue(("spec", "kube", "selector"),
+                        f"differs from the selector of Service {service.namespace}/{service.name}"
+                        f" ({service.selector or {}}); twistgw reads no pod labels, so only the Service's"
+                        " own selector (or none) is accepted: use a Service per set of pods")
+                invalid.add(("Upstream", ns, uname))
+                continue
             try:
                 info = config.resolve_kube(res.kube.name, res.kube.namespace, res.kube.port)
             except KeyError as exc:
@@ -697,9 +708,7 @@ def _envelope(r: _Reader, data: Any) -> tuple[str, str, str]:
         if not _DNS_LABELS.match(value) or len(value) > 253:
             r.issue(("metadata", field), f"{value!r} is not a valid Kubernetes name (lower-case letters, digits, '-', '.')")
     with r.part():
-        labels = r.mapping(meta.get("labels", {}) or {}, ("metadata", "labels"))
-        for k, v in labels.items():
-            r.string(v, ("metadata", "labels", k), nonempty=False)
+        _labels(r, meta.get("labels"), ("metadata", "labels"))
     allowed_top = {"apiVersion", "kind", "metadata", "spec", "status"}
     if kind == "Secret":
         allowed_top |= {"data", "stringData", "type", "immutable"}
@@ -925,9 +934,7 @@ def _delegate(r: _Reader, ns: str, value: Any, dp: tuple[str | int, ...]) -> Del
     sel = r.mapping(d["selector"], sp, {"labels", "expressions", "namespaces"})
     if "labels" in sel and "expressions" in sel:
         raise r.fail(sp, "set labels or expressions, not both (as in Gloo)")
-    labels = r.mapping(sel.get("labels", {}) or {}, sp + ("labels",))
-    for k, v in labels.items():
-        r.string(v, sp + ("labels", k), nonempty=False)
+    labels = _labels(r, sel.get("labels"), sp + ("labels",))
     expressions = []
     for i, e in enumerate(r.sequence(sel.get("expressions", []) or [], sp + ("expressions",))):
         ep = sp + ("expressions", i)
@@ -963,12 +970,45 @@ def _route_table(r: _Reader, ns: str, name: str, spec: Any, labels: Mapping[str,
     return RouteTable(ns, name, routes, dict(labels), weight, source)
 
 
+#: ServiceSpec fields that describe the cluster, not what the gateway does:
+#: read for compatibility with real manifests and otherwise ignored (the
+#: Endpoints documents say where traffic goes). See docs/configuration.md.
+SERVICE_INFORMATIONAL = frozenset({
+    "selector", "type", "clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "sessionAffinity",
+    "sessionAffinityConfig", "externalTrafficPolicy", "internalTrafficPolicy", "publishNotReadyAddresses",
+    "allocateLoadBalancerNodePorts", "loadBalancerClass", "healthCheckNodePort", "externalIPs",
+    "loadBalancerSourceRanges", "trafficDistribution",
+})
+
+
+def _labels(r: _Reader, value: Any, path: tuple[str | int, ...]) -> dict[str, str]:
+    m = r.mapping(value or {}, path)
+    for k, v in m.items():
+        r.string(v, path + (k,), nonempty=False)
+    return dict(m)
+
+
+def _tcp_protocol(r: _Reader, p: dict, pp: tuple[str | int, ...]) -> None:
+    """``protocol`` and ``appProtocol`` of a Service or Endpoints port: the
+    gateway speaks HTTP/1.1 over TCP to endpoints, so nothing else is accepted."""
+    with r.part():
+        if r.string(p.get("protocol", "TCP"), pp + ("protocol",)) != "TCP":
+            raise r.fail(pp + ("protocol",), f"must be TCP: twistgw proxies HTTP over TCP, got {p['protocol']!r}")
+    with r.part():
+        app = r.string(p.get("appProtocol", "http"), pp + ("appProtocol",))
+        if app not in ("http", "kubernetes.io/http"):
+            raise r.fail(pp + ("appProtocol",), f"must be http: twistgw speaks HTTP/1.1 to endpoints, got {app!r}")
+
+
 def _service(r: _Reader, ns: str, name: str, spec: Any, source: Source) -> Service:
-    spec = r.mapping(spec, ("spec",))
+    spec = r.mapping(spec, ("spec",), {"ports", "externalName"} | SERVICE_INFORMATIONAL)
+    if spec.get("type") == "ExternalName" or "externalName" in spec:
+        r.issue(("spec", "type"), "ExternalName Services are not supported: declare an Upstream with static hosts")
     ports = []
     for i, p in enumerate(r.sequence(spec.get("ports", []), ("spec", "ports"))):
         pp = ("spec", "ports", i)
         p = r.mapping(p, pp, {"name", "port", "targetPort", "protocol", "nodePort", "appProtocol"}, required=("port",))
+        _tcp_protocol(r, p, pp)
         port = r.port(p["port"], pp + ("port",))
         target = p.get("targetPort", port)
         if isinstance(target, str):
@@ -977,7 +1017,11 @@ def _service(r: _Reader, ns: str, name: str, spec: Any, source: Source) -> Servi
             target = r.port(target, pp + ("targetPort",))
         pname = r.string(p.get("name", ""), pp + ("name",), nonempty=False)
         ports.append(ServicePort(port, target, pname))
-    return Service(ns, name, tuple(ports), source)
+    selector = None
+    with r.part():
+        if "selector" in spec:
+            selector = _labels(r, spec["selector"], ("spec", "selector"))
+    return Service(ns, name, tuple(ports), source, selector)
 
 
 def _endpoints(r: _Reader, ns: str, name: str, data: dict, source: Source) -> EndpointsResource:
@@ -993,6 +1037,7 @@ def _endpoints(r: _Reader, ns: str, name: str, data: dict, source: Source) -> En
         for j, p in enumerate(r.sequence(s.get("ports", []), sp + ("ports",))):
             pp = sp + ("ports", j)
             p = r.mapping(p, pp, {"name", "port", "protocol", "appProtocol"}, required=("port",))
+            _tcp_protocol(r, p, pp)
             ports.append((r.string(p.get("name", ""), pp + ("name",), nonempty=False), r.port(p["port"], pp + ("port",))))
         subsets.append(EndpointSubset(tuple(addrs), tuple(ports)))
     return EndpointsResource(ns, name, tuple(subsets), source)
@@ -1017,14 +1062,13 @@ def _upstream(r: _Reader, ns: str, name: str, spec: Any, source: Source) -> Upst
     kp = ("spec", "kube")
     k = r.mapping(spec["kube"], kp)
     k = r.mapping(_unsupported(r, k, kp, "upstreamSpec"), kp,
-                  {"selector", "serviceName", "serviceNamespace", "servicePort"},
+                  {"serviceName", "serviceNamespace", "servicePort", "selector"},
                   required=("serviceName", "servicePort"))
-    if "selector" in k:
-        r.mapping(k["selector"], kp + ("selector",))
     sname = r.string(k["serviceName"], kp + ("serviceName",))
     sns = r.string(k.get("serviceNamespace", ns), kp + ("serviceNamespace",))
     port = r.port(k["servicePort"], kp + ("servicePort",))
-    return UpstreamResource(ns, name, kube=KubeRef(sname, sns, port), source=source)
+    selector = _labels(r, k["selector"], kp + ("selector",)) if "selector" in k else None
+    return UpstreamResource(ns, name, kube=KubeRef(sname, sns, port), source=source, selector=selector)
 
 
 def _secret(r: _Reader, ns: str, name: str, data: dict) -> SecretInfo:

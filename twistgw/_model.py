@@ -179,6 +179,8 @@ class Service:
     name: str
     ports: tuple[ServicePort, ...]
     source: Source | None = None
+    #: ``spec.selector`` (informational, but compared with an Upstream's selector)
+    selector: Mapping[str, str] | None = None
 
 
 @attrs.frozen
@@ -204,3 +206,5 @@ class UpstreamResource:
     kube: KubeRef | None = None
     static: tuple[Endpoint, ...] | None = None
     source: Source | None = None
+    #: ``spec.kube.selector``: accepted only when it is the Service's own
+    selector: Mapping[str, str] | None = None

@@ -36,6 +36,7 @@ apiVersion: v1
 kind: Service
 metadata: {name: petstore, namespace: shop}
 spec:
+  selector: {app: petstore}
   ports:
   - {name: http, port: 8080, targetPort: web}
   - {port: 9090, targetPort: 9999}

@@ -329,6 +329,7 @@ def test_invalid_upstream_gives_no_misleading_dangling_reference():
     assert [(i.resource, i.field) for i in found] == [
         ("Upstream default/backend", "spec.static.hosts[0].port"),
         ("Service default/svc", "spec.ports[0].nmae"),
+        ("Service default/svc", "spec.ports[0].protocol"),
     ]
 
 
