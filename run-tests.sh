@@ -20,6 +20,9 @@ fi
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+# setuptools' build/ directory keeps modules that were moved or deleted in
+# the source; a stale copy would be installed (and imported) with the rest.
+rm -rf build
 .venv/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps .
 .venv/bin/python -m pip install -q --disable-pip-version-check '.[test]'
 # Run from the installed package (pytest, not "python -m pytest", keeps the

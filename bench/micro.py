@@ -34,10 +34,10 @@ from twisted.python.failure import Failure
 from twisted.web._newclient import ResponseDone
 from twisted.web.http_headers import Headers
 
-from twistgw._config import load_text
-from twistgw._plugins import PluginHost
-from twistgw._server import Gateway, GatewayFactory
-from twistgw._snapshot import build_snapshot
+from twistgw.config.loader import load_text
+from twistgw.core.plugins import PluginHost
+from twistgw.engine.server import Gateway, GatewayFactory
+from twistgw.core.snapshot import build_snapshot
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (the same configurations as bench/run)
@@ -119,7 +119,7 @@ def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:
     reactor = MemoryReactorClock()
     host = PluginHost.create()
     gateway = Gateway(reactor, host, forwarder=_StubForwarder(), access_log=False)  # type: ignore[arg-type]
-    from twistgw._metrics import Metrics
+    from twistgw.runtime.metrics import Metrics
     from prometheus_client import CollectorRegistry
 
     gateway.metrics = Metrics(CollectorRegistry())

@@ -4,7 +4,9 @@ Plugin authors need only what is exported here; see :mod:`twistgw.hookspecs`
 for the hooks and ``docs/plugins.md`` for a complete example.
 """
 
-from twistgw._api import (
+from twistgw.api.headers import Headers
+from twistgw.api.plugin import GatewayInfo, PluginInfo, hookimpl
+from twistgw.api.types import (
     Allow,
     AuthConfigInfo,
     Decision,
@@ -17,24 +19,30 @@ from twistgw._api import (
     SecretInfo,
     UpstreamInfo,
 )
-from twistgw._plugins import GatewayInfo, PluginInfo, hookimpl
+from twistgw.config.loader import ConfigError, ConfigIssue
+from twistgw.config.model import Route, VirtualService
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Allow",
     "AuthConfigInfo",
+    "ConfigError",
+    "ConfigIssue",
     "Decision",
     "Deny",
     "Endpoint",
     "GatewayInfo",
+    "Headers",
     "OptionsError",
     "OptionsScope",
     "PluginInfo",
     "RequestContext",
     "ResourceView",
+    "Route",
     "SecretInfo",
     "UpstreamInfo",
+    "VirtualService",
     "__version__",
     "hookimpl",
 ]

@@ -26,9 +26,9 @@ def _err(message: str) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from twistgw._config import ConfigError, load_directory
-    from twistgw._plugins import PluginError, PluginHost
-    from twistgw._snapshot import build_snapshot
+    from twistgw.config.loader import ConfigError, load_directory
+    from twistgw.core.plugins import PluginError, PluginHost
+    from twistgw.core.snapshot import build_snapshot
 
     try:
         host = PluginHost.create()
@@ -88,8 +88,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 async def _explain(args: argparse.Namespace, reactor: Any) -> int:
-    from twistgw._api import Allow, Deny
-    from twistgw._config import ConfigError
+    from twistgw.api.types import Allow, Deny
+    from twistgw.config.loader import ConfigError
     from twistgw.testing import ChainTester
 
     headers = []
@@ -225,7 +225,7 @@ def cmd_create_secret(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from twistgw._plugins import PluginError, PluginHost
+    from twistgw.core.plugins import PluginError, PluginHost
 
     try:
         host = PluginHost.create()

@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import pluggy
 
 if TYPE_CHECKING:
-    from twistgw._api import Decision, OptionsScope, RequestContext
-    from twistgw._model import Route, VirtualService
-    from twistgw._plugins import GatewayInfo, PluginInfo
+    from twistgw.api.types import Decision, OptionsScope, RequestContext
+    from twistgw.config.model import Route, VirtualService
+    from twistgw.api.plugin import GatewayInfo, PluginInfo
 
 hookspec = pluggy.HookspecMarker("twistgw")
 

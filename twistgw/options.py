@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterable, Iterator, Mapping
 
-from twistgw._api import OptionsError
+from twistgw.api.types import OptionsError
 
 Path = tuple[str | int, ...]
 

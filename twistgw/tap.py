@@ -7,7 +7,7 @@ import sys
 from twisted.application.service import IService
 from twisted.python import usage
 
-from twistgw._config import ConfigError
+from twistgw.config.loader import ConfigError
 
 
 class Options(usage.Options):
@@ -46,7 +46,7 @@ class Options(usage.Options):
     def postOptions(self) -> None:
         if not self["listen"]:
             self["listen"] = ["tcp:8080"]
-        from twistgw._workers import parse_workers
+        from twistgw.runtime.workers import parse_workers
 
         try:
             self["workers"] = parse_workers(str(self["workers"]))
@@ -60,7 +60,7 @@ class Options(usage.Options):
 
 
 def makeService(options: Options) -> IService:
-    from twistgw._service import GatewayService
+    from twistgw.runtime.service import GatewayService
 
     admin = None if options["admin"] in ("none", "") else options["admin"]
     if options["workers"] > 1:
@@ -92,10 +92,10 @@ def makeService(options: Options) -> IService:
 
 def _workers_service(options: Options, admin: str | None) -> IService:
     """Validate once here (refuse to start on errors), then supervise workers."""
-    from twistgw._config import load_directory
-    from twistgw._plugins import PluginHost
-    from twistgw._snapshot import build_snapshot
-    from twistgw._workers import WorkersService
+    from twistgw.config.loader import load_directory
+    from twistgw.core.plugins import PluginHost
+    from twistgw.core.snapshot import build_snapshot
+    from twistgw.runtime.workers import WorkersService
 
     try:
         build_snapshot(load_directory(options["config"], keep_going=True), PluginHost.create())

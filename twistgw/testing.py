@@ -20,14 +20,14 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
-from twisted.web.http_headers import Headers
 
-from twistgw._api import Deny, RequestContext
-from twistgw._chain import run_calls, run_chain
-from twistgw._config import load_directory, load_text
-from twistgw._plugins import GatewayInfo, PluginHost
-from twistgw._prepare import Prepared, prepare, reroute, split_target
-from twistgw._snapshot import RouteRuntime, Snapshot, build_snapshot
+from twistgw.api.headers import Headers
+from twistgw.api.types import Deny, RequestContext
+from twistgw.config.loader import load_directory, load_text
+from twistgw.core.chain import run_calls, run_chain
+from twistgw.core.pipeline import Prepared, prepare, reroute, split_target
+from twistgw.core.plugins import GatewayInfo, PluginHost
+from twistgw.core.snapshot import RouteRuntime, Snapshot, build_snapshot
 
 __all__ = ["ChainResult", "ChainTester", "make_headers"]
 
@@ -92,7 +92,7 @@ class ChainTester:
     @classmethod
     def from_yaml(cls, text: str, plugins: Iterable[tuple[str, object]] = (),
                   load_entry_points: bool = True, reactor: Any = None) -> "ChainTester":
-        """Compile YAML text. Raises ``twistgw._config.ConfigError`` when invalid."""
+        """Compile YAML text. Raises ``twistgw.config.loader.ConfigError`` when invalid."""
         host = _configured_host(plugins, load_entry_points, reactor)
         return cls(build_snapshot(load_text(text, keep_going=True), host), host, reactor)
 
@@ -179,7 +179,7 @@ def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object]] = (),
     Raises ``ConfigError`` if the configuration is invalid. Call
     ``await gw.stop()`` when done. ``poll_interval`` > 0 watches the directory.
     """
-    from twistgw._service import GatewayService
+    from twistgw.runtime.service import GatewayService
 
     if reactor is None:
         from twisted.internet import reactor as default_reactor
@@ -191,7 +191,7 @@ def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object]] = (),
                          poll_interval=poll_interval, **service_options)
     svc.load_initial()
     port = reactor.listenTCP(0, svc.factory, interface="127.0.0.1")
-    from twistgw._service import AdminRoot, quiet_site
+    from twistgw.runtime.admin import AdminRoot, quiet_site
 
     admin_port = reactor.listenTCP(0, quiet_site(AdminRoot(svc)), interface="127.0.0.1")
     if poll_interval:

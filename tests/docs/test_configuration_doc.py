@@ -6,9 +6,9 @@ from __future__ import annotations
 import pathlib
 import re
 
-from twistgw._config import ConfigError, load_text
-from twistgw._plugins import PluginHost
-from twistgw._snapshot import build_snapshot
+from twistgw.config.loader import ConfigError, load_text
+from twistgw.core.plugins import PluginHost
+from twistgw.core.snapshot import build_snapshot
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "configuration.md").read_text()

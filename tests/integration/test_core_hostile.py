@@ -11,7 +11,7 @@ import pytest_twisted
 from twisted.internet import defer
 
 import twistgw
-from gwtest import http_request, raw_connect, raw_exchange, reactor, sleep, wait_for
+from support.http import http_request, raw_connect, raw_exchange, reactor, sleep, wait_for
 
 
 class DenyAll:

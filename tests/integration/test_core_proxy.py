@@ -12,7 +12,7 @@ import pytest_twisted
 from twisted.internet import defer, task
 
 import twistgw
-from gwtest import (
+from support.http import (
     ChunkedBody,
     http_request,
     raw_connect,
@@ -785,7 +785,7 @@ async def test_upload_waits_for_an_async_plugin_then_streams_whole(backend: Any,
 
 @pytest_twisted.ensureDeferred
 async def test_ipv6_literal_and_hostname_upstreams(backend: Any, config_dir: Any, gateway: Any) -> None:
-    from gwtest import EchoBackend, _TrackingSite, static_upstream_yaml, vs_yaml
+    from support.http import EchoBackend, _TrackingSite, static_upstream_yaml, vs_yaml
 
     v6 = reactor.listenTCP(0, _TrackingSite(EchoBackend("v6")), interface="::1")
     try:

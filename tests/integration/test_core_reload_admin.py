@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from twisted.logger import globalLogPublisher
 
 import twistgw
-from gwtest import http_request, static_upstream_yaml, wait_for
+from support.http import http_request, static_upstream_yaml, wait_for
 
 VS = """\
 apiVersion: gateway.vendor.io/v1
@@ -139,7 +139,7 @@ async def test_invalid_edit_rejected_and_last_good_keeps_serving(setup: Any, con
 @pytest_twisted.ensureDeferred
 async def test_unchanged_directory_is_not_reloaded(setup: Any) -> None:
     gw, d = setup
-    from gwtest import sleep
+    from support.http import sleep
 
     await sleep(0.3)
     assert gw.service.generation == 1

@@ -14,7 +14,7 @@ import pytest
 import pytest_twisted
 
 import twistgw
-from gwtest import http_request, raw_connect, reactor, sleep, static_upstream_yaml, vs_yaml
+from support.http import http_request, raw_connect, reactor, sleep, static_upstream_yaml, vs_yaml
 
 REPO = Path(twistgw.__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest_twisted
 
-from gwtest import http_request, raw_connect, reactor, sleep, static_upstream_yaml, vs_yaml
+from support.http import http_request, raw_connect, reactor, sleep, static_upstream_yaml, vs_yaml
 from test_core_twist import _free_port, stop_process, twist_command
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest_twisted
-from gwtest import http_request
+from support.http import http_request
 from jwt_helpers import public_pem, token
 
 import twistgw_jwt

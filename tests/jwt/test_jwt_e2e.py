@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 import pytest_twisted
-from gwtest import http_request, raw_exchange
+from support.http import http_request, raw_exchange
 from jwt_helpers import ISSUER, KeySetServer, jwks, private_pem, public_pem, token
 
 import twistgw_jwt

@@ -19,7 +19,7 @@ from jwt_helpers import (
 )
 
 import twistgw_jwt
-from twistgw._config import ConfigError
+from twistgw.config.loader import ConfigError
 from twistgw.testing import ChainTester
 
 VH = "spec.virtualHost.options.jwt"
@@ -245,7 +245,7 @@ async def test_upstream_without_endpoints_fails_closed_at_request_time():
 
 
 def test_plugin_info_and_entry_point():
-    from twistgw._plugins import PluginHost
+    from twistgw.core.plugins import PluginHost
 
     info = twistgw_jwt.twistgw_plugin_info()
     assert info.order == 200 and info.description

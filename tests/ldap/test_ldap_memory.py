@@ -17,7 +17,7 @@ from slapd import free_port
 from twisted.internet import defer, reactor, task
 
 import twistgw_ldap
-from twistgw._config import ConfigError
+from twistgw.config.loader import ConfigError
 from twistgw.testing import ChainTester
 
 REPO = Path(__file__).resolve().parents[2]
@@ -178,7 +178,7 @@ async def test_shipped_demo_serves_ldap_with_nothing_else_installed(demo_dir: Pa
 
 
 async def raw_get(port: int, path: str, headers: dict[str, str]) -> Any:
-    from gwtest import raw_exchange
+    from support.http import raw_exchange
 
     lines = [f"GET {path} HTTP/1.1", "Host: demo.local", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in headers.items()]

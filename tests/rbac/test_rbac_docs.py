@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from gwtest import http_request
+from support.http import http_request
 from rbac_helpers import claims_headers, fakejwt
 
 import twistgw_rbac

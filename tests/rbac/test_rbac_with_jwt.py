@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import pytest_twisted
 import yaml
-from gwtest import http_request, raw_exchange
+from support.http import http_request, raw_exchange
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from rbac_helpers import UPSTREAM, claims_headers, config, fakejwt, make_tester, policy

@@ -92,7 +92,7 @@ async def fds_return_to_baseline() -> Any:
     servers closed), this process's open descriptors return to where they
     were, within FD_SLACK. A leak per request or per fault shows up as far
     more than that."""
-    from gwtest import sleep
+    from support.http import sleep
 
     before = _open_fds()
     yield

@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable, Iterable
 
 import attrs
 import yaml
-from gwtest import http_request, reactor, rss_bytes, sleep
+from support.http import http_request, reactor, rss_bytes, sleep
 from jwt_helpers import ISSUER, KeySetResource, jwks, kid_of, token
 from slapd import MANAGERS, SERVICE_DN, SERVICE_PW
 from twisted.internet import defer, protocol

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from gwtest import ChunkedBody, http_request, raw_connect, raw_exchange, reactor, sleep, wait_for
+from support.http import ChunkedBody, http_request, raw_connect, raw_exchange, reactor, sleep, wait_for
 from rel_helpers import (SinkServer, bearer, config_yaml, fd_count, jwt_local, route, rss_bytes,
                          settle_resources, token, warm)
 from twisted.internet import protocol

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import pytest_twisted
 import yaml
-from gwtest import http_request, sleep, wait_for
+from support.http import http_request, sleep, wait_for
 from rel_helpers import (bearer, config_yaml, fd_count, jwt_local, route, rss_bytes, run_load,
                          settle_resources, summary, token, warm, write_atomic)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from gwtest import http_request, sleep
+from support.http import http_request, sleep
 from rel_helpers import (bearer, config_yaml, fd_count, good_keys, jwt_remote, kid_of, rss_bytes,
                          settle_resources, token, until)
 from twisted.internet import defer

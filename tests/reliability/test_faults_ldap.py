@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest_twisted
-from gwtest import http_request, sleep
+from support.http import http_request, sleep
 from rel_helpers import (BAD_PW, basic, config_yaml, fd_count, rss_bytes, run_load, settle_resources,
                          summary, until, warm)
 from slapd import free_port

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pytest
 import pytest_twisted
 import treq
-from gwtest import http_request, raw_connect, sleep, wait_for
+from support.http import http_request, raw_connect, sleep, wait_for
 from rel_helpers import (bearer, config_yaml, jwt_local, route, run_load, summary, token, warm,
                          write_atomic)
 from slapd import free_port
@@ -39,8 +39,8 @@ def keep_sighup() -> Iterator[None]:
 
 
 def make_service(config_dir: str, drain_timeout: float) -> tuple[Any, int, int]:
-    from twistgw._plugins import PluginHost
-    from twistgw._service import GatewayService
+    from twistgw.core.plugins import PluginHost
+    from twistgw.runtime.service import GatewayService
 
     port, admin = free_port(), free_port()
     svc = GatewayService(config_dir, listen=[f"tcp:{port}:interface=127.0.0.1"],

@@ -8,11 +8,11 @@ import textwrap
 
 import pytest
 
-from twistgw._api import Endpoint
-from twistgw._config import ConfigError, ConfigIssue, load_directory, load_text
-from twistgw._model import DirectResponse, KubeRef, UpstreamRef
-from twistgw._plugins import PluginHost
-from twistgw._snapshot import build_snapshot
+from twistgw.api.types import Endpoint
+from twistgw.config.loader import ConfigError, ConfigIssue, load_directory, load_text
+from twistgw.config.model import DirectResponse, KubeRef, UpstreamRef
+from twistgw.core.plugins import PluginHost
+from twistgw.core.snapshot import build_snapshot
 
 
 def load(text: str):

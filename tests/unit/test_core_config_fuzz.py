@@ -11,9 +11,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from twistgw._config import ConfigError, load_text
-from twistgw._plugins import PluginHost
-from twistgw._snapshot import build_snapshot
+from twistgw.config.loader import ConfigError, load_text
+from twistgw.core.plugins import PluginHost
+from twistgw.core.snapshot import build_snapshot
 
 import twistgw
 

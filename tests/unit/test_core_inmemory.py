@@ -17,10 +17,10 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 import twistgw
-from twistgw._config import load_text
-from twistgw._plugins import PluginHost
-from twistgw._server import Gateway, GatewayFactory
-from twistgw._snapshot import build_snapshot
+from twistgw.config.loader import load_text
+from twistgw.core.plugins import PluginHost
+from twistgw.engine.server import Gateway, GatewayFactory
+from twistgw.core.snapshot import build_snapshot
 
 CONFIG = """
 apiVersion: gateway.vendor.io/v1

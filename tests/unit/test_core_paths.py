@@ -10,14 +10,14 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from twisted.web.http_headers import Headers
 
-from twistgw._api import Deny
-from twistgw._config import load_text
-from twistgw._model import Route, VirtualService
-from twistgw._paths import BadPath, normalise_path
-from twistgw._plugins import PluginHost
-from twistgw._prepare import Prepared, prepare, split_target
-from twistgw._routing import HostTable, host_without_port
-from twistgw._snapshot import build_snapshot
+from twistgw.api.types import Deny
+from twistgw.config.loader import load_text
+from twistgw.config.model import Route, VirtualService
+from twistgw.core.paths import BadPath, normalise_path
+from twistgw.core.plugins import PluginHost
+from twistgw.core.pipeline import Prepared, prepare, split_target
+from twistgw.core.routing import HostTable, host_without_port
+from twistgw.core.snapshot import build_snapshot
 
 NORMALISED = [
     (b"/", "/"),
@@ -328,7 +328,7 @@ def test_split_target(target, authority, path, query) -> None:
 
 
 def test_route_model_matching() -> None:
-    from twistgw._model import Matcher
+    from twistgw.config.model import Matcher
 
     r = Route("r", 0, (Matcher(prefix="/api"), Matcher(exact="/x", methods=("POST",))), None)
     assert r.matches("GET", "/api") and r.matches("GET", "/apix") and r.matches("POST", "/x")

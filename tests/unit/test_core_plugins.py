@@ -15,9 +15,9 @@ from twisted.internet import defer
 from twisted.logger import globalLogPublisher
 
 import twistgw
-from twistgw._config import ConfigError, load_text
-from twistgw._plugins import PluginError, PluginHost
-from twistgw._snapshot import build_snapshot
+from twistgw.config.loader import ConfigError, load_text
+from twistgw.core.plugins import PluginError, PluginHost
+from twistgw.core.snapshot import build_snapshot
 from twistgw.testing import ChainTester
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from twistgw._config import MAX_FLOW_NESTING, parse_yaml_text
+from twistgw.config.loader import MAX_FLOW_NESTING, parse_yaml_text
 
 
 def test_deep_flow_nesting_refused_fast() -> None:

@@ -12,10 +12,10 @@ import textwrap
 
 import pytest
 
-from twistgw._config import ConfigError, load_directory, load_text
-from twistgw._model import KubeRef, UpstreamRef
-from twistgw._plugins import PluginHost
-from twistgw._snapshot import build_snapshot
+from twistgw.config.loader import ConfigError, load_directory, load_text
+from twistgw.config.model import KubeRef, UpstreamRef
+from twistgw.core.plugins import PluginHost
+from twistgw.core.snapshot import build_snapshot
 
 GLOO_STYLE = """\
 apiVersion: v1

@@ -11,7 +11,7 @@ import time
 import pytest
 import pytest_twisted
 
-from twistgw._config import ConfigError, load_text
+from twistgw.config.loader import ConfigError, load_text
 from twistgw.testing import ChainTester
 
 HEAD = """\

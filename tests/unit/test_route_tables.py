@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import pytest_twisted
 
-from twistgw._config import ConfigError, load_text
+from twistgw.config.loader import ConfigError, load_text
 from twistgw.testing import ChainTester
 
 

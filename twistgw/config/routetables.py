@@ -30,8 +30,9 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
-from twistgw._matchers import Matcher
-from twistgw._model import Delegate, Route, RouteTable, Selector, VirtualService
+from twistgw.config.matchers import Matcher
+from twistgw.config.names import parse_duration
+from twistgw.config.model import Delegate, Route, RouteTable, Selector, VirtualService
 
 #: Options keys that replace each other as a group when a child sets one.
 _JWT_KEYS = frozenset({"jwt", "jwtStaged", "jwtProvidersStaged"})
@@ -174,8 +175,6 @@ class Flattener:
                 ok = False
         if not ok:
             return None
-        from twistgw._config import parse_duration  # (imported late: _config imports this module)
-
         options = _merge_options(parent_options, route.options)
         timeout = parse_duration(options["timeout"]) if "timeout" in options else None
         return attrs.evolve(route, matchers=matchers, options=options,

@@ -3,23 +3,17 @@ the proxy, ``twistgw explain`` and :mod:`twistgw.testing`)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 import attrs
-from twisted.web.http_headers import Headers
 
-from twistgw._api import Deny, RequestContext
-from twistgw._paths import BadPath, normalise_path
-from twistgw._model import Route, VirtualService
-from twistgw._routing import first_route, request_view
-from twistgw._snapshot import RouteRuntime, Snapshot
-
-#: Hop-by-hop headers (RFC 9110 §7.6.1) plus framing headers the proxy sets itself.
-HOP_BY_HOP = frozenset({
-    b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
-    b"transfer-encoding", b"upgrade", b"proxy-authorization", b"proxy-authenticate",
-    b"content-length", b"expect",
-})
+from twistgw.api.headers import Headers
+from twistgw.api.types import Deny, RequestContext
+from twistgw.config.model import Route, VirtualService
+from twistgw.core.headers import copy_end_to_end
+from twistgw.core.paths import BadPath, normalise_path
+from twistgw.core.routing import first_route, request_view
+from twistgw.core.snapshot import RouteRuntime, Snapshot
 
 NOT_FOUND = Deny(404, reason="no virtual service or route matches")
 
@@ -52,64 +46,14 @@ def split_target(target: bytes) -> tuple[bytes | None, bytes, bytes]:
     return authority, path, query
 
 
-def _can_copy_raw() -> bool:
-    """Whether Headers keeps canonical names in ``_rawHeaders``, as Twisted
-    22+ does: then end-to-end headers can be copied as they are instead of
-    being encoded and sanitised again value by value (they already were,
-    when Twisted parsed or stored them)."""
-    probe = Headers()
-    probe.addRawHeader(b"x-probe-name", b"v")
-    raw = getattr(probe, "_rawHeaders", None)
-    return isinstance(raw, dict) and list(raw.items()) == list(probe.getAllRawHeaders())
-
-
-_COPY_RAW = _can_copy_raw()
-
-
-def set_header(headers: Headers, canonical_name: bytes, value: bytes) -> None:
-    """``headers.setRawHeaders(name, [value])`` for a name already in
-    Twisted's canonical form (``X-Forwarded-For``) and a value the gateway
-    made itself (no line breaks)."""
-    if _COPY_RAW:
-        headers._rawHeaders[canonical_name] = [value]
-    else:
-        headers.setRawHeaders(canonical_name, [value])
-
-
-def forward_headers(incoming: Headers, connection: Iterable[bytes] | None = None,
-                    into: Headers | None = None) -> Headers:
-    """The end-to-end headers of a request or response, hop-by-hop removed
-    (including every header the ``Connection`` header names).
-
-    :param connection: ``Connection`` header values kept apart from
-        ``incoming`` (Twisted's HTTP client files them separately).
-    :param into: write them into these headers (replacing same-named ones)
-        instead of a new ``Headers``.
-    """
-    out = Headers() if into is None else into
-    listed: set[bytes] | None = None
-    named = incoming.getRawHeaders(b"connection")
-    if named or connection:
-        listed = set()
-        for value in list(named or ()) + list(connection or ()):
-            for token in value.split(b","):
-                listed.add(token.strip().lower())
-    raw = out._rawHeaders if _COPY_RAW else None
-    for name, values in incoming.getAllRawHeaders():
-        lname = name.lower()
-        if lname in HOP_BY_HOP or (listed is not None and lname in listed):
-            continue
-        if raw is not None:
-            raw[name] = list(values)
-        else:
-            out.setRawHeaders(name, list(values))
-    return out
-
-
-def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, headers: Headers,
+def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, headers: Any,
             client_address: str = "", reactor: Any = None, route_hook: Any = None,
             scheme: str = "http") -> Prepared | Deny:
-    """Normalise, find the virtual service and route, and build the context."""
+    """Normalise, find the virtual service and route, and build the context.
+
+    :param headers: the request headers as received (any object with
+        ``getRawHeaders`` and ``getAllRawHeaders``, names in canonical case).
+    """
     try:
         authority, raw_path, query = split_target(target)
         path = normalise_path(raw_path)
@@ -130,7 +74,8 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
         return bad_request("the Host header must be ASCII")
     if vs is None:
         return NOT_FOUND
-    upstream_headers = forward_headers(headers)
+    upstream_headers = Headers()
+    copy_end_to_end(headers, upstream_headers._raw)
     if authority is not None:
         # RFC 9112 §3.2.2: the target's authority replaces Host, so the
         # upstream sees the host that routing (and authorization) used.

@@ -14,6 +14,9 @@ from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 from twisted.web import resource
 
+from twistgw.config.names import is_loopback_endpoint
+from twistgw.runtime.admin import quiet_site
+
 _log = Logger(namespace="twistgw.devecho")
 
 
@@ -34,24 +37,11 @@ class _Echo(resource.Resource):
         return (json.dumps(doc, indent=2) + "\n").encode()
 
 
-def is_loopback_endpoint(description: str) -> bool:
-    parts = description.split(":")
-    if not parts or parts[0] not in ("tcp", "tcp6"):
-        return False
-    for part in parts[1:]:
-        if part.startswith("interface="):
-            iface = part.split("=", 1)[1].replace("\\", "")
-            return iface.startswith("127.") or iface in ("::1", "localhost")
-    return False
-
-
 def start_echo(reactor: Any, description: str) -> Any:
     """Listen; returns a Deferred firing with the IListeningPort."""
     if not is_loopback_endpoint(description):
         raise ValueError(f"echoServer.listen must be a loopback endpoint such as"
                          f" 'tcp:8081:interface=127.0.0.1', got {description!r}")
-    from twistgw._service import quiet_site  # not at import time: _config imports this module
-
     site = quiet_site(_Echo())
     _log.warn("Starting the DEVELOPMENT echo upstream on {where} (Settings.spec.gateway.echoServer);"
               " do not enable it in production", where=description)

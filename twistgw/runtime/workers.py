@@ -25,12 +25,13 @@ from typing import Any, Sequence
 from twisted.application import service
 from twisted.application.internet import StreamServerEndpointService
 from twisted.internet import defer, protocol, task
-from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint, serverFromString
+from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 from twisted.web import resource
 
-from twistgw._service import _Text as _Leaf
-from twistgw._service import quiet_site
+from twistgw.engine.listening import open_listening_socket
+from twistgw.runtime.admin import _Text as _Leaf
+from twistgw.runtime.admin import quiet_site
 
 ENV_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -45,23 +46,6 @@ def parse_workers(value: str) -> int:
     if not 1 <= n <= 256:
         raise ValueError(f"--workers must be between 1 and 256, got {n}")
     return n
-
-
-def open_listening_socket(reactor: Any, description: str) -> socket.socket:
-    """Bind and listen, without accepting (the workers accept)."""
-    endpoint = serverFromString(reactor, description)
-    if isinstance(endpoint, TCP6ServerEndpoint):
-        family, interface = socket.AF_INET6, endpoint._interface or "::"
-    elif isinstance(endpoint, TCP4ServerEndpoint):
-        family, interface = socket.AF_INET, endpoint._interface or "0.0.0.0"
-    else:
-        raise ValueError(f"--listen {description!r}: with --workers only tcp: and tcp6: endpoints are supported")
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((interface, endpoint._port))
-    sock.listen(endpoint._backlog)
-    sock.setblocking(False)
-    return sock
 
 
 class _Worker(protocol.ProcessProtocol):
@@ -113,7 +97,7 @@ class WorkersService(service.MultiService):
 
     def spawn(self, index: int) -> None:
         fds = {0: "w", 1: 1, 2: 2}
-        args = [sys.executable, "-m", "twistgw._worker", *self.worker_args]
+        args = [sys.executable, "-m", "twistgw.runtime.worker", *self.worker_args]
         for k, sock in enumerate(self.sockets):
             fd = 3 + k
             fds[fd] = sock.fileno()
@@ -201,4 +185,4 @@ class _AdminRoot(resource.Resource):
         return 200, CONTENT_TYPE_LATEST.encode(), generate_latest(registry)
 
 
-__all__ = ["WorkersService", "open_listening_socket", "parse_workers"]
+__all__ = ["WorkersService", "parse_workers"]

@@ -31,7 +31,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import UNKNOWN_LENGTH, IAgentEndpointFactory, IBodyProducer
 from zope.interface import implementer
 
-from twistgw._prepare import HOP_BY_HOP, forward_headers
+from twistgw.core.headers import copy_end_to_end
 
 _log = Logger(namespace="twistgw.proxy")
 
@@ -199,10 +199,41 @@ class ResponseRelay(Protocol):
             self._finished(reason)
 
 
+def _can_copy_raw() -> bool:
+    """Whether Headers keeps canonical names in ``_rawHeaders``, as Twisted
+    22+ does: then end-to-end headers can be copied as they are instead of
+    being encoded and sanitised again value by value (they already were,
+    when Twisted parsed or stored them)."""
+    probe = Headers()
+    probe.addRawHeader(b"x-probe-name", b"v")
+    raw = getattr(probe, "_rawHeaders", None)
+    return isinstance(raw, dict) and list(raw.items()) == list(probe.getAllRawHeaders())
+
+
+_COPY_RAW = _can_copy_raw()
+
+
+def twisted_headers(headers: Any) -> Headers:
+    """twistgw's :class:`~twistgw.api.headers.Headers` as Twisted's, for the
+    Agent: the same dict of canonical names when Twisted keeps one (no copy)."""
+    if _COPY_RAW:
+        out = Headers()
+        out._rawHeaders = headers._raw
+        return out
+    return Headers({name: values for name, values in headers.getAllRawHeaders()})
+
+
 def copy_response_headers(response: Any, request: Any) -> None:
     conn = getattr(response, "connection_headers", None)
     out = request.responseHeaders
-    forward_headers(response.headers, conn.getRawHeaders(b"connection") if conn is not None else None, into=out)
+    connection = conn.getRawHeaders(b"connection") if conn is not None else None
+    if _COPY_RAW:
+        copy_end_to_end(response.headers, out._rawHeaders, connection)
+    else:
+        kept: dict[bytes, list[bytes]] = {}
+        copy_end_to_end(response.headers, kept, connection)
+        for name, values in kept.items():
+            out.setRawHeaders(name, values)
     code = response.code
     length = response.length
     if code == 204 or code < 200:
@@ -247,10 +278,9 @@ def classify_failure(failure: Failure) -> tuple[int, bytes, str]:
 __all__ = [
     "BODY_BUFFER_LIMIT",
     "Forwarder",
-    "HOP_BY_HOP",
     "RequestBody",
     "ResponseRelay",
     "classify_failure",
     "copy_response_headers",
-    "Headers",
+    "twisted_headers",
 ]

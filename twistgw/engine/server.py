@@ -14,12 +14,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import http
 
-from twistgw._api import Deny, RequestContext
-from twistgw._chain import start_calls
-from twistgw._plugins import PluginHost
-from twistgw._prepare import Prepared, prepare, reroute, set_header
-from twistgw._proxy import Forwarder, RequestBody, ResponseRelay, classify_failure, copy_response_headers
-from twistgw._snapshot import RouteRuntime, Snapshot
+from twistgw.api.types import Deny, RequestContext
+from twistgw.core.chain import start_calls
+from twistgw.core.pipeline import Prepared, prepare, reroute
+from twistgw.core.plugins import PluginHost
+from twistgw.engine.upstream import (Forwarder, RequestBody, ResponseRelay, classify_failure, copy_response_headers,
+                                     twisted_headers)
+from twistgw.core.snapshot import RouteRuntime, Snapshot
 
 NO_UPSTREAM = Deny(503, b"no healthy upstream", reason="the upstream has no endpoints")
 NOT_READY = Deny(503, b"no configuration loaded", reason="no configuration loaded")
@@ -469,8 +470,8 @@ class Gateway:
         url = target[0] + path.encode("ascii")
         if ctx.query:
             url += b"?" + ctx.query
-        set_header(ctx.headers, b"X-Forwarded-For", ctx.client_address.encode("ascii"))
-        set_header(ctx.headers, b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
+        ctx.headers.set_canonical(b"X-Forwarded-For", ctx.client_address.encode("ascii"))
+        ctx.headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
         request.upstream_label = target[1]
         body = request.body
         if body is None and request.requestHeaders.hasHeader(b"content-length"):
@@ -480,7 +481,7 @@ class Gateway:
                 and (request.requestHeaders.getRawHeaders(b"expect") or [b""])[0].lower() == b"100-continue"):
             # Only now, after authentication, invite the client to send its body.
             request.channel.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        d = self.forwarder.agent.request(request.method, url, ctx.headers, body)
+        d = self.forwarder.agent.request(request.method, url, twisted_headers(ctx.headers), body)
         request._upstream_d = d
         request.upstream_started = self.reactor.seconds()
         d.addCallbacks(self._got_response, self._upstream_failed, callbackArgs=(request,), errbackArgs=(request,))

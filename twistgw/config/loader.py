@@ -15,11 +15,11 @@ from typing import Any, Iterator, Mapping
 import attrs
 import yaml
 
-from twistgw._api import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
-from twistgw._routing import host_without_port
+from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
+from twistgw.config.matchers import Matcher, parse_matcher
+from twistgw.config.names import host_without_port, is_loopback_endpoint, parse_duration
 from twistgw.options import type_name as _type_name, unknown_field
-from twistgw._matchers import Matcher, parse_matcher
-from twistgw._model import (
+from twistgw.config.model import (
     Delegate,
     DirectResponse,
     EndpointsResource,
@@ -35,7 +35,7 @@ from twistgw._model import (
     UpstreamResource,
     VirtualService,
 )
-from twistgw._routetables import OPERATORS, Flattener
+from twistgw.config.routetables import OPERATORS, Flattener
 
 #: kind → the apiVersions it is read under: ours first, then Gloo Edge's own
 #: group as an alias, so Gloo manifests load unchanged.
@@ -410,21 +410,6 @@ class _Reader:
 
 
 
-def parse_duration(value: Any) -> float | None:
-    """``15s``, ``1.5s``, ``200ms``, ``2m``, ``1h`` or a number of seconds."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if value >= 0 else None
-    if not isinstance(value, str):
-        return None
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", value)
-    if not m:
-        return None
-    number = float(m.group(1))
-    return number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-
-
 # ---------------------------------------------------------------------------
 # Resources
 # ---------------------------------------------------------------------------
@@ -491,7 +476,7 @@ def load_directory(directory: str, keep_going: bool = False) -> Config:
     """Read and cross-check a configuration directory.
 
     :param keep_going: return what could be read, with every problem in
-        ``Config.issues``, instead of raising; :func:`twistgw._snapshot.build_snapshot`
+        ``Config.issues``, instead of raising; :func:`twistgw.core.snapshot.build_snapshot`
         then adds the plugins' problems and raises them all at once.
     """
     docs, issues = read_documents(directory)
@@ -1100,8 +1085,6 @@ def _gateway_settings(r: _Reader, value: Any) -> None:
     if "echoServer" in g:
         e = r.mapping(g["echoServer"], path + ("echoServer",), {"listen"}, required=("listen",))
         listen = r.string(e["listen"], path + ("echoServer", "listen"))
-        from twistgw._devecho import is_loopback_endpoint
-
         if not is_loopback_endpoint(listen):
             raise r.fail(path + ("echoServer", "listen"),
                          "the development echo server only listens on loopback, e.g. 'tcp:8081:interface=127.0.0.1'")

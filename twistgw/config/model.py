@@ -6,8 +6,8 @@ from typing import Any, Mapping
 
 import attrs
 
-from twistgw._api import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
-from twistgw._matchers import Matcher, RequestView, any_matches
+from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
+from twistgw.config.matchers import Matcher, RequestView, any_matches
 
 __all__ = [
     "AuthConfigInfo",

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import pluggy
-
-from twistgw._api import RequestContext
-from twistgw._model import RequestView, Route, VirtualService
-
-hookimpl = pluggy.HookimplMarker("twistgw")
+from twistgw.api.plugin import hookimpl
+from twistgw.api.types import RequestContext
+from twistgw.config.model import RequestView, Route, VirtualService
+from twistgw.config.names import host_without_port
 
 
 @hookimpl(trylast=True)
@@ -29,17 +27,6 @@ def first_route(routes: Iterable[Route], request: RequestView) -> Route | None:
         if route.matches_request(request):
             return route
     return None
-
-
-def host_without_port(host: str) -> str:
-    host = host.strip().lower()
-    if host.startswith("["):
-        end = host.find("]")
-        return host[: end + 1] if end != -1 else host
-    colon = host.rfind(":")
-    if colon != -1 and host.count(":") == 1:
-        return host[:colon]
-    return host.rstrip(".")
 
 
 class HostTable:

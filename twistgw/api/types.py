@@ -9,7 +9,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import parse_qsl, urlencode
 
 import attrs
-from twisted.web.http_headers import Headers
+
+from twistgw.api.headers import Headers
 
 
 # --------------------------------------------------------------------------
@@ -228,8 +229,10 @@ class RequestContext:
         forwarded.
     :ivar query: the raw query string, without ``?`` (bytes).
     :ivar headers: the request headers that will be sent upstream
-        (:class:`twisted.web.http_headers.Headers`, mutable; hop-by-hop headers
-        already removed). Plugins may remove credentials or add headers.
+        (:class:`twistgw.Headers`, mutable, with the methods of Twisted's
+        ``Headers``: ``getRawHeaders``, ``setRawHeaders``, ``addRawHeader``,
+        ``removeHeader``, ``hasHeader``, ``getAllRawHeaders``; hop-by-hop
+        headers already removed). Plugins may remove credentials or add headers.
     :ivar host: the Host, lower-cased, without port.
     :ivar client_address: the peer's IP address.
     :ivar virtual_service: ``namespace/name`` of the matched VirtualService.

@@ -14,8 +14,8 @@ from typing import Any, Callable
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from twistgw._api import Allow, Deny, RequestContext
-from twistgw._snapshot import ChainStep, flatten_chain
+from twistgw.api.types import Allow, Deny, RequestContext
+from twistgw.core.snapshot import ChainStep, flatten_chain
 
 _log = Logger(namespace="twistgw.chain")
 

@@ -11,21 +11,21 @@ import os
 import signal
 from typing import Any, Iterable
 
-from prometheus_client import REGISTRY, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import REGISTRY
 from twisted.application import service
 from twisted.application.internet import StreamServerEndpointService
 from twisted.internet import defer, task
 from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
-from twisted.web import resource, server
 
-from twistgw._config import ConfigError, load_directory
-from twistgw._metrics import Metrics
-from twistgw._plugins import GatewayInfo, PluginHost
-from twistgw._proxy import Forwarder
-from twistgw._server import Gateway, GatewayFactory
-from twistgw._snapshot import Snapshot, build_snapshot
+from twistgw.config.loader import ConfigError, load_directory
+from twistgw.core.plugins import GatewayInfo, PluginHost
+from twistgw.core.snapshot import Snapshot, build_snapshot
+from twistgw.engine.server import Gateway, GatewayFactory
+from twistgw.engine.upstream import Forwarder
+from twistgw.runtime.admin import AdminRoot, quiet_site
+from twistgw.runtime.devecho import start_echo
+from twistgw.runtime.metrics import Metrics
 
 _METRICS: Metrics | None = None
 
@@ -36,15 +36,6 @@ def shared_metrics() -> Metrics:
     if _METRICS is None:
         _METRICS = Metrics(REGISTRY)
     return _METRICS
-
-
-def quiet_site(root: resource.Resource) -> server.Site:
-    """A Site for the admin endpoint and development servers: no access-log
-    line per request and no tracebacks in responses."""
-    site = server.Site(root)
-    site.displayTracebacks = False
-    site.log = lambda request: None  # type: ignore[method-assign]
-    return site
 
 
 def fingerprint(directory: str) -> tuple:
@@ -140,8 +131,6 @@ class GatewayService(service.MultiService):
         self._sync_echo(snapshot)
 
     def _sync_echo(self, snapshot: Snapshot) -> None:
-        from twistgw._devecho import start_echo
-
         gateway_settings = snapshot.config.settings.get("gateway") or {}
         listen = (gateway_settings.get("echoServer") or {}).get("listen")
         if listen == self._echo_listen:
@@ -228,49 +217,3 @@ class GatewayService(service.MultiService):
             self._echo_port.addCallback(lambda port: port.stopListening() if port is not None else None)
         yield self.gateway.forwarder.close()
         yield defer.ensureDeferred(self.plugins.unconfigure())
-
-
-# ---------------------------------------------------------------------------
-# Admin endpoint
-# ---------------------------------------------------------------------------
-
-
-class _Text(resource.Resource):
-    isLeaf = True
-
-    def __init__(self, fn: Any) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def render_GET(self, request: Any) -> bytes:
-        status, ctype, body = self.fn()
-        request.setResponseCode(status)
-        request.setHeader(b"content-type", ctype)
-        return body
-
-    render_HEAD = render_GET
-
-
-class AdminRoot(resource.Resource):
-    def __init__(self, svc: GatewayService) -> None:
-        super().__init__()
-        self.svc = svc
-        self.putChild(b"healthz", _Text(lambda: (200, b"text/plain", b"ok\n")))
-        self.putChild(b"readyz", _Text(self._ready))
-        self.putChild(b"metrics", _Text(lambda: (200, CONTENT_TYPE_LATEST.encode(), generate_latest(svc.metrics.registry))))
-        self.putChild(b"", _Text(lambda: (200, b"text/plain", b"twistgw admin: /healthz /readyz /metrics\n")))
-
-    def getChild(self, path: bytes, request: Any) -> resource.Resource:
-        # Not Twisted's default NoResource (deprecated, and an HTML page).
-        return _Text(lambda: (404, b"text/plain", b"not found; try /healthz /readyz /metrics\n"))
-
-    def _ready(self) -> tuple[int, bytes, bytes]:
-        if self.svc.gateway.draining:
-            return 503, b"text/plain", b"draining\n"
-        snap = self.svc.snapshot
-        if snap is None:
-            return 503, b"text/plain", b"no configuration loaded\n"
-        body = f"ready: configuration generation {snap.generation}\n"
-        if self.svc.last_error is not None:
-            body += f"last change rejected: {len(self.svc.last_error.issues)} problem(s); see the log\n"
-        return 200, b"text/plain", body.encode()

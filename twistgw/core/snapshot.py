@@ -12,11 +12,11 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
-from twistgw._api import Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
-from twistgw._config import CORE_OPTION_KEYS, Config, ConfigError, ConfigIssue, path_text
-from twistgw._model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
-from twistgw._plugins import PluginHost
-from twistgw._routing import HostTable
+from twistgw.api.types import Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
+from twistgw.config.loader import CORE_OPTION_KEYS, Config, ConfigError, ConfigIssue, path_text
+from twistgw.config.model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
+from twistgw.core.plugins import PluginHost
+from twistgw.core.routing import HostTable
 
 
 @attrs.frozen

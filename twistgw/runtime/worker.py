@@ -1,4 +1,4 @@
-"""One worker process of ``--workers N`` (started by twistgw._workers).
+"""One worker process of ``--workers N`` (started by twistgw.runtime.workers).
 
 Adopts the listening sockets it inherited, then runs a GatewayService with no
 listeners and no admin endpoint of its own.
@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> None:
     globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stdout)], redirectStandardIO=False)
     from twisted.internet import reactor
 
-    from twistgw._config import ConfigError
-    from twistgw._service import GatewayService
+    from twistgw.config.loader import ConfigError
+    from twistgw.runtime.service import GatewayService
 
     svc = GatewayService(args.config, listen=(), admin=None, reactor=reactor,
                          poll_interval=args.poll_interval, access_log=not args.no_access_log,

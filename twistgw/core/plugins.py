@@ -11,39 +11,16 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Iterable, Mapping
 
-import attrs
 import pluggy
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from twistgw import hookspecs
+from twistgw.api.plugin import DEFAULT_ORDER, GatewayInfo, PluginInfo, hookimpl
+
+__all__ = ["DEFAULT_ORDER", "GatewayInfo", "PluginError", "PluginHost", "PluginInfo", "hookimpl", "maybe_await"]
 
 ENTRY_POINT_GROUP = "twistgw.plugins"
-DEFAULT_ORDER = 1000
-
-hookimpl = pluggy.HookimplMarker("twistgw")
-
-
-@attrs.frozen
-class PluginInfo:
-    """What a plugin says about itself (``twistgw_plugin_info``).
-
-    :ivar order: default position in the chain; lower runs first. The shipped
-        plugins use ``extauth`` 100, ``jwt`` 200, ``rbac`` 300.
-    :ivar description: one line, shown by ``twistgw plugins``.
-    """
-
-    order: int = DEFAULT_ORDER
-    description: str = ""
-
-
-@attrs.frozen
-class GatewayInfo:
-    """Handed to ``twistgw_configure``."""
-
-    reactor: Any
-    metrics_registry: Any
-    log: Logger
 
 
 class PluginError(Exception):
@@ -88,11 +65,11 @@ class PluginHost:
             embedding applications).
         :param blocked: plugin names not to load.
         """
-        from twistgw import _routing
+        from twistgw.core import routing
 
         pm = pluggy.PluginManager("twistgw")
         pm.add_hookspecs(hookspecs)
-        pm.register(_routing, name="_core_routing")
+        pm.register(routing, name="_core_routing")
         for name in blocked:
             pm.set_blocked(name)
         if load_entry_points:

@@ -1,0 +1,126 @@
+"""The request headers plugins see and change (``RequestContext.headers``).
+
+twistgw's own type, so the HTTP engine underneath may change while plugins
+keep working. It behaves like :class:`twisted.web.http_headers.Headers`, the
+type plugins were written against: names are case-insensitive and kept in
+canonical ``Header-Case``; a ``str`` name gets ``str`` values back (UTF-8),
+a ``bytes`` name ``bytes``; line breaks in values become spaces.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Iterator, Mapping, Sequence, TypeVar, overload
+
+_T = TypeVar("_T")
+
+#: RFC 9110 §5.6.2 ``token``: what a header name may be made of.
+_TOKEN = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+#: Canonical spellings Twisted (and so every plugin so far) uses.
+_CASE = {
+    b"Content-Md5": b"Content-MD5", b"Dnt": b"DNT", b"Etag": b"ETag", b"P3p": b"P3P",
+    b"Te": b"TE", b"Www-Authenticate": b"WWW-Authenticate", b"X-Xss-Protection": b"X-XSS-Protection",
+}
+
+_canonical_cache: dict[str | bytes, bytes] = {}
+
+
+class InvalidHeaderName(ValueError):
+    """A header name that is not an RFC 9110 token (spaces, colons, NUL...)."""
+
+
+def canonical_name(name: str | bytes) -> bytes:
+    """``b"x-forwarded-for"`` → ``b"X-Forwarded-For"`` (raises
+    :class:`InvalidHeaderName` for a name that is not a token)."""
+    found = _canonical_cache.get(name)
+    if found is not None:
+        return found
+    raw = name.encode("iso-8859-1") if isinstance(name, str) else name
+    if not _TOKEN.match(raw):
+        raise InvalidHeaderName(raw)
+    result = b"-".join(word.capitalize() for word in raw.split(b"-"))
+    result = _CASE.get(result, result)
+    if len(_canonical_cache) < 10_000:
+        _canonical_cache[name] = result
+    return result
+
+
+def _value(value: str | bytes) -> bytes:
+    raw = value.encode("utf-8") if isinstance(value, str) else value
+    return b" ".join(raw.splitlines()) if (b"\n" in raw or b"\r" in raw) else raw
+
+
+class Headers:
+    """Header names to lists of values, in the order they were first set."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: Mapping[str | bytes, Sequence[str | bytes]] | None = None) -> None:
+        #: canonical name -> values; the engine hands this dict on as it is.
+        self._raw: dict[bytes, list[bytes]] = {}
+        if raw is not None:
+            for name, values in raw.items():
+                self.setRawHeaders(name, values)
+
+    @classmethod
+    def of_pairs(cls, pairs: Iterable[tuple[bytes, Sequence[bytes]]]) -> "Headers":
+        """From ``getAllRawHeaders()`` of another headers object (names
+        already canonical, values already clean), copying the lists."""
+        out = cls()
+        raw = out._raw
+        for name, values in pairs:
+            raw[name] = list(values)
+        return out
+
+    def __repr__(self) -> str:
+        return f"Headers({self._raw!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Headers):
+            return self._raw == other._raw
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  (mutable)
+
+    def copy(self) -> "Headers":
+        return Headers.of_pairs(self._raw.items())
+
+    def hasHeader(self, name: str | bytes) -> bool:
+        return canonical_name(name) in self._raw
+
+    def removeHeader(self, name: str | bytes) -> None:
+        self._raw.pop(canonical_name(name), None)
+
+    def setRawHeaders(self, name: str | bytes, values: Sequence[str | bytes]) -> None:
+        if isinstance(values, (str, bytes)):
+            raise TypeError(f"setRawHeaders takes a sequence of values, not one value: {values!r}")
+        self._raw[canonical_name(name)] = [_value(v) for v in values]
+
+    def addRawHeader(self, name: str | bytes, value: str | bytes) -> None:
+        self._raw.setdefault(canonical_name(name), []).append(_value(value))
+
+    @overload
+    def getRawHeaders(self, name: str) -> list[str] | None: ...
+    @overload
+    def getRawHeaders(self, name: bytes) -> list[bytes] | None: ...
+    @overload
+    def getRawHeaders(self, name: str | bytes, default: _T) -> list[Any] | _T: ...
+
+    def getRawHeaders(self, name: str | bytes, default: Any = None) -> Any:
+        """Every value of ``name``, or ``default`` when it is absent."""
+        values = self._raw.get(canonical_name(name))
+        if not values:
+            return default
+        if isinstance(name, str):
+            return [v.decode("utf-8") for v in values]
+        return values
+
+    def getAllRawHeaders(self) -> Iterator[tuple[bytes, list[bytes]]]:
+        """``(canonical name, values)`` for every header, as bytes."""
+        return iter(self._raw.items())
+
+    def set_canonical(self, canonical: bytes, value: bytes) -> None:
+        """``setRawHeaders`` for a name already in canonical form and a value
+        the gateway made itself (no line breaks): no re-encoding per request."""
+        self._raw[canonical] = [value]
