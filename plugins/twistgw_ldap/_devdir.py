@@ -124,6 +124,21 @@ def read_settings(settings: Mapping[str, Any], config_dir: str) -> tuple[str, st
     return ldif, listen
 
 
+def read_ldif(ldif: str) -> bytes:
+    try:
+        with open(ldif, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise DevDirectoryError(f"cannot read {ldif}: {exc.strerror}", ("devDirectory", "ldif")) from None
+
+
+def _parse_ldif(data: bytes) -> defer.Deferred:
+    from io import BytesIO
+
+    # ldaptor wants a blank line after the last entry; many files lack it
+    return inmemory.fromLDIFFile(BytesIO(data.rstrip(b"\r\n") + b"\n\n"))
+
+
 def check_settings(settings: Mapping[str, Any], config_dir: str) -> None:
     """What ``twistgw check`` verifies of ``devDirectory``: the settings, and
     that the LDIF file exists, is readable and parses (else DevDirectoryError),
@@ -132,16 +147,10 @@ def check_settings(settings: Mapping[str, Any], config_dir: str) -> None:
     if wanted is None:
         return
     ldif, _ = wanted
-    try:
-        with open(ldif, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise DevDirectoryError(f"cannot read {ldif}: {exc.strerror}", ("devDirectory", "ldif")) from None
-    from io import BytesIO
-
+    data = read_ldif(ldif)
     problems: list[str] = []
     try:
-        d = inmemory.fromLDIFFile(BytesIO(data.rstrip(b"\r\n") + b"\n\n"))
+        d = _parse_ldif(data)
         # an in-memory file is parsed synchronously
         d.addErrback(lambda f: problems.append(f.getErrorMessage() or f.type.__name__))
     except Exception as exc:  # ldaptor raises some parse errors directly
@@ -180,22 +189,17 @@ class DevDirectory:
             return
         ldif, listen = wanted
         try:
-            with open(ldif, "rb") as f:
-                data = f.read()
-        except OSError as exc:
-            self._log.error("Development LDAP directory not started: cannot read {ldif}: {err}",
-                            ldif=ldif, err=exc.strerror)
+            data = read_ldif(ldif)
+        except DevDirectoryError as exc:
+            self._log.error("Development LDAP directory not started: {reason}", reason=str(exc))
             await self.stop()
             return
         key = (ldif, listen, hashlib.sha256(data).hexdigest())
         if key == self.key and self.port is not None:
             return
         await self.stop()
-        from io import BytesIO
-
         try:
-            # ldaptor wants a blank line after the last entry; many files lack it
-            root = await inmemory.fromLDIFFile(BytesIO(data.rstrip(b"\r\n") + b"\n\n"))
+            root = await _parse_ldif(data)
         except Exception as exc:
             self._log.error("Development LDAP directory not started: {ldif} is not valid LDIF: {err!r}",
                             ldif=ldif, err=exc)

@@ -202,21 +202,27 @@ def test_upstream_subset_spec_is_named():
 # ---------------------------------------------------------------------------
 
 
-def check(text: str, *extra: tuple[str, str], tmp_path=None) -> list:
+def check(text: str) -> list:
     """Issues of loading and compiling (with the installed plugins)."""
     host = PluginHost.create()
+    if text.startswith(VS_V):  # the head is written flush left, the rest indented
+        text = VS_V + textwrap.indent(textwrap.dedent(text[len(VS_V):]), "    ")
     with pytest.raises(ConfigError) as info:
         build_snapshot(load_text(textwrap.dedent(text), "a.yaml", keep_going=True), host)
     return info.value.issues
 
 
+VS_V = """\
+apiVersion: gateway.vendor.io/v1
+kind: VirtualService
+metadata: {name: v}
+spec:
+  virtualHost:
+"""
+
+
 def test_wrong_domains_beside_missing_routes():
-    found = check("""\
-        apiVersion: gateway.vendor.io/v1
-        kind: VirtualService
-        metadata: {name: v}
-        spec:
-          virtualHost:
+    found = check(VS_V + """\
             domains: example.com
         """)
     assert [(i.field, i.reason) for i in found] == [
@@ -226,12 +232,7 @@ def test_wrong_domains_beside_missing_routes():
 
 
 def test_typo_beside_plugin_option_errors():
-    found = check("""\
-        apiVersion: gateway.vendor.io/v1
-        kind: VirtualService
-        metadata: {name: v}
-        spec:
-          virtualHost:
+    found = check(VS_V + """\
             options:
               rbac:
                 policies:
@@ -252,12 +253,7 @@ def test_typo_beside_plugin_option_errors():
 
 
 def test_jwt_reports_every_provider_problem():
-    found = check("""\
-        apiVersion: gateway.vendor.io/v1
-        kind: VirtualService
-        metadata: {name: v}
-        spec:
-          virtualHost:
+    found = check(VS_V + """\
             options:
               jwt:
                 validationPolicy: MAYBE
