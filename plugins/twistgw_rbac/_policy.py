@@ -178,12 +178,24 @@ _kind = type_name
 _check_keys = check_fields
 
 
+class _RequiredBySettings:
+    """Marks the options ``twistgw_default_options`` makes for ``requireRbac``;
+    not a YAML value, so a configuration cannot write it."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED_BY_SETTINGS"
+
+
+REQUIRED_BY_SETTINGS = _RequiredBySettings()
+
+
 def compile_options(options: Mapping[str, Any]) -> PolicySet:
     """Validate and compile the ``rbac`` options mapping. Raises OptionsError
     carrying every problem found (see :class:`twistgw.options.Problems`)."""
     problems = Problems()
     with problems.check():
-        _check_keys(options, ("policies", "shadow", "disable", "_requiredBySettings"), ())
+        required = options.get("_requiredBySettings") is REQUIRED_BY_SETTINGS
+        _check_keys(options, ("policies", "shadow", "disable") + (("_requiredBySettings",) if required else ()), ())
     shadow = options.get("shadow", False)
     if not isinstance(shadow, bool):
         problems.add(("shadow",), f"must be true or false, got {_kind(shadow)}")
@@ -202,7 +214,7 @@ def compile_options(options: Mapping[str, Any]) -> PolicySet:
         with problems.check():
             compiled.append(_policy(str(name), value, ("policies", str(name))))
     problems.raise_if_any()
-    return PolicySet(tuple(compiled), shadow, options.get("_requiredBySettings") is True)
+    return PolicySet(tuple(compiled), shadow, options.get("_requiredBySettings") is REQUIRED_BY_SETTINGS)
 
 
 def _policy(name: str, raw: Any, path: Path) -> Policy:

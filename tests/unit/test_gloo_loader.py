@@ -341,3 +341,35 @@ def test_problems_in_file_and_line_order_across_files(tmp_path):
         build_snapshot(load_directory(str(tmp_path), keep_going=True), PluginHost.create())
     where = [(os.path.basename(i.file), i.line) for i in info.value.issues]
     assert where == [("a.yaml", 8), ("a.yaml", 10), ("b.yaml", 8), ("b.yaml", 9)]
+
+
+@pytest.mark.parametrize("doc, field, reason", [
+    ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 53, protocol: UDP}]}\n",
+     "spec.ports[0].protocol", "must be TCP"),
+    ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 80, appProtocol: kubernetes.io/h2c}]}\n",
+     "spec.ports[0].appProtocol", "must be http"),
+    ("apiVersion: v1\nkind: Endpoints\nmetadata: {name: s}\nsubsets: [{addresses: [{ip: 1.2.3.4}],"
+     " ports: [{port: 80, appProtocol: grpc}]}]\n", "subsets[0].ports[0].appProtocol", "must be http"),
+    ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {type: ExternalName, externalName: x.example}\n",
+     "spec.type", "ExternalName Services are not supported"),
+    ("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+     "spec: {static: {hosts: [{addr: 1.2.3.4, port: 443}], useTls: true}}\n",
+     "spec.static.useTls", "TLS to upstreams is not supported"),
+    ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {selector: {app: s}, ports: [{port: 80}]}\n---\n"
+     "apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+     "spec: {kube: {serviceName: s, servicePort: 80, selector: {app: s, version: v2}}}\n",
+     "spec.kube.selector", "differs from the selector of Service default/s"),
+])
+def test_what_the_gateway_cannot_honour_is_refused(doc, field, reason):
+    with pytest.raises(ConfigError) as info:
+        load_text(doc)
+    (issue,) = info.value.issues
+    assert issue.field == field and reason in issue.reason
+
+
+def test_the_services_own_selector_is_accepted():
+    config = load_text(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {selector: {app: s}, ports: [{port: 80}]}\n---\n"
+        "apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+        "spec: {kube: {serviceName: s, servicePort: 80, selector: {app: s}}}\n")
+    assert ("default", "u") in config.upstreams
