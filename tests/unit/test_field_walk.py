@@ -351,11 +351,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "Upstream:spec.kube.serviceNamespace": (T, CORE), "Upstream:spec.kube.servicePort": (T, CORE),
     "Upstream:spec.kube.selector": (T, GLOO),
     "AuthConfig:spec.configs": (T, LDAP),
-    # Owned by the auth half of issue 14 (branch issue-14b): booleanExpr
-    # implemented, failOnRedirect refused; until that lands they are listed
-    # here as known gaps, not as "fine".
-    "AuthConfig:spec.booleanExpr": ("pending", "issue 14b"),
-    "AuthConfig:spec.failOnRedirect": ("pending", "issue 14b"),
+    "AuthConfig:spec.booleanExpr": (T, "tests/ldap/test_ldap_boolean_expr.py"),
+    "AuthConfig:spec.failOnRedirect": (T, "tests/ldap/test_ldap_boolean_expr.py"),
     "Settings:spec.gateway.echoServer": (T, "tests/docs/test_readme_demo.py", "etc/settings.yaml"),
     "Settings:spec.gateway.echoServer.listen": (T, "tests/docs/test_readme_demo.py", "etc/settings.yaml"),
     "Settings:spec.rbac.requireRbac": (T, RBAC), "Settings:spec.jwt.verifiedTokenCacheSize": (T, JWT_BEH),
@@ -478,9 +475,6 @@ def test_every_accepted_field_changes_behaviour_or_is_informational(tmp_path, mo
 def test_each_entry_points_at_real_evidence(field):
     kind, *where = FIELDS[field]
     key = _key(field)
-    if kind == "pending":
-        assert field in ("AuthConfig:spec.booleanExpr", "AuthConfig:spec.failOnRedirect")
-        return
     assert kind in (T, I), field
     for path in where:
         assert (ROOT / path).is_file(), f"{field}: {path} does not exist"

@@ -373,3 +373,23 @@ def test_the_services_own_selector_is_accepted():
         "apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
         "spec: {kube: {serviceName: s, servicePort: 80, selector: {app: s}}}\n")
     assert ("default", "u") in config.upstreams
+
+
+def test_invalid_auth_config_is_reported_once_not_as_dangling():
+    found = check("""\
+        apiVersion: enterprise.gloo.solo.io/v1
+        kind: AuthConfig
+        metadata: {name: ldap}
+        spec:
+          configs: []
+        ---
+        apiVersion: gateway.vendor.io/v1
+        kind: VirtualService
+        metadata: {name: v}
+        spec:
+          virtualHost:
+            options: {extauth: {configRef: {name: ldap}}}
+            routes:
+            - directResponseAction: {status: 200}
+        """)
+    assert [(i.resource, i.field) for i in found] == [("AuthConfig default/ldap", "spec.configs")]

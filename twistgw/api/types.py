@@ -5,7 +5,7 @@ Everything here is re-exported from :mod:`twistgw`; import it from there.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NoReturn, Sequence
 from urllib.parse import parse_qsl, urlencode
 
 import attrs
@@ -131,11 +131,15 @@ class SecretInfo:
 
 @attrs.frozen
 class AuthConfigInfo:
-    """An ``AuthConfig``: its ``spec.configs`` list as plain data."""
+    """An ``AuthConfig``: its ``spec.configs`` list as plain data, and Gloo's
+    ``booleanExpr`` / ``failOnRedirect`` when written (the plugin decides
+    what they mean, or rejects them)."""
 
     namespace: str
     name: str
     configs: tuple[Mapping[str, Any], ...]
+    boolean_expr: str | None = None
+    fail_on_redirect: bool | None = None
 
 
 @attrs.frozen
@@ -158,6 +162,13 @@ class OptionsScope:
     resources: "ResourceView"
 
 
+class InvalidResource(KeyError):
+    """Raised by :class:`ResourceView` for a resource that is declared but
+    invalid. Its problems are reported where it is written; a plugin that
+    turns this into an OptionsError (as it would a missing resource) is not
+    reported a second time."""
+
+
 class ResourceView:
     """Read-only lookups a plugin may do while compiling its options.
 
@@ -173,7 +184,10 @@ class ResourceView:
         kube_resolver: Any,
         settings: Mapping[str, Any] | None = None,
         config_dir: str = "",
+        invalid: Any = frozenset(),
     ) -> None:
+        #: (kind, namespace, name) of resources declared but invalid
+        self._invalid = invalid
         self._settings = settings or {}
         #: absolute path of the configuration directory ("" when loaded from text);
         #: resolve relative file names in options against it.
@@ -187,7 +201,7 @@ class ResourceView:
         try:
             return self._upstreams[(namespace, name)]
         except KeyError:
-            raise KeyError(f"no Upstream {namespace}/{name}") from None
+            self._missing("Upstream", namespace, name)
 
     def kube_service(self, name: str, namespace: str, port: int) -> UpstreamInfo:
         """Resolve a Kubernetes ``Service`` port to its endpoint addresses."""
@@ -197,7 +211,12 @@ class ResourceView:
         try:
             return self._secrets[(namespace, name)]
         except KeyError:
-            raise KeyError(f"no Secret {namespace}/{name}") from None
+            self._missing("Secret", namespace, name)
+
+    def _missing(self, kind: str, namespace: str, name: str) -> NoReturn:
+        if (kind, namespace, name) in self._invalid:
+            raise InvalidResource(f"{kind} {namespace}/{name} is invalid (see its own errors)") from None
+        raise KeyError(f"no {kind} {namespace}/{name}") from None
 
     def settings(self, plugin: str) -> Mapping[str, Any]:
         """The gateway-wide ``Settings.spec.<plugin>`` section ({} if absent)."""
@@ -207,7 +226,7 @@ class ResourceView:
         try:
             return self._auth_configs[(namespace, name)]
         except KeyError:
-            raise KeyError(f"no AuthConfig {namespace}/{name}") from None
+            self._missing("AuthConfig", namespace, name)
 
 
 # --------------------------------------------------------------------------
