@@ -86,8 +86,20 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-@pytest_twisted.async_yield_fixture(autouse=True)
-async def fds_return_to_baseline() -> Any:
+@pytest.fixture(autouse=True)
+def fds_return_to_baseline(request: Any) -> Any:
+    """:func:`fds_checked` for every pytest-twisted test. A trial TestCase
+    (``test_properties.py``, run by trial too) is left alone: trial's own
+    janitor checks what it leaves behind, and an asynchronous fixture would
+    start pytest-twisted's reactor under it."""
+    from twisted.trial.unittest import SynchronousTestCase
+
+    if not isinstance(request.instance, SynchronousTestCase):
+        request.getfixturevalue("fds_checked")
+
+
+@pytest_twisted.async_yield_fixture
+async def fds_checked() -> Any:
     """Every fault test: once it and its fixtures are done (gateway stopped,
     servers closed), this process's open descriptors return to where they
     were, within FD_SLACK. A leak per request or per fault shows up as far

@@ -15,7 +15,8 @@ def _defined() -> set[str]:
     for path in HERE.glob("test_*.py"):
         if path.name == Path(__file__).name:
             continue
-        names |= set(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.M))
+        # module functions (pytest style) and TestCase methods (trial style)
+        names |= set(re.findall(r"^(?:    )?(?:async )?def (test_\w+)", path.read_text(), re.M))
     return names
 
 

@@ -401,6 +401,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "jwt:providers.*.tokenSource.queryParams": (T, JWT_BEH),
     "jwt:providers.*.jwks": (T, JWT_OPT), "jwt:providers.*.jwks.local": (T, JWT_OPT),
     "jwt:providers.*.jwks.local.key": (T, JWT_OPT), "jwt:providers.*.jwks.remote": (T, JWT_REM),
+    "jwt:providers.*.jwks.local.keyFile": (T, "tests/unit/test_testing_api.py", "tests/docs/test_quickstart.py"),
     "jwt:providers.*.jwks.remote.upstreamRef": (T, JWT_REM),
     "jwt:providers.*.jwks.remote.upstreamRef.name": (T, JWT_REM, "tests/jwt/jwt_helpers.py"),
     "jwt:providers.*.jwks.remote.upstreamRef.namespace": (T, JWT_OPT),

@@ -25,8 +25,7 @@ spec:
 
 
 def make_tester(routes: str) -> ChainTester:
-    return ChainTester.from_yaml(HEAD + textwrap.indent(textwrap.dedent(routes), "    "),
-                                 load_entry_points=False)
+    return ChainTester.from_yaml(HEAD + textwrap.indent(textwrap.dedent(routes), "    "), [])
 
 
 def route_yaml(name: str, matchers: str) -> str:

@@ -62,7 +62,7 @@ async def test_delegation_by_ref_nested():
             - matchers: [{prefix: /b/c/}]
               delegateAction: {ref: {name: c-routes, namespace: c}}
             """)) + table("c-routes", "c", direct("{exact: /b/c/4}", "c4"))
-    t = ChainTester.from_yaml(text, load_entry_points=False)
+    t = ChainTester.from_yaml(text, [])
     assert [await served(t, p) for p in ("/a/1", "/a/2x", "/b/3", "/b/c/4", "/b/c/5", "/a")] == \
         ["a1", "a2", "b3", "c4", None, None]
     routes = t.snapshot.config.virtual_services[0].routes
@@ -82,7 +82,7 @@ async def test_selector_weights_and_namespaces():
         + table("a-b-routes", "gloo-system", direct("{prefix: /a/b}", "ab"), "{domain: example.com}", 10) \
         + table("elsewhere", "other", direct("{prefix: /a/b/c}", "other"), "{domain: example.com}", 0) \
         + table("unlabelled", "gloo-system", direct("{prefix: /a/b/c}", "unlabelled"), "{}", 0)
-    t = ChainTester.from_yaml(text, load_entry_points=False)
+    t = ChainTester.from_yaml(text, [])
     assert await served(t, "/a/b/c") == "ab"  # weight 10 before weight 20; other tables not selected
     assert await served(t, "/a/x") == "a"
 
@@ -100,7 +100,7 @@ async def test_equal_weights_sort_most_specific_first_and_expressions():
         """) + table("short", "one", direct("{prefix: /api}", "short"), "{team: pets}") \
         + table("long", "two", direct("{prefix: /api/pets}", "long"), "{team: vets}") \
         + table("gone", "two", direct("{prefix: /api/pets/x}", "gone"), "{team: vets, retired: 'yes'}")
-    t = ChainTester.from_yaml(text, load_entry_points=False)
+    t = ChainTester.from_yaml(text, [])
     assert await served(t, "/api/pets/x") == "long"
     assert await served(t, "/api/vets") == "short"
 
@@ -117,7 +117,7 @@ async def test_children_inherit_matcher_and_options():
               options: {timeout: 1s}
               directResponseAction: {status: 200, body: fast}
             """))
-    t = ChainTester.from_yaml(text, load_entry_points=False)
+    t = ChainTester.from_yaml(text, [])
     every, fast = t.snapshot.config.virtual_services[0].routes
     assert [m.prefix for m in every.matchers] == ["/shop"]  # no matchers: the parent's
     assert (every.prefix_rewrite, every.timeout) == ("/v2", 3.0)
