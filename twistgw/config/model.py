@@ -122,10 +122,19 @@ class Route:
     owner: str = ""
     #: whether any matcher reads headers or query parameters (not just method and path)
     reads_request: bool = attrs.field(init=False, eq=False)
+    #: (exact, prefix, methods) per matcher when every matcher reads only the
+    #: method and path, case-sensitively: the request path's fast lane
+    plain: tuple[tuple[str | None, str, tuple[str, ...]], ...] | None = attrs.field(init=False, eq=False)
 
     @reads_request.default
     def _reads(self) -> bool:
         return any(m.headers or m.query for m in self.matchers)
+
+    @plain.default
+    def _plain(self) -> tuple[tuple[str | None, str, tuple[str, ...]], ...] | None:
+        if any(m.headers or m.query or m.regex is not None or not m.case_sensitive for m in self.matchers):
+            return None
+        return tuple((m.exact, m.prefix or "/", m.methods) for m in self.matchers)
 
     def matches(self, method: str, path: str) -> bool:
         """Method and path only (header and query conditions fail)."""

@@ -12,7 +12,7 @@ from twistgw.api.types import Deny, RequestContext
 from twistgw.config.model import Route, VirtualService
 from twistgw.core.headers import copy_end_to_end
 from twistgw.core.paths import BadPath, normalise_path
-from twistgw.core.routing import first_route, request_view
+from twistgw.core.routing import first_route
 from twistgw.core.snapshot import RouteRuntime, Snapshot
 
 NOT_FOUND = Deny(404, reason="no virtual service or route matches")
@@ -95,7 +95,7 @@ def select_route(ctx: RequestContext, vs: VirtualService, route_hook: Any = None
     """The route for the request as it is now (the core's matcher, or the
     ``twistgw_route_match`` hook when a plugin implements it)."""
     if route_hook is None:
-        return first_route(vs.routes, request_view(ctx))
+        return first_route(vs.routes, ctx)
     route = route_hook(ctx=ctx, virtual_service=vs)
     if route is not None and not (isinstance(route, Route) and 0 <= route.index < len(vs.routes)
                                   and vs.routes[route.index] == route):
