@@ -633,6 +633,10 @@ def build_config(docs: list[Document], keep_going: bool = False) -> Config:
             path = route.path + ("routeAction", "single")
             where = route.source or vs.source
             owner = route.owner or f"VirtualService {vs.key}"
+            if route.prefix_rewrite is not None and any(m.regex is not None for m in route.matchers):
+                issue(where, owner, route.path + ("options", "prefixRewrite"),
+                      "cannot rewrite the prefix of a regex match (Envoy refuses it too): match by prefix"
+                      " or exact, or let the backend see the path as it is")
             action = route.action
             if isinstance(action, KubeRef):
                 if ("Service", action.namespace, action.name) in invalid:

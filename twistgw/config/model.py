@@ -136,6 +136,26 @@ class Route:
             return None
         return tuple((m.exact, m.prefix or "/", m.methods) for m in self.matchers)
 
+    def rewrite(self, path: str) -> str:
+        """``prefixRewrite`` applied as Envoy does: the matched prefix (of the
+        first matcher whose path condition matches) is swapped for it; an
+        ``exact`` match swaps the whole path. (The loader refuses
+        ``prefixRewrite`` on a route with a ``regex`` matcher.)"""
+        rewrite = self.prefix_rewrite
+        if rewrite is None:
+            return path
+        for m in self.matchers:
+            if m.regex is not None or not m.matches_path(path):
+                continue
+            if m.exact is not None:
+                return rewrite or "/"
+            rest = path[len(m.prefix or "/"):]
+            if rewrite.endswith("/") and rest.startswith("/"):
+                rest = rest[1:]  # "/" for "/api" on "/api/x" is "/x", not "//x"
+            out = rewrite + rest
+            return out if out.startswith("/") else "/" + out
+        return path
+
     def matches(self, method: str, path: str) -> bool:
         """Method and path only (header and query conditions fail)."""
         return any_matches(self.matchers, RequestView(method, path))

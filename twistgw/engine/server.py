@@ -447,17 +447,7 @@ class Gateway:
 
     def _forward(self, request: GatewayRequest, ctx: RequestContext, runtime: RouteRuntime, endpoint: Any) -> None:
         route = runtime.route
-        path = ctx.path
-        if route.prefix_rewrite is not None:
-            for m in route.matchers:
-                if m.prefix is not None and path.startswith(m.prefix):
-                    rest = path[len(m.prefix):]
-                    if route.prefix_rewrite.endswith("/") and rest.startswith("/"):
-                        rest = rest[1:]  # "/" for "/api" on "/api/x" is "/x", not "//x"
-                    path = route.prefix_rewrite + rest
-                    if not path.startswith("/"):
-                        path = "/" + path
-                    break
+        path = ctx.path if route.prefix_rewrite is None else route.rewrite(ctx.path)
         key = (endpoint.host, endpoint.port)
         target = self._targets.get(key)
         if target is None:
