@@ -819,6 +819,10 @@ def _options(r: _Reader, value: Any, path: tuple[str | int, ...]) -> dict:
         return {}
     options = r.mapping(value, path)
     bad = r.count()
+    if "routes" not in path:  # a virtual host's options
+        for key in ("prefixRewrite", "timeout"):
+            if key in options:
+                r.issue(path + (key,), "is a route option (as in Gloo): write it under the routes' options")
     if "pluginOrder" in options:
         with r.part():
             order = r.sequence(options["pluginOrder"], path + ("pluginOrder",))
@@ -831,8 +835,9 @@ def _options(r: _Reader, value: Any, path: tuple[str | int, ...]) -> dict:
             rw = r.string(options["prefixRewrite"], path + ("prefixRewrite",), nonempty=False)
             if rw and not rw.startswith("/"):
                 raise r.fail(path + ("prefixRewrite",), "must start with '/'")
-    if "timeout" in options and parse_duration(options["timeout"]) is None:
-        r.issue(path + ("timeout",), f"must be a duration such as '15s' or '500ms', got {options['timeout']!r}")
+    if "timeout" in options and not parse_duration(options["timeout"]):
+        r.issue(path + ("timeout",), f"must be a duration above zero such as '15s' or '500ms',"
+                f" got {options['timeout']!r}")
     with r.part():
         _jwt_staging(r, options, path)
     if r.count() > bad:
