@@ -91,6 +91,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 async def _explain(args: argparse.Namespace, reactor: Any) -> int:
     from twistgw.api.types import Allow, Deny
     from twistgw.config.loader import ConfigError
+    from twistgw.core.plan import Forward
     from twistgw.testing import ChainTester
 
     headers = []
@@ -132,17 +133,34 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
         else:
             verdict, reason = "pass", ""
         print(f"  {plugin}.{phase}: {verdict}" + (f" — {reason}" if reason else ""))
+    plan = result.plan
     if result.deny is not None:
-        print(f"Result: {result.status}, refused by {result.decided_by or 'routing'}")
+        print(f"Result: {result.status}, refused by {result.decided_by or 'routing'}"
+              + (f" ({result.deny.reason})" if result.decided_by is None and result.deny.reason else ""))
         return EXIT_INVALID
-    if rt.direct is not None:
-        print(f"Result: direct response {rt.direct.status}")
+    if not isinstance(plan, Forward):
+        print(f"Result: direct response {result.status}")
     else:
-        ups = rt.balancer.upstream if rt.balancer else None
-        where = ", ".join(f"{e.host}:{e.port}" for e in ups.endpoints) if ups else "?"
-        print(f"Result: forwarded to upstream {ups.namespace}/{ups.name} ({where or 'no endpoints: 503'})"
-              f" as {ctx.path}{'?' + ctx.query.decode('latin-1') if ctx.query else ''}")
+        ups = plan.upstream
+        print(f"Result: forwarded to upstream {ups.namespace}/{ups.name}"
+              f" ({plan.endpoint.host}:{plan.endpoint.port}) as {plan.target.decode('latin-1')}")
+        print("Headers sent upstream:")
+        for name, values in plan.headers.getAllRawHeaders():
+            for value in values:
+                print(f"  {name.decode('latin-1')}: {_shown(name, value)}")
     return EXIT_OK
+
+
+#: Headers whose values ``explain`` does not print (credentials).
+_SECRET_HEADERS = frozenset({b"authorization", b"proxy-authorization", b"cookie", b"x-api-key"})
+
+
+def _shown(name: bytes, value: bytes) -> str:
+    text = value.decode("latin-1")
+    if name.lower() not in _SECRET_HEADERS:
+        return text
+    scheme, _, rest = text.partition(" ")
+    return f"{scheme} (redacted)" if rest else "(redacted)"
 
 
 # ---------------------------------------------------------------------------

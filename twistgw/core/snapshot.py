@@ -15,6 +15,7 @@ import attrs
 from twistgw.api.types import Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
 from twistgw.config.loader import CORE_OPTION_KEYS, Config, ConfigError, ConfigIssue, path_text
 from twistgw.config.model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
+from twistgw.core.plan import LocalResponse
 from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
 
@@ -66,10 +67,18 @@ class RouteRuntime:
     balancer: Balancer | None
     #: the chain flattened into (step, phase, callable), once per snapshot
     calls: tuple[tuple[ChainStep, str, Callable[..., Any]], ...] = attrs.field(init=False, eq=False)
+    #: the answer of a direct-response route, made once per snapshot
+    answer: LocalResponse | None = attrs.field(init=False, eq=False)
 
     @calls.default
     def _flatten(self) -> tuple[tuple[ChainStep, str, Callable[..., Any]], ...]:
         return flatten_chain(self.chain)
+
+    @answer.default
+    def _answer(self) -> LocalResponse | None:
+        if self.direct is None:
+            return None
+        return LocalResponse(self.direct.status, self.direct.body, reason="direct response")
 
 
 class Snapshot:
