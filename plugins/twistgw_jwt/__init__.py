@@ -55,7 +55,19 @@ def twistgw_plugin_info() -> twistgw.PluginInfo:
     return twistgw.PluginInfo(
         order=200,
         description="JWT verification: local or remote key sets, claims for later plugins",
+        # Gloo's jwtStaged: {beforeExtAuth: {...}} runs jwt before extauth.
+        staged_options=twistgw.StagedOptions("jwtStaged", {
+            "beforeExtAuth": twistgw.Placement(before=("extauth",)),
+            "afterExtAuth": twistgw.Placement(after=("extauth",)),
+        }),
     )
+
+
+@twistgw.hookimpl
+def twistgw_add_commands(commands: twistgw.Commands) -> None:
+    from twistgw_jwt import _commands
+
+    _commands.add_commands(commands)
 
 
 @twistgw.hookimpl

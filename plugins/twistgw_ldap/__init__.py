@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from twisted.internet import defer
-from twistgw import GatewayInfo, OptionsScope, PluginInfo, RequestContext, hookimpl
+from twistgw import Commands, GatewayInfo, OptionsScope, PluginInfo, RequestContext, hookimpl
 
 from twistgw_ldap import _flow
 from twistgw_ldap._devdir import DevDirectory
@@ -35,6 +35,13 @@ _config_dir = ""
 def twistgw_plugin_info() -> PluginInfo:
     return PluginInfo(order=100, description="LDAP: Basic credentials bound against a directory,"
                                              " group membership authorization (AuthConfig)")
+
+
+@hookimpl
+def twistgw_add_commands(commands: Commands) -> None:
+    from twistgw_ldap import secret
+
+    secret.add_commands(commands)
 
 
 @hookimpl

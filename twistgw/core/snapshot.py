@@ -12,10 +12,12 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
+from twistgw.api.plugin import Placement, StagedOptions
 from twistgw.api.types import Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
 from twistgw.config.loader import CORE_OPTION_KEYS, Config, ConfigError, ConfigIssue, path_text
 from twistgw.config.model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
 from twistgw.core.plan import LocalResponse
+from twistgw.options import type_name
 from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
 
@@ -133,6 +135,8 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 f"no plugin named {key!r} is installed (installed: {', '.join(host.names()) or 'none'})",
                 file=src.file if src else "", document=src.document if src else None,
                 line=src.line if src else None, resource="Settings", field=f"spec.{key}"))
+    staged = {info.staged_options.key: (name, info.staged_options)
+              for name, info in host.infos.items() if info.staged_options is not None}
     routes: dict[tuple[str, int], RouteRuntime] = {}
     compiled_by_plugin: dict[str, list[Any]] = {name: [] for name in host.infos}
     balancers: dict[tuple[str, str], Balancer] = {}
@@ -152,18 +156,18 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 field=path_text(path),
             ))
 
-        vh_plugins = _plugin_options(vs.options)
+        vh_plugins, vh_placements = _plugin_options(vs.options, vh_path + ("options",), staged, issue)
         for route in vs.routes:
             r_path = vh_path + ("routes", route.index)
+            r_plugins, r_placements = _plugin_options(route.options, r_path + ("options",), staged, issue)
             effective: dict[str, tuple[Any, tuple[str | int, ...], str | None]] = {}
             for key, value in defaults.items():
                 effective[key] = (value, ("Settings", "spec", key), None)
-            for key, value in vh_plugins.items():
-                effective[key] = (value, vh_path + ("options", key), None)
-            for key, value in _plugin_options(route.options).items():
-                effective[key] = (value, r_path + ("options", key), route.name)
+            for key, (value, where) in vh_plugins.items():
+                effective[key] = (value, where, None)
+            for key, (value, where) in r_plugins.items():
+                effective[key] = (value, where, route.name)
             order_raw = route.options.get("pluginOrder", vs.options.get("pluginOrder"))
-            before_ext = "beforeExtAuth" in (route.options.get("jwtStaged") or vs.options.get("jwtStaged") or {})
 
             steps: list[ChainStep] = []
             enabled = {k: v for k, v in effective.items() if not _is_disabled(v[0])}
@@ -188,10 +192,9 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                     continue
                 order = [k for k in order_raw if k in enabled]
             else:
-                order = [k for k in host.default_order() if k in enabled]
-                if before_ext and "jwt" in order and "extauth" in order:
-                    order.remove("jwt")
-                    order.insert(order.index("extauth"), "jwt")
+                # A staged options key (jwtStaged) places its plugin; the
+                # route's stage wins over the virtual host's.
+                order = host.chain_order(enabled, {**vh_placements, **r_placements})
             failed = False
             for name in order:
                 raw, where, route_name = enabled[name]
@@ -226,11 +229,8 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
             if isinstance(action, DirectResponse):
                 direct = action
             else:
-                if isinstance(action, KubeRef):
-                    key = (action.namespace, f"{action.namespace}-{action.name}-{action.port}")
-                else:
-                    assert isinstance(action, UpstreamRef)
-                    key = (action.namespace, action.name)
+                assert isinstance(action, (KubeRef, UpstreamRef))
+                key = action.upstream_key()
                 upstream = config.upstreams.get(key)
                 if upstream is None:  # build_config already reported it
                     continue
@@ -244,12 +244,35 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     return Snapshot(config, routes, generation, compiled_by_plugin)
 
 
-def _plugin_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in options.items() if k not in CORE_OPTION_KEYS}
-    staged = options.get("jwtStaged")
-    if staged:
-        out["jwt"] = next(iter(staged.values()))
-    return out
+Where = tuple[str | int, ...]
+
+
+def _plugin_options(options: Mapping[str, Any], path: Where, staged: Mapping[str, tuple[str, StagedOptions]],
+                    issue: Callable[[Where, str], None]) -> tuple[dict[str, tuple[Any, Where]], dict[str, Placement]]:
+    """The plugins' entries of an ``options`` mapping at ``path``: ``{plugin:
+    (raw options, where)}``, and the placement a staged options key
+    (e.g. ``jwtStaged: {beforeExtAuth: {...}}``) gives its plugin."""
+    out = {k: (v, path + (k,)) for k, v in options.items() if k not in CORE_OPTION_KEYS and k not in staged}
+    placements: dict[str, Placement] = {}
+    for key, (plugin, spec) in staged.items():
+        if key not in options:
+            continue
+        where, value = path + (key,), options[key]
+        stages = " or ".join(spec.stages)
+        if not isinstance(value, Mapping):
+            issue(where, f"must be a mapping with one of {stages}, got {type_name(value)}")
+        elif any(k not in spec.stages for k in value):
+            wrong = next(k for k in value if k not in spec.stages)
+            issue(where + (str(wrong),), f"unknown field {wrong!r}; expected one of: {', '.join(spec.stages)}")
+        elif len(value) != 1:
+            issue(where, f"set exactly one of {stages}")
+        elif plugin in options:
+            issue(where, f"use either {plugin} or {key}, not both")
+        else:
+            (stage, raw), = value.items()
+            out[plugin] = (raw, where + (stage,))
+            placements[plugin] = spec.stages[stage]
+    return out, placements
 
 
 def _compile(host: PluginHost, name: str, raw: Any, scope: OptionsScope) -> Any:
