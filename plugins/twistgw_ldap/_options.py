@@ -101,10 +101,11 @@ class GroupSearch:
     max_depth: int
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class LdapConfig:
     """One ``spec.configs[i].ldap`` entry, validated. Hashable: equal configs
-    share a decision cache across routes and reloads."""
+    share a decision cache across routes and reloads (the hash, over every
+    field, is computed once: the cache is looked up on every request)."""
 
     source: str  # "AuthConfig ns/name configs[i]"
     target: Target
