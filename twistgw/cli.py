@@ -51,7 +51,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"  VirtualService {v.key} domains={list(v.domains)}")
             for route in v.routes:
                 rt = snapshot.runtime(v, route)
-                chain = " -> ".join(s.plugin for s in rt.chain) or "(no auth)"
+                chain = " -> ".join(s.label for s in rt.chain) or "(no auth)"
                 print(f"    {route.name}: {_describe_matchers(route)} chain: {chain}")
     return EXIT_OK
 
@@ -122,7 +122,7 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
     print(f"Normalised path: {ctx.path}")
     print(f"Virtual service: {ctx.virtual_service} (host {ctx.host!r})")
     print(f"Route: {ctx.route} ({_describe_matchers(rt.route)})")
-    print("Plugin chain: " + (" -> ".join(s.plugin for s in rt.chain) or "(none)"))
+    print("Plugin chain: " + (" -> ".join(s.label for s in rt.chain) or "(none)"))
     for plugin, phase, decision in result.trace:
         if isinstance(decision, Deny):
             verdict = f"DENY {decision.status}"

@@ -55,11 +55,11 @@ def twistgw_plugin_info() -> twistgw.PluginInfo:
     return twistgw.PluginInfo(
         order=200,
         description="JWT verification: local or remote key sets, claims for later plugins",
-        # Gloo's jwtStaged: {beforeExtAuth: {...}} runs jwt before extauth.
-        staged_options=twistgw.StagedOptions("jwtStaged", {
-            "beforeExtAuth": twistgw.Placement(before=("extauth",)),
-            "afterExtAuth": twistgw.Placement(after=("extauth",)),
-        }),
+        # Gloo's JWT stages: jwtStaged: {beforeExtAuth: {...}, afterExtAuth: {...}}
+        # on hosts and routes, jwtProvidersStaged on routes (docs/jwt.md, "Stages").
+        staged_options=twistgw.StagedOptions(
+            "extauth", "beforeExtAuth", "afterExtAuth", ("jwtStaged", "jwtProvidersStaged"),
+            route_only=("jwtProvidersStaged",)),
     )
 
 

@@ -58,6 +58,9 @@ def secret_yaml(name: str, namespace: str, username: str, password: str) -> str:
 
 
 def cmd_create_secret(args: argparse.Namespace) -> int:
+    defaulted = args.namespace is None
+    if defaulted:
+        args.namespace = "default"
     try:
         text = secret_yaml(args.name, args.namespace, args.username, args.password)
     except ValueError as exc:
@@ -70,9 +73,13 @@ def cmd_create_secret(args: argparse.Namespace) -> int:
         except OSError as exc:
             sys.stderr.write(f"twistgw: cannot write {args.output}: {exc.strerror}\n")
             return EXIT_USAGE
-        print(f"wrote Secret {args.namespace}/{args.name} to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    # stderr, so the YAML on stdout stays clean: where the Secret went, and how to use it
+    note = " (the default; pass --namespace to change it)" if defaulted else ""
+    print(f"wrote Secret {args.name} in namespace {args.namespace}{note} to"
+          f" {args.output or 'stdout'}; reference it from the AuthConfig as"
+          f" credentialsSecretRef: {{name: {args.name}, namespace: {args.namespace}}}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -82,7 +89,8 @@ def add_commands(commands: Commands) -> None:
                      description="Write a v1 Secret of type extauth.vendor.io/accountcredentials"
                      " (data: username, password) for groupLookupSettings.credentialsSecretRef.")
     a.add_argument("--name", required=True)
-    a.add_argument("--namespace", default="default")
+    a.add_argument("--namespace", default=None,
+                   help="the Secret's namespace (default: default; glooctl's is gloo-system)")
     a.add_argument("--username", required=True, help="the service account's DN")
     a.add_argument("--password", required=True)
     a.add_argument("-o", "--output", help="write to this file instead of stdout")

@@ -34,7 +34,8 @@ class StagedJwt(Strict):
     @twistgw.hookimpl
     def twistgw_plugin_info(self) -> twistgw.PluginInfo:
         return twistgw.PluginInfo(order=200, staged_options=twistgw.StagedOptions(
-            "jwtStaged", {"beforeExtAuth": twistgw.Placement(), "afterExtAuth": twistgw.Placement()}))
+            "extauth", "beforeExtAuth", "afterExtAuth", ("jwtStaged", "jwtProvidersStaged"),
+            route_only=("jwtProvidersStaged",)))
 
 
 HOST = PluginHost.create(extra=[("strict", Strict()), ("jwt", StagedJwt())], load_entry_points=False)

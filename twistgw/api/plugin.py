@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pluggy
@@ -30,17 +29,28 @@ class Placement:
 
 @attrs.frozen
 class StagedOptions:
-    """A second options key for the plugin whose one entry names a stage and
-    holds the plugin's options, e.g. Gloo's
-    ``jwtStaged: {beforeExtAuth: {...jwt options...}}``.
+    """Staged options keys, as Gloo's ``jwtStaged``: the plugin's checks may
+    run in a stage just before another plugin and in one after it, and a
+    request must pass both. The shipped ``jwt`` plugin declares
+    ``StagedOptions("extauth", "beforeExtAuth", "afterExtAuth",
+    ("jwtStaged", "jwtProvidersStaged"), route_only=("jwtProvidersStaged",))``.
+    The rules (what a route inherits, replaces or turns off) are in
+    ``docs/jwt.md``, "Stages".
 
-    :ivar key: the options key (``jwtStaged``).
-    :ivar stages: each stage's name and where it puts the plugin
-        (``{"beforeExtAuth": Placement(before=("extauth",)), ...}``).
+    :ivar around: the plugin the stages are placed around.
+    :ivar before: the name of the stage that runs just before ``around``.
+    :ivar after: the name of the stage that runs after it; the plugin's own
+        options key configures this stage.
+    :ivar keys: the options keys holding ``{before: {...}, after: {...}}``.
+    :ivar route_only: those of ``keys`` allowed only on a route; they replace
+        the stages they name, options and all.
     """
 
-    key: str
-    stages: Mapping[str, Placement] = attrs.field(converter=lambda m: MappingProxyType(dict(m)))
+    around: str
+    before: str
+    after: str
+    keys: tuple[str, ...]
+    route_only: tuple[str, ...] = ()
 
 
 @attrs.frozen

@@ -778,5 +778,9 @@ def _auth_config(r: _Reader, ns: str, name: str, spec: Any) -> AuthConfigInfo:
         c = r.mapping(c, ("spec", "configs", i))
         if not c:
             raise r.fail(("spec", "configs", i), "an auth config entry must name its kind (e.g. ldap)")
-    return AuthConfigInfo(ns, name, tuple(configs))
+    expr = r.string(spec["booleanExpr"], ("spec", "booleanExpr")) if "booleanExpr" in spec else None
+    redirect = spec.get("failOnRedirect")
+    if redirect is not None and not isinstance(redirect, bool):
+        raise r.fail(("spec", "failOnRedirect"), f"must be true or false, got {redirect!r}")
+    return AuthConfigInfo(ns, name, tuple(configs), expr, redirect)
 

@@ -12,12 +12,11 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
-from twistgw.api.plugin import Placement, StagedOptions
 from twistgw.api.types import Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
 from twistgw.config.loader import CORE_OPTION_KEYS, Config, ConfigError, ConfigIssue, path_text
 from twistgw.config.model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
 from twistgw.core.plan import LocalResponse
-from twistgw.options import type_name
+from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
 
@@ -30,6 +29,13 @@ class ChainStep:
     options: Any
     authenticate: Callable[..., Any] | None
     authorize: Callable[..., Any] | None
+    #: ``beforeExtAuth``/``afterExtAuth`` when a route runs two JWT stages
+    stage: str = ""
+
+    @property
+    def label(self) -> str:
+        """The plugin's name, with its stage when it runs twice (``jwt[beforeExtAuth]``)."""
+        return f"{self.plugin}[{self.stage}]" if self.stage else self.plugin
 
 
 def flatten_chain(steps: tuple[ChainStep, ...]) -> tuple[tuple[ChainStep, str, Callable[..., Any]], ...]:
@@ -114,7 +120,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
         if fn is not None:
             src = config.settings_source
             try:
-                value = fn(settings=view.settings(name))
+                value = fn(settings=view.settings(name), config_dir=config.directory)
             except OptionsError as exc:
                 issues.append(ConfigIssue(
                     exc.reason, file=src.file if src else "", document=src.document if src else None,
@@ -135,8 +141,8 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 f"no plugin named {key!r} is installed (installed: {', '.join(host.names()) or 'none'})",
                 file=src.file if src else "", document=src.document if src else None,
                 line=src.line if src else None, resource="Settings", field=f"spec.{key}"))
-    staged = {info.staged_options.key: (name, info.staged_options)
-              for name, info in host.infos.items() if info.staged_options is not None}
+    staged = {name: info.staged_options for name, info in host.infos.items() if info.staged_options is not None}
+    staged_keys = frozenset(key for decl in staged.values() for key in decl.keys)
     routes: dict[tuple[str, int], RouteRuntime] = {}
     compiled_by_plugin: dict[str, list[Any]] = {name: [] for name in host.infos}
     balancers: dict[tuple[str, str], Balancer] = {}
@@ -156,10 +162,15 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 field=path_text(path),
             ))
 
-        vh_plugins, vh_placements = _plugin_options(vs.options, vh_path + ("options",), staged, issue)
+        def stages_ok(options: Mapping[str, Any], path: stages.Where, on_route: bool) -> bool:
+            return all([stages.check(name, decl, options, path, on_route, issue) for name, decl in staged.items()])
+
+        if not stages_ok(vs.options, vh_path + ("options",), False):
+            continue
+        vh_plugins = _plugin_options(vs.options, vh_path + ("options",), staged_keys)
         for route in vs.routes:
             r_path = vh_path + ("routes", route.index)
-            r_plugins, r_placements = _plugin_options(route.options, r_path + ("options",), staged, issue)
+            r_plugins = _plugin_options(route.options, r_path + ("options",), staged_keys)
             effective: dict[str, tuple[Any, tuple[str | int, ...], str | None]] = {}
             for key, value in defaults.items():
                 effective[key] = (value, ("Settings", "spec", key), None)
@@ -168,6 +179,17 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
             for key, (value, where) in r_plugins.items():
                 effective[key] = (value, where, route.name)
             order_raw = route.options.get("pluginOrder", vs.options.get("pluginOrder"))
+            if not stages_ok(route.options, r_path + ("options",), True):
+                continue
+            # A staged plugin (jwt) stands for its stages in the checks
+            # below; each stage is compiled on its own.
+            route_stages: dict[str, dict[str, stages.Entry]] = {}
+            for name, decl in staged.items():
+                found = stages.stages_of(decl, effective.pop(name, None), vs.options, route.options,
+                                         vh_path, r_path, route.name)
+                if found:
+                    effective[name] = next(iter(found.values()))
+                route_stages[name] = found
 
             steps: list[ChainStep] = []
             enabled = {k: v for k, v in effective.items() if not _is_disabled(v[0])}
@@ -192,12 +214,19 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                     continue
                 order = [k for k in order_raw if k in enabled]
             else:
-                # A staged options key (jwtStaged) places its plugin; the
-                # route's stage wins over the virtual host's.
-                order = host.chain_order(enabled, {**vh_placements, **r_placements})
+                order = host.chain_order(enabled)
+            placed: list[tuple[str, str]] | str = [(name, "") for name in order]
+            for name, decl in staged.items():
+                placed = stages.place(name, decl, placed, route_stages[name], order_raw is not None)
+                if isinstance(placed, str):
+                    break
+            if isinstance(placed, str):
+                issue(r_path + ("options", "pluginOrder") if "pluginOrder" in route.options
+                      else vh_path + ("options", "pluginOrder"), placed)
+                continue
             failed = False
-            for name in order:
-                raw, where, route_name = enabled[name]
+            for name, stage in placed:
+                raw, where, route_name = route_stages[name][stage] if stage else enabled[name]
                 cache_key = (name, id(raw))
                 if cache_key in cache:
                     compiled = cache[cache_key]
@@ -219,6 +248,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                     name, compiled,
                     host.impl(name, "twistgw_authenticate"),
                     host.impl(name, "twistgw_authorize"),
+                    stage if len(route_stages.get(name, ())) > 1 else "",
                 ))
             if failed:
                 continue
@@ -244,35 +274,11 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     return Snapshot(config, routes, generation, compiled_by_plugin)
 
 
-Where = tuple[str | int, ...]
-
-
-def _plugin_options(options: Mapping[str, Any], path: Where, staged: Mapping[str, tuple[str, StagedOptions]],
-                    issue: Callable[[Where, str], None]) -> tuple[dict[str, tuple[Any, Where]], dict[str, Placement]]:
-    """The plugins' entries of an ``options`` mapping at ``path``: ``{plugin:
-    (raw options, where)}``, and the placement a staged options key
-    (e.g. ``jwtStaged: {beforeExtAuth: {...}}``) gives its plugin."""
-    out = {k: (v, path + (k,)) for k, v in options.items() if k not in CORE_OPTION_KEYS and k not in staged}
-    placements: dict[str, Placement] = {}
-    for key, (plugin, spec) in staged.items():
-        if key not in options:
-            continue
-        where, value = path + (key,), options[key]
-        stages = " or ".join(spec.stages)
-        if not isinstance(value, Mapping):
-            issue(where, f"must be a mapping with one of {stages}, got {type_name(value)}")
-        elif any(k not in spec.stages for k in value):
-            wrong = next(k for k in value if k not in spec.stages)
-            issue(where + (str(wrong),), f"unknown field {wrong!r}; expected one of: {', '.join(spec.stages)}")
-        elif len(value) != 1:
-            issue(where, f"set exactly one of {stages}")
-        elif plugin in options:
-            issue(where, f"use either {plugin} or {key}, not both")
-        else:
-            (stage, raw), = value.items()
-            out[plugin] = (raw, where + (stage,))
-            placements[plugin] = spec.stages[stage]
-    return out, placements
+def _plugin_options(options: Mapping[str, Any], path: stages.Where,
+                    staged_keys: frozenset[str]) -> dict[str, tuple[Any, stages.Where]]:
+    """The plugins' entries of an ``options`` mapping at ``path``:
+    ``{plugin: (raw options, where)}`` (staged keys are read by :mod:`stages`)."""
+    return {k: (v, path + (k,)) for k, v in options.items() if k not in CORE_OPTION_KEYS and k not in staged_keys}
 
 
 def _compile(host: PluginHost, name: str, raw: Any, scope: OptionsScope) -> Any:
