@@ -25,6 +25,7 @@ import twistgw_ldap._options as ldap_options
 import twistgw_rbac._policy as rbac_policy
 from twistgw.config import loader
 from twistgw.config.loader import load_directory
+from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
 
@@ -274,7 +275,19 @@ def walk(tmp_path, monkeypatch) -> set[str]:
             seen.add(f"extauth:{_norm((field + '.' + key) if field else key)}")
         return real_ldap(self, value, field, allowed)
 
+    real_staged = stages.check
+
+    def staged_check(plugin, decl, options, path, on_route, issue):
+        # a staged plugin's keys (jwt's jwtStaged...), checked by the core from its declaration
+        kind = "RouteTable" if tuple(path[:2]) == ("spec", "routes") else "VirtualService"
+        for key in decl.keys:
+            if key in options:
+                for stage in (decl.before, decl.after):
+                    seen.add(f"{kind}:{_norm(tuple(path) + (key, stage))}")
+        return real_staged(plugin, decl, options, path, on_route, issue)
+
     monkeypatch.setattr(loader._Reader, "mapping", mapping)
+    monkeypatch.setattr(stages, "check", staged_check)
     monkeypatch.setattr(jwt_options, "_only", recorder("jwt", jwt_options._only))
     monkeypatch.setattr(rbac_policy, "_check_keys", recorder("rbac", rbac_policy._check_keys))
     monkeypatch.setattr(ldap_options._Checker, "mapping", ldap_mapping)
@@ -365,10 +378,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "RouteTable:spec.routes": (T, TABLES), "RouteTable:spec.weight": (T, TABLES),
     "Route:name": (T, CORE), "Route:options": (T, PLUGINS),
     "Route:options.prefixRewrite": (T, MATCH), "Route:options.timeout": (T, PROXY),
-    "Route:options.pluginOrder": (T, PLUGINS), "Route:options.jwtStaged": (T, PLUGINS),
-    "Route:options.jwtProvidersStaged": (T, PLUGINS),
+    "Route:options.pluginOrder": (T, PLUGINS),
     "VirtualService:spec.virtualHost.options.pluginOrder": (T, PLUGINS),
-    "VirtualService:spec.virtualHost.options.jwtStaged": (T, PLUGINS),
     "Route:options.jwtStaged.beforeExtAuth": (T, PLUGINS), "Route:options.jwtStaged.afterExtAuth": (T, PLUGINS),
     "Route:matchers": (T, MATCH), "Route:matchers[].prefix": (T, MATCH), "Route:matchers[].exact": (T, MATCH),
     "Route:matchers[].regex": (T, MATCH), "Route:matchers[].caseSensitive": (T, MATCH),
@@ -461,9 +472,8 @@ MANUAL = {
     "Settings:spec.extauth.devDirectory.ldif", "Settings:spec.extauth.devDirectory.listen",
     "extauth:configRef", "extauth:configRef.name", "extauth:configRef.namespace",
     # the core's own options keys (every other key names a plugin): loader.CORE_OPTION_KEYS
-    "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder", "Route:options.jwtStaged",
-    "Route:options.jwtProvidersStaged", "VirtualService:spec.virtualHost.options.pluginOrder",
-    "VirtualService:spec.virtualHost.options.jwtStaged",
+    "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder",
+    "VirtualService:spec.virtualHost.options.pluginOrder",
 }
 
 
@@ -473,7 +483,7 @@ def test_manual_entries_cover_the_core_options_keys():
     assert route_keys == set(loader.CORE_OPTION_KEYS)
     host_keys = {f.rsplit(".", 1)[1] for f in MANUAL if f.startswith("VirtualService:spec.virtualHost.options.")}
     # prefixRewrite and timeout are route options; a virtual host refuses them
-    assert host_keys == set(loader.CORE_OPTION_KEYS) - {"prefixRewrite", "timeout", "jwtProvidersStaged"}
+    assert host_keys == set(loader.CORE_OPTION_KEYS) - {"prefixRewrite", "timeout"}
 
 
 def _key(field: str) -> str:
