@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import pluggy
 
 if TYPE_CHECKING:
+    from twistgw.api.commands import Commands
     from twistgw.api.types import Decision, OptionsScope, RequestContext
     from twistgw.config.model import Route, VirtualService
     from twistgw.api.plugin import GatewayInfo, PluginInfo
@@ -63,6 +64,19 @@ def twistgw_plugin_info() -> PluginInfo:
 
     :return: a :class:`twistgw.PluginInfo`. Plugins without this hook get
         ``PluginInfo(order=1000)``.
+    """
+
+
+@hookspec
+def twistgw_add_commands(commands: Commands) -> None:
+    """Add the plugin's sub-commands to the ``twistgw`` command line
+    (broadcast: every plugin is called when ``twistgw`` starts).
+
+    :param commands: :class:`twistgw.Commands`; ``commands.add("token",
+        help=...)`` returns an ``argparse`` parser: add arguments, then
+        ``set_defaults(func=run)`` where ``run(args)`` returns the exit code.
+        The shipped plugins add ``twistgw token`` and ``keys`` (jwt) and
+        ``twistgw create secret authcredentials`` (extauth).
     """
 
 
@@ -110,7 +124,9 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: OptionsScope) -> 
         resources (upstreams, secrets, auth configs) in the same snapshot.
     :raise twistgw.OptionsError: with the field path (below your key) and a
         reason. The whole configuration is then rejected and the last good
-        one keeps serving.
+        one keeps serving. Report every problem at once (``twistgw check``
+        lists them all): collect them with :class:`twistgw.options.Problems`
+        or raise ``OptionsError.several([...])``.
     """
 
 
@@ -158,8 +174,14 @@ def twistgw_route_match(
 ) -> Route | None:
     """Choose the route for a request (broadcast, first non-None wins).
 
-    The gateway's own prefix matcher runs last, so a plugin implementing this
-    hook takes precedence for the requests it answers. Must be synchronous.
+    The gateway's own matcher (Gloo's matchers: path, headers, query
+    parameters, methods) runs last, so a plugin implementing this hook takes
+    precedence for the requests it answers. Must be synchronous.
+
+    When a virtual service has routes matching headers or query parameters,
+    the route is chosen a second time after the chain admitted the request
+    (plugins may have written those headers, as the JWT plugin's
+    ``claimsToHeaders`` does); this hook is called again then.
 
     :param ctx: the request (``ctx.path`` is already normalised).
     :param virtual_service: the virtual service chosen by Host.

@@ -97,7 +97,7 @@ spec:
   displayName: The shop
   virtualHost:
     domains: ["Shop.Example.com:8443", "*.example.org"]
-    options: {timeout: 2s}
+    options: {pluginOrder: []}
     routes:
     - name: pets
       matchers: [{prefix: /pets}, {exact: /exact, methods: [GET]}]
@@ -196,14 +196,6 @@ ERROR_CASES = [
         "VirtualService default/v", "spec.virtualHost.routes[0]",
         "set exactly one of routeAction, directResponseAction, delegateAction", 7, id="no-action"),
     pytest.param(
-        VS_HEAD + "    options: {jwtStaged: {}}\n    routes: []\n",
-        "VirtualService default/v", "spec.virtualHost.options.jwtStaged", "set beforeExtAuth, afterExtAuth or both", 6,
-        id="jwtstaged-empty"),
-    pytest.param(
-        VS_HEAD + "    options: {jwtProvidersStaged: {afterExtAuth: {}}}\n    routes: []\n",
-        "VirtualService default/v", "spec.virtualHost.options.jwtProvidersStaged", "is a route option", 6,
-        id="jwtprovidersstaged-on-host"),
-    pytest.param(
         VS_HEAD + "    options: {pluginOrder: [jwt, jwt]}\n    routes: []\n",
         "VirtualService default/v", "spec.virtualHost.options.pluginOrder", "lists a plugin twice", 6,
         id="plugin-order-twice"),
@@ -217,7 +209,7 @@ class CoreConfigTests(TestCase):
         assert (vs.namespace, vs.name, vs.display_name) == ("shop", "shop", "The shop")
         # domains are lower-cased and their port dropped
         assert vs.domains == ("shop.example.com", "*.example.org")
-        assert vs.options == {"timeout": "2s"}
+        assert vs.options == {"pluginOrder": []}
         pets, static, kube, teapot = vs.routes
         assert pets.name == "pets" and static.name == "routes[1]"
         assert pets.action == KubeRef("petstore", "shop", 8080)  # namespace defaults to the VS's
@@ -419,3 +411,17 @@ spec:
     def test_top_level_list_is_refused(self) -> None:
         issue = one_issue("- a\n- b\n")
         assert issue.reason == "a resource must be a mapping, got a list"
+
+    @pytest.mark.parametrize("options, field, reason", [
+        ("{timeout: 2s}", "spec.virtualHost.options.timeout", "is a route option"),
+        ("{prefixRewrite: /v2}", "spec.virtualHost.options.prefixRewrite", "is a route option"),
+    ])
+    def test_route_only_options_are_refused_on_a_virtual_host(self, options, field, reason):
+        issue = one_issue(VS_HEAD + f"    options: {options}\n    routes: []\n")
+        assert issue.field == field and reason in issue.reason
+
+    def test_a_zero_timeout_is_refused(self):
+        issue = one_issue(VS_HEAD + "    routes:\n    - directResponseAction: {status: 200}\n"
+                          "      options: {timeout: 0s}\n")
+        assert issue.field == "spec.virtualHost.routes[0].options.timeout"
+        assert "above zero" in issue.reason

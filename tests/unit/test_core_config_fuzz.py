@@ -30,7 +30,17 @@ class Strict:
         return dict(options)
 
 
-HOST = PluginHost.create(extra=[("strict", Strict()), ("jwt", Strict())], load_entry_points=False)
+class StagedJwt(Strict):
+    """Declares Gloo's jwtStaged, as the shipped jwt plugin does."""
+
+    @twistgw.hookimpl
+    def twistgw_plugin_info(self) -> twistgw.PluginInfo:
+        return twistgw.PluginInfo(order=200, staged_options=twistgw.StagedOptions(
+            "extauth", "beforeExtAuth", "afterExtAuth", ("jwtStaged", "jwtProvidersStaged"),
+            route_only=("jwtProvidersStaged",)))
+
+
+HOST = PluginHost.create(extra=[("strict", Strict()), ("jwt", StagedJwt())], load_entry_points=False)
 
 VALID = """\
 apiVersion: v1
@@ -80,12 +90,12 @@ spec:
   displayName: d
   virtualHost:
     domains: [a.example.com, "*.b.example.com"]
-    options: {strict: {key: k}, timeout: 1s, pluginOrder: [strict]}
+    options: {strict: {key: k}, pluginOrder: [strict]}
     routes:
     - name: one
       matchers: [{prefix: /a, methods: [GET]}, {exact: /b}]
       routeAction: {single: {kube: {ref: {name: petstore, port: 8080}}}}
-      options: {prefixRewrite: /x, strict: {disable: true}}
+      options: {prefixRewrite: /x, timeout: 1s, strict: {disable: true}}
     - routeAction: {single: {upstream: {name: default-petstore-8080}}}
     - routeAction: {single: {upstream: {name: static}}}
       options: {jwtStaged: {beforeExtAuth: {}}, pluginOrder: [jwt, strict]}

@@ -25,6 +25,7 @@ import twistgw_ldap._options as ldap_options
 import twistgw_rbac._policy as rbac_policy
 from twistgw.config import loader
 from twistgw.config.loader import load_directory
+from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
 
@@ -195,12 +196,12 @@ spec:
       - exact: /b
       - regex: /c[0-9]+
       options:
-        prefixRewrite: /
         timeout: 5s
         extauth: {{configRef: {{name: by-search}}}}
       routeAction: {{single: {{kube: {{ref: {{name: svc, namespace: default, port: 80}}, port: 80}}}}}}
     - matchers: [{{prefix: /u}}]
       options:
+        prefixRewrite: /
         jwtStaged:
           afterExtAuth:
             providers:
@@ -274,7 +275,19 @@ def walk(tmp_path, monkeypatch) -> set[str]:
             seen.add(f"extauth:{_norm((field + '.' + key) if field else key)}")
         return real_ldap(self, value, field, allowed)
 
+    real_staged = stages.check
+
+    def staged_check(plugin, decl, options, path, on_route, issue):
+        # a staged plugin's keys (jwt's jwtStaged...), checked by the core from its declaration
+        kind = "RouteTable" if tuple(path[:2]) == ("spec", "routes") else "VirtualService"
+        for key in decl.keys:
+            if key in options:
+                for stage in (decl.before, decl.after):
+                    seen.add(f"{kind}:{_norm(tuple(path) + (key, stage))}")
+        return real_staged(plugin, decl, options, path, on_route, issue)
+
     monkeypatch.setattr(loader._Reader, "mapping", mapping)
+    monkeypatch.setattr(stages, "check", staged_check)
     monkeypatch.setattr(jwt_options, "_only", recorder("jwt", jwt_options._only))
     monkeypatch.setattr(rbac_policy, "_check_keys", recorder("rbac", rbac_policy._check_keys))
     monkeypatch.setattr(ldap_options._Checker, "mapping", ldap_mapping)
@@ -364,6 +377,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "VirtualService:spec.virtualHost.options": (T, PLUGINS), "VirtualService:spec.virtualHost.routes": (T, CORE),
     "RouteTable:spec.routes": (T, TABLES), "RouteTable:spec.weight": (T, TABLES),
     "Route:name": (T, CORE), "Route:options": (T, PLUGINS),
+    "Route:options.prefixRewrite": (T, MATCH), "Route:options.timeout": (T, PROXY),
+    "Route:options.pluginOrder": (T, PLUGINS),
+    "VirtualService:spec.virtualHost.options.pluginOrder": (T, PLUGINS),
     "Route:options.jwtStaged.beforeExtAuth": (T, PLUGINS), "Route:options.jwtStaged.afterExtAuth": (T, PLUGINS),
     "Route:matchers": (T, MATCH), "Route:matchers[].prefix": (T, MATCH), "Route:matchers[].exact": (T, MATCH),
     "Route:matchers[].regex": (T, MATCH), "Route:matchers[].caseSensitive": (T, MATCH),
@@ -456,7 +472,19 @@ MANUAL = {
     "Settings:spec.rbac.requireRbac", "Settings:spec.jwt.verifiedTokenCacheSize",
     "Settings:spec.extauth.devDirectory.ldif", "Settings:spec.extauth.devDirectory.listen",
     "extauth:configRef", "extauth:configRef.name", "extauth:configRef.namespace",
+    # the core's own options keys (every other key names a plugin): loader.CORE_OPTION_KEYS
+    "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder",
+    "VirtualService:spec.virtualHost.options.pluginOrder",
 }
+
+
+def test_manual_entries_cover_the_core_options_keys():
+    """The core's options keys are checked by hand; each has its entries."""
+    route_keys = {f.split(".", 1)[1] for f in MANUAL if f.startswith("Route:options.")}
+    assert route_keys == set(loader.CORE_OPTION_KEYS)
+    host_keys = {f.rsplit(".", 1)[1] for f in MANUAL if f.startswith("VirtualService:spec.virtualHost.options.")}
+    # prefixRewrite and timeout are route options; a virtual host refuses them
+    assert host_keys == set(loader.CORE_OPTION_KEYS) - {"prefixRewrite", "timeout"}
 
 
 def _key(field: str) -> str:
