@@ -29,6 +29,8 @@ from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
 
+from support.trial import TestCase
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -302,7 +304,6 @@ def walk(tmp_path, monkeypatch) -> set[str]:
     return seen
 
 
-
 def _scope(field: str) -> str:
     """Routes are read by one parser whether a VirtualService or a RouteTable holds them."""
     for prefix in ("VirtualService:spec.virtualHost.routes[]", "RouteTable:spec.routes[]"):
@@ -478,36 +479,35 @@ MANUAL = {
 }
 
 
-def test_manual_entries_cover_the_core_options_keys():
-    """The core's options keys are checked by hand; each has its entries."""
-    route_keys = {f.split(".", 1)[1] for f in MANUAL if f.startswith("Route:options.")}
-    assert route_keys == set(loader.CORE_OPTION_KEYS)
-    host_keys = {f.rsplit(".", 1)[1] for f in MANUAL if f.startswith("VirtualService:spec.virtualHost.options.")}
-    # prefixRewrite and timeout are route options; a virtual host refuses them
-    assert host_keys == set(loader.CORE_OPTION_KEYS) - {"prefixRewrite", "timeout"}
-
-
 def _key(field: str) -> str:
     last = field.split(":", 1)[1].split(".")[-1].replace("[]", "")
     return field.split(".")[-2].replace("[]", "") if last == "*" else last
 
 
-def test_every_accepted_field_changes_behaviour_or_is_informational(tmp_path, monkeypatch):
-    accepted = {_scope(f) for f in walk(tmp_path, monkeypatch)} | MANUAL
-    missing = sorted(accepted - FIELDS.keys())
-    assert not missing, "accepted fields without an entry in FIELDS (test or informational?):\n" + "\n".join(missing)
-    stale = sorted(FIELDS.keys() - accepted)
-    assert not stale, "FIELDS lists fields the loader no longer accepts:\n" + "\n".join(stale)
+class FieldWalkTests(TestCase):
+    def test_manual_entries_cover_the_core_options_keys(self):
+        """The core's options keys are checked by hand; each has its entries."""
+        route_keys = {f.split(".", 1)[1] for f in MANUAL if f.startswith("Route:options.")}
+        assert route_keys == set(loader.CORE_OPTION_KEYS)
+        host_keys = {f.rsplit(".", 1)[1] for f in MANUAL if f.startswith("VirtualService:spec.virtualHost.options.")}
+        # prefixRewrite and timeout are route options; a virtual host refuses them
+        assert host_keys == set(loader.CORE_OPTION_KEYS) - {"prefixRewrite", "timeout"}
 
+    def test_every_accepted_field_changes_behaviour_or_is_informational(self, tmp_path, monkeypatch):
+        accepted = {_scope(f) for f in walk(tmp_path, monkeypatch)} | MANUAL
+        missing = sorted(accepted - FIELDS.keys())
+        assert not missing, "accepted fields without an entry in FIELDS (test or informational?):\n" + "\n".join(missing)
+        stale = sorted(FIELDS.keys() - accepted)
+        assert not stale, "FIELDS lists fields the loader no longer accepts:\n" + "\n".join(stale)
 
-@pytest.mark.parametrize("field", sorted(FIELDS))
-def test_each_entry_points_at_real_evidence(field):
-    kind, *where = FIELDS[field]
-    key = _key(field)
-    assert kind in (T, I), field
-    for path in where:
-        assert (ROOT / path).is_file(), f"{field}: {path} does not exist"
-    text = "".join((ROOT / p).read_text() for p in where)
-    assert re.search(rf"\b{re.escape(key)}\b", text), f"{field}: {key!r} appears nowhere in {where}"
-    if kind == I:  # the documentation says what it does (or that it does nothing)
-        assert where[0].startswith("docs/"), field
+    @pytest.mark.parametrize("field", sorted(FIELDS))
+    def test_each_entry_points_at_real_evidence(self, field):
+        kind, *where = FIELDS[field]
+        key = _key(field)
+        assert kind in (T, I), field
+        for path in where:
+            assert (ROOT / path).is_file(), f"{field}: {path} does not exist"
+        text = "".join((ROOT / p).read_text() for p in where)
+        assert re.search(rf"\b{re.escape(key)}\b", text), f"{field}: {key!r} appears nowhere in {where}"
+        if kind == I:  # the documentation says what it does (or that it does nothing)
+            assert where[0].startswith("docs/"), field
