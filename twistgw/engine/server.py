@@ -370,7 +370,7 @@ class Gateway:
             peer = request.client
             head = request.head = RequestHead(
                 request.method, request.uri, request.requestHeaders, getattr(peer, "host", "") or "",
-                "https" if request.isSecure() else "http")
+                "https" if request.isSecure() else "http", request.clientproto)
             plan = self.pipeline.handle(head, self.snapshot)
         except Exception:
             # e.g. a twistgw_route_match plugin that raised: fail closed with
