@@ -7,7 +7,7 @@ import sys
 from twisted.application.service import IService
 from twisted.python import usage
 
-from twistgw.config.defaults import TIMINGS, keyword
+from twistgw.config.defaults import BACKLOG, TIMINGS, keyword
 from twistgw.config.loader import ConfigError
 
 
@@ -23,6 +23,8 @@ class Options(usage.Options):
         ["admin", None, "tcp:9901:interface=127.0.0.1",
          "Admin endpoint (/healthz, /readyz, /metrics); 'none' to disable."],
         *([flag, None, f"{default:g}", text] for flag, default, text in TIMINGS),
+        ["backlog", None, str(BACKLOG), "listen(2) backlog of each --listen endpoint that sets no 'backlog='"
+         " of its own (the kernel caps it at net.core.somaxconn)."],
         ["workers", "w", "1", "Worker processes sharing the listening sockets ('auto': one per core)."
          " With more than 1, only tcp:/tcp6: --listen endpoints are supported."],
     ]
@@ -54,6 +56,12 @@ class Options(usage.Options):
                 self[name] = float(self[name])
             except ValueError:
                 raise usage.UsageError(f"--{name} must be a number of seconds, got {self[name]!r}")
+        try:
+            self["backlog"] = int(self["backlog"])
+        except ValueError:
+            self["backlog"] = 0
+        if not 1 <= self["backlog"] <= 65535:
+            raise usage.UsageError("--backlog must be a whole number from 1 to 65535")
 
 
 def makeService(options: Options) -> IService:
@@ -67,6 +75,7 @@ def makeService(options: Options) -> IService:
         listen=options["listen"],
         admin=admin,
         access_log=not options["no-access-log"],
+        backlog=options["backlog"],
         **{keyword(flag): options[flag] for flag, _, _ in TIMINGS},
     )
     try:
@@ -86,6 +95,7 @@ def makeService(options: Options) -> IService:
 def _workers_service(options: Options, admin: str | None) -> IService:
     """Validate once here (refuse to start on errors), then supervise workers."""
     from twistgw.config.loader import load_directory
+    from twistgw.config.names import with_backlog
     from twistgw.core.plugins import PluginHost
     from twistgw.core.snapshot import build_snapshot
     from twistgw.runtime.workers import WorkersService
@@ -110,4 +120,6 @@ def _workers_service(options: Options, admin: str | None) -> IService:
         args += [f"--{name}", str(options[name])]
     if options["no-access-log"]:
         args.append("--no-access-log")
-    return WorkersService(options["workers"], options["listen"], admin, args)
+    # The supervisor opens the listening sockets: the backlog is its business.
+    listen = [with_backlog(description, options["backlog"]) for description in options["listen"]]
+    return WorkersService(options["workers"], listen, admin, args)

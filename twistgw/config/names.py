@@ -68,6 +68,21 @@ def _valid_port(port: str) -> bool:
     return _PORT.fullmatch(port) is not None and (not port or int(port) <= 65535)
 
 
+#: Server endpoint types whose Twisted parser takes ``backlog=``.
+_BACKLOG_TYPES = ("tcp", "tcp6", "ssl", "unix")
+_HAS_BACKLOG = re.compile(r"(?<!\\):backlog=")
+
+
+def with_backlog(description: str, backlog: int) -> str:
+    """A server endpoint string with ``backlog=`` added when its type takes
+    one and it does not set it already (an explicit ``backlog=`` wins):
+    ``tcp:8080`` → ``tcp:8080:backlog=1024``. Other types are unchanged."""
+    kind = description.split(":", 1)[0]
+    if kind not in _BACKLOG_TYPES or _HAS_BACKLOG.search(description):
+        return description
+    return f"{description}:backlog={backlog}"
+
+
 def is_loopback_endpoint(description: str) -> bool:
     """Whether a Twisted server endpoint string listens on loopback only
     (``tcp:PORT:interface=127.0.0.1`` or ``::1``)."""

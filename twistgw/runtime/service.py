@@ -18,8 +18,10 @@ from twisted.internet import defer, task
 from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 
-from twistgw.config.defaults import DRAIN_TIMEOUT, HEAD_TIMEOUT, IDLE_TIMEOUT, POLL_INTERVAL, UPSTREAM_TIMEOUT
+from twistgw.config.defaults import (BACKLOG, DRAIN_TIMEOUT, HEAD_TIMEOUT, IDLE_TIMEOUT, POLL_INTERVAL,
+                                     UPSTREAM_TIMEOUT)
 from twistgw.config.loader import ConfigError, load_directory
+from twistgw.config.names import with_backlog
 from twistgw.core.plugins import GatewayInfo, PluginHost
 from twistgw.core.snapshot import Snapshot, build_snapshot
 from twistgw.engine.server import Gateway, GatewayFactory
@@ -67,7 +69,7 @@ class GatewayService(service.MultiService):
                  plugins: PluginHost | None = None, poll_interval: float = POLL_INTERVAL,
                  access_log: bool = True, drain_timeout: float = DRAIN_TIMEOUT,
                  upstream_timeout: float = UPSTREAM_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
-                 head_timeout: float = HEAD_TIMEOUT) -> None:
+                 head_timeout: float = HEAD_TIMEOUT, backlog: int = BACKLOG) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -88,7 +90,8 @@ class GatewayService(service.MultiService):
         self.factory = GatewayFactory(self.gateway, timeout=idle_timeout, head_timeout=head_timeout)
         self.listeners: list[StreamServerEndpointService] = []
         for description in listen:
-            svc = StreamServerEndpointService(serverFromString(reactor, description), self.factory)
+            endpoint = serverFromString(reactor, with_backlog(description, backlog))
+            svc = StreamServerEndpointService(endpoint, self.factory)
             svc.setServiceParent(self)
             self.listeners.append(svc)
         self.admin_listener = None
