@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from twisted.application.service import IService
 from twisted.python import usage
@@ -74,7 +75,7 @@ def makeService(options: Options) -> IService:
         options["config"],
         listen=options["listen"],
         admin=admin,
-        access_log=not options["no-access-log"],
+        access_log=_access_log(options),
         backlog=options["backlog"],
         **{keyword(flag): options[flag] for flag, _, _ in TIMINGS},
     )
@@ -90,6 +91,29 @@ def makeService(options: Options) -> IService:
         sys.stderr.flush()
         raise SystemExit(1)
     return svc
+
+
+def _twist_options(options: Options) -> dict:
+    """``twist``'s own options (``--log-file``, ``--log-format``,
+    ``--log-level``), or ``{}`` when not run by ``twist``."""
+    parent = getattr(options, "parent", None)
+    return parent if isinstance(parent, dict) else {}
+
+
+def _access_log(options: Options) -> Any:
+    """The access log in ``twist``'s log file and format, written once per
+    reactor turn; and ``twist``'s text log escaping control characters."""
+    from twistgw.runtime.logs import access_log_for, use_safe_text_observer
+
+    twist = _twist_options(options)
+    use_safe_text_observer(twist)
+    if options["no-access-log"]:
+        return False
+    if not twist:
+        return True  # a twisted.logger event per request
+    from twisted.internet import reactor
+
+    return access_log_for(twist, reactor) or False
 
 
 def _workers_service(options: Options, admin: str | None) -> IService:
@@ -118,8 +142,9 @@ def _workers_service(options: Options, admin: str | None) -> IService:
     args = ["--config", options["config"]]
     for name, _, _ in TIMINGS:
         args += [f"--{name}", str(options[name])]
-    if options["no-access-log"]:
+    if options["no-access-log"] or _access_log(options) is False:
         args.append("--no-access-log")
+    args += ["--log-format", _twist_options(options).get("logFormat", "text")]
     # The supervisor opens the listening sockets: the backlog is its business.
     listen = [with_backlog(description, options["backlog"]) for description in options["listen"]]
     return WorkersService(options["workers"], listen, admin, args)

@@ -22,6 +22,7 @@ from twistgw.config.defaults import (BACKLOG, DRAIN_TIMEOUT, HEAD_TIMEOUT, IDLE_
                                      UPSTREAM_TIMEOUT)
 from twistgw.config.loader import ConfigError, load_directory
 from twistgw.config.names import with_backlog
+from twistgw.core.accesslog import AccessLog
 from twistgw.core.plugins import GatewayInfo, PluginHost
 from twistgw.core.snapshot import Snapshot, build_snapshot
 from twistgw.engine.server import Gateway, GatewayFactory
@@ -67,7 +68,7 @@ class GatewayService(service.MultiService):
     def __init__(self, config_dir: str, listen: Iterable[str] = ("tcp:8080",),
                  admin: str | None = "tcp:9901:interface=127.0.0.1", reactor: Any = None,
                  plugins: PluginHost | None = None, poll_interval: float = POLL_INTERVAL,
-                 access_log: bool = True, drain_timeout: float = DRAIN_TIMEOUT,
+                 access_log: bool | AccessLog = True, drain_timeout: float = DRAIN_TIMEOUT,
                  upstream_timeout: float = UPSTREAM_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
                  head_timeout: float = HEAD_TIMEOUT, backlog: int = BACKLOG) -> None:
         super().__init__()
@@ -219,3 +220,5 @@ class GatewayService(service.MultiService):
             self._echo_port.addCallback(lambda port: port.stopListening() if port is not None else None)
         yield self.gateway.forwarder.close()
         yield defer.ensureDeferred(self.plugins.unconfigure())
+        if self.gateway.access_log is not None:
+            self.gateway.access_log.close()  # the last lines, before the process ends
