@@ -68,6 +68,11 @@ def escape_text(value: str, keep: str = "") -> str:
     return "".join(map(_escape_char, value))
 
 
+#: Module level, not class attributes: a Logger read through an instance
+#: takes the class's name as its namespace.
+_access = Logger(namespace="twistgw.access")
+_log = Logger(namespace="twistgw")
+
 #: JSON string literals, non-ASCII escaped as ``twist``'s JSON observer does (a
 #: lone surrogate from a claim can then never make the write fail).
 _encode = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
@@ -84,9 +89,6 @@ class AccessLog:
     :param limit: buffered characters that force a write.
     :param clock: the wall clock for the timestamp (``time.time``).
     """
-
-    _log = Logger(namespace="twistgw.access")
-    _self_log = Logger(namespace="twistgw")
 
     def __init__(self, write: Callable[[str], Any] | None = None, fmt: str = "text",
                  schedule: Callable[[Callable[[], None]], Any] | None = None, limit: int = BUFFER_LIMIT,
@@ -139,7 +141,7 @@ class AccessLog:
     def _event(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
                upstream: str, decided_by: str, principal: str, duration: float) -> None:
         e = escape_text
-        self._log.info(LOG_FORMAT, client=e(client), method=e(method), path=e(path), status=status,
+        _access.info(LOG_FORMAT, client=e(client), method=e(method), path=e(path), status=status,
                        virtual_service=e(virtual_service), route=e(route), upstream=e(upstream),
                        decided_by=e(decided_by), principal=e(principal), duration_ms=duration * 1000)
 
@@ -167,7 +169,7 @@ class AccessLog:
             self._write("".join(lines))  # type: ignore[misc]
         except Exception as exc:
             if not self.dropped:
-                self._self_log.error("The access log cannot be written ({error}); dropping its lines"
+                _log.error("The access log cannot be written ({error}); dropping its lines"
                                      " until it can", error=repr(exc))
             self.dropped += len(lines)
 
