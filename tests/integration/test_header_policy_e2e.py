@@ -10,39 +10,16 @@ from typing import Any
 import pytest
 import pytest_twisted
 
-from support.http import raw_exchange
+from support.http import raw_exchange, static_upstream_yaml, vs_yaml
 
-CONFIG = """\
-apiVersion: core.vendor.io/v1
-kind: Upstream
-metadata: {{name: backend}}
-spec: {{static: {{hosts: [{{addr: 127.0.0.1, port: {port}}}]}}}}
----
-apiVersion: gateway.vendor.io/v1
-kind: VirtualService
-metadata: {{name: api}}
-spec:
-  virtualHost:
-    domains: [api.test]
-    routes:
-    - matchers: [{{prefix: /}}]
-      routeAction: {{single: {{upstream: {{name: backend}}}}}}
----
-apiVersion: gateway.vendor.io/v1
-kind: VirtualService
-metadata: {{name: fallback}}
-spec:
-  virtualHost:
-    domains: ["*"]
-    routes:
-    - matchers: [{{prefix: /}}]
-      directResponseAction: {{status: 200, body: fallback}}
-"""
+FALLBACK = "    - matchers: [{prefix: /}]\n      directResponseAction: {status: 200, body: fallback}\n"
 
 
 @pytest.fixture
 def gw(backend: Any, config_dir: Any, gateway: Any) -> Any:
-    g = gateway(config_dir(CONFIG.format(port=backend.port)))
+    g = gateway(config_dir(static_upstream_yaml("backend", [backend.port]) + "---\n"
+                           + vs_yaml("api", domains=["api.test"]) + "---\n"
+                           + vs_yaml("fallback", domains=["*"], routes=FALLBACK)))
     g.backend = backend
     return g
 

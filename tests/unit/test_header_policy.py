@@ -75,7 +75,6 @@ def run(snapshot, host: bytes | None, target: bytes = b"/x", version: bytes = b"
     (b"[::1]:", "[::1]"),
     (b"[2001:DB8::1]:443", "[2001:db8::1]"),
     (b"my_host~1", "my_host~1"),
-    (b"", ""),
 ])
 def test_parse_host_accepts(raw: bytes, host: str) -> None:
     assert parse_host(raw) == host
@@ -92,7 +91,7 @@ def test_parse_host_accepts(raw: bytes, host: str) -> None:
     b"api.example.com:http", b"api.example.com:-1", b"api.example.com:65536", b"api.example.com:123456",
     b"::1", b"[::1", b"::1]", b"[::1]x", b"[::1]:x", b"[::1]:99999", b"[fe80::1%25eth0]", b"[v1.x]",
     b"[not-ip]", b"[1.2.3.4]", b"api.example.com\x00", b"api.example.com\r", "é.example.com".encode(),
-    b"\xffhost",
+    b"\xffhost", b"",
 ])
 def test_parse_host_refuses(raw: bytes) -> None:
     assert parse_host(raw) is None
@@ -116,9 +115,17 @@ def test_invalid_host_is_400(snapshot, host: bytes) -> None:
     assert b"not a valid host[:port]" in p.body
 
 
-def test_invalid_authority_in_absolute_form_is_400(snapshot) -> None:
-    p = run(snapshot, b"api.example.com", target=b"http://api.example.com,evil/x")
+@pytest.mark.parametrize("target", [b"http://api.example.com,evil/x", b"http:///x", b"http://:80/x",
+                                    b"http://api.example.com:99999999/x"])
+def test_invalid_authority_in_absolute_form_is_400(snapshot, target: bytes) -> None:
+    p = run(snapshot, b"api.example.com", target=target)
     assert isinstance(p, LocalResponse) and p.status == 400
+
+
+def test_empty_host_is_400(snapshot) -> None:
+    for version in (b"HTTP/1.1", b"HTTP/1.0"):
+        p = run(snapshot, b"", version=version)
+        assert isinstance(p, LocalResponse) and p.status == 400
 
 
 @pytest.mark.parametrize("host", [b"api.example.com.", b"api.example.com.:80", b"API.example.com.:8080",

@@ -32,14 +32,12 @@ def parse_host(value: bytes) -> str | None:
     IPv6 literal keeps its brackets. ``None`` when the value is not one:
     userinfo (``u@h``), lists (``a,b``), paths, quotes, backslashes, spaces,
     percent-escapes, sub-delims, empty labels, a port that is not 0-65535,
-    a malformed IPv6 literal, non-ASCII. The empty value (allowed by RFC
-    9112 §3.2 for a target without authority) is ``""``."""
+    a malformed IPv6 literal, non-ASCII, and the empty value (no host to
+    route by: RFC 9110 §4.2.1 has recipients reject an empty http host)."""
     try:
         text = value.decode("ascii").lower()
     except UnicodeDecodeError:
         return None
-    if not text:
-        return ""
     if text.startswith("["):
         end = text.find("]")
         if end == -1 or "%" in text:  # no zone identifier: RFC 9110 does not allow one

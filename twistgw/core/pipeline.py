@@ -114,14 +114,13 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
     if hosts is not None and len(hosts) > 1:
         return bad_request("more than one Host header")
     if authority is not None:
-        host_value = authority
+        host, vs = snapshot.hosts.resolve(authority)
     elif hosts is not None:
-        host_value = hosts[0]
+        host, vs = snapshot.hosts.resolve(hosts[0])
     elif version == b"HTTP/1.0":
-        host_value = b""  # RFC 9112 §3.2: only HTTP/1.1 must send Host; "*" serves it
+        host, vs = "", snapshot.hosts.default  # RFC 9112 §3.2: only HTTP/1.1 must send Host
     else:
         return bad_request("the Host header is required")
-    host, vs = snapshot.hosts.resolve(host_value)
     if host is None:
         return bad_request("the Host header (or the target's authority) is not a valid host[:port]")
     if vs is None:
