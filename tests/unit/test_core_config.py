@@ -428,3 +428,9 @@ def test_yaml_tags_that_build_objects_are_refused() -> None:
 def test_top_level_list_is_refused() -> None:
     issue = one_issue("- a\n- b\n")
     assert issue.reason == "a resource must be a mapping, got a list"
+
+
+def test_a_null_top_level_key_is_an_unknown_field_not_a_crash() -> None:
+    # found by test_core_config_fuzz: "~:" made the field path None
+    with pytest.raises(ConfigError, match="unknown field 'None'"):
+        load_text("~: 1\napiVersion: v1\nkind: Secret\nmetadata: {name: a}\n", "x.yaml")

@@ -108,8 +108,8 @@ def path_text(path: tuple[str | int, ...]) -> str:
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
-        else:
-            out += ("." if out else "") + part
+        else:  # str(): YAML keys may be null, booleans or floats ("~: x" at the top)
+            out += ("." if out else "") + str(part)
     return out
 
 
