@@ -95,7 +95,7 @@ spec:
   displayName: The shop
   virtualHost:
     domains: ["Shop.Example.com:8443", "*.example.org"]
-    options: {timeout: 2s}
+    options: {pluginOrder: []}
     routes:
     - name: pets
       matchers: [{prefix: /pets}, {exact: /exact, methods: [GET]}]
@@ -115,7 +115,7 @@ def test_every_kind_loads() -> None:
     assert (vs.namespace, vs.name, vs.display_name) == ("shop", "shop", "The shop")
     # domains are lower-cased and their port dropped
     assert vs.domains == ("shop.example.com", "*.example.org")
-    assert vs.options == {"timeout": "2s"}
+    assert vs.options == {"pluginOrder": []}
     pets, static, kube, teapot = vs.routes
     assert pets.name == "pets" and static.name == "routes[1]"
     assert pets.action == KubeRef("petstore", "shop", 8080)  # namespace defaults to the VS's
@@ -430,7 +430,17 @@ def test_top_level_list_is_refused() -> None:
     assert issue.reason == "a resource must be a mapping, got a list"
 
 
-def test_a_null_top_level_key_is_an_unknown_field_not_a_crash() -> None:
-    # found by test_core_config_fuzz: "~:" made the field path None
-    with pytest.raises(ConfigError, match="unknown field 'None'"):
-        load_text("~: 1\napiVersion: v1\nkind: Secret\nmetadata: {name: a}\n", "x.yaml")
+@pytest.mark.parametrize("options, field, reason", [
+    ("{timeout: 2s}", "spec.virtualHost.options.timeout", "is a route option"),
+    ("{prefixRewrite: /v2}", "spec.virtualHost.options.prefixRewrite", "is a route option"),
+])
+def test_route_only_options_are_refused_on_a_virtual_host(options, field, reason):
+    issue = one_issue(VS_HEAD + f"    options: {options}\n    routes: []\n")
+    assert issue.field == field and reason in issue.reason
+
+
+def test_a_zero_timeout_is_refused():
+    issue = one_issue(VS_HEAD + "    routes:\n    - directResponseAction: {status: 200}\n"
+                      "      options: {timeout: 0s}\n")
+    assert issue.field == "spec.virtualHost.routes[0].options.timeout"
+    assert "above zero" in issue.reason
