@@ -26,6 +26,7 @@ from twisted.internet.defer import Deferred
 
 from twistgw.api.headers import Headers
 from twistgw.api.types import RequestContext
+from twistgw.config.defaults import BACKLOG
 from twistgw.config.loader import load_directory, load_text
 from twistgw.core.pipeline import Pipeline, RequestHead, split_target
 from twistgw.core.plan import Forward, LocalResponse, Plan
@@ -247,6 +248,8 @@ class RunningGateway:
         await _close_treq_idle_connections()
         await self.service.gateway.forwarder.close()
         await self.service.plugins.unconfigure()
+        if self.service.gateway.access_log is not None:
+            self.service.gateway.access_log.close()
 
 
 async def _close_treq_idle_connections() -> None:
@@ -289,7 +292,7 @@ def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object] | str], 
     svc = GatewayService(config_dir, listen=(), admin=None, reactor=reactor, plugins=host,
                          poll_interval=poll_interval, **service_options)
     svc.load_initial()
-    port = reactor.listenTCP(0, svc.factory, interface="127.0.0.1")
+    port = reactor.listenTCP(0, svc.factory, backlog=BACKLOG, interface="127.0.0.1")
     from twistgw.runtime.admin import AdminRoot, quiet_site
 
     admin_port = reactor.listenTCP(0, quiet_site(AdminRoot(svc)), interface="127.0.0.1")
