@@ -142,7 +142,7 @@ class RbacConfigTests(TestCase):
 
     @pytest.mark.parametrize("settings,field,reason", [
         ({"requireRbac": "true"}, "requireRbac", "must be true or false, got a string 'true'"),
-        ({"requireRBAC": True}, "requireRBAC", "unknown field 'requireRBAC'; expected: requireRbac"),
+        ({"requireRBAC": True}, "requireRBAC", "unknown field 'requireRBAC'; expected one of: requireRbac"),
     ])
     def test_invalid_settings_are_rejected(self, settings: Any, field: str, reason: str) -> None:
         # Reported at Settings.spec.rbac.<field> when a route falls back to the default ...
