@@ -244,7 +244,7 @@ class GlooLoaderTests(TestCase):
             (14, "spec.virtualHost.routes[0].colour"),
         ]
         assert found[2].reason == "unknown field 'colour'; expected one of: delegateAction," \
-            " directResponseAction, matchers, name, options, routeAction"
+            " directResponseAction, inheritableMatchers, inheritablePathMatchers, matchers, name, options, routeAction"
 
     def test_jwt_reports_every_provider_problem(self):
         found = check(VS_V + """\
