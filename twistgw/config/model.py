@@ -147,8 +147,19 @@ class Route:
         return any_matches(self.matchers, req)
 
 
+class _Named:
+    """A namespaced resource: ``key`` is ``namespace/name``."""
+
+    namespace: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 @attrs.frozen
-class RouteTable:
+class RouteTable(_Named):
     """A ``RouteTable``: routes a virtual service (or another table) delegates to."""
 
     namespace: str
@@ -158,13 +169,9 @@ class RouteTable:
     weight: int = 0
     source: Source | None = None
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
 
 @attrs.frozen
-class VirtualService:
+class VirtualService(_Named):
     namespace: str
     name: str
     domains: tuple[str, ...]
@@ -172,10 +179,6 @@ class VirtualService:
     options: Mapping[str, Any] = attrs.field(factory=dict)
     display_name: str = ""
     source: Source | None = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 @attrs.frozen
@@ -186,7 +189,7 @@ class ServicePort:
 
 
 @attrs.frozen
-class Service:
+class Service(_Named):
     namespace: str
     name: str
     ports: tuple[ServicePort, ...]
@@ -202,7 +205,7 @@ class EndpointSubset:
 
 
 @attrs.frozen
-class EndpointsResource:
+class EndpointsResource(_Named):
     namespace: str
     name: str
     subsets: tuple[EndpointSubset, ...]
