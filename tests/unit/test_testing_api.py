@@ -116,7 +116,7 @@ class DryRunTests(TestCase):
         directory = str(tmp_path)
         with open(os.path.join(directory, "c.yaml"), "w") as f:
             f.write(text)
-        tester = ChainTester.from_directory(directory, [("extauth", twistgw_ldap)], dry_run=True)
+        tester = ChainTester.from_directory(directory, [("extauth", twistgw_ldap.ExtAuthPlugin)], dry_run=True)
         missing = await tester.request("GET", "http://any/x")
         self.assertEqual(missing.status, 401)  # decided without the directory
         result = await tester.request("GET", "http://any/x", headers={"Authorization": "Basic YWxpY2U6cHc="})
@@ -143,7 +143,7 @@ class DryRunTests(TestCase):
         directory = str(tmp_path)
         with open(os.path.join(directory, "c.yaml"), "w") as f:
             f.write(text)
-        tester = ChainTester.from_directory(directory, [("jwt", twistgw_jwt)], dry_run=True)
+        tester = ChainTester.from_directory(directory, [("jwt", twistgw_jwt.JwtPlugin)], dry_run=True)
         token = mint_token(pem, ISSUER, "alice", {}, 60)
         result = await tester.request("GET", "http://any/x", headers={"Authorization": f"Bearer {token}"})
         (_, _, decision), = result.trace
@@ -187,7 +187,7 @@ class KeyFileTests(TestCase):
     def _issue(self, local: str) -> twistgw.ConfigError:
         self._write(local)
         with self.assertRaises(twistgw.ConfigError) as caught:
-            ChainTester.from_directory(self.directory, [("jwt", twistgw_jwt)])
+            ChainTester.from_directory(self.directory, [("jwt", twistgw_jwt.JwtPlugin)])
         return caught.exception
 
     async def test_relative_to_the_config_directory(self) -> None:
@@ -197,7 +197,7 @@ class KeyFileTests(TestCase):
         cwd = os.getcwd()
         self.addCleanup(os.chdir, cwd)
         os.chdir("/")  # never the working directory
-        tester = ChainTester.from_directory(self.directory, [("jwt", twistgw_jwt)])
+        tester = ChainTester.from_directory(self.directory, [("jwt", twistgw_jwt.JwtPlugin)])
         token = mint_token(self.private, ISSUER, "alice", {}, 60)
         ok = await tester.request("GET", "http://any/x", headers={"Authorization": f"Bearer {token}"})
         self.assertEqual(ok.status, 200)
@@ -232,6 +232,6 @@ class KeyFileTests(TestCase):
         text = virtual_service("{jwt: {providers: {mine: {issuer: '%s', jwks: {local: {keyFile: k.pem}}}}}}"
                                % ISSUER)
         with self.assertRaises(twistgw.ConfigError) as caught:
-            ChainTester.from_yaml(text, [("jwt", twistgw_jwt)])
+            ChainTester.from_yaml(text, [("jwt", twistgw_jwt.JwtPlugin)])
         self.assertIn("is relative, but this configuration was not read from a directory",
                       str(caught.exception))
