@@ -1,4 +1,4 @@
-"""RBAC behind the real ``jwt`` plugin, with RS256 tokens (skipped until it exists),
+"""RBAC behind the real ``jwt`` plugin, with RS256 tokens,
 and the exact deny response on the wire through the real proxy."""
 
 from __future__ import annotations
@@ -17,14 +17,7 @@ from rbac_helpers import UPSTREAM, claims_headers, config, fakejwt, make_tester,
 import twistgw_rbac
 from twistgw.testing import ChainTester
 
-try:
-    import twistgw_jwt
-except ImportError:  # pragma: no cover
-    twistgw_jwt = None
-
-needs_jwt = pytest.mark.skipif(
-    twistgw_jwt is None or not hasattr(twistgw_jwt, "twistgw_authenticate"),
-    reason="the jwt plugin is not written yet")
+import twistgw_jwt
 
 _KEYS: dict[str, Any] = {}
 
@@ -81,7 +74,6 @@ def real(text: str) -> ChainTester:
 RBAC = {"policies": {"admins": policy({"role": "admin"}, methods=["GET"], prefix="/api/")}}
 
 
-@needs_jwt
 @pytest_twisted.ensureDeferred
 async def test_real_tokens_allow_and_deny() -> None:
     t = real(jwt_config(RBAC, jwt_options("corp")))
@@ -94,7 +86,6 @@ async def test_real_tokens_allow_and_deny() -> None:
     assert r.status == 403
 
 
-@needs_jwt
 @pytest_twisted.ensureDeferred
 async def test_401_before_403() -> None:
     t = real(jwt_config(RBAC, jwt_options("corp")))
@@ -109,7 +100,6 @@ async def test_401_before_403() -> None:
     assert r.body == b"Jwt verification fails"
 
 
-@needs_jwt
 @pytest_twisted.ensureDeferred
 async def test_allow_missing_jwt_then_rbac_denies_with_403() -> None:
     t = real(jwt_config(RBAC, jwt_options("corp", policy_name="ALLOW_MISSING")))
@@ -120,7 +110,6 @@ async def test_allow_missing_jwt_then_rbac_denies_with_403() -> None:
     assert r.status == 200
 
 
-@needs_jwt
 @pytest_twisted.ensureDeferred
 async def test_provider_restriction_with_two_real_providers() -> None:
     rbac = {"policies": {"p": policy({"role": "admin"}, provider="corp")}}
@@ -132,7 +121,6 @@ async def test_provider_restriction_with_two_real_providers() -> None:
     assert (r.status, r.body) == (403, b"RBAC: access denied")
 
 
-@needs_jwt
 @pytest_twisted.ensureDeferred
 async def test_nested_and_list_claims_from_a_real_token() -> None:
     rbac = {"policies": {"kc": policy({"realm_access.roles": "manager"}, delimiter=".",
