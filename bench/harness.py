@@ -62,7 +62,8 @@ DOCS = os.path.join(ROOT, "docs", "performance.md")
 
 # Scenario names, in the order of the table.
 REFERENCES = ["backend-direct", "nginx-proxy", "haproxy-proxy", "haproxy-jwt", "bare-twisted"]
-GATEWAY = ["plain", "plain-nolog", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache", "ldap-nocache"]
+GATEWAY = ["plain", "plain-nolog", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache", "ldap-nocache",
+           "ldap-search-cache", "ldap-search-nocache"]
 ALL = REFERENCES + GATEWAY
 DESCRIPTIONS = {
     "backend-direct": "wrk straight at the nginx backend (ceiling of core 0)",
@@ -77,6 +78,8 @@ DESCRIPTIONS = {
     "jwt-rbac": "twistgw, JWT RS256 + RBAC, the same token",
     "ldap-cache": "twistgw, LDAP (slapd), decision cache on",
     "ldap-nocache": "twistgw, LDAP (slapd), decision cache off",
+    "ldap-search-cache": "twistgw, LDAP userSearch + nested groupSearch (slapd), decision cache on",
+    "ldap-search-nocache": "twistgw, LDAP userSearch + nested groupSearch (slapd), decision cache off",
 }
 
 
@@ -344,10 +347,26 @@ cn: Bob
 sn: Example
 userPassword: bobpw
 
+dn: ou=contractors,dc=example,dc=org
+objectClass: organizationalUnit
+ou: contractors
+
+dn: uid=carol,ou=contractors,dc=example,dc=org
+objectClass: inetOrgPerson
+uid: carol
+cn: Carol
+sn: Example
+userPassword: carolpw
+
 dn: cn=managers,ou=groups,dc=example,dc=org
 objectClass: groupOfNames
 cn: managers
 member: uid=alice,ou=people,dc=example,dc=org
+
+dn: cn=staff,ou=groups,dc=example,dc=org
+objectClass: groupOfNames
+cn: staff
+member: cn=managers,ou=groups,dc=example,dc=org
 """
 
 
@@ -519,10 +538,24 @@ def jwt_options(mat: JwtMaterial, rbac: bool) -> str:
     return out
 
 
-def ldap_options(slapd_port: int, cache: bool) -> tuple[str, str]:
+def ldap_options(slapd_port: int, cache: bool, search: bool = False) -> tuple[str, str]:
+    """The ldap-* scenarios: a DN template and memberOf, or (``search``) an
+    anonymous userSearch over both OUs and a nested groupSearch: alice is
+    admitted through cn=staff, which lists cn=managers, which lists her
+    (four LDAP operations and a second group search per uncached request)."""
     options = """    options:
       extauth: {configRef: {name: ldap, namespace: default}}
 """
+    if search:
+        how = """      userSearch: {baseDn: "dc=example,dc=org", filter: "(uid=%s)"}
+      groupSearch: {baseDn: "ou=groups,dc=example,dc=org", nested: true}
+      allowedGroups: ["cn=staff,ou=groups,dc=example,dc=org"]
+      groupsHeader: X-Auth-Groups"""
+    else:
+        how = """      userDnTemplate: uid=%s,ou=people,dc=example,dc=org
+      membershipAttributeName: memberOf
+      allowedGroups: ["cn=managers,ou=groups,dc=example,dc=org"]
+      searchFilter: (objectClass=*)"""
     extra = f"""---
 apiVersion: enterprise.gateway.vendor.io/v1
 kind: AuthConfig
@@ -531,10 +564,7 @@ spec:
   configs:
   - ldap:
       address: ldap://127.0.0.1:{slapd_port}
-      userDnTemplate: uid=%s,ou=people,dc=example,dc=org
-      membershipAttributeName: memberOf
-      allowedGroups: ["cn=managers,ou=groups,dc=example,dc=org"]
-      searchFilter: (objectClass=*)
+{how}
       pool: {{maxSize: {CONNECTIONS}, initialSize: 4}}
       cacheTtl: {"60s" if cache else "0"}
 """
@@ -758,14 +788,18 @@ class Bench:
                     raise Skip("no token list")
                 headers = []
                 script = ["-s", os.path.join(HERE, "fresh_tokens.lua")]
-        elif name in ("ldap-cache", "ldap-nocache"):
+        elif name in ("ldap-cache", "ldap-nocache", "ldap-search-cache", "ldap-search-nocache"):
             assert self.slapd_port is not None
-            options, extra = ldap_options(self.slapd_port, cache=name == "ldap-cache")
+            options, extra = ldap_options(self.slapd_port, cache=name.endswith("-cache"),
+                                          search="-search-" in name)
             gateway_config(directory, self.backend_port, options, extra)
             expect = [("no credentials", {}, 401),
                       ("wrong password", {"Authorization": basic("alice", "nope")}, 401),
                       ("member of the allowed group", {"Authorization": basic("alice", "alicepw")}, 200),
                       ("not a member", {"Authorization": basic("bob", "bobpw")}, 403)]
+            if "-search-" in name:
+                expect.append(("a user of the other OU, in no group", {"Authorization": basic("carol", "carolpw")},
+                               403))
             headers = [f"Authorization: {basic('alice', 'alicepw')}"]
         else:
             raise Skip(f"unknown scenario {name!r}")
@@ -1171,6 +1205,15 @@ def report(bench: Bench, elapsed: float) -> str:
     lines.append(ceiling("plain route, access log on / --no-access-log", cpu_times(plain, res.get("plain-nolog")), 1.1))
     if nc and nc.runs:
         lines.append(f"| LDAP uncached, req/s | {nc.rps():,.0f} | ≥ 3,000 | {verdict(nc.rps(), 3000)} |")
+
+    sn, sc = res.get("ldap-search-nocache"), res.get("ldap-search-cache")
+    if (sn and sn.runs) or (sc and sc.runs):
+        lines += ["", "| LDAP userSearch + nested groupSearch, beside the DN template + memberOf rows |"
+                  " req/s ratio | CPU µs/req more |", "|---|---:|---:|"]
+        lines.append(f"| uncached: search + bind + 2 group searches, against bind + base search |"
+                     f" {fmt(ratio(sn, nc), '.2f')} | {fmt(cpu_extra(sn, nc), '.0f')} |")
+        lines.append(f"| decision cache (plus the groups header) | {fmt(ratio(sc, res.get('ldap-cache')), '.2f')} |"
+                     f" {fmt(cpu_extra(sc, res.get('ldap-cache')), '.0f')} |")
 
     lines += ["", "| target (issue 6) | req/s ratio | CPU ratio | goal | by req/s | by CPU |",
               "|---|---:|---:|---:|---|---|"]

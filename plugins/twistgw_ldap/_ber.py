@@ -61,16 +61,105 @@ def bind_request(msg_id: int, dn: bytes, password: bytes) -> bytes:
     return _tlv(0x30, _integer(msg_id) + op)
 
 
+#: SearchRequest scopes (RFC 4511 §4.5.1.2)
+SCOPE_BASE, SCOPE_ONE, SCOPE_SUB = 0, 1, 2
+
+
 def search_request(msg_id: int, base: bytes, filter_ber: bytes, attributes: list[bytes],
-                   size_limit: int, time_limit: int) -> bytes:
-    """LDAPMessage(SearchRequest(base, scope baseObject, never deref, limits,
-    typesOnly false, filter, attributes)); ``filter_ber`` is the filter's
-    encoding (ldaptor's ``toWire()``, computed once per configuration)."""
+                   size_limit: int, time_limit: int, scope: int = SCOPE_BASE) -> bytes:
+    """LDAPMessage(SearchRequest(base, scope, never deref, limits, typesOnly
+    false, filter, attributes)); ``filter_ber`` is the filter's encoding
+    (ldaptor's ``toWire()`` computed once per configuration, or a
+    :class:`FilterTemplate` filled in)."""
     attrs = _tlv(0x30, b"".join(_tlv(0x04, a) for a in attributes))
     op = _tlv(_SEARCH_REQUEST,
-              _tlv(0x04, base) + b"\x0a\x01\x00\x0a\x01\x00" + _integer(size_limit)
+              _tlv(0x04, base) + bytes((0x0A, 0x01, scope, 0x0A, 0x01, 0x00)) + _integer(size_limit)
               + _integer(time_limit) + b"\x01\x01\x00" + filter_ber + attrs)
     return _tlv(0x30, _integer(msg_id) + op)
+
+
+# -- filter templates ----------------------------------------------------------
+
+#: Filter choices whose content starts with an attribute description followed by
+#: an assertion value (RFC 4511 §4.5.1.7): equality, >=, <=, approx.
+_ASSERTIONS = frozenset({0xA3, 0xA5, 0xA6, 0xA8})
+_SUBSTRINGS = 0xA4
+_EXTENSIBLE = 0xA9
+_AND_OR_NOT = frozenset({0xA0, 0xA1, 0xA2})
+
+
+class FilterTemplate:
+    """An encoded search filter with one placeholder in assertion values,
+    filled in per request with raw value bytes.
+
+    Built from ldaptor's encoding of the filter with a unique ``marker`` where
+    the value goes; :meth:`encode` puts the value there and recomputes the
+    lengths. In BER an assertion value is an opaque octet string, so nothing
+    in the value can change the filter's structure: the result is what
+    ldaptor encodes for the filter text with the value escaped by
+    ``pureldap.escape`` (RFC 4515), which the property tests check.
+
+    :raise ValueError: when the marker is missing or sits anywhere but in an
+        assertion value (an attribute name, a matching rule).
+    """
+
+    def __init__(self, filter_ber: bytes, marker: bytes) -> None:
+        self.marker = marker
+        try:
+            tag, start, end = _read(filter_ber, 0, len(filter_ber))
+            if end != len(filter_ber):
+                raise ValueError("trailing bytes after the filter")
+            self._tree = self._parse(filter_ber, tag, start, end, "filter")
+        except Unhandled as exc:
+            raise ValueError(f"cannot read the encoded filter: {exc}") from None
+        self.count = filter_ber.count(marker)
+        if self.count == 0:
+            raise ValueError("the placeholder is not in an assertion value")
+
+    def _parse(self, data: bytes, tag: int, start: int, end: int, role: str) -> Any:
+        if tag & 0x20:  # constructed
+            children = []
+            pos, index = start, 0
+            while pos < end:
+                ctag, cs, ce = _read(data, pos, end)
+                children.append(self._parse(data, ctag, cs, ce, self._role(tag, role, index, ctag)))
+                pos, index = ce, index + 1
+            return (tag, children)
+        content = data[start:end]
+        if self.marker in content and role != "value":
+            raise ValueError("the placeholder must be inside an assertion value, not an attribute"
+                             " name or matching rule")
+        return (tag, content.split(self.marker) if role == "value" else [content])
+
+    @staticmethod
+    def _role(parent: int, role: str, index: int, tag: int) -> str:
+        if parent in _AND_OR_NOT:
+            return "filter"
+        if parent in _ASSERTIONS:
+            return "value" if index == 1 else "name"
+        if parent == _SUBSTRINGS:
+            return "substrings" if index == 1 else "name"
+        if role == "substrings":
+            return "value"
+        if parent == _EXTENSIBLE:
+            return "value" if tag == 0x83 else "name"
+        return "name"
+
+    def encode(self, value: bytes) -> bytes:
+        """The filter's BER with ``value`` (raw bytes, not escaped) in place."""
+        return self._encode(self._tree, value)
+
+    def encode_any(self, values: list[bytes]) -> bytes:
+        """``(|F(v1)F(v2)...)``; a single value gives just ``F(v1)``."""
+        if len(values) == 1:
+            return self.encode(values[0])
+        return _tlv(0xA1, b"".join(self._encode(self._tree, v) for v in values))
+
+    def _encode(self, node: Any, value: bytes) -> bytes:
+        tag, parts = node
+        if tag & 0x20:
+            return _tlv(tag, b"".join(self._encode(child, value) for child in parts))
+        return _tlv(tag, value.join(parts))
 
 
 # -- decoding ------------------------------------------------------------------
@@ -183,4 +272,5 @@ def decode(message: bytes) -> tuple[int, Any]:
     raise Unhandled(f"operation tag {op_tag:#x}")
 
 
-__all__ = ["MAX_ID", "Unhandled", "bind_request", "decode", "message_length", "search_request"]
+__all__ = ["MAX_ID", "SCOPE_BASE", "SCOPE_ONE", "SCOPE_SUB", "FilterTemplate", "Unhandled", "bind_request",
+           "decode", "message_length", "search_request"]

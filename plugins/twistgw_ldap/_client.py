@@ -223,9 +223,10 @@ async def bind(client: Client, dn: str, password: bytes, timeout: float, reactor
     return int(response.resultCode)
 
 
-async def search_base(client: Client, dn: str, filter_ber: bytes, attribute: str,
-                      timeout: float, reactor: Any) -> tuple[int, list[Any]]:
-    """Base-scope search of ``dn``; returns (result code, entries)."""
+async def search(client: Client, base: str, filter_ber: bytes, attributes: list[str], timeout: float,
+                 reactor: Any, scope: int = _ber.SCOPE_BASE, size_limit: int = 2) -> tuple[int, list[Any]]:
+    """Search under ``base`` (base scope: ``base`` itself); returns (result
+    code, entries). Referrals are ignored."""
     if not client.connected:
         raise DirectoryFault("connection closed", connection_lost=True)
     entries: list[Any] = []
@@ -242,8 +243,8 @@ async def search_base(client: Client, dn: str, filter_ber: bytes, attribute: str
         return True
 
     msg_id = client.next_id()
-    request = _ber.search_request(msg_id, dn.encode("utf-8"), filter_ber, [attribute.encode("ascii")],
-                                  size_limit=2, time_limit=max(1, int(timeout)))
+    request = _ber.search_request(msg_id, base.encode("utf-8"), filter_ber, [a.encode("ascii") for a in attributes],
+                                  size_limit=size_limit, time_limit=max(1, int(timeout)), scope=scope)
     sent = client.send_encoded(msg_id, request, handler)
     sent.addErrback(lambda f: None if done.called else done.errback(f))
     result = await _bounded(done, client, timeout, reactor, "search")

@@ -9,6 +9,7 @@ multi-byte hex escapes (``\\C3\\A9``).
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 #: A normalised DN: a tuple of RDNs, each a sorted tuple of (type, value).
 NormalDN = tuple[tuple[tuple[str, str], ...], ...]
@@ -64,6 +65,22 @@ def parse_dn(text: str) -> NormalDN:
 
     :raise InvalidDN: when the text is not a DN.
     """
+    return _parse(text, _normal_value_full)
+
+
+def first_value(text: str) -> str:
+    """The value of a DN's first RDN, unescaped, case kept: ``managers`` for
+    ``cn=managers,ou=groups,dc=example,dc=org`` (a group's name).
+
+    :raise InvalidDN: when the text is not a DN or is empty.
+    """
+    dn = _parse(text, lambda value: value.strip(" "))
+    if not dn:
+        raise InvalidDN("an empty DN has no name")
+    return dn[0][0][1]
+
+
+def _parse(text: str, normal: Callable[[str], str]) -> NormalDN:
     if not isinstance(text, str):
         raise InvalidDN("a DN must be text")
     rdns: list[tuple[tuple[str, str], ...]] = []
@@ -121,7 +138,7 @@ def parse_dn(text: str) -> NormalDN:
                 raw.extend(c.encode("utf-8"))
                 i += 1
             try:
-                value = _normal_value_full(raw.decode("utf-8"))
+                value = normal(raw.decode("utf-8"))
             except UnicodeDecodeError:
                 raise InvalidDN(f"escaped bytes are not UTF-8 in {text!r}") from None
         avas.append((atype, value))

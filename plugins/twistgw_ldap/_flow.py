@@ -11,15 +11,19 @@ import os
 import time
 from collections import OrderedDict
 from typing import Any, Callable
+from urllib.parse import quote
+
+import attrs
 
 from prometheus_client import Counter, Histogram
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twistgw import Allow, Deny, RequestContext
 
-from twistgw_ldap._client import FAULT_CODES, DirectoryFault, Pool, bind, search_base
-from twistgw_ldap._dn import InvalidDN, clean_username, parse_dn
-from twistgw_ldap._options import CompiledExtAuth, LdapConfig, Target
+from twistgw_ldap._ber import SCOPE_BASE, SCOPE_SUB
+from twistgw_ldap._client import FAULT_CODES, DirectoryFault, Pool, bind, search
+from twistgw_ldap._dn import InvalidDN, clean_username, first_value, parse_dn
+from twistgw_ldap._options import CompiledExtAuth, GroupSearch, LdapConfig, ServiceAccount, Target, UserSearch
 
 _log = Logger(namespace="twistgw_ldap")
 
@@ -38,7 +42,7 @@ DECISIONS = Counter(
 CACHE = Counter("twistgw_ldap_cache_total", "LDAP decision cache lookups", ["result"])  # hit, miss
 OPERATIONS = Counter(
     "twistgw_ldap_operations_total", "LDAP operations sent to directories",
-    ["operation", "result"],  # operation: connect, bind_user, bind_service, search
+    ["operation", "result"],  # operation: bind_user, bind_service, bind_anonymous, search
 )
 LATENCY = Histogram("twistgw_ldap_check_seconds", "Time to decide one LDAP check against the directory",
                     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
@@ -67,20 +71,23 @@ def password_digest(password: bytes) -> bytes:
 
 
 class DecisionCache:
-    """Recent outcomes of checks that reached the directory and succeeded in
-    binding: "allowed" or "forbidden" (not in an allowed group).
+    """Recent verdicts of checks that reached the directory and succeeded in
+    binding: admitted, or "forbidden" (not in an allowed group), with the
+    groups found and the headers they make.
 
-    Keyed by (user name, HMAC-SHA256 of the password under a per-process
-    random key), so a different password never matches an entry. Failures
-    (401) and directory faults are never stored.
+    One cache per configuration entry (``State.caches`` is keyed by the
+    whole, hashable :class:`LdapConfig`), keyed by (user name, HMAC-SHA256 of
+    the password under a per-process random key): a different password or a
+    changed configuration never matches an entry. Failures (401) and
+    directory faults are never stored.
     """
 
     def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl = ttl
         self.clock = clock
-        self._entries: OrderedDict[tuple[str, bytes], tuple[float, str]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, bytes], tuple[float, Any]] = OrderedDict()
 
-    def get(self, key: tuple[str, bytes]) -> str | None:
+    def get(self, key: tuple[str, bytes]) -> Any:
         if self.ttl <= 0:
             return None
         found = self._entries.get(key)
@@ -92,7 +99,7 @@ class DecisionCache:
             return None
         return outcome
 
-    def put(self, key: tuple[str, bytes], outcome: str) -> None:
+    def put(self, key: tuple[str, bytes], outcome: Any) -> None:
         if self.ttl <= 0:
             return
         self._entries[key] = (self.clock() + self.ttl, outcome)
@@ -229,70 +236,251 @@ def read_basic(ctx: RequestContext) -> tuple[str, bytes] | str:
 
 @functools.lru_cache(maxsize=4096)
 def _parse_value(text: str) -> Any:
-    """Membership values repeat across requests; parse each once."""
+    """Group DNs repeat across requests; parse each once."""
     try:
         return parse_dn(text)
     except InvalidDN:
         return None
 
 
-def _member_of(cfg: LdapConfig, entries: list[Any]) -> bool:
-    wanted = cfg.membership_attribute.lower()
-    for entry in entries:
-        for atype, values in entry.attributes:
-            name = atype.decode("utf-8", "replace") if isinstance(atype, bytes) else str(atype)
-            if name.lower() != wanted:
-                continue
-            for v in values:
-                text = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-                if len(text) <= 4096 and _parse_value(text) in cfg.allowed_groups:
-                    return True
-    return False
+#: Most groups one user may have (per search and in all); more is a 500.
+MAX_GROUPS = 1000
+#: Group DNs per nested-group search (one OR filter).
+_NESTED_BATCH = 50
+#: Group DNs listed in a reason (explain, logs).
+_REASON_GROUPS = 20
+#: Printable ASCII but ``%`` and ``,``: kept as they are in a header value.
+_HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) not in "%,")
 
 
-async def _against_directory(cfg: LdapConfig, pool: Pool, user_dn: str, password: bytes,
-                             reactor: Any) -> tuple[str, str]:
-    """Returns (outcome, reason); outcome in allowed, unauthorized, forbidden,
-    error. Raises DirectoryFault."""
-    t = cfg.request_timeout
+def header_text(value: str) -> bytes:
+    """A name for a header value: UTF-8, with ``%``, ``,``, control and
+    non-ASCII characters (and leading/trailing spaces) percent-encoded, so a
+    group's name can never add a list item, a header line or a space that
+    disappears (decode with ``urllib.parse.unquote``)."""
+    text = quote(value, safe=_HEADER_SAFE)
+    if text.startswith(" ") or text.endswith(" "):
+        stripped = text.strip(" ")
+        lead = len(text) - len(text.lstrip(" "))
+        trail = len(text) - len(text.rstrip(" ")) if stripped else 0
+        text = "%20" * lead + stripped + "%20" * trail
+    return text.encode("ascii")
+
+
+@attrs.frozen
+class Group:
+    dn: str
+    name: str
+    level: int  # 1: the user is a member; 2: a member of a level-1 group...
+
+
+@attrs.frozen
+class Verdict:
+    """A decision made against the directory, as the decision cache keeps it."""
+
+    outcome: str  # "allowed" or "forbidden"
+    reason: str  # for explain and logs; never holds the password
+    groups: tuple[str, ...] = ()  # the group names, sorted
+    #: request headers to set (value) or remove (None) when admitted
+    headers: tuple[tuple[bytes, bytes | None], ...] = ()
+
+
+class _Answer(Exception):
+    """Ends a check early with an outcome that is not a directory fault."""
+
+    def __init__(self, outcome: str, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome = outcome
+        self.reason = reason
+
+
+class _Session:
+    """One check's operations on one borrowed connection."""
+
+    def __init__(self, cfg: LdapConfig, client: Any, reactor: Any) -> None:
+        self.cfg = cfg
+        self.client = client
+        self.reactor = reactor
+
+    async def bind(self, dn: str, password: bytes, operation: str) -> int:
+        code = await bind(self.client, dn, password, self.cfg.request_timeout, self.reactor)
+        _operation(operation, code).inc()
+        if code in FAULT_CODES:
+            raise DirectoryFault(f"{operation}: directory answered result code {code}")
+        return code
+
+    async def bind_account(self, account: ServiceAccount | None, purpose: str) -> None:
+        """Bind as ``account``, or anonymously when None; a refusal is a 500."""
+        if account is None:
+            code = await self.bind("", b"", "bind_anonymous")
+            if code != 0:
+                raise _Answer("error", f"anonymous bind for the {purpose} refused (result code {code});"
+                                       " give userSearch.credentialsSecretRef a service account")
+            return
+        code = await self.bind(account.dn, account.password, "bind_service")
+        if code != 0:
+            raise _Answer("error", f"service account {account.dn} (Secret {account.secret}) could not bind"
+                                   f" for the {purpose} (result code {code}); fix the credentials Secret")
+
+    async def search(self, base: str, filter_ber: bytes, attributes: list[str], scope: int,
+                     size_limit: int, what: str) -> tuple[int, list[Any]]:
+        code, entries = await search(self.client, base, filter_ber, attributes, self.cfg.request_timeout,
+                                     self.reactor, scope=scope, size_limit=size_limit)
+        _operation("search", code).inc()
+        if code in FAULT_CODES:
+            raise DirectoryFault(f"{what}: directory answered result code {code}")
+        return code, entries
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _values(entry: Any, attribute: str) -> list[str]:
+    wanted = attribute.lower()
+    return [_text(v) for atype, values in entry.attributes if _text(atype).lower() == wanted for v in values]
+
+
+async def _find_user(s: _Session, us: UserSearch, user: str) -> str:
+    """The DN of the one entry ``userSearch`` finds for ``user``."""
+    await s.bind_account(us.account, "user search")
+    code, entries = await s.search(us.base, us.filter.encode(user), ["1.1"], us.scope, 2, "user search")
+    where = us.describe(user)
+    if code == 32:
+        raise _Answer("error", f"{where}: the base DN does not exist (or is hidden from the searching account)")
+    if code == 4 or len(entries) > 1:
+        _log.warn("LDAP directory problem: several entries match {search}; refusing (401) rather than"
+                  " guessing. Make the filter or base unique per user.", search=where)
+        raise _Answer("unauthorized", f"several entries match {where} (ambiguous: a directory problem)")
+    if code != 0:
+        raise _Answer("error", f"{where} failed with result code {code}")
+    if not entries:
+        raise _Answer("unauthorized", f"no entry matches {where}")
+    dn = _text(entries[0].objectName)
+    if not dn.strip() or _parse_value(dn) is None:
+        raise _Answer("error", f"{where} returned an unusable DN {dn!r}")
+    return dn
+
+
+async def _membership(s: _Session, user_dn: str) -> dict[Any, Group]:
+    """Groups from the membership attribute of the user's own entry."""
+    cfg = s.cfg
+    if cfg.service_account is not None:
+        await s.bind_account(cfg.service_account, "group lookup")
+    code, entries = await s.search(user_dn, cfg.filter_ber, [cfg.membership_attribute], SCOPE_BASE, 2, "search")
+    if code == 32 or (code == 0 and not entries):
+        raise _Answer("unauthorized", f"{user_dn} not found with filter {cfg.search_filter}")
+    if code != 0:
+        raise _Answer("error", f"search of {user_dn} failed with result code {code}")
+    groups: dict[Any, Group] = {}
+    for value in (v for e in entries for v in _values(e, cfg.membership_attribute)):
+        key = _parse_value(value) if len(value) <= 4096 else None
+        if key is not None and key not in groups:
+            groups[key] = Group(value, first_value(value), 1)
+    return groups
+
+
+async def _search_groups(s: _Session, gs: GroupSearch, user_dn: str) -> dict[Any, Group]:
+    """Groups whose entries list the user (``groupSearch``), and with
+    ``nested`` the groups listing those, level by level, each group once."""
+    cfg = s.cfg
+    if cfg.service_account is not None:
+        await s.bind_account(cfg.service_account, "group search")
+    groups: dict[Any, Group] = {}
+    seen = {_parse_value(user_dn)}
+    frontier, level = [user_dn], 1
+    last_level = 1 + gs.max_depth if gs.nested else 1
+    while frontier and level <= last_level:
+        found: list[str] = []
+        for i in range(0, len(frontier), _NESTED_BATCH):
+            batch = frontier[i:i + _NESTED_BATCH]
+            code, entries = await s.search(gs.base, gs.filter.encode_any(batch), [gs.name_attribute], SCOPE_SUB,
+                                           MAX_GROUPS, "group search")
+            if code == 32:
+                raise _Answer("error", f"groupSearch.baseDn {gs.base} does not exist (or is hidden)")
+            if code == 4:
+                raise _Answer("error", f"more than {MAX_GROUPS} groups match {gs.filter.show(batch[0])}")
+            if code != 0:
+                raise _Answer("error", f"group search under {gs.base} failed with result code {code}")
+            for entry in entries:
+                dn = _text(entry.objectName)
+                key = _parse_value(dn)
+                if key is None or key in seen:
+                    continue  # already found: this is how a membership cycle ends
+                seen.add(key)
+                names = _values(entry, gs.name_attribute)
+                groups[key] = Group(dn, names[0] if names else first_value(dn), level)
+                found.append(dn)
+        if len(groups) > MAX_GROUPS:
+            raise _Answer("error", f"{user_dn} is in more than {MAX_GROUPS} groups")
+        frontier, level = found, level + 1
+    return groups
+
+
+def _describe_groups(groups: dict[Any, Group]) -> str:
+    shown = sorted(groups.values(), key=lambda g: (g.level, g.dn.lower()))
+    parts = [g.dn + (f" (nested, level {g.level})" if g.level > 1 else "") for g in shown[:_REASON_GROUPS]]
+    if len(shown) > _REASON_GROUPS:
+        parts.append(f"... {len(shown) - _REASON_GROUPS} more")
+    return ", ".join(parts) or "none"
+
+
+def _verdict(cfg: LdapConfig, user: str, outcome: str, reason: str, groups: dict[Any, Group]) -> Verdict:
+    names = tuple(sorted({g.name for g in groups.values()}))
+    headers: list[tuple[bytes, bytes | None]] = []
+    if cfg.groups_header:
+        headers.append((cfg.groups_header, b",".join(header_text(n) for n in names) or None))
+    if cfg.user_header:
+        headers.append((cfg.user_header, header_text(user)))
+    return Verdict(outcome, f"{cfg.source}: {reason}", names, tuple(headers))
+
+
+async def _decide(s: _Session, user: str, password: bytes) -> Verdict:
+    """Find the user's DN, bind as it, read the groups, decide. Raises
+    _Answer for outcomes other than allowed/forbidden, DirectoryFault."""
+    cfg = s.cfg
+    if cfg.user_search is None:
+        user_dn, how = cfg.user_dn(user), "from userDnTemplate"
+    else:
+        user_dn = await _find_user(s, cfg.user_search, user)
+        how = "found by " + cfg.user_search.describe(user)
+    code = await s.bind(user_dn, password, "bind_user")
+    if code != 0:
+        raise _Answer("unauthorized", f"bind as {user_dn} failed (result code {code})")
+    who = f"{user} is {user_dn} ({how})"
+    if cfg.disable_group_checking and not cfg.groups_header:
+        return _verdict(cfg, user, "allowed", f"bind as {user_dn} succeeded ({how}); group checking disabled", {})
+    if cfg.group_search is None:
+        groups = await _membership(s, user_dn)
+        source = f"from {cfg.membership_attribute}"
+    else:
+        groups = await _search_groups(s, cfg.group_search, user_dn)
+        source = "by groupSearch" + (" (nested)" if cfg.group_search.nested else "")
+    listed = f"groups {source}: {_describe_groups(groups)}"
+    if cfg.disable_group_checking:
+        return _verdict(cfg, user, "allowed", f"{who}; {listed}; group checking disabled", groups)
+    matched = sorted(g.dn for key, g in groups.items() if key in cfg.allowed_groups)
+    if matched:
+        return _verdict(cfg, user, "allowed", f"{who}; {listed}; allowed group matched: {', '.join(matched)}",
+                        groups)
+    return _verdict(cfg, user, "forbidden", f"{who}; {listed}; none is an allowed group", groups)
+
+
+async def _against_directory(cfg: LdapConfig, pool: Pool, user: str, password: bytes,
+                             reactor: Any) -> Verdict | _Answer:
+    """The verdict (allowed, forbidden), or an _Answer (unauthorized,
+    error). Raises DirectoryFault."""
     for attempt in (1, 2):
-        client = await pool.acquire(cfg.connect_timeout, t)
+        client = await pool.acquire(cfg.connect_timeout, cfg.request_timeout)
         reusable = False
         try:
-            code = await bind(client, user_dn, password, t, reactor)
-            _operation("bind_user", code).inc()
-            if code in FAULT_CODES:
-                raise DirectoryFault(f"user bind: directory answered result code {code}")
-            if code != 0:
+            try:
+                verdict = await _decide(_Session(cfg, client, reactor), user, password)
+            except _Answer as answer:
                 reusable = True
-                return "unauthorized", f"bind as {user_dn} failed (result code {code})"
-            if cfg.disable_group_checking:
-                reusable = True
-                return "allowed", f"bind as {user_dn} succeeded; group checking disabled"
-            if cfg.service_account is not None:
-                sa = cfg.service_account
-                code = await bind(client, sa.dn, sa.password, t, reactor)
-                _operation("bind_service", code).inc()
-                if code in FAULT_CODES:
-                    raise DirectoryFault(f"service account bind: directory answered result code {code}")
-                if code != 0:
-                    reusable = True
-                    return "error", (f"service account {sa.dn} (Secret {sa.secret}) could not bind"
-                                     f" (result code {code}); fix the credentials Secret")
-            code, entries = await search_base(client, user_dn, cfg.filter_ber,
-                                              cfg.membership_attribute, t, reactor)
-            _operation("search", code).inc()
+                return answer
             reusable = True
-            if code in FAULT_CODES:
-                reusable = False
-                raise DirectoryFault(f"search: directory answered result code {code}")
-            if code == 32 or (code == 0 and not entries):
-                return "unauthorized", f"{user_dn} not found with filter {cfg.search_filter}"
-            if code != 0:
-                return "error", f"search of {user_dn} failed with result code {code}"
-            if _member_of(cfg, entries):
-                return "allowed", f"{user_dn} is in an allowed group"
-            return "forbidden", f"{user_dn} is not in any allowed group ({cfg.membership_attribute})"
+            return verdict
         except DirectoryFault as fault:
             reusable = False
             if attempt == 1 and fault.connection_lost and client.reused:
@@ -308,18 +496,18 @@ async def _against_directory(cfg: LdapConfig, pool: Pool, user_dn: str, password
 _MISS: Any = object()
 
 
-def _cached(cfg: LdapConfig, cache: DecisionCache, key: tuple[str, bytes]) -> Deny | None:
-    """The cached decision for ``key`` (None: allowed, or the 403), or _MISS."""
-    outcome = cache.get(key)
-    if outcome is None:
+def _cached(cfg: LdapConfig, cache: DecisionCache, key: tuple[str, bytes]) -> Verdict | Deny:
+    """The cached verdict for ``key`` (an admission, or the 403), or _MISS."""
+    verdict = cache.get(key)
+    if verdict is None:
         return _MISS
     _CACHE_HIT.inc()
-    if outcome == "forbidden":
-        return forbidden(f"{cfg.source}: {key[0]} is not in any allowed group (cached)")
-    return None
+    if verdict.outcome == "forbidden":
+        return forbidden(verdict.reason + " (cached)")
+    return verdict
 
 
-async def check_one(cfg: LdapConfig, ctx: RequestContext, user: str, password: bytes) -> Deny | None:
+async def check_one(cfg: LdapConfig, ctx: RequestContext, user: str, password: bytes) -> Verdict | Deny:
     cache = STATE.cache(cfg)
     key = (user, password_digest(password))
     hit = _cached(cfg, cache, key)
@@ -328,24 +516,20 @@ async def check_one(cfg: LdapConfig, ctx: RequestContext, user: str, password: b
     if cache.ttl > 0:
         CACHE.labels("miss").inc()
     reactor = STATE.get_reactor(ctx)
-    user_dn = cfg.user_dn(user)
     started = time.monotonic()
     try:
-        outcome, reason = await _against_directory(cfg, STATE.pool(cfg, ctx), user_dn, password, reactor)
+        result = await _against_directory(cfg, STATE.pool(cfg, ctx), user, password, reactor)
     except DirectoryFault as fault:
         _log.warn("LDAP directory {target} unavailable: {reason}", target=cfg.target.describe(),
                   reason=fault.reason)
         return unavailable(f"{cfg.source}: directory {cfg.target.describe()} unavailable: {fault.reason}")
     finally:
         LATENCY.observe(time.monotonic() - started)
-    reason = f"{cfg.source}: {reason}"
-    if outcome == "allowed":
-        cache.put(key, "allowed")
-        return None
-    if outcome == "forbidden":
-        cache.put(key, "forbidden")
-        return forbidden(reason)
-    if outcome == "unauthorized":
+    if isinstance(result, Verdict):
+        cache.put(key, result)
+        return result if result.outcome == "allowed" else forbidden(result.reason)
+    reason = f"{cfg.source}: {result.reason}"
+    if result.outcome == "unauthorized":
         return unauthorized(cfg.realm, reason)
     _log.error("LDAP check refused with 500: {reason}", reason=reason)
     return internal_error(reason)
@@ -379,36 +563,51 @@ def authenticate(ctx: RequestContext, compiled: CompiledExtAuth) -> Allow | Deny
         return creds
     user, password = creds
     key: tuple[str, bytes] | None = None
+    verdicts: list[Verdict] = []
     for i, cfg in enumerate(compiled.configs):
         if cfg.cache_ttl <= 0:
-            return Deferred.fromCoroutine(_ask_directory(ctx, compiled, user, password, i))
+            return Deferred.fromCoroutine(_ask_directory(ctx, compiled, user, password, verdicts))
         if key is None:
             key = (user, password_digest(password))
         hit = _cached(cfg, STATE.cache(cfg), key)
         if hit is _MISS:
-            return Deferred.fromCoroutine(_ask_directory(ctx, compiled, user, password, i))
-        if hit is not None:
+            return Deferred.fromCoroutine(_ask_directory(ctx, compiled, user, password, verdicts))
+        if isinstance(hit, Deny):
             return hit
-    return _admit(ctx, compiled, user)
+        verdicts.append(hit)
+    return _admit(ctx, compiled, user, verdicts, True)
 
 
 async def _ask_directory(ctx: RequestContext, compiled: CompiledExtAuth, user: str, password: bytes,
-                         start: int) -> Allow | Deny:
-    for cfg in compiled.configs[start:]:
-        deny = await check_one(cfg, ctx, user, password)
-        if deny is not None:
-            return deny
-    return _admit(ctx, compiled, user)
+                         verdicts: list[Verdict]) -> Allow | Deny:
+    """Check the configs from the first one without a cached ``verdicts`` entry."""
+    for cfg in compiled.configs[len(verdicts):]:
+        result = await check_one(cfg, ctx, user, password)
+        if isinstance(result, Deny):
+            return result
+        verdicts.append(result)
+    return _admit(ctx, compiled, user, verdicts, False)
 
 
-def _admit(ctx: RequestContext, compiled: CompiledExtAuth, user: str) -> Allow:
+def _admit(ctx: RequestContext, compiled: CompiledExtAuth, user: str, verdicts: list[Verdict],
+           cached: bool) -> Allow:
     ctx.principal = user
     ctx.state["extauth"] = {"user": user, "authConfig": compiled.auth_config}
+    headers = ctx.headers
+    if not compiled.keep_credentials:
+        headers.removeHeader(b"authorization")
+    for verdict in verdicts:
+        for name, value in verdict.headers:
+            if value is None:
+                headers.removeHeader(name)
+            else:
+                headers.setRawHeaders(name, [value])
     _ALLOWED.inc()
-    return _admission(compiled.auth_config)
+    return _admission(tuple(v.reason for v in verdicts), cached)
 
 
 @functools.lru_cache(maxsize=1024)
-def _admission(auth_config: str) -> Allow:
-    # One Allow per AuthConfig (the user is in ctx.principal), not one per request.
-    return Allow(f"LDAP: admitted by AuthConfig {auth_config}")
+def _admission(reasons: tuple[str, ...], cached: bool) -> Allow:
+    # One Allow per set of reasons (kept with the cached verdicts), not one per request.
+    # Each reason starts with its config's place: "AuthConfig ns/name: spec.configs[i].ldap: ...".
+    return Allow(f"LDAP: admitted{' (cached)' if cached else ''}: " + " | ".join(reasons))

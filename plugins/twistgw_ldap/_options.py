@@ -6,10 +6,11 @@ I/O and never touches the reactor. The result is immutable.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 from urllib.parse import urlsplit
 
 import attrs
@@ -17,7 +18,9 @@ from ldaptor import ldapfilter
 from twistgw.options import type_name
 from twistgw import OptionsError, OptionsScope
 
+from twistgw_ldap._ber import SCOPE_ONE, SCOPE_SUB
 from twistgw_ldap._dn import InvalidDN, NormalDN, format_dn, parse_dn
+from twistgw_ldap._filter import SearchFilter, compile_filter
 
 DEFAULT_SEARCH_FILTER = "(uid=*)"
 DEFAULT_MEMBERSHIP_ATTRIBUTE = "memberOf"
@@ -27,13 +30,26 @@ DEFAULT_CONNECT_TIMEOUT = 2.0
 DEFAULT_REQUEST_TIMEOUT = 3.0
 DEFAULT_CACHE_TTL = 60.0
 DEFAULT_REALM = "twistgw"
+DEFAULT_GROUP_FILTER = "(member=%s)"
+DEFAULT_NAME_ATTRIBUTE = "cn"
+DEFAULT_MAX_DEPTH = 8
 SECRET_TYPE = "extauth.vendor.io/accountcredentials"
 
 _LDAP_FIELDS = {
-    "address", "userDnTemplate", "membershipAttributeName", "allowedGroups",
-    "searchFilter", "disableGroupChecking", "groupLookupSettings", "pool",
-    "startTLS", "tls", "connectTimeout", "requestTimeout", "cacheTtl", "realm",
+    "address", "userDnTemplate", "userSearch", "membershipAttributeName", "allowedGroups",
+    "searchFilter", "disableGroupChecking", "groupLookupSettings", "groupSearch", "groupsHeader",
+    "userHeader", "keepCredentials", "pool", "startTLS", "tls", "connectTimeout", "requestTimeout",
+    "cacheTtl", "realm",
 }
+_SCOPES = {"one": SCOPE_ONE, "sub": SCOPE_SUB}
+#: RFC 9110 token characters (a header field name)
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+#: Headers the gateway or HTTP itself owns: never a place for the user or groups.
+_RESERVED_HEADERS = frozenset({
+    "authorization", "proxy-authorization", "host", "content-length", "transfer-encoding",
+    "connection", "keep-alive", "te", "trailer", "upgrade", "proxy-connection", "expect", "cookie",
+    "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "forwarded", "x-real-ip",
+})
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _ATTRIBUTE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
@@ -64,13 +80,38 @@ class ServiceAccount:
 
 
 @attrs.frozen
+class UserSearch:
+    """``userSearch``: find the user's entry instead of computing its DN."""
+
+    base: str
+    filter: SearchFilter
+    scope: int  # _ber.SCOPE_ONE or SCOPE_SUB
+    account: ServiceAccount | None  # None: search anonymously
+
+    def describe(self, user: str) -> str:
+        scope = "one" if self.scope == SCOPE_ONE else "sub"
+        return f"userSearch {self.filter.show(user)} under {self.base} (scope {scope})"
+
+
+@attrs.frozen
+class GroupSearch:
+    """``groupSearch``: the user's groups are the entries that list them."""
+
+    base: str
+    filter: SearchFilter
+    name_attribute: str
+    nested: bool
+    max_depth: int
+
+
+@attrs.frozen
 class LdapConfig:
     """One ``spec.configs[i].ldap`` entry, validated. Hashable: equal configs
     share a decision cache across routes and reloads."""
 
     source: str  # "AuthConfig ns/name configs[i]"
     target: Target
-    user_dn_template: str
+    user_dn_template: str  # "" with user_search
     membership_attribute: str
     allowed_groups: frozenset[NormalDN]
     search_filter: str
@@ -82,6 +123,11 @@ class LdapConfig:
     request_timeout: float
     cache_ttl: float
     realm: str
+    user_search: UserSearch | None = None
+    group_search: GroupSearch | None = None
+    groups_header: bytes = b""  # b"": not sent
+    user_header: bytes = b""
+    keep_credentials: bool = False
     filter_object: Any = attrs.field(eq=False, repr=False, default=None)
     #: the filter's BER encoding, computed once
     filter_ber: bytes = attrs.field(init=False, eq=False, repr=False)
@@ -100,6 +146,12 @@ class CompiledExtAuth:
 
     auth_config: str  # namespace/name
     configs: tuple[LdapConfig, ...]
+    #: the Authorization header is forwarded only when every config keeps it
+    keep_credentials: bool = attrs.field(init=False)
+
+    @keep_credentials.default
+    def _keep(self) -> bool:
+        return all(c.keep_credentials for c in self.configs)
 
 
 # ---------------------------------------------------------------------------
@@ -122,10 +174,28 @@ _type_name = type_name
 
 
 class _Checker:
-    """Raises OptionsError located under ``configRef`` with the AuthConfig field."""
+    """Makes OptionsErrors located under ``configRef`` with the AuthConfig
+    field, and collects them: each ``with c.checking():`` block records its
+    first problem and the next block still runs, so ``twistgw check`` lists
+    every problem of an AuthConfig at once."""
 
     def __init__(self, where: str) -> None:
         self.where = where
+        self.problems: list[OptionsError] = []
+
+    @contextlib.contextmanager
+    def checking(self) -> Iterator[None]:
+        try:
+            yield
+        except OptionsError as exc:
+            self.problems.append(exc)
+
+    def raise_problems(self) -> None:
+        """One OptionsError for everything recorded (each problem on a line of its own)."""
+        if len(self.problems) == 1:
+            raise self.problems[0]
+        if self.problems:
+            raise OptionsError(("configRef",), "\n  ".join(p.reason for p in self.problems))
 
     def fail(self, field: str, reason: str) -> OptionsError:
         where = f"{self.where}: {field}" if field else self.where
@@ -238,8 +308,121 @@ def _read_ca(c: _Checker, tls: Mapping[str, Any], config_dir: str) -> bytes | No
 
 
 def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> LdapConfig:
+    """Validate one ``configs[i].ldap`` entry.
+
+    :raise OptionsError: listing every problem found in the entry.
+    """
     c = _Checker(where)
     spec = c.mapping(raw, "", _LDAP_FIELDS)
+    target: Target | None = None
+    with c.checking():
+        target = _target(c, spec, scope)
+
+    template, user_search = "", None
+    with c.checking():
+        if ("userDnTemplate" in spec) == ("userSearch" in spec):
+            raise c.fail("userDnTemplate", "set exactly one of userDnTemplate (e.g."
+                         " uid=%s,ou=people,dc=example,dc=org) and userSearch"
+                         if "userSearch" in spec else
+                         "is required (e.g. uid=%s,ou=people,dc=example,dc=org), or set userSearch instead")
+        if "userDnTemplate" in spec:
+            template = c.string(spec["userDnTemplate"], "userDnTemplate").strip()
+            _check_template(c, template)
+    if "userSearch" in spec and "userDnTemplate" not in spec:
+        user_search = _user_search(c, spec["userSearch"], default_ns, scope)
+
+    disable = False
+    with c.checking():
+        disable = c.boolean(spec.get("disableGroupChecking", False), "disableGroupChecking")
+    groups: set[NormalDN] = set()
+    with c.checking():
+        groups = _allowed_groups(c, spec.get("allowedGroups", []), disable)
+
+    group_search = None
+    if "groupSearch" in spec:
+        group_search = _group_search(c, spec["groupSearch"])
+        for field in ("membershipAttributeName", "searchFilter"):
+            if field in spec:
+                c.problems.append(c.fail(field, "applies only to the membership-attribute lookup; with"
+                                         " groupSearch the groups come from the search (remove it)"))
+
+    attribute = DEFAULT_MEMBERSHIP_ATTRIBUTE
+    with c.checking():
+        attribute = c.string(spec.get("membershipAttributeName", DEFAULT_MEMBERSHIP_ATTRIBUTE),
+                             "membershipAttributeName").strip()
+        if not _ATTRIBUTE.match(attribute):
+            raise c.fail("membershipAttributeName", f"is not an attribute name: {attribute!r}")
+
+    filter_text, filter_object = DEFAULT_SEARCH_FILTER, None
+    with c.checking():
+        filter_text = c.string(spec.get("searchFilter", DEFAULT_SEARCH_FILTER), "searchFilter").strip()
+        if not (filter_text.startswith("(") and filter_text.endswith(")")):
+            raise c.fail("searchFilter", f"must be an LDAP filter in parentheses, e.g. (objectClass=*);"
+                         f" got {filter_text!r}")
+        try:
+            filter_object = ldapfilter.parseFilter(filter_text)
+        except Exception as exc:
+            raise c.fail("searchFilter", f"is not a valid LDAP filter (RFC 4515): {filter_text!r}"
+                         f" ({type(exc).__name__})") from None
+
+    account = None
+    with c.checking():
+        gls = c.mapping(spec.get("groupLookupSettings", {}), "groupLookupSettings",
+                        {"checkGroupsWithServiceAccount", "credentialsSecretRef"})
+        use_sa = c.boolean(gls.get("checkGroupsWithServiceAccount", False),
+                           "groupLookupSettings.checkGroupsWithServiceAccount")
+        if "credentialsSecretRef" in gls:
+            account = _service_account(c, gls["credentialsSecretRef"], default_ns, scope,
+                                       "groupLookupSettings.credentialsSecretRef")
+        if use_sa and account is None:
+            raise c.fail("groupLookupSettings.credentialsSecretRef",
+                         "is required when checkGroupsWithServiceAccount is true")
+        if not use_sa:
+            account = None
+
+    groups_header, user_header = b"", b""
+    with c.checking():
+        groups_header = _header_name(c, spec, "groupsHeader")
+    with c.checking():
+        user_header = _header_name(c, spec, "userHeader")
+        if user_header and user_header == groups_header:
+            raise c.fail("userHeader", "must differ from groupsHeader")
+    if disable and group_search is not None and not groups_header:
+        c.problems.append(c.fail("groupSearch", "is never used: disableGroupChecking is true and no"
+                                 " groupsHeader asks for the groups (remove one of them)"))
+    keep = False
+    with c.checking():
+        keep = c.boolean(spec.get("keepCredentials", False), "keepCredentials")
+
+    pool_max, pool_initial = DEFAULT_POOL_MAX, DEFAULT_POOL_INITIAL
+    with c.checking():
+        pool = c.mapping(spec.get("pool", {}), "pool", {"maxSize", "initialSize"})
+        pool_max = c.integer(pool.get("maxSize", DEFAULT_POOL_MAX), "pool.maxSize", 1, 1000)
+        pool_initial = c.integer(pool.get("initialSize", min(DEFAULT_POOL_INITIAL, pool_max)),
+                                 "pool.initialSize", 0, pool_max)
+
+    timeouts = {"connectTimeout": DEFAULT_CONNECT_TIMEOUT, "requestTimeout": DEFAULT_REQUEST_TIMEOUT,
+                "cacheTtl": DEFAULT_CACHE_TTL}
+    for field, default in timeouts.items():
+        with c.checking():
+            timeouts[field] = c.duration(spec.get(field, default), field, 0 if field == "cacheTtl" else 0.01,
+                                         3600 if field == "cacheTtl" else 60)
+    realm = DEFAULT_REALM
+    with c.checking():
+        realm = c.string(spec.get("realm", DEFAULT_REALM), "realm")
+        if any(ch in realm for ch in '"\\') or not realm.isprintable():
+            raise c.fail("realm", "must be printable and contain no quote or backslash")
+
+    c.raise_problems()
+    assert target is not None
+    return LdapConfig(
+        where, target, template, attribute, frozenset(groups), filter_text, disable, account,
+        pool_max, pool_initial, timeouts["connectTimeout"], timeouts["requestTimeout"], timeouts["cacheTtl"],
+        realm, user_search, group_search, groups_header, user_header, keep, filter_object,
+    )
+
+
+def _target(c: _Checker, spec: Mapping[str, Any], scope: OptionsScope) -> Target:
     if "address" not in spec:
         raise c.fail("address", "is required (e.g. ldap://ldap.example.org:389)")
     address = c.string(spec["address"], "address")
@@ -247,7 +430,6 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> 
         scheme, host, port = parse_address(address)
     except ValueError as exc:
         raise c.fail("address", f"{exc} (got {address!r})") from None
-
     start_tls = c.boolean(spec.get("startTLS", False), "startTLS")
     if start_tls and scheme == "ldaps":
         raise c.fail("startTLS", "ldaps:// is already TLS; use startTLS only with ldap://")
@@ -259,20 +441,10 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> 
     insecure = c.boolean(tls.get("insecureSkipVerify", False), "tls.insecureSkipVerify")
     if insecure and ca_pem is not None:
         raise c.fail("tls.insecureSkipVerify", "makes the CA setting pointless; choose one")
-    target = Target(host, port, scheme, start_tls, ca_pem, server_name, insecure)
+    return Target(host, port, scheme, start_tls, ca_pem, server_name, insecure)
 
-    if "userDnTemplate" not in spec:
-        raise c.fail("userDnTemplate", "is required (e.g. uid=%s,ou=people,dc=example,dc=org)")
-    template = c.string(spec["userDnTemplate"], "userDnTemplate").strip()
-    _check_template(c, template)
 
-    attribute = c.string(spec.get("membershipAttributeName", DEFAULT_MEMBERSHIP_ATTRIBUTE),
-                         "membershipAttributeName").strip()
-    if not _ATTRIBUTE.match(attribute):
-        raise c.fail("membershipAttributeName", f"is not an attribute name: {attribute!r}")
-
-    disable = c.boolean(spec.get("disableGroupChecking", False), "disableGroupChecking")
-    groups_raw = spec.get("allowedGroups", [])
+def _allowed_groups(c: _Checker, groups_raw: Any, disable: bool) -> set[NormalDN]:
     if not isinstance(groups_raw, list):
         raise c.fail("allowedGroups", f"must be a list of group DNs, got {_type_name(groups_raw)}")
     parsed = []
@@ -286,45 +458,96 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> 
     if not groups and not disable:
         raise c.fail("allowedGroups", "must list at least one group DN, or set"
                      " disableGroupChecking: true to admit every user whose bind succeeds")
+    return groups
 
-    filter_text = c.string(spec.get("searchFilter", DEFAULT_SEARCH_FILTER), "searchFilter").strip()
-    if not (filter_text.startswith("(") and filter_text.endswith(")")):
-        raise c.fail("searchFilter", f"must be an LDAP filter in parentheses, e.g. (objectClass=*); got {filter_text!r}")
+
+def _base_dn(c: _Checker, spec: Mapping[str, Any], field: str, what: str) -> str:
+    """The required ``baseDn`` of ``spec`` (at ``field``), a valid DN."""
+    if "baseDn" not in spec:
+        raise c.fail(field, f"is required: {what}")
+    text = c.string(spec["baseDn"], field).strip()
     try:
-        filter_object = ldapfilter.parseFilter(filter_text)
-    except Exception as exc:
-        raise c.fail("searchFilter", f"is not a valid LDAP filter (RFC 4515): {filter_text!r}"
-                     f" ({type(exc).__name__})") from None
+        if not parse_dn(text):
+            raise InvalidDN("empty")
+    except InvalidDN as exc:
+        raise c.fail(field, f"is not a valid DN: {exc}") from None
+    return text
 
-    gls = c.mapping(spec.get("groupLookupSettings", {}), "groupLookupSettings",
-                    {"checkGroupsWithServiceAccount", "credentialsSecretRef"})
-    use_sa = c.boolean(gls.get("checkGroupsWithServiceAccount", False),
-                       "groupLookupSettings.checkGroupsWithServiceAccount")
-    account = None
-    if "credentialsSecretRef" in gls:
-        account = _service_account(c, gls["credentialsSecretRef"], default_ns, scope)
-    if use_sa and account is None:
-        raise c.fail("groupLookupSettings.credentialsSecretRef",
-                     "is required when checkGroupsWithServiceAccount is true")
-    if not use_sa:
-        account = None
 
-    pool = c.mapping(spec.get("pool", {}), "pool", {"maxSize", "initialSize"})
-    pool_max = c.integer(pool.get("maxSize", DEFAULT_POOL_MAX), "pool.maxSize", 1, 1000)
-    pool_initial = c.integer(pool.get("initialSize", min(DEFAULT_POOL_INITIAL, pool_max)),
-                             "pool.initialSize", 0, pool_max)
+def _search_filter(c: _Checker, value: Any, field: str) -> SearchFilter:
+    text = c.string(value, field)
+    try:
+        return compile_filter(text)
+    except ValueError as exc:
+        raise c.fail(field, str(exc)) from None
 
-    connect_timeout = c.duration(spec.get("connectTimeout", DEFAULT_CONNECT_TIMEOUT), "connectTimeout", 0.01, 60)
-    request_timeout = c.duration(spec.get("requestTimeout", DEFAULT_REQUEST_TIMEOUT), "requestTimeout", 0.01, 60)
-    cache_ttl = c.duration(spec.get("cacheTtl", DEFAULT_CACHE_TTL), "cacheTtl", 0, 3600)
-    realm = c.string(spec.get("realm", DEFAULT_REALM), "realm")
-    if any(ch in realm for ch in '"\\') or not realm.isprintable():
-        raise c.fail("realm", "must be printable and contain no quote or backslash")
 
-    return LdapConfig(
-        where, target, template, attribute, frozenset(groups), filter_text, disable, account,
-        pool_max, pool_initial, connect_timeout, request_timeout, cache_ttl, realm, filter_object,
-    )
+def _user_search(c: _Checker, raw: Any, default_ns: str, scope: OptionsScope) -> UserSearch | None:
+    """``userSearch``; None (with the problems recorded) when invalid."""
+    spec: Mapping[str, Any] = {}
+    with c.checking():
+        spec = c.mapping(raw, "userSearch", {"baseDn", "filter", "scope", "credentialsSecretRef"})
+    found: dict[str, Any] = {}
+    with c.checking():
+        found["base"] = _base_dn(c, spec, "userSearch.baseDn", "where users are searched (e.g. dc=example,dc=org)")
+    with c.checking():
+        if "filter" not in spec:
+            raise c.fail("userSearch.filter", "is required, with one %s for the user name (e.g. (uid=%s),"
+                         " or (sAMAccountName=%s) for Active Directory)")
+        found["filter"] = _search_filter(c, spec["filter"], "userSearch.filter")
+    with c.checking():
+        name = spec.get("scope", "sub")
+        if name not in _SCOPES:
+            raise c.fail("userSearch.scope", f"must be one (the base's children) or sub (the whole"
+                         f" subtree), got {name!r}")
+        found["scope"] = _SCOPES[name]
+    found["account"] = None
+    with c.checking():
+        if "credentialsSecretRef" in spec:
+            found["account"] = _service_account(c, spec["credentialsSecretRef"], default_ns, scope,
+                                                "userSearch.credentialsSecretRef")
+    if len(found) != 4:
+        return None
+    return UserSearch(found["base"], found["filter"], found["scope"], found["account"])
+
+
+def _group_search(c: _Checker, raw: Any) -> GroupSearch | None:
+    """``groupSearch``; None (with the problems recorded) when invalid."""
+    spec: Mapping[str, Any] = {}
+    with c.checking():
+        spec = c.mapping(raw, "groupSearch", {"baseDn", "filter", "nameAttribute", "nested", "maxDepth"})
+    found: dict[str, Any] = {}
+    with c.checking():
+        found["base"] = _base_dn(c, spec, "groupSearch.baseDn",
+                                 "where groups are searched (e.g. ou=groups,dc=example,dc=org)")
+    with c.checking():
+        found["filter"] = _search_filter(c, spec.get("filter", DEFAULT_GROUP_FILTER), "groupSearch.filter")
+    with c.checking():
+        name = c.string(spec.get("nameAttribute", DEFAULT_NAME_ATTRIBUTE), "groupSearch.nameAttribute").strip()
+        if not _ATTRIBUTE.match(name):
+            raise c.fail("groupSearch.nameAttribute", f"is not an attribute name: {name!r}")
+        found["name"] = name
+    with c.checking():
+        found["nested"] = c.boolean(spec.get("nested", False), "groupSearch.nested")
+        if "maxDepth" in spec and not found["nested"]:
+            raise c.fail("groupSearch.maxDepth", "applies only with nested: true")
+    with c.checking():
+        found["depth"] = c.integer(spec.get("maxDepth", DEFAULT_MAX_DEPTH), "groupSearch.maxDepth", 1, 64)
+    if len(found) != 5:
+        return None
+    return GroupSearch(found["base"], found["filter"], found["name"], found["nested"], found["depth"])
+
+
+def _header_name(c: _Checker, spec: Mapping[str, Any], field: str) -> bytes:
+    if field not in spec:
+        return b""
+    name = c.string(spec[field], field).strip()
+    if not _TOKEN.match(name):
+        raise c.fail(field, f"is not an HTTP header name: {name!r}")
+    if name.lower() in _RESERVED_HEADERS:
+        raise c.fail(field, f"{name!r} is a header HTTP or the gateway itself uses; pick another"
+                     " (e.g. X-Auth-Groups)")
+    return name.lower().encode("ascii")
 
 
 _SUFFIX_TYPES = frozenset({"dc", "o", "c", "l", "st"})
@@ -356,8 +579,7 @@ def _rejoin_flow_split(c: _Checker, groups: list[NormalDN]) -> list[NormalDN]:
     return [joined]
 
 
-def _service_account(c: _Checker, ref: Any, default_ns: str, scope: OptionsScope) -> ServiceAccount:
-    field = "groupLookupSettings.credentialsSecretRef"
+def _service_account(c: _Checker, ref: Any, default_ns: str, scope: OptionsScope, field: str) -> ServiceAccount:
     ref = c.mapping(ref, field, {"name", "namespace"})
     if "name" not in ref:
         raise c.fail(f"{field}.name", "is required")
@@ -405,13 +627,16 @@ def compile_options(options: Mapping[str, Any], scope: OptionsScope) -> Compiled
     except KeyError as exc:
         raise OptionsError(("configRef",), f"dangling reference: {exc.args[0]}") from None
     compiled = []
+    everything = _Checker(f"AuthConfig {ns}/{name}")  # every entry's problems, together
     for i, entry in enumerate(info.configs):
         where = f"AuthConfig {ns}/{name}: spec.configs[{i}]"
-        if not isinstance(entry, Mapping) or set(entry) != {"ldap"}:
-            kinds = ", ".join(sorted(entry)) if isinstance(entry, Mapping) else _type_name(entry)
-            raise OptionsError(("configRef",), f"{where}: only 'ldap' configs are supported by the"
-                               f" extauth plugin, got {kinds}")
-        compiled.append(compile_ldap(entry["ldap"], where + ".ldap", info.namespace, scope))
+        with everything.checking():
+            if not isinstance(entry, Mapping) or set(entry) != {"ldap"}:
+                kinds = ", ".join(sorted(entry)) if isinstance(entry, Mapping) else _type_name(entry)
+                raise OptionsError(("configRef",), f"{where}: only 'ldap' configs are supported by the"
+                                   f" extauth plugin, got {kinds}")
+            compiled.append(compile_ldap(entry["ldap"], where + ".ldap", info.namespace, scope))
+    everything.raise_problems()
     return CompiledExtAuth(f"{ns}/{name}", tuple(compiled))
 
 

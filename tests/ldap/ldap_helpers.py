@@ -37,6 +37,8 @@ def ldap_config(address: str, *extra_configs: dict[str, Any], secret_password: s
         "requestTimeout": "1s",
     }
     ldap.update(fields)
+    if "userSearch" in fields and "userDnTemplate" not in fields:
+        del ldap["userDnTemplate"]
     configs = [{"ldap": ldap}] + [{"ldap": {**ldap, **c}} for c in extra_configs]
     secret = {
         "username": base64.b64encode(SERVICE_DN.encode()).decode(),

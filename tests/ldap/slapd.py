@@ -13,15 +13,21 @@ The directory (suffix ``dc=example,dc=org``):
 * ``ou=people``: inetOrgPerson users ``alice`` (managers, developers),
   ``bob`` (developers), ``carol`` (no group), ``eve`` (password with colons,
   managers); every password is ``<uid>-pw`` except eve's ``pa:ss:wd``.
-* ``ou=groups``: groupOfNames ``managers``, ``developers``; the ``memberof``
-  overlay gives users ``memberOf``.
+* ``ou=contractors``: ``dave`` (contractors) and a second ``sam``; ``sam``
+  is also in ``ou=people``, so a search over both OUs finds two entries.
+* ``ou=groups``: groupOfNames ``managers``, ``developers``, ``contractors``;
+  nested: ``engineering`` (members: the groups developers and contractors),
+  ``all-staff`` (member: engineering); a cycle ``loop-a`` (bob, loop-b) ⇄
+  ``loop-b`` (loop-a). The ``memberof`` overlay gives users ``memberOf``
+  (direct groups only).
 * ``cn=reader,ou=services,dc=example,dc=org`` / ``reader-pw``: the service
   account, allowed to read ``memberOf`` under the strict ACL.
 
 ``permissive=True`` accepts unauthenticated binds (``allow bind_anon_dn``:
 a DN with an empty password binds anonymously) and lets everyone read
 everything but passwords. ``permissive=False`` hides ``memberOf`` from
-everyone but the service account.
+everyone but the service account, and ``ou=contractors`` from anonymous
+searches (the service account and bound users see it).
 """
 
 from __future__ import annotations
@@ -42,6 +48,10 @@ SERVICE_DN = f"cn=reader,ou=services,{SUFFIX}"
 SERVICE_PW = "reader-pw"
 MANAGERS = f"cn=managers,ou=groups,{SUFFIX}"
 DEVELOPERS = f"cn=developers,ou=groups,{SUFFIX}"
+ENGINEERING = f"cn=engineering,ou=groups,{SUFFIX}"
+ALL_STAFF = f"cn=all-staff,ou=groups,{SUFFIX}"
+LOOP_A = f"cn=loop-a,ou=groups,{SUFFIX}"
+LOOP_B = f"cn=loop-b,ou=groups,{SUFFIX}"
 
 USERS = {
     # uid: (password, groups)
@@ -49,6 +59,19 @@ USERS = {
     "bob": ("bob-pw", ("developers",)),
     "carol": ("carol-pw", ()),
     "eve": ("pa:ss:wd", ("managers",)),
+    "sam": ("sam-pw", ()),
+}
+#: users of ou=contractors: uid: (password, groups)
+CONTRACTORS = {
+    "dave": ("dave-pw", ("contractors",)),
+    "sam": ("sam-contractor-pw", ()),
+}
+#: groups whose members are groups (nested), and the cycle; written after the users' groups
+NESTED_GROUPS = {
+    "engineering": (DEVELOPERS, f"cn=contractors,ou=groups,{SUFFIX}"),
+    "all-staff": (ENGINEERING,),
+    "loop-a": (f"uid=bob,ou=people,{SUFFIX}",),
+    "loop-b": (LOOP_A,),
 }
 
 INSTALL_HINT = "apt-get install slapd ldap-utils"
@@ -78,21 +101,30 @@ def _ldif_people() -> str:
            f"dn: ou=people,{SUFFIX}\nobjectClass: organizationalUnit\nou: people\n",
            f"dn: ou=groups,{SUFFIX}\nobjectClass: organizationalUnit\nou: groups\n",
            f"dn: ou=services,{SUFFIX}\nobjectClass: organizationalUnit\nou: services\n",
+           f"dn: ou=contractors,{SUFFIX}\nobjectClass: organizationalUnit\nou: contractors\n",
            f"dn: {SERVICE_DN}\nobjectClass: organizationalRole\nobjectClass: simpleSecurityObject\n"
            f"cn: reader\nuserPassword: {SERVICE_PW}\n"]
-    for uid, (pw, _) in USERS.items():
-        out.append(f"dn: uid={uid},ou=people,{SUFFIX}\nobjectClass: inetOrgPerson\nuid: {uid}\n"
-                   f"cn: {uid.title()}\nsn: {uid.title()}\nuserPassword: {pw}\n")
+    for ou, users in (("people", USERS), ("contractors", CONTRACTORS)):
+        for uid, (pw, _) in users.items():
+            out.append(f"dn: uid={uid},ou={ou},{SUFFIX}\nobjectClass: inetOrgPerson\nuid: {uid}\n"
+                       f"cn: {uid.title()}\nsn: {uid.title()}\nuserPassword: {pw}\n")
     return "\n".join(out)
+
+
+def _group(name: str, members: list[str]) -> str:
+    lines = [f"dn: cn={name},ou=groups,{SUFFIX}", "objectClass: groupOfNames", f"cn: {name}"]
+    return "\n".join(lines + [f"member: {m}" for m in members]) + "\n"
 
 
 def _ldif_groups() -> str:
     out = []
-    for group in ("managers", "developers"):
-        members = [uid for uid, (_, groups) in USERS.items() if group in groups]
-        lines = [f"dn: cn={group},ou=groups,{SUFFIX}", "objectClass: groupOfNames", f"cn: {group}"]
-        lines += [f"member: uid={m},ou=people,{SUFFIX}" for m in members]
-        out.append("\n".join(lines) + "\n")
+    for group in ("managers", "developers", "contractors"):
+        members = [f"uid={uid},ou={ou},{SUFFIX}" for ou, users in (("people", USERS), ("contractors", CONTRACTORS))
+                   for uid, (_, groups) in users.items() if group in groups]
+        out.append(_group(group, members))
+    out += [_group(name, list(members)) for name, members in NESTED_GROUPS.items()]
+    # close the cycle: loop-a also lists loop-b (which lists loop-a)
+    out.append(f"dn: {LOOP_A}\nchangetype: modify\nadd: member\nmember: {LOOP_B}\n")
     return "\n".join(out)
 
 
@@ -138,7 +170,9 @@ def _config(directory: Path, permissive: bool, tls: bool = False) -> str:
     tls_lines = (f"TLSCACertificateFile {directory}/ca.pem\nTLSCertificateFile {directory}/server.pem\n"
                  f"TLSCertificateKeyFile {directory}/server-key.pem\n") if tls else ""
     acl_memberof = ("" if permissive else
-                    f'access to attrs=memberOf\n  by dn.exact="{SERVICE_DN}" read\n  by * none\n')
+                    f'access to attrs=memberOf\n  by dn.exact="{SERVICE_DN}" read\n  by * none\n'
+                    f'access to dn.subtree="ou=contractors,{SUFFIX}"\n  by dn.exact="{SERVICE_DN}" read\n'
+                    f'  by users read\n  by * none\n')
     return f"""\
 include {schema}/core.schema
 include {schema}/cosine.schema

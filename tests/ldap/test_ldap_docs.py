@@ -77,3 +77,75 @@ def test_documented_command_through_the_cli(capsys: Any) -> None:
     args = shlex.split(command.replace("\\\n", " ").split(">")[0])
     assert cli.main(args[1:]) == 0
     assert capsys.readouterr().out == secret
+
+
+# ---------------------------------------------------------------------------
+# The userSearch / groupSearch examples
+# ---------------------------------------------------------------------------
+
+
+def marked_block(marker: str) -> str:
+    text = DOC.read_text()
+    start = text.index(f"<!-- example: {marker}")
+    return re.search(r"```yaml\n(.*?)```", text[start:], re.S).group(1)
+
+
+def openldap_example(address: str) -> str:
+    config = marked_block("ldap-openldap-search")
+    assert "ldap://ldap.example.org:389" in config
+    return config.replace("ldap://ldap.example.org:389", address)
+
+
+@pytest_twisted.ensureDeferred
+async def test_openldap_search_example_against_slapd(slapd_open: Any) -> None:
+    tester = make_tester(openldap_example(slapd_open.url))
+    wiki = "http://wiki.example.org/"
+    for user, password, groups in (("bob", "bob-pw", b"all-staff,developers,engineering,loop-a,loop-b"),
+                                   ("dave", "dave-pw", b"all-staff,contractors,engineering")):
+        result = await tester.request("GET", wiki, headers={**basic(user, password), "X-Auth-Groups": "admins"})
+        assert result.status == 200, result.deny
+        sent = result.forwarded_headers
+        assert sent.getRawHeaders(b"x-auth-user") == [user.encode()]
+        assert sent.getRawHeaders(b"x-auth-groups") == [groups]
+        assert not sent.hasHeader(b"authorization")
+    for user, password, status in (("carol", "carol-pw", 403), ("sam", "sam-pw", 401), ("al*", "alice-pw", 401)):
+        result = await tester.request("GET", wiki, headers=basic(user, password))
+        assert (result.status, result.body) == (status, b""), user
+
+
+def test_documented_explain_line_is_what_explain_prints(slapd_open: Any, tmp_path: Path) -> None:
+    import base64
+    import subprocess
+    import sys
+
+    text = DOC.read_text()
+    section = text.split("## Worked example: OpenLDAP", 1)[1].split("\n## ", 1)[0]
+    documented = re.search(r"```\n(\s*extauth\.authenticate: .*?)\n```", section, re.S).group(1).strip()
+    (tmp_path / "config.yaml").write_text(openldap_example(slapd_open.url))
+    auth = base64.b64encode(b"dave:dave-pw").decode()
+    out = subprocess.run([sys.executable, "-m", "twistgw", "explain", str(tmp_path), "GET",
+                          "http://wiki.example.org/", "-H", f"Authorization: Basic {auth}"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert documented in [line.strip() for line in out.stdout.splitlines()], out.stdout
+
+
+def test_active_directory_example_loads_and_sends_the_in_chain_filter() -> None:
+    from ldaptor import ldapfilter
+    from ldaptor.protocols import pureldap
+
+    reader = secret_yaml("ad-reader", "default", "CN=Gateway Reader,OU=Service Accounts,DC=corp,DC=example,DC=com",
+                         "reader-pw")
+    vs = ("apiVersion: gateway.vendor.io/v1\nkind: VirtualService\nmetadata: {name: intranet}\nspec:\n"
+          "  virtualHost:\n    domains: ['*']\n    options: {extauth: {configRef: {name: corp-ad}}}\n"
+          "    routes: [{matchers: [{prefix: /}], directResponseAction: {status: 200}}]\n")
+    tester = make_tester(marked_block("ldap-active-directory") + "---\n" + reader + "---\n" + vs)
+    (cfg,) = tester.snapshot.plugin_compiled["extauth"][0].configs
+    assert cfg.target.scheme == "ldaps" and cfg.user_search.account is not None
+    assert not cfg.group_search.nested
+    user_dn = "CN=Doe\\, John (IT),OU=Staff,DC=corp,DC=example,DC=com"
+    expected = ldapfilter.parseFilter(f"(member:1.2.840.113556.1.4.1941:={pureldap.escape(user_dn)})").toWire()
+    assert cfg.group_search.filter.encode(user_dn) == expected
+    assert expected[0] == 0xA9  # an extensible match, as Active Directory expects
+    assert cfg.user_search.filter.show("jdoe") == \
+        "(&(objectCategory=person)(objectClass=user)(sAMAccountName=jdoe))"
