@@ -233,6 +233,7 @@ class GatewayProtocol(Protocol):
         self._idle = LazyTimer(self)
         self.tunnel: Any = None
         self._tunnel_buffer: list[bytes] = []
+        self._data = b""
         self.connected_ = False
         self._pending_reject: bytes | None = None
 
@@ -275,10 +276,34 @@ class GatewayProtocol(Protocol):
         self._abandoned = True
 
     def _reject(self, response: bytes) -> None:
-        """A request that cannot be parsed: answer it (after the requests
+        """Input that cannot be parsed: answer it (after the requests
         before it) and close; nothing after it is read."""
         self._abandoned = True
         self._deadline.stop()
+        broken = self.parsing
+        if broken is not None and not broken.body_complete:
+            # The body of a request already under way is malformed: that
+            # request fails, whatever the chain or the upstream make of it.
+            self.parsing = None
+            if broken is self.current:
+                if broken.upstream is not None:
+                    broken.upstream.client_gone(broken)
+                    broken.upstream = None
+                if broken.body is not None:
+                    broken.body.stop()
+                if broken.status:
+                    broken.abort()
+                    return
+                broken.status = 400
+                broken.done = True
+                self.gateway.record(broken)
+                self._closing = True
+                self.transport.write(response)
+                self.transport.loseConnection()
+                return
+            self.queue.remove(broken)
+            broken.client_gone = True
+            self.gateway.client_gone(broken)
         last = self.queue[-1] if self.queue else self.current
         if last is None:
             self._closing = True
@@ -354,6 +379,7 @@ class GatewayProtocol(Protocol):
             if self._head_bytes > MAX_HEAD_BYTES + MAX_TARGET:
                 self._reject(_TOO_LARGE)
                 return
+        self._data = data
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
@@ -405,6 +431,13 @@ class GatewayProtocol(Protocol):
             self._deadline.set(self.head_timeout, self._head_timed_out)
 
     def on_url(self, url: bytes) -> None:
+        if not self._url:
+            # llhttp lets more than one space follow the method; RFC 9112
+            # §3 says one (and so do nginx and Envoy).
+            twice = self.parser.get_method() + b"  "
+            at = self._data.find(twice)
+            if at != -1 and (at == 0 or self._data[at - 1] == 10):
+                raise _Reject(_BAD_REQUEST)
         url = self._url + url if self._url else url
         if len(url) > MAX_TARGET:
             raise _Reject(_URI_TOO_LONG)
