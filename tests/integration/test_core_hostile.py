@@ -10,20 +10,8 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer
 
-import twistgw
 from support.http import http_request, raw_connect, raw_exchange, reactor, sleep, wait_for
-
-
-class DenyAll:
-    """``denyall: {}``: refuses every request with 401."""
-
-    @twistgw.hookimpl
-    def twistgw_compile_options(self, options: Any, scope: Any) -> Any:
-        return True
-
-    @twistgw.hookimpl
-    def twistgw_authenticate(self, ctx: Any, options: Any) -> Any:
-        return twistgw.Deny(401, b"go away", headers=((b"www-authenticate", b"Basic realm=x"),))
+from support.plugins import DenyAll
 
 
 CONFIG = """\
