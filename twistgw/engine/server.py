@@ -525,6 +525,10 @@ class GatewayProtocol(Protocol):
         if ex.on_body_complete is not None:
             callback, ex.on_body_complete = ex.on_body_complete, None
             callback()
+        if not ex.keep_alive and ex.upgrade is None:
+            # Connection: close (or HTTP/1.0): whatever follows is not read.
+            self._abandoned = True
+            raise _Stop()
 
     # -- answering in order -------------------------------------------------------
 

@@ -34,6 +34,9 @@ __all__ = ["BODY_BUFFER_LIMIT", "RequestBody", "UpstreamConnection", "UpstreamPo
 #: takes it) before the client is paused.
 BODY_BUFFER_LIMIT = 64 * 1024
 
+#: An upstream response head larger than this is a 502 (Envoy: 60 KiB).
+MAX_RESPONSE_HEAD = 64 * 1024
+
 #: RFC 9110 §9.2.2: requests that may be sent again after a failure.
 IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
 
@@ -256,6 +259,7 @@ class UpstreamConnection(Protocol):
         self.body_sent = True
         self.close_delimited = False
         self.head_only = False
+        self.head_bytes = 0
         self.tunnel_client: Any = None
         self._idle = LazyTimer(self)
 
@@ -322,6 +326,7 @@ class UpstreamConnection(Protocol):
         self._idle.clear()
         self.parser = httptools.HttpResponseParser(self)
         self.got_bytes = self.head_done = self.close_delimited = False
+        self.head_bytes = 0
         self.status = 0
         self.reason = b""
         self.headers = []
@@ -381,6 +386,11 @@ class UpstreamConnection(Protocol):
             self.transport.loseConnection()
             return
         self.got_bytes = True
+        if not self.head_done:
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_RESPONSE_HEAD:
+                self._malformed("response head too large")
+                return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
