@@ -268,8 +268,11 @@ class GatewayProtocol(Protocol):
     def close(self) -> None:
         """Close after what was written went out."""
         self._closing = True
-        if self.transport is not None:
-            self.transport.loseConnection()
+        transport = self.transport
+        if transport is not None and self.connected_:
+            # A TLS transport shuts down only once no producer is registered.
+            transport.unregisterProducer()
+            transport.loseConnection()
 
     def abandon_input(self) -> None:
         """Read nothing more: the connection closes after this response."""
@@ -297,18 +300,16 @@ class GatewayProtocol(Protocol):
                 broken.status = 400
                 broken.done = True
                 self.gateway.record(broken)
-                self._closing = True
                 self.transport.write(response)
-                self.transport.loseConnection()
+                self.close()
                 return
             self.queue.remove(broken)
             broken.client_gone = True
             self.gateway.client_gone(broken)
         last = self.queue[-1] if self.queue else self.current
         if last is None:
-            self._closing = True
             self.transport.write(response)
-            self.transport.loseConnection()
+            self.close()
         else:
             last.keep_alive = False
             self._pending_reject = response
@@ -396,10 +397,8 @@ class GatewayProtocol(Protocol):
     def _upgraded(self, data: bytes, offset: int) -> None:
         ex = self.parsing
         if ex is None or ex.upgrade is None:
-            # CONNECT (llhttp treats it as an upgrade) or an answered request.
-            if ex is None and self._closing:
-                return
-            self._reject(_NOT_IMPLEMENTED if ex is not None and ex.method == b"CONNECT" else _BAD_REQUEST)
+            if not self._abandoned:
+                self._reject(_BAD_REQUEST)
             return
         self._buffer_tunnel(data[offset:])
 
@@ -467,12 +466,15 @@ class GatewayProtocol(Protocol):
         version = parser.get_http_version().encode()
         if version != b"1.1" and version != b"1.0":
             raise _Reject(_BAD_REQUEST)
+        method = parser.get_method()
+        if method == b"CONNECT":
+            raise _Reject(_NOT_IMPLEMENTED)  # a reverse proxy has no tunnel target
         raw = self._raw
         headers = Headers()
         headers._raw = raw
         connection = _tokens(raw.get(b"Connection"))
         keep_alive = version == b"1.1" and b"close" not in connection
-        ex = Exchange(self, parser.get_method(), self._url, version, headers, keep_alive, self.clock())
+        ex = Exchange(self, method, self._url, version, headers, keep_alive, self.clock())
         te = raw.get(b"Transfer-Encoding")
         cl = raw.get(b"Content-Length")
         if te is not None:
@@ -578,8 +580,7 @@ class GatewayProtocol(Protocol):
 
     def _idle_timed_out(self) -> None:
         if self.current is None and not self._in_head and self.transport is not None:
-            self._closing = True
-            self.transport.loseConnection()
+            self.close()
 
     def _head_timed_out(self) -> None:
         if self.transport is not None and self.current is None:

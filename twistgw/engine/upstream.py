@@ -16,9 +16,9 @@ from typing import Any
 import httptools
 from twisted.internet import error as ierror
 from twisted.internet.defer import succeed
-from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint, connectProtocol
+from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint
 from twisted.internet.interfaces import IPushProducer
-from twisted.internet.protocol import Protocol
+from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -526,6 +526,19 @@ class UpstreamConnection(Protocol):
             self.transport.loseConnection()
 
 
+class _Once(Factory):
+    """Builds the one connection it was made for (no log line per connect,
+    unlike ``connectProtocol``)."""
+
+    noisy = False
+
+    def __init__(self, conn: UpstreamConnection) -> None:
+        self.conn = conn
+
+    def buildProtocol(self, addr: Any) -> UpstreamConnection:
+        return self.conn
+
+
 class UpstreamPool:
     """Idle keep-alive connections per endpoint, and the forwarding of
     requests through them. One per gateway process."""
@@ -573,7 +586,7 @@ class UpstreamPool:
             endpoint = self._endpoints[key] = self._endpoint(*key)
         conn = UpstreamConnection(self, key)
         self._all.add(conn)
-        return connectProtocol(endpoint, conn)
+        return endpoint.connect(_Once(conn))
 
     def _endpoint(self, host: str, port: int) -> Any:
         if ":" in host:
