@@ -496,7 +496,7 @@ class GatewayProtocol(Protocol):
             ex.upgrade = upgrade[0]
         self.parsing = ex
         self._deadline.clear()
-        if self.current is None:
+        if self.current is None and not self._paused & _P_WRITE:
             self.current = ex
             self.gateway.inflight += 1
             self.gateway.handle(ex)
