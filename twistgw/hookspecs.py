@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import pluggy
 
 if TYPE_CHECKING:
+    from twistgw.api.commands import Commands
     from twistgw.api.types import Decision, OptionsScope, RequestContext
     from twistgw.config.model import Route, VirtualService
     from twistgw.api.plugin import GatewayInfo, PluginInfo
@@ -63,6 +64,19 @@ def twistgw_plugin_info() -> PluginInfo:
 
     :return: a :class:`twistgw.PluginInfo`. Plugins without this hook get
         ``PluginInfo(order=1000)``.
+    """
+
+
+@hookspec
+def twistgw_add_commands(commands: Commands) -> None:
+    """Add the plugin's sub-commands to the ``twistgw`` command line
+    (broadcast: every plugin is called when ``twistgw`` starts).
+
+    :param commands: :class:`twistgw.Commands`; ``commands.add("token",
+        help=...)`` returns an ``argparse`` parser: add arguments, then
+        ``set_defaults(func=run)`` where ``run(args)`` returns the exit code.
+        The shipped plugins add ``twistgw token`` and ``keys`` (jwt) and
+        ``twistgw create secret authcredentials`` (extauth).
     """
 
 
@@ -113,14 +127,18 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: OptionsScope) -> 
 
 
 @hookspec(firstresult=True)
-def twistgw_default_options(settings: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def twistgw_default_options(settings: Mapping[str, Any], config_dir: str) -> Mapping[str, Any] | None:
     """Options for routes that do not configure this plugin (per-plugin).
 
     Lets a gateway-wide setting put the plugin on every route, e.g. the rbac
     plugin's ``requireRbac`` denies routes that have no policy. A route's own
-    options, or ``{disable: true}``, still win.
+    options, or ``{disable: true}``, still win. Also the place to check the
+    plugin's settings when the configuration loads (``twistgw check`` reports
+    what is raised here), even for a plugin that returns None.
 
     :param settings: the ``Settings.spec.<plugin name>`` section ({} if none).
+    :param config_dir: the configuration directory ("" when loaded from
+        text), for resolving relative file names in settings.
     :return: a raw options mapping, compiled like any other, or None.
     :raise twistgw.OptionsError: for invalid settings (path below
         ``Settings.spec.<plugin name>``); the configuration is rejected.

@@ -318,10 +318,6 @@ ERROR_CASES = [
         "VirtualService default/v", "spec.virtualHost.routes[0]",
         "set exactly one of routeAction or directResponseAction", 7, id="no-action"),
     pytest.param(
-        VS_HEAD + "    options: {jwtStaged: {beforeExtAuth: {}, afterExtAuth: {}}}\n    routes: []\n",
-        "VirtualService default/v", "spec.virtualHost.options.jwtStaged", "set exactly one of", 6,
-        id="jwtstaged-both"),
-    pytest.param(
         VS_HEAD + "    options: {pluginOrder: [jwt, jwt]}\n    routes: []\n",
         "VirtualService default/v", "spec.virtualHost.options.pluginOrder", "lists a plugin twice", 6,
         id="plugin-order-twice"),

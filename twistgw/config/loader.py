@@ -8,14 +8,14 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-import re
 from typing import Any, Mapping
 
 import attrs
 import yaml
 
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
-from twistgw.config.names import host_without_port, is_loopback_endpoint
+from twistgw.config.names import host_without_port, is_loopback_endpoint, is_yaml_file
+from twistgw.options import is_kubernetes_name, parse_duration
 from twistgw.options import type_name as _type_name
 from twistgw.config.model import (
     DirectResponse,
@@ -43,9 +43,8 @@ API_VERSIONS = {
 }
 
 #: Options keys the core itself reads; every other key names a plugin.
-CORE_OPTION_KEYS = frozenset({"pluginOrder", "jwtStaged", "prefixRewrite", "timeout"})
+CORE_OPTION_KEYS = frozenset({"pluginOrder", "prefixRewrite", "timeout"})
 
-_DNS_LABELS = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 @attrs.frozen
@@ -201,7 +200,7 @@ def read_documents(directory: str) -> tuple[list[Document], list[ConfigIssue]]:
     except OSError as exc:
         return [], [ConfigIssue(f"cannot read the configuration directory: {exc.strerror}", file=directory)]
     for name in names:
-        if not name.endswith((".yaml", ".yml")) or name.startswith("."):
+        if not is_yaml_file(name):
             continue
         path = os.path.join(directory, name)
         if not os.path.isfile(path):
@@ -363,21 +362,6 @@ class _Reader:
 
 
 
-def parse_duration(value: Any) -> float | None:
-    """``15s``, ``1.5s``, ``200ms``, ``2m``, ``1h`` or a number of seconds."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if value >= 0 else None
-    if not isinstance(value, str):
-        return None
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", value)
-    if not m:
-        return None
-    number = float(m.group(1))
-    return number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-
-
 # ---------------------------------------------------------------------------
 # Resources
 # ---------------------------------------------------------------------------
@@ -409,7 +393,7 @@ class Config:
         if sport is None:
             known = ", ".join(str(p.port) for p in service.ports)
             raise KeyError(f"Service {namespace}/{name} has no port {port} (ports: {known})")
-        upstream_name = f"{namespace}-{name}-{port}"
+        upstream_name = KubeRef(name, namespace, port).upstream_key()[1]
         eps = self.endpoints.get((namespace, name))
         found: list[Endpoint] = []
         if eps is not None:
@@ -439,7 +423,7 @@ def load_directory(directory: str) -> Config:
     docs, issues = read_documents(directory)
     if issues:
         raise ConfigError(issues)
-    if not any(n.endswith((".yaml", ".yml")) and not n.startswith(".") for n in os.listdir(directory)):
+    if not any(is_yaml_file(n) for n in os.listdir(directory)):
         # Almost always an accident (a failed copy, a ConfigMap mount in
         # flux); serving "nothing" would turn every route into a 404.
         raise ConfigError([ConfigIssue(
@@ -578,7 +562,7 @@ def _envelope(r: _Reader, data: Any) -> tuple[str, str, str]:
     namespace = meta.get("namespace", "default")
     namespace = r.string(namespace, ("metadata", "namespace"))
     for value, field in ((name, "name"), (namespace, "namespace")):
-        if not _DNS_LABELS.match(value) or len(value) > 253:
+        if not is_kubernetes_name(value):
             raise r.fail(("metadata", field), f"{value!r} is not a valid Kubernetes name (lower-case letters, digits, '-', '.')")
     allowed_top = {"apiVersion", "kind", "metadata", "spec", "status"}
     if kind == "Secret":
@@ -641,12 +625,6 @@ def _options(r: _Reader, value: Any, path: tuple[str | int, ...]) -> dict:
             raise r.fail(path + ("prefixRewrite",), "must start with '/'")
     if "timeout" in options and parse_duration(options["timeout"]) is None:
         raise r.fail(path + ("timeout",), f"must be a duration such as '15s' or '500ms', got {options['timeout']!r}")
-    if "jwtStaged" in options:
-        staged = r.mapping(options["jwtStaged"], path + ("jwtStaged",), {"beforeExtAuth", "afterExtAuth"})
-        if len(staged) != 1:
-            raise r.fail(path + ("jwtStaged",), "set exactly one of beforeExtAuth or afterExtAuth")
-        if "jwt" in options:
-            raise r.fail(path + ("jwtStaged",), "use either jwt or jwtStaged, not both")
     return options
 
 
@@ -800,5 +778,9 @@ def _auth_config(r: _Reader, ns: str, name: str, spec: Any) -> AuthConfigInfo:
         c = r.mapping(c, ("spec", "configs", i))
         if not c:
             raise r.fail(("spec", "configs", i), "an auth config entry must name its kind (e.g. ldap)")
-    return AuthConfigInfo(ns, name, tuple(configs))
+    expr = r.string(spec["booleanExpr"], ("spec", "booleanExpr")) if "booleanExpr" in spec else None
+    redirect = spec.get("failOnRedirect")
+    if redirect is not None and not isinstance(redirect, bool):
+        raise r.fail(("spec", "failOnRedirect"), f"must be true or false, got {redirect!r}")
+    return AuthConfigInfo(ns, name, tuple(configs), expr, redirect)
 

@@ -27,3 +27,9 @@ def is_loopback_endpoint(description: str) -> bool:
             iface = part.split("=", 1)[1].replace("\\", "")
             return iface.startswith("127.") or iface in ("::1", "localhost")
     return False
+
+
+def is_yaml_file(name: str) -> bool:
+    """Whether a directory entry is read as configuration: ``*.yaml`` or
+    ``*.yml``, not hidden (editors' and ConfigMaps' ``.name`` files)."""
+    return name.endswith((".yaml", ".yml")) and not name.startswith(".")

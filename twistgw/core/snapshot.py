@@ -16,6 +16,7 @@ from twistgw.api.types import Endpoint, OptionsError, OptionsScope, ResourceView
 from twistgw.config.loader import CORE_OPTION_KEYS, Config, ConfigError, ConfigIssue, path_text
 from twistgw.config.model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
 from twistgw.core.plan import LocalResponse
+from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
 
@@ -28,6 +29,13 @@ class ChainStep:
     options: Any
     authenticate: Callable[..., Any] | None
     authorize: Callable[..., Any] | None
+    #: ``beforeExtAuth``/``afterExtAuth`` when a route runs two JWT stages
+    stage: str = ""
+
+    @property
+    def label(self) -> str:
+        """The plugin's name, with its stage when it runs twice (``jwt[beforeExtAuth]``)."""
+        return f"{self.plugin}[{self.stage}]" if self.stage else self.plugin
 
 
 def flatten_chain(steps: tuple[ChainStep, ...]) -> tuple[tuple[ChainStep, str, Callable[..., Any]], ...]:
@@ -112,7 +120,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
         if fn is not None:
             src = config.settings_source
             try:
-                value = fn(settings=view.settings(name))
+                value = fn(settings=view.settings(name), config_dir=config.directory)
             except OptionsError as exc:
                 issues.append(ConfigIssue(
                     exc.reason, file=src.file if src else "", document=src.document if src else None,
@@ -133,6 +141,8 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 f"no plugin named {key!r} is installed (installed: {', '.join(host.names()) or 'none'})",
                 file=src.file if src else "", document=src.document if src else None,
                 line=src.line if src else None, resource="Settings", field=f"spec.{key}"))
+    staged = {name: info.staged_options for name, info in host.infos.items() if info.staged_options is not None}
+    staged_keys = frozenset(key for decl in staged.values() for key in decl.keys)
     routes: dict[tuple[str, int], RouteRuntime] = {}
     compiled_by_plugin: dict[str, list[Any]] = {name: [] for name in host.infos}
     balancers: dict[tuple[str, str], Balancer] = {}
@@ -152,18 +162,34 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 field=path_text(path),
             ))
 
-        vh_plugins = _plugin_options(vs.options)
+        def stages_ok(options: Mapping[str, Any], path: stages.Where, on_route: bool) -> bool:
+            return all([stages.check(name, decl, options, path, on_route, issue) for name, decl in staged.items()])
+
+        if not stages_ok(vs.options, vh_path + ("options",), False):
+            continue
+        vh_plugins = _plugin_options(vs.options, vh_path + ("options",), staged_keys)
         for route in vs.routes:
             r_path = vh_path + ("routes", route.index)
+            r_plugins = _plugin_options(route.options, r_path + ("options",), staged_keys)
             effective: dict[str, tuple[Any, tuple[str | int, ...], str | None]] = {}
             for key, value in defaults.items():
                 effective[key] = (value, ("Settings", "spec", key), None)
-            for key, value in vh_plugins.items():
-                effective[key] = (value, vh_path + ("options", key), None)
-            for key, value in _plugin_options(route.options).items():
-                effective[key] = (value, r_path + ("options", key), route.name)
+            for key, (value, where) in vh_plugins.items():
+                effective[key] = (value, where, None)
+            for key, (value, where) in r_plugins.items():
+                effective[key] = (value, where, route.name)
             order_raw = route.options.get("pluginOrder", vs.options.get("pluginOrder"))
-            before_ext = "beforeExtAuth" in (route.options.get("jwtStaged") or vs.options.get("jwtStaged") or {})
+            if not stages_ok(route.options, r_path + ("options",), True):
+                continue
+            # A staged plugin (jwt) stands for its stages in the checks
+            # below; each stage is compiled on its own.
+            route_stages: dict[str, dict[str, stages.Entry]] = {}
+            for name, decl in staged.items():
+                found = stages.stages_of(decl, effective.pop(name, None), vs.options, route.options,
+                                         vh_path, r_path, route.name)
+                if found:
+                    effective[name] = next(iter(found.values()))
+                route_stages[name] = found
 
             steps: list[ChainStep] = []
             enabled = {k: v for k, v in effective.items() if not _is_disabled(v[0])}
@@ -188,13 +214,19 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                     continue
                 order = [k for k in order_raw if k in enabled]
             else:
-                order = [k for k in host.default_order() if k in enabled]
-                if before_ext and "jwt" in order and "extauth" in order:
-                    order.remove("jwt")
-                    order.insert(order.index("extauth"), "jwt")
+                order = host.chain_order(enabled)
+            placed: list[tuple[str, str]] | str = [(name, "") for name in order]
+            for name, decl in staged.items():
+                placed = stages.place(name, decl, placed, route_stages[name], order_raw is not None)
+                if isinstance(placed, str):
+                    break
+            if isinstance(placed, str):
+                issue(r_path + ("options", "pluginOrder") if "pluginOrder" in route.options
+                      else vh_path + ("options", "pluginOrder"), placed)
+                continue
             failed = False
-            for name in order:
-                raw, where, route_name = enabled[name]
+            for name, stage in placed:
+                raw, where, route_name = route_stages[name][stage] if stage else enabled[name]
                 cache_key = (name, id(raw))
                 if cache_key in cache:
                     compiled = cache[cache_key]
@@ -216,6 +248,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                     name, compiled,
                     host.impl(name, "twistgw_authenticate"),
                     host.impl(name, "twistgw_authorize"),
+                    stage if len(route_stages.get(name, ())) > 1 else "",
                 ))
             if failed:
                 continue
@@ -226,11 +259,8 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
             if isinstance(action, DirectResponse):
                 direct = action
             else:
-                if isinstance(action, KubeRef):
-                    key = (action.namespace, f"{action.namespace}-{action.name}-{action.port}")
-                else:
-                    assert isinstance(action, UpstreamRef)
-                    key = (action.namespace, action.name)
+                assert isinstance(action, (KubeRef, UpstreamRef))
+                key = action.upstream_key()
                 upstream = config.upstreams.get(key)
                 if upstream is None:  # build_config already reported it
                     continue
@@ -244,12 +274,11 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     return Snapshot(config, routes, generation, compiled_by_plugin)
 
 
-def _plugin_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in options.items() if k not in CORE_OPTION_KEYS}
-    staged = options.get("jwtStaged")
-    if staged:
-        out["jwt"] = next(iter(staged.values()))
-    return out
+def _plugin_options(options: Mapping[str, Any], path: stages.Where,
+                    staged_keys: frozenset[str]) -> dict[str, tuple[Any, stages.Where]]:
+    """The plugins' entries of an ``options`` mapping at ``path``:
+    ``{plugin: (raw options, where)}`` (staged keys are read by :mod:`stages`)."""
+    return {k: (v, path + (k,)) for k, v in options.items() if k not in CORE_OPTION_KEYS and k not in staged_keys}
 
 
 def _compile(host: PluginHost, name: str, raw: Any, scope: OptionsScope) -> Any:

@@ -20,6 +20,7 @@ from twisted.logger import Logger
 
 from twistgw.config.defaults import DRAIN_TIMEOUT, HEAD_TIMEOUT, IDLE_TIMEOUT, POLL_INTERVAL, UPSTREAM_TIMEOUT
 from twistgw.config.loader import ConfigError, load_directory
+from twistgw.config.names import is_yaml_file
 from twistgw.core.plugins import GatewayInfo, PluginHost
 from twistgw.core.snapshot import Snapshot, build_snapshot
 from twistgw.engine.server import Gateway, GatewayFactory
@@ -47,7 +48,7 @@ def fingerprint(directory: str) -> tuple:
         return (("error", str(exc)),)
     out = []
     for name in names:
-        if not name.endswith((".yaml", ".yml")) or name.startswith("."):
+        if not is_yaml_file(name):
             continue
         try:
             st = os.stat(os.path.join(directory, name))
