@@ -50,7 +50,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"  VirtualService {v.key} domains={list(v.domains)}")
             for route in v.routes:
                 rt = snapshot.runtime(v, route)
-                chain = " -> ".join(s.plugin for s in rt.chain) or "(no auth)"
+                chain = " -> ".join(s.label for s in rt.chain) or "(no auth)"
                 print(f"    {route.name}: {_describe_matchers(route)} chain: {chain}")
     return EXIT_OK
 
@@ -120,7 +120,7 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
     print(f"Normalised path: {ctx.path}")
     print(f"Virtual service: {ctx.virtual_service} (host {ctx.host!r})")
     print(f"Route: {ctx.route} ({_describe_matchers(rt.route)})")
-    print("Plugin chain: " + (" -> ".join(s.plugin for s in rt.chain) or "(none)"))
+    print("Plugin chain: " + (" -> ".join(s.label for s in rt.chain) or "(none)"))
     for plugin, phase, decision in result.trace:
         if isinstance(decision, Deny):
             verdict = f"DENY {decision.status}"
@@ -207,6 +207,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
 def cmd_create_secret(args: argparse.Namespace) -> int:
     from twistgw_ldap.secret import secret_yaml
 
+    args.namespace_defaulted = args.namespace is None
+    if args.namespace is None:
+        args.namespace = "default"
     try:
         text = secret_yaml(args.name, args.namespace, args.username, args.password)
     except ValueError as exc:
@@ -219,9 +222,13 @@ def cmd_create_secret(args: argparse.Namespace) -> int:
         except OSError as exc:
             _err(f"cannot write {args.output}: {exc.strerror}")
             return EXIT_USAGE
-        print(f"wrote Secret {args.namespace}/{args.name} to {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    # stderr, so the YAML on stdout stays clean: where the Secret went, and how to use it
+    defaulted = " (the default; pass --namespace to change it)" if args.namespace_defaulted else ""
+    print(f"wrote Secret {args.name} in namespace {args.namespace}{defaulted} to"
+          f" {args.output or 'stdout'}; reference it from the AuthConfig as"
+          f" credentialsSecretRef: {{name: {args.name}, namespace: {args.namespace}}}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -294,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
                       description="Write a v1 Secret of type extauth.vendor.io/accountcredentials"
                       " (data: username, password) for groupLookupSettings.credentialsSecretRef.")
     a.add_argument("--name", required=True)
-    a.add_argument("--namespace", default="default")
+    a.add_argument("--namespace", default=None,
+                   help="the Secret's namespace (default: default; glooctl's is gloo-system)")
     a.add_argument("--username", required=True, help="the service account's DN")
     a.add_argument("--password", required=True)
     a.add_argument("-o", "--output", help="write to this file instead of stdout")

@@ -113,14 +113,18 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: OptionsScope) -> 
 
 
 @hookspec(firstresult=True)
-def twistgw_default_options(settings: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def twistgw_default_options(settings: Mapping[str, Any], config_dir: str) -> Mapping[str, Any] | None:
     """Options for routes that do not configure this plugin (per-plugin).
 
     Lets a gateway-wide setting put the plugin on every route, e.g. the rbac
     plugin's ``requireRbac`` denies routes that have no policy. A route's own
-    options, or ``{disable: true}``, still win.
+    options, or ``{disable: true}``, still win. Also the place to check the
+    plugin's settings when the configuration loads (``twistgw check`` reports
+    what is raised here), even for a plugin that returns None.
 
     :param settings: the ``Settings.spec.<plugin name>`` section ({} if none).
+    :param config_dir: the configuration directory ("" when loaded from
+        text), for resolving relative file names in settings.
     :return: a raw options mapping, compiled like any other, or None.
     :raise twistgw.OptionsError: for invalid settings (path below
         ``Settings.spec.<plugin name>``); the configuration is rejected.

@@ -220,7 +220,19 @@ def verify_sync(provider: Provider, token: ParsedToken) -> Mapping[str, Any] | F
         if provider.remote is not None and provider.remote.may_refetch_unknown():
             return _NEEDS_IO
         return T.KID_ALG_MISMATCH
-    return _check(provider, token, candidates)
+    result = _check(provider, token, candidates)
+    if result is T.VERIFICATION_FAILS and provider.remote is not None \
+            and not _named_by_kid(token, candidates) and provider.remote.may_refetch_unknown():
+        return _NEEDS_IO
+    return result
+
+
+def _named_by_kid(token: ParsedToken, candidates: list[Any]) -> bool:
+    """Whether a candidate carries exactly the token's ``kid``. When none does
+    (the token has no kid, or only kid-less keys matched it) and the
+    signature fails, the key set has no key for this token yet: a rotated
+    kid-less key looks just like this, so the rate-limited refetch runs."""
+    return token.kid is not None and any(k.kid == token.kid for k in candidates)
 
 
 async def verify_async(provider: Provider, token: ParsedToken) -> Mapping[str, Any] | Failure:
@@ -238,7 +250,15 @@ async def verify_async(provider: Provider, token: ParsedToken) -> Mapping[str, A
         candidates = T.candidate_keys(keys or (), token)
         if not candidates:
             return T.KID_ALG_MISMATCH
-    return _check(provider, token, candidates)
+        return _check(provider, token, candidates)
+    result = _check(provider, token, candidates)
+    if result is T.VERIFICATION_FAILS and not _named_by_kid(token, candidates):
+        generation = remote.generation
+        keys = await remote.refetch_unknown()
+        if remote.generation != generation:  # new keys: try them (the same ones never twice)
+            candidates = T.candidate_keys(keys or (), token)
+            result = _check(provider, token, candidates) if candidates else T.KID_ALG_MISMATCH
+    return result
 
 
 def _generation(provider: Provider) -> int:

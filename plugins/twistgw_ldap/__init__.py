@@ -16,11 +16,14 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from twisted.internet import defer
-from twistgw import GatewayInfo, OptionsScope, PluginInfo, RequestContext, hookimpl
+import attrs
+from twistgw import GatewayInfo, OptionsError, OptionsScope, PluginInfo, RequestContext, hookimpl
 
 from twistgw_ldap import _flow
 from twistgw_ldap._devdir import DevDirectory
+from twistgw_ldap._expr import check_expression
 from twistgw_ldap._options import CompiledExtAuth, LdapConfig, compile_options
+from twistgw_ldap._settings import NO_POLICY, guard, read_policy
 
 __all__ = ["CompiledExtAuth", "LdapConfig"]
 
@@ -49,11 +52,24 @@ def twistgw_unconfigure() -> Any:
 
 
 @hookimpl
+def twistgw_default_options(settings: Mapping[str, Any], config_dir: str) -> None:
+    """No default options; checks ``Settings.spec.extauth`` when the
+    configuration loads, so ``twistgw check`` reports its mistakes."""
+    read_policy(settings)
+    return None
+
+
+@hookimpl
 def twistgw_compile_options(options: Mapping[str, Any], scope: OptionsScope) -> CompiledExtAuth:
     global _config_dir
     if scope.resources.config_dir:
         _config_dir = scope.resources.config_dir
-    return compile_options(options, scope)
+    compiled = compile_options(options, scope)
+    try:
+        policy = read_policy(scope.resources.settings(NAME))
+    except OptionsError:  # already reported against Settings by twistgw_default_options
+        policy = NO_POLICY
+    return attrs.evolve(compiled, on_error=policy)
 
 
 @hookimpl
@@ -65,4 +81,8 @@ def twistgw_config_loaded(compiled: Sequence[object], settings: Mapping[str, Any
 
 @hookimpl
 def twistgw_authenticate(ctx: RequestContext, options: CompiledExtAuth) -> Any:
-    return _flow.authenticate(ctx, options)
+    if options.expression is not None:
+        result = defer.Deferred.fromCoroutine(check_expression(ctx, options))
+    else:
+        result = _flow.authenticate(ctx, options)
+    return guard(result, options.on_error, ctx, _flow.STATE.get_reactor(ctx))

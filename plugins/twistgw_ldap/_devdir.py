@@ -89,10 +89,7 @@ def read_settings(settings: Mapping[str, Any], config_dir: str) -> tuple[str, st
     """(absolute LDIF path, listen endpoint) or None when not configured."""
     if not settings:
         return None
-    for key in settings:
-        if key != "devDirectory":
-            raise DevDirectoryError(f"Settings spec.extauth.{key}: unknown field (expected devDirectory)")
-    dev = settings.get("devDirectory")
+    dev = settings.get("devDirectory")  # the other fields: _settings.py
     if dev is None:
         return None
     if not isinstance(dev, Mapping):

@@ -104,10 +104,11 @@ class GroupSearch:
     max_depth: int
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class LdapConfig:
     """One ``spec.configs[i].ldap`` entry, validated. Hashable: equal configs
-    share a decision cache across routes and reloads."""
+    share a decision cache across routes and reloads (the hash, over every
+    field, is computed once: the cache is looked up on every request)."""
 
     source: str  # "AuthConfig ns/name configs[i]"
     target: Target
@@ -148,6 +149,11 @@ class CompiledExtAuth:
     configs: tuple[LdapConfig, ...]
     #: the Authorization header is forwarded only when every config keeps it
     keep_credentials: bool = attrs.field(init=False)
+    #: the parsed booleanExpr (``_expr.Node``); None: every config must admit, in order
+    expression: Any = None
+    #: Settings spec.extauth's requestTimeout/failureModeAllow/statusOnError
+    #: (a ``_settings.ErrorPolicy``; None: SPEC's statuses, no overall bound)
+    on_error: Any = None
 
     @keep_credentials.default
     def _keep(self) -> bool:
@@ -627,17 +633,51 @@ def compile_options(options: Mapping[str, Any], scope: OptionsScope) -> Compiled
     except KeyError as exc:
         raise OptionsError(("configRef",), f"dangling reference: {exc.args[0]}") from None
     compiled = []
+    names: dict[str, int] = {}
     everything = _Checker(f"AuthConfig {ns}/{name}")  # every entry's problems, together
     for i, entry in enumerate(info.configs):
         where = f"AuthConfig {ns}/{name}: spec.configs[{i}]"
         with everything.checking():
-            if not isinstance(entry, Mapping) or set(entry) != {"ldap"}:
-                kinds = ", ".join(sorted(entry)) if isinstance(entry, Mapping) else _type_name(entry)
+            if not isinstance(entry, Mapping) or set(entry) - {"name"} != {"ldap"}:
+                kinds = ", ".join(sorted(set(entry) - {"name"})) if isinstance(entry, Mapping) else _type_name(entry)
                 raise OptionsError(("configRef",), f"{where}: only 'ldap' configs are supported by the"
                                    f" extauth plugin, got {kinds}")
+            names[_config_name(entry, i, where, names)] = i
             compiled.append(compile_ldap(entry["ldap"], where + ".ldap", info.namespace, scope))
+    where = f"AuthConfig {ns}/{name}: spec"
+    if info.fail_on_redirect:
+        with everything.checking():
+            raise OptionsError(("configRef",), f"{where}.failOnRedirect: applies to OAuth2/OIDC redirects;"
+                               " an LDAP check never redirects, so there is nothing for it to do: remove it")
+    expression = None
+    if info.boolean_expr is not None and len(names) == len(info.configs):
+        from twistgw_ldap._expr import ExprError, parse, references
+
+        with everything.checking():
+            try:
+                expression = parse(info.boolean_expr, names)
+            except ExprError as exc:
+                raise OptionsError(("configRef",), f"{where}.booleanExpr {info.boolean_expr!r}: {exc}") from None
+            unused = [n for n, i in names.items() if i not in references(expression)]
+            if unused:
+                raise OptionsError(("configRef",), f"{where}.booleanExpr does not use the config(s)"
+                                   f" {', '.join(unused)}; use them in it or remove them")
     everything.raise_problems()
-    return CompiledExtAuth(f"{ns}/{name}", tuple(compiled))
+    return CompiledExtAuth(f"{ns}/{name}", tuple(compiled), expression=expression)
+
+
+def _config_name(entry: Mapping[str, Any], index: int, where: str, seen: Mapping[str, int]) -> str:
+    """``spec.configs[i].name``, or Gloo's generated ``config_<i>``."""
+    from twistgw_ldap._expr import NAME
+
+    name = entry.get("name", f"config_{index}")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise OptionsError(("configRef",), f"{where}.name: must be a name of letters, digits, '_', '-'"
+                           f" and '.', starting with a letter or '_'; got {name!r}")
+    if name in seen:
+        raise OptionsError(("configRef",), f"{where}.name: {name!r} is also the name of"
+                           f" spec.configs[{seen[name]}]")
+    return name
 
 
 def fingerprint(data: bytes) -> str:

@@ -92,10 +92,17 @@ def test_create_secret_authcredentials_loads_as_a_secret(tmp_path):
     assert doc["type"] == "extauth.vendor.io/accountcredentials"
     assert doc["metadata"] == {"name": "ldap-sa", "namespace": "auth"}
     assert base64.b64decode(doc["data"]["password"]) == b"p:a:ss"
+    # it says where the Secret went, on stderr (stdout is the YAML alone)
+    assert out.stderr == ("wrote Secret ldap-sa in namespace auth to stdout; reference it from the"
+                          " AuthConfig as credentialsSecretRef: {name: ldap-sa, namespace: auth}\n")
     target = tmp_path / "sa.yaml"
     out = run("create", "secret", "authcredentials", "--name", "ldap-sa", "--username",
               "cn=admin,dc=example,dc=org", "--password", "pw", "-o", str(target))
     assert out.returncode == 0 and target.exists()
+    assert yaml.safe_load(target.read_text())["metadata"]["namespace"] == "default"
+    # a defaulted namespace is named as such (glooctl's default is gloo-system)
+    assert "in namespace default (the default; pass --namespace to change it) to " + str(target) in out.stderr
+    assert "credentialsSecretRef: {name: ldap-sa, namespace: default}" in out.stderr
     bad = run("create", "secret", "authcredentials", "--name", "Bad_Name", "--username", "x", "--password", "p")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 

@@ -401,3 +401,61 @@ async def test_unconfigure_cancels_fetches(servers):
     twistgw_jwt.twistgw_unconfigure()
     await wait_for(lambda: ks._inflight is None)
     assert ks.keys is None
+
+
+# --------------------------------------------------------------------------
+# Key sets as Gloo's documentation serves them: one key, no kid
+# --------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_single_key_without_kid_verifies_tokens_with_and_without_kid(servers, clock):
+    s = servers()
+    s.resource.set_keys(jwks(("rsa", 0, None)))
+    t, _ = remote_tester(s.port)
+    assert await req(t, token(kid="whatever-the-issuer-wrote")) == (200, b"")
+    assert await req(t, token(kid=None)) == (200, b"")
+    # of the right type only: an EC token finds no key
+    clock["now"] += 10
+    assert await req(t, token(kind="ec256", kid="e0")) == (401, b"Jwks doesn't have key to match kid or alg from Jwt")
+    assert s.count == 2  # that miss refetched once
+
+
+@pytest.mark.parametrize("new_kid", [None, "k1"], ids=["rotated-without-kid", "rotated-with-kid"])
+@pytest.mark.parametrize("token_kid", [None, "k1"], ids=["token-without-kid", "token-with-kid"])
+@pytest_twisted.ensureDeferred
+async def test_rotation_of_a_kid_less_key_refetches(servers, clock, token_kid, new_kid):
+    """The cached kid-less key is of the right type but does not verify a
+    token signed by the rotated key: that is "no matching key", so the
+    (rate-limited) refetch runs and the new key admits the token."""
+    s = servers()
+    s.resource.set_keys(jwks(("rsa", 0, None)))
+    t, _ = remote_tester(s.port, refetchInterval="5s")
+    assert await req(t, token(kid=token_kid)) == (200, b"")
+    assert s.count == 1
+    s.resource.set_keys(jwks(("rsa", 1, new_kid)))
+    # within refetchInterval of the last fetch: no refetch, the old key fails
+    assert await req(t, token(n=1, kid=token_kid)) == (401, b"Jwt verification fails")
+    assert s.count == 1
+    clock["now"] += 5
+    assert await req(t, token(n=1, kid=token_kid)) == (200, b"")
+    assert s.count == 2
+    # a forged token costs at most one refetch per interval, and still fails;
+    # none at all when a key carries exactly its kid (a bad signature)
+    clock["now"] += 5
+    for _ in range(20):
+        assert await req(t, token(n=2, kid=token_kid)) == (401, b"Jwt verification fails")
+    assert s.count == (2 if token_kid and new_kid else 3)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_failing_key_with_the_tokens_own_kid_does_not_refetch(servers, clock):
+    """A key carrying exactly the token's kid that fails is a bad signature,
+    not a missing key: no refetch."""
+    s = servers()
+    s.resource.set_keys(jwks(("rsa", 0, "k0")))
+    t, _ = remote_tester(s.port)
+    assert await req(t, token(kid="k0")) == (200, b"")
+    clock["now"] += 10
+    assert await req(t, token(n=1, kid="k0")) == (401, b"Jwt verification fails")
+    assert s.count == 1

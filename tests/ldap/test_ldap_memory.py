@@ -4,6 +4,7 @@ configuration, and end-to-end requests through the real proxy."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import textwrap
@@ -188,8 +189,12 @@ async def test_end_to_end_through_the_proxy(demo_dir: Path, gateway: Any) -> Non
     users = demo_creds()
     gw = gateway(str(demo_dir), load_entry_points=True)
     await wait_for(lambda: twistgw_ldap._dev_directory.port is not None)
-    ok = await raw_get(gw.port, "/ldap/x", basic("alice", users["alice"]))
+    ok = await raw_get(gw.port, "/ldap/x", {**basic("alice", users["alice"]), "X-Auth-Groups": "admins"})
     assert ok.status == 200
+    # what the demo's echo upstream received: the directory's groups and user, not the password
+    seen = json.loads(ok.body)["headers"]
+    assert seen["X-Auth-Groups"] == ["developers"] and seen["X-Auth-User"] == ["alice"]
+    assert not any(name.lower() == "authorization" for name in seen)
     challenge = b'Basic realm="twistgw", charset="UTF-8"'
     for headers, status in ((basic("bob", users["bob"]), 403), (basic("alice", "bad"), 401), ({}, 401),
                             (basic("alice", ""), 401), ({"Authorization": "Basic %%%"}, 401)):

@@ -318,9 +318,13 @@ ERROR_CASES = [
         "VirtualService default/v", "spec.virtualHost.routes[0]",
         "set exactly one of routeAction or directResponseAction", 7, id="no-action"),
     pytest.param(
-        VS_HEAD + "    options: {jwtStaged: {beforeExtAuth: {}, afterExtAuth: {}}}\n    routes: []\n",
-        "VirtualService default/v", "spec.virtualHost.options.jwtStaged", "set exactly one of", 6,
-        id="jwtstaged-both"),
+        VS_HEAD + "    options: {jwtStaged: {}}\n    routes: []\n",
+        "VirtualService default/v", "spec.virtualHost.options.jwtStaged", "set beforeExtAuth, afterExtAuth or both", 6,
+        id="jwtstaged-empty"),
+    pytest.param(
+        VS_HEAD + "    options: {jwtProvidersStaged: {afterExtAuth: {}}}\n    routes: []\n",
+        "VirtualService default/v", "spec.virtualHost.options.jwtProvidersStaged", "is a route option", 6,
+        id="jwtprovidersstaged-on-host"),
     pytest.param(
         VS_HEAD + "    options: {pluginOrder: [jwt, jwt]}\n    routes: []\n",
         "VirtualService default/v", "spec.virtualHost.options.pluginOrder", "lists a plugin twice", 6,

@@ -212,6 +212,85 @@ def test_jwt_staged_and_jwt_together_rejected() -> None:
     assert info.value.issues[0].reason == "use either jwt or jwtStaged, not both"
 
 
+def stages_of(host_opts: str, route_opts: str = "{}", host: PluginHost | None = None) -> list[tuple[str, Any]]:
+    """The route's chain as (label, the options each step was compiled from)."""
+    snap = build_snapshot(load_text(vs(host_opts, route_opts), "cfg.yaml"), host or three())
+    return [(s.label, dict(s.options[2])) for s in snap.routes[("default/v", 0)].chain]
+
+
+# Gloo's route-policy guide, scenario by scenario (docs/jwt.md, "Stages")
+@pytest.mark.parametrize("host_opts, route_opts, expected", [
+    # 1: host policy only: every route runs it
+    ("{jwt: {p: vh}}", "{}", [("jwt", {"p": "vh"})]),
+    # 2/3: a route policy at the host's stage replaces it (jwt is the afterExtAuth stage)
+    ("{jwt: {p: vh}}", "{jwtProvidersStaged: {afterExtAuth: {p: rt}}}", [("jwt", {"p": "rt"})]),
+    ("{jwtStaged: {afterExtAuth: {p: vh}}}", "{jwtProvidersStaged: {afterExtAuth: {p: rt}}}",
+     [("jwt", {"p": "rt"})]),
+    # 4: different stages: both run, the before stage ahead of extauth
+    ("{extauth: {e: 1}, jwtStaged: {beforeExtAuth: {p: vh}}}", "{jwtProvidersStaged: {afterExtAuth: {p: rt}}}",
+     [("jwt[beforeExtAuth]", {"p": "vh"}), ("extauth", {"e": 1}), ("jwt[afterExtAuth]", {"p": "rt"})]),
+    ("{jwtStaged: {beforeExtAuth: {p: vh}}}", "{jwtProvidersStaged: {afterExtAuth: {p: rt}}}",
+     [("jwt[beforeExtAuth]", {"p": "vh"}), ("jwt[afterExtAuth]", {"p": "rt"})]),
+    # our route-level jwtStaged holding providers is an alias of jwtProvidersStaged:
+    # it never drops the host's other stage (it used to: a security bug)
+    ("{jwtStaged: {beforeExtAuth: {p: vh}}}", "{jwtStaged: {afterExtAuth: {p: rt}}}",
+     [("jwt[beforeExtAuth]", {"p": "vh"}), ("jwt[afterExtAuth]", {"p": "rt"})]),
+    ("{jwt: {p: vh}}", "{jwtStaged: {beforeExtAuth: {p: rt}}}",
+     [("jwt[beforeExtAuth]", {"p": "rt"}), ("jwt[afterExtAuth]", {"p": "vh"})]),
+    # both stages on the host; a route replaces one of them
+    ("{jwtStaged: {beforeExtAuth: {p: b}, afterExtAuth: {p: a}}}", "{jwtProvidersStaged: {beforeExtAuth: {p: rt}}}",
+     [("jwt[beforeExtAuth]", {"p": "rt"}), ("jwt[afterExtAuth]", {"p": "a"})]),
+    # route-level jwt replaces the after stage only
+    ("{jwtStaged: {beforeExtAuth: {p: vh}}}", "{jwt: {p: rt}}",
+     [("jwt[beforeExtAuth]", {"p": "vh"}), ("jwt[afterExtAuth]", {"p": "rt"})]),
+    # Gloo's JwtStagedRouteExtension: disable one stage, keep the other
+    ("{jwtStaged: {beforeExtAuth: {p: b}, afterExtAuth: {p: a}}}", "{jwtStaged: {beforeExtAuth: {disable: true}}}",
+     [("jwt", {"p": "a"})]),
+    ("{jwtStaged: {beforeExtAuth: {p: b}}}", "{jwtStaged: {beforeExtAuth: {disable: false}}}",
+     [("jwt", {"p": "b"})]),
+    # jwt: {disable: true} on a route turns every JWT check off
+    ("{jwtStaged: {beforeExtAuth: {p: b}, afterExtAuth: {p: a}}}", "{jwt: {disable: true}}", []),
+    # no host policy: only the route's
+    ("{}", "{jwtProvidersStaged: {beforeExtAuth: {p: rt}}}", [("jwt", {"p": "rt"})]),
+])
+def test_jwt_stages_follow_gloo(host_opts: str, route_opts: str, expected: list) -> None:
+    assert stages_of(host_opts, route_opts) == expected
+
+
+@pytest.mark.parametrize("host_opts, route_opts, field, reason", [
+    ("{jwt: {}, jwtStaged: {beforeExtAuth: {}}}", "{}", "spec.virtualHost.options.jwtStaged",
+     "use either jwt or jwtStaged, not both"),
+    ("{}", "{jwtStaged: {afterExtAuth: {disable: true}}, jwtProvidersStaged: {beforeExtAuth: {}}}",
+     "spec.virtualHost.routes[0].options.jwtProvidersStaged", "use either jwtStaged or jwtProvidersStaged, not both"),
+    ("{}", "{jwtStaged: {afterExtAuth: {disable: true, providers: {}}}}",
+     "spec.virtualHost.routes[0].options.jwtStaged.afterExtAuth.disable", "it takes no other fields"),
+    ("{jwtStaged: {afterExtAuth: {disable: true}}}", "{}",
+     "spec.virtualHost.options.jwtStaged.afterExtAuth.disable", "is a route option"),
+    ("{}", "{jwtStaged: {afterExtAuth: {disable: 'off'}}}",
+     "spec.virtualHost.routes[0].options.jwtStaged.afterExtAuth.disable", "must be true or false"),
+    ("{}", "{jwtStaged: {duringExtAuth: {}}}",
+     "spec.virtualHost.routes[0].options.jwtStaged.duringExtAuth", "unknown field"),
+])
+def test_jwt_stage_shapes_rejected(host_opts: str, route_opts: str, field: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_text(vs(host_opts, route_opts))
+    (issue,) = info.value.issues
+    assert issue.field == field and reason in issue.reason
+
+
+def test_plugin_order_positions_the_after_stage_and_contradictions_are_errors() -> None:
+    host = three()
+    both = "{extauth: {}, jwtStaged: {beforeExtAuth: {p: b}, afterExtAuth: {p: a}}, pluginOrder: [extauth, apikey, jwt]}"
+    assert [label for label, _ in stages_of(both, host=host)] == ["jwt[beforeExtAuth]", "extauth", "jwt[afterExtAuth]"]
+    # plain jwt has no stage of its own: pluginOrder may put it first, as before
+    assert chain_of(vs("{extauth: {}, jwt: {}, pluginOrder: [jwt, extauth]}"), host) == ["jwt", "extauth"]
+    (issue,) = issues_of(vs("{extauth: {}, jwtStaged: {afterExtAuth: {}}, pluginOrder: [jwt, extauth]}"), host)
+    assert issue.field == "spec.virtualHost.options.pluginOrder"
+    assert "lists jwt before extauth, but an afterExtAuth JWT stage" in issue.reason
+    (issue,) = issues_of(vs("{extauth: {}, jwtStaged: {beforeExtAuth: {}}, pluginOrder: [extauth, jwt]}"), host)
+    assert "the only JWT stage is beforeExtAuth" in issue.reason
+
+
 SETTINGS = "apiVersion: gateway.vendor.io/v1\nkind: Settings\nmetadata: {name: s}\nspec: {guard: {required: true}}\n---\n"
 
 

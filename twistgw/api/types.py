@@ -114,11 +114,15 @@ class SecretInfo:
 
 @attrs.frozen
 class AuthConfigInfo:
-    """An ``AuthConfig``: its ``spec.configs`` list as plain data."""
+    """An ``AuthConfig``: its ``spec.configs`` list as plain data, and Gloo's
+    ``booleanExpr`` / ``failOnRedirect`` when written (the plugin decides
+    what they mean, or rejects them)."""
 
     namespace: str
     name: str
     configs: tuple[Mapping[str, Any], ...]
+    boolean_expr: str | None = None
+    fail_on_redirect: bool | None = None
 
 
 @attrs.frozen

@@ -43,7 +43,7 @@ API_VERSIONS = {
 }
 
 #: Options keys the core itself reads; every other key names a plugin.
-CORE_OPTION_KEYS = frozenset({"pluginOrder", "jwtStaged", "prefixRewrite", "timeout"})
+CORE_OPTION_KEYS = frozenset({"pluginOrder", "jwtStaged", "jwtProvidersStaged", "prefixRewrite", "timeout"})
 
 _DNS_LABELS = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -641,13 +641,36 @@ def _options(r: _Reader, value: Any, path: tuple[str | int, ...]) -> dict:
             raise r.fail(path + ("prefixRewrite",), "must start with '/'")
     if "timeout" in options and parse_duration(options["timeout"]) is None:
         raise r.fail(path + ("timeout",), f"must be a duration such as '15s' or '500ms', got {options['timeout']!r}")
-    if "jwtStaged" in options:
-        staged = r.mapping(options["jwtStaged"], path + ("jwtStaged",), {"beforeExtAuth", "afterExtAuth"})
-        if len(staged) != 1:
-            raise r.fail(path + ("jwtStaged",), "set exactly one of beforeExtAuth or afterExtAuth")
-        if "jwt" in options:
-            raise r.fail(path + ("jwtStaged",), "use either jwt or jwtStaged, not both")
+    _jwt_staging(r, options, path)
     return options
+
+
+def _jwt_staging(r: _Reader, options: dict, path: tuple[str | int, ...]) -> None:
+    """``jwtStaged`` / ``jwtProvidersStaged``: their shape (what they mean is
+    in ``_snapshot.jwt_stages``). Gloo allows one of ``jwt``, ``jwtStaged``
+    (and, on a route, ``jwtProvidersStaged``) at each level."""
+    on_route = "routes" in path
+    if "jwtProvidersStaged" in options and not on_route:
+        raise r.fail(path + ("jwtProvidersStaged",), "is a route option; on a virtual host write"
+                     " jwtStaged: {beforeExtAuth: {providers: ...}} (or afterExtAuth)")
+    used = [k for k in ("jwt", "jwtStaged", "jwtProvidersStaged") if k in options]
+    if len(used) > 1 and ("jwtStaged" in used or "jwtProvidersStaged" in used):
+        raise r.fail(path + (used[1],), f"use either {used[0]} or {used[1]}, not both")
+    for key in ("jwtStaged", "jwtProvidersStaged"):
+        if key not in options:
+            continue
+        staged = r.mapping(options[key], path + (key,), {"beforeExtAuth", "afterExtAuth"})
+        if not staged:
+            raise r.fail(path + (key,), "set beforeExtAuth, afterExtAuth or both")
+        for stage, value in staged.items():
+            stage_path = path + (key, stage)
+            r.mapping(value, stage_path)
+            if "disable" in value and not isinstance(value["disable"], bool):
+                raise r.fail(stage_path + ("disable",), f"must be true or false, got {value['disable']!r}")
+            if value.get("disable") is True and (len(value) > 1 or not on_route):
+                raise r.fail(stage_path + ("disable",), "disable: true turns a stage off on a route;"
+                             " it takes no other fields" if on_route else
+                             "is a route option (a virtual host simply leaves the stage out)")
 
 
 def _route(r: _Reader, ns: str, index: int, raw: Any, path: tuple[str | int, ...]) -> Route:
@@ -800,5 +823,9 @@ def _auth_config(r: _Reader, ns: str, name: str, spec: Any) -> AuthConfigInfo:
         c = r.mapping(c, ("spec", "configs", i))
         if not c:
             raise r.fail(("spec", "configs", i), "an auth config entry must name its kind (e.g. ldap)")
-    return AuthConfigInfo(ns, name, tuple(configs))
+    expr = r.string(spec["booleanExpr"], ("spec", "booleanExpr")) if "booleanExpr" in spec else None
+    redirect = spec.get("failOnRedirect")
+    if redirect is not None and not isinstance(redirect, bool):
+        raise r.fail(("spec", "failOnRedirect"), f"must be true or false, got {redirect!r}")
+    return AuthConfigInfo(ns, name, tuple(configs), expr, redirect)
 

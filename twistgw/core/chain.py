@@ -36,13 +36,13 @@ def _failed(step: ChainStep, phase: str, exc: BaseException, ctx: RequestContext
     )
     ctx.decided_by = step.plugin
     if trace is not None:
-        trace(step.plugin, phase, Deny(500, reason=f"plugin raised {exc!r}"))
+        trace(step.label, phase, Deny(500, reason=f"plugin raised {exc!r}"))
     return PLUGIN_FAILED
 
 
 def _judge(step: ChainStep, phase: str, result: Any, ctx: RequestContext, trace: Trace | None) -> Deny | None:
     if trace is not None:
-        trace(step.plugin, phase, result)
+        trace(step.label, phase, result)
     if result is None or isinstance(result, Allow):
         return None
     if isinstance(result, Deny):

@@ -27,6 +27,13 @@ class ChainStep:
     options: Any
     authenticate: Callable[..., Any] | None
     authorize: Callable[..., Any] | None
+    #: ``beforeExtAuth``/``afterExtAuth`` when a route runs two JWT stages
+    stage: str = ""
+
+    @property
+    def label(self) -> str:
+        """The plugin's name, with its stage when it runs twice (``jwt[beforeExtAuth]``)."""
+        return f"{self.plugin}[{self.stage}]" if self.stage else self.plugin
 
 
 def flatten_chain(steps: tuple[ChainStep, ...]) -> tuple[tuple[ChainStep, str, Callable[..., Any]], ...]:
@@ -103,7 +110,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
         if fn is not None:
             src = config.settings_source
             try:
-                value = fn(settings=view.settings(name))
+                value = fn(settings=view.settings(name), config_dir=config.directory)
             except OptionsError as exc:
                 issues.append(ConfigIssue(
                     exc.reason, file=src.file if src else "", document=src.document if src else None,
@@ -154,7 +161,11 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
             for key, value in _plugin_options(route.options).items():
                 effective[key] = (value, r_path + ("options", key), route.name)
             order_raw = route.options.get("pluginOrder", vs.options.get("pluginOrder"))
-            before_ext = "beforeExtAuth" in (route.options.get("jwtStaged") or vs.options.get("jwtStaged") or {})
+            stages = jwt_stages(effective.pop(JWT, None), vs.options, route.options, vh_path, r_path,
+                                route.name)
+            if stages:
+                # "jwt" stands for its stages in the checks below; each is compiled on its own
+                effective[JWT] = next(iter(stages.values()))
 
             steps: list[ChainStep] = []
             enabled = {k: v for k, v in effective.items() if not _is_disabled(v[0])}
@@ -180,12 +191,14 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 order = [k for k in order_raw if k in enabled]
             else:
                 order = [k for k in host.default_order() if k in enabled]
-                if before_ext and "jwt" in order and "extauth" in order:
-                    order.remove("jwt")
-                    order.insert(order.index("extauth"), "jwt")
+            placed = place_jwt_stages(order, stages, order_raw is not None)
+            if isinstance(placed, str):
+                issue(r_path + ("options", "pluginOrder") if "pluginOrder" in route.options
+                      else vh_path + ("options", "pluginOrder"), placed)
+                continue
             failed = False
-            for name in order:
-                raw, where, route_name = enabled[name]
+            for name, stage in placed:
+                raw, where, route_name = stages[stage] if stage else enabled[name]
                 cache_key = (name, id(raw))
                 if cache_key in cache:
                     compiled = cache[cache_key]
@@ -207,6 +220,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                     name, compiled,
                     host.impl(name, "twistgw_authenticate"),
                     host.impl(name, "twistgw_authorize"),
+                    stage if len(stages) > 1 else "",
                 ))
             if failed:
                 continue
@@ -236,10 +250,83 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
 
 
 def _plugin_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in options.items() if k not in CORE_OPTION_KEYS}
-    staged = options.get("jwtStaged")
-    if staged:
-        out["jwt"] = next(iter(staged.values()))
+    return {k: v for k, v in options.items() if k not in CORE_OPTION_KEYS}
+
+
+# ---------------------------------------------------------------------------
+# JWT stages, as Gloo runs them
+# ---------------------------------------------------------------------------
+
+JWT = "jwt"
+BEFORE = "beforeExtAuth"
+AFTER = "afterExtAuth"
+_STAGED = {"jwtStaged", "jwtProvidersStaged"}
+#: (raw options, where they were written, route name or None)
+_Entry = tuple[Any, tuple[str | int, ...], str | None]
+
+
+def jwt_stages(inherited: _Entry | None, vh_options: Mapping[str, Any], route_options: Mapping[str, Any],
+               vh_path: tuple[str | int, ...], r_path: tuple[str | int, ...],
+               route_name: str) -> dict[str, _Entry]:
+    """The JWT stages a route runs, Gloo's way (``docs/jwt.md``, "Stages").
+
+    A route runs up to two JWT checks, one before ``extauth`` and one after,
+    and a request must pass both. The virtual host sets them with ``jwt``
+    (the after stage) or ``jwtStaged``; a route replaces **only the stages it
+    names** (``jwtProvidersStaged``, or ``jwtStaged`` holding providers) and
+    turns one off with ``jwtStaged: {STAGE: {disable: true}}``. Route-level
+    ``jwt`` replaces the after stage; ``jwt: {disable: true}`` turns both off.
+
+    :param inherited: the ``jwt`` entry the generic rules produced (Settings
+        default, virtual host ``jwt``, or route ``jwt``), if any.
+    """
+    stages: dict[str, _Entry] = {}
+    if inherited is not None and inherited[2] is None:  # Settings default or virtual-host jwt
+        stages[AFTER] = inherited
+    for stage, raw in (vh_options.get("jwtStaged") or {}).items():
+        stages[stage] = (raw, vh_path + ("options", "jwtStaged", stage), None)
+    if inherited is not None and inherited[2] is not None:  # route-level jwt
+        if _is_disabled(inherited[0]):
+            return {}
+        stages[AFTER] = inherited
+    for key in ("jwtStaged", "jwtProvidersStaged"):
+        for stage, raw in (route_options.get(key) or {}).items():
+            if _is_disabled(raw):
+                stages.pop(stage, None)
+            elif key == "jwtProvidersStaged" or set(raw) - {"disable"}:
+                stages[stage] = (raw, r_path + ("options", key, stage), route_name)
+    return {s: stages[s] for s in (BEFORE, AFTER) if s in stages and not _is_disabled(stages[s][0])}
+
+
+def place_jwt_stages(order: list[str], stages: Mapping[str, _Entry],
+                     explicit_order: bool) -> list[tuple[str, str]] | str:
+    """The chain as (plugin, stage) pairs, ``jwt`` expanded into its stages.
+
+    The after stage takes ``jwt``'s place in the order (after ``extauth`` by
+    default, or where ``pluginOrder`` lists it); the before stage runs right
+    before ``extauth`` (or right before the after stage when there is no
+    ``extauth``). Returns a reason instead when ``pluginOrder`` lists ``jwt``
+    before ``extauth`` while ``jwtStaged``/``jwtProvidersStaged`` configure an
+    afterExtAuth stage: the two contradict each other.
+    """
+    if explicit_order and "extauth" in order and JWT in order:
+        jwt_first = order.index(JWT) < order.index("extauth")
+        if jwt_first and AFTER in stages and _STAGED & set(map(str, stages[AFTER][1])):
+            return ("pluginOrder lists jwt before extauth, but an afterExtAuth JWT stage is configured"
+                    " (jwtStaged/jwtProvidersStaged); list jwt after extauth, or use beforeExtAuth")
+        if not jwt_first and AFTER not in stages:
+            return ("pluginOrder lists jwt after extauth, but the only JWT stage is beforeExtAuth;"
+                    " list jwt before extauth, or use afterExtAuth")
+    out = [(name, "") for name in order if name != JWT]
+    if JWT not in order:
+        return out
+    at = order.index(JWT)
+    if AFTER in stages:
+        out.insert(at, (JWT, AFTER))
+    if BEFORE in stages:
+        if "extauth" in order:
+            at = out.index(("extauth", ""))
+        out.insert(at, (JWT, BEFORE))
     return out
 
 
