@@ -6,7 +6,8 @@ from outside: its RSS, its listen backlog, its log file.
 ``TwistGateway``         ``with TwistGateway(tmp, config_dir, ...) as gw:`` starts
                          the process, waits (blocking) until it accepts, and
                          stops exactly it (SIGTERM, then SIGKILL) at the end;
-                         ``gw.pid``, ``gw.port``, ``gw.rss()``, ``gw.log_text()``.
+                         ``gw.pid``, ``gw.port``, ``gw.rss()``, ``gw.wait_idle()``,
+                         ``gw.log_text()``.
 
 These helpers block: use them in plain (synchronous) tests, never inside a
 test that runs on the reactor.
@@ -97,13 +98,31 @@ class TwistGateway:
                 self.proc.wait()
         self._log.close()
 
-    def rss(self) -> int:
-        """Resident set size of the gateway process, in bytes."""
+    def rss(self, field: str = "VmRSS") -> int:
+        """Resident set size of the gateway process, in bytes (``VmHWM``:
+        its peak so far)."""
         with open(f"/proc/{self.pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS")
+        raise AssertionError(f"no {field}")
+
+    def cpu_ticks(self) -> int:
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        """Until the process has used no CPU for half a second: whatever it
+        was still working through is done."""
+        deadline = time.monotonic() + timeout
+        last = self.cpu_ticks()
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            now = self.cpu_ticks()
+            if now == last:
+                return
+            last = now
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
