@@ -126,11 +126,11 @@ async def test_upgrade_refused_by_the_upstream_is_relayed_and_closed(recorders: 
 
 
 def _vanish(port: int) -> None:
-    ws = connect(f"ws://127.0.0.1:{port}/chat", open_timeout=5)
-    ws.send("one")
-    assert ws.recv(timeout=5) == "one"
-    ws.socket.close()  # no close frame: the client vanishes mid-stream
-    time.sleep(0.05)
+    with connect(f"ws://127.0.0.1:{port}/chat", open_timeout=5, close_timeout=0.1) as ws:
+        ws.send("one")
+        assert ws.recv(timeout=5) == "one"
+        ws.socket.close()  # no close frame: the client vanishes mid-stream
+        time.sleep(0.05)
 
 
 @pytest_twisted.ensureDeferred

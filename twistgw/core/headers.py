@@ -37,3 +37,31 @@ def copy_end_to_end(incoming: Any, into: dict[bytes, list[bytes]],
         if lname in HOP_BY_HOP or (listed is not None and lname in listed):
             continue
         into[name] = list(values)
+
+
+def end_to_end_lines(pairs: Iterable[tuple[bytes, bytes]], hop: dict[bytes, bytes]) -> list[bytes]:
+    """The same policy as :func:`copy_end_to_end`, on a response's header
+    lines as received: ``b"Name: value\\r\\n"`` for every end-to-end header
+    (names as sent, values without trailing whitespace), in order.
+
+    :param hop: filled with the hop-by-hop headers (lower-case name → first
+        value): the engine reads its framing from them; they are never
+        passed on.
+    """
+    lines = []
+    connection = None
+    for name, value in pairs:
+        lname = name.lower()
+        if lname in HOP_BY_HOP:
+            if lname == b"connection":
+                connection = value if connection is None else connection + b"," + value
+            elif lname not in hop:
+                hop[lname] = value
+            continue
+        lines.append(b"%s: %s\r\n" % (name, value.rstrip(b" \t")))
+    if connection is not None:
+        hop[b"connection"] = connection
+        listed = {token.strip().lower() for token in connection.split(b",")} - {b"close", b"keep-alive", b""}
+        if listed:
+            lines = [line for line in lines if line.split(b":", 1)[0].lower() not in listed]
+    return lines

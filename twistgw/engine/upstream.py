@@ -22,9 +22,8 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from twistgw.api.headers import Headers, InvalidHeaderName, canonical_name
 from twistgw.config.defaults import CONNECT_TIMEOUT, IDLE_TIMEOUT
-from twistgw.core.headers import copy_end_to_end
+from twistgw.core.headers import end_to_end_lines
 from twistgw.engine.timers import LazyTimer
 
 __all__ = ["BODY_BUFFER_LIMIT", "RequestBody", "UpstreamConnection", "UpstreamPool", "classify_connect_failure",
@@ -434,33 +433,16 @@ class UpstreamConnection(Protocol):
         gateway = self.pool.gateway
         if gateway.metrics is not None:
             gateway.metrics.upstream_latency(ex, gateway.reactor.seconds() - ex.upstream_started)
-        raw: dict[bytes, list[bytes]] = {}
-        try:
-            for name, value in self.headers:
-                cname = canonical_name(name)
-                values = raw.get(cname)
-                value = value.rstrip(b" \t")
-                if values is None:
-                    raw[cname] = [value]
-                else:
-                    values.append(value)
-        except InvalidHeaderName:
-            raise httptools.HttpParserError("invalid header name") from None
-        incoming = Headers()
-        incoming._raw = raw
-        out: dict[bytes, list[bytes]] = {}
-        copy_end_to_end(incoming, out)
-        lines = [b"%s: %s\r\n" % (name, value) for name, values in out.items() for value in values]
-        cl = raw.get(b"Content-Length")
-        length = cl[0] if cl else None
+        hop: dict[bytes, bytes] = {}
+        lines = end_to_end_lines(self.headers, hop)
+        length = hop.get(b"content-length")
         if status == 101:
             if ex.upgrade is None:
                 raise httptools.HttpParserError("101 to a request that asked for no upgrade")
-            upgrade = raw.get(b"Upgrade")
-            lines.append(b"Connection: Upgrade\r\nUpgrade: %s\r\n" % (upgrade[0] if upgrade else ex.upgrade))
+            lines.append(b"Connection: Upgrade\r\nUpgrade: %s\r\n" % hop.get(b"upgrade", ex.upgrade))
             ex.send_head(101, self.reason, lines, None)
             return
-        if raw.get(b"Transfer-Encoding") is not None:
+        if b"transfer-encoding" in hop:
             length = None
         elif length is None and status not in (204, 304) and not self.head_only:
             self.close_delimited = True
