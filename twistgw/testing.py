@@ -123,13 +123,13 @@ class ChainTester:
                   load_entry_points: bool = True, reactor: Any = None) -> "ChainTester":
         """Compile YAML text. Raises ``twistgw.config.loader.ConfigError`` when invalid."""
         host = _configured_host(plugins, load_entry_points, reactor)
-        return cls(build_snapshot(load_text(text), host), host, reactor)
+        return cls(build_snapshot(load_text(text, keep_going=True), host), host, reactor)
 
     @classmethod
     def from_directory(cls, directory: str, plugins: Iterable[tuple[str, object]] = (),
                        load_entry_points: bool = True, reactor: Any = None) -> "ChainTester":
         host = _configured_host(plugins, load_entry_points, reactor)
-        return cls(build_snapshot(load_directory(directory), host), host, reactor)
+        return cls(build_snapshot(load_directory(directory, keep_going=True), host), host, reactor)
 
     async def request(self, method: str, url: str, headers: Any = None,
                       client_address: str = "127.0.0.1") -> ChainResult:

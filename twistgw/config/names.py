@@ -1,4 +1,4 @@
-"""Name and address rules shared by the configuration readers (pure)."""
+"""Name, address and file-name rules shared by the configuration readers (pure)."""
 
 from __future__ import annotations
 

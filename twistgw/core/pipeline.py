@@ -26,12 +26,12 @@ from twisted.internet.defer import Deferred
 from twistgw.api.headers import Headers
 from twistgw.api.types import Deny, RequestContext
 from twistgw.config.defaults import UPSTREAM_TIMEOUT
-from twistgw.config.model import Route
+from twistgw.config.model import Route, VirtualService
 from twistgw.core.chain import Trace, start_calls
 from twistgw.core.headers import copy_end_to_end
 from twistgw.core.paths import BadPath, normalise_path
 from twistgw.core.plan import Forward, LocalResponse, Plan
-from twistgw.core.routing import first_route, rewrite_path
+from twistgw.core.routing import first_route, request_view, rewrite_path
 from twistgw.core.snapshot import RouteRuntime, Snapshot
 
 
@@ -132,17 +132,45 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
         method.decode("latin-1"), path, query, upstream_headers, host,
         client_address, vs.key, "", reactor, scheme,
     )
-    if route_hook is None:
-        route = first_route(vs.routes, ctx.method, path)
-    else:
-        route = route_hook(ctx=ctx, virtual_service=vs)
-        if route is not None and not (isinstance(route, Route) and 0 <= route.index < len(vs.routes)
-                                      and vs.routes[route.index] == route):
-            raise TypeError(f"twistgw_route_match returned {route!r}, not one of the virtual service's routes")
+    route = select_route(ctx, vs, route_hook)
     if route is None:
         return NOT_FOUND
     ctx.route = route.name
     return Prepared(ctx, snapshot.runtime(vs, route))
+
+
+def select_route(ctx: RequestContext, vs: VirtualService, route_hook: Any = None) -> Route | None:
+    """The route for the request as it is now (the core's matcher, or the
+    ``twistgw_route_match`` hook when a plugin implements it)."""
+    if route_hook is None:
+        return first_route(vs.routes, request_view(ctx))
+    route = route_hook(ctx=ctx, virtual_service=vs)
+    if route is not None and not (isinstance(route, Route) and 0 <= route.index < len(vs.routes)
+                                  and vs.routes[route.index] == route):
+        raise TypeError(f"twistgw_route_match returned {route!r}, not one of the virtual service's routes")
+    return route
+
+
+def reroute(snapshot: Snapshot, ctx: RequestContext, runtime: RouteRuntime,
+            route_hook: Any = None) -> tuple[RouteRuntime, tuple[Any, ...]] | LocalResponse:
+    """Select the route again after the chain admitted the request, as Envoy
+    does when a filter clears the route cache (Gloo's claim-based routing:
+    the JWT plugin copies claims into headers that routes match).
+
+    Returns the route to serve and the chain steps of it that have not run
+    yet (a step runs once: the same plugin with the same compiled options,
+    such as the virtual host's, is not asked twice), or 404 when no route
+    matches any more.
+    """
+    route = select_route(ctx, runtime.virtual_service, route_hook)
+    if route is None:
+        return NOT_FOUND
+    if route is runtime.route:
+        return runtime, ()
+    new = snapshot.runtime(runtime.virtual_service, route)
+    done = {(step.plugin, id(step.options), phase) for step, phase, _ in runtime.calls}
+    ctx.route = route.name
+    return new, tuple(c for c in new.calls if (c[0].plugin, id(c[0].options), c[1]) not in done)
 
 
 class Pipeline:
@@ -175,17 +203,32 @@ class Pipeline:
             return prepared
         ctx = head.ctx = prepared.ctx
         runtime = head.runtime = prepared.runtime
-        if runtime.calls:
-            outcome = start_calls(runtime.calls, ctx, trace)
+        return self._run(runtime.calls, head, ctx, runtime, snapshot if runtime.reselect else None, trace)
+
+    def _run(self, calls: tuple[Any, ...], head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
+             reselect_in: Snapshot | None, trace: Trace | None) -> Plan | Deferred:
+        """Run chain steps, then :meth:`_chain_done`."""
+        if calls:
+            outcome = start_calls(calls, ctx, trace)
             if isinstance(outcome, Deferred):
-                return outcome.addCallback(self._chain_done, ctx, runtime)
+                return outcome.addCallback(self._chain_done, head, ctx, runtime, reselect_in, trace)
             if outcome is not None:
                 return LocalResponse.refusal(outcome)
-        return self.plan(ctx, runtime)
+        return self._chain_done(None, head, ctx, runtime, reselect_in, trace)
 
-    def _chain_done(self, deny: Deny | None, ctx: RequestContext, runtime: RouteRuntime) -> Plan:
+    def _chain_done(self, deny: Deny | None, head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
+                    reselect_in: Snapshot | None, trace: Trace | None) -> Plan | Deferred:
         if deny is not None:
             return LocalResponse.refusal(deny)
+        if reselect_in is not None:
+            # Plugins may have written headers routes match on (claim-based
+            # routing): select again, and run what the new route adds.
+            found = reroute(reselect_in, ctx, runtime, self.route_hook)
+            if type(found) is LocalResponse:
+                return found
+            new, remaining = found
+            head.runtime = new
+            return self._run(remaining, head, ctx, new, None, trace)
         return self.plan(ctx, runtime)
 
     def plan(self, ctx: RequestContext, runtime: RouteRuntime) -> Plan:
@@ -207,4 +250,3 @@ class Pipeline:
         headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
         return Forward(endpoint, ctx.method.encode("latin-1"), target, headers,
                        route.timeout or self.upstream_timeout, balancer.upstream)
-

@@ -25,7 +25,8 @@ Where = tuple[str | int, ...]
 Entry = tuple[Any, Where, str | None]
 
 
-def _is_disabled(value: Any) -> bool:
+def is_disabled(value: Any) -> bool:
+    """``{disable: true}``: the plugin (or stage) is off here."""
     return isinstance(value, Mapping) and value.get("disable") is True
 
 
@@ -90,16 +91,16 @@ def stages_of(decl: StagedOptions, inherited: Entry | None, vh_options: Mapping[
         for stage, raw in (vh_options.get(key) or {}).items():
             stages[stage] = (raw, vh_path + ("options", key, stage), None)
     if inherited is not None and inherited[2] is not None:  # the route's own key
-        if _is_disabled(inherited[0]):
+        if is_disabled(inherited[0]):
             return {}
         stages[decl.after] = inherited
     for key in decl.keys:
         for stage, raw in (route_options.get(key) or {}).items():
-            if _is_disabled(raw):
+            if is_disabled(raw):
                 stages.pop(stage, None)
             elif key in decl.route_only or set(raw) - {"disable"}:
                 stages[stage] = (raw, r_path + ("options", key, stage), route_name)
-    return {s: stages[s] for s in (decl.before, decl.after) if s in stages and not _is_disabled(stages[s][0])}
+    return {s: stages[s] for s in (decl.before, decl.after) if s in stages and not is_disabled(stages[s][0])}
 
 
 def place(plugin: str, decl: StagedOptions, chain: list[tuple[str, str]], stages: Mapping[str, Entry],
