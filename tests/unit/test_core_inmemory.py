@@ -1,9 +1,9 @@
-"""The client side of the gateway in memory: bytes into a GatewayChannel over
+"""The client side of the gateway in memory: bytes into the engine's server protocol over
 a StringTransport, a MemoryReactorClock for time. No sockets, deterministic.
 
 Written as twisted.trial TestCases so both runners work:
 ``pytest tests/unit/test_core_inmemory.py`` and
-``python -m twisted.trial tests/unit/test_core_inmemory.py``.
+``PYTHONPATH=tests python -m twisted.trial tests/unit/test_core_inmemory.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from twistgw.config.loader import load_text
 from twistgw.core.plugins import PluginHost
 from twistgw.engine.server import Gateway, GatewayFactory
 from twistgw.core.snapshot import build_snapshot
+
+from support.memory import MemoryUpstreams
 
 CONFIG = """
 apiVersion: gateway.vendor.io/v1
@@ -176,23 +178,14 @@ class DeadlineTests(SynchronousTestCase):
         gateway = Gateway(self.reactor, host, access_log=False, upstream_timeout=15)
         gateway.snapshot = build_snapshot(load_text(_PROXY_CONFIG), host)
         self.factory = GatewayFactory(gateway, timeout=600, head_timeout=10)
-        self.upstreams: list[tuple[Any, StringTransport]] = []
+        self.upstreams = MemoryUpstreams(self.reactor)
         proto = self.factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
         self.t = StringTransport(peerAddress=IPv4Address("TCP", "10.1.2.3", 5555))
         proto.makeConnection(self.t)
         self.proto = proto
 
-    def _connect_pending(self) -> None:
-        while len(self.upstreams) < len(self.reactor.tcpClients):
-            factory = self.reactor.tcpClients[len(self.upstreams)][2]
-            p = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 9))
-            t = StringTransport()
-            p.makeConnection(t)
-            self.upstreams.append((p, t))
-
     def answer(self, body: bytes = b"ok") -> None:
         """The upstream connection holding a request answers it."""
-        self._connect_pending()
         for p, t in self.upstreams:
             if t.value() and not t.disconnecting:
                 t.clear()

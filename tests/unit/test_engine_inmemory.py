@@ -4,7 +4,7 @@ pool connecting through the clock's ``connectTCP``. No sockets, no plugins;
 the routing is one catch-all route to one upstream.
 
 twisted.trial TestCases, so both ``pytest`` and ``python -m twisted.trial``
-run them.
+run them (trial with ``PYTHONPATH=tests``, for ``support``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from twistgw.config.loader import load_text
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
 from twistgw.engine.server import MAX_PIPELINE, Gateway, GatewayFactory
+
+from support.memory import MemoryUpstreams
 
 CONFIG = """
 apiVersion: core.vendor.io/v1
@@ -53,7 +55,7 @@ class EngineTests(SynchronousTestCase):
         self.gateway = Gateway(self.reactor, host, access_log=False)
         self.gateway.snapshot = build_snapshot(load_text(CONFIG), host)
         self.factory = GatewayFactory(self.gateway, timeout=60, head_timeout=10)
-        self.upstreams: list[tuple[Any, StringTransport]] = []
+        self.upstreams = MemoryUpstreams(self.reactor)
         self.proto, self.t = self.client()
 
     def client(self) -> tuple[Any, StringTransport]:
@@ -64,13 +66,6 @@ class EngineTests(SynchronousTestCase):
 
     def upstream(self, i: int = -1) -> tuple[Any, StringTransport]:
         """The i-th upstream connection the pool asked for, connected."""
-        while len(self.upstreams) < len(self.reactor.tcpClients):
-            factory = self.reactor.tcpClients[len(self.upstreams)][2]
-            p = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 9))
-            t = StringTransport()
-            p.makeConnection(t)
-            # the endpoint wraps the engine's connection: keep the engine's
-            self.upstreams.append((getattr(p, "_wrappedProtocol", p), t))
         return self.upstreams[i]
 
     # -- framing --------------------------------------------------------------

@@ -109,7 +109,7 @@ def path_text(path: tuple[str | int, ...]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + part
+            out += ("." if out else "") + str(part)  # a YAML key may be null or a number
     return out
 
 
