@@ -21,6 +21,7 @@ from zope.interface import implementer
 from twistgw.api.headers import Headers, InvalidHeaderName, canonical_name
 from twistgw.api.types import RequestContext
 from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT, UPSTREAM_TIMEOUT
+from twistgw.core.accesslog import AccessLog
 from twistgw.core.pipeline import INTERNAL_ERROR, Forward, LocalResponse, Pipeline, Plan, RequestHead
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import Snapshot
@@ -46,6 +47,8 @@ _P_BODY = 2       # its body is not being drained (buffer full, upstream slow)
 _P_WRITE = 4      # the client does not read what we write
 _P_TUNNEL = 8     # an upgrade waits for the upstream's 101
 
+_HTTP11 = b"HTTP/1.1"
+_HTTP10 = b"HTTP/1.0"
 _CLOSE = b"Connection: close\r\n"
 _CHUNK_END = b"0\r\n\r\n"
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -146,7 +149,7 @@ class Exchange:
             if status != 204:
                 lines.append(b"Content-Length: %s\r\n" % length)
         elif not no_body:
-            if self.version == b"1.1":
+            if self.version is _HTTP11:
                 self.chunked = True
                 lines.append(b"Transfer-Encoding: chunked\r\n")
             else:
@@ -463,8 +466,12 @@ class GatewayProtocol(Protocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         parser = self.parser
-        version = parser.get_http_version().encode()
-        if version != b"1.1" and version != b"1.0":
+        v = parser.get_http_version()
+        if v == "1.1":
+            version = _HTTP11
+        elif v == "1.0":
+            version = _HTTP10
+        else:
             raise _Reject(_BAD_REQUEST)
         method = parser.get_method()
         if method == b"CONNECT":
@@ -473,12 +480,12 @@ class GatewayProtocol(Protocol):
         headers = Headers()
         headers._raw = raw
         connection = _tokens(raw.get(b"Connection"))
-        keep_alive = version == b"1.1" and b"close" not in connection
+        keep_alive = version is _HTTP11 and b"close" not in connection
         ex = Exchange(self, method, self._url, version, headers, keep_alive, self.clock())
         te = raw.get(b"Transfer-Encoding")
         cl = raw.get(b"Content-Length")
         if te is not None:
-            if version != b"1.1":
+            if version is not _HTTP11:
                 raise _Reject(_BAD_REQUEST)  # RFC 9112 §6.1: chunked needs HTTP/1.1
             ex.body = RequestBody(None, self)
         elif cl is not None:
@@ -487,7 +494,7 @@ class GatewayProtocol(Protocol):
                 ex.body = RequestBody(int(cl[0]), self)
         if ex.body is None:
             ex.body_complete = True
-        elif version == b"1.1":
+        elif version is _HTTP11:
             expect = raw.get(b"Expect")
             if expect is not None and expect[0].lower() == b"100-continue":
                 ex.expect_continue = True
@@ -622,17 +629,19 @@ class Gateway:
     every request: answer locally, or forward and relay the response."""
 
     _log = Logger(namespace="twistgw.gateway")
-    _access = Logger(namespace="twistgw.access")
 
     def __init__(self, reactor: Any, plugins: PluginHost, forwarder: UpstreamPool | None = None,
-                 metrics: Any = None, access_log: bool = True, upstream_timeout: float = UPSTREAM_TIMEOUT) -> None:
+                 metrics: Any = None, access_log: bool | AccessLog = True,
+                 upstream_timeout: float = UPSTREAM_TIMEOUT) -> None:
         self.reactor = reactor
         self.plugins = plugins
         self.pipeline = Pipeline(plugins, reactor, upstream_timeout)
         self.forwarder = forwarder or UpstreamPool(reactor)
         self.forwarder.gateway = self
         self.metrics = metrics
-        self.access_log = access_log
+        #: where access lines go (True: a twisted.logger event per request)
+        self.access_log: AccessLog | None = (
+            AccessLog(fmt="events") if access_log is True else access_log or None)
         self.snapshot: Snapshot | None = None
         self.draining = False
         self.inflight = 0
@@ -646,7 +655,8 @@ class Gateway:
     def handle(self, ex: Exchange) -> None:
         proto = ex.proto
         try:
-            head = ex.head = RequestHead(ex.method, ex.target, ex.headers, proto._peer_host, proto._scheme)
+            head = ex.head = RequestHead(ex.method, ex.target, ex.headers, proto._peer_host, proto._scheme,
+                                         ex.version)
             plan = self.pipeline.handle(head, self.snapshot)
         except Exception:
             # e.g. a twistgw_route_match plugin that raised: fail closed with
@@ -715,21 +725,20 @@ class Gateway:
         duration = self.reactor.seconds() - ex.started
         if self.metrics is not None:
             self.metrics.request(ctx, status, duration)
-        if self.access_log:
-            self._access.info(
-                '{client} "{method} {path}" {status} vs={virtual_service} route={route}'
-                " upstream={upstream} decided_by={decided_by} principal={principal} {duration_ms:.1f}ms",
-                client=ctx.client_address if ctx else ex.proto._peer_host,
-                method=ex.method.decode("latin-1") if ex.method else "-",
-                path=ctx.path if ctx else (ex.target or b"").decode("latin-1", "replace")[:200],
-                status=status,
-                virtual_service=ctx.virtual_service if ctx else "-",
-                route=ctx.route if ctx else "-",
-                upstream=ex.upstream_label or "-",
-                decided_by=(ctx.decided_by if ctx else None) or "-",
-                principal=(ctx.principal if ctx else None) or "-",
-                duration_ms=duration * 1000,
-            )
+        access = self.access_log
+        if access is not None:
+            if ctx is not None:
+                principal = ctx.principal
+                if principal.__class__ is not str:  # None, or a plugin's non-str
+                    principal = "-" if principal is None else str(principal)
+                access.request(ctx.client_address, ctx.method, ctx.path, status, ctx.virtual_service,
+                               ctx.route or "-", ex.upstream_label or "-", ctx.decided_by or "-",
+                               principal or "-", duration)
+            else:
+                access.request(ex.proto._peer_host or "-",
+                               ex.method.decode("latin-1") if ex.method else "-",
+                               (ex.target or b"").decode("latin-1")[:200], status, "-", "-",
+                               ex.upstream_label or "-", "-", "-", duration)
         if self._finished_hook is not None and ctx is not None:
             try:
                 self._finished_hook(ctx=ctx, status=status)
