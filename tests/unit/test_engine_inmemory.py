@@ -245,3 +245,17 @@ class EngineTests(SynchronousTestCase):
             self.reactor.advance(0.1)
         self.assertEqual(self.t.value().count(b"local\n"), 20)
         self.assertLessEqual(len(made), 2, made)
+
+    def test_a_queued_request_reads_the_rest_of_its_body_when_its_turn_comes(self) -> None:
+        # Found by the property test: a pipelined POST whose body was cut
+        # mid-way waited for bytes the paused connection never read.
+        self.proto.dataReceived(b"GET /one HTTP/1.1\r\nHost: a\r\n\r\n"
+                                b"POST /two HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nab")
+        self.assertEqual(self.t.producerState, "paused")
+        p, t = self.upstream()
+        t.clear()
+        p.dataReceived(OK)  # /one answered: /two's turn, and its body is read on
+        self.assertEqual(self.t.producerState, "producing")
+        self.proto.dataReceived(b"cd")
+        self.assertTrue(t.value().startswith(b"POST /two "))
+        self.assertTrue(t.value().endswith(b"\r\n\r\nabcd"), t.value())

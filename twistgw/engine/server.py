@@ -575,6 +575,10 @@ class GatewayProtocol(Protocol):
                 if self._paused & _P_WRITE:
                     return  # resumeProducing continues
                 ex = self.current = self.queue.popleft()
+                if not self.queue:
+                    # The last one waiting: read on (the rest of its body,
+                    # or the next request, which will wait in turn).
+                    self.resume_reading(_P_PIPELINE)
                 self.gateway.handle(ex)
         finally:
             self._advancing = False
