@@ -18,7 +18,7 @@ from jwt_helpers import (ClockedJwtPlugin,
 )
 
 import twistgw_jwt
-from twistgw.config.loader import ConfigError
+from twistgw import ConfigError
 from twistgw.testing import ChainTester
 
 from support.trial import TestCase

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from rbac_helpers import claims_headers, config, make_tester, policy, route
 
-from twistgw.config.loader import ConfigError
+from twistgw import ConfigError
 
 from support.trial import TestCase
 

@@ -174,6 +174,15 @@ class LayersTests(TestCase):
                  if i.startswith("twisted.web") or i == "twisted.internet.reactor"]
         assert not found, "\n".join(found)
 
+    def test_the_engine_data_path_has_no_twisted_web(self) -> None:
+        # issue 13: the engine is httptools on Twisted protocols; twisted.web
+        # stays only for the admin endpoint and the dev servers (runtime/).
+        found = [f"{m}:{line} imports {i}" for m, i, line in _third_party("twistgw.engine")
+                 if i.startswith("twisted.web")]
+        assert not found, "\n".join(found)
+        assert any(i == "httptools" for _m, i, _l in _third_party("twistgw.engine.server"))
+        assert any(i == "httptools" for _m, i, _l in _third_party("twistgw.engine.upstream"))
+
     def test_twisted_private_internals_only_in_engine(self) -> None:
         found = []
         for module, tree in SOURCES.items():
