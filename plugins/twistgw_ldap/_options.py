@@ -156,6 +156,13 @@ class CompiledExtAuth:
     def _keep(self) -> bool:
         return all(c.keep_credentials for c in self.configs)
 
+    @property
+    def owned_request_headers(self) -> frozenset[bytes]:
+        """Every config's ``groupsHeader`` and ``userHeader``: the gateway
+        removes a client's copies from every request (twistgw.OwnsRequestHeaders),
+        on routes where this check is off too."""
+        return frozenset(h for c in self.configs for h in (c.groups_header, c.user_header) if h)
+
 
 # ---------------------------------------------------------------------------
 
