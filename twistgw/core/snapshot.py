@@ -174,6 +174,24 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 field=path_text(path),
             ))
 
+        def plugin_problems(exc: OptionsError, where: tuple[str | int, ...], route: Route | None) -> None:
+            """Each problem of a plugin's OptionsError, located: below the
+            options key, or in the resource the options refer to."""
+            for p in exc.problems:
+                if _about_invalid_resource(p):
+                    continue
+                source = config.sources.get(p.resource) if p.resource is not None else None
+                if p.resource is None:
+                    issue(where + p.path, p.reason, route)
+                elif source is None:
+                    kind, ns, name = p.resource
+                    issue(where, f"{kind} {ns}/{name}: {path_text(p.path)}: {p.reason}", route)
+                else:
+                    kind, ns, name = p.resource
+                    issues.append(ConfigIssue(p.reason, file=source.file, document=source.document,
+                                              line=source.line_of(p.path), resource=f"{kind} {ns}/{name}",
+                                              field=path_text(p.path)))
+
         def stages_ok(options: Mapping[str, Any], path: stages.Where, route: Route | None) -> bool:
             def report(where: stages.Where, reason: str) -> None:
                 issue(where, reason, route)
@@ -256,9 +274,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                         # The same options shared by many routes are reported once.
                         if (vs.key, id(raw), name) not in reported:
                             reported.add((vs.key, id(raw), name))
-                            for p in exc.problems:
-                                if not _about_invalid_resource(p):
-                                    issue(where + p.path, p.reason, route)
+                            plugin_problems(exc, where, route)
                         failed = True
                         continue
                     except Exception as exc:  # a plugin bug: reject, never serve unprotected
@@ -304,9 +320,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 owned.update(owned_headers(compiled))
             except OptionsError as exc:
                 reported.add((vs.key, id(raw), name))
-                for p in exc.problems:
-                    if not _about_invalid_resource(p):
-                        issue(where + p.path, p.reason)
+                plugin_problems(exc, where, None)
             except Exception as exc:
                 issue(where, f"plugin {name!r} failed compiling its options: {exc!r}")
             else:
