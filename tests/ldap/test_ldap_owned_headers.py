@@ -19,6 +19,7 @@ import pytest_twisted
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from ldap_helpers import MANAGERS_DN, basic
+from support.http import static_upstream_yaml, vs_yaml
 
 import twistgw_jwt
 import twistgw_ldap
@@ -41,64 +42,34 @@ def bearer(role: str) -> str:
     return f"Bearer {tok}"
 
 
+def route(prefix: str, options: str = "", matchers: str = "") -> str:
+    """One route to the Upstream ``backend`` (YAML, indented for vs_yaml)."""
+    text = (f"    - matchers: [{{prefix: {prefix}{matchers}}}]\n"
+            "      routeAction: {single: {upstream: {name: backend}}}\n")
+    return text + (f"      options: {options}\n" if options else "")
+
+
 def config(ldap_url: str, backend_port: int) -> str:
+    """``app`` (LDAP, ``/open`` turns it off), ``api`` (JWT, ``/public`` turns
+    it off) and ``other`` (no auth; a route matching a forged X-Auth-User)."""
     ldap = {"address": ldap_url, "userDnTemplate": "uid=%s,ou=people,dc=example,dc=org",
             "allowedGroups": [MANAGERS_DN], "groupsHeader": "X-Auth-Groups", "userHeader": "X-Auth-User",
             "cacheTtl": "0s", "connectTimeout": "1s", "requestTimeout": "1s"}
     jwt = {"providers": {"main": {"issuer": ISSUER, "jwks": {"local": {"key": PUBLIC_PEM}},
                                   "claimsToHeaders": [{"claim": "role", "header": "X-Jwt-Role"}]}}}
-    to_backend = {"single": {"upstream": {"name": "backend"}}}
-    return f"""\
-apiVersion: core.vendor.io/v1
-kind: Upstream
-metadata: {{name: backend}}
-spec: {{static: {{hosts: [{{addr: 127.0.0.1, port: {backend_port}}}]}}}}
----
-apiVersion: enterprise.gateway.vendor.io/v1
-kind: AuthConfig
-metadata: {{name: ldap}}
-spec: {{configs: [{{ldap: {json.dumps(ldap)}}}]}}
----
-apiVersion: gateway.vendor.io/v1
-kind: VirtualService
-metadata: {{name: app}}
-spec:
-  virtualHost:
-    domains: [app.example.com]
-    options: {{extauth: {{configRef: {{name: ldap}}}}}}
-    routes:
-    - matchers: [{{prefix: /open}}]
-      routeAction: {json.dumps(to_backend)}
-      options: {{extauth: {{disable: true}}}}
-    - matchers: [{{prefix: /}}]
-      routeAction: {json.dumps(to_backend)}
----
-apiVersion: gateway.vendor.io/v1
-kind: VirtualService
-metadata: {{name: api}}
-spec:
-  virtualHost:
-    domains: [api.example.com]
-    options: {{jwt: {json.dumps(jwt)}}}
-    routes:
-    - matchers: [{{prefix: /public}}]
-      routeAction: {json.dumps(to_backend)}
-      options: {{jwt: {{disable: true}}}}
-    - matchers: [{{prefix: /}}]
-      routeAction: {json.dumps(to_backend)}
----
-apiVersion: gateway.vendor.io/v1
-kind: VirtualService
-metadata: {{name: other}}
-spec:
-  virtualHost:
-    domains: [other.example.com]
-    routes:
-    - matchers: [{{prefix: /, headers: [{{name: X-Auth-User, value: root}}]}}]
-      directResponseAction: {{status: 418, body: "a forged header chose this route"}}
-    - matchers: [{{prefix: /}}]
-      routeAction: {json.dumps(to_backend)}
-"""
+    auth_config = ("apiVersion: enterprise.gateway.vendor.io/v1\nkind: AuthConfig\nmetadata: {name: ldap}\n"
+                   f"spec: {{configs: [{{ldap: {json.dumps(ldap)}}}]}}\n")
+    forged_route = ("    - matchers: [{prefix: /, headers: [{name: X-Auth-User, value: root}]}]\n"
+                    "      directResponseAction: {status: 418, body: a forged header chose this route}\n")
+    return "---\n".join([
+        static_upstream_yaml("backend", [backend_port]),
+        auth_config,
+        vs_yaml("app", domains=["app.example.com"], options="{extauth: {configRef: {name: ldap}}}",
+                routes=route("/open", "{extauth: {disable: true}}") + route("/")),
+        vs_yaml("api", domains=["api.example.com"], options=f"{{jwt: {json.dumps(jwt)}}}",
+                routes=route("/public", "{jwt: {disable: true}}") + route("/")),
+        vs_yaml("other", domains=["other.example.com"], routes=forged_route + route("/")),
+    ])
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ virtual host whose options no route runs; bad declarations are refused."""
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
 import attrs
@@ -16,6 +15,7 @@ import pytest_twisted
 import twistgw
 from twistgw.config.loader import ConfigError
 from twistgw.testing import ChainTester
+from support.http import vs_yaml
 
 
 @attrs.frozen
@@ -57,37 +57,23 @@ class Watcher:
         self.seen.append(ctx.header_values("x-tenant"))
 
 
+def direct(prefix: str, options: str = "", status: int = 200, header: str = "") -> str:
+    """A direct-response route (YAML, indented for vs_yaml); with ``header``
+    it matches only ``header: evil`` and answers 418."""
+    matchers = f"{{prefix: {prefix}" + (f", headers: [{{name: {header}, value: evil}}]}}" if header else "}")
+    text = (f"    - matchers: [{matchers}]\n"
+            f"      directResponseAction: {{status: {418 if header else status}, body: {'forged' if header else 'ok'}}}\n")
+    return text + (f"      options: {options}\n" if options else "")
+
+
 def config(host_options: str = "{tenant: {}, watch: {}}", **route_options: str) -> str:
-    routes = "".join(f"""
-            - matchers: [{{prefix: {prefix}}}]
-              directResponseAction: {{status: 200, body: ok}}
-              options: {opts}""" for prefix, opts in route_options.items())
-    return textwrap.dedent(f"""\
-        apiVersion: gateway.vendor.io/v1
-        kind: VirtualService
-        metadata: {{name: a}}
-        spec:
-          virtualHost:
-            domains: [a.example.com]
-            options: {host_options}
-            routes:{routes}
-            - matchers: [{{prefix: /, headers: [{{name: X-Tenant, value: evil}}]}}]
-              directResponseAction: {{status: 418, body: forged}}
-            - matchers: [{{prefix: /}}]
-              directResponseAction: {{status: 200, body: ok}}
-        ---
-        apiVersion: gateway.vendor.io/v1
-        kind: VirtualService
-        metadata: {{name: b}}
-        spec:
-          virtualHost:
-            domains: [b.example.com]
-            routes:
-            - matchers: [{{prefix: /, headers: [{{name: X-Tenant, value: evil}}]}}]
-              directResponseAction: {{status: 418, body: forged}}
-            - matchers: [{{prefix: /}}]
-              directResponseAction: {{status: 200, body: ok}}
-        """)
+    """``a.example.com`` with ``host_options`` (and a route per
+    ``route_options`` entry, prefix → options), then a route matching a
+    forged X-Tenant; ``b.example.com`` configures no plugin."""
+    extra = "".join(direct(prefix, opts) for prefix, opts in route_options.items())
+    forged_then_ok = direct("/", header="X-Tenant") + direct("/")
+    return (vs_yaml("a", domains=["a.example.com"], options=host_options, routes=extra + forged_then_ok)
+            + "---\n" + vs_yaml("b", domains=["b.example.com"], routes=forged_then_ok))
 
 
 def make(text: str, tenant: Tenant, watcher: Watcher | None = None) -> ChainTester:
@@ -124,22 +110,9 @@ async def test_without_the_plugin_configured_the_header_is_the_clients() -> None
 
 @pytest_twisted.ensureDeferred
 async def test_host_options_that_every_route_turns_off_still_own_their_headers() -> None:
-    text = textwrap.dedent("""\
-        apiVersion: gateway.vendor.io/v1
-        kind: VirtualService
-        metadata: {name: a}
-        spec:
-          virtualHost:
-            domains: ["*"]
-            options: {tenant: {header: X-Org}}
-            routes:
-            - matchers: [{prefix: /, headers: [{name: X-Org, value: evil}]}]
-              directResponseAction: {status: 418, body: forged}
-              options: {tenant: {disable: true}}
-            - matchers: [{prefix: /}]
-              directResponseAction: {status: 200, body: ok}
-              options: {tenant: {disable: true}}
-        """)
+    off = "{tenant: {disable: true}}"
+    text = vs_yaml("a", options="{tenant: {header: X-Org}}",
+                   routes=direct("/", off, header="X-Org") + direct("/", off))
     tenant = Tenant()
     result = await make(text, tenant).request("GET", "http://a.example.com/x", [("X-Org", "evil")])
     assert (result.status, tenant.seen) == (200, [])  # no route runs the plugin, yet X-Org is its own
