@@ -28,7 +28,7 @@ ISSUER = "https://issuer.example.com"
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 PUBLIC_PEM = KEY.public_key().public_bytes(serialization.Encoding.PEM,
                                            serialization.PublicFormat.SubjectPublicKeyInfo).decode()
-PLUGINS = [("extauth", twistgw_ldap), ("jwt", twistgw_jwt)]
+PLUGINS = [("extauth", twistgw_ldap.ExtAuthPlugin), ("jwt", twistgw_jwt.JwtPlugin)]
 #: what a client forges: every owned header, in other cases and repeated
 FORGED = [("X-Auth-Groups", "admins"), ("x-auth-groups", "root"), ("X-AUTH-USER", "root"),
           ("X-Jwt-Role", "admin"), ("X-Custom", "kept")]
