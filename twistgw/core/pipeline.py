@@ -10,8 +10,10 @@ and route, runs the route's plugin chain and returns a *plan*:
 * :class:`Forward`: send ``method target`` with ``headers`` to ``endpoint``
   and wait at most ``timeout`` seconds for the answer.
 
-(Protocol upgrades, e.g. WebSocket, are not supported: ``Upgrade`` is a
-hop-by-hop header and is never forwarded.)
+(``Upgrade`` and ``Connection`` are hop-by-hop: the planned headers never
+carry them. For a request that asked to upgrade, e.g. to WebSocket, the
+engine adds them to the forwarded request once the chain admitted it, and
+splices the connections on the upstream's ``101``; see ``docs/engine.md``.)
 """
 
 from __future__ import annotations
