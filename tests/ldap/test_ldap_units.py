@@ -48,7 +48,8 @@ def config_error(text: str) -> str:
 
 
 ADDR = "ldap://127.0.0.1:1"
-AC = "spec.virtualHost.options.extauth.configRef: AuthConfig default/ldap: spec.configs[0].ldap"
+#: each problem is located in the AuthConfig itself (its file, line and field)
+AC = "AuthConfig default/ldap: spec.configs[0].ldap"
 
 
 # ---------------------------------------------------------------------------
@@ -167,7 +168,7 @@ class LdapUnitsTests(TestCase):
     ])
     def test_invalid_ldap_fields(self, fields: dict[str, Any], where: str, reason: str) -> None:
         text = config_error(ldap_config(fields.pop("address", ADDR), **fields))
-        assert f"{AC}: {where}: " in text and reason in text, text
+        assert f"{AC}.{where}: " in text and reason in text, text
 
     def test_missing_required_fields(self) -> None:
         text = ldap_config(ADDR).replace('"userDnTemplate": "uid=%s,ou=people,dc=example,dc=org", ', "")
@@ -177,7 +178,7 @@ class LdapUnitsTests(TestCase):
 
     def test_every_config_is_validated(self) -> None:
         text = config_error(ldap_config(ADDR, {"allowedGroups": ["nope"]}))
-        assert "spec.configs[1].ldap: allowedGroups[0]: is not a valid DN" in text
+        assert "AuthConfig default/ldap: spec.configs[1].ldap.allowedGroups[0]: is not a valid DN" in text
 
     def test_dangling_configref_and_bad_options(self) -> None:
         text = ldap_config(ADDR).replace("configRef: {name: ldap,", "configRef: {name: other,")
