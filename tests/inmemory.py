@@ -21,17 +21,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 #: The modules, relative to ``tests/``.
 MODULES = (
+    "unit/test_access_log.py",
     "unit/test_core_config.py",
     "unit/test_core_config_fuzz.py",
     "unit/test_core_inmemory.py",
+    "unit/test_core_owned_headers.py",
     "unit/test_core_paths.py",
     "unit/test_core_plugins.py",
     "unit/test_core_yaml_limits.py",
     "unit/test_engine_inmemory.py",
     "unit/test_field_walk.py",
     "unit/test_gloo_loader.py",
+    "unit/test_header_policy.py",
     "unit/test_headers.py",
     "unit/test_layers.py",
+    "unit/test_options_helpers.py",
     "unit/test_pipeline.py",
     "unit/test_route_matchers.py",
     "unit/test_route_tables.py",

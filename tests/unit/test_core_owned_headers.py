@@ -10,12 +10,13 @@ from typing import Any
 
 import attrs
 import pytest
-import pytest_twisted
 
 import twistgw
 from twistgw.config.loader import ConfigError
 from twistgw.testing import ChainTester
 from support.http import vs_yaml
+
+from support.trial import TestCase
 
 
 @attrs.frozen
@@ -84,53 +85,47 @@ def make(text: str, tenant: Tenant, watcher: Watcher | None = None) -> ChainTest
 FORGED = [("X-Tenant", "evil"), ("x-tenant", "evil"), ("X-Other", "kept")]
 
 
-@pytest_twisted.ensureDeferred
-async def test_no_plugin_and_no_route_matcher_sees_a_forged_copy() -> None:
-    tenant, watcher = Tenant(), Watcher()
-    t = make(config(**{"/off": "{tenant: {disable: true}}"}), tenant, watcher)
-    on = await t.request("GET", "http://a.example.com/x", FORGED)
-    assert (on.status, on.body) == (200, b"ok")  # not the route matching X-Tenant: evil
-    assert watcher.seen == [[]] and tenant.seen == [[]]  # the first plugin and the owner saw none
-    assert on.forwarded_headers.getRawHeaders(b"x-tenant") == [b"acme"]
-    assert on.forwarded_headers.getRawHeaders(b"x-other") == [b"kept"]
-    for url in ("http://a.example.com/off", "http://b.example.com/x"):
-        result = await t.request("GET", url, FORGED)
-        assert (result.status, result.body) == (200, b"ok"), url
-        assert result.forwarded_headers.getRawHeaders(b"x-tenant") is None, url
-        assert result.forwarded_headers.getRawHeaders(b"x-other") == [b"kept"], url
-    assert len(tenant.seen) == 1  # the plugin never ran on those
+class OwnedHeadersTests(TestCase):
+    async def test_no_plugin_and_no_route_matcher_sees_a_forged_copy(self) -> None:
+        tenant, watcher = Tenant(), Watcher()
+        t = make(config(**{"/off": "{tenant: {disable: true}}"}), tenant, watcher)
+        on = await t.request("GET", "http://a.example.com/x", FORGED)
+        assert (on.status, on.body) == (200, b"ok")  # not the route matching X-Tenant: evil
+        assert watcher.seen == [[]] and tenant.seen == [[]]  # the first plugin and the owner saw none
+        assert on.forwarded_headers.getRawHeaders(b"x-tenant") == [b"acme"]
+        assert on.forwarded_headers.getRawHeaders(b"x-other") == [b"kept"]
+        for url in ("http://a.example.com/off", "http://b.example.com/x"):
+            result = await t.request("GET", url, FORGED)
+            assert (result.status, result.body) == (200, b"ok"), url
+            assert result.forwarded_headers.getRawHeaders(b"x-tenant") is None, url
+            assert result.forwarded_headers.getRawHeaders(b"x-other") == [b"kept"], url
+        assert len(tenant.seen) == 1  # the plugin never ran on those
 
+    async def test_without_the_plugin_configured_the_header_is_the_clients(self) -> None:
+        t = make(config("{watch: {}}"), Tenant())
+        result = await t.request("GET", "http://a.example.com/x", [("X-Tenant", "evil")])
+        assert result.status == 418  # nobody owns X-Tenant: routes may match it as sent
 
-@pytest_twisted.ensureDeferred
-async def test_without_the_plugin_configured_the_header_is_the_clients() -> None:
-    t = make(config("{watch: {}}"), Tenant())
-    result = await t.request("GET", "http://a.example.com/x", [("X-Tenant", "evil")])
-    assert result.status == 418  # nobody owns X-Tenant: routes may match it as sent
+    async def test_host_options_that_every_route_turns_off_still_own_their_headers(self) -> None:
+        off = "{tenant: {disable: true}}"
+        text = vs_yaml("a", options="{tenant: {header: X-Org}}",
+                       routes=direct("/", off, header="X-Org") + direct("/", off))
+        tenant = Tenant()
+        result = await make(text, tenant).request("GET", "http://a.example.com/x", [("X-Org", "evil")])
+        assert (result.status, tenant.seen) == (200, [])  # no route runs the plugin, yet X-Org is its own
 
+    @pytest.mark.parametrize("owned,reason", [
+        (("X Tenant",), "not an HTTP header name"),
+        (("Host",), "may not name Host"),
+        ((7,), "not a header name"),
+        ("X-Tenant", "must be a collection of header names"),
+    ])
+    def test_bad_declarations_are_configuration_errors(self, owned: Any, reason: str) -> None:
+        with pytest.raises(ConfigError) as info:
+            make(config(), Tenant(owned))
+        assert any("plugin 'tenant' failed compiling its options" in str(i) and reason in str(i)
+                   for i in info.value.issues), info.value.issues
 
-@pytest_twisted.ensureDeferred
-async def test_host_options_that_every_route_turns_off_still_own_their_headers() -> None:
-    off = "{tenant: {disable: true}}"
-    text = vs_yaml("a", options="{tenant: {header: X-Org}}",
-                   routes=direct("/", off, header="X-Org") + direct("/", off))
-    tenant = Tenant()
-    result = await make(text, tenant).request("GET", "http://a.example.com/x", [("X-Org", "evil")])
-    assert (result.status, tenant.seen) == (200, [])  # no route runs the plugin, yet X-Org is its own
-
-
-@pytest.mark.parametrize("owned,reason", [
-    (("X Tenant",), "not an HTTP header name"),
-    (("Host",), "may not name Host"),
-    ((7,), "not a header name"),
-    ("X-Tenant", "must be a collection of header names"),
-])
-def test_bad_declarations_are_configuration_errors(owned: Any, reason: str) -> None:
-    with pytest.raises(ConfigError) as info:
-        make(config(), Tenant(owned))
-    assert any("plugin 'tenant' failed compiling its options" in str(i) and reason in str(i)
-               for i in info.value.issues), info.value.issues
-
-
-def test_the_protocol_is_public() -> None:
-    assert isinstance(Compiled("X-Tenant", ("X-Tenant",)), twistgw.OwnsRequestHeaders)
-    assert not isinstance(object(), twistgw.OwnsRequestHeaders)
+    def test_the_protocol_is_public(self) -> None:
+        assert isinstance(Compiled("X-Tenant", ("X-Tenant",)), twistgw.OwnsRequestHeaders)
+        assert not isinstance(object(), twistgw.OwnsRequestHeaders)
