@@ -244,6 +244,7 @@ def test_pipelined_local_answers_to_a_client_that_never_reads_keep_memory_bounde
         assert grown < 32 * 2**20, f"peak RSS +{grown / 2**20:.0f} MB after {sent / 2**20:.1f} MB of requests ({ended})"
 
 
+@ENGINE("the text access log writes a claim's CR, LF, ESC, BEL and NUL raw")
 def test_control_characters_from_claims_never_reach_the_text_log_raw(tmp_path: Path, jwt_key: Any) -> None:
     pem, token = jwt_key
     marker = "FORGED-LINE"
