@@ -32,7 +32,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     try:
         host = PluginHost.create()
-        config = load_directory(args.directory)
+        config = load_directory(args.directory, keep_going=True)
+        for note in config.skipped:
+            print(f"note: {note}", file=sys.stderr)
         snapshot = build_snapshot(config, host)
     except ConfigError as exc:
         print(f"{args.directory}: INVALID, {len(exc.issues)} problem(s):")
@@ -56,10 +58,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _describe_matchers(route: Any) -> str:
-    parts = []
-    for m in route.matchers:
-        parts.append(f"exact {m.exact}" if m.exact is not None else f"prefix {m.prefix}")
-    return ", ".join(parts)
+    return " or ".join(m.describe() for m in route.matchers)
 
 
 # ---------------------------------------------------------------------------

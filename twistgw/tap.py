@@ -98,7 +98,7 @@ def _workers_service(options: Options, admin: str | None) -> IService:
     from twistgw.runtime.workers import WorkersService
 
     try:
-        build_snapshot(load_directory(options["config"]), PluginHost.create())
+        build_snapshot(load_directory(options["config"], keep_going=True), PluginHost.create())
     except ConfigError as exc:
         sys.stderr.write(
             f"twistgw: the configuration in {options['config']!r} is invalid;"

@@ -24,8 +24,8 @@ import attrs
 from twistgw.api.headers import Headers
 from twistgw.api.types import Deny, RequestContext
 from twistgw.config.loader import load_directory, load_text
-from twistgw.core.chain import run_chain
-from twistgw.core.pipeline import Prepared, prepare, split_target
+from twistgw.core.chain import run_calls, run_chain
+from twistgw.core.pipeline import Prepared, prepare, reroute, split_target
 from twistgw.core.plugins import GatewayInfo, PluginHost
 from twistgw.core.snapshot import RouteRuntime, Snapshot, build_snapshot
 
@@ -94,13 +94,13 @@ class ChainTester:
                   load_entry_points: bool = True, reactor: Any = None) -> "ChainTester":
         """Compile YAML text. Raises ``twistgw.config.loader.ConfigError`` when invalid."""
         host = _configured_host(plugins, load_entry_points, reactor)
-        return cls(build_snapshot(load_text(text), host), host, reactor)
+        return cls(build_snapshot(load_text(text, keep_going=True), host), host, reactor)
 
     @classmethod
     def from_directory(cls, directory: str, plugins: Iterable[tuple[str, object]] = (),
                        load_entry_points: bool = True, reactor: Any = None) -> "ChainTester":
         host = _configured_host(plugins, load_entry_points, reactor)
-        return cls(build_snapshot(load_directory(directory), host), host, reactor)
+        return cls(build_snapshot(load_directory(directory, keep_going=True), host), host, reactor)
 
     async def request(self, method: str, url: str, headers: Any = None,
                       client_address: str = "127.0.0.1") -> ChainResult:
@@ -117,15 +117,26 @@ class ChainTester:
         if isinstance(prepared, Deny):
             return ChainResult(prepared.status, prepared.body, prepared.headers, None, None, None, trace, prepared)
         assert isinstance(prepared, Prepared)
-        deny = await run_chain(prepared.runtime.chain, prepared.ctx,
-                               lambda p, ph, d: trace.append((p, ph, d)))
+        ctx, runtime = prepared.ctx, prepared.runtime
+
+        def record(p: str, ph: str, d: Any) -> None:
+            trace.append((p, ph, d))
+
+        deny = await run_chain(runtime.chain, ctx, record)
+        if deny is None and runtime.reselect:
+            # As the gateway does: select the route again (claim-based routing).
+            found = reroute(self.snapshot, ctx, runtime, self.host.pm.hook.twistgw_route_match)
+            if isinstance(found, Deny):
+                return ChainResult(found.status, found.body, found.headers, None, ctx, runtime, trace, found)
+            runtime, remaining = found
+            deny = await run_calls(remaining, ctx, record)
         if deny is not None:
-            return ChainResult(deny.status, deny.body, deny.headers, prepared.ctx.decided_by,
-                               prepared.ctx, prepared.runtime, trace, deny)
-        direct = prepared.runtime.direct
+            return ChainResult(deny.status, deny.body, deny.headers, ctx.decided_by,
+                               ctx, runtime, trace, deny)
+        direct = runtime.direct
         if direct is not None:
-            return ChainResult(direct.status, direct.body, (), None, prepared.ctx, prepared.runtime, trace, None)
-        return ChainResult(200, b"", (), None, prepared.ctx, prepared.runtime, trace, None)
+            return ChainResult(direct.status, direct.body, (), None, ctx, runtime, trace, None)
+        return ChainResult(200, b"", (), None, ctx, runtime, trace, None)
 
 
 class RunningGateway:

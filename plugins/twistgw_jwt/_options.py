@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from twistgw.options import Path, check_fields, require_mapping, type_name
+from twistgw.options import Path, Problems, check_fields, require_mapping, type_name
 from twistgw import OptionsError, OptionsScope
 from twistgw_jwt._cache import VerifiedCache
 from twistgw_jwt._keys import KeyProblem, VerifyKey, parse_local_key
@@ -161,25 +161,36 @@ TOP_FIELDS = ("providers", "validationPolicy", "disable")
 
 def compile_options(options: Mapping[str, Any], scope: OptionsScope,
                     remote_factory: Callable[[RemoteSpec], RemoteKeySet]) -> CompiledJwt:
-    _only(options, TOP_FIELDS, ())
+    problems = Problems()  # every problem is reported, not just the first
+    with problems.check():
+        _only(options, TOP_FIELDS, ())
     if options.get("disable") not in (None, False):
-        raise OptionsError(("disable",), "must be true or false")
-    providers_raw = options.get("providers")
-    if providers_raw is None:
-        raise OptionsError(("providers",), "required: a mapping of provider name to"
-                           " {issuer, jwks: {local: {key}} | {remote: {upstreamRef, url}}}")
-    providers_raw = _mapping(providers_raw, ("providers",), "providers")
-    if not providers_raw:
-        raise OptionsError(("providers",), "at least one provider is required")
+        problems.add(("disable",), "must be true or false")
+    providers_raw: Mapping[str, Any] = {}
+    with problems.check():
+        if options.get("providers") is None:
+            raise OptionsError(("providers",), "required: a mapping of provider name to"
+                               " {issuer, jwks: {local: {key}} | {remote: {upstreamRef, url}}}")
+        providers_raw = _mapping(options["providers"], ("providers",), "providers")
+        if not providers_raw:
+            raise OptionsError(("providers",), "at least one provider is required")
     policy = options.get("validationPolicy", "REQUIRE_VALID")
     if policy not in VALIDATION_POLICIES:
-        raise OptionsError(("validationPolicy",),
-                           f"must be one of {', '.join(VALIDATION_POLICIES)}, got {policy!r}")
+        problems.add(("validationPolicy",),
+                     f"must be one of {', '.join(VALIDATION_POLICIES)}, got {policy!r}")
 
     providers = []
     for name, raw in providers_raw.items():
-        providers.append(_compile_provider(str(name), raw, ("providers", str(name)), scope,
-                                           remote_factory))
+        with problems.check():
+            providers.append(_compile_provider(str(name), raw, ("providers", str(name)), scope,
+                                               remote_factory))
+
+    settings = scope.resources.settings("jwt")
+    size = settings.get("verifiedTokenCacheSize", DEFAULT_VERIFIED_CACHE_SIZE)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        problems.add(("verifiedTokenCacheSize",),
+                     "Settings.spec.jwt.verifiedTokenCacheSize must be a whole number >= 0")
+    problems.raise_if_any()
 
     sources: list[Source] = []
     for p in providers:
@@ -188,12 +199,6 @@ def compile_options(options: Mapping[str, Any], scope: OptionsScope,
                 sources.append(s)
     by_source = tuple(tuple(p for p in providers if s in p.sources) for s in sources)
     claim_headers = frozenset(c.header for p in providers for c in p.claims_to_headers)
-
-    settings = scope.resources.settings("jwt")
-    size = settings.get("verifiedTokenCacheSize", DEFAULT_VERIFIED_CACHE_SIZE)
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise OptionsError(("verifiedTokenCacheSize",),
-                           "Settings.spec.jwt.verifiedTokenCacheSize must be a whole number >= 0")
     return CompiledJwt(tuple(providers), policy, tuple(sources), by_source, claim_headers,
                        VerifiedCache(size))
 
@@ -201,38 +206,53 @@ def compile_options(options: Mapping[str, Any], scope: OptionsScope,
 def _compile_provider(name: str, raw: Any, path: Path, scope: OptionsScope,
                       remote_factory: Callable[[RemoteSpec], RemoteKeySet]) -> Provider:
     raw = _mapping(raw, path, f"provider {name!r}")
-    _only(raw, PROVIDER_FIELDS, path)
-    if "issuer" not in raw:
-        raise OptionsError(path + ("issuer",), "required: the exact `iss` value of the tokens"
-                           " this provider accepts")
-    issuer = _string(raw["issuer"], path + ("issuer",), "issuer")
+    problems = Problems()
+    with problems.check():
+        _only(raw, PROVIDER_FIELDS, path)
+    issuer = ""
+    with problems.check():
+        if "issuer" not in raw:
+            raise OptionsError(path + ("issuer",), "required: the exact `iss` value of the tokens"
+                               " this provider accepts")
+        issuer = _string(raw["issuer"], path + ("issuer",), "issuer")
 
     audiences = None
-    if raw.get("audiences") is not None:
-        aud = raw["audiences"]
-        if not isinstance(aud, list) or not aud:
-            raise OptionsError(path + ("audiences",), "must be a non-empty list of strings")
-        audiences = frozenset(_string(a, path + ("audiences", i), "an audience")
-                              for i, a in enumerate(aud))
+    with problems.check():
+        if raw.get("audiences") is not None:
+            aud = raw["audiences"]
+            if not isinstance(aud, list) or not aud:
+                raise OptionsError(path + ("audiences",), "must be a non-empty list of strings")
+            audiences = frozenset(_string(a, path + ("audiences", i), "an audience")
+                                  for i, a in enumerate(aud))
 
-    jwks = _mapping(raw.get("jwks"), path + ("jwks",), "jwks (required)")
-    _only(jwks, ("local", "remote"), path + ("jwks",))
-    if ("local" in jwks) == ("remote" in jwks):
-        raise OptionsError(path + ("jwks",), "set exactly one of local: {key: ...} or"
-                           " remote: {upstreamRef: {name, namespace}, url}")
     local = remote = None
-    if "local" in jwks:
-        local = _compile_local(jwks["local"], path + ("jwks", "local"))
-    else:
-        remote = remote_factory(_compile_remote(jwks["remote"], path + ("jwks", "remote"), scope))
+    with problems.check():
+        jwks = _mapping(raw.get("jwks"), path + ("jwks",), "jwks (required)")
+        _only(jwks, ("local", "remote"), path + ("jwks",))
+        if ("local" in jwks) == ("remote" in jwks):
+            raise OptionsError(path + ("jwks",), "set exactly one of local: {key: ...} or"
+                               " remote: {upstreamRef: {name, namespace}, url}")
+        if "local" in jwks:
+            local = _compile_local(jwks["local"], path + ("jwks", "local"))
+        else:
+            spec = _compile_remote(jwks["remote"], path + ("jwks", "remote"), scope)
+            if not problems:  # never start a key-set client for options that are rejected
+                remote = remote_factory(spec)
 
-    sources = _compile_sources(raw.get("tokenSource"), path + ("tokenSource",))
-    keep = _bool(raw.get("keepToken", False), path + ("keepToken",), "keepToken")
-    claims = _compile_claims(raw.get("claimsToHeaders"), path + ("claimsToHeaders",))
+    sources: tuple[Source, ...] = ()
+    with problems.check():
+        sources = _compile_sources(raw.get("tokenSource"), path + ("tokenSource",))
+    keep = False
+    with problems.check():
+        keep = _bool(raw.get("keepToken", False), path + ("keepToken",), "keepToken")
+    claims: tuple[ClaimToHeader, ...] = ()
+    with problems.check():
+        claims = _compile_claims(raw.get("claimsToHeaders"), path + ("claimsToHeaders",))
     skew = raw.get("clockSkewSeconds", DEFAULT_CLOCK_SKEW)
     if isinstance(skew, bool) or not isinstance(skew, int) or not 0 <= skew <= 86400:
-        raise OptionsError(path + ("clockSkewSeconds",),
-                           f"must be a whole number of seconds from 0 to 86400, got {skew!r}")
+        problems.add(path + ("clockSkewSeconds",),
+                     f"must be a whole number of seconds from 0 to 86400, got {skew!r}")
+    problems.raise_if_any()
     return Provider(name, issuer, audiences, local, remote, sources, keep, claims, skew)
 
 

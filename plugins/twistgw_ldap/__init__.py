@@ -20,7 +20,7 @@ import attrs
 from twistgw import GatewayInfo, OptionsError, OptionsScope, PluginInfo, RequestContext, hookimpl
 
 from twistgw_ldap import _flow
-from twistgw_ldap._devdir import DevDirectory
+from twistgw_ldap._devdir import DevDirectory, DevDirectoryError, check_settings
 from twistgw_ldap._expr import check_expression
 from twistgw_ldap._options import CompiledExtAuth, LdapConfig, compile_options
 from twistgw_ldap._settings import NO_POLICY, guard, read_policy
@@ -54,8 +54,13 @@ def twistgw_unconfigure() -> Any:
 @hookimpl
 def twistgw_default_options(settings: Mapping[str, Any], config_dir: str) -> None:
     """No default options; checks ``Settings.spec.extauth`` when the
-    configuration loads, so ``twistgw check`` reports its mistakes."""
+    configuration loads, so ``twistgw check`` reports its mistakes, including
+    a development directory it could not serve (a missing LDIF file)."""
     read_policy(settings)
+    try:
+        check_settings(settings, config_dir)
+    except DevDirectoryError as exc:
+        raise OptionsError(exc.path, str(exc)) from None
     return None
 
 

@@ -35,7 +35,12 @@ DEFAULT_LISTEN = "tcp:3389:interface=127.0.0.1"
 
 
 class DevDirectoryError(ValueError):
-    pass
+    """Invalid ``devDirectory`` settings; ``path`` is the field below
+    ``Settings.spec.extauth`` when known."""
+
+    def __init__(self, message: str, path: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class _Server(LDAPServer):
@@ -109,8 +114,46 @@ def read_settings(settings: Mapping[str, Any], config_dir: str) -> tuple[str, st
     listen = dev.get("listen", DEFAULT_LISTEN)
     if not isinstance(listen, str) or not listen:
         raise DevDirectoryError("Settings spec.extauth.devDirectory.listen must be an endpoint string")
-    check_loopback(listen)
+    try:
+        check_loopback(listen)
+    except DevDirectoryError as exc:
+        raise DevDirectoryError(str(exc), ("devDirectory", "listen")) from None
     return ldif, listen
+
+
+def read_ldif(ldif: str) -> bytes:
+    try:
+        with open(ldif, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise DevDirectoryError(f"cannot read {ldif}: {exc.strerror}", ("devDirectory", "ldif")) from None
+
+
+def _parse_ldif(data: bytes) -> defer.Deferred:
+    from io import BytesIO
+
+    # ldaptor wants a blank line after the last entry; many files lack it
+    return inmemory.fromLDIFFile(BytesIO(data.rstrip(b"\r\n") + b"\n\n"))
+
+
+def check_settings(settings: Mapping[str, Any], config_dir: str) -> None:
+    """What ``twistgw check`` verifies of ``devDirectory``: the settings, and
+    that the LDIF file exists, is readable and parses (else DevDirectoryError),
+    so a typo in the path is refused at load time, never a 503 at run time."""
+    wanted = read_settings(settings, config_dir)
+    if wanted is None:
+        return
+    ldif, _ = wanted
+    data = read_ldif(ldif)
+    problems: list[str] = []
+    try:
+        d = _parse_ldif(data)
+        # an in-memory file is parsed synchronously
+        d.addErrback(lambda f: problems.append(f.getErrorMessage() or f.type.__name__))
+    except Exception as exc:  # ldaptor raises some parse errors directly
+        problems.append(str(exc) or type(exc).__name__)
+    if problems:
+        raise DevDirectoryError(f"{ldif} is not valid LDIF: {problems[0]}", ("devDirectory", "ldif"))
 
 
 class DevDirectory:
@@ -143,22 +186,17 @@ class DevDirectory:
             return
         ldif, listen = wanted
         try:
-            with open(ldif, "rb") as f:
-                data = f.read()
-        except OSError as exc:
-            self._log.error("Development LDAP directory not started: cannot read {ldif}: {err}",
-                            ldif=ldif, err=exc.strerror)
+            data = read_ldif(ldif)
+        except DevDirectoryError as exc:
+            self._log.error("Development LDAP directory not started: {reason}", reason=str(exc))
             await self.stop()
             return
         key = (ldif, listen, hashlib.sha256(data).hexdigest())
         if key == self.key and self.port is not None:
             return
         await self.stop()
-        from io import BytesIO
-
         try:
-            # ldaptor wants a blank line after the last entry; many files lack it
-            root = await inmemory.fromLDIFFile(BytesIO(data.rstrip(b"\r\n") + b"\n\n"))
+            root = await _parse_ldif(data)
         except Exception as exc:
             self._log.error("Development LDAP directory not started: {ldif} is not valid LDIF: {err!r}",
                             ldif=ldif, err=exc)

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import attrs
 from ldaptor import ldapfilter
-from twistgw.options import type_name
+from twistgw.options import type_name, unknown_field
 from twistgw import OptionsError, OptionsScope
 
 from twistgw_ldap._ber import SCOPE_ONE, SCOPE_SUB
@@ -194,14 +194,13 @@ class _Checker:
         try:
             yield
         except OptionsError as exc:
-            self.problems.append(exc)
+            self.problems.extend(exc.problems)
 
     def raise_problems(self) -> None:
-        """One OptionsError for everything recorded (each problem on a line of its own)."""
-        if len(self.problems) == 1:
-            raise self.problems[0]
+        """One OptionsError carrying everything recorded (``twistgw check``
+        lists each problem on its own line)."""
         if self.problems:
-            raise OptionsError(("configRef",), "\n  ".join(p.reason for p in self.problems))
+            raise OptionsError.several(self.problems)
 
     def fail(self, field: str, reason: str) -> OptionsError:
         where = f"{self.where}: {field}" if field else self.where
@@ -210,9 +209,10 @@ class _Checker:
     def mapping(self, value: Any, field: str, allowed: set[str]) -> Mapping[str, Any]:
         if not isinstance(value, dict):
             raise self.fail(field, f"must be a mapping, got {_type_name(value)}")
-        for key in value:
-            if key not in allowed:
-                raise self.fail(f"{field}.{key}" if field else key, f"unknown field (expected one of: {', '.join(sorted(allowed))})")
+        unknown = [self.fail(f"{field}.{key}" if field else str(key), unknown_field(key, sorted(allowed)))
+                   for key in value if key not in allowed]
+        if unknown:
+            raise OptionsError.several(unknown)
         return value
 
     def string(self, value: Any, field: str) -> str:
@@ -319,7 +319,11 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> 
     :raise OptionsError: listing every problem found in the entry.
     """
     c = _Checker(where)
-    spec = c.mapping(raw, "", _LDAP_FIELDS)
+    with c.checking():  # unknown fields are reported, and the known ones still checked
+        c.mapping(raw, "", _LDAP_FIELDS)
+    if not isinstance(raw, dict):
+        c.raise_problems()
+    spec = {k: v for k, v in raw.items() if k in _LDAP_FIELDS}
     target: Target | None = None
     with c.checking():
         target = _target(c, spec, scope)
@@ -611,17 +615,19 @@ def _service_account(c: _Checker, ref: Any, default_ns: str, scope: OptionsScope
 
 def compile_options(options: Mapping[str, Any], scope: OptionsScope) -> CompiledExtAuth:
     """The body of ``twistgw_compile_options`` for ``extauth``."""
-    for key in options:
-        if key != "configRef":
-            raise OptionsError((key,), "unknown field (expected configRef, or disable: true on a route)")
+    unknown = [OptionsError((key,), unknown_field(key, ("configRef", "disable")))
+               for key in options if key != "configRef"]
+    if unknown:
+        raise OptionsError.several(unknown)
     if "configRef" not in options:
         raise OptionsError(("configRef",), "is required: {configRef: {name: NAME, namespace: NS}}")
     ref = options["configRef"]
     if not isinstance(ref, dict):
         raise OptionsError(("configRef",), f"must be a mapping {{name, namespace}}, got {_type_name(ref)}")
-    for key in ref:
-        if key not in ("name", "namespace"):
-            raise OptionsError(("configRef", key), "unknown field (expected name, namespace)")
+    unknown = [OptionsError(("configRef", key), unknown_field(key, ("name", "namespace")))
+               for key in ref if key not in ("name", "namespace")]
+    if unknown:
+        raise OptionsError.several(unknown)
     name = ref.get("name")
     if not isinstance(name, str) or not name:
         raise OptionsError(("configRef", "name"), "is required: the name of an AuthConfig")

@@ -18,7 +18,7 @@ from prometheus_client import Counter
 from twisted.logger import Logger
 
 import twistgw
-from twistgw_rbac._policy import PolicySet, compile_options, settings_problem
+from twistgw_rbac._policy import REQUIRED_BY_SETTINGS, PolicySet, compile_options, settings_problem
 
 __all__ = ["DENY_BODY", "PolicySet"]
 
@@ -66,7 +66,7 @@ def twistgw_default_options(settings: Mapping[str, Any]) -> Mapping[str, Any] | 
         # options that fail with the precise path below Settings.spec.rbac.
         return {"_settingsError": problem}
     if settings.get("requireRbac") is True:
-        return {"policies": {}, "_requiredBySettings": True}
+        return {"policies": {}, "_requiredBySettings": REQUIRED_BY_SETTINGS}
     return None
 
 

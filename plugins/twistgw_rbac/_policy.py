@@ -19,9 +19,9 @@ from typing import Any, Mapping
 
 import attrs
 
-from twistgw.options import Path, check_fields, require_mapping, type_name
+from twistgw.options import Problems, Path, check_fields, require_mapping, type_name
 from twistgw import OptionsError
-from twistgw_rbac._regex import SafeRegex, UnsafePattern
+from twistgw.regex import SafeRegex, UnsafePattern
 
 # Method names are RFC 9110 tokens.
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -178,53 +178,83 @@ _kind = type_name
 _check_keys = check_fields
 
 
+class _RequiredBySettings:
+    """Marks the options ``twistgw_default_options`` makes for ``requireRbac``;
+    not a YAML value, so a configuration cannot write it."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED_BY_SETTINGS"
+
+
+REQUIRED_BY_SETTINGS = _RequiredBySettings()
+
+
 def compile_options(options: Mapping[str, Any]) -> PolicySet:
-    """Validate and compile the ``rbac`` options mapping. Raises OptionsError."""
-    _check_keys(options, ("policies", "shadow", "disable", "_requiredBySettings"), ())
+    """Validate and compile the ``rbac`` options mapping. Raises OptionsError
+    carrying every problem found (see :class:`twistgw.options.Problems`)."""
+    problems = Problems()
+    with problems.check():
+        required = options.get("_requiredBySettings") is REQUIRED_BY_SETTINGS
+        _check_keys(options, ("policies", "shadow", "disable") + (("_requiredBySettings",) if required else ()), ())
     shadow = options.get("shadow", False)
     if not isinstance(shadow, bool):
-        raise OptionsError(("shadow",), f"must be true or false, got {_kind(shadow)}")
+        problems.add(("shadow",), f"must be true or false, got {_kind(shadow)}")
     disable = options.get("disable", False)
     if disable is not False:
         # ``disable: true`` is handled by the gateway and never reaches us.
-        raise OptionsError(("disable",), f"must be true or false, got {_kind(disable)}")
+        problems.add(("disable",), f"must be true or false, got {_kind(disable)}")
     raw = options.get("policies", {})
     if raw is None:
         raw = {}
-    policies = _mapping(raw, ("policies",), "policies")
-    compiled = tuple(
-        _policy(str(name), value, ("policies", str(name))) for name, value in policies.items())
-    return PolicySet(compiled, shadow, options.get("_requiredBySettings") is True)
+    policies: Mapping[str, Any] = {}
+    with problems.check():
+        policies = _mapping(raw, ("policies",), "policies")
+    compiled = []
+    for name, value in policies.items():
+        with problems.check():
+            compiled.append(_policy(str(name), value, ("policies", str(name))))
+    problems.raise_if_any()
+    return PolicySet(tuple(compiled), shadow, options.get("_requiredBySettings") is REQUIRED_BY_SETTINGS)
 
 
 def _policy(name: str, raw: Any, path: Path) -> Policy:
     policy = _mapping(raw, path, "a policy")
-    _check_keys(policy, ("permissions", "principals", "nestedClaimDelimiter"), path)
+    problems = Problems()
+    with problems.check():
+        _check_keys(policy, ("permissions", "principals", "nestedClaimDelimiter"), path)
     delimiter = policy.get("nestedClaimDelimiter")
     if delimiter is not None and not isinstance(delimiter, str):
-        raise OptionsError(path + ("nestedClaimDelimiter",),
-                           f"must be a string such as '.', got {_kind(delimiter)}")
+        problems.add(path + ("nestedClaimDelimiter",),
+                     f"must be a string such as '.', got {_kind(delimiter)}")
+        delimiter = None
     delimiter = delimiter or None
 
     methods: frozenset[str] | None = None
     prefix: str | None = None
     if policy.get("permissions") is not None:
         ppath = path + ("permissions",)
-        perms = _mapping(policy["permissions"], ppath, "permissions")
-        _check_keys(perms, ("methods", "pathPrefix"), ppath)
-        if perms.get("methods") is not None:
-            methods = _methods(perms["methods"], ppath + ("methods",))
-        if perms.get("pathPrefix") is not None:
-            prefix = _path_prefix(perms["pathPrefix"], ppath + ("pathPrefix",))
+        with problems.check():
+            perms = _mapping(policy["permissions"], ppath, "permissions")
+            with problems.check():
+                _check_keys(perms, ("methods", "pathPrefix"), ppath)
+            with problems.check():
+                if perms.get("methods") is not None:
+                    methods = _methods(perms["methods"], ppath + ("methods",))
+            if perms.get("pathPrefix") is not None:
+                prefix = _path_prefix(perms["pathPrefix"], ppath + ("pathPrefix",))
 
     principals_raw = policy.get("principals")
     if principals_raw is None:
         principals_raw = []
+    principals = []
     if not isinstance(principals_raw, list):
-        raise OptionsError(path + ("principals",), f"must be a list, got {_kind(principals_raw)}")
-    principals = tuple(
-        _principal(i, p, path + ("principals", i), delimiter) for i, p in enumerate(principals_raw))
-    return Policy(name, methods, prefix, principals)
+        problems.add(path + ("principals",), f"must be a list, got {_kind(principals_raw)}")
+        principals_raw = []
+    for i, p in enumerate(principals_raw):
+        with problems.check():
+            principals.append(_principal(i, p, path + ("principals", i), delimiter))
+    problems.raise_if_any()
+    return Policy(name, methods, prefix, tuple(principals))
 
 
 def _methods(raw: Any, path: Path) -> frozenset[str]:

@@ -55,7 +55,7 @@ async def test_request_timeout_bounds_the_whole_check_against_a_frozen_directory
             # SPEC's fault answer (503, empty), but after 300 ms, not the 5 s per operation
             assert (result.status, result.body) == (503, b"")
             assert "requestTimeout 0.3s" in result.deny.reason
-            assert 0.25 < elapsed < 1.5, elapsed
+            assert 0.25 < elapsed < 3, elapsed  # the per-operation timeouts are 5 s
         assert (await tester.request("GET", OPEN)).status == 200  # other routes are not held up
     finally:
         server.resume()
@@ -130,7 +130,7 @@ async def test_failure_mode_allow_admits_on_errors_only(slapd_factory: Any) -> N
     try:
         # frozen: the check errs after 300 ms and the request goes on, with no identity
         result, elapsed = await timed(tester, "bob", "bob-pw")
-        assert result.status == 200 and elapsed < 1.5
+        assert result.status == 200 and elapsed < 3
         assert result.ctx.principal is None and "extauth" not in result.ctx.state
         assert any("failureModeAllow" in str(d) for _, _, d in result.trace)
     finally:

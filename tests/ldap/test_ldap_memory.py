@@ -18,6 +18,7 @@ from slapd import free_port
 from twisted.internet import defer, reactor, task
 
 import twistgw_ldap
+from twistgw.config.loader import ConfigError
 from twistgw.testing import ChainTester
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,7 +134,10 @@ async def test_dev_directory_refuses_a_public_listen_address(tmp_path: Path, sto
     text = ldap_config("ldap://127.0.0.1:1", cacheTtl=0) + settings_yaml("users.ldif", 0).replace(
         ":interface=127.0.0.1", "")
     (tmp_path / "config.yaml").write_text(text)
-    ChainTester.from_directory(str(tmp_path), plugins=PLUGINS, load_entry_points=False)
+    with pytest.raises(ConfigError) as info:  # refused when the configuration loads
+        ChainTester.from_directory(str(tmp_path), plugins=PLUGINS, load_entry_points=False)
+    (issue,) = info.value.issues
+    assert issue.field == "spec.extauth.devDirectory.listen" and "only listens on loopback" in issue.reason
     await sleep(0.05)
     assert twistgw_ldap._dev_directory.port is None
 
@@ -209,3 +213,26 @@ async def test_end_to_end_through_the_proxy(demo_dir: Path, gateway: Any) -> Non
     assert (r.status, r.body, r.header(b"content-length")) == (503, b"", b"0")
     assert (await raw_get(gw.port, "/ldap/x", basic("alice", users["alice"]))).status == 200
     assert (await raw_get(gw.port, "/", {})).status == 200
+
+
+@pytest.mark.parametrize("ldif_text, reason", [
+    (None, "cannot read"),
+    ("dn: uid=alice,ou=people,dc=example,dc=org\nthis is not ldif\n", "is not valid LDIF"),
+])
+def test_check_refuses_a_dev_directory_it_could_not_serve(tmp_path: Path, ldif_text: str | None,
+                                                          reason: str, stop_dev_directory: None) -> None:
+    """A devDirectory LDIF that is missing or unreadable is a configuration
+    error at load time (``twistgw check``), not a 503 at run time."""
+    if ldif_text is not None:
+        (tmp_path / "users.ldif").write_text(ldif_text)
+    (tmp_path / "config.yaml").write_text(
+        ldap_config("ldap://127.0.0.1:1", cacheTtl=0) + settings_yaml("users.ldif", free_port()))
+    with pytest.raises(ConfigError) as info:
+        ChainTester.from_directory(str(tmp_path), plugins=PLUGINS, load_entry_points=False)
+    (issue,) = info.value.issues
+    assert issue.resource == "Settings" and issue.field == "spec.extauth.devDirectory.ldif"
+    assert reason in issue.reason and str(tmp_path / "users.ldif") in issue.reason
+    lines = (tmp_path / "config.yaml").read_text().splitlines()
+    assert lines[issue.line - 1].strip().startswith("devDirectory:")
+    (tmp_path / "users.ldif").write_text(LDIF)
+    ChainTester.from_directory(str(tmp_path), plugins=PLUGINS, load_entry_points=False)  # now fine

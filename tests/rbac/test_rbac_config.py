@@ -163,3 +163,14 @@ def test_invalid_settings_are_rejected(settings: Any, field: str, reason: str) -
 def test_internal_keys_cannot_be_forged_from_yaml() -> None:
     message = error_of(config({"_settingsError": ["x", "y"], "policies": {}}))
     assert f"{VH}._settingsError: unknown field '_settingsError'" in message, message
+
+
+def test_the_internal_required_marker_cannot_be_written_in_yaml():
+    """``requireRbac`` marks its default options with an object YAML cannot
+    write; a configuration that writes the key itself is refused."""
+    from twistgw import OptionsError
+    from twistgw_rbac._policy import compile_options
+
+    with pytest.raises(OptionsError) as info:
+        compile_options({"policies": {}, "_requiredBySettings": True})
+    assert info.value.path == ("_requiredBySettings",)

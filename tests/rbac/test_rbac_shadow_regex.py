@@ -15,7 +15,7 @@ from rbac_helpers import claims_headers, config, make_tester, policy, route
 from twisted.logger import Logger, formatEvent
 
 import twistgw_rbac
-from twistgw_rbac._regex import MAX_SUBJECT, SafeRegex, UnsafePattern
+from twistgw.regex import MAX_SUBJECT, SafeRegex, UnsafePattern
 
 
 def count(name: str, decision: str) -> float:

@@ -36,6 +36,7 @@ apiVersion: v1
 kind: Service
 metadata: {name: petstore, namespace: shop}
 spec:
+  selector: {app: petstore}
   ports:
   - {name: http, port: 8080, targetPort: web}
   - {port: 9090, targetPort: 9999}
@@ -247,7 +248,7 @@ spec:
 
 ERROR_CASES = [
     pytest.param(
-        VS_HEAD + "    routes:\n    - matchers: [{prefix: /}]\n      routeAction: {single: {upstream: {name: u}}}\n"
+        VS_HEAD + "    routes:\n    - matchers: [{prefix: /}]\n      directResponseAction: {status: 200}\n"
         "      colour: blue\n",
         "VirtualService default/v", "spec.virtualHost.routes[0].colour", "unknown field", 9,
         id="unknown-field"),
@@ -296,8 +297,8 @@ ERROR_CASES = [
         "VirtualService default/v", "apiVersion", "VirtualService needs apiVersion 'gateway.vendor.io/v1'",
         1, id="bad-apiversion"),
     pytest.param(
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {}\n",
-        "", "kind", "unknown kind 'Pod'", 2, id="unknown-kind"),
+        "apiVersion: gateway.solo.io/v1\nkind: Gateway\nmetadata: {name: p}\nspec: {}\n",
+        "", "kind", "unknown kind 'Gateway' in 'gateway.solo.io/v1'", 2, id="unknown-kind"),
     pytest.param(
         "apiVersion: v1\nkind: Secret\nmetadata: {name: Bad_Name}\n",
         "Secret default/Bad_Name", "metadata.name", "is not a valid Kubernetes name", 3, id="bad-name"),
@@ -316,7 +317,7 @@ ERROR_CASES = [
     pytest.param(
         VS_HEAD + "    routes:\n    - matchers: [{prefix: /}]\n",
         "VirtualService default/v", "spec.virtualHost.routes[0]",
-        "set exactly one of routeAction or directResponseAction", 7, id="no-action"),
+        "set exactly one of routeAction, directResponseAction, delegateAction", 7, id="no-action"),
     pytest.param(
         VS_HEAD + "    options: {jwtStaged: {}}\n    routes: []\n",
         "VirtualService default/v", "spec.virtualHost.options.jwtStaged", "set beforeExtAuth, afterExtAuth or both", 6,

@@ -5,7 +5,7 @@ Everything here is re-exported from :mod:`twistgw`; import it from there.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NoReturn, Sequence
 from urllib.parse import parse_qsl, urlencode
 
 import attrs
@@ -61,6 +61,11 @@ class OptionsError(Exception):
     :param path: the field path below the plugin's options key, as a
         sequence (``("providers", "main", "issuer")``) or a dotted string.
     :param reason: what is wrong, for a person to act on.
+
+    To report several problems at once (``twistgw check`` lists them all),
+    collect them with :class:`twistgw.options.Problems`, or raise
+    ``OptionsError.several([...])``; :attr:`problems` holds each one (just
+    this error for a plain one).
     """
 
     def __init__(self, path: Sequence[str | int] | str, reason: str) -> None:
@@ -68,7 +73,19 @@ class OptionsError(Exception):
             path = tuple(p for p in path.split(".") if p)
         self.path = tuple(path)
         self.reason = reason
+        self.problems: tuple[OptionsError, ...] = (self,)
         super().__init__(f"{self.dotted_path()}: {reason}" if self.path else reason)
+
+    @classmethod
+    def several(cls, errors: Sequence["OptionsError"]) -> "OptionsError":
+        """One exception carrying every error of ``errors`` (each flattened)."""
+        flat = tuple(p for e in errors for p in e.problems)
+        if not flat:
+            raise ValueError("OptionsError.several needs at least one error")
+        combined = cls(flat[0].path, flat[0].reason)
+        combined.problems = flat
+        combined.args = ("; ".join(str(p.args[0]) for p in flat),)
+        return combined
 
     def dotted_path(self) -> str:
         out = ""
@@ -145,6 +162,13 @@ class OptionsScope:
     resources: "ResourceView"
 
 
+class InvalidResource(KeyError):
+    """Raised by :class:`ResourceView` for a resource that is declared but
+    invalid. Its problems are reported where it is written; a plugin that
+    turns this into an OptionsError (as it would a missing resource) is not
+    reported a second time."""
+
+
 class ResourceView:
     """Read-only lookups a plugin may do while compiling its options.
 
@@ -160,7 +184,10 @@ class ResourceView:
         kube_resolver: Any,
         settings: Mapping[str, Any] | None = None,
         config_dir: str = "",
+        invalid: Any = frozenset(),
     ) -> None:
+        #: (kind, namespace, name) of resources declared but invalid
+        self._invalid = invalid
         self._settings = settings or {}
         #: absolute path of the configuration directory ("" when loaded from text);
         #: resolve relative file names in options against it.
@@ -174,7 +201,7 @@ class ResourceView:
         try:
             return self._upstreams[(namespace, name)]
         except KeyError:
-            raise KeyError(f"no Upstream {namespace}/{name}") from None
+            self._missing("Upstream", namespace, name)
 
     def kube_service(self, name: str, namespace: str, port: int) -> UpstreamInfo:
         """Resolve a Kubernetes ``Service`` port to its endpoint addresses."""
@@ -184,7 +211,12 @@ class ResourceView:
         try:
             return self._secrets[(namespace, name)]
         except KeyError:
-            raise KeyError(f"no Secret {namespace}/{name}") from None
+            self._missing("Secret", namespace, name)
+
+    def _missing(self, kind: str, namespace: str, name: str) -> NoReturn:
+        if (kind, namespace, name) in self._invalid:
+            raise InvalidResource(f"{kind} {namespace}/{name} is invalid (see its own errors)") from None
+        raise KeyError(f"no {kind} {namespace}/{name}") from None
 
     def settings(self, plugin: str) -> Mapping[str, Any]:
         """The gateway-wide ``Settings.spec.<plugin>`` section ({} if absent)."""
@@ -194,7 +226,7 @@ class ResourceView:
         try:
             return self._auth_configs[(namespace, name)]
         except KeyError:
-            raise KeyError(f"no AuthConfig {namespace}/{name}") from None
+            self._missing("AuthConfig", namespace, name)
 
 
 # --------------------------------------------------------------------------

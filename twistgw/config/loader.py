@@ -7,23 +7,27 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import os
 import re
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import attrs
 import yaml
 
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
-from twistgw.config.names import host_without_port, is_loopback_endpoint
-from twistgw.options import type_name as _type_name
+from twistgw.config.matchers import Matcher, parse_matcher
+from twistgw.config.names import host_without_port, is_loopback_endpoint, parse_duration
+from twistgw.options import type_name as _type_name, unknown_field
 from twistgw.config.model import (
+    Delegate,
     DirectResponse,
     EndpointsResource,
     EndpointSubset,
     KubeRef,
-    Matcher,
     Route,
+    RouteTable,
+    Selector,
     Service,
     ServicePort,
     Source,
@@ -31,16 +35,28 @@ from twistgw.config.model import (
     UpstreamResource,
     VirtualService,
 )
+from twistgw.config.routetables import OPERATORS, Flattener
 
-API_VERSIONS = {
-    "VirtualService": "gateway.vendor.io/v1",
-    "Upstream": "core.vendor.io/v1",
-    "AuthConfig": "enterprise.gateway.vendor.io/v1",
-    "Secret": "v1",
-    "Service": "v1",
-    "Endpoints": "v1",
-    "Settings": "gateway.vendor.io/v1",
+#: kind → the apiVersions it is read under: ours first, then Gloo Edge's own
+#: group as an alias, so Gloo manifests load unchanged.
+API_VERSIONS: dict[str, tuple[str, ...]] = {
+    "VirtualService": ("gateway.vendor.io/v1", "gateway.solo.io/v1"),
+    "RouteTable": ("gateway.vendor.io/v1", "gateway.solo.io/v1"),
+    "Upstream": ("core.vendor.io/v1", "gloo.solo.io/v1"),
+    "AuthConfig": ("enterprise.gateway.vendor.io/v1", "enterprise.gloo.solo.io/v1"),
+    "Secret": ("v1",),
+    "Service": ("v1",),
+    "Endpoints": ("v1",),
+    "Settings": ("gateway.vendor.io/v1",),
 }
+
+#: API groups the gateway serves: a document of any other group (a
+#: Deployment, a ConfigMap, a ratelimit.solo.io resource...) is skipped with a
+#: note, as a controller ignores kinds it does not watch. The core group
+#: (``v1``) is shared: its kinds other than Secret, Service and Endpoints are
+#: skipped too; an unknown kind in any other of these groups is an error.
+OUR_GROUPS = frozenset(v.rsplit("/", 1)[0] for versions in API_VERSIONS.values()
+                       for v in versions if "/" in v)
 
 #: Options keys the core itself reads; every other key names a plugin.
 CORE_OPTION_KEYS = frozenset({"pluginOrder", "jwtStaged", "jwtProvidersStaged", "prefixRewrite", "timeout"})
@@ -79,9 +95,13 @@ class ConfigIssue:
 class ConfigError(Exception):
     """The configuration was rejected; ``issues`` says every reason found."""
 
-    def __init__(self, issues: list[ConfigIssue]) -> None:
-        self.issues = issues
-        super().__init__("\n".join(str(i) for i in issues))
+    def __init__(self, issues: list[ConfigIssue] | tuple[ConfigIssue, ...]) -> None:
+        # Each problem once, in file and line order (a problem without a
+        # file, such as a plugin's settings, first).
+        unique = list(dict.fromkeys(issues))
+        unique.sort(key=lambda i: (i.file, -1 if i.document is None else i.document, i.line or 0))
+        self.issues = unique
+        super().__init__("\n".join(str(i) for i in unique))
 
 
 def path_text(path: tuple[str | int, ...]) -> str:
@@ -320,8 +340,28 @@ class _Reader:
         self.issue(path, reason)
         return _Invalid()
 
-    def mapping(self, value: Any, path: tuple[str | int, ...], allowed: set[str] | None = None,
+    def invalid(self) -> _Invalid:
+        """Give up on the current part; its problems are already recorded."""
+        return _Invalid()
+
+    def count(self) -> int:
+        """Problems recorded so far (compare before and after a part)."""
+        return len(self.issues)
+
+    @contextlib.contextmanager
+    def part(self) -> Iterator[None]:
+        """Check one independent part of a resource: a problem in it is
+        recorded and checking goes on with the next part, so ``check``
+        reports every problem of a resource at once."""
+        try:
+            yield
+        except _Invalid:
+            pass
+
+    def mapping(self, value: Any, path: tuple[str | int, ...], allowed: set[str] | frozenset[str] | None = None,
                 required: tuple[str, ...] = ()) -> dict:
+        """A mapping; records every unknown and every missing field, and
+        gives up (raises) only when it is not a mapping or misses a field."""
         if not isinstance(value, dict):
             raise self.fail(path, f"must be a mapping, got {_type_name(value)}")
         for key in value:
@@ -330,10 +370,17 @@ class _Reader:
         if allowed is not None:
             for key in value:
                 if key not in allowed:
-                    raise self.fail(path + (key,), f"unknown field (expected one of: {', '.join(sorted(allowed))})")
-        for key in required:
-            if key not in value:
-                raise self.fail(path + (key,), "is required")
+                    self.issue(path + (key,), unknown_field(key, sorted(allowed)))
+        missing = [key for key in required if key not in value]
+        for key in missing:
+            self.issue(path + (key,), "is required")
+        if missing:
+            raise _Invalid()
+        return value
+
+    def boolean(self, value: Any, path: tuple[str | int, ...]) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(path, f"must be true or false, got {_type_name(value)}")
         return value
 
     def string(self, value: Any, path: tuple[str | int, ...], nonempty: bool = True) -> str:
@@ -363,21 +410,6 @@ class _Reader:
 
 
 
-def parse_duration(value: Any) -> float | None:
-    """``15s``, ``1.5s``, ``200ms``, ``2m``, ``1h`` or a number of seconds."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if value >= 0 else None
-    if not isinstance(value, str):
-        return None
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", value)
-    if not m:
-        return None
-    number = float(m.group(1))
-    return number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-
-
 # ---------------------------------------------------------------------------
 # Resources
 # ---------------------------------------------------------------------------
@@ -399,6 +431,13 @@ class Config:
     settings_source: Source | None = None
     #: the directory the configuration was read from ("" for text)
     directory: str = ""
+    route_tables: Mapping[tuple[str, str], RouteTable] = attrs.field(factory=dict)
+    #: documents skipped because the gateway does not serve their API group
+    skipped: tuple[str, ...] = ()
+    #: problems found (only when loaded with ``keep_going``; otherwise raised)
+    issues: tuple[ConfigIssue, ...] = ()
+    #: (kind, namespace, name) of resources declared but invalid
+    invalid: frozenset[tuple[str, str, str]] = frozenset()
 
     def resolve_kube(self, name: str, namespace: str, port: int) -> UpstreamInfo:
         """A Service port → the Endpoints addresses on the target port."""
@@ -435,26 +474,36 @@ def _subset_port(subset: EndpointSubset, sport: ServicePort) -> int | None:
     return None
 
 
-def load_directory(directory: str) -> Config:
+def load_directory(directory: str, keep_going: bool = False) -> Config:
+    """Read and cross-check a configuration directory.
+
+    :param keep_going: return what could be read, with every problem in
+        ``Config.issues``, instead of raising; :func:`twistgw.core.snapshot.build_snapshot`
+        then adds the plugins' problems and raises them all at once.
+    """
     docs, issues = read_documents(directory)
-    if issues:
+    if issues and not keep_going:
         raise ConfigError(issues)
-    if not any(n.endswith((".yaml", ".yml")) and not n.startswith(".") for n in os.listdir(directory)):
+    if not issues and not any(n.endswith((".yaml", ".yml")) and not n.startswith(".") for n in os.listdir(directory)):
         # Almost always an accident (a failed copy, a ConfigMap mount in
         # flux); serving "nothing" would turn every route into a 404.
         raise ConfigError([ConfigIssue(
             "the configuration directory has no *.yaml or *.yml files", file=directory)])
-    return attrs.evolve(build_config(docs), directory=os.path.abspath(directory))
+    config = build_config(docs, keep_going=keep_going)
+    return attrs.evolve(config, directory=os.path.abspath(directory), issues=tuple(issues) + config.issues)
 
 
-def load_text(text: str, filename: str = "<string>") -> Config:
+def load_text(text: str, filename: str = "<string>", keep_going: bool = False) -> Config:
     docs, issues = parse_yaml_text(text, filename)
-    if issues:
+    if issues and not keep_going:
         raise ConfigError(issues)
-    return build_config(docs)
+    config = build_config(docs, keep_going=keep_going)
+    return attrs.evolve(config, issues=tuple(issues) + config.issues)
 
 
-def build_config(docs: list[Document]) -> Config:
+def build_config(docs: list[Document], keep_going: bool = False) -> Config:
+    """Every resource of ``docs``, cross-checked. Raises ConfigError listing
+    every problem (or, with ``keep_going``, returns them in ``issues``)."""
     issues: list[ConfigIssue] = []
     vss: list[VirtualService] = []
     services: dict[tuple[str, str], Service] = {}
@@ -462,16 +511,29 @@ def build_config(docs: list[Document]) -> Config:
     upstream_res: dict[tuple[str, str], UpstreamResource] = {}
     secrets: dict[tuple[str, str], SecretInfo] = {}
     auth_configs: dict[tuple[str, str], AuthConfigInfo] = {}
+    tables: dict[tuple[str, str], RouteTable] = {}
     seen: dict[tuple[str, str, str], Source] = {}
-    vs_readers: dict[tuple[str, str], _Reader] = {}
+    #: (kind, namespace, name) of resources declared but rejected: references
+    #: to them are not reported a second time as dangling.
+    invalid: set[tuple[str, str, str]] = set()
     settings: dict[str, Any] = {}
     settings_source: Source | None = None
+    skipped: list[str] = []
 
     for doc in docs:
         reader = _Reader(doc, "", issues)
         try:
             kind, namespace, name = _envelope(reader, doc.data)
+        except _Skipped as exc:
+            skipped.append(f"{doc.file}: document {doc.index + 1} (line {doc.line_of(())}):"
+                           f" skipped {exc.args[0]}: not an API group twistgw serves")
+            continue
         except _Invalid:
+            data = doc.data if isinstance(doc.data, dict) else {}
+            meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+            if isinstance(data.get("kind"), str) and isinstance(meta.get("name"), str):
+                ns_ = meta.get("namespace", "default")
+                invalid.add((data["kind"], ns_ if isinstance(ns_, str) else "", meta["name"]))
             continue
         reader.resource = f"{kind} {namespace}/{name}"
         source = Source(doc.file, doc.index, doc.line_of(()), doc.lines)
@@ -481,10 +543,13 @@ def build_config(docs: list[Document]) -> Config:
             continue
         seen[key3] = source
         spec = doc.data.get("spec")
+        before = reader.count()
         try:
             if kind == "VirtualService":
                 vss.append(_virtual_service(reader, namespace, name, spec, source))
-                vs_readers[(namespace, name)] = reader
+            elif kind == "RouteTable":
+                labels = doc.data["metadata"].get("labels") or {}
+                tables[(namespace, name)] = _route_table(reader, namespace, name, spec, labels, source)
             elif kind == "Service":
                 services[(namespace, name)] = _service(reader, namespace, name, spec, source)
             elif kind == "Endpoints":
@@ -499,14 +564,18 @@ def build_config(docs: list[Document]) -> Config:
                 if settings_source is not None:
                     raise reader.fail((), f"only one Settings resource is allowed; another is at {settings_source}")
                 for key, value in reader.mapping(spec, ("spec",)).items():
-                    reader.mapping(value, ("spec", key))
+                    with reader.part():
+                        reader.mapping(value, ("spec", key))
                 _gateway_settings(reader, spec.get("gateway"))
                 settings, settings_source = dict(spec), source
         except _Invalid:
+            invalid.add(key3)
             continue
+        if reader.count() > before:
+            invalid.add(key3)
 
     config = Config(tuple(vss), services, endpoints, upstream_res, secrets, auth_configs, {},
-                    settings, settings_source)
+                    settings, settings_source, route_tables=tables, skipped=tuple(skipped))
     upstreams: dict[tuple[str, str], UpstreamInfo] = {}
     # Discovery: every Service port yields <ns>-<service>-<port>.
     for (ns, sname), service in services.items():
@@ -514,43 +583,73 @@ def build_config(docs: list[Document]) -> Config:
             info = config.resolve_kube(sname, ns, sport.port)
             upstreams[(ns, info.name)] = info
     for (ns, uname), res in upstream_res.items():
+        if ("Upstream", ns, uname) in invalid:
+            continue
         if res.static is not None:
             upstreams[(ns, uname)] = UpstreamInfo(ns, uname, res.static)
         elif res.kube is not None:
+            if ("Service", res.kube.namespace, res.kube.name) in invalid:
+                invalid.add(("Upstream", ns, uname))
+                continue
+            service = services.get((res.kube.namespace, res.kube.name))
+            if res.selector is not None and service is not None and res.selector != (service.selector or {}):
+                # A narrower selector picks a subset of the pods; twistgw reads
+                # no pod labels, so it could not honour it: refuse, never ignore.
+                r = _Reader(_doc_for(docs, res.source), f"Upstream {ns}/{uname}", issues)
+                r.issue(("spec", "kube", "selector"),
+                        f"differs from the selector of Service {service.namespace}/{service.name}"
+                        f" ({service.selector or {}}); twistgw reads no pod labels, so only the Service's"
+                        " own selector (or none) is accepted: use a Service per set of pods")
+                invalid.add(("Upstream", ns, uname))
+                continue
             try:
                 info = config.resolve_kube(res.kube.name, res.kube.namespace, res.kube.port)
             except KeyError as exc:
                 r = _Reader(_doc_for(docs, res.source), f"Upstream {ns}/{uname}", issues)
                 r.issue(("spec", "kube"), exc.args[0])
+                invalid.add(("Upstream", ns, uname))
                 continue
             upstreams[(ns, uname)] = UpstreamInfo(ns, uname, info.endpoints)
-    config = attrs.evolve(config, upstreams=upstreams)
+
+    # Delegation: each virtual service's route tree, flattened.
+    def issue(source: Source | None, owner: str, path: tuple[str | int, ...], reason: str) -> None:
+        issues.append(ConfigIssue(
+            reason, file=source.file if source else "", document=source.document if source else None,
+            line=source.line_of(path) if source else None, resource=owner, field=path_text(path)))
+
+    flattener = Flattener(tables, {(n, m) for k, n, m in invalid if k == "RouteTable"}, issue)
+    vss = [attrs.evolve(vs, routes=flattener.flatten(vs)) for vs in vss]
+    config = attrs.evolve(config, virtual_services=tuple(vss), upstreams=upstreams)
 
     # Cross-checks: references and duplicate domains.
     domains: dict[str, str] = {}
     for vs in vss:
-        reader = vs_readers[(vs.namespace, vs.name)]
         for i, domain in enumerate(vs.domains):
             if domain in domains and domains[domain] != vs.key:
-                reader.issue(("spec", "virtualHost", "domains", i),
-                             f"domain {domain!r} is already served by VirtualService {domains[domain]}")
+                issue(vs.source, f"VirtualService {vs.key}", ("spec", "virtualHost", "domains", i),
+                      f"domain {domain!r} is already served by VirtualService {domains[domain]}")
             domains.setdefault(domain, vs.key)
         for route in vs.routes:
-            path = ("spec", "virtualHost", "routes", route.index, "routeAction", "single")
+            path = route.path + ("routeAction", "single")
+            where = route.source or vs.source
+            owner = route.owner or f"VirtualService {vs.key}"
             action = route.action
             if isinstance(action, KubeRef):
+                if ("Service", action.namespace, action.name) in invalid:
+                    continue
                 try:
                     config.resolve_kube(action.name, action.namespace, action.port)
                 except KeyError as exc:
-                    reader.issue(path + ("kube", "ref"), f"dangling reference: {exc.args[0]}")
+                    issue(where, owner, path + ("kube", "ref"), f"dangling reference: {exc.args[0]}")
             elif isinstance(action, UpstreamRef):
-                if (action.namespace, action.name) not in upstreams:
-                    reader.issue(path + ("upstream",),
-                                 f"dangling reference: no Upstream {action.namespace}/{action.name}"
-                                 " (neither declared nor discovered from a Service)")
-    if issues:
+                if (action.namespace, action.name) not in upstreams and \
+                        ("Upstream", action.namespace, action.name) not in invalid:
+                    issue(where, owner, path + ("upstream",),
+                          f"dangling reference: no Upstream {action.namespace}/{action.name}"
+                          " (neither declared nor discovered from a Service)")
+    if issues and not keep_going:
         raise ConfigError(issues)
-    return config
+    return attrs.evolve(config, issues=tuple(issues), invalid=frozenset(invalid))
 
 
 def _doc_for(docs: list[Document], source: Source | None) -> Document:
@@ -560,26 +659,43 @@ def _doc_for(docs: list[Document], source: Source | None) -> Document:
     return Document("", 0, None, {})
 
 
+class _Skipped(Exception):
+    """A document of an API group the gateway does not serve."""
+
+
 def _envelope(r: _Reader, data: Any) -> tuple[str, str, str]:
     if not isinstance(data, dict):
         raise r.fail((), f"a resource must be a mapping, got {_type_name(data)}")
     kind = data.get("kind")
-    if not isinstance(kind, str) or kind not in API_VERSIONS:
-        raise r.fail(("kind",), f"unknown kind {kind!r} (expected one of: {', '.join(sorted(API_VERSIONS))})")
+    api = data.get("apiVersion")
+    if not isinstance(api, str) or not api:
+        raise r.fail(("apiVersion",), f"is required (a string such as 'gateway.vendor.io/v1'), got {api!r}")
+    group = api.rsplit("/", 1)[0] if "/" in api else ""
+    if not isinstance(kind, str) or not kind:
+        raise r.fail(("kind",), f"is required (a string such as 'VirtualService'), got {kind!r}")
+    if group not in OUR_GROUPS and not (group == "" and kind in API_VERSIONS):
+        raise _Skipped(f"{kind} ({api})")
+    if kind not in API_VERSIONS:
+        ours = sorted(k for k, versions in API_VERSIONS.items() if any(v.startswith(group + "/") or v == api
+                                                                      for v in versions))
+        raise r.fail(("kind",), f"unknown kind {kind!r} in {api!r} (twistgw reads: {', '.join(ours)})")
     meta = data.get("metadata")
     if isinstance(meta, dict) and isinstance(meta.get("name"), str):
         ns_guess = meta.get("namespace", "default")
         r.resource = f"{kind} {ns_guess if isinstance(ns_guess, str) else '?'}/{meta['name']}"
-    api = data.get("apiVersion")
-    if api != API_VERSIONS[kind]:
-        raise r.fail(("apiVersion",), f"{kind} needs apiVersion {API_VERSIONS[kind]!r}, got {api!r}")
+    if api not in API_VERSIONS[kind]:
+        raise r.fail(("apiVersion",), f"{kind} needs apiVersion {' or '.join(repr(v) for v in API_VERSIONS[kind])},"
+                     f" got {api!r}")
+    bad = r.count()
     meta = r.mapping(data.get("metadata"), ("metadata",), required=("name",))
     name = r.string(meta["name"], ("metadata", "name"))
     namespace = meta.get("namespace", "default")
     namespace = r.string(namespace, ("metadata", "namespace"))
     for value, field in ((name, "name"), (namespace, "namespace")):
         if not _DNS_LABELS.match(value) or len(value) > 253:
-            raise r.fail(("metadata", field), f"{value!r} is not a valid Kubernetes name (lower-case letters, digits, '-', '.')")
+            r.issue(("metadata", field), f"{value!r} is not a valid Kubernetes name (lower-case letters, digits, '-', '.')")
+    with r.part():
+        _labels(r, meta.get("labels"), ("metadata", "labels"))
     allowed_top = {"apiVersion", "kind", "metadata", "spec", "status"}
     if kind == "Secret":
         allowed_top |= {"data", "stringData", "type", "immutable"}
@@ -587,61 +703,136 @@ def _envelope(r: _Reader, data: Any) -> tuple[str, str, str]:
         allowed_top |= {"subsets"}
     for key in data:
         if key not in allowed_top:
-            raise r.fail((key,), f"unknown field (expected one of: {', '.join(sorted(allowed_top))})")
+            r.issue((key,), unknown_field(key, sorted(allowed_top)))
     if kind not in ("Secret", "Endpoints") and "spec" not in data:
-        raise r.fail(("spec",), "is required")
+        r.issue(("spec",), "is required")
+    if r.count() > bad:
+        raise r.invalid()
     return kind, namespace, name
 
 
 def _ref(r: _Reader, value: Any, path: tuple[str | int, ...], default_ns: str, with_port: bool = False) -> tuple[str, str, int]:
     allowed = {"name", "namespace"} | ({"port"} if with_port else set())
-    m = r.mapping(value, path, allowed, required=("name", "port") if with_port else ("name",))
+    m = r.mapping(value, path, allowed, required=("name",))
     name = r.string(m["name"], path + ("name",))
     ns = r.string(m.get("namespace", default_ns), path + ("namespace",))
-    port = r.port(m["port"], path + ("port",)) if with_port else 0
+    port = r.port(m["port"], path + ("port",)) if with_port and "port" in m else 0
     return name, ns, port
 
 
-def _virtual_service(r: _Reader, ns: str, name: str, spec: Any, source: Source) -> VirtualService:
-    spec = r.mapping(spec, ("spec",), {"displayName", "virtualHost"}, required=("virtualHost",))
-    display = spec.get("displayName", "")
-    if display:
-        r.string(display, ("spec", "displayName"))
-    vh_path = ("spec", "virtualHost")
-    vh = r.mapping(spec["virtualHost"], vh_path, {"domains", "options", "routes"}, required=("routes",))
-    domains_raw = r.sequence(vh.get("domains", ["*"]), vh_path + ("domains",), nonempty=True)
-    domains = []
-    for i, d in enumerate(domains_raw):
-        d = r.string(d, vh_path + ("domains", i)).strip().lower()
-        d = host_without_port(d)
-        if d in domains:
-            raise r.fail(vh_path + ("domains", i), f"domain {d!r} is listed twice")
-        domains.append(d)
-    options = _options(r, vh.get("options", {}), vh_path + ("options",))
-    routes = []
-    for i, raw in enumerate(r.sequence(vh["routes"], vh_path + ("routes",))):
-        routes.append(_route(r, ns, i, raw, vh_path + ("routes", i)))
-    return VirtualService(ns, name, tuple(domains), tuple(routes), options, display, source)
+#: Gloo Edge fields twistgw does not implement, by where they are written,
+#: with the reason given instead of a bare "unknown field".
+GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
+    "spec": {"sslConfig": "TLS is terminated by the --listen endpoint (e.g. 'ssl:8443:...'), not per virtual service"},
+    "route": {
+        "redirectAction": "redirects are not supported; use a directResponseAction or let the backend redirect",
+        "inheritableMatchers": "matcher inheritance is not supported; repeat the parent's conditions in each child route",
+        "inheritablePathMatchers": "path matcher inheritance is not supported; children keep the parent's prefix themselves",
+        "graphqlApiRef": "GraphQL is not supported",
+    },
+    "routeAction": {
+        "multi": "weighted destinations are not supported; route to one upstream (or one Service with several endpoints)",
+        "upstreamGroup": "UpstreamGroups are not supported; route to one upstream",
+        "clusterHeader": "routing by a cluster header is not supported",
+        "dynamicForwardProxy": "the dynamic forward proxy is not supported",
+    },
+    "single": {
+        "subset": "subset routing is not supported (twistgw reads no pod labels); route to a separate Service or Upstream per subset",
+        "destinationSpec": "destination specs (REST/gRPC function routing) are not supported",
+        "consul": "Consul destinations are not supported",
+    },
+    "upstreamSpec": {
+        "subsetSpec": "subsets are not supported (twistgw reads no pod labels); declare one Upstream or Service per subset",
+        "sslConfig": "TLS to upstreams is not supported",
+        "healthChecks": "active health checks are not supported",
+        "loadBalancerConfig": "load balancer settings are not supported: endpoints are used round robin",
+        "connectionConfig": "connection settings are not supported",
+        "circuitBreakers": "circuit breakers are not supported",
+        "outlierDetection": "outlier detection is not supported",
+        "useHttp2": "HTTP/2 to upstreams is not supported",
+        "discoveryMetadata": "discovery metadata is not supported",
+        "aws": "AWS Lambda upstreams are not supported",
+        "azure": "Azure upstreams are not supported",
+        "consul": "Consul upstreams are not supported",
+        "pipe": "unix-socket upstreams are not supported",
+        "awsEc2": "EC2 upstreams are not supported",
+    },
+}
 
+
+def _unsupported(r: _Reader, m: dict, path: tuple[str | int, ...], where: str) -> dict:
+    """Report Gloo fields written here that twistgw does not implement;
+    return the mapping without them (so they are reported once)."""
+    known = GLOO_UNSUPPORTED[where]
+    for key in m:
+        if key in known:
+            r.issue(path + (key,), f"is not supported by twistgw: {known[key]}")
+    return {k: v for k, v in m.items() if k not in known}
+
+
+def _virtual_service(r: _Reader, ns: str, name: str, spec: Any, source: Source) -> VirtualService:
+    spec = r.mapping(spec, ("spec",))
+    spec = r.mapping(_unsupported(r, spec, ("spec",), "spec"), ("spec",), {"displayName", "virtualHost"},
+                     required=("virtualHost",))
+    display = ""
+    with r.part():
+        display = r.string(spec.get("displayName", ""), ("spec", "displayName"), nonempty=False)
+    vh_path: tuple[str | int, ...] = ("spec", "virtualHost")
+    vh = r.mapping(spec["virtualHost"], vh_path, {"domains", "options", "routes"})
+    domains: list[str] = []
+    with r.part():
+        for i, d in enumerate(r.sequence(vh.get("domains", ["*"]), vh_path + ("domains",), nonempty=True)):
+            with r.part():
+                d = host_without_port(r.string(d, vh_path + ("domains", i)).strip().lower())
+                if d in domains:
+                    raise r.fail(vh_path + ("domains", i), f"domain {d!r} is listed twice")
+                domains.append(d)
+    options: dict = {}
+    with r.part():
+        options = _options(r, vh.get("options", {}), vh_path + ("options",))
+    routes = _routes(r, ns, vh, vh_path, "routes")
+    # Kept even with problems (they are recorded and reject the
+    # configuration) so the plugins still check its options: every problem
+    # is reported at once.
+    return VirtualService(ns, name, tuple(domains), routes, options, display, source)
+
+
+def _routes(r: _Reader, ns: str, parent: dict, path: tuple[str | int, ...], key: str) -> tuple[Route, ...]:
+    """``routes`` of a virtual host or route table: every route checked."""
+    if key not in parent:
+        r.issue(path + (key,), "is required")
+        return ()
+    routes = []
+    with r.part():
+        for i, raw in enumerate(r.sequence(parent[key], path + (key,))):
+            with r.part():
+                routes.append(_route(r, ns, i, raw, path + (key, i)))
+    return tuple(routes)
 
 
 def _options(r: _Reader, value: Any, path: tuple[str | int, ...]) -> dict:
     if value is None:
         return {}
     options = r.mapping(value, path)
+    bad = r.count()
     if "pluginOrder" in options:
-        order = r.sequence(options["pluginOrder"], path + ("pluginOrder",))
-        for i, n in enumerate(order):
-            r.string(n, path + ("pluginOrder", i))
-        if len(set(order)) != len(order):
-            raise r.fail(path + ("pluginOrder",), "lists a plugin twice")
+        with r.part():
+            order = r.sequence(options["pluginOrder"], path + ("pluginOrder",))
+            for i, n in enumerate(order):
+                r.string(n, path + ("pluginOrder", i))
+            if len(set(order)) != len(order):
+                raise r.fail(path + ("pluginOrder",), "lists a plugin twice")
     if "prefixRewrite" in options:
-        rw = r.string(options["prefixRewrite"], path + ("prefixRewrite",), nonempty=False)
-        if rw and not rw.startswith("/"):
-            raise r.fail(path + ("prefixRewrite",), "must start with '/'")
+        with r.part():
+            rw = r.string(options["prefixRewrite"], path + ("prefixRewrite",), nonempty=False)
+            if rw and not rw.startswith("/"):
+                raise r.fail(path + ("prefixRewrite",), "must start with '/'")
     if "timeout" in options and parse_duration(options["timeout"]) is None:
-        raise r.fail(path + ("timeout",), f"must be a duration such as '15s' or '500ms', got {options['timeout']!r}")
-    _jwt_staging(r, options, path)
+        r.issue(path + ("timeout",), f"must be a duration such as '15s' or '500ms', got {options['timeout']!r}")
+    with r.part():
+        _jwt_staging(r, options, path)
+    if r.count() > bad:
+        raise r.invalid()
     return options
 
 
@@ -673,63 +864,161 @@ def _jwt_staging(r: _Reader, options: dict, path: tuple[str | int, ...]) -> None
                              "is a route option (a virtual host simply leaves the stage out)")
 
 
+_ACTIONS = ("routeAction", "directResponseAction", "delegateAction")
+
+
 def _route(r: _Reader, ns: str, index: int, raw: Any, path: tuple[str | int, ...]) -> Route:
-    m = r.mapping(raw, path, {"name", "matchers", "routeAction", "directResponseAction", "options"})
-    name = r.string(m["name"], path + ("name",)) if "name" in m else f"routes[{index}]"
-    matchers = []
-    for j, mm in enumerate(r.sequence(m.get("matchers", [{"prefix": "/"}]), path + ("matchers",), nonempty=True)):
-        mp = path + ("matchers", j)
-        mm = r.mapping(mm, mp, {"prefix", "exact", "methods"})
-        if "prefix" in mm and "exact" in mm:
-            raise r.fail(mp, "set prefix or exact, not both")
-        prefix = exact = None
-        if "exact" in mm:
-            exact = r.string(mm["exact"], mp + ("exact",))
-            if not exact.startswith("/"):
-                raise r.fail(mp + ("exact",), "must start with '/'")
-        else:
-            prefix = r.string(mm.get("prefix", "/"), mp + ("prefix",))
-            if not prefix.startswith("/"):
-                raise r.fail(mp + ("prefix",), "must start with '/'")
-        methods = tuple(r.string(x, mp + ("methods", k)) for k, x in enumerate(r.sequence(mm.get("methods", []), mp + ("methods",))))
-        matchers.append(Matcher(prefix, exact, methods))
-    has_route = "routeAction" in m
-    has_direct = "directResponseAction" in m
-    if has_route == has_direct:
-        raise r.fail(path, "set exactly one of routeAction or directResponseAction")
-    action: KubeRef | UpstreamRef | DirectResponse
-    if has_direct:
-        dp = path + ("directResponseAction",)
-        d = r.mapping(m["directResponseAction"], dp, {"status", "body"}, required=("status",))
-        status = r.integer(d["status"], dp + ("status",), 200, 599)
-        body = r.string(d.get("body", ""), dp + ("body",), nonempty=False)
-        action = DirectResponse(status, body.encode("utf-8"))
+    m = r.mapping(raw, path)
+    m = r.mapping(_unsupported(r, m, path, "route"), path, {"name", "matchers", "options"} | set(_ACTIONS))
+    name = f"routes[{index}]"
+    with r.part():
+        if "name" in m:
+            name = r.string(m["name"], path + ("name",))
+    matchers: list[Matcher] = []
+    with r.part():
+        for j, mm in enumerate(r.sequence(m.get("matchers", []), path + ("matchers",))):
+            with r.part():
+                matchers.append(parse_matcher(r, mm, path + ("matchers", j)))
+    actions = [a for a in _ACTIONS if a in m]
+    action: KubeRef | UpstreamRef | DirectResponse | Delegate | None = None
+    if len(actions) != 1:
+        r.issue(path, f"set exactly one of {', '.join(_ACTIONS)}"
+                + (f" (got {' and '.join(actions)})" if actions else ""))
     else:
-        ap = path + ("routeAction",)
-        ra = r.mapping(m["routeAction"], ap, {"single"}, required=("single",))
-        sp = ap + ("single",)
-        single = r.mapping(ra["single"], sp, {"kube", "upstream"})
-        if len(single) != 1:
-            raise r.fail(sp, "set exactly one of kube or upstream")
-        if "kube" in single:
-            kube = r.mapping(single["kube"], sp + ("kube",), {"ref"}, required=("ref",))
-            name_, ns_, port = _ref(r, kube["ref"], sp + ("kube", "ref"), ns, with_port=True)
-            action = KubeRef(name_, ns_, port)
-        else:
-            name_, ns_, _ = _ref(r, single["upstream"], sp + ("upstream",), ns)
-            action = UpstreamRef(name_, ns_)
-    options = _options(r, m.get("options", {}), path + ("options",))
+        with r.part():
+            action = _action(r, ns, actions[0], m[actions[0]], path + (actions[0],))
+    options: dict = {}
+    with r.part():
+        options = _options(r, m.get("options", {}), path + ("options",))
+    if action is None:
+        raise r.invalid()
     rewrite = options.get("prefixRewrite")
     timeout = parse_duration(options["timeout"]) if "timeout" in options else None
-    return Route(name, index, tuple(matchers), action, options, rewrite, timeout)
+    return Route(name, index, tuple(matchers), action, options, rewrite, timeout, path=path)
+
+
+def _action(r: _Reader, ns: str, kind: str, value: Any,
+            ap: tuple[str | int, ...]) -> KubeRef | UpstreamRef | DirectResponse | Delegate:
+    if kind == "directResponseAction":
+        d = r.mapping(value, ap, {"status", "body"}, required=("status",))
+        status = r.integer(d["status"], ap + ("status",), 200, 599)
+        body = r.string(d.get("body", ""), ap + ("body",), nonempty=False)
+        return DirectResponse(status, body.encode("utf-8"))
+    if kind == "delegateAction":
+        return _delegate(r, ns, value, ap)
+    ra = r.mapping(value, ap)
+    ra = r.mapping(_unsupported(r, ra, ap, "routeAction"), ap, {"single"}, required=("single",))
+    sp = ap + ("single",)
+    single = r.mapping(ra["single"], sp)
+    single = r.mapping(_unsupported(r, single, sp, "single"), sp, {"kube", "upstream"})
+    if len([k for k in single if k in ("kube", "upstream")]) != 1:
+        raise r.fail(sp, "set exactly one of kube or upstream")
+    if "kube" in single:
+        # Gloo writes the port beside the ref; the seed format inside it. Both are read.
+        kp = sp + ("kube",)
+        kube = r.mapping(single["kube"], kp, {"ref", "port"}, required=("ref",))
+        name_, ns_, inner = _ref(r, kube["ref"], kp + ("ref",), ns, with_port=True)
+        outer = r.port(kube["port"], kp + ("port",)) if "port" in kube else 0
+        if inner and outer and inner != outer:
+            raise r.fail(kp + ("port",), f"differs from ref.port ({inner}); write the port once")
+        if not (inner or outer):
+            raise r.fail(kp + ("port",), "is required (the Service port, beside ref as Gloo writes it)")
+        return KubeRef(name_, ns_, inner or outer)
+    name_, ns_, _ = _ref(r, single["upstream"], sp + ("upstream",), ns)
+    return UpstreamRef(name_, ns_)
+
+
+def _delegate(r: _Reader, ns: str, value: Any, dp: tuple[str | int, ...]) -> Delegate:
+    d = r.mapping(value, dp, {"ref", "selector", "name", "namespace"})
+    forms = [k for k in ("ref", "selector") if k in d] + (["name"] if "name" in d else [])
+    if len(forms) != 1:
+        raise r.fail(dp, "set exactly one of ref or selector")
+    if "namespace" in d and "name" not in d:
+        raise r.fail(dp + ("namespace",), "goes with name (or write ref: {name, namespace})")
+    if "selector" not in d:
+        # ``delegateAction: {name, namespace}`` is Gloo's older spelling of ref.
+        name_, ns_, _ = _ref(r, d.get("ref", {k: d[k] for k in ("name", "namespace") if k in d}),
+                             dp + (("ref",) if "ref" in d else ()), ns)
+        return Delegate(ref=(ns_, name_))
+    sp = dp + ("selector",)
+    sel = r.mapping(d["selector"], sp, {"labels", "expressions", "namespaces"})
+    if "labels" in sel and "expressions" in sel:
+        raise r.fail(sp, "set labels or expressions, not both (as in Gloo)")
+    labels = _labels(r, sel.get("labels"), sp + ("labels",))
+    expressions = []
+    for i, e in enumerate(r.sequence(sel.get("expressions", []) or [], sp + ("expressions",))):
+        ep = sp + ("expressions", i)
+        e = r.mapping(e, ep, {"key", "operator", "values"}, required=("key", "operator"))
+        key = r.string(e["key"], ep + ("key",))
+        op = r.string(e["operator"], ep + ("operator",))
+        if op not in OPERATORS:
+            raise r.fail(ep + ("operator",), f"unknown operator {op!r} (expected one of: {', '.join(OPERATORS)})")
+        values = tuple(r.string(v, ep + ("values", j), nonempty=False)
+                       for j, v in enumerate(r.sequence(e.get("values", []) or [], ep + ("values",))))
+        if op in ("Exists", "DoesNotExist") and values:
+            raise r.fail(ep + ("values",), f"must be empty for {op}")
+        if op not in ("Exists", "DoesNotExist") and not values:
+            raise r.fail(ep + ("values",), f"{op} needs values")
+        if op in ("GreaterThan", "LessThan") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
+            raise r.fail(ep + ("values",), f"{op} needs exactly one integer value")
+        expressions.append((key, op, values))
+    namespaces = tuple(r.string(n, sp + ("namespaces", j))
+                       for j, n in enumerate(r.sequence(sel.get("namespaces", []) or [], sp + ("namespaces",))))
+    return Delegate(selector=Selector(dict(labels), tuple(expressions), namespaces))
+
+
+def _route_table(r: _Reader, ns: str, name: str, spec: Any, labels: Mapping[str, str],
+                 source: Source) -> RouteTable:
+    spec = r.mapping(spec, ("spec",), {"routes", "weight"})
+    weight = 0
+    with r.part():
+        weight = r.integer(spec.get("weight", 0), ("spec", "weight"), -(2**31), 2**31 - 1)
+    routes = _routes(r, ns, spec, ("spec",), "routes")
+    routes = tuple(attrs.evolve(rt, source=source, owner=f"RouteTable {ns}/{name}",
+                                name=rt.name if not rt.name.startswith("routes[") else
+                                f"RouteTable {ns}/{name} {rt.name}") for rt in routes)
+    return RouteTable(ns, name, routes, dict(labels), weight, source)
+
+
+#: ServiceSpec fields that describe the cluster, not what the gateway does:
+#: read for compatibility with real manifests and otherwise ignored (the
+#: Endpoints documents say where traffic goes). See docs/configuration.md.
+SERVICE_INFORMATIONAL = frozenset({
+    "selector", "type", "clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "sessionAffinity",
+    "sessionAffinityConfig", "externalTrafficPolicy", "internalTrafficPolicy", "publishNotReadyAddresses",
+    "allocateLoadBalancerNodePorts", "loadBalancerClass", "healthCheckNodePort", "externalIPs",
+    "loadBalancerSourceRanges", "trafficDistribution",
+})
+
+
+def _labels(r: _Reader, value: Any, path: tuple[str | int, ...]) -> dict[str, str]:
+    m = r.mapping(value or {}, path)
+    for k, v in m.items():
+        r.string(v, path + (k,), nonempty=False)
+    return dict(m)
+
+
+def _tcp_protocol(r: _Reader, p: dict, pp: tuple[str | int, ...]) -> None:
+    """``protocol`` and ``appProtocol`` of a Service or Endpoints port: the
+    gateway speaks HTTP/1.1 over TCP to endpoints, so nothing else is accepted."""
+    with r.part():
+        if r.string(p.get("protocol", "TCP"), pp + ("protocol",)) != "TCP":
+            raise r.fail(pp + ("protocol",), f"must be TCP: twistgw proxies HTTP over TCP, got {p['protocol']!r}")
+    with r.part():
+        app = r.string(p.get("appProtocol", "http"), pp + ("appProtocol",))
+        if app not in ("http", "kubernetes.io/http"):
+            raise r.fail(pp + ("appProtocol",), f"must be http: twistgw speaks HTTP/1.1 to endpoints, got {app!r}")
 
 
 def _service(r: _Reader, ns: str, name: str, spec: Any, source: Source) -> Service:
-    spec = r.mapping(spec, ("spec",))
+    spec = r.mapping(spec, ("spec",), {"ports", "externalName"} | SERVICE_INFORMATIONAL)
+    if spec.get("type") == "ExternalName" or "externalName" in spec:
+        r.issue(("spec", "type"), "ExternalName Services are not supported: declare an Upstream with static hosts")
     ports = []
     for i, p in enumerate(r.sequence(spec.get("ports", []), ("spec", "ports"))):
         pp = ("spec", "ports", i)
         p = r.mapping(p, pp, {"name", "port", "targetPort", "protocol", "nodePort", "appProtocol"}, required=("port",))
+        _tcp_protocol(r, p, pp)
         port = r.port(p["port"], pp + ("port",))
         target = p.get("targetPort", port)
         if isinstance(target, str):
@@ -738,7 +1027,11 @@ def _service(r: _Reader, ns: str, name: str, spec: Any, source: Source) -> Servi
             target = r.port(target, pp + ("targetPort",))
         pname = r.string(p.get("name", ""), pp + ("name",), nonempty=False)
         ports.append(ServicePort(port, target, pname))
-    return Service(ns, name, tuple(ports), source)
+    selector = None
+    with r.part():
+        if "selector" in spec:
+            selector = _labels(r, spec["selector"], ("spec", "selector"))
+    return Service(ns, name, tuple(ports), source, selector)
 
 
 def _endpoints(r: _Reader, ns: str, name: str, data: dict, source: Source) -> EndpointsResource:
@@ -754,17 +1047,22 @@ def _endpoints(r: _Reader, ns: str, name: str, data: dict, source: Source) -> En
         for j, p in enumerate(r.sequence(s.get("ports", []), sp + ("ports",))):
             pp = sp + ("ports", j)
             p = r.mapping(p, pp, {"name", "port", "protocol", "appProtocol"}, required=("port",))
+            _tcp_protocol(r, p, pp)
             ports.append((r.string(p.get("name", ""), pp + ("name",), nonempty=False), r.port(p["port"], pp + ("port",))))
         subsets.append(EndpointSubset(tuple(addrs), tuple(ports)))
     return EndpointsResource(ns, name, tuple(subsets), source)
 
 
 def _upstream(r: _Reader, ns: str, name: str, spec: Any, source: Source) -> UpstreamResource:
-    spec = r.mapping(spec, ("spec",), {"kube", "static"})
-    if len(spec) != 1:
+    spec = r.mapping(spec, ("spec",))
+    spec = r.mapping(_unsupported(r, spec, ("spec",), "upstreamSpec"), ("spec",), {"kube", "static"})
+    if len([k for k in spec if k in ("kube", "static")]) != 1:
         raise r.fail(("spec",), "set exactly one of kube or static")
     if "static" in spec:
-        st = r.mapping(spec["static"], ("spec", "static"), {"hosts"}, required=("hosts",))
+        st = r.mapping(spec["static"], ("spec", "static"), {"hosts", "useTls", "autoSniRewrite"}, required=("hosts",))
+        for key in ("useTls", "autoSniRewrite"):
+            if st.get(key):
+                r.issue(("spec", "static", key), "is not supported by twistgw: TLS to upstreams is not supported")
         hosts = []
         for i, h in enumerate(r.sequence(st["hosts"], ("spec", "static", "hosts"), nonempty=True)):
             hp = ("spec", "static", "hosts", i)
@@ -772,14 +1070,15 @@ def _upstream(r: _Reader, ns: str, name: str, spec: Any, source: Source) -> Upst
             hosts.append(Endpoint(r.string(h["addr"], hp + ("addr",)), r.port(h["port"], hp + ("port",))))
         return UpstreamResource(ns, name, static=tuple(hosts), source=source)
     kp = ("spec", "kube")
-    k = r.mapping(spec["kube"], kp, {"selector", "serviceName", "serviceNamespace", "servicePort"},
+    k = r.mapping(spec["kube"], kp)
+    k = r.mapping(_unsupported(r, k, kp, "upstreamSpec"), kp,
+                  {"serviceName", "serviceNamespace", "servicePort", "selector"},
                   required=("serviceName", "servicePort"))
-    if "selector" in k:
-        r.mapping(k["selector"], kp + ("selector",))
     sname = r.string(k["serviceName"], kp + ("serviceName",))
     sns = r.string(k.get("serviceNamespace", ns), kp + ("serviceNamespace",))
     port = r.port(k["servicePort"], kp + ("servicePort",))
-    return UpstreamResource(ns, name, kube=KubeRef(sname, sns, port), source=source)
+    selector = _labels(r, k["selector"], kp + ("selector",)) if "selector" in k else None
+    return UpstreamResource(ns, name, kube=KubeRef(sname, sns, port), source=source, selector=selector)
 
 
 def _secret(r: _Reader, ns: str, name: str, data: dict) -> SecretInfo:

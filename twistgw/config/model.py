@@ -7,15 +7,20 @@ from typing import Any, Mapping
 import attrs
 
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
+from twistgw.config.matchers import Matcher, RequestView, any_matches
 
 __all__ = [
     "AuthConfigInfo",
+    "Delegate",
     "DirectResponse",
     "Endpoint",
     "EndpointsResource",
     "KubeRef",
     "Matcher",
+    "RequestView",
     "Route",
+    "RouteTable",
+    "Selector",
     "SecretInfo",
     "Service",
     "ServicePort",
@@ -53,22 +58,6 @@ class Source:
 
 
 @attrs.frozen
-class Matcher:
-    """``prefix`` (string prefix of the normalised path) or ``exact``."""
-
-    prefix: str | None = None
-    exact: str | None = None
-    methods: tuple[str, ...] = ()
-
-    def matches(self, method: str, path: str) -> bool:
-        if self.methods and method not in self.methods:
-            return False
-        if self.exact is not None:
-            return path == self.exact
-        return path.startswith(self.prefix or "/")
-
-
-@attrs.frozen
 class KubeRef:
     name: str
     namespace: str
@@ -88,23 +77,78 @@ class DirectResponse:
 
 
 @attrs.frozen
+class Selector:
+    """``delegateAction.selector``: route tables by labels (or label
+    expressions) in some namespaces (``*`` for all)."""
+
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+    #: (key, operator, values)
+    expressions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    namespaces: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class Delegate:
+    """``delegateAction``: by ``ref`` (namespace, name) or by ``selector``."""
+
+    ref: tuple[str, str] | None = None
+    selector: Selector | None = None
+
+
+@attrs.frozen
 class Route:
     """One route of a virtual host.
 
-    :ivar name: ``spec.virtualHost.routes[i].name`` or ``routes[i]``.
-    :ivar options: the raw per-route options mapping.
+    :ivar name: ``routes[i].name``, or where it was written (``routes[i]``,
+        ``RouteTable ns/rt routes[i]``).
+    :ivar index: its position in the virtual service's flattened route list
+        (route tables resolved).
+    :ivar options: the raw per-route options mapping (a delegating parent's
+        options merged under the route's own).
+    :ivar path: the route's field path in the document that declares it.
+    :ivar source: that document, when it is not the virtual service's (a RouteTable).
+    :ivar owner: ``RouteTable ns/name`` for a route written in a route table, else "".
     """
 
     name: str
     index: int
     matchers: tuple[Matcher, ...]
-    action: KubeRef | UpstreamRef | DirectResponse
+    action: KubeRef | UpstreamRef | DirectResponse | Delegate
     options: Mapping[str, Any] = attrs.field(factory=dict)
     prefix_rewrite: str | None = None
     timeout: float | None = None
+    path: tuple[str | int, ...] = ()
+    source: Source | None = None
+    owner: str = ""
+    #: whether any matcher reads headers or query parameters (not just method and path)
+    reads_request: bool = attrs.field(init=False, eq=False)
+
+    @reads_request.default
+    def _reads(self) -> bool:
+        return any(m.headers or m.query for m in self.matchers)
 
     def matches(self, method: str, path: str) -> bool:
-        return any(m.matches(method, path) for m in self.matchers)
+        """Method and path only (header and query conditions fail)."""
+        return any_matches(self.matchers, RequestView(method, path))
+
+    def matches_request(self, req: RequestView) -> bool:
+        return any_matches(self.matchers, req)
+
+
+@attrs.frozen
+class RouteTable:
+    """A ``RouteTable``: routes a virtual service (or another table) delegates to."""
+
+    namespace: str
+    name: str
+    routes: tuple[Route, ...]
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+    weight: int = 0
+    source: Source | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 @attrs.frozen
@@ -135,6 +179,8 @@ class Service:
     name: str
     ports: tuple[ServicePort, ...]
     source: Source | None = None
+    #: ``spec.selector`` (informational, but compared with an Upstream's selector)
+    selector: Mapping[str, str] | None = None
 
 
 @attrs.frozen
@@ -160,3 +206,5 @@ class UpstreamResource:
     kube: KubeRef | None = None
     static: tuple[Endpoint, ...] | None = None
     source: Source | None = None
+    #: ``spec.kube.selector``: accepted only when it is the Service's own
+    selector: Mapping[str, str] | None = None

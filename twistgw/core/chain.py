@@ -108,7 +108,12 @@ async def _resume(calls: tuple[_Call, ...], i: int, pending: Any, ctx: RequestCo
 
 async def run_chain(steps: tuple[ChainStep, ...], ctx: RequestContext, trace: Trace | None = None) -> Deny | None:
     """:func:`start_chain`, awaited (for ``explain`` and tests)."""
-    result = start_chain(steps, ctx, trace)
+    return await run_calls(flatten_chain(steps), ctx, trace)
+
+
+async def run_calls(calls: tuple[_Call, ...], ctx: RequestContext, trace: Trace | None = None) -> Deny | None:
+    """:func:`start_calls`, awaited."""
+    result = start_calls(calls, ctx, trace)
     if isinstance(result, Deferred):
         return await result
     return result

@@ -9,10 +9,10 @@ import attrs
 
 from twistgw.api.headers import Headers
 from twistgw.api.types import Deny, RequestContext
-from twistgw.config.model import Route
+from twistgw.config.model import Route, VirtualService
 from twistgw.core.headers import copy_end_to_end
 from twistgw.core.paths import BadPath, normalise_path
-from twistgw.core.routing import first_route
+from twistgw.core.routing import first_route, request_view
 from twistgw.core.snapshot import RouteRuntime, Snapshot
 
 NOT_FOUND = Deny(404, reason="no virtual service or route matches")
@@ -84,14 +84,42 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
         method.decode("latin-1"), path, query, upstream_headers, host,
         client_address, vs.key, "", reactor, scheme,
     )
-    if route_hook is None:
-        route = first_route(vs.routes, ctx.method, path)
-    else:
-        route = route_hook(ctx=ctx, virtual_service=vs)
-        if route is not None and not (isinstance(route, Route) and 0 <= route.index < len(vs.routes)
-                                      and vs.routes[route.index] == route):
-            raise TypeError(f"twistgw_route_match returned {route!r}, not one of the virtual service's routes")
+    route = select_route(ctx, vs, route_hook)
     if route is None:
         return NOT_FOUND
     ctx.route = route.name
     return Prepared(ctx, snapshot.runtime(vs, route))
+
+
+def select_route(ctx: RequestContext, vs: VirtualService, route_hook: Any = None) -> Route | None:
+    """The route for the request as it is now (the core's matcher, or the
+    ``twistgw_route_match`` hook when a plugin implements it)."""
+    if route_hook is None:
+        return first_route(vs.routes, request_view(ctx))
+    route = route_hook(ctx=ctx, virtual_service=vs)
+    if route is not None and not (isinstance(route, Route) and 0 <= route.index < len(vs.routes)
+                                  and vs.routes[route.index] == route):
+        raise TypeError(f"twistgw_route_match returned {route!r}, not one of the virtual service's routes")
+    return route
+
+
+def reroute(snapshot: Snapshot, ctx: RequestContext, runtime: RouteRuntime,
+            route_hook: Any = None) -> tuple[RouteRuntime, tuple[Any, ...]] | Deny:
+    """Select the route again after the chain admitted the request, as Envoy
+    does when a filter clears the route cache (Gloo's claim-based routing:
+    the JWT plugin copies claims into headers that routes match).
+
+    Returns the route to serve and the chain steps of it that have not run
+    yet (a step runs once: the same plugin with the same compiled options,
+    such as the virtual host's, is not asked twice), or 404 when no route
+    matches any more.
+    """
+    route = select_route(ctx, runtime.virtual_service, route_hook)
+    if route is None:
+        return NOT_FOUND
+    if route is runtime.route:
+        return runtime, ()
+    new = snapshot.runtime(runtime.virtual_service, route)
+    done = {(step.plugin, id(step.options), phase) for step, phase, _ in runtime.calls}
+    ctx.route = route.name
+    return new, tuple(c for c in new.calls if (c[0].plugin, id(c[0].options), c[1]) not in done)

@@ -7,18 +7,24 @@ from typing import Iterable
 
 from twistgw.api.plugin import hookimpl
 from twistgw.api.types import RequestContext
-from twistgw.config.model import Route, VirtualService
+from twistgw.config.model import RequestView, Route, VirtualService
 from twistgw.config.names import host_without_port
 
 
 @hookimpl(trylast=True)
 def twistgw_route_match(ctx: RequestContext, virtual_service: VirtualService) -> Route | None:
-    return first_route(virtual_service.routes, ctx.method, ctx.path)
+    return first_route(virtual_service.routes, request_view(ctx))
 
 
-def first_route(routes: Iterable[Route], method: str, path: str) -> Route | None:
+def request_view(ctx: RequestContext) -> RequestView:
+    """What route matchers read of a request: method, path, headers, query."""
+    return RequestView(ctx.method, ctx.path, ctx.headers, ctx.query, ctx.host, ctx.scheme)
+
+
+def first_route(routes: Iterable[Route], request: RequestView) -> Route | None:
+    """The first route whose matchers admit the request (Gloo/Envoy: in order)."""
     for route in routes:
-        if route.matches(method, path):
+        if route.matches_request(request):
             return route
     return None
 

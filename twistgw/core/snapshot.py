@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
-from twistgw.api.types import Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
+from twistgw.api.types import InvalidResource, Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
 from twistgw.config.loader import CORE_OPTION_KEYS, Config, ConfigError, ConfigIssue, path_text
 from twistgw.config.model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
 from twistgw.core.plugins import PluginHost
@@ -71,6 +71,10 @@ class RouteRuntime:
     chain: tuple[ChainStep, ...]
     direct: DirectResponse | None
     balancer: Balancer | None
+    #: route selection is repeated after the chain (its virtual service has
+    #: routes matching headers or query parameters, which plugins may write:
+    #: JWT claimsToHeaders; see docs/decisions.md "claim-based routing")
+    reselect: bool = False
     #: the chain flattened into (step, phase, callable), once per snapshot
     calls: tuple[tuple[ChainStep, str, Callable[..., Any]], ...] = attrs.field(init=False, eq=False)
 
@@ -103,7 +107,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     """Compile every route's chain. Raises ConfigError listing every problem."""
     issues: list[ConfigIssue] = []
     view = ResourceView(config.upstreams, config.secrets, config.auth_configs, config.resolve_kube,
-                        config.settings, config.directory)
+                        config.settings, config.directory, config.invalid)
     defaults: dict[str, Any] = {}
     for name in host.infos:
         fn = host.impl(name, "twistgw_default_options")
@@ -112,10 +116,12 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
             try:
                 value = fn(settings=view.settings(name), config_dir=config.directory)
             except OptionsError as exc:
-                issues.append(ConfigIssue(
-                    exc.reason, file=src.file if src else "", document=src.document if src else None,
-                    line=src.line if src else None, resource="Settings",
-                    field=path_text(("spec", name) + exc.path)))
+                for p in exc.problems:
+                    field = ("spec", name) + p.path
+                    issues.append(ConfigIssue(
+                        p.reason, file=src.file if src else "", document=src.document if src else None,
+                        line=src.line_of(field) if src else None, resource="Settings",
+                        field=path_text(field)))
                 continue
             except Exception as exc:
                 issues.append(ConfigIssue(
@@ -135,24 +141,28 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     compiled_by_plugin: dict[str, list[Any]] = {name: [] for name in host.infos}
     balancers: dict[tuple[str, str], Balancer] = {}
 
+    reported: set[tuple[str, int, str]] = set()
     for vs in config.virtual_services:
-        source = vs.source
         vh_path: tuple[str | int, ...] = ("spec", "virtualHost")
         cache: dict[tuple[str, int], Any] = {}
 
-        def issue(path: tuple[str | int, ...], reason: str) -> None:
+        def issue(path: tuple[str | int, ...], reason: str, route: Route | None = None) -> None:
+            # A route written in a RouteTable is reported where it is written.
+            in_table = route is not None and route.source is not None and path[:2] != vh_path
+            source = route.source if in_table and route is not None else vs.source
             issues.append(ConfigIssue(
                 reason,
                 file=source.file if source else "",
                 document=source.document if source else None,
                 line=source.line_of(tuple(path)) if source else None,
-                resource=f"VirtualService {vs.key}",
+                resource=route.owner if in_table and route is not None else f"VirtualService {vs.key}",
                 field=path_text(path),
             ))
 
         vh_plugins = _plugin_options(vs.options)
+        reselect = any(r.reads_request for r in vs.routes)
         for route in vs.routes:
-            r_path = vh_path + ("routes", route.index)
+            r_path = route.path
             effective: dict[str, tuple[Any, tuple[str | int, ...], str | None]] = {}
             for key, value in defaults.items():
                 effective[key] = (value, ("Settings", "spec", key), None)
@@ -173,7 +183,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
             for key in unknown:
                 issue(enabled[key][1], f"no plugin named {key!r} is installed"
                       f" (installed: {', '.join(host.names()) or 'none'}); refusing to serve"
-                      " a route whose protection cannot be enforced")
+                      " a route whose protection cannot be enforced", route)
             if unknown:
                 continue
             if order_raw is not None:
@@ -181,12 +191,12 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 if missing:
                     issue(r_path + ("options", "pluginOrder") if "pluginOrder" in route.options
                           else vh_path + ("options", "pluginOrder"),
-                          f"pluginOrder must list every enabled plugin; missing: {', '.join(missing)}")
+                          f"pluginOrder must list every enabled plugin; missing: {', '.join(missing)}", route)
                     continue
                 not_installed = [k for k in order_raw if k not in host.infos]
                 if not_installed:
                     issue(vh_path + ("options", "pluginOrder"),
-                          f"pluginOrder names plugins that are not installed: {', '.join(not_installed)}")
+                          f"pluginOrder names plugins that are not installed: {', '.join(not_installed)}", route)
                     continue
                 order = [k for k in order_raw if k in enabled]
             else:
@@ -207,11 +217,16 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                     try:
                         compiled = _compile(host, name, raw, scope)
                     except OptionsError as exc:
-                        issue(where + exc.path, exc.reason)
+                        # The same options shared by many routes are reported once.
+                        if (vs.key, id(raw), name) not in reported:
+                            reported.add((vs.key, id(raw), name))
+                            for p in exc.problems:
+                                if not _about_invalid_resource(p):
+                                    issue(where + p.path, p.reason, route)
                         failed = True
                         continue
                     except Exception as exc:  # a plugin bug: reject, never serve unprotected
-                        issue(where, f"plugin {name!r} failed compiling its options: {exc!r}")
+                        issue(where, f"plugin {name!r} failed compiling its options: {exc!r}", route)
                         failed = True
                         continue
                     cache[cache_key] = compiled
@@ -242,10 +257,10 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 balancer = balancers.get(key)
                 if balancer is None:
                     balancer = balancers[key] = Balancer(upstream)
-            routes[(vs.key, route.index)] = RouteRuntime(vs, route, tuple(steps), direct, balancer)
+            routes[(vs.key, route.index)] = RouteRuntime(vs, route, tuple(steps), direct, balancer, reselect)
 
-    if issues:
-        raise ConfigError(issues)
+    if issues or config.issues:
+        raise ConfigError(list(config.issues) + issues)
     return Snapshot(config, routes, generation, compiled_by_plugin)
 
 
@@ -337,3 +352,15 @@ def _compile(host: PluginHost, name: str, raw: Any, scope: OptionsScope) -> Any:
     if not isinstance(raw, Mapping):
         raise OptionsError((), f"must be a mapping, got {type(raw).__name__}")
     return fn(options=raw, scope=scope)
+
+
+def _about_invalid_resource(error: BaseException) -> bool:
+    """Whether a plugin's OptionsError comes from looking up a resource that
+    is itself invalid (already reported where it is written)."""
+    seen = 0
+    cause: BaseException | None = error
+    while cause is not None and seen < 10:
+        if isinstance(cause, InvalidResource):
+            return True
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return False

@@ -16,7 +16,7 @@ from twisted.web import http
 
 from twistgw.api.types import Deny, RequestContext
 from twistgw.core.chain import start_calls
-from twistgw.core.pipeline import Prepared, prepare
+from twistgw.core.pipeline import Prepared, prepare, reroute
 from twistgw.core.plugins import PluginHost
 from twistgw.engine.upstream import (Forwarder, RequestBody, ResponseRelay, classify_failure, copy_response_headers,
                                      twisted_headers)
@@ -386,23 +386,44 @@ class Gateway:
             return
         assert isinstance(prepared, Prepared)
         request.ctx = prepared.ctx
-        if prepared.runtime.calls:
-            outcome = start_calls(prepared.runtime.calls, prepared.ctx)
-            if isinstance(outcome, Deferred):
-                outcome.addCallback(self._chain_done, request, prepared.ctx, prepared.runtime)
-                outcome.addErrback(self._internal_error, request)
-            else:
-                self._chain_done(outcome, request, prepared.ctx, prepared.runtime)
+        runtime = prepared.runtime
+        if runtime.calls:
+            self._run_chain(runtime.calls, request, prepared.ctx, runtime, snapshot)
+        elif runtime.reselect:
+            self._chain_done(None, request, prepared.ctx, runtime, snapshot)
         else:
-            self._dispatch(request, prepared.ctx, prepared.runtime)
+            self._dispatch(request, prepared.ctx, runtime)
+
+    def _run_chain(self, calls: Any, request: GatewayRequest, ctx: RequestContext,
+                   runtime: RouteRuntime, snapshot: Snapshot | None) -> None:
+        """Run chain steps; then :meth:`_chain_done` (``snapshot`` None: the
+        route was already selected again)."""
+        outcome = start_calls(calls, ctx)
+        if isinstance(outcome, Deferred):
+            outcome.addCallback(self._chain_done, request, ctx, runtime, snapshot)
+            outcome.addErrback(self._internal_error, request)
+        else:
+            self._chain_done(outcome, request, ctx, runtime, snapshot)
 
     def _chain_done(self, deny: Deny | None, request: GatewayRequest, ctx: RequestContext,
-                    runtime: RouteRuntime) -> None:
+                    runtime: RouteRuntime, snapshot: Snapshot | None = None) -> None:
         if request._disconnected or request.finished:
             return
         if deny is not None:
             self.respond(request, deny)
             return
+        if runtime.reselect and snapshot is not None:
+            # Plugins may have written headers routes match on (claim-based
+            # routing): select again, and run what the new route adds.
+            found = reroute(snapshot, ctx, runtime, self._route_hook)
+            if isinstance(found, Deny):
+                self.respond(request, found)
+                return
+            new, remaining = found
+            if remaining:
+                self._run_chain(remaining, request, ctx, new, None)
+                return
+            runtime = new
         self._dispatch(request, ctx, runtime)
 
     def _internal_error(self, failure: Failure, request: GatewayRequest) -> None:

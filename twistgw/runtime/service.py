@@ -109,8 +109,10 @@ class GatewayService(service.MultiService):
     def load(self) -> Snapshot:
         """Build a snapshot from the directory (raises ConfigError)."""
         fp = fingerprint(self.config_dir)
-        config = load_directory(self.config_dir)
+        config = load_directory(self.config_dir, keep_going=True)
         snapshot = build_snapshot(config, self.plugins, self.generation + 1)
+        for note in config.skipped:
+            self._log.info("{note}", note=note)
         self._fingerprint = fp
         return snapshot
 

@@ -1,4 +1,10 @@
-"""Linear-time full-match regular expressions for REGEX_MATCH (pure, no I/O).
+"""Linear-time full-match regular expressions (pure, no I/O).
+
+Used by the core's route matchers (``regex`` paths, header and query
+parameter values) and by the rbac plugin's REGEX_MATCH claims; public so a
+third-party plugin can offer the same guarantee::
+
+    from twistgw.regex import SafeRegex, UnsafePattern
 
 Python's ``re`` backtracks: ``(a+)+$``, ``(a|a)*b`` or even ``.*.*.*.*x``
 take exponential or high-polynomial time on a crafted claim. Envoy and Gloo
@@ -17,8 +23,8 @@ dependency:
 
 Limits (all refused at configuration time, with the reason): pattern length
 1,000 characters, NFA size 5,000 states (``{m,n}`` repeats are expanded).
-At request time a claim longer than :data:`MAX_SUBJECT` characters does not
-match.
+At request time a subject (claim, path, header value) longer than
+:data:`MAX_SUBJECT` characters does not match.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 MAX_PATTERN = 1000
 MAX_STATES = 5000
-#: claims longer than this never match a REGEX_MATCH principal.
+#: subjects longer than this never match (a claim, a path, a header value).
 MAX_SUBJECT = 4096
 #: memoised DFA transitions per pattern before the cache is dropped.
 MAX_CACHE = 20000

@@ -1,0 +1,484 @@
+"""The field walk: every field the loader accepts — the core's and the three
+shipped plugins' — either changes behaviour (a named test file exercises it)
+or is documented as informational. Nothing is accepted and ignored.
+
+How: a configuration that sets every field is loaded and compiled while the
+validators are watched; each mapping they check records the fields it
+accepts there. Every recorded field must have an entry in :data:`FIELDS`,
+and every entry must have been recorded (no stale entries). An entry is
+either ``("test", "tests/<file>.py")`` — that test file sets the field and
+asserts what it does — or ``("info", "<docs file>")`` — the docs say it is
+informational. A new field without an entry fails this test.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import textwrap
+from typing import Any
+
+import pytest
+
+import twistgw_jwt._options as jwt_options
+import twistgw_ldap._options as ldap_options
+import twistgw_rbac._policy as rbac_policy
+from twistgw.config import loader
+from twistgw.config.loader import load_directory
+from twistgw.core.plugins import PluginHost
+from twistgw.core.snapshot import build_snapshot
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _public_pem() -> str:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    return key.public_key().public_bytes(serialization.Encoding.PEM,
+                                         serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+WALK = """\
+apiVersion: gateway.vendor.io/v1
+kind: Settings
+metadata: {{name: settings}}
+spec:
+  gateway: {{echoServer: {{listen: "tcp:0:interface=127.0.0.1"}}}}
+  rbac: {{requireRbac: false}}
+  jwt: {{verifiedTokenCacheSize: 10}}
+  extauth: {{devDirectory: {{ldif: users.ldif, listen: "tcp:0:interface=127.0.0.1"}}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: svc, labels: {{a: b}}, annotations: {{x: y}}}}
+spec:
+  selector: {{app: svc}}
+  type: ClusterIP
+  clusterIP: 10.0.0.1
+  ports: [{{name: http, port: 80, targetPort: 8080, protocol: TCP, nodePort: 30080, appProtocol: http}}]
+status: {{loadBalancer: {{}}}}
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {{name: svc}}
+subsets:
+- addresses: [{{ip: 127.0.0.1, hostname: a, nodeName: n, targetRef: {{kind: Pod, name: p}}}}]
+  notReadyAddresses: [{{ip: 127.0.0.2}}]
+  ports: [{{name: http, port: 8080, protocol: TCP, appProtocol: http}}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: sa}}
+type: extauth.vendor.io/accountcredentials
+immutable: true
+data: {{username: Y249YWRtaW4sZGM9ZXhhbXBsZSxkYz1vcmc=}}
+stringData: {{password: pw}}
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: static}}
+spec:
+  static: {{hosts: [{{addr: 127.0.0.1, port: 9000}}], useTls: false, autoSniRewrite: false}}
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: kube}}
+spec:
+  kube: {{serviceName: svc, serviceNamespace: default, servicePort: 80, selector: {{app: svc}}}}
+---
+apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {{name: by-template}}
+spec:
+  configs:
+  - ldap:
+      address: ldap://127.0.0.1:389
+      startTLS: true
+      tls: {{serverName: ldap.example.org, insecureSkipVerify: true}}
+      userDnTemplate: uid=%s,ou=people,dc=example,dc=org
+      membershipAttributeName: memberOf
+      allowedGroups: ["cn=a,ou=groups,dc=example,dc=org"]
+      searchFilter: (objectClass=*)
+      disableGroupChecking: false
+      groupLookupSettings:
+        checkGroupsWithServiceAccount: true
+        credentialsSecretRef: {{name: sa, namespace: default}}
+      pool: {{maxSize: 4, initialSize: 1}}
+      connectTimeout: 1s
+      requestTimeout: 1s
+      cacheTtl: 5s
+      realm: r
+      keepCredentials: false
+---
+apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {{name: by-search}}
+spec:
+  configs:
+  - ldap:
+      address: ldap://127.0.0.1:389
+      userSearch:
+        baseDn: ou=people,dc=example,dc=org
+        filter: (uid=%s)
+        scope: sub
+        credentialsSecretRef: {{name: sa}}
+      groupSearch:
+        baseDn: ou=groups,dc=example,dc=org
+        filter: (member=%s)
+        nameAttribute: cn
+        nested: true
+        maxDepth: 2
+      allowedGroups: ["cn=a,ou=groups,dc=example,dc=org"]
+      groupsHeader: x-groups
+      userHeader: x-user
+---
+apiVersion: gateway.solo.io/v1
+kind: RouteTable
+metadata: {{name: table, labels: {{team: a}}}}
+spec:
+  weight: 1
+  routes:
+  - matchers: [{{prefix: /t/a}}]
+    directResponseAction: {{status: 200}}
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {{name: walk}}
+spec:
+  displayName: The walk
+  virtualHost:
+    domains: [walk.example.com]
+    options:
+      pluginOrder: [extauth, jwt, rbac]
+      extauth: {{configRef: {{name: by-template, namespace: default}}}}
+      jwt:
+        validationPolicy: REQUIRE_VALID
+        providers:
+          local:
+            issuer: https://issuer.example.com
+            audiences: [api]
+            keepToken: false
+            clockSkewSeconds: 60
+            tokenSource: {{headers: [{{header: x-token, prefix: "Bearer "}}], queryParams: [token]}}
+            claimsToHeaders: [{{claim: sub, header: x-sub, append: false}}]
+            jwks:
+              local:
+                key: |
+{key}
+          remote:
+            issuer: https://other.example.com
+            jwks:
+              remote:
+                upstreamRef: {{name: static, namespace: default}}
+                url: http://keys.example.com/jwks.json
+                cacheDuration: 5m
+                timeout: 2s
+                refetchInterval: 10s
+                asyncFetch: {{}}
+      rbac:
+        shadow: false
+        policies:
+          p:
+            nestedClaimDelimiter: "."
+            permissions: {{methods: [GET], pathPrefix: /}}
+            principals: [{{jwtPrincipal: {{claims: {{sub: a}}, provider: local, matcher: EXACT_STRING}}}}]
+    routes:
+    - name: all-matchers
+      matchers:
+      - prefix: /a
+        caseSensitive: false
+        methods: [GET]
+        headers: [{{name: x-a, value: "1", regex: false, invertMatch: false}}]
+        queryParameters: [{{name: q, value: v, regex: false}}]
+      - exact: /b
+      - regex: /c[0-9]+
+      options:
+        prefixRewrite: /
+        timeout: 5s
+        extauth: {{configRef: {{name: by-search}}}}
+      routeAction: {{single: {{kube: {{ref: {{name: svc, namespace: default, port: 80}}, port: 80}}}}}}
+    - matchers: [{{prefix: /u}}]
+      options:
+        jwtStaged:
+          afterExtAuth:
+            providers:
+              s:
+                issuer: x
+                jwks:
+                  local:
+                    key: |
+{key2}
+      routeAction: {{single: {{upstream: {{name: static, namespace: default}}}}}}
+    - matchers: [{{prefix: /t}}]
+      delegateAction: {{ref: {{name: table, namespace: default}}}}
+    - matchers: [{{prefix: /t}}]
+      delegateAction:
+        selector:
+          labels: {{team: a}}
+          namespaces: [default]
+    - matchers: [{{prefix: /t}}]
+      delegateAction:
+        selector:
+          expressions: [{{key: team, operator: In, values: [a]}}]
+    - matchers: [{{prefix: /t}}]
+      delegateAction: {{name: table, namespace: default}}
+    - directResponseAction: {{status: 200, body: ok}}
+"""
+
+LDIF = "dn: dc=example,dc=org\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n"
+
+
+def _norm(path: Any) -> str:
+    """A field path with list indices as ``[]`` and names the walk chose as ``*``."""
+    parts = path.split(".") if isinstance(path, str) else list(path)
+    out = []
+    for i, part in enumerate(parts):
+        prev = out[-1] if out else ""
+        if isinstance(part, int):
+            out.append("[]")
+        elif prev in ("providers", "policies", "claims", "labels", "selector") and prev != part:
+            out.append("*")
+        else:
+            out.append(re.sub(r"\[\d+\]", "[]", str(part)))
+    return ".".join(p for p in out if p).replace(".[]", "[]")
+
+
+def walk(tmp_path, monkeypatch) -> set[str]:
+    """Load and compile the walk configuration; every accepted field, as
+    ``<scope>:<path>.<field>``."""
+    seen: set[str] = set()
+
+    real_mapping = loader._Reader.mapping
+
+    def mapping(self, value, path, allowed=None, required=()):
+        if allowed is not None:
+            kind = self.resource.split(" ")[0] or "?"
+            for key in allowed:
+                seen.add(f"{kind}:{_norm(tuple(path) + (key,))}")
+        return real_mapping(self, value, path, allowed, required)
+
+    def recorder(scope: str, real):
+        def check(value, allowed, path, *rest):
+            allowed = tuple(allowed)
+            for key in allowed:
+                seen.add(f"{scope}:{_norm(tuple(path) + (key,))}")
+            return real(value, allowed, path, *rest)
+        return check
+
+    real_ldap = ldap_options._Checker.mapping
+
+    def ldap_mapping(self, value, field, allowed):
+        for key in allowed:
+            seen.add(f"extauth:{_norm((field + '.' + key) if field else key)}")
+        return real_ldap(self, value, field, allowed)
+
+    monkeypatch.setattr(loader._Reader, "mapping", mapping)
+    monkeypatch.setattr(jwt_options, "_only", recorder("jwt", jwt_options._only))
+    monkeypatch.setattr(rbac_policy, "_check_keys", recorder("rbac", rbac_policy._check_keys))
+    monkeypatch.setattr(ldap_options._Checker, "mapping", ldap_mapping)
+
+    pem = _public_pem()
+    (tmp_path / "users.ldif").write_text(LDIF)
+    (tmp_path / "walk.yaml").write_text(WALK.format(key=textwrap.indent(pem, " " * 18),
+                                                    key2=textwrap.indent(pem, " " * 22)))
+    config = load_directory(str(tmp_path), keep_going=True)
+    snapshot = build_snapshot(config, PluginHost.create())
+    assert len(snapshot.routes) == 7  # the walk loaded whole, every route compiled
+    return seen
+
+
+
+def _scope(field: str) -> str:
+    """Routes are read by one parser whether a VirtualService or a RouteTable holds them."""
+    for prefix in ("VirtualService:spec.virtualHost.routes[]", "RouteTable:spec.routes[]"):
+        if field.startswith(prefix):
+            return "Route:" + field[len(prefix):].lstrip(".")
+    return field
+
+
+T = "test"
+I = "info"
+CORE = "tests/unit/test_core_config.py"
+GLOO = "tests/unit/test_gloo_loader.py"
+MATCH = "tests/unit/test_route_matchers.py"
+TABLES = "tests/unit/test_route_tables.py"
+PROXY = "tests/integration/test_core_proxy.py"
+PLUGINS = "tests/unit/test_core_plugins.py"
+CONF_DOC = "docs/configuration.md"
+JWT_OPT = "tests/jwt/test_jwt_options.py"
+JWT_BEH = "tests/jwt/test_jwt_behaviour.py"
+JWT_REM = "tests/jwt/test_jwt_remote.py"
+RBAC = "tests/rbac/test_rbac_config.py"
+RBAC_SEM = "tests/rbac/test_rbac_semantics.py"
+LDAP = "tests/ldap/test_ldap_units.py"
+LDAP_SLAPD = "tests/ldap/test_ldap_slapd.py"
+LDAP_SEARCH = "tests/ldap/test_ldap_search_units.py"
+
+#: field -> ("test", test file[, file that sets the field]) or ("info", doc saying so).
+FIELDS: dict[str, tuple[str, ...]] = {
+    # -- envelope and Kubernetes kinds (validated by hand, see MANUAL) ------------
+    "*:apiVersion": (T, GLOO), "*:kind": (T, GLOO), "*:metadata.name": (T, CORE),
+    "*:metadata.namespace": (T, CORE), "*:metadata.labels": (T, TABLES),
+    "*:status": (I, CONF_DOC),
+    "Secret:data": (T, CORE), "Secret:stringData": (T, CORE), "Secret:type": (I, CONF_DOC),
+    "Secret:immutable": (I, CONF_DOC),
+    "Service:spec.ports": (T, CORE), "Service:spec.ports[].name": (T, CORE),
+    "Service:spec.ports[].port": (T, CORE), "Service:spec.ports[].targetPort": (T, CORE),
+    "Service:spec.ports[].protocol": (T, GLOO), "Service:spec.ports[].appProtocol": (T, GLOO),
+    "Service:spec.ports[].nodePort": (I, CONF_DOC),
+    "Service:spec.selector": (T, GLOO), "Service:spec.type": (T, GLOO), "Service:spec.externalName": (T, GLOO),
+    **{f"Service:spec.{k}": (I, CONF_DOC) for k in (
+        "clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "sessionAffinity", "sessionAffinityConfig",
+        "externalTrafficPolicy", "internalTrafficPolicy", "publishNotReadyAddresses",
+        "allocateLoadBalancerNodePorts", "loadBalancerClass", "healthCheckNodePort", "externalIPs",
+        "loadBalancerSourceRanges", "trafficDistribution")},
+    "Endpoints:subsets": (T, CORE), "Endpoints:subsets[].addresses": (T, CORE),
+    "Endpoints:subsets[].addresses[].ip": (T, CORE),
+    "Endpoints:subsets[].addresses[].hostname": (I, CONF_DOC),
+    "Endpoints:subsets[].addresses[].nodeName": (I, CONF_DOC),
+    "Endpoints:subsets[].addresses[].targetRef": (I, CONF_DOC),
+    "Endpoints:subsets[].notReadyAddresses": (T, CORE),
+    "Endpoints:subsets[].ports": (T, CORE), "Endpoints:subsets[].ports[].name": (T, CORE),
+    "Endpoints:subsets[].ports[].port": (T, CORE), "Endpoints:subsets[].ports[].protocol": (T, GLOO, CONF_DOC),
+    "Endpoints:subsets[].ports[].appProtocol": (T, GLOO),
+    # -- Upstream, AuthConfig, Settings ------------------------------------------
+    "Upstream:spec.static": (T, PROXY), "Upstream:spec.static.hosts": (T, PROXY),
+    "Upstream:spec.static.hosts[].addr": (T, PROXY), "Upstream:spec.static.hosts[].port": (T, PROXY),
+    "Upstream:spec.static.useTls": (T, GLOO), "Upstream:spec.static.autoSniRewrite": (T, GLOO, CONF_DOC),
+    "Upstream:spec.kube": (T, CORE), "Upstream:spec.kube.serviceName": (T, CORE),
+    "Upstream:spec.kube.serviceNamespace": (T, CORE), "Upstream:spec.kube.servicePort": (T, CORE),
+    "Upstream:spec.kube.selector": (T, GLOO),
+    "AuthConfig:spec.configs": (T, LDAP),
+    "AuthConfig:spec.booleanExpr": (T, "tests/ldap/test_ldap_boolean_expr.py"),
+    "AuthConfig:spec.failOnRedirect": (T, "tests/ldap/test_ldap_boolean_expr.py"),
+    "Settings:spec.gateway.echoServer": (T, "tests/docs/test_readme_demo.py", "etc/settings.yaml"),
+    "Settings:spec.gateway.echoServer.listen": (T, "tests/docs/test_readme_demo.py", "etc/settings.yaml"),
+    "Settings:spec.rbac.requireRbac": (T, RBAC), "Settings:spec.jwt.verifiedTokenCacheSize": (T, JWT_BEH),
+    "Settings:spec.extauth.devDirectory.ldif": (T, "tests/ldap/test_ldap_memory.py"),
+    "Settings:spec.extauth.devDirectory.listen": (T, "tests/ldap/test_ldap_memory.py"),
+    # -- VirtualService, RouteTable, routes --------------------------------------
+    "VirtualService:spec.displayName": (I, CONF_DOC),
+    "VirtualService:spec.virtualHost": (T, CORE), "VirtualService:spec.virtualHost.domains": (T, CORE),
+    "VirtualService:spec.virtualHost.options": (T, PLUGINS), "VirtualService:spec.virtualHost.routes": (T, CORE),
+    "RouteTable:spec.routes": (T, TABLES), "RouteTable:spec.weight": (T, TABLES),
+    "Route:name": (T, CORE), "Route:options": (T, PLUGINS),
+    "Route:options.jwtStaged.beforeExtAuth": (T, PLUGINS), "Route:options.jwtStaged.afterExtAuth": (T, PLUGINS),
+    "Route:matchers": (T, MATCH), "Route:matchers[].prefix": (T, MATCH), "Route:matchers[].exact": (T, MATCH),
+    "Route:matchers[].regex": (T, MATCH), "Route:matchers[].caseSensitive": (T, MATCH),
+    "Route:matchers[].methods": (T, MATCH), "Route:matchers[].headers": (T, MATCH),
+    "Route:matchers[].headers[].name": (T, MATCH), "Route:matchers[].headers[].value": (T, MATCH),
+    "Route:matchers[].headers[].regex": (T, MATCH), "Route:matchers[].headers[].invertMatch": (T, MATCH),
+    "Route:matchers[].queryParameters": (T, MATCH), "Route:matchers[].queryParameters[].name": (T, MATCH),
+    "Route:matchers[].queryParameters[].value": (T, MATCH),
+    "Route:matchers[].queryParameters[].regex": (T, MATCH),
+    "Route:directResponseAction": (T, PROXY), "Route:directResponseAction.status": (T, PROXY),
+    "Route:directResponseAction.body": (T, PROXY),
+    "Route:routeAction": (T, PROXY), "Route:routeAction.single": (T, PROXY),
+    "Route:routeAction.single.upstream": (T, PROXY), "Route:routeAction.single.upstream.name": (T, PROXY),
+    "Route:routeAction.single.upstream.namespace": (T, CORE),
+    "Route:routeAction.single.kube": (T, GLOO), "Route:routeAction.single.kube.port": (T, GLOO),
+    "Route:routeAction.single.kube.ref": (T, GLOO), "Route:routeAction.single.kube.ref.name": (T, GLOO),
+    "Route:routeAction.single.kube.ref.namespace": (T, GLOO), "Route:routeAction.single.kube.ref.port": (T, GLOO),
+    "Route:delegateAction": (T, TABLES), "Route:delegateAction.ref": (T, TABLES),
+    "Route:delegateAction.ref.name": (T, TABLES), "Route:delegateAction.ref.namespace": (T, TABLES),
+    "Route:delegateAction.name": (T, TABLES, CONF_DOC), "Route:delegateAction.namespace": (T, TABLES, CONF_DOC),
+    "Route:delegateAction.selector": (T, TABLES), "Route:delegateAction.selector.*": (T, TABLES),
+    "Route:delegateAction.selector.*[].key": (T, TABLES), "Route:delegateAction.selector.*[].operator": (T, TABLES),
+    "Route:delegateAction.selector.*[].values": (T, TABLES),
+    # -- jwt ---------------------------------------------------------------------
+    "jwt:disable": (T, PLUGINS), "jwt:validationPolicy": (T, JWT_BEH), "jwt:providers": (T, JWT_OPT),
+    "jwt:providers.*.issuer": (T, JWT_BEH), "jwt:providers.*.audiences": (T, JWT_BEH),
+    "jwt:providers.*.keepToken": (T, "tests/jwt/test_jwt_security.py"),
+    "jwt:providers.*.clockSkewSeconds": (T, "tests/jwt/test_jwt_security.py"),
+    "jwt:providers.*.claimsToHeaders": (T, "tests/jwt/test_jwt_claim_routing.py"),
+    "jwt:providers.*.claimsToHeaders[].claim": (T, JWT_BEH), "jwt:providers.*.claimsToHeaders[].header": (T, JWT_BEH),
+    "jwt:providers.*.claimsToHeaders[].append": (T, JWT_BEH),
+    "jwt:providers.*.tokenSource": (T, "tests/jwt/test_jwt_claim_routing.py"),
+    "jwt:providers.*.tokenSource.headers": (T, JWT_BEH), "jwt:providers.*.tokenSource.headers[].header": (T, JWT_BEH),
+    "jwt:providers.*.tokenSource.headers[].prefix": (T, JWT_BEH),
+    "jwt:providers.*.tokenSource.queryParams": (T, JWT_BEH),
+    "jwt:providers.*.jwks": (T, JWT_OPT), "jwt:providers.*.jwks.local": (T, JWT_OPT),
+    "jwt:providers.*.jwks.local.key": (T, JWT_OPT), "jwt:providers.*.jwks.remote": (T, JWT_REM),
+    "jwt:providers.*.jwks.remote.upstreamRef": (T, JWT_REM),
+    "jwt:providers.*.jwks.remote.upstreamRef.name": (T, JWT_REM, "tests/jwt/jwt_helpers.py"),
+    "jwt:providers.*.jwks.remote.upstreamRef.namespace": (T, JWT_OPT),
+    "jwt:providers.*.jwks.remote.url": (T, JWT_REM), "jwt:providers.*.jwks.remote.cacheDuration": (T, JWT_REM),
+    "jwt:providers.*.jwks.remote.timeout": (T, "tests/reliability/test_faults_jwks.py",
+                                            "tests/reliability/rel_helpers.py"),
+    "jwt:providers.*.jwks.remote.refetchInterval": (T, JWT_REM),
+    "jwt:providers.*.jwks.remote.asyncFetch": (I, "docs/jwt.md"),
+    # -- rbac --------------------------------------------------------------------
+    "rbac:disable": (T, PLUGINS), "rbac:shadow": (T, "tests/rbac/test_rbac_shadow_regex.py"),
+    "rbac:policies": (T, RBAC_SEM), "rbac:policies.*.nestedClaimDelimiter": (T, RBAC),
+    "rbac:policies.*.permissions": (T, RBAC_SEM), "rbac:policies.*.permissions.methods": (T, RBAC_SEM),
+    "rbac:policies.*.permissions.pathPrefix": (T, RBAC_SEM), "rbac:policies.*.principals": (T, RBAC_SEM),
+    "rbac:policies.*.principals[].jwtPrincipal": (T, RBAC_SEM),
+    "rbac:policies.*.principals[].jwtPrincipal.claims": (T, RBAC_SEM),
+    "rbac:policies.*.principals[].jwtPrincipal.matcher": (T, RBAC_SEM, "tests/rbac/rbac_helpers.py"),
+    "rbac:policies.*.principals[].jwtPrincipal.provider": (T, RBAC_SEM),
+    # -- extauth (LDAP) ------------------------------------------------------------
+    "extauth:configRef": (T, LDAP), "extauth:configRef.name": (T, LDAP), "extauth:configRef.namespace": (T, LDAP),
+    "extauth:address": (T, LDAP), "extauth:startTLS": (T, LDAP_SLAPD), "extauth:tls": (T, LDAP_SLAPD),
+    "extauth:tls.caFile": (T, LDAP_SLAPD), "extauth:tls.caPem": (T, LDAP), "extauth:tls.serverName": (T, LDAP_SLAPD),
+    "extauth:tls.insecureSkipVerify": (T, LDAP),
+    "extauth:userDnTemplate": (T, LDAP), "extauth:membershipAttributeName": (T, LDAP),
+    "extauth:allowedGroups": (T, LDAP), "extauth:searchFilter": (T, LDAP),
+    "extauth:disableGroupChecking": (T, LDAP), "extauth:groupLookupSettings": (T, LDAP),
+    "extauth:groupLookupSettings.checkGroupsWithServiceAccount": (T, LDAP),
+    "extauth:groupLookupSettings.credentialsSecretRef": (T, LDAP),
+    "extauth:groupLookupSettings.credentialsSecretRef.name": (T, LDAP, "tests/ldap/ldap_helpers.py"),
+    "extauth:groupLookupSettings.credentialsSecretRef.namespace": (T, LDAP, "tests/ldap/ldap_helpers.py"),
+    "extauth:pool": (T, LDAP_SLAPD), "extauth:pool.maxSize": (T, LDAP_SLAPD),
+    "extauth:pool.initialSize": (T, LDAP_SLAPD),
+    "extauth:connectTimeout": (T, LDAP_SLAPD, "tests/ldap/ldap_helpers.py"), "extauth:requestTimeout": (T, LDAP),
+    "extauth:cacheTtl": (T, LDAP_SLAPD), "extauth:realm": (T, LDAP),
+    "extauth:keepCredentials": (T, LDAP_SEARCH), "extauth:groupsHeader": (T, LDAP_SEARCH),
+    "extauth:userHeader": (T, LDAP_SEARCH), "extauth:userSearch": (T, LDAP_SEARCH),
+    "extauth:userSearch.baseDn": (T, LDAP_SEARCH), "extauth:userSearch.filter": (T, LDAP_SEARCH),
+    "extauth:userSearch.scope": (T, LDAP_SEARCH), "extauth:userSearch.credentialsSecretRef": (T, LDAP_SEARCH,
+                                                                                            "tests/ldap/test_ldap_search.py"),
+    "extauth:userSearch.credentialsSecretRef.name": (T, LDAP_SEARCH, "tests/ldap/ldap_helpers.py"),
+    "extauth:userSearch.credentialsSecretRef.namespace": (T, LDAP_SEARCH, "tests/ldap/ldap_helpers.py"),
+    "extauth:groupSearch": (T, LDAP_SEARCH), "extauth:groupSearch.baseDn": (T, LDAP_SEARCH),
+    "extauth:groupSearch.filter": (T, LDAP_SEARCH), "extauth:groupSearch.nameAttribute": (T, LDAP_SEARCH),
+    "extauth:groupSearch.nested": (T, LDAP_SEARCH), "extauth:groupSearch.maxDepth": (T, LDAP_SEARCH),
+}
+
+#: Fields checked by hand-written code rather than a watched mapping (the
+#: resource envelope, Settings sections, the extauth options key): listed
+#: here so the comparison below knows they are accepted.
+MANUAL = {
+    "*:apiVersion", "*:kind", "*:metadata.name", "*:metadata.namespace", "*:metadata.labels", "*:status",
+    "Secret:data", "Secret:stringData", "Secret:type", "Secret:immutable", "Endpoints:subsets",
+    "Settings:spec.rbac.requireRbac", "Settings:spec.jwt.verifiedTokenCacheSize",
+    "Settings:spec.extauth.devDirectory.ldif", "Settings:spec.extauth.devDirectory.listen",
+    "extauth:configRef", "extauth:configRef.name", "extauth:configRef.namespace",
+}
+
+
+def _key(field: str) -> str:
+    last = field.split(":", 1)[1].split(".")[-1].replace("[]", "")
+    return field.split(".")[-2].replace("[]", "") if last == "*" else last
+
+
+def test_every_accepted_field_changes_behaviour_or_is_informational(tmp_path, monkeypatch):
+    accepted = {_scope(f) for f in walk(tmp_path, monkeypatch)} | MANUAL
+    missing = sorted(accepted - FIELDS.keys())
+    assert not missing, "accepted fields without an entry in FIELDS (test or informational?):\n" + "\n".join(missing)
+    stale = sorted(FIELDS.keys() - accepted)
+    assert not stale, "FIELDS lists fields the loader no longer accepts:\n" + "\n".join(stale)
+
+
+@pytest.mark.parametrize("field", sorted(FIELDS))
+def test_each_entry_points_at_real_evidence(field):
+    kind, *where = FIELDS[field]
+    key = _key(field)
+    assert kind in (T, I), field
+    for path in where:
+        assert (ROOT / path).is_file(), f"{field}: {path} does not exist"
+    text = "".join((ROOT / p).read_text() for p in where)
+    assert re.search(rf"\b{re.escape(key)}\b", text), f"{field}: {key!r} appears nowhere in {where}"
+    if kind == I:  # the documentation says what it does (or that it does nothing)
+        assert where[0].startswith("docs/"), field

@@ -1,0 +1,395 @@
+"""Gloo Edge manifests load unchanged: Gloo's API groups as aliases, other
+API groups skipped (one note each), kube destinations with the port beside
+``ref``, Gloo fields twistgw does not implement refused with the reason; and
+``check`` reports every problem at once, each once, in file and line order."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from twistgw.config.loader import ConfigError, load_directory, load_text
+from twistgw.config.model import KubeRef, UpstreamRef
+from twistgw.core.plugins import PluginHost
+from twistgw.core.snapshot import build_snapshot
+
+GLOO_STYLE = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: petstore}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: petstore, namespace: petstore}
+spec: {replicas: 1}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: petstore, namespace: petstore}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: petstore}
+data: {a: b}
+---
+apiVersion: ratelimit.solo.io/v1alpha1
+kind: RateLimitConfig
+metadata: {name: limits}
+spec: {raw: {}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: petstore, namespace: petstore}
+spec:
+  ports: [{port: 8080, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: petstore, namespace: petstore}
+subsets: [{addresses: [{ip: 127.0.0.1}], ports: [{port: 8080}]}]
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {name: json-server, namespace: gloo-system}
+spec:
+  static:
+    hosts: [{addr: 127.0.0.1, port: 9000}]
+---
+apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {name: ldap, namespace: gloo-system}
+spec:
+  configs:
+  - ldap:
+      address: ldap://127.0.0.1:389
+      userDnTemplate: uid=%s,ou=people,dc=solo,dc=io
+      allowedGroups: [cn=managers,ou=groups,dc=solo,dc=io]
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {name: petstore, namespace: gloo-system}
+spec:
+  virtualHost:
+    domains: ['*']
+    routes:
+    - matchers: [{prefix: /pets}]
+      routeAction:
+        single:
+          kube:
+            ref: {name: petstore, namespace: petstore}
+            port: 8080
+    - matchers: [{exact: /posts}]
+      routeAction:
+        single:
+          upstream: {name: json-server, namespace: gloo-system}
+"""
+
+
+def test_gloo_groups_load_and_other_groups_are_skipped():
+    config = load_text(GLOO_STYLE, "gloo.yaml")
+    (vs,) = config.virtual_services
+    assert vs.key == "gloo-system/petstore"
+    assert vs.routes[0].action == KubeRef("petstore", "petstore", 8080)
+    assert vs.routes[1].action == UpstreamRef("json-server", "gloo-system")
+    assert ("gloo-system", "ldap") in config.auth_configs
+    assert ("gloo-system", "json-server") in config.upstreams
+    assert ("petstore", "petstore") in config.services  # v1 Service is ours
+    assert config.skipped == (
+        "gloo.yaml: document 1 (line 1): skipped Namespace (v1): not an API group twistgw serves",
+        "gloo.yaml: document 2 (line 5): skipped Deployment (apps/v1): not an API group twistgw serves",
+        "gloo.yaml: document 3 (line 10): skipped ServiceAccount (v1): not an API group twistgw serves",
+        "gloo.yaml: document 4 (line 14): skipped ConfigMap (v1): not an API group twistgw serves",
+        "gloo.yaml: document 5 (line 19): skipped RateLimitConfig (ratelimit.solo.io/v1alpha1):"
+        " not an API group twistgw serves",
+    )
+
+
+def test_check_loads_gloo_manifests_and_notes_what_it_skipped(tmp_path):
+    (tmp_path / "gloo.yaml").write_text(GLOO_STYLE)
+    out = subprocess.run([sys.executable, "-m", "twistgw", "check", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "OK: 1 virtual service(s), 2 route(s)" in out.stdout
+    assert out.stderr.count("note: ") == 5
+    assert "skipped Deployment (apps/v1)" in out.stderr
+
+
+@pytest.mark.parametrize("api, kind, reason", [
+    ("gateway.solo.io/v1", "Gateway", "unknown kind 'Gateway' in 'gateway.solo.io/v1'"),
+    ("gloo.solo.io/v1", "UpstreamGroup", "unknown kind 'UpstreamGroup' in 'gloo.solo.io/v1'"),
+    ("gateway.vendor.io/v1", "VirtualServic", "unknown kind 'VirtualServic'"),
+    ("gloo.solo.io/v1", "VirtualService", "VirtualService needs apiVersion 'gateway.vendor.io/v1' or"
+                                          " 'gateway.solo.io/v1', got 'gloo.solo.io/v1'"),
+    ("gloo.solo.io/v1", "Settings", "Settings needs apiVersion 'gateway.vendor.io/v1'"),
+])
+def test_unknown_kind_in_our_groups_is_an_error(api, kind, reason):
+    with pytest.raises(ConfigError) as info:
+        load_text(f"apiVersion: {api}\nkind: {kind}\nmetadata: {{name: x}}\nspec: {{}}\n", "k.yaml")
+    (issue,) = info.value.issues
+    assert reason in issue.reason
+
+
+KUBE_VS = """\
+apiVersion: v1
+kind: Service
+metadata: {{name: s}}
+spec: {{ports: [{{port: 80}}]}}
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {{name: v}}
+spec:
+  virtualHost:
+    routes:
+    - routeAction:
+        single:
+          kube: {kube}
+"""
+
+
+@pytest.mark.parametrize("kube", ["{ref: {name: s, port: 80}}", "{ref: {name: s}, port: 80}",
+                                  "{ref: {name: s, port: 80}, port: 80}"])
+def test_kube_port_inside_or_beside_ref(kube):
+    (vs,) = load_text(KUBE_VS.format(kube=kube)).virtual_services
+    assert vs.routes[0].action == KubeRef("s", "default", 80)
+
+
+@pytest.mark.parametrize("kube, field, reason", [
+    ("{ref: {name: s}}", "kube.port", "is required"),
+    ("{ref: {name: s, port: 80}, port: 81}", "kube.port", "differs from ref.port (80)"),
+])
+def test_kube_port_errors(kube, field, reason):
+    with pytest.raises(ConfigError) as info:
+        load_text(KUBE_VS.format(kube=kube))
+    (issue,) = info.value.issues
+    assert issue.field == "spec.virtualHost.routes[0].routeAction.single." + field
+    assert reason in issue.reason
+
+
+@pytest.mark.parametrize("snippet, field, reason", [
+    ("routeAction: {single: {upstream: {name: u}, subset: {values: {stage: canary}}}}",
+     "routes[0].routeAction.single.subset", "subset routing is not supported"),
+    ("routeAction: {multi: {destinations: []}}", "routes[0].routeAction.multi",
+     "weighted destinations are not supported"),
+    ("redirectAction: {hostRedirect: x}", "routes[0].redirectAction", "redirects are not supported"),
+])
+def test_unsupported_gloo_route_fields_are_named(snippet, field, reason):
+    text = ("apiVersion: gateway.solo.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec:\n"
+            "  virtualHost:\n    routes:\n    - matchers: [{prefix: /}]\n      " + snippet + "\n"
+            "---\napiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+            "spec: {static: {hosts: [{addr: 127.0.0.1, port: 1}]}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_text(text)
+    found = [i for i in info.value.issues if i.field == "spec.virtualHost." + field]
+    assert found and found[0].reason.startswith("is not supported by twistgw: " + reason), info.value.issues
+
+
+def test_upstream_subset_spec_is_named():
+    text = ("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: echoapp}\nspec:\n  kube:\n"
+            "    serviceName: echoapp\n    servicePort: 80\n    subsetSpec: {selectors: [{keys: [stage]}]}\n")
+    with pytest.raises(ConfigError) as info:
+        load_text(text)
+    assert [(i.field, i.reason.split(":")[0]) for i in info.value.issues] == [
+        ("spec.kube.subsetSpec", "is not supported by twistgw")]
+
+
+# ---------------------------------------------------------------------------
+# Every problem at once
+# ---------------------------------------------------------------------------
+
+
+def check(text: str) -> list:
+    """Issues of loading and compiling (with the installed plugins)."""
+    host = PluginHost.create()
+    if text.startswith(VS_V):  # the head is written flush left, the rest indented
+        text = VS_V + textwrap.indent(textwrap.dedent(text[len(VS_V):]), "    ")
+    with pytest.raises(ConfigError) as info:
+        build_snapshot(load_text(textwrap.dedent(text), "a.yaml", keep_going=True), host)
+    return info.value.issues
+
+
+VS_V = """\
+apiVersion: gateway.vendor.io/v1
+kind: VirtualService
+metadata: {name: v}
+spec:
+  virtualHost:
+"""
+
+
+def test_wrong_domains_beside_missing_routes():
+    found = check(VS_V + """\
+            domains: example.com
+        """)
+    assert [(i.field, i.reason) for i in found] == [
+        ("spec.virtualHost.domains", "must be a list, got a string"),
+        ("spec.virtualHost.routes", "is required"),
+    ]
+
+
+def test_typo_beside_plugin_option_errors():
+    found = check(VS_V + """\
+            options:
+              rbac:
+                policies:
+                  one: {principals: [{jwtPrincipal: {claims: {a: b}, matcher: FUZZY}}]}
+                  two: {permissions: {pathPrefix: nope}}
+            routes:
+            - matchers: [{prefix: /}]
+              directResponseAction: {status: 200}
+              colour: blue
+        """)
+    assert [(i.line, i.field) for i in found] == [
+        (9, "spec.virtualHost.options.rbac.policies.one.principals[0].jwtPrincipal.matcher"),
+        (10, "spec.virtualHost.options.rbac.policies.two.permissions.pathPrefix"),
+        (14, "spec.virtualHost.routes[0].colour"),
+    ]
+    assert found[2].reason == "unknown field 'colour'; expected one of: delegateAction," \
+        " directResponseAction, matchers, name, options, routeAction"
+
+
+def test_jwt_reports_every_provider_problem():
+    found = check(VS_V + """\
+            options:
+              jwt:
+                validationPolicy: MAYBE
+                providers:
+                  a: {issuer: '', jwks: {local: {key: x}}}
+                  b: {jwks: {local: {key: x}, remote: {}}, keepToken: 'yes', issuers: x}
+            routes:
+            - directResponseAction: {status: 200}
+        """)
+    fields = [i.field.removeprefix("spec.virtualHost.options.jwt.") for i in found]
+    assert fields == ["validationPolicy", "providers.a.issuer", "providers.a.jwks.local.key",
+                      "providers.b.issuers", "providers.b.issuer", "providers.b.jwks", "providers.b.keepToken"]
+    assert len(set((i.field, i.reason) for i in found)) == len(found)
+
+
+def test_ldap_reports_every_problem_of_an_auth_config():
+    found = check("""\
+        apiVersion: enterprise.gloo.solo.io/v1
+        kind: AuthConfig
+        metadata: {name: ldap}
+        spec:
+          configs:
+          - ldap:
+              address: http://x
+              userDnTemplate: uid=x
+              allowedGroups: []
+              poool: {}
+        ---
+        apiVersion: gateway.vendor.io/v1
+        kind: VirtualService
+        metadata: {name: v}
+        spec:
+          virtualHost:
+            options: {extauth: {configRef: {name: ldap}}}
+            routes:
+            - directResponseAction: {status: 200}
+        """)
+    reasons = [i.reason for i in found]
+    assert len(reasons) == 4, reasons
+    assert any("spec.configs[0].ldap: poool: unknown field 'poool'" in r for r in reasons)
+    assert any(": address: " in r for r in reasons)
+    assert any(": userDnTemplate: " in r for r in reasons)
+    assert any(": allowedGroups: " in r for r in reasons)
+
+
+def test_invalid_upstream_gives_no_misleading_dangling_reference():
+    found = check("""\
+        apiVersion: gloo.solo.io/v1
+        kind: Upstream
+        metadata: {name: backend}
+        spec:
+          static: {hosts: [{addr: 127.0.0.1, port: 0}]}
+        ---
+        apiVersion: v1
+        kind: Service
+        metadata: {name: svc}
+        spec: {ports: [{port: 80, protocol: 7, nmae: x}]}
+        ---
+        apiVersion: gateway.vendor.io/v1
+        kind: VirtualService
+        metadata: {name: v}
+        spec:
+          virtualHost:
+            routes:
+            - routeAction: {single: {upstream: {name: backend}}}
+            - routeAction: {single: {upstream: {name: backend}}}
+            - routeAction: {single: {kube: {ref: {name: svc}, port: 80}}}
+        """)
+    assert [(i.resource, i.field) for i in found] == [
+        ("Upstream default/backend", "spec.static.hosts[0].port"),
+        ("Service default/svc", "spec.ports[0].nmae"),
+        ("Service default/svc", "spec.ports[0].protocol"),
+    ]
+
+
+def test_problems_in_file_and_line_order_across_files(tmp_path):
+    (tmp_path / "b.yaml").write_text(
+        "apiVersion: gateway.vendor.io/v1\nkind: VirtualService\nmetadata: {name: b}\nspec:\n"
+        "  virtualHost:\n    domains: [b]\n    routes:\n    - {directResponseAction: {status: 1}}\n"
+        "    - {directResponseAction: {status: 2}}\n")
+    (tmp_path / "a.yaml").write_text(
+        "apiVersion: gateway.vendor.io/v1\nkind: VirtualService\nmetadata: {name: a}\nspec:\n"
+        "  virtualHost:\n    domains: [a]\n    routes: []\n    extra: 1\n---\nkind: Upstream\n")
+    with pytest.raises(ConfigError) as info:
+        build_snapshot(load_directory(str(tmp_path), keep_going=True), PluginHost.create())
+    where = [(os.path.basename(i.file), i.line) for i in info.value.issues]
+    assert where == [("a.yaml", 8), ("a.yaml", 10), ("b.yaml", 8), ("b.yaml", 9)]
+
+
+@pytest.mark.parametrize("doc, field, reason", [
+    ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 53, protocol: UDP}]}\n",
+     "spec.ports[0].protocol", "must be TCP"),
+    ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 80, appProtocol: kubernetes.io/h2c}]}\n",
+     "spec.ports[0].appProtocol", "must be http"),
+    ("apiVersion: v1\nkind: Endpoints\nmetadata: {name: s}\nsubsets: [{addresses: [{ip: 1.2.3.4}],"
+     " ports: [{port: 80, appProtocol: grpc}]}]\n", "subsets[0].ports[0].appProtocol", "must be http"),
+    ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {type: ExternalName, externalName: x.example}\n",
+     "spec.type", "ExternalName Services are not supported"),
+    ("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+     "spec: {static: {hosts: [{addr: 1.2.3.4, port: 443}], useTls: true}}\n",
+     "spec.static.useTls", "TLS to upstreams is not supported"),
+    ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {selector: {app: s}, ports: [{port: 80}]}\n---\n"
+     "apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+     "spec: {kube: {serviceName: s, servicePort: 80, selector: {app: s, version: v2}}}\n",
+     "spec.kube.selector", "differs from the selector of Service default/s"),
+])
+def test_what_the_gateway_cannot_honour_is_refused(doc, field, reason):
+    with pytest.raises(ConfigError) as info:
+        load_text(doc)
+    (issue,) = info.value.issues
+    assert issue.field == field and reason in issue.reason
+
+
+def test_the_services_own_selector_is_accepted():
+    config = load_text(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {selector: {app: s}, ports: [{port: 80}]}\n---\n"
+        "apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+        "spec: {kube: {serviceName: s, servicePort: 80, selector: {app: s}}}\n")
+    assert ("default", "u") in config.upstreams
+
+
+def test_invalid_auth_config_is_reported_once_not_as_dangling():
+    found = check("""\
+        apiVersion: enterprise.gloo.solo.io/v1
+        kind: AuthConfig
+        metadata: {name: ldap}
+        spec:
+          configs: []
+        ---
+        apiVersion: gateway.vendor.io/v1
+        kind: VirtualService
+        metadata: {name: v}
+        spec:
+          virtualHost:
+            options: {extauth: {configRef: {name: ldap}}}
+            routes:
+            - directResponseAction: {status: 200}
+        """)
+    assert [(i.resource, i.field) for i in found] == [("AuthConfig default/ldap", "spec.configs")]

@@ -1,0 +1,145 @@
+"""Route matchers as Gloo Edge defines them: prefix, exact, regex (linear
+time), caseSensitive, headers, queryParameters, methods; several matchers
+on one route are alternatives (OR), the conditions of one matcher all hold
+(AND)."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+
+import pytest
+import pytest_twisted
+
+from twistgw.config.loader import ConfigError, load_text
+from twistgw.testing import ChainTester
+
+HEAD = """\
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {name: m}
+spec:
+  virtualHost:
+    routes:
+"""
+
+
+def make_tester(routes: str) -> ChainTester:
+    return ChainTester.from_yaml(HEAD + textwrap.indent(textwrap.dedent(routes), "    "),
+                                 load_entry_points=False)
+
+
+def route_yaml(name: str, matchers: str) -> str:
+    return f"- name: {name}\n  matchers: {matchers}\n  directResponseAction: {{status: 200, body: {name}}}\n"
+
+
+async def chosen(t: ChainTester, method: str, target: str, headers: dict | None = None) -> str | None:
+    result = await t.request(method, "http://h" + target, headers)
+    if result.status == 404:
+        return None
+    return result.body.decode()
+
+
+@pytest_twisted.ensureDeferred
+async def test_path_matchers_and_case():
+    t = make_tester(
+        route_yaml("exact", "[{exact: /pets}]")
+        + route_yaml("regex", "[{regex: '/pets/[0-9]+'}]")
+        + route_yaml("nocase", "[{prefix: /Store, caseSensitive: false}]")
+        + route_yaml("prefix", "[{prefix: /pets}]")
+    )
+    assert await chosen(t, "GET", "/pets") == "exact"
+    assert await chosen(t, "GET", "/pets/12") == "regex"
+    assert await chosen(t, "GET", "/pets/12/x") == "prefix"  # a regex matches the whole path
+    assert await chosen(t, "GET", "/pets/x") == "prefix"
+    assert await chosen(t, "GET", "/STORE/a") == "nocase"
+    assert await chosen(t, "GET", "/store") == "nocase"
+    assert await chosen(t, "GET", "/PETS") is None  # case-sensitive by default
+    assert await chosen(t, "GET", "/pets?x=1") == "exact"  # the query is not part of the path
+
+
+@pytest_twisted.ensureDeferred
+async def test_headers_query_and_methods():
+    t = make_tester(
+        route_yaml("both", "[{prefix: /, headers: [{name: x-a, value: '1'}], queryParameters: [{name: q, value: v}]}]")
+        + route_yaml("hdr-regex", "[{prefix: /, headers: [{name: x-ver, value: 'v[0-9]+', regex: true}]}]")
+        + route_yaml("present", "[{prefix: /, headers: [{name: x-present}]}]")
+        + route_yaml("q-regex", "[{prefix: /, queryParameters: [{name: id, value: '[a-f]+', regex: true}]}]")
+        + route_yaml("q-present", "[{prefix: /, queryParameters: [{name: debug}]}]")
+        + route_yaml("post", "[{prefix: /, methods: [POST, PUT]}]")
+        + route_yaml("not-internal", "[{prefix: /, headers: [{name: x-internal, invertMatch: true}]}]")
+        + route_yaml("rest", "[{prefix: /}]")
+    )
+    assert await chosen(t, "GET", "/?q=v", {"x-a": "1"}) == "both"
+    assert await chosen(t, "GET", "/?q=w", {"x-a": "1", "x-internal": "y"}) == "rest"  # AND within a matcher
+    assert await chosen(t, "GET", "/", {"X-Ver": "v12", "x-internal": "y"}) == "hdr-regex"
+    assert await chosen(t, "GET", "/", {"x-ver": "v12x", "x-internal": "y"}) == "rest"  # full match
+    assert await chosen(t, "GET", "/", {"x-present": "", "x-internal": "y"}) == "present"
+    assert await chosen(t, "GET", "/?id=abc", {"x-internal": "y"}) == "q-regex"
+    assert await chosen(t, "GET", "/?id=abz", {"x-internal": "y"}) == "rest"
+    assert await chosen(t, "GET", "/?debug", {"x-internal": "y"}) == "q-present"
+    assert await chosen(t, "PUT", "/", {"x-internal": "y"}) == "post"
+    assert await chosen(t, "GET", "/") == "not-internal"
+    assert await chosen(t, "GET", "/", {"x-internal": "y"}) == "rest"
+
+
+@pytest_twisted.ensureDeferred
+async def test_several_matchers_are_alternatives_and_pseudo_headers():
+    t = make_tester(
+        route_yaml("either", "[{exact: /a}, {prefix: /b, methods: [DELETE]}]")
+        + route_yaml("authority", "[{prefix: /, headers: [{name: ':authority', value: h}]}]")
+    )
+    assert await chosen(t, "GET", "/a") == "either"
+    assert await chosen(t, "DELETE", "/b/1") == "either"
+    assert await chosen(t, "GET", "/b/1") == "authority"
+
+
+@pytest_twisted.ensureDeferred
+async def test_invert_match_with_a_value():
+    t = make_tester(route_yaml("not-beta", "[{prefix: /, headers: [{name: x-stage, value: beta, invertMatch: true}]}]"))
+    assert await chosen(t, "GET", "/") == "not-beta"
+    assert await chosen(t, "GET", "/", {"x-stage": "prod"}) == "not-beta"
+    assert await chosen(t, "GET", "/", {"x-stage": "beta"}) is None
+
+
+@pytest_twisted.ensureDeferred
+async def test_regex_is_linear_time():
+    t = make_tester(route_yaml("evil", "[{regex: '/(a+)+$'}]")
+               + route_yaml("evil-header", "[{prefix: /, headers: [{name: x, value: '(a|a)*b', regex: true}]}]"))
+    start = time.perf_counter()
+    assert await chosen(t, "GET", "/" + "a" * 3000 + "!") is None
+    assert await chosen(t, "GET", "/z", {"x": "a" * 3000 + "c"}) is None
+    assert time.perf_counter() - start < 1.0  # Python's re would take longer than the universe
+
+
+@pytest.mark.parametrize("matchers, field, reason", [
+    ("[{regex: '/(a)\\1'}]", "matchers[0].regex", "backreferences"),
+    ("[{regex: '/(?=x)'}]", "matchers[0].regex", "lookahead"),
+    ("[{regex: '/('}]", "matchers[0].regex", "invalid regular expression"),
+    ("[{prefix: /a, exact: /b}]", "matchers[0]", "set at most one of prefix, exact or regex"),
+    ("[{prefix: /a, caseSensitive: 'no'}]", "matchers[0].caseSensitive", "must be true or false"),
+    ("[{headers: [{value: x}]}]", "matchers[0].headers[0].name", "is required"),
+    ("[{headers: [{name: x, regex: true}]}]", "matchers[0].headers[0].regex", "needs a value"),
+    ("[{headers: [{name: ':path2', value: x}]}]", "matchers[0].headers[0].name", "unknown pseudo-header"),
+    ("[{queryParameters: [{name: q, value: '(', regex: true}]}]",
+     "matchers[0].queryParameters[0].value", "invalid regular expression"),
+    ("[{methods: [get]}]", "matchers[0].methods[0]", "in capitals"),
+    ("[{prefx: /a}]", "matchers[0].prefx", "unknown field 'prefx'"),
+])
+def test_matcher_errors(matchers, field, reason):
+    text = HEAD + textwrap.indent(route_yaml("r", matchers), "    ")
+    with pytest.raises(ConfigError) as info:
+        load_text(text, "m.yaml")
+    found = [i for i in info.value.issues if i.field == "spec.virtualHost.routes[0]." + field]
+    assert found and reason in found[0].reason, info.value.issues
+    assert found[0].line == 8
+
+
+def test_all_matcher_problems_at_once():
+    text = HEAD + textwrap.indent(route_yaml("r", "[{regex: '(a)\\1', methods: [get], headers: [{}]}]"), "    ")
+    with pytest.raises(ConfigError) as info:
+        load_text(text, "m.yaml")
+    fields = sorted(i.field for i in info.value.issues)
+    assert fields == ["spec.virtualHost.routes[0].matchers[0].headers[0].name",
+                      "spec.virtualHost.routes[0].matchers[0].methods[0]",
+                      "spec.virtualHost.routes[0].matchers[0].regex"]

@@ -1,0 +1,231 @@
+"""RouteTables and ``delegateAction``: flatten a virtual service's route tree
+into the one ordered list of routes that serves requests (pure).
+
+Gloo Edge's rules, which we follow:
+
+* a route delegates by ``ref`` (one table; the namespace defaults to the
+  delegating resource's) or by ``selector`` (``labels`` *or*
+  ``expressions``, in ``namespaces`` — default the delegating resource's
+  own, ``*`` for all);
+* tables chosen by a selector are taken in ascending ``weight`` (default
+  0); where several share a weight, the routes of those tables are sorted
+  most specific first (exact, then regex, then prefix; longer paths first),
+  so ``/a`` never shadows ``/a/b``;
+* a delegating route has at most one matcher, a ``prefix`` (none means
+  ``/``); every path matcher below it (``prefix``, ``exact`` or ``regex``,
+  as written) must start with that prefix, or the configuration is
+  rejected; header, query parameter and method conditions of the parent must
+  be repeated by each child (a superset), as Gloo requires without
+  ``inheritableMatchers``;
+* a child route without matchers takes its parent's matcher;
+* a child's options are the parent's options with the child's own on top
+  (a plugin key the child sets replaces the parent's entry wholesale);
+* a reference to a missing table, a selector choosing none, and a cycle are
+  configuration errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import attrs
+
+from twistgw.config.matchers import Matcher
+from twistgw.config.names import parse_duration
+from twistgw.config.model import Delegate, Route, RouteTable, Selector, VirtualService
+
+#: Options keys that replace each other as a group when a child sets one.
+_JWT_KEYS = frozenset({"jwt", "jwtStaged", "jwtProvidersStaged"})
+
+#: Operators of ``selector.expressions`` (Kubernetes label selector semantics).
+OPERATORS = ("Equals", "DoubleEquals", "NotEquals", "In", "NotIn", "Exists", "DoesNotExist",
+             "GreaterThan", "LessThan")
+
+def selects(selector: Selector, owner_ns: str, table: RouteTable) -> bool:
+    namespaces = selector.namespaces or (owner_ns,)
+    if "*" not in namespaces and table.namespace not in namespaces:
+        return False
+    for k, v in selector.labels.items():
+        if table.labels.get(k) != v:
+            return False
+    for key, op, values in selector.expressions:
+        if not _expression(table.labels, key, op, values):
+            return False
+    return True
+
+
+def _expression(labels: Mapping[str, str], key: str, op: str, values: tuple[str, ...]) -> bool:
+    have = labels.get(key)
+    if op == "Exists":
+        return have is not None
+    if op == "DoesNotExist":
+        return have is None
+    if op in ("Equals", "DoubleEquals", "In"):
+        return have is not None and have in values
+    if op in ("NotEquals", "NotIn"):
+        return have is None or have not in values
+    if have is None:
+        return False
+    try:
+        number, bound = int(have), int(values[0])
+    except ValueError:
+        return False
+    return number > bound if op == "GreaterThan" else number < bound
+
+
+def _specificity(route: Route) -> tuple[int, int]:
+    """Sort key, most specific first (Gloo's sort_routes): exact, regex, prefix; longer first."""
+    best = (3, 0)
+    for m in route.matchers:
+        rank = {"exact": 0, "regex": 1, "prefix": 2}[m.kind]
+        best = min(best, (rank, -len(m.path_text)))
+    return best
+
+
+def _merge_options(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(parent)
+    if _JWT_KEYS & child.keys():
+        for k in _JWT_KEYS:
+            out.pop(k, None)
+    out.update(child)
+    return out
+
+
+@attrs.define
+class _Where:
+    """Where a route was written, for error messages."""
+
+    source: Any
+    path: tuple[str | int, ...]
+    owner: str
+
+
+class Flattener:
+    """Resolves delegation for every virtual service of one configuration."""
+
+    def __init__(self, tables: Mapping[tuple[str, str], RouteTable], invalid: set[tuple[str, str]],
+                 issue: Callable[[Any, str, tuple[str | int, ...], str], None]) -> None:
+        """:param invalid: (namespace, name) of RouteTables declared but
+            rejected (their problems are reported already; references to
+            them are not reported again).
+        :param issue: ``issue(source, owner, path, reason)`` records a problem.
+        """
+        self.tables = tables
+        self.invalid = invalid
+        self.issue = issue
+        self.used: set[tuple[str, str]] = set()
+
+    def flatten(self, vs: VirtualService) -> tuple[Route, ...]:
+        out: list[Route] = []
+        owner = f"VirtualService {vs.key}"
+        routes = [(None, r) for r in vs.routes]
+        self._walk(routes, vs.namespace, None, {}, owner, vs.source, [owner], out)
+        return tuple(attrs.evolve(r, index=i) for i, r in enumerate(out))
+
+    def _walk(self, routes: list[tuple[RouteTable | None, Route]], namespace: str, parent: Matcher | None,
+              parent_options: Mapping[str, Any], owner: str, source: Any,
+              stack: list[str], out: list[Route]) -> None:
+        """:param stack: the delegation chain down to the delegating resource."""
+        for table, route in routes:
+            chain = stack
+            if table is not None:  # a route of a table the parent delegates to
+                namespace, owner, source = table.namespace, f"RouteTable {table.key}", table.source
+                chain = stack + [owner]
+            here = self._inherit(route, parent, parent_options, source, owner)
+            if here is None:
+                continue
+            if not isinstance(here.action, Delegate):
+                out.append(here)
+                continue
+            prefix = self._delegating_matcher(here, source, owner)
+            if prefix is None:
+                continue
+            tables = []
+            for target in self._targets(here, here.action, namespace, source, owner):
+                where = f"RouteTable {target.key}"
+                if where in chain:
+                    cycle = " -> ".join(chain[chain.index(where):] + [where])
+                    self.issue(source, owner, here.path + ("delegateAction",), f"delegation cycle: {cycle}")
+                    continue
+                self.used.add((target.namespace, target.name))
+                tables.append(target)
+            self._walk(_in_order(tables), namespace, prefix, here.options, owner, source, chain, out)
+
+    def _inherit(self, route: Route, parent: Matcher | None, parent_options: Mapping[str, Any],
+                 source: Any, owner: str) -> Route | None:
+        if parent is None:  # a virtual service's own route: no matchers means prefix "/"
+            return route if route.matchers else attrs.evolve(route, matchers=(Matcher(prefix="/"),))
+        matchers = route.matchers or (parent,)
+        ok = True
+        for j, m in enumerate(matchers):
+            mp = route.path + ("matchers", j)
+            if not m.path_text.startswith(parent.path_text):
+                self.issue(source, owner, mp,
+                           f"{m.kind} {m.path_text!r} does not start with {parent.path_text!r}, the prefix"
+                           " delegated to this route table (Gloo requires every child route to keep"
+                           " its parent's prefix)")
+                ok = False
+            missing = [h.name for h in parent.headers if h not in m.headers]
+            missing += [f"?{q.name}" for q in parent.query if q not in m.query]
+            if parent.methods and not (m.methods and set(m.methods) <= set(parent.methods)):
+                missing.append("methods " + ",".join(parent.methods))
+            if missing:
+                self.issue(source, owner, mp,
+                           "must repeat the delegating route's conditions (" + ", ".join(missing) + ")")
+                ok = False
+        if not ok:
+            return None
+        options = _merge_options(parent_options, route.options)
+        timeout = parse_duration(options["timeout"]) if "timeout" in options else None
+        return attrs.evolve(route, matchers=matchers, options=options,
+                            prefix_rewrite=options.get("prefixRewrite"), timeout=timeout)
+
+    def _delegating_matcher(self, route: Route, source: Any, owner: str) -> Matcher | None:
+        if len(route.matchers) != 1:
+            self.issue(source, owner, route.path + ("matchers",),
+                       "a delegating route takes exactly one prefix matcher")
+            return None
+        m = route.matchers[0]
+        if m.kind != "prefix":
+            self.issue(source, owner, route.path + ("matchers", 0, m.kind),
+                       f"a delegating route matches by prefix only, not {m.kind}")
+            return None
+        return m
+
+    def _targets(self, route: Route, action: Delegate, namespace: str, source: Any,
+                 owner: str) -> list[RouteTable]:
+        dp = route.path + ("delegateAction",)
+        if action.ref is not None:
+            table = self.tables.get(action.ref)
+            if table is None:
+                if action.ref not in self.invalid:
+                    self.issue(source, owner, dp + ("ref",),
+                               f"dangling delegation: no RouteTable {action.ref[0]}/{action.ref[1]}")
+                return []
+            return [table]
+        assert action.selector is not None
+        chosen = [t for t in self.tables.values() if selects(action.selector, namespace, t)]
+        if not chosen:
+            self.issue(source, owner, dp + ("selector",),
+                       "dangling delegation: the selector chooses no RouteTable")
+            return []
+        chosen.sort(key=lambda t: (t.weight, t.namespace, t.name))
+        return chosen
+
+
+def _in_order(tables: list[RouteTable]) -> list[tuple[RouteTable | None, Route]]:
+    """The routes of the tables one route delegates to, as (table, route):
+    by weight; tables that share a weight have their routes sorted most
+    specific first (stable), as Gloo does."""
+    out: list[tuple[RouteTable | None, Route]] = []
+    i = 0
+    while i < len(tables):
+        j = i
+        while j < len(tables) and tables[j].weight == tables[i].weight:
+            j += 1
+        group: list[tuple[RouteTable | None, Route]] = [(t, r) for t in tables[i:j] for r in t.routes]
+        if j - i > 1:
+            group.sort(key=lambda pair: _specificity(pair[1]))
+        out.extend(group)
+        i = j
+    return out
