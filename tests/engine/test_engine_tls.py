@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from engine_helpers import ENGINE
+from support.http import static_upstream_yaml, vs_yaml
 from support.process import TwistGateway
 
 CURL = shutil.which("curl")
@@ -78,22 +79,8 @@ def tls_gateway(tmp_path: Path, certificate: tuple[Path, Path]) -> Any:
     thread.start()
     d = tmp_path / "cfg"
     d.mkdir()
-    (d / "c.yaml").write_text(f"""\
-apiVersion: core.vendor.io/v1
-kind: Upstream
-metadata: {{name: echo}}
-spec: {{static: {{hosts: [{{addr: 127.0.0.1, port: {backend.server_address[1]}}}]}}}}
----
-apiVersion: gateway.vendor.io/v1
-kind: VirtualService
-metadata: {{name: v}}
-spec:
-  virtualHost:
-    domains: ["*"]
-    routes:
-    - matchers: [{{prefix: /}}]
-      routeAction: {{single: {{upstream: {{name: echo}}}}}}
-""")
+    (d / "c.yaml").write_text(static_upstream_yaml("echo", [backend.server_address[1]]) + "---\n"
+                              + vs_yaml(upstream="echo"))
     key, cert = certificate
     listen = f"ssl:{{port}}:privateKey={key}:certKey={cert}:interface=127.0.0.1"
     try:

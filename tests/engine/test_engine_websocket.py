@@ -21,7 +21,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import threads
 
-from engine_helpers import ENGINE, jwt_route_options, open_fds
+from engine_helpers import ENGINE, jwt_route_options, open_fds, route
 from support.http import raw_connect, sleep, static_upstream_yaml, vs_yaml, wait_for
 
 websockets = pytest.importorskip("websockets")
@@ -67,11 +67,7 @@ class WSBackend:
 def ws_gateway(config_dir: Any, gateway: Any, jwt_key: Any) -> Any:
     backend = WSBackend()
     pem, token = jwt_key
-    routes = ("    - matchers: [{prefix: /jwt}]\n"
-              "      routeAction: {single: {upstream: {name: ws}}}\n"
-              f"      options: {jwt_route_options(pem)}\n"
-              "    - matchers: [{prefix: /}]\n"
-              "      routeAction: {single: {upstream: {name: ws}}}\n")
+    routes = route("/jwt", "ws", jwt_route_options(pem)) + route("/", "ws")
     gw = gateway(config_dir(static_upstream_yaml("ws", [backend.port]) + "---\n" + vs_yaml(upstream="ws", routes=routes)),
                  load_entry_points=True)
     gw.backend, gw.token = backend, token
