@@ -4,8 +4,9 @@ Plugin authors need only what is exported here; see :mod:`twistgw.hookspecs`
 for the hooks and ``docs/plugins.md`` for a complete example.
 """
 
+from twistgw.api.commands import Commands
 from twistgw.api.headers import Headers
-from twistgw.api.plugin import GatewayInfo, PluginInfo, hookimpl
+from twistgw.api.plugin import GatewayInfo, Placement, PluginInfo, StagedOptions, hookimpl
 from twistgw.api.types import (
     Allow,
     AuthConfigInfo,
@@ -27,6 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Allow",
     "AuthConfigInfo",
+    "Commands",
     "ConfigError",
     "ConfigIssue",
     "Decision",
@@ -36,11 +38,13 @@ __all__ = [
     "Headers",
     "OptionsError",
     "OptionsScope",
+    "Placement",
     "PluginInfo",
     "RequestContext",
     "ResourceView",
     "Route",
     "SecretInfo",
+    "StagedOptions",
     "UpstreamInfo",
     "VirtualService",
     "__version__",

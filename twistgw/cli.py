@@ -1,4 +1,6 @@
-"""The ``twistgw`` command: check, explain, token, keys, create secret, plugins.
+"""The ``twistgw`` command: check, explain, plugins, and the commands the
+installed plugins add (``twistgw_add_commands``: the shipped ones add
+``token``, ``keys`` and ``create secret authcredentials``).
 
 Exit codes (every subcommand): 0 success; 1 the thing checked is invalid or
 the request would be refused (``explain``); 2 usage error (bad flags, missing
@@ -8,12 +10,11 @@ files).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from typing import Any, Sequence
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+from twistgw.api.commands import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Commands
 
 
 def _err(message: str) -> None:
@@ -90,6 +91,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 async def _explain(args: argparse.Namespace, reactor: Any) -> int:
     from twistgw.api.types import Allow, Deny
     from twistgw.config.loader import ConfigError
+    from twistgw.core.plan import Forward
     from twistgw.testing import ChainTester
 
     headers = []
@@ -131,104 +133,34 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
         else:
             verdict, reason = "pass", ""
         print(f"  {plugin}.{phase}: {verdict}" + (f" — {reason}" if reason else ""))
+    plan = result.plan
     if result.deny is not None:
-        print(f"Result: {result.status}, refused by {result.decided_by or 'routing'}")
+        print(f"Result: {result.status}, refused by {result.decided_by or 'routing'}"
+              + (f" ({result.deny.reason})" if result.decided_by is None and result.deny.reason else ""))
         return EXIT_INVALID
-    if rt.direct is not None:
-        print(f"Result: direct response {rt.direct.status}")
+    if not isinstance(plan, Forward):
+        print(f"Result: direct response {result.status}")
     else:
-        ups = rt.balancer.upstream if rt.balancer else None
-        where = ", ".join(f"{e.host}:{e.port}" for e in ups.endpoints) if ups else "?"
-        print(f"Result: forwarded to upstream {ups.namespace}/{ups.name} ({where or 'no endpoints: 503'})"
-              f" as {ctx.path}{'?' + ctx.query.decode('latin-1') if ctx.query else ''}")
+        ups = plan.upstream
+        print(f"Result: forwarded to upstream {ups.namespace}/{ups.name}"
+              f" ({plan.endpoint.host}:{plan.endpoint.port}) as {plan.target.decode('latin-1')}")
+        print("Headers sent upstream:")
+        for name, values in plan.headers.getAllRawHeaders():
+            for value in values:
+                print(f"  {name.decode('latin-1')}: {_shown(name, value)}")
     return EXIT_OK
 
 
-# ---------------------------------------------------------------------------
-# token / keys / create secret
-# ---------------------------------------------------------------------------
-
-_TTL = re.compile(r"^(\d+)([smhd]?)$")
+#: Headers whose values ``explain`` does not print (credentials).
+_SECRET_HEADERS = frozenset({b"authorization", b"proxy-authorization", b"cookie", b"x-api-key"})
 
 
-def _parse_ttl(text: str) -> int:
-    m = _TTL.match(text.strip())
-    if not m:
-        raise ValueError(f"--ttl must look like 3600, 90s, 15m, 1h or 7d; got {text!r}")
-    return int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-
-
-def _claim_value(raw: str) -> Any:
-    """``k=v``: v is JSON when it parses as JSON (numbers, true, lists), else a string."""
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
-
-
-def cmd_token(args: argparse.Namespace) -> int:
-    from twistgw_jwt.tools import mint_token
-
-    try:
-        with open(args.key, "rb") as f:
-            pem = f.read()
-        ttl = _parse_ttl(args.ttl)
-        claims = {}
-        for item in args.claim or []:
-            if "=" not in item:
-                raise ValueError(f"--claim {item!r}: expected name=value")
-            k, v = item.split("=", 1)
-            claims[k] = _claim_value(v)
-        if args.aud:
-            claims["aud"] = args.aud
-        token = mint_token(pem, args.iss, args.sub, claims, ttl, kid=args.kid, algorithm=args.alg)
-    except (OSError, ValueError) as exc:
-        _err(str(exc))
-        return EXIT_USAGE
-    print(token)
-    return EXIT_OK
-
-
-def cmd_keys(args: argparse.Namespace) -> int:
-    from twistgw_jwt.tools import jwks_from_public_key
-
-    try:
-        with open(args.public, "rb") as f:
-            pem = f.read()
-        doc = jwks_from_public_key(pem, kid=args.kid)
-    except (OSError, ValueError) as exc:
-        _err(str(exc))
-        return EXIT_USAGE
-    print(json.dumps(doc, indent=2))
-    return EXIT_OK
-
-
-def cmd_create_secret(args: argparse.Namespace) -> int:
-    from twistgw_ldap.secret import secret_yaml
-
-    args.namespace_defaulted = args.namespace is None
-    if args.namespace is None:
-        args.namespace = "default"
-    try:
-        text = secret_yaml(args.name, args.namespace, args.username, args.password)
-    except ValueError as exc:
-        _err(str(exc))
-        return EXIT_USAGE
-    if args.output:
-        try:
-            with open(args.output, "w") as f:
-                f.write(text)
-        except OSError as exc:
-            _err(f"cannot write {args.output}: {exc.strerror}")
-            return EXIT_USAGE
-    else:
-        sys.stdout.write(text)
-    # stderr, so the YAML on stdout stays clean: where the Secret went, and how to use it
-    defaulted = " (the default; pass --namespace to change it)" if args.namespace_defaulted else ""
-    print(f"wrote Secret {args.name} in namespace {args.namespace}{defaulted} to"
-          f" {args.output or 'stdout'}; reference it from the AuthConfig as"
-          f" credentialsSecretRef: {{name: {args.name}, namespace: {args.namespace}}}", file=sys.stderr)
-    return EXIT_OK
+def _shown(name: bytes, value: bytes) -> str:
+    text = value.decode("latin-1")
+    if name.lower() not in _SECRET_HEADERS:
+        return text
+    scheme, _, rest = text.partition(" ")
+    return f"{scheme} (redacted)" if rest else "(redacted)"
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -274,42 +206,26 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("-H", "--header", action="append", help="request header 'Name: value' (repeatable)")
     e.set_defaults(func=cmd_explain)
 
-    t = sub.add_parser("token", help="mint a signed JWT for local testing")
-    t.add_argument("--key", required=True, help="private key PEM (RSA, EC or Ed25519)")
-    t.add_argument("--iss", required=True, help="issuer (must equal the provider's issuer)")
-    t.add_argument("--sub", required=True, help="subject")
-    t.add_argument("--aud", help="audience")
-    t.add_argument("--claim", action="append", help="extra claim name=value; JSON values allowed (repeatable)")
-    t.add_argument("--ttl", default="1h", help="lifetime: 3600, 90s, 15m, 1h, 7d (default 1h)")
-    t.add_argument("--kid", help="key id to put in the header")
-    t.add_argument("--alg", help="algorithm (default: from the key type, e.g. RS256, ES256, EdDSA)")
-    t.set_defaults(func=cmd_token)
-
-    k = sub.add_parser("keys", help="turn a public key PEM into a JWKS document")
-    k.add_argument("--public", required=True, help="public key PEM")
-    k.add_argument("--kid", help="key id (default: the key's RFC 7638 thumbprint)")
-    k.set_defaults(func=cmd_keys)
-
-    cr = sub.add_parser("create", help="create resources")
-    crs = cr.add_subparsers(dest="what", metavar="WHAT")
-    crs.required = True
-    s = crs.add_parser("secret", help="create a Secret")
-    ss = s.add_subparsers(dest="secret_type", metavar="TYPE")
-    ss.required = True
-    a = ss.add_parser("authcredentials", help="LDAP service-account credentials for an AuthConfig",
-                      description="Write a v1 Secret of type extauth.vendor.io/accountcredentials"
-                      " (data: username, password) for groupLookupSettings.credentialsSecretRef.")
-    a.add_argument("--name", required=True)
-    a.add_argument("--namespace", default=None,
-                   help="the Secret's namespace (default: default; glooctl's is gloo-system)")
-    a.add_argument("--username", required=True, help="the service account's DN")
-    a.add_argument("--password", required=True)
-    a.add_argument("-o", "--output", help="write to this file instead of stdout")
-    a.set_defaults(func=cmd_create_secret)
-
     pl = sub.add_parser("plugins", help="list installed plugins and their default order")
     pl.set_defaults(func=cmd_plugins)
+    _add_plugin_commands(Commands(sub))
     return p
+
+
+def _add_plugin_commands(commands: Commands) -> None:
+    """Each installed plugin's sub-commands (``twistgw_add_commands``),
+    in the plugins' default chain order."""
+    from twistgw.core.plugins import PluginError, PluginHost
+
+    try:
+        host = PluginHost.create()
+    except PluginError as exc:
+        _err(f"{exc}; the plugins' commands are not available")
+        return
+    for name in host.default_order():
+        fn = host.impl(name, "twistgw_add_commands")
+        if fn is not None:
+            fn(commands=commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

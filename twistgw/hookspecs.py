@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import pluggy
 
 if TYPE_CHECKING:
+    from twistgw.api.commands import Commands
     from twistgw.api.types import Decision, OptionsScope, RequestContext
     from twistgw.config.model import Route, VirtualService
     from twistgw.api.plugin import GatewayInfo, PluginInfo
@@ -63,6 +64,19 @@ def twistgw_plugin_info() -> PluginInfo:
 
     :return: a :class:`twistgw.PluginInfo`. Plugins without this hook get
         ``PluginInfo(order=1000)``.
+    """
+
+
+@hookspec
+def twistgw_add_commands(commands: Commands) -> None:
+    """Add the plugin's sub-commands to the ``twistgw`` command line
+    (broadcast: every plugin is called when ``twistgw`` starts).
+
+    :param commands: :class:`twistgw.Commands`; ``commands.add("token",
+        help=...)`` returns an ``argparse`` parser: add arguments, then
+        ``set_defaults(func=run)`` where ``run(args)`` returns the exit code.
+        The shipped plugins add ``twistgw token`` and ``keys`` (jwt) and
+        ``twistgw create secret authcredentials`` (extauth).
     """
 
 

@@ -14,13 +14,49 @@ gateway reports file, line, resource and field like its own errors;
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Any, Iterable, Iterator, Mapping
 
+from twistgw.api.headers import is_token
 from twistgw.api.types import OptionsError
 
 Path = tuple[str | int, ...]
 
-__all__ = ["Path", "Problems", "check_fields", "require_mapping", "type_name", "unknown_field"]
+__all__ = ["DURATION_UNITS", "Path", "Problems", "check_fields", "is_kubernetes_name", "is_token", "parse_duration",
+           "require_mapping", "type_name", "unknown_field"]
+
+#: A Kubernetes object name (RFC 1123 subdomain): lower-case letters, digits, '-' and '.'.
+_KUBERNETES_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def is_kubernetes_name(text: str) -> bool:
+    """Whether ``text`` is a valid Kubernetes ``metadata.name`` or namespace."""
+    return len(text) <= 253 and _KUBERNETES_NAME.fullmatch(text) is not None
+
+
+#: Seconds per unit of a duration (Gloo's and Envoy's: ``250ms``, ``15s``, ``5m``, ``1h``).
+DURATION_UNITS: Mapping[str, float] = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*")
+
+
+def parse_duration(value: Any, units: Mapping[str, float] = DURATION_UNITS) -> float | None:
+    """Seconds of ``15s``, ``1.5s``, ``250ms``, ``2m``, ``1h`` or a plain
+    number of seconds; None when ``value`` is none of these or negative (the
+    caller reports it with its own field path)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value) if value >= 0 else None
+    if not isinstance(value, str):
+        return None
+    m = _DURATION.fullmatch(value)
+    if not m:
+        return None
+    if not m.group(2):
+        return float(m.group(1))
+    factor = units.get(m.group(2))
+    return None if factor is None else float(m.group(1)) * factor
 
 
 def type_name(value: Any) -> str:

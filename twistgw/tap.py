@@ -7,6 +7,7 @@ import sys
 from twisted.application.service import IService
 from twisted.python import usage
 
+from twistgw.config.defaults import TIMINGS, keyword
 from twistgw.config.loader import ConfigError
 
 
@@ -21,11 +22,7 @@ class Options(usage.Options):
         ["config", "c", "etc", "Configuration directory (every *.yaml / *.yml file, multi-document)."],
         ["admin", None, "tcp:9901:interface=127.0.0.1",
          "Admin endpoint (/healthz, /readyz, /metrics); 'none' to disable."],
-        ["poll-interval", None, "1", "Seconds between checks of the config directory for changes (0: only SIGHUP)."],
-        ["upstream-timeout", None, "15", "Seconds to wait for an upstream's response head (route option 'timeout' overrides)."],
-        ["idle-timeout", None, "60", "Seconds an idle client connection is kept open."],
-        ["head-timeout", None, "10", "Seconds a client has to send a complete request head (slowloris guard)."],
-        ["drain-timeout", None, "10", "Seconds to let in-flight requests finish on SIGTERM."],
+        *([flag, None, f"{default:g}", text] for flag, default, text in TIMINGS),
         ["workers", "w", "1", "Worker processes sharing the listening sockets ('auto': one per core)."
          " With more than 1, only tcp:/tcp6: --listen endpoints are supported."],
     ]
@@ -52,7 +49,7 @@ class Options(usage.Options):
             self["workers"] = parse_workers(str(self["workers"]))
         except ValueError as exc:
             raise usage.UsageError(str(exc))
-        for name in ("poll-interval", "upstream-timeout", "idle-timeout", "head-timeout", "drain-timeout"):
+        for name, _, _ in TIMINGS:
             try:
                 self[name] = float(self[name])
             except ValueError:
@@ -69,12 +66,8 @@ def makeService(options: Options) -> IService:
         options["config"],
         listen=options["listen"],
         admin=admin,
-        poll_interval=options["poll-interval"],
         access_log=not options["no-access-log"],
-        upstream_timeout=options["upstream-timeout"],
-        idle_timeout=options["idle-timeout"],
-        head_timeout=options["head-timeout"],
-        drain_timeout=options["drain-timeout"],
+        **{keyword(flag): options[flag] for flag, _, _ in TIMINGS},
     )
     try:
         svc.load_initial()
@@ -113,7 +106,7 @@ def _workers_service(options: Options, admin: str | None) -> IService:
                              " endpoints are supported\n")
             raise SystemExit(2)
     args = ["--config", options["config"]]
-    for name in ("poll-interval", "upstream-timeout", "idle-timeout", "head-timeout", "drain-timeout"):
+    for name, _, _ in TIMINGS:
         args += [f"--{name}", str(options[name])]
     if options["no-access-log"]:
         args.append("--no-access-log")

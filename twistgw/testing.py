@@ -21,11 +21,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
+from twisted.internet.defer import Deferred
+
 from twistgw.api.headers import Headers
-from twistgw.api.types import Deny, RequestContext
+from twistgw.api.types import RequestContext
 from twistgw.config.loader import load_directory, load_text
-from twistgw.core.chain import run_calls, run_chain
-from twistgw.core.pipeline import Prepared, prepare, reroute, split_target
+from twistgw.core.pipeline import Pipeline, RequestHead, split_target
+from twistgw.core.plan import Forward, LocalResponse, Plan
 from twistgw.core.plugins import GatewayInfo, PluginHost
 from twistgw.core.snapshot import RouteRuntime, Snapshot, build_snapshot
 
@@ -46,7 +48,17 @@ def make_headers(headers: Mapping[str, str | Sequence[str]] | Iterable[tuple[str
 
 @attrs.define
 class ChainResult:
-    """What the gateway would do with a request."""
+    """What the gateway would do with a request: the plan of
+    :meth:`twistgw.core.pipeline.Pipeline.handle`, the same the server carries out.
+
+    :ivar status: the status of the gateway's own answer, or ``200``
+        standing for "forwarded to the upstream".
+    :ivar deny: the gateway's answer when the request is refused (by
+        routing or a plugin; it has ``status``, ``body``, ``headers``,
+        ``content_type`` and ``reason``), else None.
+    :ivar plan: the plan itself (:class:`~twistgw.core.plan.Forward` or
+        :class:`~twistgw.core.plan.LocalResponse`).
+    """
 
     status: int
     body: bytes
@@ -55,16 +67,32 @@ class ChainResult:
     ctx: RequestContext | None
     runtime: RouteRuntime | None
     trace: list[tuple[str, str, Any]]
-    deny: Deny | None
+    deny: LocalResponse | None
+    plan: Plan | None = None
 
     @property
     def forwarded(self) -> bool:
+        """Whether the request is admitted: sent to the upstream, or
+        answered by its route's direct response (not refused)."""
         return self.deny is None
 
     @property
     def forwarded_headers(self) -> Headers:
+        """The headers the upstream gets (``X-Forwarded-For`` and
+        ``X-Forwarded-Proto`` included); for a refused request, the headers
+        as the plugins left them."""
+        if isinstance(self.plan, Forward):
+            return self.plan.headers
         assert self.ctx is not None
         return self.ctx.headers
+
+    @property
+    def forwarded_target(self) -> str | None:
+        """The path and query the upstream gets (after ``prefixRewrite``),
+        or None when the request is not forwarded."""
+        if isinstance(self.plan, Forward):
+            return self.plan.target.decode("latin-1")
+        return None
 
 
 def _configured_host(plugins: Iterable[tuple[str, object]], load_entry_points: bool, reactor: Any) -> PluginHost:
@@ -87,6 +115,7 @@ class ChainTester:
         self.snapshot = snapshot
         self.host = host
         self.reactor = reactor
+        self.pipeline = Pipeline(host, reactor)
         host.config_loaded(snapshot.plugin_compiled, snapshot.config.settings)
 
     @classmethod
@@ -112,31 +141,17 @@ class ChainTester:
             hdrs.setRawHeaders(b"host", [authority])
             target = path + (b"?" + query if query else b"")
         trace: list[tuple[str, str, Any]] = []
-        prepared = prepare(self.snapshot, self.host, method.encode("latin-1"), target, hdrs,
-                           client_address, self.reactor, self.host.pm.hook.twistgw_route_match)
-        if isinstance(prepared, Deny):
-            return ChainResult(prepared.status, prepared.body, prepared.headers, None, None, None, trace, prepared)
-        assert isinstance(prepared, Prepared)
-        ctx, runtime = prepared.ctx, prepared.runtime
-
-        def record(p: str, ph: str, d: Any) -> None:
-            trace.append((p, ph, d))
-
-        deny = await run_chain(runtime.chain, ctx, record)
-        if deny is None and runtime.reselect:
-            # As the gateway does: select the route again (claim-based routing).
-            found = reroute(self.snapshot, ctx, runtime, self.host.pm.hook.twistgw_route_match)
-            if isinstance(found, Deny):
-                return ChainResult(found.status, found.body, found.headers, None, ctx, runtime, trace, found)
-            runtime, remaining = found
-            deny = await run_calls(remaining, ctx, record)
-        if deny is not None:
-            return ChainResult(deny.status, deny.body, deny.headers, ctx.decided_by,
-                               ctx, runtime, trace, deny)
-        direct = runtime.direct
-        if direct is not None:
-            return ChainResult(direct.status, direct.body, (), None, ctx, runtime, trace, None)
-        return ChainResult(200, b"", (), None, ctx, runtime, trace, None)
+        head = RequestHead(method.encode("latin-1"), target, hdrs, client_address)
+        plan = self.pipeline.handle(head, self.snapshot, lambda p, ph, d: trace.append((p, ph, d)))
+        if isinstance(plan, Deferred):
+            plan = await plan
+        ctx, runtime = head.ctx, head.runtime
+        if isinstance(plan, Forward):
+            return ChainResult(200, b"", (), None, ctx, runtime, trace, None, plan)
+        if runtime is not None and plan is runtime.answer:  # a direct response
+            return ChainResult(plan.status, plan.body, (), None, ctx, runtime, trace, None, plan)
+        return ChainResult(plan.status, plan.body, plan.headers, ctx.decided_by if ctx else None,
+                           ctx, runtime, trace, plan, plan)
 
 
 class RunningGateway:

@@ -55,7 +55,19 @@ def twistgw_plugin_info() -> twistgw.PluginInfo:
     return twistgw.PluginInfo(
         order=200,
         description="JWT verification: local or remote key sets, claims for later plugins",
+        # Gloo's JWT stages: jwtStaged: {beforeExtAuth: {...}, afterExtAuth: {...}}
+        # on hosts and routes, jwtProvidersStaged on routes (docs/jwt.md, "Stages").
+        staged_options=twistgw.StagedOptions(
+            "extauth", "beforeExtAuth", "afterExtAuth", ("jwtStaged", "jwtProvidersStaged"),
+            route_only=("jwtProvidersStaged",)),
     )
+
+
+@twistgw.hookimpl
+def twistgw_add_commands(commands: twistgw.Commands) -> None:
+    from twistgw_jwt import _commands
+
+    _commands.add_commands(commands)
 
 
 @twistgw.hookimpl

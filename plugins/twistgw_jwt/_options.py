@@ -7,13 +7,13 @@ configuration and keeps serving the last good one.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 import attrs
 
-from twistgw.options import Path, Problems, check_fields, require_mapping, type_name
+from twistgw.options import Path, Problems, check_fields, is_token, require_mapping, type_name
+from twistgw.options import parse_duration as _duration
 from twistgw import OptionsError, OptionsScope
 from twistgw_jwt._cache import VerifiedCache
 from twistgw_jwt._keys import KeyProblem, VerifyKey, parse_local_key
@@ -26,13 +26,11 @@ DEFAULT_REFETCH_INTERVAL = 5.0
 DEFAULT_CLOCK_SKEW = 60
 DEFAULT_VERIFIED_CACHE_SIZE = 4096
 
-_TOKEN_CHARS = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 #: headers a claim may never be copied into: framing, routing and the token itself
 _FORBIDDEN_CLAIM_HEADERS = frozenset({
     "host", "content-length", "transfer-encoding", "connection", "keep-alive", "te",
     "trailer", "upgrade", "proxy-authorization", "proxy-connection", "expect",
 })
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
 
 # ---------------------------------------------------------------------------
@@ -133,8 +131,8 @@ def parse_duration(value: Any, path: Path, what: str) -> float:
         raise OptionsError(path, f"{what} must be a duration such as 300s or 5m, got a boolean")
     if isinstance(value, (int, float)):
         seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION.match(value)):
-        seconds = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+    elif (parsed := _duration(value)) is not None:
+        seconds = parsed
     else:
         raise OptionsError(path, f"{what} must be a duration such as 300s, 5m or 250ms,"
                                  f" got {value!r}")
@@ -145,7 +143,7 @@ def parse_duration(value: Any, path: Path, what: str) -> float:
 
 def _header_name(value: Any, path: Path, what: str) -> str:
     name = _string(value, path, what)
-    if not _TOKEN_CHARS.match(name):
+    if not is_token(name):
         raise OptionsError(path, f"{what} {name!r} is not a valid HTTP header name")
     return name.lower()
 

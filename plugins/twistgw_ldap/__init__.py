@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from twisted.internet import defer
 import attrs
-from twistgw import GatewayInfo, OptionsError, OptionsScope, PluginInfo, RequestContext, hookimpl
+from twistgw import Commands, GatewayInfo, OptionsError, OptionsScope, PluginInfo, RequestContext, hookimpl
 
 from twistgw_ldap import _flow
 from twistgw_ldap._devdir import DevDirectory, DevDirectoryError, check_settings
@@ -38,6 +38,13 @@ _config_dir = ""
 def twistgw_plugin_info() -> PluginInfo:
     return PluginInfo(order=100, description="LDAP: Basic credentials bound against a directory,"
                                              " group membership authorization (AuthConfig)")
+
+
+@hookimpl
+def twistgw_add_commands(commands: Commands) -> None:
+    from twistgw_ldap import secret
+
+    secret.add_commands(commands)
 
 
 @hookimpl

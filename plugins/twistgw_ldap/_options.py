@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import attrs
 from ldaptor import ldapfilter
-from twistgw.options import type_name, unknown_field
+from twistgw.options import is_token, parse_duration, type_name, unknown_field
 from twistgw import OptionsError, OptionsScope
 
 from twistgw_ldap._ber import SCOPE_ONE, SCOPE_SUB
@@ -43,15 +43,12 @@ _LDAP_FIELDS = {
 }
 _SCOPES = {"one": SCOPE_ONE, "sub": SCOPE_SUB}
 #: RFC 9110 token characters (a header field name)
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 #: Headers the gateway or HTTP itself owns: never a place for the user or groups.
 _RESERVED_HEADERS = frozenset({
     "authorization", "proxy-authorization", "host", "content-length", "transfer-encoding",
     "connection", "keep-alive", "te", "trailer", "upgrade", "proxy-connection", "expect", "cookie",
     "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "forwarded", "x-real-ip",
 })
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _ATTRIBUTE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 
 
@@ -161,19 +158,6 @@ class CompiledExtAuth:
 
 
 # ---------------------------------------------------------------------------
-
-
-def parse_duration(value: Any) -> float | None:
-    """``"3s"``, ``"500ms"``, ``"1m"``, ``"1h"`` or a number of seconds."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if value >= 0 else None
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m:
-            return float(m.group(1)) * _UNITS[m.group(2)]
-    return None
 
 
 _type_name = type_name
@@ -552,7 +536,7 @@ def _header_name(c: _Checker, spec: Mapping[str, Any], field: str) -> bytes:
     if field not in spec:
         return b""
     name = c.string(spec[field], field).strip()
-    if not _TOKEN.match(name):
+    if not is_token(name):
         raise c.fail(field, f"is not an HTTP header name: {name!r}")
     if name.lower() in _RESERVED_HEADERS:
         raise c.fail(field, f"{name!r} is a header HTTP or the gateway itself uses; pick another"

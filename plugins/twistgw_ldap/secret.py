@@ -1,6 +1,6 @@
-"""The credentials Secret for an LDAP service account.
-
-Used by ``twistgw create secret authcredentials``::
+"""The credentials Secret for an LDAP service account, and the command that
+writes it: ``twistgw create secret authcredentials`` (the plugin adds it
+through ``twistgw_add_commands``)::
 
     twistgw create secret authcredentials --name ldap-sa --namespace default \\
         --username cn=admin,dc=example,dc=org --password s3cret
@@ -8,15 +8,17 @@ Used by ``twistgw create secret authcredentials``::
 
 from __future__ import annotations
 
+import argparse
 import base64
-import re
+import sys
 
 import yaml
+from twistgw import Commands
+from twistgw.api.commands import EXIT_OK, EXIT_USAGE
+from twistgw.options import is_kubernetes_name
 
 from twistgw_ldap._dn import InvalidDN, parse_dn
 from twistgw_ldap._options import SECRET_TYPE
-
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 __all__ = ["SECRET_TYPE", "secret_yaml"]
 
@@ -34,7 +36,7 @@ def secret_yaml(name: str, namespace: str, username: str, password: str) -> str:
         empty password -- which many directories treat as an anonymous bind).
     """
     for label, value in (("name", name), ("namespace", namespace)):
-        if not _NAME.match(value or "") or len(value) > 253:
+        if not is_kubernetes_name(value or ""):
             raise ValueError(f"--{label} {value!r} is not a valid Kubernetes name"
                              " (lower-case letters, digits, '-', '.')")
     try:
@@ -53,3 +55,43 @@ def secret_yaml(name: str, namespace: str, username: str, password: str) -> str:
         "data": {"username": _b64(username), "password": _b64(password)},
     }
     return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+
+
+def cmd_create_secret(args: argparse.Namespace) -> int:
+    defaulted = args.namespace is None
+    if defaulted:
+        args.namespace = "default"
+    try:
+        text = secret_yaml(args.name, args.namespace, args.username, args.password)
+    except ValueError as exc:
+        sys.stderr.write(f"twistgw: {exc}\n")
+        return EXIT_USAGE
+    if args.output:
+        try:
+            with open(args.output, "w") as f:
+                f.write(text)
+        except OSError as exc:
+            sys.stderr.write(f"twistgw: cannot write {args.output}: {exc.strerror}\n")
+            return EXIT_USAGE
+    else:
+        sys.stdout.write(text)
+    # stderr, so the YAML on stdout stays clean: where the Secret went, and how to use it
+    note = " (the default; pass --namespace to change it)" if defaulted else ""
+    print(f"wrote Secret {args.name} in namespace {args.namespace}{note} to"
+          f" {args.output or 'stdout'}; reference it from the AuthConfig as"
+          f" credentialsSecretRef: {{name: {args.name}, namespace: {args.namespace}}}", file=sys.stderr)
+    return EXIT_OK
+
+
+def add_commands(commands: Commands) -> None:
+    a = commands.add("create", "secret", "authcredentials",
+                     help="LDAP service-account credentials for an AuthConfig",
+                     description="Write a v1 Secret of type extauth.vendor.io/accountcredentials"
+                     " (data: username, password) for groupLookupSettings.credentialsSecretRef.")
+    a.add_argument("--name", required=True)
+    a.add_argument("--namespace", default=None,
+                   help="the Secret's namespace (default: default; glooctl's is gloo-system)")
+    a.add_argument("--username", required=True, help="the service account's DN")
+    a.add_argument("--password", required=True)
+    a.add_argument("-o", "--output", help="write to this file instead of stdout")
+    a.set_defaults(func=cmd_create_secret)

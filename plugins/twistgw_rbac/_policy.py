@@ -14,17 +14,15 @@ Semantics (docs/rbac.md):
 from __future__ import annotations
 
 import enum
-import re
 from typing import Any, Mapping
 
 import attrs
 
-from twistgw.options import Problems, Path, check_fields, require_mapping, type_name
+from twistgw.options import Path, Problems, check_fields, is_token, require_mapping, type_name
 from twistgw import OptionsError
 from twistgw.regex import SafeRegex, UnsafePattern
 
 # Method names are RFC 9110 tokens.
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 class Matcher(enum.Enum):
@@ -264,7 +262,7 @@ def _methods(raw: Any, path: Path) -> frozenset[str]:
         raise OptionsError(path, "an empty list would match no method; omit 'methods' to"
                                  " allow every method")
     for i, m in enumerate(raw):
-        if not isinstance(m, str) or not _TOKEN.fullmatch(m):
+        if not isinstance(m, str) or not is_token(m):
             raise OptionsError(path + (i,), f"must be an HTTP method name such as GET,"
                                             f" got {m!r}")
     return frozenset(raw)

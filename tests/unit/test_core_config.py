@@ -319,14 +319,6 @@ ERROR_CASES = [
         "VirtualService default/v", "spec.virtualHost.routes[0]",
         "set exactly one of routeAction, directResponseAction, delegateAction", 7, id="no-action"),
     pytest.param(
-        VS_HEAD + "    options: {jwtStaged: {}}\n    routes: []\n",
-        "VirtualService default/v", "spec.virtualHost.options.jwtStaged", "set beforeExtAuth, afterExtAuth or both", 6,
-        id="jwtstaged-empty"),
-    pytest.param(
-        VS_HEAD + "    options: {jwtProvidersStaged: {afterExtAuth: {}}}\n    routes: []\n",
-        "VirtualService default/v", "spec.virtualHost.options.jwtProvidersStaged", "is a route option", 6,
-        id="jwtprovidersstaged-on-host"),
-    pytest.param(
         VS_HEAD + "    options: {pluginOrder: [jwt, jwt]}\n    routes: []\n",
         "VirtualService default/v", "spec.virtualHost.options.pluginOrder", "lists a plugin twice", 6,
         id="plugin-order-twice"),

@@ -28,7 +28,17 @@ class Strict:
         return dict(options)
 
 
-HOST = PluginHost.create(extra=[("strict", Strict()), ("jwt", Strict())], load_entry_points=False)
+class StagedJwt(Strict):
+    """Declares Gloo's jwtStaged, as the shipped jwt plugin does."""
+
+    @twistgw.hookimpl
+    def twistgw_plugin_info(self) -> twistgw.PluginInfo:
+        return twistgw.PluginInfo(order=200, staged_options=twistgw.StagedOptions(
+            "extauth", "beforeExtAuth", "afterExtAuth", ("jwtStaged", "jwtProvidersStaged"),
+            route_only=("jwtProvidersStaged",)))
+
+
+HOST = PluginHost.create(extra=[("strict", Strict()), ("jwt", StagedJwt())], load_entry_points=False)
 
 VALID = """\
 apiVersion: v1

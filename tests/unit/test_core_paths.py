@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from twisted.web.http_headers import Headers
 
-from twistgw.api.types import Deny
+from twistgw.core.plan import LocalResponse
 from twistgw.config.loader import load_text
 from twistgw.config.model import Route, VirtualService
 from twistgw.core.paths import BadPath, normalise_path
@@ -290,14 +290,14 @@ def test_prepare_routes_on_normalised_path(snapshot, target: bytes, route: str, 
 ])
 def test_prepare_refusals(snapshot, target, method, host, status) -> None:
     p = run(snapshot, target, host, method)
-    assert isinstance(p, Deny) and p.status == status
+    assert isinstance(p, LocalResponse) and p.status == status
 
 
 def test_absolute_form_target_wins_over_host_header(snapshot) -> None:
     p = run(snapshot, b"http://api.example.com:8080/admin", host=b"evil.example.com")
     assert isinstance(p, Prepared) and p.ctx.host == "api.example.com" and p.ctx.route == "admin"
     p = run(snapshot, b"HTTP://evil.example.com/admin", host=b"api.example.com")
-    assert isinstance(p, Deny) and p.status == 404
+    assert isinstance(p, LocalResponse) and p.status == 404
 
 
 def test_prepare_host_port_and_case_ignored(snapshot) -> None:

@@ -26,8 +26,9 @@ class Recorder:
 
     def __init__(self, name: str, order: int = 1000, deny: Any = None, raise_in: str = "",
                  returns: Any = None, compile_error: Any = None, defaults: Any = None,
-                 calls: list | None = None, asynchronous: bool = False) -> None:
+                 calls: list | None = None, asynchronous: bool = False, **info: Any) -> None:
         self.name = name
+        self.info = info
         self.order = order
         self.deny = deny
         self.raise_in = raise_in
@@ -40,7 +41,7 @@ class Recorder:
 
     @twistgw.hookimpl
     def twistgw_plugin_info(self) -> twistgw.PluginInfo:
-        return twistgw.PluginInfo(order=self.order)
+        return twistgw.PluginInfo(order=self.order, **self.info)
 
     @twistgw.hookimpl
     def twistgw_compile_options(self, options: Any, scope: twistgw.OptionsScope) -> Any:
@@ -106,8 +107,14 @@ def issues_of(text: str, host: PluginHost) -> list:
     return info.value.issues
 
 
+#: what the shipped jwt plugin declares: Gloo's jwtStaged
+JWT_STAGED = twistgw.StagedOptions("extauth", "beforeExtAuth", "afterExtAuth",
+                                   ("jwtStaged", "jwtProvidersStaged"), route_only=("jwtProvidersStaged",))
+
+
 def three() -> PluginHost:
-    return host_with(Recorder("extauth", 100), Recorder("jwt", 200), Recorder("apikey"))
+    return host_with(Recorder("extauth", 100), Recorder("jwt", 200, staged_options=JWT_STAGED),
+                     Recorder("apikey"))
 
 
 # ---------------------------------------------------------------------------
@@ -207,9 +214,44 @@ def test_jwt_staged_orders_jwt_before_or_after_extauth() -> None:
 
 
 def test_jwt_staged_and_jwt_together_rejected() -> None:
-    with pytest.raises(ConfigError) as info:
-        load_text(vs("{jwt: {}, jwtStaged: {beforeExtAuth: {}}}"))
-    assert info.value.issues[0].reason == "use either jwt or jwtStaged, not both"
+    (issue,) = issues_of(vs("{jwt: {}, jwtStaged: {beforeExtAuth: {}}}"), three())
+    assert issue.reason == "use either jwt or jwtStaged, not both"
+    assert issue.field == "spec.virtualHost.options.jwtStaged"
+
+
+@pytest.mark.parametrize("staged, field, reason", [
+    ("{}", "jwtStaged", "set beforeExtAuth, afterExtAuth or both"),
+    ("{duringExtAuth: {}}", "jwtStaged.duringExtAuth", "unknown field 'duringExtAuth'"),
+    ("[]", "jwtStaged", "must be a mapping"),
+])
+def test_staged_options_are_checked(staged: str, field: str, reason: str) -> None:
+    (issue,) = issues_of(vs(f"{{jwtStaged: {staged}}}"), three())
+    assert issue.field == "spec.virtualHost.options." + field and reason in issue.reason
+    assert issue.line == 7  # the virtual host's options line
+
+
+def test_route_only_staged_key_on_a_virtual_host() -> None:
+    (issue,) = issues_of(vs("{jwtProvidersStaged: {afterExtAuth: {}}}"), three())
+    assert issue.field == "spec.virtualHost.options.jwtProvidersStaged"
+    assert "is a route option" in issue.reason
+
+
+def test_staged_options_key_belongs_to_its_plugin() -> None:
+    """Without a plugin that declares jwtStaged, it is an unknown plugin."""
+    (issue,) = issues_of(vs("{jwtStaged: {beforeExtAuth: {}}}"), host_with(Recorder("extauth", 100)))
+    assert "no plugin named 'jwtStaged'" in issue.reason
+
+
+def test_a_third_party_plugin_declares_its_placement() -> None:
+    """PluginInfo.placement: 'audit' (order 50) must run after rbac, and
+    'gate' (order 1000) before jwt; explicit pluginOrder still wins."""
+    host = host_with(Recorder("jwt", 200), Recorder("rbac", 300),
+                     Recorder("audit", 50, placement=twistgw.Placement(after=("rbac",))),
+                     Recorder("gate", placement=twistgw.Placement(before=("jwt", "rbac"))))
+    assert host.default_order() == ["gate", "jwt", "rbac", "audit"]
+    assert chain_of(vs("{audit: {}, gate: {}, jwt: {}, rbac: {}}"), host) == ["gate", "jwt", "rbac", "audit"]
+    assert chain_of(vs("{audit: {}, jwt: {}}"), host) == ["audit", "jwt"]  # rbac not enabled: no constraint
+    assert chain_of(vs("{audit: {}, jwt: {}, pluginOrder: [jwt, audit]}"), host) == ["jwt", "audit"]
 
 
 def stages_of(host_opts: str, route_opts: str = "{}", host: PluginHost | None = None) -> list[tuple[str, Any]]:
@@ -272,9 +314,8 @@ def test_jwt_stages_follow_gloo(host_opts: str, route_opts: str, expected: list)
      "spec.virtualHost.routes[0].options.jwtStaged.duringExtAuth", "unknown field"),
 ])
 def test_jwt_stage_shapes_rejected(host_opts: str, route_opts: str, field: str, reason: str) -> None:
-    with pytest.raises(ConfigError) as info:
-        load_text(vs(host_opts, route_opts))
-    (issue,) = info.value.issues
+    """Checked by the core from the jwt plugin's StagedOptions declaration."""
+    (issue,) = issues_of(vs(host_opts, route_opts), three())
     assert issue.field == field and reason in issue.reason
 
 
@@ -286,9 +327,9 @@ def test_plugin_order_positions_the_after_stage_and_contradictions_are_errors() 
     assert chain_of(vs("{extauth: {}, jwt: {}, pluginOrder: [jwt, extauth]}"), host) == ["jwt", "extauth"]
     (issue,) = issues_of(vs("{extauth: {}, jwtStaged: {afterExtAuth: {}}, pluginOrder: [jwt, extauth]}"), host)
     assert issue.field == "spec.virtualHost.options.pluginOrder"
-    assert "lists jwt before extauth, but an afterExtAuth JWT stage" in issue.reason
+    assert "lists jwt before extauth, but an afterExtAuth jwt stage" in issue.reason
     (issue,) = issues_of(vs("{extauth: {}, jwtStaged: {beforeExtAuth: {}}, pluginOrder: [extauth, jwt]}"), host)
-    assert "the only JWT stage is beforeExtAuth" in issue.reason
+    assert "the only jwt stage is beforeExtAuth" in issue.reason
 
 
 SETTINGS = "apiVersion: gateway.vendor.io/v1\nkind: Settings\nmetadata: {name: s}\nspec: {guard: {required: true}}\n---\n"

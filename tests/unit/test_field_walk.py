@@ -25,6 +25,7 @@ import twistgw_ldap._options as ldap_options
 import twistgw_rbac._policy as rbac_policy
 from twistgw.config import loader
 from twistgw.config.loader import load_directory
+from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
 
@@ -274,7 +275,19 @@ def walk(tmp_path, monkeypatch) -> set[str]:
             seen.add(f"extauth:{_norm((field + '.' + key) if field else key)}")
         return real_ldap(self, value, field, allowed)
 
+    real_staged = stages.check
+
+    def staged_check(plugin, decl, options, path, on_route, issue):
+        # a staged plugin's keys (jwt's jwtStaged...), checked by the core from its declaration
+        kind = "RouteTable" if tuple(path[:2]) == ("spec", "routes") else "VirtualService"
+        for key in decl.keys:
+            if key in options:
+                for stage in (decl.before, decl.after):
+                    seen.add(f"{kind}:{_norm(tuple(path) + (key, stage))}")
+        return real_staged(plugin, decl, options, path, on_route, issue)
+
     monkeypatch.setattr(loader._Reader, "mapping", mapping)
+    monkeypatch.setattr(stages, "check", staged_check)
     monkeypatch.setattr(jwt_options, "_only", recorder("jwt", jwt_options._only))
     monkeypatch.setattr(rbac_policy, "_check_keys", recorder("rbac", rbac_policy._check_keys))
     monkeypatch.setattr(ldap_options._Checker, "mapping", ldap_mapping)

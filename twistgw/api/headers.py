@@ -14,8 +14,8 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence, TypeVar, overload
 
 _T = TypeVar("_T")
 
-#: RFC 9110 §5.6.2 ``token``: what a header name may be made of.
-_TOKEN = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+#: RFC 9110 §5.6.2 ``token``: an HTTP header name or method.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 #: Canonical spellings Twisted (and so every plugin so far) uses.
 _CASE = {
@@ -24,6 +24,12 @@ _CASE = {
 }
 
 _canonical_cache: dict[str | bytes, bytes] = {}
+
+
+def is_token(text: str) -> bool:
+    """Whether ``text`` is an RFC 9110 token (a valid header name or method);
+    also :func:`twistgw.options.is_token`."""
+    return _TOKEN.fullmatch(text) is not None
 
 
 class InvalidHeaderName(ValueError):
@@ -37,7 +43,7 @@ def canonical_name(name: str | bytes) -> bytes:
     if found is not None:
         return found
     raw = name.encode("iso-8859-1") if isinstance(name, str) else name
-    if not _TOKEN.match(raw):
+    if not is_token(raw.decode("iso-8859-1")):
         raise InvalidHeaderName(raw)
     result = b"-".join(word.capitalize() for word in raw.split(b"-"))
     result = _CASE.get(result, result)

@@ -16,16 +16,59 @@ hookimpl = pluggy.HookimplMarker("twistgw")
 
 
 @attrs.frozen
+class Placement:
+    """Where a plugin runs relative to others, when the route does not set
+    ``pluginOrder``: just before the first of ``before`` (if it would
+    otherwise run later), or just after the last of ``after`` (if it would
+    otherwise run earlier). Names of plugins not enabled on the route are
+    ignored."""
+
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class StagedOptions:
+    """Staged options keys, as Gloo's ``jwtStaged``: the plugin's checks may
+    run in a stage just before another plugin and in one after it, and a
+    request must pass both. The shipped ``jwt`` plugin declares
+    ``StagedOptions("extauth", "beforeExtAuth", "afterExtAuth",
+    ("jwtStaged", "jwtProvidersStaged"), route_only=("jwtProvidersStaged",))``.
+    The rules (what a route inherits, replaces or turns off) are in
+    ``docs/jwt.md``, "Stages".
+
+    :ivar around: the plugin the stages are placed around.
+    :ivar before: the name of the stage that runs just before ``around``.
+    :ivar after: the name of the stage that runs after it; the plugin's own
+        options key configures this stage.
+    :ivar keys: the options keys holding ``{before: {...}, after: {...}}``.
+    :ivar route_only: those of ``keys`` allowed only on a route; they replace
+        the stages they name, options and all.
+    """
+
+    around: str
+    before: str
+    after: str
+    keys: tuple[str, ...]
+    route_only: tuple[str, ...] = ()
+
+
+@attrs.frozen
 class PluginInfo:
     """What a plugin says about itself (``twistgw_plugin_info``).
 
     :ivar order: default position in the chain; lower runs first. The shipped
         plugins use ``extauth`` 100, ``jwt`` 200, ``rbac`` 300.
     :ivar description: one line, shown by ``twistgw plugins``.
+    :ivar placement: ordering constraints against other plugins by name
+        (:class:`Placement`), applied to the default order.
+    :ivar staged_options: a staged options key (:class:`StagedOptions`), or None.
     """
 
     order: int = DEFAULT_ORDER
     description: str = ""
+    placement: Placement = Placement()
+    staged_options: StagedOptions | None = None
 
 
 @attrs.frozen

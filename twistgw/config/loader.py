@@ -9,7 +9,6 @@ import base64
 import binascii
 import contextlib
 import os
-import re
 from typing import Any, Iterator, Mapping
 
 import attrs
@@ -17,8 +16,9 @@ import yaml
 
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
 from twistgw.config.matchers import Matcher, parse_matcher
-from twistgw.config.names import host_without_port, is_loopback_endpoint, parse_duration
-from twistgw.options import type_name as _type_name, unknown_field
+from twistgw.config.names import host_without_port, is_loopback_endpoint, is_yaml_file
+from twistgw.options import is_kubernetes_name, parse_duration, unknown_field
+from twistgw.options import type_name as _type_name
 from twistgw.config.model import (
     Delegate,
     DirectResponse,
@@ -59,9 +59,8 @@ OUR_GROUPS = frozenset(v.rsplit("/", 1)[0] for versions in API_VERSIONS.values()
                        for v in versions if "/" in v)
 
 #: Options keys the core itself reads; every other key names a plugin.
-CORE_OPTION_KEYS = frozenset({"pluginOrder", "jwtStaged", "jwtProvidersStaged", "prefixRewrite", "timeout"})
+CORE_OPTION_KEYS = frozenset({"pluginOrder", "prefixRewrite", "timeout"})
 
-_DNS_LABELS = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 @attrs.frozen
@@ -221,7 +220,7 @@ def read_documents(directory: str) -> tuple[list[Document], list[ConfigIssue]]:
     except OSError as exc:
         return [], [ConfigIssue(f"cannot read the configuration directory: {exc.strerror}", file=directory)]
     for name in names:
-        if not name.endswith((".yaml", ".yml")) or name.startswith("."):
+        if not is_yaml_file(name):
             continue
         path = os.path.join(directory, name)
         if not os.path.isfile(path):
@@ -448,7 +447,7 @@ class Config:
         if sport is None:
             known = ", ".join(str(p.port) for p in service.ports)
             raise KeyError(f"Service {namespace}/{name} has no port {port} (ports: {known})")
-        upstream_name = f"{namespace}-{name}-{port}"
+        upstream_name = KubeRef(name, namespace, port).upstream_key()[1]
         eps = self.endpoints.get((namespace, name))
         found: list[Endpoint] = []
         if eps is not None:
@@ -484,7 +483,7 @@ def load_directory(directory: str, keep_going: bool = False) -> Config:
     docs, issues = read_documents(directory)
     if issues and not keep_going:
         raise ConfigError(issues)
-    if not issues and not any(n.endswith((".yaml", ".yml")) and not n.startswith(".") for n in os.listdir(directory)):
+    if not issues and not any(is_yaml_file(n) for n in os.listdir(directory)):
         # Almost always an accident (a failed copy, a ConfigMap mount in
         # flux); serving "nothing" would turn every route into a 404.
         raise ConfigError([ConfigIssue(
@@ -692,7 +691,7 @@ def _envelope(r: _Reader, data: Any) -> tuple[str, str, str]:
     namespace = meta.get("namespace", "default")
     namespace = r.string(namespace, ("metadata", "namespace"))
     for value, field in ((name, "name"), (namespace, "namespace")):
-        if not _DNS_LABELS.match(value) or len(value) > 253:
+        if not is_kubernetes_name(value):
             r.issue(("metadata", field), f"{value!r} is not a valid Kubernetes name (lower-case letters, digits, '-', '.')")
     with r.part():
         _labels(r, meta.get("labels"), ("metadata", "labels"))
@@ -829,39 +828,9 @@ def _options(r: _Reader, value: Any, path: tuple[str | int, ...]) -> dict:
                 raise r.fail(path + ("prefixRewrite",), "must start with '/'")
     if "timeout" in options and parse_duration(options["timeout"]) is None:
         r.issue(path + ("timeout",), f"must be a duration such as '15s' or '500ms', got {options['timeout']!r}")
-    with r.part():
-        _jwt_staging(r, options, path)
     if r.count() > bad:
         raise r.invalid()
     return options
-
-
-def _jwt_staging(r: _Reader, options: dict, path: tuple[str | int, ...]) -> None:
-    """``jwtStaged`` / ``jwtProvidersStaged``: their shape (what they mean is
-    in ``_snapshot.jwt_stages``). Gloo allows one of ``jwt``, ``jwtStaged``
-    (and, on a route, ``jwtProvidersStaged``) at each level."""
-    on_route = "routes" in path
-    if "jwtProvidersStaged" in options and not on_route:
-        raise r.fail(path + ("jwtProvidersStaged",), "is a route option; on a virtual host write"
-                     " jwtStaged: {beforeExtAuth: {providers: ...}} (or afterExtAuth)")
-    used = [k for k in ("jwt", "jwtStaged", "jwtProvidersStaged") if k in options]
-    if len(used) > 1 and ("jwtStaged" in used or "jwtProvidersStaged" in used):
-        raise r.fail(path + (used[1],), f"use either {used[0]} or {used[1]}, not both")
-    for key in ("jwtStaged", "jwtProvidersStaged"):
-        if key not in options:
-            continue
-        staged = r.mapping(options[key], path + (key,), {"beforeExtAuth", "afterExtAuth"})
-        if not staged:
-            raise r.fail(path + (key,), "set beforeExtAuth, afterExtAuth or both")
-        for stage, value in staged.items():
-            stage_path = path + (key, stage)
-            r.mapping(value, stage_path)
-            if "disable" in value and not isinstance(value["disable"], bool):
-                raise r.fail(stage_path + ("disable",), f"must be true or false, got {value['disable']!r}")
-            if value.get("disable") is True and (len(value) > 1 or not on_route):
-                raise r.fail(stage_path + ("disable",), "disable: true turns a stage off on a route;"
-                             " it takes no other fields" if on_route else
-                             "is a route option (a virtual host simply leaves the stage out)")
 
 
 _ACTIONS = ("routeAction", "directResponseAction", "delegateAction")

@@ -59,15 +59,27 @@ class Source:
 
 @attrs.frozen
 class KubeRef:
+    """A Kubernetes Service port (``routeAction.single.kube``)."""
+
     name: str
     namespace: str
     port: int
 
+    def upstream_key(self) -> tuple[str, str]:
+        """The (namespace, name) of the Upstream the Service port resolves
+        to (named ``namespace-name-port``, as Gloo's discovery names them)."""
+        return (self.namespace, f"{self.namespace}-{self.name}-{self.port}")
+
 
 @attrs.frozen
 class UpstreamRef:
+    """An Upstream (``routeAction.single.upstream``)."""
+
     name: str
     namespace: str
+
+    def upstream_key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
 
 
 @attrs.frozen

@@ -1,9 +1,6 @@
-"""Name, address and duration rules shared by the configuration readers (pure)."""
+"""Name, address and file-name rules shared by the configuration readers (pure)."""
 
 from __future__ import annotations
-
-import re
-from typing import Any
 
 
 def host_without_port(host: str) -> str:
@@ -32,16 +29,7 @@ def is_loopback_endpoint(description: str) -> bool:
     return False
 
 
-def parse_duration(value: Any) -> float | None:
-    """``15s``, ``1.5s``, ``200ms``, ``2m``, ``1h`` or a number of seconds."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value) if value >= 0 else None
-    if not isinstance(value, str):
-        return None
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", value)
-    if not m:
-        return None
-    number = float(m.group(1))
-    return number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+def is_yaml_file(name: str) -> bool:
+    """Whether a directory entry is read as configuration: ``*.yaml`` or
+    ``*.yml``, not hidden (editors' and ConfigMaps' ``.name`` files)."""
+    return name.endswith((".yaml", ".yml")) and not name.startswith(".")

@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 import attrs
 
 from twistgw.config.matchers import Matcher
-from twistgw.config.names import parse_duration
+from twistgw.options import parse_duration
 from twistgw.config.model import Delegate, Route, RouteTable, Selector, VirtualService
 
 #: Options keys that replace each other as a group when a child sets one.

@@ -1,25 +1,71 @@
-"""From a raw request head to a route and a RequestContext (pure, shared by
-the proxy, ``twistgw explain`` and :mod:`twistgw.testing`)."""
+"""The request pipeline: what the gateway does with a request, decided
+without I/O. The server, ``twistgw explain`` and :class:`twistgw.testing.ChainTester`
+all call :meth:`Pipeline.handle`, so what they show is what is done.
+
+``handle(head, snapshot)`` normalises the target, picks the virtual service
+and route, runs the route's plugin chain and returns a *plan*:
+
+* :class:`LocalResponse`: the gateway answers itself (a bad request, no
+  route, a plugin's refusal, a direct response, no healthy upstream);
+* :class:`Forward`: send ``method target`` with ``headers`` to ``endpoint``
+  and wait at most ``timeout`` seconds for the answer.
+
+(Protocol upgrades, e.g. WebSocket, are not supported: ``Upgrade`` is a
+hop-by-hop header and is never forwarded.)
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import attrs
+from twisted.internet.defer import Deferred
 
 from twistgw.api.headers import Headers
 from twistgw.api.types import Deny, RequestContext
+from twistgw.config.defaults import UPSTREAM_TIMEOUT
 from twistgw.config.model import Route, VirtualService
+from twistgw.core.chain import Trace, start_calls
 from twistgw.core.headers import copy_end_to_end
 from twistgw.core.paths import BadPath, normalise_path
-from twistgw.core.routing import first_route, request_view
+from twistgw.core.plan import Forward, LocalResponse, Plan
+from twistgw.core.routing import first_route, request_view, rewrite_path
 from twistgw.core.snapshot import RouteRuntime, Snapshot
 
-NOT_FOUND = Deny(404, reason="no virtual service or route matches")
 
 
-def bad_request(reason: str) -> Deny:
-    return Deny(400, f"Bad Request: {reason}\n".encode(), reason=reason)
+NOT_FOUND = LocalResponse(404, reason="no virtual service or route matches")
+NOT_READY = LocalResponse(503, b"no configuration loaded", reason="no configuration loaded")
+NO_UPSTREAM = LocalResponse(503, b"no healthy upstream", reason="the upstream has no endpoints")
+INTERNAL_ERROR = LocalResponse(500, b"Internal Server Error", reason="unexpected error")
+
+
+def bad_request(reason: str) -> LocalResponse:
+    return LocalResponse(400, f"Bad Request: {reason}\n".encode(), reason=reason)
+
+
+class RequestHead:
+    """A request as the pipeline needs it: no body, no connection.
+
+    :ivar headers: the request headers as received (any object with
+        ``getRawHeaders`` and ``getAllRawHeaders``, names in canonical case:
+        Twisted's or twistgw's ``Headers``).
+    :ivar ctx: set by :meth:`Pipeline.handle` once a route is found (so the
+        access log has it even while plugins are still deciding).
+    :ivar runtime: the matched route's compiled chain and target, likewise.
+    """
+
+    __slots__ = ("method", "target", "headers", "client_address", "scheme", "ctx", "runtime")
+
+    def __init__(self, method: bytes, target: bytes, headers: Any, client_address: str = "",
+                 scheme: str = "http") -> None:
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.client_address = client_address
+        self.scheme = scheme
+        self.ctx: RequestContext | None = None
+        self.runtime: RouteRuntime | None = None
 
 
 @attrs.define
@@ -48,7 +94,7 @@ def split_target(target: bytes) -> tuple[bytes | None, bytes, bytes]:
 
 def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, headers: Any,
             client_address: str = "", reactor: Any = None, route_hook: Any = None,
-            scheme: str = "http") -> Prepared | Deny:
+            scheme: str = "http") -> Prepared | LocalResponse:
     """Normalise, find the virtual service and route, and build the context.
 
     :param headers: the request headers as received (any object with
@@ -104,7 +150,7 @@ def select_route(ctx: RequestContext, vs: VirtualService, route_hook: Any = None
 
 
 def reroute(snapshot: Snapshot, ctx: RequestContext, runtime: RouteRuntime,
-            route_hook: Any = None) -> tuple[RouteRuntime, tuple[Any, ...]] | Deny:
+            route_hook: Any = None) -> tuple[RouteRuntime, tuple[Any, ...]] | LocalResponse:
     """Select the route again after the chain admitted the request, as Envoy
     does when a filter clears the route cache (Gloo's claim-based routing:
     the JWT plugin copies claims into headers that routes match).
@@ -123,3 +169,82 @@ def reroute(snapshot: Snapshot, ctx: RequestContext, runtime: RouteRuntime,
     done = {(step.plugin, id(step.options), phase) for step, phase, _ in runtime.calls}
     ctx.route = route.name
     return new, tuple(c for c in new.calls if (c[0].plugin, id(c[0].options), c[1]) not in done)
+
+
+class Pipeline:
+    """Runs requests through a snapshot: routing, the plugin chain, the plan.
+
+    :param plugins: the :class:`~twistgw.core.plugins.PluginHost`.
+    :param reactor: handed to plugins as ``ctx.reactor``.
+    :param upstream_timeout: the response timeout of routes without ``timeout``.
+    """
+
+    def __init__(self, plugins: Any, reactor: Any = None, upstream_timeout: float = UPSTREAM_TIMEOUT) -> None:
+        self.plugins = plugins
+        self.reactor = reactor
+        self.upstream_timeout = upstream_timeout
+        hook = plugins.pm.hook.twistgw_route_match
+        # Only the core's own matcher: call it directly, not through pluggy.
+        self.route_hook = hook if len(hook.get_hookimpls()) > 1 else None
+
+    def handle(self, head: RequestHead, snapshot: Snapshot | None,
+               trace: Trace | None = None) -> Plan | Deferred:
+        """The plan for ``head``, or a Deferred firing with it once an
+        asynchronous plugin has answered. ``trace(plugin, phase, decision)``
+        sees every plugin's decision. Raises only for a broken
+        ``twistgw_route_match`` plugin (the caller answers 500)."""
+        if snapshot is None:
+            return NOT_READY
+        prepared = prepare(snapshot, self.plugins, head.method, head.target, head.headers,
+                           head.client_address, self.reactor, self.route_hook, head.scheme)
+        if type(prepared) is LocalResponse:
+            return prepared
+        ctx = head.ctx = prepared.ctx
+        runtime = head.runtime = prepared.runtime
+        return self._run(runtime.calls, head, ctx, runtime, snapshot if runtime.reselect else None, trace)
+
+    def _run(self, calls: tuple[Any, ...], head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
+             reselect_in: Snapshot | None, trace: Trace | None) -> Plan | Deferred:
+        """Run chain steps, then :meth:`_chain_done`."""
+        if calls:
+            outcome = start_calls(calls, ctx, trace)
+            if isinstance(outcome, Deferred):
+                return outcome.addCallback(self._chain_done, head, ctx, runtime, reselect_in, trace)
+            if outcome is not None:
+                return LocalResponse.refusal(outcome)
+        return self._chain_done(None, head, ctx, runtime, reselect_in, trace)
+
+    def _chain_done(self, deny: Deny | None, head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
+                    reselect_in: Snapshot | None, trace: Trace | None) -> Plan | Deferred:
+        if deny is not None:
+            return LocalResponse.refusal(deny)
+        if reselect_in is not None:
+            # Plugins may have written headers routes match on (claim-based
+            # routing): select again, and run what the new route adds.
+            found = reroute(reselect_in, ctx, runtime, self.route_hook)
+            if type(found) is LocalResponse:
+                return found
+            new, remaining = found
+            head.runtime = new
+            return self._run(remaining, head, ctx, new, None, trace)
+        return self.plan(ctx, runtime)
+
+    def plan(self, ctx: RequestContext, runtime: RouteRuntime) -> Plan:
+        """What to do with a request the chain admitted."""
+        if runtime.answer is not None:
+            return runtime.answer
+        balancer = runtime.balancer
+        assert balancer is not None
+        endpoint = balancer.pick()
+        if endpoint is None:
+            return NO_UPSTREAM
+        route = runtime.route
+        path = ctx.path if route.prefix_rewrite is None else rewrite_path(route, ctx.path)
+        target = path.encode("ascii")
+        if ctx.query:
+            target += b"?" + ctx.query
+        headers = ctx.headers
+        headers.set_canonical(b"X-Forwarded-For", ctx.client_address.encode("ascii"))
+        headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
+        return Forward(endpoint, ctx.method.encode("latin-1"), target, headers,
+                       route.timeout or self.upstream_timeout, balancer.upstream)

@@ -16,11 +16,31 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from twistgw import hookspecs
-from twistgw.api.plugin import DEFAULT_ORDER, GatewayInfo, PluginInfo, hookimpl
+from twistgw.api.plugin import DEFAULT_ORDER, GatewayInfo, Placement, PluginInfo, hookimpl
 
-__all__ = ["DEFAULT_ORDER", "GatewayInfo", "PluginError", "PluginHost", "PluginInfo", "hookimpl", "maybe_await"]
+__all__ = ["DEFAULT_ORDER", "GatewayInfo", "PluginError", "PluginHost", "PluginInfo", "hookimpl", "maybe_await",
+           "place"]
 
 ENTRY_POINT_GROUP = "twistgw.plugins"
+
+
+def place(order: list[str], placements: Mapping[str, Placement]) -> list[str]:
+    """``order`` with each named plugin moved just before the first of its
+    ``before`` plugins, or just after the last of its ``after`` plugins,
+    when it is not there already (plugins not in ``order`` are ignored)."""
+    order = list(order)
+    for name, placement in placements.items():
+        if name not in order:
+            continue
+        before = [order.index(t) for t in placement.before if t in order and t != name]
+        if before and order.index(name) > min(before):
+            order.remove(name)
+            order.insert(min(before), name)
+        after = [order.index(t) for t in placement.after if t in order and t != name]
+        if after and order.index(name) < max(after):
+            order.remove(name)
+            order.insert(max(after), name)
+    return order
 
 
 class PluginError(Exception):
@@ -134,7 +154,17 @@ class PluginHost:
         return found
 
     def default_order(self) -> list[str]:
-        return sorted(self.infos, key=lambda n: (self.infos[n].order, n))
+        """Every installed plugin in the order a route enabling all of them runs them."""
+        return self.chain_order(self.infos)
+
+    def chain_order(self, enabled: Iterable[str], placements: Mapping[str, Placement] = {}) -> list[str]:
+        """The chain of a route that enables ``enabled`` and sets no
+        ``pluginOrder``: by ``PluginInfo.order`` (then name), each plugin's
+        ``PluginInfo.placement`` applied, then ``placements`` (a staged
+        options key's)."""
+        by_order = sorted(enabled, key=lambda n: (self.infos[n].order, n))
+        order = place(by_order, {n: self.infos[n].placement for n in by_order})
+        return place(order, placements) if placements else order
 
     def configure(self, gateway: GatewayInfo) -> None:
         self.pm.hook.twistgw_configure(gateway=gateway)

@@ -29,6 +29,23 @@ def first_route(routes: Iterable[Route], request: RequestView) -> Route | None:
     return None
 
 
+def rewrite_path(route: Route, path: str) -> str:
+    """``path`` with the matched prefix replaced by the route's
+    ``prefixRewrite`` (unchanged when the route has none, or matched exactly)."""
+    if route.prefix_rewrite is None:
+        return path
+    for m in route.matchers:
+        if m.prefix is not None and path.startswith(m.prefix):
+            rest = path[len(m.prefix):]
+            if route.prefix_rewrite.endswith("/") and rest.startswith("/"):
+                rest = rest[1:]  # "/" for "/api" on "/api/x" is "/x", not "//x"
+            path = route.prefix_rewrite + rest
+            if not path.startswith("/"):
+                path = "/" + path
+            break
+    return path
+
+
 class HostTable:
     """Exact domains first, then ``*.suffix`` wildcards (longest first), then ``*``."""
 

@@ -15,6 +15,8 @@ import attrs
 from twistgw.api.types import InvalidResource, Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
 from twistgw.config.loader import CORE_OPTION_KEYS, Config, ConfigError, ConfigIssue, path_text
 from twistgw.config.model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
+from twistgw.core.plan import LocalResponse
+from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
 
@@ -77,10 +79,18 @@ class RouteRuntime:
     reselect: bool = False
     #: the chain flattened into (step, phase, callable), once per snapshot
     calls: tuple[tuple[ChainStep, str, Callable[..., Any]], ...] = attrs.field(init=False, eq=False)
+    #: the answer of a direct-response route, made once per snapshot
+    answer: LocalResponse | None = attrs.field(init=False, eq=False)
 
     @calls.default
     def _flatten(self) -> tuple[tuple[ChainStep, str, Callable[..., Any]], ...]:
         return flatten_chain(self.chain)
+
+    @answer.default
+    def _answer(self) -> LocalResponse | None:
+        if self.direct is None:
+            return None
+        return LocalResponse(self.direct.status, self.direct.body, reason="direct response")
 
 
 class Snapshot:
@@ -97,10 +107,6 @@ class Snapshot:
 
     def runtime(self, vs: VirtualService, route: Route) -> RouteRuntime:
         return self.routes[(vs.key, route.index)]
-
-
-def _is_disabled(value: Any) -> bool:
-    return isinstance(value, Mapping) and value.get("disable") is True
 
 
 def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Snapshot:
@@ -137,6 +143,8 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 f"no plugin named {key!r} is installed (installed: {', '.join(host.names()) or 'none'})",
                 file=src.file if src else "", document=src.document if src else None,
                 line=src.line if src else None, resource="Settings", field=f"spec.{key}"))
+    staged = {name: info.staged_options for name, info in host.infos.items() if info.staged_options is not None}
+    staged_keys = frozenset(key for decl in staged.values() for key in decl.keys)
     routes: dict[tuple[str, int], RouteRuntime] = {}
     compiled_by_plugin: dict[str, list[Any]] = {name: [] for name in host.infos}
     balancers: dict[tuple[str, str], Balancer] = {}
@@ -159,26 +167,42 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 field=path_text(path),
             ))
 
-        vh_plugins = _plugin_options(vs.options)
+        def stages_ok(options: Mapping[str, Any], path: stages.Where, route: Route | None) -> bool:
+            def report(where: stages.Where, reason: str) -> None:
+                issue(where, reason, route)
+
+            return all([stages.check(name, decl, options, path, route is not None, report)
+                        for name, decl in staged.items()])
+
+        if not stages_ok(vs.options, vh_path + ("options",), None):
+            continue
+        vh_plugins = _plugin_options(vs.options, vh_path + ("options",), staged_keys)
         reselect = any(r.reads_request for r in vs.routes)
         for route in vs.routes:
             r_path = route.path
+            r_plugins = _plugin_options(route.options, r_path + ("options",), staged_keys)
             effective: dict[str, tuple[Any, tuple[str | int, ...], str | None]] = {}
             for key, value in defaults.items():
                 effective[key] = (value, ("Settings", "spec", key), None)
-            for key, value in vh_plugins.items():
-                effective[key] = (value, vh_path + ("options", key), None)
-            for key, value in _plugin_options(route.options).items():
-                effective[key] = (value, r_path + ("options", key), route.name)
+            for key, (value, where) in vh_plugins.items():
+                effective[key] = (value, where, None)
+            for key, (value, where) in r_plugins.items():
+                effective[key] = (value, where, route.name)
             order_raw = route.options.get("pluginOrder", vs.options.get("pluginOrder"))
-            stages = jwt_stages(effective.pop(JWT, None), vs.options, route.options, vh_path, r_path,
-                                route.name)
-            if stages:
-                # "jwt" stands for its stages in the checks below; each is compiled on its own
-                effective[JWT] = next(iter(stages.values()))
+            if not stages_ok(route.options, r_path + ("options",), route):
+                continue
+            # A staged plugin (jwt) stands for its stages in the checks
+            # below; each stage is compiled on its own.
+            route_stages: dict[str, dict[str, stages.Entry]] = {}
+            for name, decl in staged.items():
+                found = stages.stages_of(decl, effective.pop(name, None), vs.options, route.options,
+                                         vh_path, r_path, route.name)
+                if found:
+                    effective[name] = next(iter(found.values()))
+                route_stages[name] = found
 
             steps: list[ChainStep] = []
-            enabled = {k: v for k, v in effective.items() if not _is_disabled(v[0])}
+            enabled = {k: v for k, v in effective.items() if not stages.is_disabled(v[0])}
             unknown = [k for k in enabled if k not in host.infos]
             for key in unknown:
                 issue(enabled[key][1], f"no plugin named {key!r} is installed"
@@ -200,15 +224,19 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                     continue
                 order = [k for k in order_raw if k in enabled]
             else:
-                order = [k for k in host.default_order() if k in enabled]
-            placed = place_jwt_stages(order, stages, order_raw is not None)
+                order = host.chain_order(enabled)
+            placed: list[tuple[str, str]] | str = [(name, "") for name in order]
+            for name, decl in staged.items():
+                placed = stages.place(name, decl, placed, route_stages[name], order_raw is not None)
+                if isinstance(placed, str):
+                    break
             if isinstance(placed, str):
                 issue(r_path + ("options", "pluginOrder") if "pluginOrder" in route.options
-                      else vh_path + ("options", "pluginOrder"), placed)
+                      else vh_path + ("options", "pluginOrder"), placed, route)
                 continue
             failed = False
             for name, stage in placed:
-                raw, where, route_name = stages[stage] if stage else enabled[name]
+                raw, where, route_name = route_stages[name][stage] if stage else enabled[name]
                 cache_key = (name, id(raw))
                 if cache_key in cache:
                     compiled = cache[cache_key]
@@ -235,7 +263,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                     name, compiled,
                     host.impl(name, "twistgw_authenticate"),
                     host.impl(name, "twistgw_authorize"),
-                    stage if len(stages) > 1 else "",
+                    stage if len(route_stages.get(name, ())) > 1 else "",
                 ))
             if failed:
                 continue
@@ -246,11 +274,8 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
             if isinstance(action, DirectResponse):
                 direct = action
             else:
-                if isinstance(action, KubeRef):
-                    key = (action.namespace, f"{action.namespace}-{action.name}-{action.port}")
-                else:
-                    assert isinstance(action, UpstreamRef)
-                    key = (action.namespace, action.name)
+                assert isinstance(action, (KubeRef, UpstreamRef))
+                key = action.upstream_key()
                 upstream = config.upstreams.get(key)
                 if upstream is None:  # build_config already reported it
                     continue
@@ -264,85 +289,11 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     return Snapshot(config, routes, generation, compiled_by_plugin)
 
 
-def _plugin_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in options.items() if k not in CORE_OPTION_KEYS}
-
-
-# ---------------------------------------------------------------------------
-# JWT stages, as Gloo runs them
-# ---------------------------------------------------------------------------
-
-JWT = "jwt"
-BEFORE = "beforeExtAuth"
-AFTER = "afterExtAuth"
-_STAGED = {"jwtStaged", "jwtProvidersStaged"}
-#: (raw options, where they were written, route name or None)
-_Entry = tuple[Any, tuple[str | int, ...], str | None]
-
-
-def jwt_stages(inherited: _Entry | None, vh_options: Mapping[str, Any], route_options: Mapping[str, Any],
-               vh_path: tuple[str | int, ...], r_path: tuple[str | int, ...],
-               route_name: str) -> dict[str, _Entry]:
-    """The JWT stages a route runs, Gloo's way (``docs/jwt.md``, "Stages").
-
-    A route runs up to two JWT checks, one before ``extauth`` and one after,
-    and a request must pass both. The virtual host sets them with ``jwt``
-    (the after stage) or ``jwtStaged``; a route replaces **only the stages it
-    names** (``jwtProvidersStaged``, or ``jwtStaged`` holding providers) and
-    turns one off with ``jwtStaged: {STAGE: {disable: true}}``. Route-level
-    ``jwt`` replaces the after stage; ``jwt: {disable: true}`` turns both off.
-
-    :param inherited: the ``jwt`` entry the generic rules produced (Settings
-        default, virtual host ``jwt``, or route ``jwt``), if any.
-    """
-    stages: dict[str, _Entry] = {}
-    if inherited is not None and inherited[2] is None:  # Settings default or virtual-host jwt
-        stages[AFTER] = inherited
-    for stage, raw in (vh_options.get("jwtStaged") or {}).items():
-        stages[stage] = (raw, vh_path + ("options", "jwtStaged", stage), None)
-    if inherited is not None and inherited[2] is not None:  # route-level jwt
-        if _is_disabled(inherited[0]):
-            return {}
-        stages[AFTER] = inherited
-    for key in ("jwtStaged", "jwtProvidersStaged"):
-        for stage, raw in (route_options.get(key) or {}).items():
-            if _is_disabled(raw):
-                stages.pop(stage, None)
-            elif key == "jwtProvidersStaged" or set(raw) - {"disable"}:
-                stages[stage] = (raw, r_path + ("options", key, stage), route_name)
-    return {s: stages[s] for s in (BEFORE, AFTER) if s in stages and not _is_disabled(stages[s][0])}
-
-
-def place_jwt_stages(order: list[str], stages: Mapping[str, _Entry],
-                     explicit_order: bool) -> list[tuple[str, str]] | str:
-    """The chain as (plugin, stage) pairs, ``jwt`` expanded into its stages.
-
-    The after stage takes ``jwt``'s place in the order (after ``extauth`` by
-    default, or where ``pluginOrder`` lists it); the before stage runs right
-    before ``extauth`` (or right before the after stage when there is no
-    ``extauth``). Returns a reason instead when ``pluginOrder`` lists ``jwt``
-    before ``extauth`` while ``jwtStaged``/``jwtProvidersStaged`` configure an
-    afterExtAuth stage: the two contradict each other.
-    """
-    if explicit_order and "extauth" in order and JWT in order:
-        jwt_first = order.index(JWT) < order.index("extauth")
-        if jwt_first and AFTER in stages and _STAGED & set(map(str, stages[AFTER][1])):
-            return ("pluginOrder lists jwt before extauth, but an afterExtAuth JWT stage is configured"
-                    " (jwtStaged/jwtProvidersStaged); list jwt after extauth, or use beforeExtAuth")
-        if not jwt_first and AFTER not in stages:
-            return ("pluginOrder lists jwt after extauth, but the only JWT stage is beforeExtAuth;"
-                    " list jwt before extauth, or use afterExtAuth")
-    out = [(name, "") for name in order if name != JWT]
-    if JWT not in order:
-        return out
-    at = order.index(JWT)
-    if AFTER in stages:
-        out.insert(at, (JWT, AFTER))
-    if BEFORE in stages:
-        if "extauth" in order:
-            at = out.index(("extauth", ""))
-        out.insert(at, (JWT, BEFORE))
-    return out
+def _plugin_options(options: Mapping[str, Any], path: stages.Where,
+                    staged_keys: frozenset[str]) -> dict[str, tuple[Any, stages.Where]]:
+    """The plugins' entries of an ``options`` mapping at ``path``:
+    ``{plugin: (raw options, where)}`` (staged keys are read by :mod:`stages`)."""
+    return {k: (v, path + (k,)) for k, v in options.items() if k not in CORE_OPTION_KEYS and k not in staged_keys}
 
 
 def _compile(host: PluginHost, name: str, raw: Any, scope: OptionsScope) -> Any:

@@ -14,16 +14,13 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import http
 
-from twistgw.api.types import Deny, RequestContext
-from twistgw.core.chain import start_calls
-from twistgw.core.pipeline import Prepared, prepare, reroute
+from twistgw.api.types import RequestContext
+from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT, UPSTREAM_TIMEOUT
+from twistgw.core.pipeline import INTERNAL_ERROR, Forward, LocalResponse, Pipeline, Plan, RequestHead
 from twistgw.core.plugins import PluginHost
+from twistgw.core.snapshot import Snapshot
 from twistgw.engine.upstream import (Forwarder, RequestBody, ResponseRelay, classify_failure, copy_response_headers,
                                      twisted_headers)
-from twistgw.core.snapshot import RouteRuntime, Snapshot
-
-NO_UPSTREAM = Deny(503, b"no healthy upstream", reason="the upstream has no endpoints")
-NOT_READY = Deny(503, b"no configuration loaded", reason="no configuration loaded")
 
 
 class GatewayRequest(http.Request):
@@ -33,7 +30,7 @@ class GatewayRequest(http.Request):
     body: RequestBody | None = None
     body_complete = False
     dispatched = False
-    ctx: RequestContext | None = None
+    head: RequestHead | None = None
     upstream_label = ""
     started = 0.0
     _recorded = False
@@ -46,6 +43,12 @@ class GatewayRequest(http.Request):
         self.gateway = channel.factory.gateway
         self.started = self.gateway.reactor.seconds()
         self.gateway.inflight += 1
+
+    @property
+    def ctx(self) -> RequestContext | None:
+        """The plugins' view of this request, once it was routed."""
+        head = self.head
+        return head.ctx if head is not None else None
 
     # -- called by GatewayChannel -----------------------------------------
 
@@ -107,7 +110,7 @@ class GatewayChannel(http.HTTPChannel):
     """HTTPChannel with streaming request bodies, a deadline for the request
     head (slowloris), no obs-fold, and no automatic ``100 Continue``."""
 
-    headTimeout = 10.0
+    headTimeout = HEAD_TIMEOUT
     _abandoned = False
     _peer: Any = None
     _host: Any = None
@@ -318,7 +321,7 @@ class GatewayFactory(http.HTTPFactory):
     protocol = GatewayChannel
     noisy = False
 
-    def __init__(self, gateway: "Gateway", timeout: float = 60.0, head_timeout: float = 10.0) -> None:
+    def __init__(self, gateway: "Gateway", timeout: float = IDLE_TIMEOUT, head_timeout: float = HEAD_TIMEOUT) -> None:
         # The gateway's reactor keeps the connections' time too.
         super().__init__(timeout=timeout, reactor=gateway.reactor)
         self.gateway = gateway
@@ -336,26 +339,25 @@ class GatewayFactory(http.HTTPFactory):
 
 
 class Gateway:
-    """Holds the serving snapshot and runs every request through it."""
+    """Holds the serving snapshot and carries out the pipeline's plan for
+    every request: answer locally, or forward and relay the response."""
 
     _log = Logger(namespace="twistgw.gateway")
     _access = Logger(namespace="twistgw.access")
 
     def __init__(self, reactor: Any, plugins: PluginHost, forwarder: Forwarder | None = None,
-                 metrics: Any = None, access_log: bool = True, upstream_timeout: float = 15.0) -> None:
+                 metrics: Any = None, access_log: bool = True, upstream_timeout: float = UPSTREAM_TIMEOUT) -> None:
         self.reactor = reactor
         self.plugins = plugins
+        self.pipeline = Pipeline(plugins, reactor, upstream_timeout)
         self.forwarder = forwarder or Forwarder(reactor)
         self.metrics = metrics
         self.access_log = access_log
-        self.upstream_timeout = upstream_timeout
         self.snapshot: Snapshot | None = None
         self.draining = False
         self.inflight = 0
         #: (host, port) -> (b"http://host:port", "host:port")
         self._targets: dict[tuple[str, int], tuple[bytes, str]] = {}
-        impls = plugins.pm.hook.twistgw_route_match.get_hookimpls()
-        self._route_hook = plugins.pm.hook.twistgw_route_match if len(impls) > 1 else None
         self._finished_hook = (
             plugins.pm.hook.twistgw_request_finished
             if plugins.pm.hook.twistgw_request_finished.get_hookimpls() else None
@@ -365,99 +367,40 @@ class Gateway:
 
     def handle(self, request: GatewayRequest) -> None:
         try:
-            self._handle(request)
+            peer = request.client
+            head = request.head = RequestHead(
+                request.method, request.uri, request.requestHeaders, getattr(peer, "host", "") or "",
+                "https" if request.isSecure() else "http")
+            plan = self.pipeline.handle(head, self.snapshot)
         except Exception:
             # e.g. a twistgw_route_match plugin that raised: fail closed with
             # a 500 rather than dropping the connection without an answer.
             self._internal_error(Failure(), request)
-
-    def _handle(self, request: GatewayRequest) -> None:
-        snapshot = self.snapshot
-        if snapshot is None:
-            self.respond(request, NOT_READY)
             return
-        peer = request.client
-        client_ip = getattr(peer, "host", "") or ""
-        prepared = prepare(snapshot, self.plugins, request.method, request.uri, request.requestHeaders,
-                           client_ip, self.reactor, self._route_hook,
-                           "https" if request.isSecure() else "http")
-        if isinstance(prepared, Deny):
-            self.respond(request, prepared)
-            return
-        assert isinstance(prepared, Prepared)
-        request.ctx = prepared.ctx
-        runtime = prepared.runtime
-        if runtime.calls:
-            self._run_chain(runtime.calls, request, prepared.ctx, runtime, snapshot)
-        elif runtime.reselect:
-            self._chain_done(None, request, prepared.ctx, runtime, snapshot)
+        if isinstance(plan, Deferred):
+            plan.addCallback(self._carry_out, request)
+            plan.addErrback(self._internal_error, request)
         else:
-            self._dispatch(request, prepared.ctx, runtime)
+            self._carry_out(plan, request)
 
-    def _run_chain(self, calls: Any, request: GatewayRequest, ctx: RequestContext,
-                   runtime: RouteRuntime, snapshot: Snapshot | None) -> None:
-        """Run chain steps; then :meth:`_chain_done` (``snapshot`` None: the
-        route was already selected again)."""
-        outcome = start_calls(calls, ctx)
-        if isinstance(outcome, Deferred):
-            outcome.addCallback(self._chain_done, request, ctx, runtime, snapshot)
-            outcome.addErrback(self._internal_error, request)
-        else:
-            self._chain_done(outcome, request, ctx, runtime, snapshot)
-
-    def _chain_done(self, deny: Deny | None, request: GatewayRequest, ctx: RequestContext,
-                    runtime: RouteRuntime, snapshot: Snapshot | None = None) -> None:
+    def _carry_out(self, plan: Plan, request: GatewayRequest) -> None:
         if request._disconnected or request.finished:
             return
-        if deny is not None:
-            self.respond(request, deny)
-            return
-        if runtime.reselect and snapshot is not None:
-            # Plugins may have written headers routes match on (claim-based
-            # routing): select again, and run what the new route adds.
-            found = reroute(snapshot, ctx, runtime, self._route_hook)
-            if isinstance(found, Deny):
-                self.respond(request, found)
-                return
-            new, remaining = found
-            if remaining:
-                self._run_chain(remaining, request, ctx, new, None)
-                return
-            runtime = new
-        self._dispatch(request, ctx, runtime)
+        if type(plan) is Forward:
+            self._forward(request, plan)
+        else:
+            self.respond(request, plan)
 
     def _internal_error(self, failure: Failure, request: GatewayRequest) -> None:
         self._log.failure("Unexpected error handling {method} {uri}", failure,
                           method=request.method, uri=request.uri)
         if not request._disconnected and not request.finished:
-            self.respond(request, Deny(500, b"Internal Server Error"))
-
-    def _dispatch(self, request: GatewayRequest, ctx: RequestContext, runtime: RouteRuntime) -> None:
-        if runtime.direct is not None:
-            self.respond(request, Deny(runtime.direct.status, runtime.direct.body))
-            return
-        assert runtime.balancer is not None
-        endpoint = runtime.balancer.pick()
-        if endpoint is None:
-            self.respond(request, NO_UPSTREAM)
-            return
-        self._forward(request, ctx, runtime, endpoint)
+            self.respond(request, INTERNAL_ERROR)
 
     # -- forwarding ----------------------------------------------------------
 
-    def _forward(self, request: GatewayRequest, ctx: RequestContext, runtime: RouteRuntime, endpoint: Any) -> None:
-        route = runtime.route
-        path = ctx.path
-        if route.prefix_rewrite is not None:
-            for m in route.matchers:
-                if m.prefix is not None and path.startswith(m.prefix):
-                    rest = path[len(m.prefix):]
-                    if route.prefix_rewrite.endswith("/") and rest.startswith("/"):
-                        rest = rest[1:]  # "/" for "/api" on "/api/x" is "/x", not "//x"
-                    path = route.prefix_rewrite + rest
-                    if not path.startswith("/"):
-                        path = "/" + path
-                    break
+    def _forward(self, request: GatewayRequest, plan: Forward) -> None:
+        endpoint = plan.endpoint
         key = (endpoint.host, endpoint.port)
         target = self._targets.get(key)
         if target is None:
@@ -467,11 +410,7 @@ class Gateway:
             target = (f"http://{host}:{endpoint.port}".encode("ascii"), f"{endpoint.host}:{endpoint.port}")
             if len(self._targets) < 4096:
                 self._targets[key] = target
-        url = target[0] + path.encode("ascii")
-        if ctx.query:
-            url += b"?" + ctx.query
-        ctx.headers.set_canonical(b"X-Forwarded-For", ctx.client_address.encode("ascii"))
-        ctx.headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
+        url = target[0] + plan.target
         request.upstream_label = target[1]
         body = request.body
         if body is None and request.requestHeaders.hasHeader(b"content-length"):
@@ -481,13 +420,13 @@ class Gateway:
                 and (request.requestHeaders.getRawHeaders(b"expect") or [b""])[0].lower() == b"100-continue"):
             # Only now, after authentication, invite the client to send its body.
             request.channel.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        d = self.forwarder.agent.request(request.method, url, twisted_headers(ctx.headers), body)
+        d = self.forwarder.agent.request(plan.method, url, twisted_headers(plan.headers), body)
         request._upstream_d = d
         request.upstream_started = self.reactor.seconds()
         d.addCallbacks(self._got_response, self._upstream_failed, callbackArgs=(request,), errbackArgs=(request,))
         # Like Envoy, the route timeout runs once the client has sent the
         # whole request: a slow upload is not the upstream's fault.
-        timeout = route.timeout or self.upstream_timeout
+        timeout = plan.timeout
         if body is None or request.body_complete:
             self._arm_timeout(request, d, timeout)
         else:
@@ -543,24 +482,24 @@ class Gateway:
                        upstream=request.upstream_label, method=request.method,
                        path=request.ctx.path if request.ctx else request.uri, why=why,
                        error=failure.getErrorMessage())
-        self.respond(request, Deny(status, body, reason=why))
+        self.respond(request, LocalResponse(status, body, reason=why))
 
     # -- local responses and accounting ----------------------------------
 
-    def respond(self, request: GatewayRequest, deny: Deny) -> None:
+    def respond(self, request: GatewayRequest, answer: LocalResponse) -> None:
         if request._disconnected or request.finished:
             return
-        request.setResponseCode(deny.status)
+        request.setResponseCode(answer.status)
         rh = request.responseHeaders
-        if deny.body and deny.content_type:
-            rh.setRawHeaders(b"content-type", [deny.content_type])
-        if deny.status not in (204, 304):  # RFC 9110 §8.6: no Content-Length on 204
-            rh.setRawHeaders(b"content-length", [b"%d" % len(deny.body)])
-        for name, value in deny.headers:
+        if answer.body and answer.content_type:
+            rh.setRawHeaders(b"content-type", [answer.content_type])
+        if answer.status not in (204, 304):  # RFC 9110 §8.6: no Content-Length on 204
+            rh.setRawHeaders(b"content-length", [b"%d" % len(answer.body)])
+        for name, value in answer.headers:
             rh.addRawHeader(name, value)
         request.beforeResponse()
-        if deny.body:
-            request.write(deny.body)
+        if answer.body:
+            request.write(answer.body)
         request.finish()
 
     def record(self, request: GatewayRequest) -> None:

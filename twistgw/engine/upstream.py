@@ -31,6 +31,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import UNKNOWN_LENGTH, IAgentEndpointFactory, IBodyProducer
 from zope.interface import implementer
 
+from twistgw.config.defaults import CONNECT_TIMEOUT, IDLE_TIMEOUT
 from twistgw.core.headers import copy_end_to_end
 
 _log = Logger(namespace="twistgw.proxy")
@@ -88,8 +89,8 @@ class _ClientFactory(webclient._HTTP11ClientFactory):  # type: ignore[misc]
 class Forwarder:
     """Owns the connection pool and the Agent; one per gateway process."""
 
-    def __init__(self, reactor: Any, connect_timeout: float = 5.0, max_per_host: int = 64,
-                 idle_timeout: float = 60.0) -> None:
+    def __init__(self, reactor: Any, connect_timeout: float = CONNECT_TIMEOUT, max_per_host: int = 64,
+                 idle_timeout: float = IDLE_TIMEOUT) -> None:
         self.reactor = reactor
         self.pool = webclient.HTTPConnectionPool(reactor, persistent=True)
         self.pool._factory = _ClientFactory

@@ -18,7 +18,9 @@ from twisted.internet import defer, task
 from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 
+from twistgw.config.defaults import DRAIN_TIMEOUT, HEAD_TIMEOUT, IDLE_TIMEOUT, POLL_INTERVAL, UPSTREAM_TIMEOUT
 from twistgw.config.loader import ConfigError, load_directory
+from twistgw.config.names import is_yaml_file
 from twistgw.core.plugins import GatewayInfo, PluginHost
 from twistgw.core.snapshot import Snapshot, build_snapshot
 from twistgw.engine.server import Gateway, GatewayFactory
@@ -46,7 +48,7 @@ def fingerprint(directory: str) -> tuple:
         return (("error", str(exc)),)
     out = []
     for name in names:
-        if not name.endswith((".yaml", ".yml")) or name.startswith("."):
+        if not is_yaml_file(name):
             continue
         try:
             st = os.stat(os.path.join(directory, name))
@@ -63,10 +65,10 @@ class GatewayService(service.MultiService):
 
     def __init__(self, config_dir: str, listen: Iterable[str] = ("tcp:8080",),
                  admin: str | None = "tcp:9901:interface=127.0.0.1", reactor: Any = None,
-                 plugins: PluginHost | None = None, poll_interval: float = 1.0,
-                 access_log: bool = True, drain_timeout: float = 10.0,
-                 upstream_timeout: float = 15.0, idle_timeout: float = 60.0,
-                 head_timeout: float = 10.0) -> None:
+                 plugins: PluginHost | None = None, poll_interval: float = POLL_INTERVAL,
+                 access_log: bool = True, drain_timeout: float = DRAIN_TIMEOUT,
+                 upstream_timeout: float = UPSTREAM_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
+                 head_timeout: float = HEAD_TIMEOUT) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor

@@ -12,16 +12,15 @@ import sys
 
 from twisted.logger import globalLogBeginner, textFileLogObserver
 
+from twistgw.config.defaults import TIMINGS, keyword
+
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="twistgw-worker")
     p.add_argument("--config", required=True)
     p.add_argument("--fd", action="append", default=[], help="FD:4|6 (inherited listening socket)")
-    p.add_argument("--poll-interval", type=float, default=1.0)
-    p.add_argument("--upstream-timeout", type=float, default=15.0)
-    p.add_argument("--idle-timeout", type=float, default=60.0)
-    p.add_argument("--head-timeout", type=float, default=10.0)
-    p.add_argument("--drain-timeout", type=float, default=10.0)
+    for flag, default, text in TIMINGS:
+        p.add_argument(f"--{flag}", type=float, default=default, help=text)
     p.add_argument("--no-access-log", action="store_true")
     args = p.parse_args(argv)
 
@@ -32,9 +31,8 @@ def main(argv: list[str] | None = None) -> None:
     from twistgw.runtime.service import GatewayService
 
     svc = GatewayService(args.config, listen=(), admin=None, reactor=reactor,
-                         poll_interval=args.poll_interval, access_log=not args.no_access_log,
-                         upstream_timeout=args.upstream_timeout, idle_timeout=args.idle_timeout,
-                         head_timeout=args.head_timeout, drain_timeout=args.drain_timeout)
+                         access_log=not args.no_access_log,
+                         **{keyword(flag): getattr(args, keyword(flag)) for flag, _, _ in TIMINGS})
     try:
         svc.load_initial()
     except ConfigError as exc:

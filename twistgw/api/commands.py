@@ -1,0 +1,53 @@
+"""Where plugins add subcommands to the ``twistgw`` command line
+(hook ``twistgw_add_commands``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+#: Help of the command groups plugins add to (``twistgw create secret TYPE``):
+#: Secrets are resources the core reads, so the core names the group.
+GROUP_HELP = {
+    ("create",): "create resources",
+    ("create", "secret"): "create a Secret",
+}
+
+#: Exit codes of every subcommand: success; the thing checked is invalid or
+#: the request would be refused; usage error (bad flags, missing files).
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+class Commands:
+    """The ``twistgw`` sub-commands, for ``twistgw_add_commands``::
+
+        @twistgw.hookimpl
+        def twistgw_add_commands(commands):
+            p = commands.add("create", "secret", "mytype", help="...")
+            p.add_argument("--name", required=True)
+            p.set_defaults(func=run)      # run(args) -> exit code (int)
+    """
+
+    def __init__(self, subparsers: Any) -> None:
+        self._groups: dict[tuple[str, ...], Any] = {(): subparsers}
+
+    def add(self, *path: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+        """A new sub-command at ``path`` (``"token"``, or ``"create",
+        "secret", "authcredentials"``: the groups are made as needed).
+        Give it ``set_defaults(func=...)``: ``func(args)`` returns the exit
+        code (:data:`EXIT_OK`, :data:`EXIT_INVALID` or :data:`EXIT_USAGE`)."""
+        if not path:
+            raise ValueError("a command needs a name")
+        *group, name = path
+        return self._group(tuple(group)).add_parser(name, help=help, description=description or help)
+
+    def _group(self, path: tuple[str, ...]) -> Any:
+        found = self._groups.get(path)
+        if found is None:
+            parent = self._group(path[:-1])
+            text = GROUP_HELP.get(path, f"{' '.join(path)} commands")
+            parser = parent.add_parser(path[-1], help=text, description=text)
+            found = parser.add_subparsers(dest="_".join(path) + "_command", metavar="COMMAND")
+            found.required = True
+            self._groups[path] = found
+        return found

@@ -1,0 +1,32 @@
+"""The gateway's timing defaults, in one place.
+
+``twist twistgw`` takes each as ``--NAME SECONDS``; worker processes get the
+same flags; :class:`~twistgw.runtime.service.GatewayService` takes them as
+keyword arguments (``upstream_timeout=...``).
+"""
+
+from __future__ import annotations
+
+POLL_INTERVAL = 1.0
+UPSTREAM_TIMEOUT = 15.0
+IDLE_TIMEOUT = 60.0
+HEAD_TIMEOUT = 10.0
+DRAIN_TIMEOUT = 10.0
+#: connecting to an upstream (not a command-line option)
+CONNECT_TIMEOUT = 5.0
+
+#: ``(flag, default, help)`` for every timing option of the command line.
+TIMINGS: tuple[tuple[str, float, str], ...] = (
+    ("poll-interval", POLL_INTERVAL,
+     "Seconds between checks of the config directory for changes (0: only SIGHUP)."),
+    ("upstream-timeout", UPSTREAM_TIMEOUT,
+     "Seconds to wait for an upstream's response head (route option 'timeout' overrides)."),
+    ("idle-timeout", IDLE_TIMEOUT, "Seconds an idle client connection is kept open."),
+    ("head-timeout", HEAD_TIMEOUT, "Seconds a client has to send a complete request head (slowloris guard)."),
+    ("drain-timeout", DRAIN_TIMEOUT, "Seconds to let in-flight requests finish on SIGTERM."),
+)
+
+
+def keyword(flag: str) -> str:
+    """``"upstream-timeout"`` → ``"upstream_timeout"`` (the service's keyword)."""
+    return flag.replace("-", "_")

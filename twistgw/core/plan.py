@@ -1,0 +1,69 @@
+"""What the pipeline decides for a request (see :mod:`twistgw.core.pipeline`)."""
+
+from __future__ import annotations
+
+from twistgw.api.headers import Headers
+from twistgw.api.types import Deny, Endpoint, UpstreamInfo
+
+__all__ = ["Forward", "LocalResponse", "Plan"]
+
+
+class LocalResponse:
+    """The gateway answers the request itself.
+
+    :ivar status: the HTTP status.
+    :ivar body: the body (``content-length`` is set from it, except on 204/304).
+    :ivar headers: extra response headers, ``((b"name", b"value"), ...)``.
+    :ivar content_type: sent with a non-empty body.
+    :ivar reason: why, for logs and ``twistgw explain``; never sent.
+    """
+
+    __slots__ = ("status", "body", "headers", "content_type", "reason")
+
+    def __init__(self, status: int, body: bytes = b"", headers: tuple[tuple[bytes, bytes], ...] = (),
+                 content_type: bytes = b"text/plain", reason: str = "") -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers
+        self.content_type = content_type
+        self.reason = reason
+
+    @classmethod
+    def refusal(cls, deny: Deny) -> "LocalResponse":
+        """The answer to a plugin's :class:`~twistgw.Deny`."""
+        return cls(deny.status, deny.body, deny.headers, deny.content_type, deny.reason)
+
+    def __repr__(self) -> str:
+        return f"LocalResponse({self.status}, {self.body!r}, reason={self.reason!r})"
+
+
+class Forward:
+    """Send the request to an upstream endpoint.
+
+    :ivar endpoint: where to (one address of ``upstream``, picked round robin).
+    :ivar method: the request method, as received.
+    :ivar target: the origin-form target sent upstream (``/path?query``,
+        after ``prefixRewrite`` and any query change by a plugin).
+    :ivar headers: the request headers sent upstream (end-to-end headers,
+        plugins' changes, ``X-Forwarded-For`` and ``X-Forwarded-Proto``).
+    :ivar timeout: seconds to wait for the response head once the request
+        body is sent (the route's ``timeout``, else the gateway's).
+    :ivar upstream: the upstream ``endpoint`` belongs to.
+    """
+
+    __slots__ = ("endpoint", "method", "target", "headers", "timeout", "upstream")
+
+    def __init__(self, endpoint: Endpoint, method: bytes, target: bytes, headers: Headers,
+                 timeout: float, upstream: UpstreamInfo) -> None:
+        self.endpoint = endpoint
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.timeout = timeout
+        self.upstream = upstream
+
+    def __repr__(self) -> str:
+        return f"Forward({self.method!r} {self.target!r} to {self.endpoint.host}:{self.endpoint.port})"
+
+
+Plan = LocalResponse | Forward
