@@ -122,7 +122,9 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: OptionsScope) -> 
         resources (upstreams, secrets, auth configs) in the same snapshot.
     :raise twistgw.OptionsError: with the field path (below your key) and a
         reason. The whole configuration is then rejected and the last good
-        one keeps serving.
+        one keeps serving. Report every problem at once (``twistgw check``
+        lists them all): collect them with :class:`twistgw.options.Problems`
+        or raise ``OptionsError.several([...])``.
     """
 
 
@@ -170,8 +172,14 @@ def twistgw_route_match(
 ) -> Route | None:
     """Choose the route for a request (broadcast, first non-None wins).
 
-    The gateway's own prefix matcher runs last, so a plugin implementing this
-    hook takes precedence for the requests it answers. Must be synchronous.
+    The gateway's own matcher (Gloo's matchers: path, headers, query
+    parameters, methods) runs last, so a plugin implementing this hook takes
+    precedence for the requests it answers. Must be synchronous.
+
+    When a virtual service has routes matching headers or query parameters,
+    the route is chosen a second time after the chain admitted the request
+    (plugins may have written those headers, as the JWT plugin's
+    ``claimsToHeaders`` does); this hook is called again then.
 
     :param ctx: the request (``ctx.path`` is already normalised).
     :param virtual_service: the virtual service chosen by Host.

@@ -95,7 +95,7 @@ spec:
   displayName: The shop
   virtualHost:
     domains: ["Shop.Example.com:8443", "*.example.org"]
-    options: {timeout: 2s}
+    options: {pluginOrder: []}
     routes:
     - name: pets
       matchers: [{prefix: /pets}, {exact: /exact, methods: [GET]}]
@@ -115,7 +115,7 @@ def test_every_kind_loads() -> None:
     assert (vs.namespace, vs.name, vs.display_name) == ("shop", "shop", "The shop")
     # domains are lower-cased and their port dropped
     assert vs.domains == ("shop.example.com", "*.example.org")
-    assert vs.options == {"timeout": "2s"}
+    assert vs.options == {"pluginOrder": []}
     pets, static, kube, teapot = vs.routes
     assert pets.name == "pets" and static.name == "routes[1]"
     assert pets.action == KubeRef("petstore", "shop", 8080)  # namespace defaults to the VS's
@@ -428,3 +428,19 @@ def test_yaml_tags_that_build_objects_are_refused() -> None:
 def test_top_level_list_is_refused() -> None:
     issue = one_issue("- a\n- b\n")
     assert issue.reason == "a resource must be a mapping, got a list"
+
+
+@pytest.mark.parametrize("options, field, reason", [
+    ("{timeout: 2s}", "spec.virtualHost.options.timeout", "is a route option"),
+    ("{prefixRewrite: /v2}", "spec.virtualHost.options.prefixRewrite", "is a route option"),
+])
+def test_route_only_options_are_refused_on_a_virtual_host(options, field, reason):
+    issue = one_issue(VS_HEAD + f"    options: {options}\n    routes: []\n")
+    assert issue.field == field and reason in issue.reason
+
+
+def test_a_zero_timeout_is_refused():
+    issue = one_issue(VS_HEAD + "    routes:\n    - directResponseAction: {status: 200}\n"
+                      "      options: {timeout: 0s}\n")
+    assert issue.field == "spec.virtualHost.routes[0].options.timeout"
+    assert "above zero" in issue.reason

@@ -88,12 +88,12 @@ spec:
   displayName: d
   virtualHost:
     domains: [a.example.com, "*.b.example.com"]
-    options: {strict: {key: k}, timeout: 1s, pluginOrder: [strict]}
+    options: {strict: {key: k}, pluginOrder: [strict]}
     routes:
     - name: one
       matchers: [{prefix: /a, methods: [GET]}, {exact: /b}]
       routeAction: {single: {kube: {ref: {name: petstore, port: 8080}}}}
-      options: {prefixRewrite: /x, strict: {disable: true}}
+      options: {prefixRewrite: /x, timeout: 1s, strict: {disable: true}}
     - routeAction: {single: {upstream: {name: default-petstore-8080}}}
     - routeAction: {single: {upstream: {name: static}}}
       options: {jwtStaged: {beforeExtAuth: {}}, pluginOrder: [jwt, strict]}

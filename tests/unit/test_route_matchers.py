@@ -143,3 +143,28 @@ def test_all_matcher_problems_at_once():
     assert fields == ["spec.virtualHost.routes[0].matchers[0].headers[0].name",
                       "spec.virtualHost.routes[0].matchers[0].methods[0]",
                       "spec.virtualHost.routes[0].matchers[0].regex"]
+
+
+@pytest.mark.parametrize("matcher, rewrite, path, forwarded", [
+    ("{prefix: /api}", "/v2", "/api/pets", "/v2/pets"),
+    ("{prefix: /api/}", "/", "/api/pets", "/pets"),
+    ("{prefix: /Api, caseSensitive: false}", "/v2", "/API/pets", "/v2/pets"),
+    ("{exact: /health}", "/status", "/health", "/status"),
+])
+def test_prefix_rewrite_for_each_path_matcher(matcher, rewrite, path, forwarded):
+    text = HEAD + textwrap.indent(
+        f"- matchers: [{matcher}]\n  options: {{prefixRewrite: {rewrite}}}\n"
+        "  directResponseAction: {status: 200}\n", "    ")
+    (route,) = load_text(text).virtual_services[0].routes
+    assert route.rewrite(path) == forwarded
+
+
+def test_prefix_rewrite_of_a_regex_match_is_refused():
+    text = HEAD + textwrap.indent(
+        "- matchers: [{regex: '/api/[0-9]+'}]\n  options: {prefixRewrite: /v2}\n"
+        "  directResponseAction: {status: 200}\n", "    ")
+    with pytest.raises(ConfigError) as info:
+        load_text(text)
+    (issue,) = info.value.issues
+    assert issue.field == "spec.virtualHost.routes[0].options.prefixRewrite"
+    assert "cannot rewrite the prefix of a regex match" in issue.reason

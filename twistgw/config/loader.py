@@ -109,7 +109,7 @@ def path_text(path: tuple[str | int, ...]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + part
+            out += ("." if out else "") + str(part)
     return out
 
 
@@ -632,6 +632,10 @@ def build_config(docs: list[Document], keep_going: bool = False) -> Config:
             path = route.path + ("routeAction", "single")
             where = route.source or vs.source
             owner = route.owner or f"VirtualService {vs.key}"
+            if route.prefix_rewrite is not None and any(m.regex is not None for m in route.matchers):
+                issue(where, owner, route.path + ("options", "prefixRewrite"),
+                      "cannot rewrite the prefix of a regex match (Envoy refuses it too): match by prefix"
+                      " or exact, or let the backend see the path as it is")
             action = route.action
             if isinstance(action, KubeRef):
                 if ("Service", action.namespace, action.name) in invalid:
@@ -814,6 +818,10 @@ def _options(r: _Reader, value: Any, path: tuple[str | int, ...]) -> dict:
         return {}
     options = r.mapping(value, path)
     bad = r.count()
+    if "routes" not in path:  # a virtual host's options
+        for key in ("prefixRewrite", "timeout"):
+            if key in options:
+                r.issue(path + (key,), "is a route option (as in Gloo): write it under the routes' options")
     if "pluginOrder" in options:
         with r.part():
             order = r.sequence(options["pluginOrder"], path + ("pluginOrder",))
@@ -826,8 +834,9 @@ def _options(r: _Reader, value: Any, path: tuple[str | int, ...]) -> dict:
             rw = r.string(options["prefixRewrite"], path + ("prefixRewrite",), nonempty=False)
             if rw and not rw.startswith("/"):
                 raise r.fail(path + ("prefixRewrite",), "must start with '/'")
-    if "timeout" in options and parse_duration(options["timeout"]) is None:
-        r.issue(path + ("timeout",), f"must be a duration such as '15s' or '500ms', got {options['timeout']!r}")
+    if "timeout" in options and not parse_duration(options["timeout"]):
+        r.issue(path + ("timeout",), f"must be a duration above zero such as '15s' or '500ms',"
+                f" got {options['timeout']!r}")
     if r.count() > bad:
         raise r.invalid()
     return options

@@ -134,10 +134,39 @@ class Route:
     owner: str = ""
     #: whether any matcher reads headers or query parameters (not just method and path)
     reads_request: bool = attrs.field(init=False, eq=False)
+    #: (exact, prefix, methods) per matcher when every matcher reads only the
+    #: method and path, case-sensitively: the request path's fast lane
+    plain: tuple[tuple[str | None, str, tuple[str, ...]], ...] | None = attrs.field(init=False, eq=False)
 
     @reads_request.default
     def _reads(self) -> bool:
         return any(m.headers or m.query for m in self.matchers)
+
+    @plain.default
+    def _plain(self) -> tuple[tuple[str | None, str, tuple[str, ...]], ...] | None:
+        if any(m.headers or m.query or m.regex is not None or not m.case_sensitive for m in self.matchers):
+            return None
+        return tuple((m.exact, m.prefix or "/", m.methods) for m in self.matchers)
+
+    def rewrite(self, path: str) -> str:
+        """``prefixRewrite`` applied as Envoy does: the matched prefix (of the
+        first matcher whose path condition matches) is swapped for it; an
+        ``exact`` match swaps the whole path. (The loader refuses
+        ``prefixRewrite`` on a route with a ``regex`` matcher.)"""
+        rewrite = self.prefix_rewrite
+        if rewrite is None:
+            return path
+        for m in self.matchers:
+            if m.regex is not None or not m.matches_path(path):
+                continue
+            if m.exact is not None:
+                return rewrite or "/"
+            rest = path[len(m.prefix or "/"):]
+            if rewrite.endswith("/") and rest.startswith("/"):
+                rest = rest[1:]  # "/" for "/api" on "/api/x" is "/x", not "//x"
+            out = rewrite + rest
+            return out if out.startswith("/") else "/" + out
+        return path
 
     def matches(self, method: str, path: str) -> bool:
         """Method and path only (header and query conditions fail)."""

@@ -29,7 +29,7 @@ from twistgw.core.chain import Trace, start_calls
 from twistgw.core.headers import copy_end_to_end
 from twistgw.core.paths import BadPath, normalise_path
 from twistgw.core.plan import Forward, LocalResponse, Plan
-from twistgw.core.routing import first_route, request_view, rewrite_path
+from twistgw.core.routing import first_route
 from twistgw.core.snapshot import RouteRuntime, Snapshot
 
 
@@ -141,7 +141,7 @@ def select_route(ctx: RequestContext, vs: VirtualService, route_hook: Any = None
     """The route for the request as it is now (the core's matcher, or the
     ``twistgw_route_match`` hook when a plugin implements it)."""
     if route_hook is None:
-        return first_route(vs.routes, request_view(ctx))
+        return first_route(vs.routes, ctx)
     route = route_hook(ctx=ctx, virtual_service=vs)
     if route is not None and not (isinstance(route, Route) and 0 <= route.index < len(vs.routes)
                                   and vs.routes[route.index] == route):
@@ -239,7 +239,7 @@ class Pipeline:
         if endpoint is None:
             return NO_UPSTREAM
         route = runtime.route
-        path = ctx.path if route.prefix_rewrite is None else rewrite_path(route, ctx.path)
+        path = ctx.path if route.prefix_rewrite is None else route.rewrite(ctx.path)
         target = path.encode("ascii")
         if ctx.query:
             target += b"?" + ctx.query

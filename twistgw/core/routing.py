@@ -13,37 +13,26 @@ from twistgw.config.names import host_without_port
 
 @hookimpl(trylast=True)
 def twistgw_route_match(ctx: RequestContext, virtual_service: VirtualService) -> Route | None:
-    return first_route(virtual_service.routes, request_view(ctx))
+    return first_route(virtual_service.routes, ctx)
 
 
-def request_view(ctx: RequestContext) -> RequestView:
-    """What route matchers read of a request: method, path, headers, query."""
-    return RequestView(ctx.method, ctx.path, ctx.headers, ctx.query, ctx.host, ctx.scheme)
-
-
-def first_route(routes: Iterable[Route], request: RequestView) -> Route | None:
-    """The first route whose matchers admit the request (Gloo/Envoy: in order)."""
+def first_route(routes: Iterable[Route], request: RequestView | RequestContext) -> Route | None:
+    """The first route whose matchers admit the request (Gloo/Envoy: in
+    order). ``request`` is a RequestContext or anything with its ``method``,
+    ``path``, ``headers``, ``query``, ``host`` and ``scheme``."""
+    method, path = request.method, request.path
     for route in routes:
-        if route.matches_request(request):
-            return route
+        plain = route.plain
+        if plain is None:
+            if route.matches_request(request):  # type: ignore[arg-type]
+                return route
+            continue
+        for exact, prefix, methods in plain:
+            if methods and method not in methods:
+                continue
+            if (path == exact) if exact is not None else path.startswith(prefix):
+                return route
     return None
-
-
-def rewrite_path(route: Route, path: str) -> str:
-    """``path`` with the matched prefix replaced by the route's
-    ``prefixRewrite`` (unchanged when the route has none, or matched exactly)."""
-    if route.prefix_rewrite is None:
-        return path
-    for m in route.matchers:
-        if m.prefix is not None and path.startswith(m.prefix):
-            rest = path[len(m.prefix):]
-            if route.prefix_rewrite.endswith("/") and rest.startswith("/"):
-                rest = rest[1:]  # "/" for "/api" on "/api/x" is "/x", not "//x"
-            path = route.prefix_rewrite + rest
-            if not path.startswith("/"):
-                path = "/" + path
-            break
-    return path
 
 
 class HostTable:
