@@ -4,6 +4,10 @@ synchronous API, so the reactor of the in-process gateway keeps running) on
 loopback.
 
 Covered: messages echoed both ways (text, binary, 1 MB, server-initiated);
+bytes a client sends right behind its upgrade request reach the backend as
+tunnel data after the 101; an upgrade the backend refuses (426) is no
+tunnel (the next bytes are a request, checked by the chain); a denied
+upgrade with frames behind it sends nothing upstream;
 an upgrade the chain denies gets the plugin's answer (401 ``Jwt is
 missing``), never a 101, and the backend never sees it; a client vanishing
 mid-stream closes the backend connection and leaks no file descriptor.
@@ -139,3 +143,52 @@ async def test_client_vanishing_mid_stream_closes_the_backend_connection(ws_gate
     await wait_for(lambda: ws_gateway.backend.live == 0, timeout=3)
     await sleep(0.2)
     assert open_fds() <= baseline + 1, (baseline, open_fds())
+
+
+UPGRADE = ("GET {path} HTTP/1.1\r\nHost: gw.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: {version}\r\n\r\n")
+SWITCHED = (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
+
+
+@pytest_twisted.ensureDeferred
+async def test_upgrade_refused_by_the_backend_is_not_a_tunnel(eng: Any) -> None:
+    # The backend answers 426 (a version it does not speak), not 101. A
+    # gateway that tunnelled anyway would pass the next bytes to the backend
+    # unchecked: a request to a protected route, smuggled past the chain.
+    eng.rec.respond = lambda rec: (b"HTTP/1.1 426 Upgrade Required\r\nSec-WebSocket-Version: 13\r\n"
+                                   b"Content-Length: 0\r\n\r\n")
+    res = await eng.send([UPGRADE.format(path="/ws", version="99").encode(),
+                          b"GET /protected/admin HTTP/1.1\r\nHost: gw.test\r\nConnection: close\r\n\r\n"], delay=0.2)
+    got = [r.status for r in res.responses()]
+    assert got[0] == 426, res.data
+    assert got[1:] in ([], [401]), res.data
+    assert b"/protected" not in eng.rec.data
+    assert [r.target for r in eng.rec.requests] == [b"/ws"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_denied_upgrade_with_frames_behind_it_sends_nothing_upstream(eng: Any) -> None:
+    res = await eng.send(UPGRADE.format(path="/protected/ws", version="13").encode() + _frame(b"GET / HTTP/1.1")
+                         + b"GET /protected/x HTTP/1.1\r\nHost: gw.test\r\n\r\n")
+    assert [r.status for r in res.responses()][:1] == [401], res.data
+    assert b"101" not in res.data.split(b"\r\n", 1)[0]
+    assert eng.rec.data == b""
+
+
+@ENGINE("twisted.web cannot forward an upgrade")
+@pytest_twisted.ensureDeferred
+async def test_bytes_sent_early_behind_an_admitted_upgrade_reach_the_backend_after_101(eng: Any) -> None:
+    # a client may send its first frames right behind the upgrade request,
+    # before the 101: they belong to the tunnel, not to a next request
+    eng.rec.respond = lambda rec: SWITCHED
+    early = _frame(b"early bird")
+    client = await raw_connect(eng.port)
+    client.transport.write(UPGRADE.format(path="/ws", version="13").encode() + early)
+    await wait_for(lambda: b"\r\n\r\n" in client.buf, timeout=3)
+    assert client.buf.startswith(b"HTTP/1.1 101 ")
+    await wait_for(lambda: eng.rec.data.endswith(early), timeout=3)
+    eng.rec.live.copy().pop().transport.write(b"\x81\x05hello")  # an unmasked server frame
+    await wait_for(lambda: client.buf.endswith(b"\x81\x05hello"), timeout=3)
+    client.transport.abortConnection()
+    await wait_for(lambda: eng.rec.open == 0, timeout=3)
