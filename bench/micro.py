@@ -94,6 +94,8 @@ def scenarios() -> dict[str, tuple[str, str, bytes]]:
     return {
         "bare-twisted": ("", "", b""),
         "plain": ("", "", b""),
+        "plain-log": ("", "", b""),
+        "plain-log-events": ("", "", b""),
         "plain-bearer": ("", "", bearer),
         "jwt": (harness.jwt_options(mat, rbac=False), "", bearer),
         "jwt-rbac": (harness.jwt_options(mat, rbac=True), "", bearer),
@@ -138,7 +140,7 @@ def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:
         return (proto, transport), b"GET /hello HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: wrk\r\n\r\n"
     reactor = MemoryReactorClock()
     host = PluginHost.create()
-    gateway = Gateway(reactor, host, forwarder=_StubForwarder(), access_log=False)  # type: ignore[arg-type]
+    gateway = Gateway(reactor, host, forwarder=_StubForwarder(), access_log=access_log(name, reactor))  # type: ignore[arg-type]
     from twistgw.runtime.metrics import Metrics
     from prometheus_client import CollectorRegistry
 
@@ -147,6 +149,7 @@ def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:
     if name.startswith("ldap-"):
         fill_ldap_cache(gateway.snapshot)
     factory = GatewayFactory(gateway, timeout=60)
+    factory.micro_reactor = reactor
     proto = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 8080))
     proto.callLater = reactor.callLater
     transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 40000))
@@ -156,14 +159,36 @@ def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:
     return (proto, transport), request
 
 
+def access_log(name: str, reactor: Any) -> Any:
+    """As shipped under ``twist`` with stdout to a file (JSON), to /dev/null:
+    ``plain-log`` the buffered access log, one write per reactor turn;
+    ``plain-log-events`` a twisted.logger event per request through twist's
+    JSON observer (how it was done before issue 13)."""
+    if name == "plain-log":
+        from twistgw.runtime.logs import buffered_access_log
+
+        return buffered_access_log(open(os.devnull, "w"), "json", reactor)
+    if name == "plain-log-events":
+        from twisted.logger import globalLogPublisher, jsonFileLogObserver
+
+        globalLogPublisher.addObserver(jsonFileLogObserver(open(os.devnull, "w")))
+        return True
+    return False
+
+
 def run(conn: Any, request: bytes, n: int) -> float:
     proto, transport = conn
     clear = transport.clear
     feed = proto.dataReceived
+    # Every request is its own reactor turn (the worst case for the access
+    # log's once-per-turn write; under load a turn finishes several).
+    reactor = getattr(getattr(proto, "factory", None), "micro_reactor", None)
+    turn = reactor.advance if reactor is not None else (lambda seconds: None)
     t0 = time.perf_counter()
     for _ in range(n):
         feed(request)
         clear()
+        turn(0)
     return (time.perf_counter() - t0) / n * 1e6
 
 

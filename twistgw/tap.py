@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from twisted.application.service import IService
 from twisted.python import usage
 
-from twistgw.config.defaults import TIMINGS, keyword
+from twistgw.config.defaults import BACKLOG, TIMINGS, keyword
 from twistgw.config.loader import ConfigError
 
 
@@ -23,6 +24,8 @@ class Options(usage.Options):
         ["admin", None, "tcp:9901:interface=127.0.0.1",
          "Admin endpoint (/healthz, /readyz, /metrics); 'none' to disable."],
         *([flag, None, f"{default:g}", text] for flag, default, text in TIMINGS),
+        ["backlog", None, str(BACKLOG), "listen(2) backlog of each --listen endpoint that sets no 'backlog='"
+         " of its own (the kernel caps it at net.core.somaxconn)."],
         ["workers", "w", "1", "Worker processes sharing the listening sockets ('auto': one per core)."
          " With more than 1, only tcp:/tcp6: --listen endpoints are supported."],
     ]
@@ -54,6 +57,12 @@ class Options(usage.Options):
                 self[name] = float(self[name])
             except ValueError:
                 raise usage.UsageError(f"--{name} must be a number of seconds, got {self[name]!r}")
+        try:
+            self["backlog"] = int(self["backlog"])
+        except ValueError:
+            self["backlog"] = 0
+        if not 1 <= self["backlog"] <= 65535:
+            raise usage.UsageError("--backlog must be a whole number from 1 to 65535")
 
 
 def makeService(options: Options) -> IService:
@@ -66,7 +75,8 @@ def makeService(options: Options) -> IService:
         options["config"],
         listen=options["listen"],
         admin=admin,
-        access_log=not options["no-access-log"],
+        access_log=_access_log(options),
+        backlog=options["backlog"],
         **{keyword(flag): options[flag] for flag, _, _ in TIMINGS},
     )
     try:
@@ -83,9 +93,33 @@ def makeService(options: Options) -> IService:
     return svc
 
 
+def _twist_options(options: Options) -> dict:
+    """``twist``'s own options (``--log-file``, ``--log-format``,
+    ``--log-level``), or ``{}`` when not run by ``twist``."""
+    parent = getattr(options, "parent", None)
+    return parent if isinstance(parent, dict) else {}
+
+
+def _access_log(options: Options) -> Any:
+    """The access log in ``twist``'s log file and format, written once per
+    reactor turn; and ``twist``'s text log escaping control characters."""
+    from twistgw.runtime.logs import access_log_for, use_safe_text_observer
+
+    twist = _twist_options(options)
+    use_safe_text_observer(twist)
+    if options["no-access-log"]:
+        return False
+    if not twist:
+        return True  # a twisted.logger event per request
+    from twisted.internet import reactor
+
+    return access_log_for(twist, reactor) or False
+
+
 def _workers_service(options: Options, admin: str | None) -> IService:
     """Validate once here (refuse to start on errors), then supervise workers."""
     from twistgw.config.loader import load_directory
+    from twistgw.config.names import with_backlog
     from twistgw.core.plugins import PluginHost
     from twistgw.core.snapshot import build_snapshot
     from twistgw.runtime.workers import WorkersService
@@ -108,6 +142,9 @@ def _workers_service(options: Options, admin: str | None) -> IService:
     args = ["--config", options["config"]]
     for name, _, _ in TIMINGS:
         args += [f"--{name}", str(options[name])]
-    if options["no-access-log"]:
+    if options["no-access-log"] or _access_log(options) is False:
         args.append("--no-access-log")
-    return WorkersService(options["workers"], options["listen"], admin, args)
+    args += ["--log-format", _twist_options(options).get("logFormat", "text")]
+    # The supervisor opens the listening sockets: the backlog is its business.
+    listen = [with_backlog(description, options["backlog"]) for description in options["listen"]]
+    return WorkersService(options["workers"], listen, admin, args)

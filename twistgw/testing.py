@@ -25,6 +25,7 @@ from twisted.internet.defer import Deferred
 
 from twistgw.api.headers import Headers
 from twistgw.api.types import RequestContext
+from twistgw.config.defaults import BACKLOG
 from twistgw.config.loader import load_directory, load_text
 from twistgw.core.pipeline import Pipeline, RequestHead, split_target
 from twistgw.core.plan import Forward, LocalResponse, Plan
@@ -184,6 +185,8 @@ class RunningGateway:
         await gatherResults([maybeDeferred(p.stopListening) for p in ports])
         await self.service.gateway.forwarder.close()
         await self.service.plugins.unconfigure()
+        if self.service.gateway.access_log is not None:
+            self.service.gateway.access_log.close()
 
 
 def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object]] = (),
@@ -205,7 +208,7 @@ def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object]] = (),
     svc = GatewayService(config_dir, listen=(), admin=None, reactor=reactor, plugins=host,
                          poll_interval=poll_interval, **service_options)
     svc.load_initial()
-    port = reactor.listenTCP(0, svc.factory, interface="127.0.0.1")
+    port = reactor.listenTCP(0, svc.factory, backlog=BACKLOG, interface="127.0.0.1")
     from twistgw.runtime.admin import AdminRoot, quiet_site
 
     admin_port = reactor.listenTCP(0, quiet_site(AdminRoot(svc)), interface="127.0.0.1")

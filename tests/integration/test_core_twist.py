@@ -80,3 +80,93 @@ def test_twist_twistgw_refuses_an_invalid_config(tmp_path: Path, config_dir: Any
 def test_twist_available() -> None:
     # the CI venv has a real install: the script is there
     assert shutil.which("twist", path=str(Path(sys.executable).parent)) is not None
+
+
+# ---------------------------------------------------------------------------
+# The access log under twist (issue 13, point 4), and --backlog
+# ---------------------------------------------------------------------------
+
+async def start_twist(tmp_path: Path, config: str, *args: str) -> tuple[subprocess.Popen, int, Path, Any]:
+    """``twist [args before twistgw] twistgw --config ... --listen ...`` with
+    stdout to a file (so ``twist`` logs JSON unless told otherwise)."""
+    port = _free_port()
+    cmd, cwd = twist_command(tmp_path)
+    before, _, after = " ".join(args).partition("-- ")
+    cmd = cmd[:-1] + before.split() + cmd[-1:] if before else cmd
+    path = tmp_path / "twist.log"
+    log = open(path, "w")
+    proc = subprocess.Popen(cmd + ["--config", config, "--listen", f"tcp:{port}:interface=127.0.0.1",
+                                   "--admin", "none", *after.split()],
+                            cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+    deadline = reactor.seconds() + 20
+    while True:
+        assert proc.poll() is None, path.read_text()
+        try:
+            c = await raw_connect(port)
+            c.transport.abortConnection()
+            return proc, port, path, log
+        except Exception:
+            if reactor.seconds() > deadline:
+                raise AssertionError("twist never listened:\n" + path.read_text())
+            await sleep(0.1)
+
+
+ACCESS_FIELDS = ("client", "method", "path", "status", "virtual_service", "route", "upstream", "decided_by",
+                 "principal", "duration_ms")
+
+
+@pytest_twisted.ensureDeferred
+async def test_twist_access_log_is_json_complete_ordered_and_flushed_on_shutdown(
+        tmp_path: Path, backend: Any, config_dir: Any) -> None:
+    import json
+
+    from twisted.logger import LogLevel, eventsFromJSONLogFile
+
+    from support.http import raw_exchange
+
+    d = config_dir(static_upstream_yaml("backend", [backend.port]) + "---\n" + vs_yaml(domains=["*"]))
+    proc, port, path, log = await start_twist(tmp_path, d)
+    try:
+        n = 40
+        pipelined = b"".join(b"GET /r%d HTTP/1.1\r\nHost: gw.test\r\n\r\n" % i for i in range(n))
+        res = await raw_exchange(port, pipelined + b"GET /last HTTP/1.1\r\nHost: gw.test\r\nConnection: close\r\n\r\n")
+        assert [r.status for r in res.responses()] == [200] * (n + 1)
+        bad = await raw_exchange(port, b"GET /bad HTTP/1.1\r\nHost: u@gw.test\r\nConnection: close\r\n\r\n")
+        assert bad.responses()[0].status == 400
+        ten = await raw_exchange(port, b"GET /ten HTTP/1.0\r\n\r\n")
+        assert ten.responses()[0].status == 200
+    finally:
+        await stop_process(proc)  # at once: the lines still buffered must be written on the way out
+        log.close()
+    with open(path) as f:
+        events = [e for e in eventsFromJSONLogFile(f) if e.get("log_namespace") == "twistgw.access"]
+    assert [e["path"] for e in events] == [f"/r{i}" for i in range(n)] + ["/last", "/bad", "/ten"]
+    for e in events:
+        assert all(k in e for k in ACCESS_FIELDS) and e["log_level"] is LogLevel.info
+    assert events[0]["status"] == 200 and events[0]["upstream"] == f"127.0.0.1:{backend.port}"
+    assert events[0]["virtual_service"] == "default/vs" and events[0]["client"] == "127.0.0.1"
+    assert (events[-2]["status"], events[-2]["virtual_service"]) == (400, "-")
+    # every record is whole JSON: nothing interleaved or cut
+    records = path.read_text().split("\x1e")[1:]
+    assert all(json.loads(r) for r in records)
+
+
+@pytest_twisted.ensureDeferred
+async def test_twist_access_log_text_and_backlog(tmp_path: Path, backend: Any, config_dir: Any) -> None:
+    import re
+
+    d = config_dir(static_upstream_yaml("backend", [backend.port]) + "---\n" + vs_yaml(domains=["*"]))
+    proc, port, path, log = await start_twist(tmp_path, d, "--log-format text", "--", "--backlog 2048")
+    try:
+        r = await http_request("GET", f"http://127.0.0.1:{port}/text/line?q=1")
+        assert r.status == 200
+        if shutil.which("ss"):
+            out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True).stdout
+            assert out.split()[2] == "2048", out  # Send-Q of a listening socket: its backlog
+    finally:
+        await stop_process(proc)
+        log.close()
+    text = path.read_text()
+    assert "\x1e" not in text
+    assert re.search(r'\n\S+ \[twistgw\.access#info\] 127\.0\.0\.1 "GET /text/line" 200 vs=default/vs'
+                     r" route=\S+ upstream=127\.0\.0\.1:\d+ decided_by=- principal=- \d+\.\dms\n", text), text

@@ -16,7 +16,8 @@ from twistgw.config.model import Route, VirtualService
 from twistgw.core.paths import BadPath, normalise_path
 from twistgw.core.plugins import PluginHost
 from twistgw.core.pipeline import Prepared, prepare, split_target
-from twistgw.core.routing import HostTable, host_without_port
+from twistgw.config.names import host_without_port, parse_host
+from twistgw.core.routing import HostTable
 from twistgw.core.snapshot import build_snapshot
 
 NORMALISED = [
@@ -179,6 +180,7 @@ def _vs(name: str, *domains: str) -> VirtualService:
     ("api.example.com", "api.example.com"),
     ("API.Example.COM:8080", "api.example.com"),
     ("api.example.com.", "api.example.com"),
+    ("api.example.com.:8080", "api.example.com"),
     (" api.example.com ", "api.example.com"),
     ("[::1]:8080", "[::1]"),
     ("[::1]", "[::1]"),
@@ -337,12 +339,13 @@ def test_route_model_matching() -> None:
 
 def test_host_table_resolve_remembers_a_bounded_number_of_host_values() -> None:
     table = HostTable([_vs("a", "a.com"), _vs("w", "*.b.com"), _vs("d", "*")])
-    for raw in (b"A.com:8080", b"x.b.com", b"x.b.com.", b"[::1]:80", b"other"):
-        expected = host_without_port(raw.decode())
+    for raw in (b"A.com:8080", b"x.b.com", b"x.b.com.", b"x.b.com.:80", b"[::1]:80", b"other"):
+        expected = parse_host(raw)
+        assert expected == host_without_port(raw.decode())
         assert table.resolve(raw) == (expected, table.lookup(expected))
         assert table.resolve(raw) == (expected, table.lookup(expected))  # remembered
     for i in range(5000):  # client-chosen values must not grow memory without bound
         table.resolve(b"h%d.example" % i)
     assert len(table._by_header) <= 1024
-    with pytest.raises(UnicodeDecodeError):
-        table.resolve("é.com".encode())
+    assert table.resolve("é.com".encode()) == (None, None)
+    assert table.resolve(b"u@a.com") == (None, None)

@@ -14,6 +14,10 @@ HEAD_TIMEOUT = 10.0
 DRAIN_TIMEOUT = 10.0
 #: connecting to an upstream (not a command-line option)
 CONNECT_TIMEOUT = 5.0
+#: listen(2) backlog of every listener whose endpoint string sets none
+#: (``--backlog``; Twisted's own default, 50, drops bursts of connects).
+#: Linux caps it at ``net.core.somaxconn`` (4096 on kernels since 5.4).
+BACKLOG = 1024
 
 #: ``(flag, default, help)`` for every timing option of the command line.
 TIMINGS: tuple[tuple[str, float, str], ...] = (

@@ -2,18 +2,83 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
+
+#: RFC 3986 ``unreserved`` (lower-cased): what a reg-name or IPv4 address may
+#: hold here. Percent-encoding and ``sub-delims`` (``!$&'()*+,;=``) are valid
+#: in a reg-name but in no DNS name: they only serve to build ambiguities.
+_REG_NAME = re.compile(r"[a-z0-9._~-]+")
+_PORT = re.compile(r"[0-9]{0,5}")
+
 
 def host_without_port(host: str) -> str:
-    """A Host value or configured domain, lower-cased, without its port
-    (an IPv6 literal keeps its brackets) and without a trailing dot."""
+    """A configured domain, lower-cased, without its port (an IPv6 literal
+    keeps its brackets) and without a trailing dot."""
     host = host.strip().lower()
     if host.startswith("["):
         end = host.find("]")
         return host[: end + 1] if end != -1 else host
     colon = host.rfind(":")
     if colon != -1 and host.count(":") == 1:
-        return host[:colon]
+        host = host[:colon]
     return host.rstrip(".")
+
+
+def parse_host(value: bytes) -> str | None:
+    """The host of a ``Host`` value or a target's authority (RFC 3986
+    ``uri-host [ ":" port ]``), lower-cased, without its port and without
+    one trailing dot (``Api.Example.com.:80`` → ``api.example.com``); an
+    IPv6 literal keeps its brackets. ``None`` when the value is not one:
+    userinfo (``u@h``), lists (``a,b``), paths, quotes, backslashes, spaces,
+    percent-escapes, sub-delims, empty labels, a port that is not 0-65535,
+    a malformed IPv6 literal, non-ASCII, and the empty value (no host to
+    route by: RFC 9110 §4.2.1 has recipients reject an empty http host)."""
+    try:
+        text = value.decode("ascii").lower()
+    except UnicodeDecodeError:
+        return None
+    if text.startswith("["):
+        end = text.find("]")
+        if end == -1 or "%" in text:  # no zone identifier: RFC 9110 does not allow one
+            return None
+        host, rest = text[: end + 1], text[end + 1:]
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return None
+        if rest and (rest[0] != ":" or not _valid_port(rest[1:])):
+            return None
+        return host
+    host, colon, port = text.rpartition(":")
+    if not colon:
+        host = port
+    elif not _valid_port(port):
+        return None
+    if host.endswith("."):
+        host = host[:-1]
+    if not _REG_NAME.fullmatch(host) or ".." in host or host.startswith("."):
+        return None
+    return host
+
+
+def _valid_port(port: str) -> bool:
+    return _PORT.fullmatch(port) is not None and (not port or int(port) <= 65535)
+
+
+#: Server endpoint types whose Twisted parser takes ``backlog=``.
+_BACKLOG_TYPES = ("tcp", "tcp6", "ssl", "unix")
+_HAS_BACKLOG = re.compile(r"(?<!\\):backlog=")
+
+
+def with_backlog(description: str, backlog: int) -> str:
+    """A server endpoint string with ``backlog=`` added when its type takes
+    one and it does not set it already (an explicit ``backlog=`` wins):
+    ``tcp:8080`` → ``tcp:8080:backlog=1024``. Other types are unchanged."""
+    kind = description.split(":", 1)[0]
+    if kind not in _BACKLOG_TYPES or _HAS_BACKLOG.search(description):
+        return description
+    return f"{description}:backlog={backlog}"
 
 
 def is_loopback_endpoint(description: str) -> bool:

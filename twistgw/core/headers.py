@@ -1,4 +1,25 @@
-"""Header policy (pure): which headers are hop-by-hop and never forwarded."""
+"""Header policy (pure): which headers are forwarded, both ways.
+
+Responses: every end-to-end header (:func:`copy_end_to_end`). Requests
+(:func:`copy_request_headers`) also lose what a client must not be able to
+tell a backend, because the gateway decided it or sets it itself:
+
+* hop-by-hop headers (RFC 9110 §7.6.1) and every header ``Connection``
+  names, except ``Host``: the gateway routed by it, and the backend must see
+  the same one (``Connection: host`` cannot drop it);
+* ``X-HTTP-Method-Override``, ``X-Method-Override`` and ``X-HTTP-Method``:
+  authorization judged the request's real method, and a backend that honours
+  one of them would run another;
+* the forwarding headers the gateway owns: ``Forwarded``, ``X-Real-IP`` and
+  the ``X-Forwarded-*`` family (``X-Forwarded-For``, ``-Proto`` and
+  ``X-Real-IP`` are then set from the connection; the rest stay absent);
+* header names with an underscore (nginx's ``underscores_in_headers off``):
+  CGI and WSGI turn ``-`` into ``_``, so ``X_User`` would reach a backend as
+  the ``HTTP_X_USER`` a plugin-set ``X-User`` should own. Plugins do not see
+  them either.
+
+See docs/configuration.md, "Headers", for the user-facing summary.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +32,38 @@ HOP_BY_HOP = frozenset({
     b"content-length", b"expect",
 })
 
+#: Ask a backend to run another method than the one authorization judged.
+METHOD_OVERRIDE = frozenset({b"x-http-method-override", b"x-method-override", b"x-http-method"})
+
+#: Forwarding facts only the gateway may state (a client's are lies or noise).
+FORWARDING = frozenset({
+    b"forwarded", b"x-real-ip", b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host",
+    b"x-forwarded-port", b"x-forwarded-prefix", b"x-forwarded-server", b"x-forwarded-ssl",
+    b"x-forwarded-scheme",
+})
+
+#: Never taken from a client's request.
+REQUEST_DROPPED = HOP_BY_HOP | METHOD_OVERRIDE | FORWARDING
+
+#: Headers ``Connection`` may not remove from a request: the gateway needs them.
+CONNECTION_PROOF = frozenset({b"host"})
+
+
+def _connection_tokens(named: Iterable[bytes] | None, extra: Iterable[bytes] | None = None) -> set[bytes] | None:
+    """The lower-cased names every ``Connection`` value lists (None: none)."""
+    if not named and not extra:
+        return None
+    listed = set()
+    for value in list(named or ()) + list(extra or ()):
+        for token in value.split(b","):
+            listed.add(token.strip().lower())
+    return listed
+
 
 def copy_end_to_end(incoming: Any, into: dict[bytes, list[bytes]],
                     connection: Iterable[bytes] | None = None) -> None:
-    """Copy the end-to-end headers of a request or response, hop-by-hop
-    removed (including every header the ``Connection`` header names).
+    """Copy the end-to-end headers of a response, hop-by-hop removed
+    (including every header the ``Connection`` header names).
 
     :param incoming: headers with ``getRawHeaders`` and ``getAllRawHeaders``
         (names in canonical case, values already clean, as both Twisted's
@@ -25,15 +73,27 @@ def copy_end_to_end(incoming: Any, into: dict[bytes, list[bytes]],
     :param connection: ``Connection`` header values kept apart from
         ``incoming`` (Twisted's HTTP client files them separately).
     """
-    listed: set[bytes] | None = None
-    named = incoming.getRawHeaders(b"connection")
-    if named or connection:
-        listed = set()
-        for value in list(named or ()) + list(connection or ()):
-            for token in value.split(b","):
-                listed.add(token.strip().lower())
+    listed = _connection_tokens(incoming.getRawHeaders(b"connection"), connection)
     for name, values in incoming.getAllRawHeaders():
         lname = name.lower()
         if lname in HOP_BY_HOP or (listed is not None and lname in listed):
+            continue
+        into[name] = list(values)
+
+
+def copy_request_headers(incoming: Any, into: dict[bytes, list[bytes]]) -> None:
+    """Copy what a client's request may tell the backend (see the module
+    docstring): no hop-by-hop, ``Connection``-listed (but ``Host``),
+    method-override or forwarding header, and no name with ``_``.
+
+    :param incoming: as for :func:`copy_end_to_end`.
+    :param into: likewise.
+    """
+    listed = _connection_tokens(incoming.getRawHeaders(b"connection"))
+    if listed is not None:
+        listed -= CONNECTION_PROOF
+    for name, values in incoming.getAllRawHeaders():
+        lname = name.lower()
+        if lname in REQUEST_DROPPED or b"_" in name or (listed is not None and lname in listed):
             continue
         into[name] = list(values)

@@ -26,7 +26,7 @@ from twistgw.api.types import Deny, RequestContext
 from twistgw.config.defaults import UPSTREAM_TIMEOUT
 from twistgw.config.model import Route, VirtualService
 from twistgw.core.chain import Trace, start_calls
-from twistgw.core.headers import copy_end_to_end
+from twistgw.core.headers import copy_request_headers
 from twistgw.core.paths import BadPath, normalise_path
 from twistgw.core.plan import Forward, LocalResponse, Plan
 from twistgw.core.routing import first_route
@@ -53,17 +53,20 @@ class RequestHead:
     :ivar ctx: set by :meth:`Pipeline.handle` once a route is found (so the
         access log has it even while plugins are still deciding).
     :ivar runtime: the matched route's compiled chain and target, likewise.
+    :ivar version: the request line's HTTP version (``b"HTTP/1.0"`` may omit
+        ``Host``; HTTP/1.1 may not).
     """
 
-    __slots__ = ("method", "target", "headers", "client_address", "scheme", "ctx", "runtime")
+    __slots__ = ("method", "target", "headers", "client_address", "scheme", "ctx", "runtime", "version")
 
     def __init__(self, method: bytes, target: bytes, headers: Any, client_address: str = "",
-                 scheme: str = "http") -> None:
+                 scheme: str = "http", version: bytes = b"HTTP/1.1") -> None:
         self.method = method
         self.target = target
         self.headers = headers
         self.client_address = client_address
         self.scheme = scheme
+        self.version = version
         self.ctx: RequestContext | None = None
         self.runtime: RouteRuntime | None = None
 
@@ -94,11 +97,13 @@ def split_target(target: bytes) -> tuple[bytes | None, bytes, bytes]:
 
 def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, headers: Any,
             client_address: str = "", reactor: Any = None, route_hook: Any = None,
-            scheme: str = "http") -> Prepared | LocalResponse:
+            scheme: str = "http", version: bytes = b"HTTP/1.1") -> Prepared | LocalResponse:
     """Normalise, find the virtual service and route, and build the context.
 
     :param headers: the request headers as received (any object with
         ``getRawHeaders`` and ``getAllRawHeaders``, names in canonical case).
+    :param version: the request's HTTP version: an HTTP/1.0 request without
+        ``Host`` goes to the ``*`` virtual service (HTTP/1.1 needs ``Host``).
     """
     try:
         authority, raw_path, query = split_target(target)
@@ -106,22 +111,22 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
     except BadPath as exc:
         return bad_request(str(exc))
     hosts = headers.getRawHeaders(b"host")
-    if authority is not None:
-        host_value = authority
-    elif hosts is None:
-        return bad_request("the Host header is required")
-    else:
-        host_value = hosts[0]
     if hosts is not None and len(hosts) > 1:
         return bad_request("more than one Host header")
-    try:
-        host, vs = snapshot.hosts.resolve(host_value)
-    except UnicodeDecodeError:
-        return bad_request("the Host header must be ASCII")
+    if authority is not None:
+        host, vs = snapshot.hosts.resolve(authority)
+    elif hosts is not None:
+        host, vs = snapshot.hosts.resolve(hosts[0])
+    elif version == b"HTTP/1.0":
+        host, vs = "", snapshot.hosts.default  # RFC 9112 §3.2: only HTTP/1.1 must send Host
+    else:
+        return bad_request("the Host header is required")
+    if host is None:
+        return bad_request("the Host header (or the target's authority) is not a valid host[:port]")
     if vs is None:
         return NOT_FOUND
     upstream_headers = Headers()
-    copy_end_to_end(headers, upstream_headers._raw)
+    copy_request_headers(headers, upstream_headers._raw)
     if authority is not None:
         # RFC 9112 §3.2.2: the target's authority replaces Host, so the
         # upstream sees the host that routing (and authorization) used.
@@ -196,7 +201,7 @@ class Pipeline:
         if snapshot is None:
             return NOT_READY
         prepared = prepare(snapshot, self.plugins, head.method, head.target, head.headers,
-                           head.client_address, self.reactor, self.route_hook, head.scheme)
+                           head.client_address, self.reactor, self.route_hook, head.scheme, head.version)
         if type(prepared) is LocalResponse:
             return prepared
         ctx = head.ctx = prepared.ctx
@@ -244,7 +249,9 @@ class Pipeline:
         if ctx.query:
             target += b"?" + ctx.query
         headers = ctx.headers
-        headers.set_canonical(b"X-Forwarded-For", ctx.client_address.encode("ascii"))
+        client = ctx.client_address.encode("ascii")
+        headers.set_canonical(b"X-Forwarded-For", client)
         headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
+        headers.set_canonical(b"X-Real-Ip", client)
         return Forward(endpoint, ctx.method.encode("latin-1"), target, headers,
                        route.timeout or self.upstream_timeout, balancer.upstream)

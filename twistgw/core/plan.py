@@ -45,7 +45,8 @@ class Forward:
     :ivar target: the origin-form target sent upstream (``/path?query``,
         after ``prefixRewrite`` and any query change by a plugin).
     :ivar headers: the request headers sent upstream (end-to-end headers,
-        plugins' changes, ``X-Forwarded-For`` and ``X-Forwarded-Proto``).
+        plugins' changes, ``X-Forwarded-For``, ``X-Forwarded-Proto`` and
+        ``X-Real-IP``; see :mod:`twistgw.core.headers` for what is dropped).
     :ivar timeout: seconds to wait for the response head once the request
         body is sent (the route's ``timeout``, else the gateway's).
     :ivar upstream: the upstream ``endpoint`` belongs to.

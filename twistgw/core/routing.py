@@ -8,7 +8,7 @@ from typing import Iterable
 from twistgw.api.plugin import hookimpl
 from twistgw.api.types import RequestContext
 from twistgw.config.model import RequestView, Route, VirtualService
-from twistgw.config.names import host_without_port
+from twistgw.config.names import parse_host
 
 
 @hookimpl(trylast=True)
@@ -51,16 +51,18 @@ class HostTable:
                 else:
                     self.exact.setdefault(domain, vs)
         self.suffixes.sort(key=lambda item: -len(item[0]))
-        self._by_header: dict[bytes, tuple[str, VirtualService | None]] = {}
+        self._by_header: dict[bytes, tuple[str | None, VirtualService | None]] = {}
 
-    def resolve(self, header: bytes) -> tuple[str, VirtualService | None]:
-        """(host without port, its virtual service) for a raw ``Host`` value;
-        raises UnicodeDecodeError for a non-ASCII one. Remembered per value
-        (bounded: clients choose them), as requests repeat a few hosts."""
+    def resolve(self, header: bytes) -> tuple[str | None, VirtualService | None]:
+        """(host without port, its virtual service) for a raw ``Host`` value
+        or target authority; ``(None, None)`` when it is not a valid
+        ``uri-host[:port]`` (see :func:`~twistgw.config.names.parse_host`).
+        Remembered per value (bounded: clients choose them), as requests
+        repeat a few hosts."""
         found = self._by_header.get(header)
         if found is None:
-            host = host_without_port(header.decode("ascii"))
-            found = (host, self.lookup(host))
+            host = parse_host(header)
+            found = (host, self.lookup(host) if host is not None else None)
             if len(self._by_header) < 1024:
                 self._by_header[header] = found
         return found

@@ -16,6 +16,7 @@ from twisted.web import http
 
 from twistgw.api.types import RequestContext
 from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT, UPSTREAM_TIMEOUT
+from twistgw.core.accesslog import AccessLog
 from twistgw.core.pipeline import INTERNAL_ERROR, Forward, LocalResponse, Pipeline, Plan, RequestHead
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import Snapshot
@@ -343,16 +344,18 @@ class Gateway:
     every request: answer locally, or forward and relay the response."""
 
     _log = Logger(namespace="twistgw.gateway")
-    _access = Logger(namespace="twistgw.access")
 
     def __init__(self, reactor: Any, plugins: PluginHost, forwarder: Forwarder | None = None,
-                 metrics: Any = None, access_log: bool = True, upstream_timeout: float = UPSTREAM_TIMEOUT) -> None:
+                 metrics: Any = None, access_log: bool | AccessLog = True,
+                 upstream_timeout: float = UPSTREAM_TIMEOUT) -> None:
         self.reactor = reactor
         self.plugins = plugins
         self.pipeline = Pipeline(plugins, reactor, upstream_timeout)
         self.forwarder = forwarder or Forwarder(reactor)
         self.metrics = metrics
-        self.access_log = access_log
+        #: where access lines go (True: a twisted.logger event per request)
+        self.access_log: AccessLog | None = (
+            AccessLog(fmt="events") if access_log is True else access_log or None)
         self.snapshot: Snapshot | None = None
         self.draining = False
         self.inflight = 0
@@ -370,7 +373,7 @@ class Gateway:
             peer = request.client
             head = request.head = RequestHead(
                 request.method, request.uri, request.requestHeaders, getattr(peer, "host", "") or "",
-                "https" if request.isSecure() else "http")
+                "https" if request.isSecure() else "http", request.clientproto)
             plan = self.pipeline.handle(head, self.snapshot)
         except Exception:
             # e.g. a twistgw_route_match plugin that raised: fail closed with
@@ -512,21 +515,20 @@ class Gateway:
         duration = self.reactor.seconds() - request.started
         if self.metrics is not None:
             self.metrics.request(ctx, status, duration)
-        if self.access_log:
-            self._access.info(
-                '{client} "{method} {path}" {status} vs={virtual_service} route={route}'
-                " upstream={upstream} decided_by={decided_by} principal={principal} {duration_ms:.1f}ms",
-                client=ctx.client_address if ctx else getattr(request.client, "host", ""),
-                method=request.method.decode("latin-1") if request.method else "-",
-                path=ctx.path if ctx else (request.uri or b"").decode("latin-1", "replace")[:200],
-                status=status,
-                virtual_service=ctx.virtual_service if ctx else "-",
-                route=ctx.route if ctx else "-",
-                upstream=request.upstream_label or "-",
-                decided_by=(ctx.decided_by if ctx else None) or "-",
-                principal=(ctx.principal if ctx else None) or "-",
-                duration_ms=duration * 1000,
-            )
+        access = self.access_log
+        if access is not None:
+            if ctx is not None:
+                principal = ctx.principal
+                if principal.__class__ is not str:  # None, or a plugin's non-str
+                    principal = "-" if principal is None else str(principal)
+                access.request(ctx.client_address, ctx.method, ctx.path, status, ctx.virtual_service,
+                               ctx.route or "-", request.upstream_label or "-", ctx.decided_by or "-",
+                               principal or "-", duration)
+            else:
+                access.request(getattr(request.client, "host", "") or "-",
+                               request.method.decode("latin-1") if request.method else "-",
+                               (request.uri or b"").decode("latin-1")[:200], status, "-", "-",
+                               request.upstream_label or "-", "-", "-", duration)
         if self._finished_hook is not None and ctx is not None:
             try:
                 self._finished_hook(ctx=ctx, status=status)

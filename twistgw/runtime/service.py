@@ -18,9 +18,11 @@ from twisted.internet import defer, task
 from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 
-from twistgw.config.defaults import DRAIN_TIMEOUT, HEAD_TIMEOUT, IDLE_TIMEOUT, POLL_INTERVAL, UPSTREAM_TIMEOUT
+from twistgw.config.defaults import (BACKLOG, DRAIN_TIMEOUT, HEAD_TIMEOUT, IDLE_TIMEOUT, POLL_INTERVAL,
+                                     UPSTREAM_TIMEOUT)
 from twistgw.config.loader import ConfigError, load_directory
-from twistgw.config.names import is_yaml_file
+from twistgw.config.names import is_yaml_file, with_backlog
+from twistgw.core.accesslog import AccessLog
 from twistgw.core.plugins import GatewayInfo, PluginHost
 from twistgw.core.snapshot import Snapshot, build_snapshot
 from twistgw.engine.server import Gateway, GatewayFactory
@@ -66,9 +68,9 @@ class GatewayService(service.MultiService):
     def __init__(self, config_dir: str, listen: Iterable[str] = ("tcp:8080",),
                  admin: str | None = "tcp:9901:interface=127.0.0.1", reactor: Any = None,
                  plugins: PluginHost | None = None, poll_interval: float = POLL_INTERVAL,
-                 access_log: bool = True, drain_timeout: float = DRAIN_TIMEOUT,
+                 access_log: bool | AccessLog = True, drain_timeout: float = DRAIN_TIMEOUT,
                  upstream_timeout: float = UPSTREAM_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
-                 head_timeout: float = HEAD_TIMEOUT) -> None:
+                 head_timeout: float = HEAD_TIMEOUT, backlog: int = BACKLOG) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -89,7 +91,8 @@ class GatewayService(service.MultiService):
         self.factory = GatewayFactory(self.gateway, timeout=idle_timeout, head_timeout=head_timeout)
         self.listeners: list[StreamServerEndpointService] = []
         for description in listen:
-            svc = StreamServerEndpointService(serverFromString(reactor, description), self.factory)
+            endpoint = serverFromString(reactor, with_backlog(description, backlog))
+            svc = StreamServerEndpointService(endpoint, self.factory)
             svc.setServiceParent(self)
             self.listeners.append(svc)
         self.admin_listener = None
@@ -219,3 +222,5 @@ class GatewayService(service.MultiService):
             self._echo_port.addCallback(lambda port: port.stopListening() if port is not None else None)
         yield self.gateway.forwarder.close()
         yield defer.ensureDeferred(self.plugins.unconfigure())
+        if self.gateway.access_log is not None:
+            self.gateway.access_log.close()  # the last lines, before the process ends

@@ -10,7 +10,7 @@ import argparse
 import socket
 import sys
 
-from twisted.logger import globalLogBeginner, textFileLogObserver
+from twisted.logger import globalLogBeginner, jsonFileLogObserver
 
 from twistgw.config.defaults import TIMINGS, keyword
 
@@ -22,16 +22,21 @@ def main(argv: list[str] | None = None) -> None:
     for flag, default, text in TIMINGS:
         p.add_argument(f"--{flag}", type=float, default=default, help=text)
     p.add_argument("--no-access-log", action="store_true")
+    p.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="the supervisor's (twist's) log format, for logs and access lines alike")
     args = p.parse_args(argv)
 
-    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stdout)], redirectStandardIO=False)
+    from twistgw.runtime.logs import buffered_access_log, safe_text_file_observer
+
+    observer = jsonFileLogObserver if args.log_format == "json" else safe_text_file_observer
+    globalLogBeginner.beginLoggingTo([observer(sys.stdout)], redirectStandardIO=False)
     from twisted.internet import reactor
 
     from twistgw.config.loader import ConfigError
     from twistgw.runtime.service import GatewayService
 
-    svc = GatewayService(args.config, listen=(), admin=None, reactor=reactor,
-                         access_log=not args.no_access_log,
+    access = False if args.no_access_log else buffered_access_log(sys.stdout, args.log_format, reactor)
+    svc = GatewayService(args.config, listen=(), admin=None, reactor=reactor, access_log=access,
                          **{keyword(flag): getattr(args, keyword(flag)) for flag, _, _ in TIMINGS})
     try:
         svc.load_initial()

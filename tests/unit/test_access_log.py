@@ -1,0 +1,227 @@
+"""The access log (issue 13, point 4): preformatted lines, buffered per
+reactor turn and bounded, text or JSON as twist logs, control characters
+escaped."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from twisted.internet.testing import MemoryReactorClock
+from twisted.logger import (LogLevel, eventsFromJSONLogFile, formatEvent, jsonFileLogObserver,
+                            textFileLogObserver)
+
+from twistgw.core.accesslog import BUFFER_LIMIT, LOG_FORMAT, AccessLog, escape_text
+from twistgw.runtime.logs import access_log_for, file_writer, safe_text_file_observer
+
+ARGS = ("127.0.0.1", "GET", "/a", 200, "default/v", "r", "127.0.0.1:8081", "-", "bob", 0.0012)
+
+
+class Turns:
+    """A reactor whose turns the test ends by hand."""
+
+    def __init__(self) -> None:
+        self.reactor = MemoryReactorClock()
+        self.writes: list[str] = []
+
+    def log(self, fmt: str = "text", limit: int = BUFFER_LIMIT, write: Any = None) -> AccessLog:
+        return AccessLog(write or self.writes.append, fmt, lambda f: self.reactor.callLater(0, f), limit,
+                         clock=lambda: 1795426276.5)
+
+    def end_turn(self) -> None:
+        self.reactor.advance(0)
+
+    def lines(self) -> list[str]:
+        return "".join(self.writes).splitlines(keepends=True)
+
+
+def test_text_line_has_every_field_and_twists_prefix() -> None:
+    t = Turns()
+    log = t.log()
+    log.request(*ARGS)
+    t.end_turn()
+    (line,) = t.lines()
+    assert line.endswith(' [twistgw.access#info] 127.0.0.1 "GET /a" 200 vs=default/v route=r'
+                         " upstream=127.0.0.1:8081 decided_by=- principal=bob 1.2ms\n")
+    assert line.startswith("2026-11-2")  # twist's RFC 3339 timestamp
+
+
+def test_lines_wait_for_the_end_of_the_turn_and_are_written_once_in_order() -> None:
+    t = Turns()
+    log = t.log()
+    for i in range(50):
+        log.request("127.0.0.1", "GET", f"/{i}", 200, "v", "r", "-", "-", "-", 0.001)
+    assert t.writes == [] and log.buffered > 0
+    assert len(t.reactor.getDelayedCalls()) == 1  # one call for the turn, not one per request
+    t.end_turn()
+    assert len(t.writes) == 1
+    assert [line.split('"')[1] for line in t.lines()] == [f"GET /{i}" for i in range(50)]
+    assert log.buffered == 0 and t.reactor.getDelayedCalls() == []
+
+
+def test_bounded_under_a_flood() -> None:
+    # no end of turn ever comes: the buffer is written each time it reaches the limit
+    t = Turns()
+    log = t.log(limit=4096)
+    longest = 0
+    for i in range(20_000):
+        log.request("127.0.0.1", "GET", "/flood/" + "x" * (i % 100), 200, "v", "r", "-", "-", "-", 0.001)
+        longest = max(longest, log.buffered)
+    assert longest < 4096
+    assert all(len(w) >= 4096 - 300 for w in t.writes)  # full batches, not a write per line
+    t.end_turn()
+    lines = t.lines()
+    assert len(lines) == 20_000 and all(line.endswith("ms\n") for line in lines)
+    assert [line.split(" ")[4].count("x") for line in lines[:3]] == [0, 1, 2]
+
+
+def test_close_flushes_and_later_lines_go_out_at_once() -> None:
+    t = Turns()
+    log = t.log()
+    log.request(*ARGS)
+    log.close()
+    assert len(t.lines()) == 1
+    log.request(*ARGS)  # a late request (after the drain)
+    assert len(t.lines()) == 2
+
+
+def test_a_failing_writer_drops_lines_and_is_reported_once(capsys: Any) -> None:
+    from twisted.logger import globalLogPublisher
+
+    seen: list[dict] = []
+    globalLogPublisher.addObserver(seen.append)
+    try:
+        def broken(text: str) -> None:
+            raise OSError(28, "No space left on device")
+
+        log = AccessLog(broken, "text")
+        log.request(*ARGS)
+        log.request(*ARGS)
+    finally:
+        globalLogPublisher.removeObserver(seen.append)
+    assert log.dropped == 2
+    errors = [e for e in seen if "access log cannot be written" in e.get("log_format", "")]
+    assert len(errors) == 1 and errors[0]["log_level"] is LogLevel.error
+
+
+@pytest.mark.parametrize("value, shown", [
+    ("bob", "bob"),
+    ("b\nob", "b\\x0aob"),
+    ("b\rob", "b\\x0dob"),
+    ("\x1b[31mred", "\\x1b[31mred"),
+    ("a\x00b\x7fc\x85d", "a\\x00b\\x7fc\\x85d"),
+    ('say "hi"', "say \\x22hi\\x22"),
+    ("back\\slash", "back\\x5cslash"),
+    ("line\u2028sep\u2029", "line\\u2028sep\\u2029"),
+    ("rtl\u202eoverride", "rtl\\u202eoverride"),
+    ("lone\ud800", "lone\\ud800"),
+    ("José Ωmega ✓", "José Ωmega ✓"),
+])
+def test_escape_text(value: str, shown: str) -> None:
+    assert escape_text(value) == shown
+
+
+@given(st.text())
+def test_escaped_text_is_one_printable_line(value: str) -> None:
+    safe = escape_text(value)
+    assert safe.isprintable() and '"' not in safe
+    assert "\\" not in safe.replace("\\x", "").replace("\\u", "").replace("\\U", "")
+
+
+def test_text_line_escapes_a_hostile_principal_and_path() -> None:
+    t = Turns()
+    log = t.log()
+    log.request("127.0.0.1", "GET", '/x"\n127.0.0.1 "GET /forged', 200, "v", "r", "-", "jwt",
+                "alice\n2026-11-23T00:00:00+0000 [twistgw.access#info] forged\x1b[2K", 0.001)
+    t.end_turn()
+    (line,) = t.lines()
+    assert "\\x0a" in line and "\\x1b" in line and "\\x22" in line
+    assert line.count('"') == 2
+
+
+def test_json_records_read_back_as_twist_events() -> None:
+    t = Turns()
+    log = t.log("json")
+    log.request(*ARGS)
+    log.request("::1", "POST", "/é", 403, "default/v", "r", "-", "rbac", "bad\n\x00\ud800", 0.5)
+    t.end_turn()
+    raw = "".join(t.writes)
+    assert raw.startswith("\x1e{") and raw.count("\x1e") == 2 and raw.endswith("}\n")
+    assert raw.isascii()  # non-ASCII and lone surrogates escaped, as twist's JSON observer does
+    events = list(eventsFromJSONLogFile(io.StringIO(raw)))
+    assert len(events) == 2
+    first, second = events
+    assert {k: first[k] for k in ("client", "method", "path", "status", "virtual_service", "route", "upstream",
+                                  "decided_by", "principal", "duration_ms")} == {
+        "client": "127.0.0.1", "method": "GET", "path": "/a", "status": 200, "virtual_service": "default/v",
+        "route": "r", "upstream": "127.0.0.1:8081", "decided_by": "-", "principal": "bob", "duration_ms": 1.2}
+    assert first["log_namespace"] == "twistgw.access" and first["log_level"] is LogLevel.info
+    assert first["log_time"] == 1795426276.5 and first["log_format"] == LOG_FORMAT
+    assert formatEvent(first) == ('127.0.0.1 "GET /a" 200 vs=default/v route=r upstream=127.0.0.1:8081'
+                                  " decided_by=- principal=bob 1.2ms")
+    assert second["principal"] == "bad\n\x00\ud800" and second["path"] == "/é"  # JSON keeps values exact
+    for line in raw.split("\x1e")[1:]:
+        json.loads(line)
+
+
+def test_events_format_emits_escaped_twisted_events() -> None:
+    from twisted.logger import globalLogPublisher
+
+    seen: list[dict] = []
+    globalLogPublisher.addObserver(seen.append)
+    try:
+        AccessLog(fmt="events").request("127.0.0.1", "GET", "/a", 200, "v", "r", "-", "-", "eve\r\n", 0.001)
+    finally:
+        globalLogPublisher.removeObserver(seen.append)
+    (event,) = [e for e in seen if e.get("log_namespace") == "twistgw.access"]
+    assert event["principal"] == "eve\\x0d\\x0a" and event["status"] == 200
+    assert formatEvent(event).endswith("principal=eve\\x0d\\x0a 1.0ms")
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="format"):
+        AccessLog(print, "xml")
+    with pytest.raises(ValueError, match="writer"):
+        AccessLog(None, "json")
+
+
+# ---------------------------------------------------------------------------
+# twist's options → the access log; the text observer
+# ---------------------------------------------------------------------------
+
+def test_access_log_follows_twists_log_options() -> None:
+    reactor = MemoryReactorClock()
+    out = io.StringIO()
+    json_log = access_log_for({"logFile": out, "logFormat": "json", "logLevel": LogLevel.info}, reactor)
+    assert json_log is not None and json_log.fmt == "json"
+    json_log.request(*ARGS)
+    reactor.advance(0)
+    assert out.getvalue().startswith("\x1e{")
+    text_log = access_log_for({"logFile": out, "fileLogObserverFactory": textFileLogObserver}, reactor)
+    assert text_log is not None and text_log.fmt == "text"
+    assert access_log_for({"logFile": out, "fileLogObserverFactory": jsonFileLogObserver}, reactor).fmt == "json"
+    # --log-level warn hid access events before; it still does
+    assert access_log_for({"logFile": out, "logLevel": LogLevel.warn}, reactor) is None
+
+
+def test_file_writer_text_and_binary(tmp_path: Any) -> None:
+    text = io.StringIO()
+    file_writer(text)("é\n")
+    binary = io.BytesIO()
+    file_writer(binary)("é\n")
+    assert text.getvalue() == "é\n" and binary.getvalue() == "é\n".encode()
+
+
+def test_safe_text_observer_escapes_control_characters_in_fields() -> None:
+    out = io.StringIO()
+    observer = safe_text_file_observer(out)
+    observer({"log_format": "user {user} refused: {why}", "log_namespace": "twistgw.plugin",
+              "log_level": LogLevel.warn, "log_time": 1795426276.5,
+              "user": "mallory\r\x1b[2Kadmin", "why": "a\nb"})
+    text = out.getvalue()
+    assert "mallory\\x0d\\x1b[2Kadmin" in text and "\r" not in text and "\x1b" not in text
+    assert "a\n\tb" in text  # newlines: Twisted's indented continuation line, never a new event

@@ -1,0 +1,93 @@
+"""Where the gateway's logs go under ``twist``, and in what format.
+
+``twist`` parses its own options (``--log-file``, ``--log-format``,
+``--log-level``) before it asks the twistgw plugin for its service, and keeps
+them on the parent of the plugin's options. The access log writes its lines
+straight to that file, in that format (:class:`~twistgw.core.accesslog.AccessLog`);
+everything else still goes through ``twisted.logger`` to ``twist``'s observer,
+whose text form is made to escape control characters in event fields
+(:func:`safe_text_file_observer`).
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any, Callable
+
+from twisted.logger import (FileLogObserver, LogLevel, jsonFileLogObserver, textFileLogObserver,
+                            timeFormatRFC3339)
+from twisted.python.compat import ioType
+
+from twistgw.core.accesslog import AccessLog, escape_text
+
+
+def file_writer(out: IO[Any]) -> Callable[[str], None]:
+    """``write(text)`` then ``flush()`` on ``out`` (text or binary, UTF-8)."""
+    if ioType(out) is not str:
+        def write(text: str) -> None:
+            out.write(text.encode("utf-8"))
+            out.flush()
+    else:
+        def write(text: str) -> None:
+            out.write(text)
+            out.flush()
+    return write
+
+
+#: Kept as they are in other events' fields: Twisted's text format indents
+#: every line after a newline with a tab (so none can pass for a new event),
+#: and some messages list problems one per line on purpose.
+_KEPT = '\n\t"\\'
+
+
+def _escaped_fields(event: dict) -> dict:
+    """``event`` with its own string fields (not ``log_*``) escaped, or
+    itself when none needs it."""
+    changed = None
+    for key, value in event.items():
+        if isinstance(value, str) and not key.startswith("log_"):
+            safe = escape_text(value, _KEPT)
+            if safe is not value:
+                if changed is None:
+                    changed = dict(event)
+                changed[key] = safe
+    return changed if changed is not None else event
+
+
+def safe_text_file_observer(out: IO[Any], timeFormat: str | None = timeFormatRFC3339) -> FileLogObserver:
+    """``twisted.logger.textFileLogObserver``, but control characters in
+    the string fields of events (a user name, a claim, a path) are escaped,
+    so no value can rewrite a terminal or a line (``\\r``, escape
+    sequences). Newlines are indented by Twisted as always; tracebacks keep
+    their lines."""
+    formatter = textFileLogObserver(out, timeFormat).formatEvent
+    return FileLogObserver(out, lambda event: formatter(_escaped_fields(event)))
+
+
+def access_log_for(twist_options: Any, reactor: Any) -> AccessLog | None:
+    """The access log matching ``twist``'s log options (``None``:
+    ``--log-level`` above info, which hid access events before too)."""
+    level = twist_options.get("logLevel", LogLevel.info)
+    if level > LogLevel.info:
+        return None
+    out = twist_options.get("logFile")
+    fmt = twist_options.get("logFormat") or (
+        "json" if twist_options.get("fileLogObserverFactory") is jsonFileLogObserver else "text")
+    if out is None:
+        return AccessLog(fmt="events")
+    return buffered_access_log(out, fmt, reactor)
+
+
+def buffered_access_log(out: IO[Any], fmt: str, reactor: Any) -> AccessLog:
+    """An access log writing ``fmt`` lines to ``out``, once per reactor turn."""
+    return AccessLog(file_writer(out), fmt, lambda f: reactor.callLater(0, f))
+
+
+def use_safe_text_observer(twist_options: Any) -> None:
+    """Make ``twist`` log text through :func:`safe_text_file_observer`."""
+    if twist_options.get("fileLogObserverFactory") is textFileLogObserver:
+        twist_options["fileLogObserverFactory"] = safe_text_file_observer
+
+
+__all__ = ["access_log_for", "buffered_access_log", "file_writer", "safe_text_file_observer",
+           "use_safe_text_observer"]
+
