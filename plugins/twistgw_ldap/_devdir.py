@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from ldaptor import inmemory, interfaces
 from ldaptor.protocols.ldap.ldapserver import LDAPServer
 from twisted.internet import defer
+from twistgw.options import unknown_field
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger
@@ -98,22 +99,22 @@ def read_settings(settings: Mapping[str, Any], config_dir: str) -> tuple[str, st
     if dev is None:
         return None
     if not isinstance(dev, Mapping):
-        raise DevDirectoryError("Settings spec.extauth.devDirectory must be a mapping {ldif, listen}")
+        raise DevDirectoryError("must be a mapping {ldif, listen}", ("devDirectory",))
     for key in dev:
         if key not in ("ldif", "listen"):
-            raise DevDirectoryError(f"Settings spec.extauth.devDirectory.{key}: unknown field (expected ldif, listen)")
+            raise DevDirectoryError(unknown_field(key, ("ldif", "listen")), ("devDirectory", str(key)))
     ldif = dev.get("ldif")
     if not isinstance(ldif, str) or not ldif:
-        raise DevDirectoryError("Settings spec.extauth.devDirectory.ldif is required: an LDIF file")
+        raise DevDirectoryError("is required: an LDIF file", ("devDirectory", "ldif"))
     if not os.path.isabs(ldif):
         if not config_dir:
             raise DevDirectoryError(
-                f"Settings spec.extauth.devDirectory.ldif {ldif!r} is relative but the configuration"
-                " directory is not known (configuration loaded from text); give an absolute path")
+                f"{ldif!r} is relative but the configuration directory is not known (configuration"
+                " loaded from text); give an absolute path", ("devDirectory", "ldif"))
         ldif = os.path.join(config_dir, ldif)
     listen = dev.get("listen", DEFAULT_LISTEN)
     if not isinstance(listen, str) or not listen:
-        raise DevDirectoryError("Settings spec.extauth.devDirectory.listen must be an endpoint string")
+        raise DevDirectoryError("must be an endpoint string", ("devDirectory", "listen"))
     try:
         check_loopback(listen)
     except DevDirectoryError as exc:

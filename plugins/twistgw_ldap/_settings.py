@@ -26,7 +26,7 @@ import attrs
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twistgw import Allow, Deny, OptionsError, RequestContext
-from twistgw.options import type_name
+from twistgw.options import type_name, unknown_field
 
 from twistgw_ldap._options import parse_duration
 
@@ -71,7 +71,7 @@ def read_policy(settings: Mapping[str, Any]) -> ErrorPolicy:
                                " twistgw runs extauth inside the gateway (the extauth plugin), so there is"
                                " nothing for it to do: remove it")
         if key not in FIELDS:
-            raise OptionsError((key,), f"unknown field (expected one of: {', '.join(FIELDS)})")
+            raise OptionsError((key,), unknown_field(key, FIELDS))
     timeout = None
     if "requestTimeout" in settings:
         timeout = parse_duration(settings["requestTimeout"])

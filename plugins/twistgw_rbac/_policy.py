@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from twistgw.options import Path, Problems, check_fields, is_token, require_mapping, type_name
+from twistgw.options import Path, Problems, check_fields, is_token, require_mapping, type_name, unknown_field
 from twistgw import OptionsError
 from twistgw.regex import SafeRegex, UnsafePattern
 
@@ -352,7 +352,7 @@ def settings_problem(settings: Mapping[str, Any]) -> tuple[Path, str] | None:
     """(field path, reason) if ``Settings.spec.rbac`` is invalid, else None."""
     for key in settings:
         if key != "requireRbac":
-            return (str(key),), f"unknown field {key!r}; expected: requireRbac"
+            return (str(key),), unknown_field(key, ("requireRbac",))
     value = settings.get("requireRbac", False)
     if not isinstance(value, bool):
         return ("requireRbac",), f"must be true or false, got {_kind(value)} {value!r}"

@@ -149,7 +149,7 @@ async def test_require_rbac_false_and_absent_leave_routes_open() -> None:
 
 @pytest.mark.parametrize("settings,field,reason", [
     ({"requireRbac": "true"}, "requireRbac", "must be true or false, got a string 'true'"),
-    ({"requireRBAC": True}, "requireRBAC", "unknown field 'requireRBAC'; expected: requireRbac"),
+    ({"requireRBAC": True}, "requireRBAC", "unknown field 'requireRBAC'; expected one of: requireRbac"),
 ])
 def test_invalid_settings_are_rejected(settings: Any, field: str, reason: str) -> None:
     # Reported at Settings.spec.rbac.<field> when a route falls back to the default ...
