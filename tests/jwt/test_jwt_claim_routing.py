@@ -153,3 +153,18 @@ async def test_the_route_selected_again_runs_its_own_chain(backend_factory, conf
 
     r = await http_request("GET", gw.url(f"/admin/x?token={solo_admin}"))
     assert r.status == 200 and len(canary.requests) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_explain_shows_the_route_selected_again(tmp_path):
+    from twistgw.testing import ChainTester
+
+    (tmp_path / "c.yaml").write_text(_guide_yaml(1, 2))
+    tester = ChainTester.from_directory(str(tmp_path), plugins=PLUGINS, load_entry_points=False)
+    result = await tester.request("GET", "http://h/?token=" + token(iss=ISSUER, org="solo.io"))
+    assert result.ctx.route == "routes[0]"
+    steps = [(p, ph) for p, ph, _ in result.trace]
+    assert steps == [("jwt", "authenticate"), ("routing", "reselect")]
+    assert "select route routes[0] (was routes[1])" in result.trace[1][2].reason
+    other = await tester.request("GET", "http://h/?token=" + token(iss=ISSUER, org="othercompany.com"))
+    assert other.ctx.route == "routes[1]" and [p for p, _, _ in other.trace] == ["jwt"]

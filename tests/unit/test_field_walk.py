@@ -377,6 +377,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "VirtualService:spec.virtualHost.options": (T, PLUGINS), "VirtualService:spec.virtualHost.routes": (T, CORE),
     "RouteTable:spec.routes": (T, TABLES), "RouteTable:spec.weight": (T, TABLES),
     "Route:name": (T, CORE), "Route:options": (T, PLUGINS),
+    "Route:inheritableMatchers": (T, TABLES), "Route:inheritablePathMatchers": (T, TABLES),
     "Route:options.prefixRewrite": (T, MATCH), "Route:options.timeout": (T, PROXY),
     "Route:options.pluginOrder": (T, PLUGINS),
     "VirtualService:spec.virtualHost.options.pluginOrder": (T, PLUGINS),

@@ -249,7 +249,7 @@ def test_typo_beside_plugin_option_errors():
         (14, "spec.virtualHost.routes[0].colour"),
     ]
     assert found[2].reason == "unknown field 'colour'; expected one of: delegateAction," \
-        " directResponseAction, matchers, name, options, routeAction"
+        " directResponseAction, inheritableMatchers, inheritablePathMatchers, matchers, name, options, routeAction"
 
 
 def test_jwt_reports_every_provider_problem():

@@ -206,3 +206,49 @@ def test_selector_errors():
          " DoesNotExist, GreaterThan, LessThan)"),
         ("spec.virtualHost.routes[2].delegateAction", "set exactly one of ref or selector"),
     ]
+
+
+@pytest_twisted.ensureDeferred
+async def test_inheritable_matchers_and_path_matchers():
+    text = vs("""\
+        - matchers: [{prefix: /api, headers: [{name: x-team, value: a}], methods: [GET, POST]}]
+          inheritableMatchers: true
+          delegateAction: {ref: {name: t}}
+        - matchers: [{prefix: /p}]
+          inheritablePathMatchers: true
+          delegateAction: {ref: {name: paths}}
+        """) + table("t", "gloo-system", direct("{prefix: /api/1}", "one") + direct(
+            "{prefix: /api/2, methods: [POST, DELETE]}", "two")) \
+        + table("paths", "gloo-system", direct("{exact: /anything}", "inherited-path"))
+    t = ChainTester.from_yaml(text, load_entry_points=False)
+
+    async def serve(method, path, headers=None):
+        r = await t.request(method, "http://example.com" + path, headers)
+        return None if r.status == 404 else r.body.decode()
+
+    assert await serve("GET", "/api/1", {"x-team": "a"}) == "one"
+    assert await serve("GET", "/api/1") is None  # the parent's header condition was added
+    assert await serve("DELETE", "/api/1", {"x-team": "a"}) is None  # and its methods
+    assert await serve("POST", "/api/2", {"x-team": "a"}) == "two"
+    assert await serve("DELETE", "/api/2", {"x-team": "a"}) is None  # methods: the intersection
+    assert await serve("GET", "/p/x") == "inherited-path"  # the parent's prefix, not /anything
+
+
+def test_inherited_methods_that_leave_none_are_an_error():
+    text = vs("""\
+        - matchers: [{prefix: /api, methods: [GET]}]
+          inheritableMatchers: true
+          delegateAction: {ref: {name: t}}
+        """) + table("t", "gloo-system", direct("{prefix: /api/1, methods: [POST]}", "never"))
+    (issue,) = issues(text)
+    assert issue.field == "spec.routes[0].matchers[0]" and "methods GET" in issue.reason
+
+
+def test_without_inheritance_children_must_repeat_the_conditions():
+    text = vs("""\
+        - matchers: [{prefix: /api, headers: [{name: x-team, value: a}]}]
+          inheritableMatchers: false
+          delegateAction: {ref: {name: t}}
+        """) + table("t", "gloo-system", direct("{prefix: /api/1}", "one"))
+    (issue,) = issues(text)
+    assert "must repeat the delegating route's conditions (x-team)" in issue.reason

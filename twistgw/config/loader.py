@@ -729,8 +729,6 @@ GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
     "spec": {"sslConfig": "TLS is terminated by the --listen endpoint (e.g. 'ssl:8443:...'), not per virtual service"},
     "route": {
         "redirectAction": "redirects are not supported; use a directResponseAction or let the backend redirect",
-        "inheritableMatchers": "matcher inheritance is not supported; repeat the parent's conditions in each child route",
-        "inheritablePathMatchers": "path matcher inheritance is not supported; children keep the parent's prefix themselves",
         "graphqlApiRef": "GraphQL is not supported",
     },
     "routeAction": {
@@ -847,7 +845,14 @@ _ACTIONS = ("routeAction", "directResponseAction", "delegateAction")
 
 def _route(r: _Reader, ns: str, index: int, raw: Any, path: tuple[str | int, ...]) -> Route:
     m = r.mapping(raw, path)
-    m = r.mapping(_unsupported(r, m, path, "route"), path, {"name", "matchers", "options"} | set(_ACTIONS))
+    m = r.mapping(_unsupported(r, m, path, "route"), path,
+                  {"name", "matchers", "options", "inheritableMatchers", "inheritablePathMatchers"} | set(_ACTIONS))
+    inherit: dict[str, bool | None] = {}
+    for key in ("inheritableMatchers", "inheritablePathMatchers"):
+        inherit[key] = None
+        with r.part():
+            if m.get(key) is not None:
+                inherit[key] = r.boolean(m[key], path + (key,))
     name = f"routes[{index}]"
     with r.part():
         if "name" in m:
@@ -872,7 +877,9 @@ def _route(r: _Reader, ns: str, index: int, raw: Any, path: tuple[str | int, ...
         raise r.invalid()
     rewrite = options.get("prefixRewrite")
     timeout = parse_duration(options["timeout"]) if "timeout" in options else None
-    return Route(name, index, tuple(matchers), action, options, rewrite, timeout, path=path)
+    return Route(name, index, tuple(matchers), action, options, rewrite, timeout, path=path,
+                 inherit_matchers=inherit["inheritableMatchers"],
+                 inherit_path_matchers=inherit["inheritablePathMatchers"])
 
 
 def _action(r: _Reader, ns: str, kind: str, value: Any,

@@ -132,6 +132,9 @@ class Route:
     path: tuple[str | int, ...] = ()
     source: Source | None = None
     owner: str = ""
+    #: ``inheritableMatchers`` / ``inheritablePathMatchers`` (None: as the parent)
+    inherit_matchers: bool | None = None
+    inherit_path_matchers: bool | None = None
     #: whether any matcher reads headers or query parameters (not just method and path)
     reads_request: bool = attrs.field(init=False, eq=False)
     #: (exact, prefix, methods) per matcher when every matcher reads only the

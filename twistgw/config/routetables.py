@@ -18,6 +18,10 @@ Gloo Edge's rules, which we follow:
   be repeated by each child (a superset), as Gloo requires without
   ``inheritableMatchers``;
 * a child route without matchers takes its parent's matcher;
+* ``inheritableMatchers: true`` on a route makes it (and, by default, the
+  routes below it) add its parent's header, query parameter and method
+  conditions instead of repeating them; ``inheritablePathMatchers: true``
+  makes it match its parent's prefix instead of its own path conditions;
 * a child's options are the parent's options with the child's own on top
   (a plugin key the child sets replaces the parent's entry wholesale);
 * a reference to a missing table, a selector choosing none, and a cycle are
@@ -119,19 +123,23 @@ class Flattener:
         out: list[Route] = []
         owner = f"VirtualService {vs.key}"
         routes = [(None, r) for r in vs.routes]
-        self._walk(routes, vs.namespace, None, {}, owner, vs.source, [owner], out)
+        self._walk(routes, vs.namespace, None, {}, owner, vs.source, [owner], out, (False, False))
         return tuple(attrs.evolve(r, index=i) for i, r in enumerate(out))
 
     def _walk(self, routes: list[tuple[RouteTable | None, Route]], namespace: str, parent: Matcher | None,
               parent_options: Mapping[str, Any], owner: str, source: Any,
-              stack: list[str], out: list[Route]) -> None:
-        """:param stack: the delegation chain down to the delegating resource."""
+              stack: list[str], out: list[Route], inherited: tuple[bool, bool]) -> None:
+        """:param stack: the delegation chain down to the delegating resource.
+        :param inherited: the parent's (inheritableMatchers, inheritablePathMatchers),
+            which a route keeps unless it sets its own (Gloo's defaults)."""
         for table, route in routes:
             chain = stack
             if table is not None:  # a route of a table the parent delegates to
                 namespace, owner, source = table.namespace, f"RouteTable {table.key}", table.source
                 chain = stack + [owner]
-            here = self._inherit(route, parent, parent_options, source, owner)
+            flags = (inherited[0] if route.inherit_matchers is None else route.inherit_matchers,
+                     inherited[1] if route.inherit_path_matchers is None else route.inherit_path_matchers)
+            here = self._inherit(route, parent, parent_options, source, owner, flags)
             if here is None:
                 continue
             if not isinstance(here.action, Delegate):
@@ -149,13 +157,25 @@ class Flattener:
                     continue
                 self.used.add((target.namespace, target.name))
                 tables.append(target)
-            self._walk(_in_order(tables), namespace, prefix, here.options, owner, source, chain, out)
+            self._walk(_in_order(tables), namespace, prefix, here.options, owner, source, chain, out, flags)
 
     def _inherit(self, route: Route, parent: Matcher | None, parent_options: Mapping[str, Any],
-                 source: Any, owner: str) -> Route | None:
+                 source: Any, owner: str, flags: tuple[bool, bool] = (False, False)) -> Route | None:
         if parent is None:  # a virtual service's own route: no matchers means prefix "/"
             return route if route.matchers else attrs.evolve(route, matchers=(Matcher(prefix="/"),))
         matchers = route.matchers or (parent,)
+        inherit_conditions, inherit_path = flags
+        if inherit_path:  # the child's path conditions give way to the parent's prefix
+            matchers = tuple(attrs.evolve(m, prefix=parent.prefix, exact=None, regex=None, regex_source=None,
+                                          case_sensitive=parent.case_sensitive) for m in matchers)
+        if inherit_conditions:  # the parent's headers, query parameters and methods are added
+            matchers = tuple(attrs.evolve(
+                m,
+                headers=parent.headers + tuple(h for h in m.headers if h not in parent.headers),
+                query=parent.query + tuple(q for q in m.query if q not in parent.query),
+                methods=(tuple(x for x in m.methods if x in parent.methods) if m.methods and parent.methods
+                         else m.methods or parent.methods),
+            ) for m in matchers)
         ok = True
         for j, m in enumerate(matchers):
             mp = route.path + ("matchers", j)

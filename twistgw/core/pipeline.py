@@ -22,7 +22,7 @@ import attrs
 from twisted.internet.defer import Deferred
 
 from twistgw.api.headers import Headers
-from twistgw.api.types import Deny, RequestContext
+from twistgw.api.types import Allow, Deny, RequestContext
 from twistgw.config.defaults import UPSTREAM_TIMEOUT
 from twistgw.config.model import Route, VirtualService
 from twistgw.core.chain import Trace, start_calls
@@ -230,6 +230,9 @@ class Pipeline:
             if type(found) is LocalResponse:
                 return found
             new, remaining = found
+            if trace is not None and new is not runtime:
+                trace("routing", "reselect", Allow(f"headers written by the chain now select route"
+                                                   f" {new.route.name} (was {runtime.route.name})"))
             head.runtime = new
             return self._run(remaining, head, ctx, new, None, trace)
         return self.plan(ctx, runtime)
