@@ -127,7 +127,7 @@ def fill_ldap_cache(snapshot: Any) -> None:
     for compiled in snapshot.plugin_compiled.get("extauth", []):
         for cfg in compiled.configs:
             verdict = _flow._verdict(cfg, "alice", "allowed", "filled by bench/micro.py", groups)
-            _flow.STATE.cache(cfg).put(("alice", _flow.password_digest(b"alicepw")), verdict)
+            compiled.state.cache(cfg).put(("alice", _flow.password_digest(b"alicepw")), verdict)
 
 
 def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:

@@ -82,15 +82,20 @@ def makeService(options: Options) -> IService:
     try:
         svc.load_initial()
     except ConfigError as exc:
-        sys.stderr.write(
-            f"twistgw: the configuration in {options['config']!r} is invalid;"
-            f" refusing to start. {len(exc.issues)} problem(s):\n"
-        )
-        for issue in exc.issues:
-            sys.stderr.write(f"  {issue}\n")
-        sys.stderr.flush()
-        raise SystemExit(1)
+        _refuse(options, exc)
     return svc
+
+
+def _refuse(options: Options, exc: ConfigError) -> None:
+    """Every problem of an invalid configuration on stderr, then exit 1."""
+    sys.stderr.write(
+        f"twistgw: the configuration in {options['config']!r} is invalid;"
+        f" refusing to start. {len(exc.issues)} problem(s):\n"
+    )
+    for issue in exc.issues:
+        sys.stderr.write(f"  {issue}\n")
+    sys.stderr.flush()
+    raise SystemExit(1)
 
 
 def _twist_options(options: Options) -> dict:
@@ -127,13 +132,7 @@ def _workers_service(options: Options, admin: str | None) -> IService:
     try:
         build_snapshot(load_directory(options["config"], keep_going=True), PluginHost.create())
     except ConfigError as exc:
-        sys.stderr.write(
-            f"twistgw: the configuration in {options['config']!r} is invalid;"
-            f" refusing to start. {len(exc.issues)} problem(s):\n"
-        )
-        for issue in exc.issues:
-            sys.stderr.write(f"  {issue}\n")
-        raise SystemExit(1)
+        _refuse(options, exc)
     for description in options["listen"]:
         if not description.startswith(("tcp:", "tcp6:")):
             sys.stderr.write(f"twistgw: --listen {description!r}: with --workers only tcp: and tcp6:"

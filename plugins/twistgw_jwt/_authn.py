@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
-import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from prometheus_client import Counter
 from twisted.internet.defer import Deferred
@@ -39,14 +38,6 @@ def _count(outcome: str) -> None:
         child = _outcomes[outcome] = DECISIONS.labels(outcome)
     child.inc()
 
-
-class Clock:
-    """Wall-clock seconds; tests replace ``now``."""
-
-    now: Callable[[], float] = staticmethod(time.time)
-
-
-clock = Clock()
 
 _NEEDS_IO = object()
 
@@ -199,7 +190,7 @@ def _allowed(provider: str, cached: bool) -> Allow:
 def _check(provider: Provider, token: ParsedToken, candidates: list[Any]) -> Mapping[str, Any] | Failure:
     if not any(T.verify_signature(k, token) for k in candidates):
         return T.VERIFICATION_FAILS
-    problem = T.check_claims(token.payload, clock.now(), provider.clock_skew, provider.audiences)
+    problem = T.check_claims(token.payload, provider.now(), provider.clock_skew, provider.audiences)
     if problem is not None:
         return problem
     return token.payload
@@ -294,7 +285,7 @@ def authenticate(ctx: RequestContext, opts: CompiledJwt) -> Allow | Deny | Defer
                 if p not in merged:
                     merged.append(p)
         providers = merged
-    now = clock.now()
+    now = opts.now()
     for p in providers:
         cached = opts.cache.get(p.name, raw, now, _generation(p))
         if cached is not None:
@@ -329,6 +320,6 @@ async def _authenticate_async(ctx: RequestContext, opts: CompiledJwt, parsed: Pa
         if isinstance(result, Failure):
             failures.append(result)
             continue
-        opts.cache.put(p.name, parsed.raw, result, clock.now(), _generation(p))
+        opts.cache.put(p.name, parsed.raw, result, opts.now(), _generation(p))
         return succeed(ctx, opts, p, result, where, cached=False)
     return deny(ctx, opts, _pick_failure(failures))

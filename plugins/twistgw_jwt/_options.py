@@ -7,6 +7,7 @@ configuration and keeps serving the last good one.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
@@ -82,6 +83,8 @@ class Provider:
     keep_token: bool
     claims_to_headers: tuple[ClaimToHeader, ...]
     clock_skew: int
+    #: the plugin's clock (seconds)
+    now: Callable[[], float] = attrs.field(default=time.time, repr=False)
 
 
 @attrs.frozen(eq=False)
@@ -97,6 +100,8 @@ class CompiledJwt:
     #: every header name any provider's claimsToHeaders writes (lower-case bytes)
     claim_headers: frozenset[bytes]
     cache: VerifiedCache = attrs.field(repr=False)
+    #: the plugin's clock (seconds)
+    now: Callable[[], float] = attrs.field(default=time.time, repr=False)
 
     def remote_key_sets(self) -> list[RemoteKeySet]:
         return [p.remote for p in self.providers if p.remote is not None]
@@ -158,7 +163,8 @@ TOP_FIELDS = ("providers", "validationPolicy", "disable")
 
 
 def compile_options(options: Mapping[str, Any], scope: OptionsScope,
-                    remote_factory: Callable[[RemoteSpec], RemoteKeySet]) -> CompiledJwt:
+                    remote_factory: Callable[[RemoteSpec], RemoteKeySet],
+                    now: Callable[[], float] = time.time) -> CompiledJwt:
     problems = Problems()  # every problem is reported, not just the first
     with problems.check():
         _only(options, TOP_FIELDS, ())
@@ -180,8 +186,8 @@ def compile_options(options: Mapping[str, Any], scope: OptionsScope,
     providers = []
     for name, raw in providers_raw.items():
         with problems.check():
-            providers.append(_compile_provider(str(name), raw, ("providers", str(name)), scope,
-                                               remote_factory))
+            providers.append(attrs.evolve(
+                _compile_provider(str(name), raw, ("providers", str(name)), scope, remote_factory), now=now))
 
     settings = scope.resources.settings("jwt")
     size = settings.get("verifiedTokenCacheSize", DEFAULT_VERIFIED_CACHE_SIZE)
@@ -198,7 +204,7 @@ def compile_options(options: Mapping[str, Any], scope: OptionsScope,
     by_source = tuple(tuple(p for p in providers if s in p.sources) for s in sources)
     claim_headers = frozenset(c.header for p in providers for c in p.claims_to_headers)
     return CompiledJwt(tuple(providers), policy, tuple(sources), by_source, claim_headers,
-                       VerifiedCache(size))
+                       VerifiedCache(size), now)
 
 
 def _compile_provider(name: str, raw: Any, path: Path, scope: OptionsScope,

@@ -139,7 +139,12 @@ class Client(LDAPClient):
     def abort(self) -> None:
         self.onwire = {}
         if self.transport is not None:
-            self.transport.abortConnection()
+            try:
+                self.transport.abortConnection()
+            except AttributeError:
+                # Twisted's TLS wrapper before its TLS connection exists
+                # (a StartTLS that never began): drop the socket beneath it.
+                self.transport.transport.abortConnection()
 
 
 def _fault_from(failure: Failure, what: str, timeout: float) -> DirectoryFault:

@@ -174,7 +174,7 @@ async def check_expression(ctx: Any, compiled: Any) -> Any:
 
     async def check(index: int) -> tuple[bool, Any]:
         if isinstance(creds, tuple):
-            result = await _flow.check_one(compiled.configs[index], ctx, *creds)
+            result = await _flow.check_one(compiled.state, compiled.configs[index], ctx, *creds)
         else:
             result = creds  # no usable credentials: every config refuses (401)
         if not isinstance(result, Deny):

@@ -112,7 +112,8 @@ class DecisionCache:
 
 
 class State:
-    """Module state kept across configuration reloads: pools and caches."""
+    """The plugin instance's state, kept across configuration reloads:
+    connection pools and decision caches."""
 
     def __init__(self) -> None:
         self.reactor: Any = None
@@ -162,8 +163,6 @@ class State:
         self.pools.clear()
         self.caches.clear()
 
-
-STATE = State()
 
 
 # ---------------------------------------------------------------------------
@@ -507,18 +506,19 @@ def _cached(cfg: LdapConfig, cache: DecisionCache, key: tuple[str, bytes]) -> Ve
     return verdict
 
 
-async def check_one(cfg: LdapConfig, ctx: RequestContext, user: str, password: bytes) -> Verdict | Deny:
-    cache = STATE.cache(cfg)
+async def check_one(state: State, cfg: LdapConfig, ctx: RequestContext, user: str,
+                    password: bytes) -> Verdict | Deny:
+    cache = state.cache(cfg)
     key = (user, password_digest(password))
     hit = _cached(cfg, cache, key)
     if hit is not _MISS:
         return hit
     if cache.ttl > 0:
         CACHE.labels("miss").inc()
-    reactor = STATE.get_reactor(ctx)
+    reactor = state.get_reactor(ctx)
     started = time.monotonic()
     try:
-        result = await _against_directory(cfg, STATE.pool(cfg, ctx), user, password, reactor)
+        result = await _against_directory(cfg, state.pool(cfg, ctx), user, password, reactor)
     except DirectoryFault as fault:
         _log.warn("LDAP directory {target} unavailable: {reason}", target=cfg.target.describe(),
                   reason=fault.reason)
@@ -569,7 +569,7 @@ def authenticate(ctx: RequestContext, compiled: CompiledExtAuth) -> Allow | Deny
             return Deferred.fromCoroutine(_ask_directory(ctx, compiled, user, password, verdicts))
         if key is None:
             key = (user, password_digest(password))
-        hit = _cached(cfg, STATE.cache(cfg), key)
+        hit = _cached(cfg, compiled.state.cache(cfg), key)
         if hit is _MISS:
             return Deferred.fromCoroutine(_ask_directory(ctx, compiled, user, password, verdicts))
         if isinstance(hit, Deny):
@@ -582,7 +582,7 @@ async def _ask_directory(ctx: RequestContext, compiled: CompiledExtAuth, user: s
                          verdicts: list[Verdict]) -> Allow | Deny:
     """Check the configs from the first one without a cached ``verdicts`` entry."""
     for cfg in compiled.configs[len(verdicts):]:
-        result = await check_one(cfg, ctx, user, password)
+        result = await check_one(compiled.state, cfg, ctx, user, password)
         if isinstance(result, Deny):
             return result
         verdicts.append(result)

@@ -151,6 +151,8 @@ class CompiledExtAuth:
     #: Settings spec.extauth's requestTimeout/failureModeAllow/statusOnError
     #: (a ``_settings.ErrorPolicy``; None: SPEC's statuses, no overall bound)
     on_error: Any = None
+    #: the plugin instance's pools and caches (``_flow.State``)
+    state: Any = attrs.field(default=None, eq=False, repr=False)
 
     @keep_credentials.default
     def _keep(self) -> bool:

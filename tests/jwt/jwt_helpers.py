@@ -170,8 +170,26 @@ def local_provider(key: str | None = None, issuer: str = ISSUER, **extra: Any) -
             **extra}
 
 
+class _Clock:
+    """The tests' wall clock; fixtures move it with
+    ``monkeypatch.setattr(CLOCK, "now", ...)``."""
+
+    now = staticmethod(time.time)
+
+
+CLOCK = _Clock()
+
+
+class ClockedJwtPlugin(twistgw_jwt.JwtPlugin):
+    """The jwt plugin on the tests' clock (a class: every gateway or tester
+    gets an instance of its own, as from the entry point)."""
+
+    def __init__(self) -> None:
+        super().__init__(now=lambda: CLOCK.now())
+
+
 def make_tester(jwt_options: dict[str, Any], **kw: Any) -> ChainTester:
-    return ChainTester.from_yaml(config(jwt_options, **kw), plugins=[("jwt", twistgw_jwt)],
+    return ChainTester.from_yaml(config(jwt_options, **kw), plugins=[("jwt", ClockedJwtPlugin)],
                                  load_entry_points=False)
 
 

@@ -19,14 +19,13 @@ from typing import Any
 
 import pytest_twisted
 import yaml
-from jwt_helpers import KeySetServer, public_pem, signed
+from jwt_helpers import ClockedJwtPlugin, KeySetServer, public_pem, signed
 from support.http import http_request, raw_exchange
 
-import twistgw_jwt
 import twistgw_rbac
 from twistgw_jwt import tools
 
-PLUGINS = [("jwt", twistgw_jwt), ("rbac", twistgw_rbac)]
+PLUGINS = [("jwt", ClockedJwtPlugin), ("rbac", twistgw_rbac)]
 
 
 def dump(*docs: Any) -> str:

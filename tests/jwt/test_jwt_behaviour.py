@@ -8,14 +8,13 @@ import json
 import pytest
 import pytest_twisted
 import yaml
-from jwt_helpers import (
+from jwt_helpers import (ClockedJwtPlugin, CLOCK,
     ISSUER, URL, bearer, claims, config, header, jwks, local_provider, make_tester,
     public_pem, signed, token,
 )
 
-import twistgw_jwt
 from twistgw.testing import ChainTester
-from twistgw_jwt import _authn, _cache
+from twistgw_jwt import _cache
 from twistgw_jwt import _token as T
 
 RSA = make_tester({"providers": {"main": local_provider()}})
@@ -299,7 +298,7 @@ async def test_jwt_staged():
     docs = list(yaml.safe_load_all(text))
     vh = docs[-1]["spec"]["virtualHost"]
     vh["options"] = {"jwtStaged": {"afterExtAuth": vh["options"]["jwt"]}}
-    t = ChainTester.from_yaml(yaml.safe_dump_all(docs), plugins=[("jwt", twistgw_jwt)],
+    t = ChainTester.from_yaml(yaml.safe_dump_all(docs), plugins=[("jwt", ClockedJwtPlugin)],
                               load_entry_points=False)
     r = await t.request("GET", URL)
     assert (r.status, r.body) == (401, b"Jwt is missing")
@@ -368,7 +367,7 @@ async def test_claims_to_headers_unicode():
 @pytest.fixture
 def clock(monkeypatch):
     state = {"now": 2_000_000_000.0}
-    monkeypatch.setattr(_authn.clock, "now", lambda: state["now"])
+    monkeypatch.setattr(CLOCK, "now", lambda: state["now"])
     return state
 
 
@@ -463,7 +462,7 @@ async def test_cache_size_setting(verifications):
         "apiVersion": "gateway.vendor.io/v1", "kind": "Settings",
         "metadata": {"name": "settings", "namespace": "default"},
         "spec": {"jwt": {"verifiedTokenCacheSize": 0}}}], explicit_start=True)
-    t = ChainTester.from_yaml(text, plugins=[("jwt", twistgw_jwt)], load_entry_points=False)
+    t = ChainTester.from_yaml(text, plugins=[("jwt", ClockedJwtPlugin)], load_entry_points=False)
     tok = token()
     for _ in range(3):
         assert (await t.request("GET", URL, headers=bearer(tok))).status == 200

@@ -10,12 +10,11 @@ import textwrap
 
 import pytest_twisted
 from support.http import http_request
-from jwt_helpers import public_pem, token
+from jwt_helpers import ClockedJwtPlugin, public_pem, token
 
-import twistgw_jwt
 import twistgw_rbac
 
-PLUGINS = [("jwt", twistgw_jwt), ("rbac", twistgw_rbac)]
+PLUGINS = [("jwt", ClockedJwtPlugin), ("rbac", twistgw_rbac)]
 ISSUER = "solo.io"
 
 

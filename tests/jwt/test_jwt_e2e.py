@@ -9,13 +9,12 @@ import pathlib
 import pytest
 import pytest_twisted
 from support.http import http_request, raw_exchange
-from jwt_helpers import ISSUER, KeySetServer, jwks, private_pem, public_pem, token
+from jwt_helpers import ClockedJwtPlugin, CLOCK, ISSUER, KeySetServer, jwks, private_pem, public_pem, token
 
-import twistgw_jwt
 from twistgw_jwt import tools
 
 EXAMPLE = pathlib.Path(__file__).parent / "example" / "gateway.yaml"
-PLUGINS = [("jwt", twistgw_jwt)]
+PLUGINS = [("jwt", ClockedJwtPlugin)]
 
 
 @pytest.fixture
@@ -131,11 +130,10 @@ async def test_hot_reload_of_provider_config(keyserver, backend, config_dir, gat
 
 @pytest_twisted.ensureDeferred
 async def test_rotation_through_the_proxy(keyserver, backend, config_dir, gateway, monkeypatch):
-    from twistgw_jwt import _authn
 
     keyserver.resource.set_keys(jwks(("rsa", 0, "k0")))
-    now = {"t": float(_authn.clock.now())}
-    monkeypatch.setattr(_authn.clock, "now", lambda: now["t"])
+    now = {"t": float(CLOCK.now())}
+    monkeypatch.setattr(CLOCK, "now", lambda: now["t"])
     gw = gateway(config_dir(_example(keyserver.port, backend.port)), plugins=PLUGINS)
     old = token(aud="petstore", kid="k0")
     assert (await http_request("GET", gw.url("/pets"), headers={"Authorization": f"Bearer {old}"})).status == 200

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from jwt.algorithms import RSAAlgorithm
-from jwt_helpers import (
+from jwt_helpers import (ClockedJwtPlugin,
     ISSUER, URL, bearer, config, jwks, local_provider, make_tester, private_key, private_pem,
     public_pem, token,
 )
@@ -172,7 +172,7 @@ def test_settings_cache_size_must_be_a_count():
         "metadata": {"name": "settings", "namespace": "default"},
         "spec": {"jwt": {"verifiedTokenCacheSize": -5}}}], explicit_start=True)
     with pytest.raises(ConfigError) as info:
-        ChainTester.from_yaml(text, plugins=[("jwt", twistgw_jwt)], load_entry_points=False)
+        ChainTester.from_yaml(text, plugins=[("jwt", ClockedJwtPlugin)], load_entry_points=False)
     assert "verifiedTokenCacheSize must be a whole number >= 0" in str(info.value)
 
 
@@ -238,7 +238,7 @@ async def test_upstream_without_endpoints_fails_closed_at_request_time():
                     "spec": {"ports": [{"port": 80}]}})
     docs[-1]["spec"]["virtualHost"]["options"]["jwt"]["providers"]["m"]["jwks"]["remote"]["upstreamRef"] = {
         "name": "default-auth-80", "namespace": "default"}
-    t = ChainTester.from_yaml(yaml.safe_dump_all(docs), plugins=[("jwt", twistgw_jwt)],
+    t = ChainTester.from_yaml(yaml.safe_dump_all(docs), plugins=[("jwt", ClockedJwtPlugin)],
                               load_entry_points=False)
     r = await t.request("GET", URL, headers=bearer(token()))
     assert (r.status, r.body) == (401, b"Jwks remote fetch is failed")
@@ -247,8 +247,11 @@ async def test_upstream_without_endpoints_fails_closed_at_request_time():
 def test_plugin_info_and_entry_point():
     from twistgw.core.plugins import PluginHost
 
-    info = twistgw_jwt.twistgw_plugin_info()
+    info = twistgw_jwt.JwtPlugin().twistgw_plugin_info()
     assert info.order == 200 and info.description
     host = PluginHost.create()
     assert host.infos["jwt"].order == 200
+    # the entry point names the class: each host has an instance of its own
+    assert isinstance(host.plugin("jwt"), twistgw_jwt.JwtPlugin)
+    assert host.plugin("jwt") is not PluginHost.create().plugin("jwt")
     assert host.default_order().index("jwt") > host.default_order().index("extauth")

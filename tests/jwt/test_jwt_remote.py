@@ -3,6 +3,8 @@ caching, rotation, the refetch rate limit, and every way the server fails."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import itertools
 
 import attrs
@@ -11,14 +13,15 @@ import time
 import pytest
 import pytest_twisted
 import yaml
-from jwt_helpers import (
+from jwt_helpers import (ClockedJwtPlugin, CLOCK,
     ISSUER, URL, KeySetServer, bearer, config, jwks, private_key, token,
 )
 from twisted.internet import defer, reactor, task
 
-import twistgw_jwt
+from twistgw.config.loader import load_text
+from twistgw.core.snapshot import build_snapshot
 from twistgw.testing import ChainTester
-from twistgw_jwt import _authn, _remote
+from twistgw_jwt import _remote
 
 _unique = itertools.count()
 
@@ -39,7 +42,7 @@ async def wait_for(predicate, timeout: float = 3.0) -> None:
 def clock(monkeypatch):
     """The plugin's clock, moved by hand (cache ages, backoff, rate limit)."""
     state = {"now": float(int(time.time()))}
-    monkeypatch.setattr(_authn.clock, "now", lambda: state["now"])
+    monkeypatch.setattr(CLOCK, "now", lambda: state["now"])
     return state
 
 
@@ -57,7 +60,8 @@ def servers():
         pytest_twisted.blockon(defer.ensureDeferred(s.stop()))
 
 
-def remote_tester(port: int, path: str | None = None, **remote: object) -> tuple[ChainTester, str]:
+def remote_tester(port: int, path: str | None = None, host: Any = None,
+                  **remote: object) -> tuple[ChainTester, str]:
     """A tester whose provider fetches ``http://auth.example.com<path>`` from
     the Upstream ``jwks`` at 127.0.0.1:port. Each call gets its own path, so
     no two tests share a cached key set."""
@@ -65,8 +69,10 @@ def remote_tester(port: int, path: str | None = None, **remote: object) -> tuple
     provider = {"issuer": ISSUER, "jwks": {"remote": {
         "upstreamRef": {"name": "jwks", "namespace": "default"},
         "url": f"http://auth.example.com{path}", "timeout": "3s", **remote}}}
-    t = ChainTester.from_yaml(config({"providers": {"main": provider}}, upstreams={"jwks": port}),
-                              plugins=[("jwt", twistgw_jwt)], load_entry_points=False)
+    text = config({"providers": {"main": provider}}, upstreams={"jwks": port})
+    if host is not None:  # a reload: a new configuration for the same plugins
+        return ChainTester(build_snapshot(load_text(text), host), host), path
+    t = ChainTester.from_yaml(text, plugins=[("jwt", ClockedJwtPlugin)], load_entry_points=False)
     return t, path
 
 
@@ -120,7 +126,7 @@ async def test_url_query_and_port_are_kept(servers):
     provider = {"issuer": ISSUER, "jwks": {"remote": {
         "upstreamRef": {"name": "jwks"}, "url": "https://auth.example.com:8443/jwks?realm=x"}}}
     t = ChainTester.from_yaml(config({"providers": {"main": provider}}, upstreams={"jwks": s.port}),
-                              plugins=[("jwt", twistgw_jwt)], load_entry_points=False)
+                              plugins=[("jwt", ClockedJwtPlugin)], load_entry_points=False)
     assert await req(t, token(kid="k0")) == (200, b"")
     assert s.resource.requests[0] == (b"/jwks?realm=x", b"auth.example.com:8443")
 
@@ -138,7 +144,7 @@ async def test_kubernetes_service_discovery(servers):
         {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "jwks", "namespace": "auth"},
          "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "http", "port": s.port}]}]},
     ]
-    t = ChainTester.from_yaml(yaml.safe_dump_all(docs), plugins=[("jwt", twistgw_jwt)],
+    t = ChainTester.from_yaml(yaml.safe_dump_all(docs), plugins=[("jwt", ClockedJwtPlugin)],
                               load_entry_points=False)
     assert await req(t, token(kid="k0")) == (200, b"")
     assert s.resource.requests[-1] == (b"/.well-known/jwks.json", b"auth.auth.svc.cluster.local")
@@ -381,12 +387,12 @@ async def test_reload_shares_the_key_set_unless_it_changed(servers):
     t1, path = remote_tester(s.port)
     assert await req(t1, token(kid="k0")) == (200, b"")
     # the same remote spec in a new configuration: no new fetch
-    t2, _ = remote_tester(s.port, path=path)
+    t2, _ = remote_tester(s.port, path=path, host=t1.host)
     assert key_set_of(t2) is key_set_of(t1)
     assert await req(t2, token(kid="k0")) == (200, b"")
     assert s.count == 1
     # a changed URL is another key set, fetched afresh
-    t3, _ = remote_tester(s.port)
+    t3, _ = remote_tester(s.port, host=t1.host)
     assert await req(t3, token(kid="k0")) == (200, b"")
     assert s.count == 2
 
@@ -398,7 +404,7 @@ async def test_unconfigure_cancels_fetches(servers):
     t, _ = remote_tester(s.port, timeout="10s")
     ks = key_set_of(t)
     assert ks._inflight is not None
-    twistgw_jwt.twistgw_unconfigure()
+    await t.host.unconfigure()  # what a stopping gateway does
     await wait_for(lambda: ks._inflight is None)
     assert ks.keys is None
 

@@ -9,12 +9,11 @@ import json
 
 import pytest
 import pytest_twisted
-from jwt_helpers import (
+from jwt_helpers import (CLOCK,
     ISSUER, URL, KeySetServer, b64, bearer, claims, jwks, kid_of, now, private_key,
     public_der, public_pem, raw_token, remote_provider, signed, make_tester, token, local_provider,
 )
 
-from twistgw_jwt import _authn
 from twistgw_jwt import _token as T
 
 # Module-level testers: compiling keys once keeps the file fast.
@@ -311,7 +310,7 @@ NOW = 2_000_000_000
 
 @pytest.fixture
 def fixed_clock(monkeypatch):
-    monkeypatch.setattr(_authn.clock, "now", lambda: NOW)
+    monkeypatch.setattr(CLOCK, "now", lambda: NOW)
     return NOW
 
 

@@ -18,7 +18,9 @@ from typing import Any, Iterator
 import pytest
 
 from slapd import Slapd, SlapdMissing, stop_all
-from twistgw_ldap import _flow
+import pytest_twisted
+from twisted.internet import defer
+from twistgw.testing import ChainTester
 
 
 def _start(directory: Path, permissive: bool) -> Slapd:
@@ -59,9 +61,19 @@ def slapd_factory(tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_ldap_state() -> Iterator[None]:
-    """Each test starts with empty decision caches (pools are kept, as in a
-    long-running gateway)."""
-    _flow.STATE.caches.clear()
+def _plugins_shut_down(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each ChainTester has plugin instances of its own (fresh pools and
+    caches); at the end of the test they are shut down as a stopping gateway
+    shuts its plugins down (pools closed, dev directories stopped)."""
+    made: list[ChainTester] = []
+    real = ChainTester.__init__
+
+    def record(self: ChainTester, *args: Any, **kw: Any) -> None:
+        real(self, *args, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(ChainTester, "__init__", record)
     yield
-    _flow.STATE.caches.clear()
+    hosts = {id(t.host): t.host for t in made}
+    for host in hosts.values():
+        pytest_twisted.blockon(defer.ensureDeferred(host.unconfigure()))

@@ -9,9 +9,12 @@ from typing import Any
 
 import twistgw_ldap
 from slapd import SERVICE_DN, SERVICE_PW
+from twistgw.config.loader import load_text
+from twistgw.core.snapshot import build_snapshot
 from twistgw.testing import ChainTester
+from twistgw_ldap import _flow
 
-PLUGINS = [("extauth", twistgw_ldap)]
+PLUGINS = [("extauth", twistgw_ldap.ExtAuthPlugin)]
 MANAGERS_DN = "cn=managers,ou=groups,dc=example,dc=org"
 
 
@@ -86,3 +89,14 @@ def make_tester(text: str) -> ChainTester:
 
 SA_SETTINGS = {"checkGroupsWithServiceAccount": True,
                "credentialsSecretRef": {"name": "ldap-sa", "namespace": "default"}}
+
+
+def ldap_state(tester: ChainTester) -> _flow.State:
+    """The extauth plugin's connection pools and decision caches in ``tester``."""
+    return tester.host.plugin("extauth").state  # type: ignore[attr-defined, no-any-return]
+
+
+def reloaded(tester: ChainTester, text: str) -> ChainTester:
+    """``text`` compiled for the same plugins, as a reload of a running
+    gateway does (pools and caches carry over, resized or dropped)."""
+    return ChainTester(build_snapshot(load_text(text), tester.host), tester.host)

@@ -23,7 +23,7 @@ from support.http import http_request, raw_exchange
 import twistgw_ldap
 from twistgw import cli
 
-PLUGINS = [("extauth", twistgw_ldap)]
+PLUGINS = [("extauth", twistgw_ldap.ExtAuthPlugin)]
 
 
 def echo_service(backend_port: int) -> list[dict]:

@@ -18,7 +18,7 @@ import twistgw_jwt
 import twistgw_ldap
 from twistgw_jwt import tools
 
-PLUGINS = [("extauth", twistgw_ldap), ("jwt", twistgw_jwt)]
+PLUGINS = [("extauth", twistgw_ldap.ExtAuthPlugin), ("jwt", twistgw_jwt.JwtPlugin)]
 #: three signing keys: the edge's, the application's, the reports route's
 KEYS = [rsa.generate_private_key(public_exponent=65537, key_size=2048) for _ in range(3)]
 

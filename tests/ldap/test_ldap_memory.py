@@ -9,7 +9,7 @@ import re
 import shutil
 import textwrap
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import pytest_twisted
@@ -17,7 +17,8 @@ from ldap_helpers import PLUGINS, basic, ldap_config
 from slapd import free_port
 from twisted.internet import defer, reactor, task
 
-import twistgw_ldap
+from twistgw.config.loader import load_directory
+from twistgw.core.snapshot import build_snapshot
 from twistgw.config.loader import ConfigError
 from twistgw.testing import ChainTester
 
@@ -64,10 +65,17 @@ async def wait_for(predicate: Any, timeout: float = 3.0) -> None:
         await sleep(0.01)
 
 
-@pytest.fixture
-def stop_dev_directory() -> Iterator[None]:
-    yield
-    pytest_twisted.blockon(defer.Deferred.fromCoroutine(twistgw_ldap._dev_directory.stop()))
+def reloaded(tester: ChainTester, directory: Path) -> ChainTester:
+    """The directory read again for the same plugins, as a reload does.
+    (Every tester's plugins are shut down after each test by
+    ``tests/ldap/conftest.py``, dev directories included.)"""
+    return ChainTester(build_snapshot(load_directory(str(directory)), tester.host), tester.host)
+
+
+def dev_directory(tester: Any) -> Any:
+    """The extauth plugin's development directory in a tester or gateway."""
+    host = tester.host if hasattr(tester, "host") else tester.service.plugins
+    return host.plugin("extauth").dev_directory
 
 
 def settings_yaml(ldif: str, port: int) -> str:
@@ -83,7 +91,7 @@ def settings_yaml(ldif: str, port: int) -> str:
 
 
 @pytest.fixture
-def memory_dir(tmp_path: Path, stop_dev_directory: None) -> Any:
+def memory_dir(tmp_path: Path) -> Any:
     """A config directory with a dev directory on a free port; returns (dir, port)."""
     port = free_port()
     (tmp_path / "users.ldif").write_text(LDIF)
@@ -94,7 +102,7 @@ def memory_dir(tmp_path: Path, stop_dev_directory: None) -> Any:
 
 async def started_tester(directory: Path) -> ChainTester:
     tester = ChainTester.from_directory(str(directory), plugins=PLUGINS, load_entry_points=False)
-    await wait_for(lambda: twistgw_ldap._dev_directory.port is not None)
+    await wait_for(lambda: dev_directory(tester).port is not None)
     return tester
 
 
@@ -102,7 +110,7 @@ async def started_tester(directory: Path) -> ChainTester:
 async def test_flow_against_in_memory_directory(memory_dir: Any) -> None:
     directory, port = memory_dir
     tester = await started_tester(directory)
-    assert twistgw_ldap._dev_directory.port.getHost().port == port
+    assert dev_directory(tester).port.getHost().port == port
     result = await tester.request("GET", URL, headers=basic("alice", "alice-pw"))
     assert result.status == 200 and result.ctx.principal == "alice"
     assert (await tester.request("GET", URL, headers=basic("bob", "bob-pw"))).status == 403
@@ -117,19 +125,19 @@ async def test_dev_directory_restarts_when_ldif_changes_and_stops_when_removed(m
     tester = await started_tester(directory)
     assert (await tester.request("GET", URL, headers=basic("bob", "bob-pw"))).status == 403
     (directory / "users.ldif").write_text(LDIF.replace("cn=developers,ou=groups", "cn=managers,ou=groups"))
-    first = twistgw_ldap._dev_directory.port
-    tester = ChainTester.from_directory(str(directory), plugins=PLUGINS, load_entry_points=False)
-    await wait_for(lambda: twistgw_ldap._dev_directory.port not in (None, first))
+    first = dev_directory(tester).port
+    tester = reloaded(tester, directory)
+    await wait_for(lambda: dev_directory(tester).port not in (None, first))
     assert (await tester.request("GET", URL, headers=basic("bob", "bob-pw"))).status == 200
     text = (directory / "config.yaml").read_text()
     (directory / "config.yaml").write_text(text.split("---\napiVersion: gateway.vendor.io/v1\nkind: Settings")[0])
-    tester = ChainTester.from_directory(str(directory), plugins=PLUGINS, load_entry_points=False)
-    await wait_for(lambda: twistgw_ldap._dev_directory.port is None)
+    tester = reloaded(tester, directory)
+    await wait_for(lambda: dev_directory(tester).port is None)
     assert (await tester.request("GET", URL, headers=basic("bob", "bob-pw"))).status == 503
 
 
 @pytest_twisted.ensureDeferred
-async def test_dev_directory_refuses_a_public_listen_address(tmp_path: Path, stop_dev_directory: None) -> None:
+async def test_dev_directory_refuses_a_public_listen_address(tmp_path: Path) -> None:
     (tmp_path / "users.ldif").write_text(LDIF)
     text = ldap_config("ldap://127.0.0.1:1", cacheTtl=0) + settings_yaml("users.ldif", 0).replace(
         ":interface=127.0.0.1", "")
@@ -138,8 +146,6 @@ async def test_dev_directory_refuses_a_public_listen_address(tmp_path: Path, sto
         ChainTester.from_directory(str(tmp_path), plugins=PLUGINS, load_entry_points=False)
     (issue,) = info.value.issues
     assert issue.field == "spec.extauth.devDirectory.listen" and "only listens on loopback" in issue.reason
-    await sleep(0.05)
-    assert twistgw_ldap._dev_directory.port is None
 
 
 # ---------------------------------------------------------------------------
@@ -148,7 +154,7 @@ async def test_dev_directory_refuses_a_public_listen_address(tmp_path: Path, sto
 
 
 @pytest.fixture
-def demo_dir(tmp_path: Path, stop_dev_directory: None) -> Any:
+def demo_dir(tmp_path: Path) -> Any:
     """etc/ copied with its fixed ports (3389 directory, 8081 echo) moved to free ones."""
     target = tmp_path / "etc"
     shutil.copytree(REPO / "etc", target)
@@ -170,7 +176,7 @@ async def test_shipped_demo_serves_ldap_with_nothing_else_installed(demo_dir: Pa
     users = demo_creds()
     assert {"alice", "bob"} <= set(users)
     tester = ChainTester.from_directory(str(demo_dir))  # installed plugins, as `twist twistgw`
-    await wait_for(lambda: twistgw_ldap._dev_directory.port is not None)
+    await wait_for(lambda: dev_directory(tester).port is not None)
     url = "http://localhost/ldap/hello"
     assert (await tester.request("GET", url, headers=basic("alice", users["alice"]))).status == 200
     assert (await tester.request("GET", url, headers=basic("bob", users["bob"]))).status == 403
@@ -192,7 +198,7 @@ async def raw_get(port: int, path: str, headers: dict[str, str]) -> Any:
 async def test_end_to_end_through_the_proxy(demo_dir: Path, gateway: Any) -> None:
     users = demo_creds()
     gw = gateway(str(demo_dir), load_entry_points=True)
-    await wait_for(lambda: twistgw_ldap._dev_directory.port is not None)
+    await wait_for(lambda: dev_directory(gw).port is not None)
     ok = await raw_get(gw.port, "/ldap/x", {**basic("alice", users["alice"]), "X-Auth-Groups": "admins"})
     assert ok.status == 200
     # what the demo's echo upstream received: the directory's groups and user, not the password
@@ -208,7 +214,7 @@ async def test_end_to_end_through_the_proxy(demo_dir: Path, gateway: Any) -> Non
         assert r.header(b"www-authenticate") == (challenge if status == 401 else None)
     # the directory goes away: 503 with an empty body; other routes unaffected;
     # alice's recent success is still served from the decision cache (60 s)
-    await twistgw_ldap._dev_directory.stop()
+    await dev_directory(gw).stop()
     r = await raw_get(gw.port, "/ldap/x", basic("alice", "not-cached"))
     assert (r.status, r.body, r.header(b"content-length")) == (503, b"", b"0")
     assert (await raw_get(gw.port, "/ldap/x", basic("alice", users["alice"]))).status == 200
@@ -220,7 +226,7 @@ async def test_end_to_end_through_the_proxy(demo_dir: Path, gateway: Any) -> Non
     ("dn: uid=alice,ou=people,dc=example,dc=org\nthis is not ldif\n", "is not valid LDIF"),
 ])
 def test_check_refuses_a_dev_directory_it_could_not_serve(tmp_path: Path, ldif_text: str | None,
-                                                          reason: str, stop_dev_directory: None) -> None:
+                                                          reason: str) -> None:
     """A devDirectory LDIF that is missing or unreadable is a configuration
     error at load time (``twistgw check``), not a 503 at run time."""
     if ldif_text is not None:

@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from ldap_helpers import SA_SETTINGS, basic, ldap_config, make_tester
+from ldap_helpers import SA_SETTINGS, basic, ldap_config, ldap_state, make_tester
 from slapd import ALL_STAFF, CONTRACTORS, DEVELOPERS, ENGINEERING, LOOP_A, LOOP_B, MANAGERS, SERVICE_DN
 from twisted.internet import reactor, task
 
-from twistgw_ldap import _flow
 
 URL = "http://api.example.com/pets"
 SUFFIX = "dc=example,dc=org"
@@ -301,7 +300,7 @@ async def test_cache_hit_carries_the_groups_and_keys_on_the_password(slapd_open:
     assert_status(await tester.request("GET", URL, headers=basic("dave", "dave-pw2")), 401)
     await sleep(0.05)
     assert slapd_open.bind_count() == binds + 2  # the wrong password went to the directory (search + bind)
-    (cache,) = [c for c in _flow.STATE.caches.values() if len(c)]
+    (cache,) = [c for c in ldap_state(tester).caches.values() if len(c)]
     assert b"dave-pw" not in repr(cache._entries).encode()
 
 

@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from ldap_helpers import SA_SETTINGS, basic, ldap_config, make_tester
+from ldap_helpers import SA_SETTINGS, basic, ldap_config, ldap_state, make_tester, reloaded
 from prometheus_client import REGISTRY
 from slapd import SERVICE_DN, USERS
 from twisted.internet import defer, reactor, task
 
-from twistgw_ldap import _flow
 
 URL = "http://api.example.com/pets"
 ALICE_DN = "uid=alice,ou=people,dc=example,dc=org"
@@ -335,7 +334,7 @@ async def test_faults_are_never_cached(slapd_factory: Any) -> None:
     tester = make_tester(ldap_config(server.url, cacheTtl=60))
     server.stop()
     assert_empty(await tester.request("GET", URL, headers=basic("alice", "alice-pw")), 503)
-    assert all(len(c) == 0 for c in _flow.STATE.caches.values())
+    assert all(len(c) == 0 for c in ldap_state(tester).caches.values())
     server.start()
     assert (await tester.request("GET", URL, headers=basic("alice", "alice-pw"))).status == 200
 
@@ -379,7 +378,7 @@ async def test_cached_success_never_admits_a_wrong_password(slapd_open: Any) -> 
 async def test_cache_holds_no_plaintext_password(slapd_open: Any) -> None:
     tester = make_tester(ldap_config(slapd_open.url, cacheTtl=60))
     assert (await tester.request("GET", URL, headers=basic("alice", "alice-pw"))).status == 200
-    (cache,) = [c for c in _flow.STATE.caches.values() if len(c)]
+    (cache,) = [c for c in ldap_state(tester).caches.values() if len(c)]
     text = repr(cache._entries).encode()
     assert b"alice-pw" not in text
     for (user, digest), _ in cache._entries.items():
@@ -417,7 +416,7 @@ async def test_150_concurrent_mixed_requests_all_correct(slapd_strict: Any) -> N
     ])
     got = [r.status for r in results]
     assert got == [want for _, want in plan]
-    pool = _flow.STATE.pools[tester.snapshot.plugin_compiled["extauth"][0].configs[0].target]
+    pool = ldap_state(tester).pools[tester.snapshot.plugin_compiled["extauth"][0].configs[0].target]
     assert pool.size <= 4
 
 
@@ -465,11 +464,11 @@ async def test_reload_shrinking_the_pool_mid_flight(slapd_open: Any) -> None:
         pending = [defer.Deferred.fromCoroutine(big.request("GET", URL, headers=basic("alice", "alice-pw")))
                    for _ in range(48)]
         await sleep(0.005)
-        small = make_tester(ldap_config(slapd_open.url, cacheTtl=0, pool={"maxSize": 2, "initialSize": 0}))
+        small = reloaded(big, ldap_config(slapd_open.url, cacheTtl=0, pool={"maxSize": 2, "initialSize": 0}))
         results = await defer.gatherResults(pending)
         assert [r.status for r in results] == [200] * 48
         assert (await small.request("GET", URL, headers=basic("bob", "bob-pw"))).status == 403
-        pool = _flow.STATE.pools[small.snapshot.plugin_compiled["extauth"][0].configs[0].target]
+        pool = ldap_state(small).pools[small.snapshot.plugin_compiled["extauth"][0].configs[0].target]
         assert pool.max_size == 2 and pool.size <= 2
     finally:
         globalLogPublisher.removeObserver(observer)

@@ -224,7 +224,7 @@ def test_ca_file_relative_to_config_dir(tmp_path: Any) -> None:
     from twistgw.testing import ChainTester
     import twistgw_ldap
 
-    tester = ChainTester.from_directory(str(tmp_path), plugins=[("extauth", twistgw_ldap)],
+    tester = ChainTester.from_directory(str(tmp_path), plugins=[("extauth", twistgw_ldap.ExtAuthPlugin)],
                                         load_entry_points=False)
     (cfg,) = tester.snapshot.plugin_compiled["extauth"][0].configs
     assert cfg.target.start_tls and cfg.target.ca_pem and cfg.target.server_name == "ldap.local"

@@ -74,7 +74,7 @@ def jwt_config(rbac: Any, jwt: dict[str, Any]) -> str:
 
 
 def real(text: str) -> ChainTester:
-    return ChainTester.from_yaml(text, plugins=[("jwt", twistgw_jwt), ("rbac", twistgw_rbac)],
+    return ChainTester.from_yaml(text, plugins=[("jwt", twistgw_jwt.JwtPlugin), ("rbac", twistgw_rbac)],
                                  load_entry_points=False)
 
 

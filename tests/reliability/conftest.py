@@ -65,16 +65,6 @@ def keyset_server() -> Iterator[Any]:
         pytest_twisted.blockon(defer.ensureDeferred(ks.stop()))
 
 
-@pytest.fixture(autouse=True)
-def _fresh_ldap_caches() -> Iterator[None]:
-    """No LDAP decision cached by an earlier test can answer for this one."""
-    from twistgw_ldap import _flow
-
-    _flow.STATE.caches.clear()
-    yield
-    _flow.STATE.caches.clear()
-
-
 #: Descriptors a test may leave behind legitimately (a session-wide slapd
 #: started on first use keeps its pipes; the reactor may keep a waker).
 FD_SLACK = 8

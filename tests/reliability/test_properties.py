@@ -82,14 +82,14 @@ def test_arbitrary_access_token_query_is_401(token: str) -> None:
 def test_basic_header_refused_or_bound_only_with_usable_credentials(value: bytes) -> None:
     reached: list[tuple[str, bytes]] = []
 
-    async def fake_directory(cfg: Any, ctx: Any, user: str, password: bytes) -> Deny:
+    async def fake_directory(state: Any, cfg: Any, ctx: Any, user: str, password: bytes) -> Deny:
         # stands in for the directory (tested for real against slapd in tests/ldap)
         reached.append((user, password))
         return Deny(503, reason="test directory")
 
     # cache_ttl 0: no decision cache, so every usable credential goes to check_one
     compiled = type("C", (), {"configs": (type("Cfg", (), {"realm": "t", "cache_ttl": 0})(),),
-                              "auth_config": "t"})()
+                              "auth_config": "t", "state": None})()
     headers = Headers({b"authorization": [value]})
     ctx = RequestContext("GET", "/", headers=headers)
     original = flow.check_one

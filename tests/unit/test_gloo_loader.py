@@ -393,3 +393,21 @@ def test_invalid_auth_config_is_reported_once_not_as_dangling():
             - directResponseAction: {status: 200}
         """)
     assert [(i.resource, i.field) for i in found] == [("AuthConfig default/ldap", "spec.configs")]
+
+
+def test_a_file_that_does_not_parse_hides_no_problem_and_adds_no_dangling_reference(tmp_path):
+    """The upstream and the auth config live in the file with a YAML error:
+    the routes that name them are not reported as dangling (they may well be
+    there); the YAML error and the other file's own problems are."""
+    (tmp_path / "a-backends.yaml").write_text(
+        "apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+        "spec: {static: {hosts: [{addr: 127.0.0.1, port: 1}]}\n")  # unbalanced brace
+    (tmp_path / "b-vs.yaml").write_text(
+        "apiVersion: gateway.vendor.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec:\n"
+        "  virtualHost:\n    options: {extauth: {configRef: {name: ldap}}}\n    routes:\n"
+        "    - routeAction: {single: {upstream: {name: u}}}\n      colour: blue\n"
+        "    - delegateAction: {ref: {name: elsewhere}}\n")
+    with pytest.raises(ConfigError) as info:
+        build_snapshot(load_directory(str(tmp_path), keep_going=True), PluginHost.create())
+    found = [(os.path.basename(i.file), i.field or i.reason[:12]) for i in info.value.issues]
+    assert found == [("a-backends.yaml", "invalid YAML"), ("b-vs.yaml", "spec.virtualHost.routes[0].colour")]

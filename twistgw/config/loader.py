@@ -435,8 +435,9 @@ class Config:
     skipped: tuple[str, ...] = ()
     #: problems found (only when loaded with ``keep_going``; otherwise raised)
     issues: tuple[ConfigIssue, ...] = ()
-    #: (kind, namespace, name) of resources declared but invalid
-    invalid: frozenset[tuple[str, str, str]] = frozenset()
+    #: (kind, namespace, name) of resources declared but invalid (an
+    #: :class:`Unresolvable` when some file could not be parsed)
+    invalid: frozenset[tuple[str, str, str]] | set[tuple[str, str, str]] = frozenset()
 
     def resolve_kube(self, name: str, namespace: str, port: int) -> UpstreamInfo:
         """A Service port → the Endpoints addresses on the target port."""
@@ -488,7 +489,7 @@ def load_directory(directory: str, keep_going: bool = False) -> Config:
         # flux); serving "nothing" would turn every route into a 404.
         raise ConfigError([ConfigIssue(
             "the configuration directory has no *.yaml or *.yml files", file=directory)])
-    config = build_config(docs, keep_going=keep_going)
+    config = build_config(docs, keep_going=keep_going, partial=bool(issues))
     return attrs.evolve(config, directory=os.path.abspath(directory), issues=tuple(issues) + config.issues)
 
 
@@ -496,13 +497,26 @@ def load_text(text: str, filename: str = "<string>", keep_going: bool = False) -
     docs, issues = parse_yaml_text(text, filename)
     if issues and not keep_going:
         raise ConfigError(issues)
-    config = build_config(docs, keep_going=keep_going)
+    config = build_config(docs, keep_going=keep_going, partial=bool(issues))
     return attrs.evolve(config, issues=tuple(issues) + config.issues)
 
 
-def build_config(docs: list[Document], keep_going: bool = False) -> Config:
+class Unresolvable(set):
+    """The ``invalid`` set of a configuration some file of which could not be
+    parsed: any resource may be in that file, so no reference is reported
+    as dangling (the YAML error is; fix it first)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+def build_config(docs: list[Document], keep_going: bool = False, partial: bool = False) -> Config:
     """Every resource of ``docs``, cross-checked. Raises ConfigError listing
-    every problem (or, with ``keep_going``, returns them in ``issues``)."""
+    every problem (or, with ``keep_going``, returns them in ``issues``).
+
+    :param partial: some documents could not be read (invalid YAML), so
+        references are not checked: what they name may be in those.
+    """
     issues: list[ConfigIssue] = []
     vss: list[VirtualService] = []
     services: dict[tuple[str, str], Service] = {}
@@ -514,7 +528,7 @@ def build_config(docs: list[Document], keep_going: bool = False) -> Config:
     seen: dict[tuple[str, str, str], Source] = {}
     #: (kind, namespace, name) of resources declared but rejected: references
     #: to them are not reported a second time as dangling.
-    invalid: set[tuple[str, str, str]] = set()
+    invalid: set[tuple[str, str, str]] = Unresolvable() if partial else set()
     settings: dict[str, Any] = {}
     settings_source: Source | None = None
     skipped: list[str] = []
@@ -604,8 +618,9 @@ def build_config(docs: list[Document], keep_going: bool = False) -> Config:
             try:
                 info = config.resolve_kube(res.kube.name, res.kube.namespace, res.kube.port)
             except KeyError as exc:
-                r = _Reader(_doc_for(docs, res.source), f"Upstream {ns}/{uname}", issues)
-                r.issue(("spec", "kube"), exc.args[0])
+                if not partial:
+                    r = _Reader(_doc_for(docs, res.source), f"Upstream {ns}/{uname}", issues)
+                    r.issue(("spec", "kube"), exc.args[0])
                 invalid.add(("Upstream", ns, uname))
                 continue
             upstreams[(ns, uname)] = UpstreamInfo(ns, uname, info.endpoints)
@@ -616,7 +631,7 @@ def build_config(docs: list[Document], keep_going: bool = False) -> Config:
             reason, file=source.file if source else "", document=source.document if source else None,
             line=source.line_of(path) if source else None, resource=owner, field=path_text(path)))
 
-    flattener = Flattener(tables, {(n, m) for k, n, m in invalid if k == "RouteTable"}, issue)
+    flattener = Flattener(tables, {(n, m) for k, n, m in invalid if k == "RouteTable"}, issue, partial)
     vss = [attrs.evolve(vs, routes=flattener.flatten(vs)) for vs in vss]
     config = attrs.evolve(config, virtual_services=tuple(vss), upstreams=upstreams)
 
@@ -652,7 +667,8 @@ def build_config(docs: list[Document], keep_going: bool = False) -> Config:
                           " (neither declared nor discovered from a Service)")
     if issues and not keep_going:
         raise ConfigError(issues)
-    return attrs.evolve(config, issues=tuple(issues), invalid=frozenset(invalid))
+    return attrs.evolve(config, issues=tuple(issues),
+                        invalid=invalid if partial else frozenset(invalid))
 
 
 def _doc_for(docs: list[Document], source: Source | None) -> Document:

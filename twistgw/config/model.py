@@ -179,8 +179,19 @@ class Route:
         return any_matches(self.matchers, req)
 
 
+class _Named:
+    """A namespaced resource: ``key`` is ``namespace/name``."""
+
+    namespace: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 @attrs.frozen
-class RouteTable:
+class RouteTable(_Named):
     """A ``RouteTable``: routes a virtual service (or another table) delegates to."""
 
     namespace: str
@@ -190,13 +201,9 @@ class RouteTable:
     weight: int = 0
     source: Source | None = None
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
 
 @attrs.frozen
-class VirtualService:
+class VirtualService(_Named):
     namespace: str
     name: str
     domains: tuple[str, ...]
@@ -204,10 +211,6 @@ class VirtualService:
     options: Mapping[str, Any] = attrs.field(factory=dict)
     display_name: str = ""
     source: Source | None = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
 
 
 @attrs.frozen
@@ -218,7 +221,7 @@ class ServicePort:
 
 
 @attrs.frozen
-class Service:
+class Service(_Named):
     namespace: str
     name: str
     ports: tuple[ServicePort, ...]
@@ -234,7 +237,7 @@ class EndpointSubset:
 
 
 @attrs.frozen
-class EndpointsResource:
+class EndpointsResource(_Named):
     namespace: str
     name: str
     subsets: tuple[EndpointSubset, ...]

@@ -108,7 +108,7 @@ class Flattener:
     """Resolves delegation for every virtual service of one configuration."""
 
     def __init__(self, tables: Mapping[tuple[str, str], RouteTable], invalid: set[tuple[str, str]],
-                 issue: Callable[[Any, str, tuple[str | int, ...], str], None]) -> None:
+                 issue: Callable[[Any, str, tuple[str | int, ...], str], None], partial: bool = False) -> None:
         """:param invalid: (namespace, name) of RouteTables declared but
             rejected (their problems are reported already; references to
             them are not reported again).
@@ -117,6 +117,8 @@ class Flattener:
         self.tables = tables
         self.invalid = invalid
         self.issue = issue
+        #: some documents could not be read: a missing table may be in them
+        self.partial = partial
         self.used: set[tuple[str, str]] = set()
 
     def flatten(self, vs: VirtualService) -> tuple[Route, ...]:
@@ -218,7 +220,7 @@ class Flattener:
         if action.ref is not None:
             table = self.tables.get(action.ref)
             if table is None:
-                if action.ref not in self.invalid:
+                if action.ref not in self.invalid and not self.partial:
                     self.issue(source, owner, dp + ("ref",),
                                f"dangling delegation: no RouteTable {action.ref[0]}/{action.ref[1]}")
                 return []
@@ -226,8 +228,9 @@ class Flattener:
         assert action.selector is not None
         chosen = [t for t in self.tables.values() if selects(action.selector, namespace, t)]
         if not chosen:
-            self.issue(source, owner, dp + ("selector",),
-                       "dangling delegation: the selector chooses no RouteTable")
+            if not self.partial:
+                self.issue(source, owner, dp + ("selector",),
+                           "dangling delegation: the selector chooses no RouteTable")
             return []
         chosen.sort(key=lambda t: (t.weight, t.namespace, t.name))
         return chosen

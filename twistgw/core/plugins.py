@@ -8,6 +8,7 @@ plugin concerned and call it ourselves, awaiting whatever it returns.
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
 from typing import Any, Callable, Iterable, Mapping
 
@@ -41,6 +42,20 @@ def place(order: list[str], placements: Mapping[str, Placement]) -> list[str]:
             order.remove(name)
             order.insert(max(after), name)
     return order
+
+
+def _instance(plugin: object) -> object:
+    """A plugin class becomes an instance (one per host); anything else is the plugin."""
+    return plugin() if isinstance(plugin, type) else plugin
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    """pluggy's ``load_setuptools_entrypoints``, instantiating plugin classes."""
+    for dist in list(importlib.metadata.distributions()):
+        for ep in dist.entry_points:
+            if ep.group != ENTRY_POINT_GROUP or pm.get_plugin(ep.name) or pm.is_blocked(ep.name):
+                continue
+            pm.register(_instance(ep.load()), name=ep.name)
 
 
 class PluginError(Exception):
@@ -84,6 +99,11 @@ class PluginHost:
         :param extra: ``(name, plugin)`` pairs to register as well (tests,
             embedding applications).
         :param blocked: plugin names not to load.
+
+        A plugin may be a module or object with hook implementations, or a
+        class: then each host gets an instance of its own (the plugin's
+        state lives in that object, not in module globals), as the shipped
+        plugins do (``jwt = "twistgw_jwt:JwtPlugin"``).
         """
         from twistgw.core import routing
 
@@ -94,7 +114,7 @@ class PluginHost:
             pm.set_blocked(name)
         if load_entry_points:
             try:
-                pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+                _load_entry_points(pm)
             except Exception as exc:  # a broken third-party package
                 raise PluginError(
                     f"loading plugins from entry point group {ENTRY_POINT_GROUP!r}"
@@ -103,7 +123,7 @@ class PluginHost:
         for name, plugin in extra:
             if pm.get_plugin(name) is not None:
                 pm.unregister(name=name)
-            pm.register(plugin, name=name)
+            pm.register(_instance(plugin), name=name)
         pm.check_pending()
         return cls(pm)
 
@@ -120,6 +140,14 @@ class PluginHost:
         return info
 
     # -- calling -----------------------------------------------------------
+
+    def plugin(self, name: str) -> object:
+        """The registered plugin object (e.g. the shipped plugins' instances,
+        for tests that look at their state)."""
+        found = self.pm.get_plugin(name)
+        if found is None:
+            raise KeyError(f"no plugin named {name!r}")
+        return found
 
     def names(self) -> list[str]:
         return sorted(self.infos)
