@@ -225,3 +225,23 @@ def test_safe_text_observer_escapes_control_characters_in_fields() -> None:
     text = out.getvalue()
     assert "mallory\\x0d\\x1b[2Kadmin" in text and "\r" not in text and "\x1b" not in text
     assert "a\n\tb" in text  # newlines: Twisted's indented continuation line, never a new event
+
+
+def test_twist_access_log_reads_the_parent_options_twist_gave_the_plugin() -> None:
+    from twistgw.runtime.logs import twist_access_log
+    from twistgw.tap import Options
+
+    alone = Options()
+    alone.parseOptions([])
+    assert twist_access_log(alone, disabled=False) is True  # not under twist: an event per request
+    assert twist_access_log(alone, disabled=True) is False
+    under = Options()
+    under.parseOptions([])
+    under.parent = {"logFile": io.StringIO(), "logFormat": "text", "logLevel": LogLevel.info,
+                    "fileLogObserverFactory": textFileLogObserver}
+    log = twist_access_log(under, disabled=False)
+    assert isinstance(log, AccessLog) and log.fmt == "text"
+    # and twist's own text log now escapes control characters
+    assert under.parent["fileLogObserverFactory"] is safe_text_file_observer
+    under.parent["logLevel"] = LogLevel.error
+    assert twist_access_log(under, disabled=False) is False

@@ -88,6 +88,30 @@ def use_safe_text_observer(twist_options: Any) -> None:
         twist_options["fileLogObserverFactory"] = safe_text_file_observer
 
 
-__all__ = ["access_log_for", "buffered_access_log", "file_writer", "safe_text_file_observer",
-           "use_safe_text_observer"]
+def twist_options(plugin_options: Any) -> dict:
+    """``twist``'s own options (``--log-file``, ``--log-format``,
+    ``--log-level``): the parent of the twistgw plugin's options, or ``{}``
+    when ``twist`` did not parse them."""
+    parent = getattr(plugin_options, "parent", None)
+    return parent if isinstance(parent, dict) else {}
+
+
+def twist_access_log(plugin_options: Any, disabled: bool) -> AccessLog | bool:
+    """What ``GatewayService(access_log=...)`` gets under ``twist``: the
+    access log in its log file and format (``False``: none); ``True`` (an
+    event per request) when not run by ``twist``. Also makes ``twist``'s
+    text log escape control characters (:func:`use_safe_text_observer`)."""
+    twist = twist_options(plugin_options)
+    use_safe_text_observer(twist)
+    if disabled:
+        return False
+    if not twist:
+        return True
+    from twisted.internet import reactor
+
+    return access_log_for(twist, reactor) or False
+
+
+__all__ = ["access_log_for", "buffered_access_log", "file_writer", "safe_text_file_observer", "twist_access_log",
+           "twist_options", "use_safe_text_observer"]
 
