@@ -1,8 +1,9 @@
 """The twistgw hook API: the reference for plugin authors.
 
 A plugin is a module (or object) with functions marked ``@twistgw.hookimpl``
-whose names are the hooks below, registered under the entry point group
-``twistgw.plugins``::
+whose names are the hooks below, or a class whose methods are (each gateway
+then makes an instance of its own, which holds the plugin's state),
+registered under the entry point group ``twistgw.plugins``::
 
     # pyproject.toml of your distribution
     [project.entry-points."twistgw.plugins"]

@@ -74,3 +74,26 @@ async def test_selector_delegation_and_weights_through_the_proxy(backend_factory
     assert (await http_request("GET", gw.url("/a/b/c"))).status == 200
     assert len(ab.requests) == 2
     assert (await http_request("GET", gw.url("/b"))).status == 404
+
+
+def test_the_gateway_logs_each_skipped_document_once(config_dir, gateway):
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    seen: list[str] = []
+
+    def observe(event):
+        seen.append(formatEvent(event))
+
+    directory = config_dir(
+        "apiVersion: gateway.solo.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec:\n"
+        "  virtualHost: {routes: [{directResponseAction: {status: 200}}]}\n"
+        "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {}\n"
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: conf}\ndata: {}\n")
+    globalLogPublisher.addObserver(observe)
+    try:
+        gateway(directory)
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    notes = [line for line in seen if "not an API group twistgw serves" in line]
+    assert len(notes) == 2, seen
+    assert "skipped Deployment (apps/v1)" in notes[0] and "skipped ConfigMap (v1)" in notes[1]

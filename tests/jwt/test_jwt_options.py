@@ -19,7 +19,7 @@ from jwt_helpers import (ClockedJwtPlugin,
 )
 
 import twistgw_jwt
-from twistgw.config.loader import ConfigError
+from twistgw import ConfigError
 from twistgw.testing import ChainTester
 
 VH = "spec.virtualHost.options.jwt"

@@ -19,7 +19,7 @@ from twisted.internet import defer, reactor, task
 
 from twistgw.config.loader import load_directory
 from twistgw.core.snapshot import build_snapshot
-from twistgw.config.loader import ConfigError
+from twistgw import ConfigError
 from twistgw.testing import ChainTester
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from ldap_helpers import ldap_config, make_tester
 from ldaptor import ldapfilter
 from ldaptor.protocols import pureldap
 
-from twistgw.config.loader import ConfigError
+from twistgw import ConfigError
 from twistgw_ldap import _ber
 from twistgw_ldap._dn import InvalidDN, first_value
 from twistgw_ldap._filter import compile_filter

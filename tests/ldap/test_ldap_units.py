@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from ldap_helpers import SA_SETTINGS, basic, ldap_config, make_tester
 
 from twistgw import RequestContext
-from twistgw.config.loader import ConfigError, load_text
+from twistgw import ConfigError
+from twistgw.config.loader import load_text
 from twistgw.testing import make_headers
 from twistgw_ldap._devdir import DevDirectoryError, check_loopback, read_settings
 from twistgw_ldap._dn import InvalidDN, clean_username, format_dn, parse_dn

@@ -8,7 +8,7 @@ import pytest
 import pytest_twisted
 from rbac_helpers import claims_headers, config, make_tester, policy, route
 
-from twistgw.config.loader import ConfigError
+from twistgw import ConfigError
 
 VH = "VirtualService default/vs: spec.virtualHost.options.rbac"
 
