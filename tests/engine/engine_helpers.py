@@ -66,7 +66,8 @@ def get(path: str = "/", host: str = "gw.test", extra: str = "", method: str = "
         close: bool = False, body: bytes = b"") -> bytes:
     """A request in bytes; ``extra`` is header text (``"X-A: 1\\r\\n"``)."""
     head = f"{method} {path} HTTP/{version}\r\nHost: {host}\r\n{extra}"
-    if body and "content-length" not in extra.lower() and "transfer-encoding" not in extra.lower():
+    framed = any(line.lower().startswith(("content-length:", "transfer-encoding:")) for line in extra.split("\r\n"))
+    if body and not framed:
         head += f"Content-Length: {len(body)}\r\n"
     if close:
         head += "Connection: close\r\n"

@@ -26,7 +26,7 @@ import pytest_twisted
 from twisted.internet import defer
 
 import twistgw
-from engine_helpers import ENGINE, assert_400_and_closed, get, route, still_served
+from engine_helpers import assert_400_and_closed, get, route, still_served
 from support.http import raw_connect, reactor, sleep, static_upstream_yaml, vs_yaml, wait_for
 from support.recorder import CLOSE, RESET, Pieces, dechunk
 
@@ -219,8 +219,8 @@ async def test_response_without_length_is_delimited_for_the_client(eng: Any) -> 
 
 
 @pytest.mark.parametrize("value", [
-    pytest.param("99999999999999999999999", marks=ENGINE("an overflowing Content-Length closes without a 400")),
-    pytest.param("18446744073709551621", marks=ENGINE("2**64 + 5 closes without a 400")),
+    "99999999999999999999999",
+    "18446744073709551621",
     "",                             # empty
     "5 5",
     "5\t,5",
@@ -402,8 +402,8 @@ MALFORMED = {
     "empty-name": b": v\r\n",
     "tab-before-colon": b"X-A\t: v\r\n",
     # RFC 9110 field-value excludes CTL and DEL; llhttp (strict) refuses them
-    "del-in-value": pytest.param(b"X-A: a\x7fb\r\n", marks=ENGINE("DEL in a value is forwarded")),
-    "esc-in-value": pytest.param(b"X-A: a\x1bb\r\n", marks=ENGINE("ESC in a value is forwarded")),
+    "del-in-value": b"X-A: a\x7fb\r\n",
+    "esc-in-value": b"X-A: a\x1bb\r\n",
     "non-token-name": b"X-[A]: v\r\n",
 }
 
@@ -480,8 +480,8 @@ async def test_x_forwarded_headers_are_the_gateways(eng: Any) -> None:
 @pytest.mark.parametrize("named", [
     "Host",
     "X-Forwarded-For", "X-Forwarded-Proto",
-    pytest.param("Content-Length", marks=ENGINE("Connection: Content-Length loses the body")),
-    pytest.param("Transfer-Encoding", marks=ENGINE("Connection: Transfer-Encoding loses the body")),
+    "Content-Length",
+    "Transfer-Encoding",
 ])
 @pytest_twisted.ensureDeferred
 async def test_connection_cannot_name_away_what_the_gateway_needs(eng: Any, named: str) -> None:
@@ -535,16 +535,13 @@ FAILURES = {
     "reset-before-head": (RESET, 503),
     "closed-before-head": (CLOSE, 503),
     "garbage": (b"SPDY/9 nonsense\r\n\r\n", 502),
-    "bad-status": pytest.param((b"HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n", 502),
-                               marks=ENGINE("status 2000 is relayed to the client")),
+    "bad-status": (b"HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n", 502),
     # RFC 9112 §6.3: "ought to be handled as an error"; llhttp (strict) refuses it
-    "cl-and-te": pytest.param((b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-                               502), marks=ENGINE("a response with CL and TE is relayed")),
+    "cl-and-te": (b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                  502),
     "two-lengths": (b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 30\r\n\r\nabc", 502),
-    "nul-in-header": pytest.param((b"HTTP/1.1 200 OK\r\nX-A: a\x00b\r\nContent-Length: 0\r\n\r\n", 502),
-                                  marks=ENGINE("a NUL in a response header is relayed")),
-    "obs-fold": pytest.param((b"HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\nContent-Length: 0\r\n\r\n", 502),
-                             marks=ENGINE("an obs-folded response header is relayed")),
+    "nul-in-header": (b"HTTP/1.1 200 OK\r\nX-A: a\x00b\r\nContent-Length: 0\r\n\r\n", 502),
+    "obs-fold": (b"HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\nContent-Length: 0\r\n\r\n", 502),
     "head-too-big": (b"HTTP/1.1 200 OK\r\n" + b"X-Big: " + b"b" * 200000 + b"\r\n\r\n", 502),
 }
 

@@ -25,7 +25,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import threads
 
-from engine_helpers import ENGINE, jwt_route_options, open_fds, route
+from engine_helpers import jwt_route_options, open_fds, route
 from support.http import raw_connect, sleep, static_upstream_yaml, vs_yaml, wait_for
 
 websockets = pytest.importorskip("websockets")
@@ -90,7 +90,6 @@ def _echo_session(port: int, path: str, headers: dict[str, str]) -> list[Any]:
     return got
 
 
-@ENGINE("twisted.web cannot forward an upgrade")
 @pytest_twisted.ensureDeferred
 async def test_websocket_messages_cross_the_gateway_both_ways(ws_gateway: Any) -> None:
     token = ws_gateway.token()
@@ -125,7 +124,6 @@ def _frame(payload: bytes, opcode: int = 1) -> bytes:
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
-@ENGINE("twisted.web cannot forward an upgrade")
 @pytest_twisted.ensureDeferred
 async def test_client_vanishing_mid_stream_closes_the_backend_connection(ws_gateway: Any) -> None:
     await sleep(0.1)
@@ -176,7 +174,6 @@ async def test_denied_upgrade_with_frames_behind_it_sends_nothing_upstream(eng: 
     assert eng.rec.data == b""
 
 
-@ENGINE("twisted.web cannot forward an upgrade")
 @pytest_twisted.ensureDeferred
 async def test_bytes_sent_early_behind_an_admitted_upgrade_reach_the_backend_after_101(eng: Any) -> None:
     # a client may send its first frames right behind the upgrade request,

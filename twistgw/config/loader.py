@@ -438,6 +438,9 @@ class Config:
     #: (kind, namespace, name) of resources declared but invalid (an
     #: :class:`Unresolvable` when some file could not be parsed)
     invalid: frozenset[tuple[str, str, str]] | set[tuple[str, str, str]] = frozenset()
+    #: (kind, namespace, name) → where each resource was read (for locating
+    #: a plugin's problems inside a resource its options refer to)
+    sources: Mapping[tuple[str, str, str], Source] = attrs.field(factory=dict)
 
     def resolve_kube(self, name: str, namespace: str, port: int) -> UpstreamInfo:
         """A Service port → the Endpoints addresses on the target port."""
@@ -588,7 +591,7 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
             invalid.add(key3)
 
     config = Config(tuple(vss), services, endpoints, upstream_res, secrets, auth_configs, {},
-                    settings, settings_source, route_tables=tables, skipped=tuple(skipped))
+                    settings, settings_source, route_tables=tables, skipped=tuple(skipped), sources=seen)
     upstreams: dict[tuple[str, str], UpstreamInfo] = {}
     # Discovery: every Service port yields <ns>-<service>-<port>.
     for (ns, sname), service in services.items():
