@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover
     twistgw_jwt = None
 
 needs_jwt = pytest.mark.skipif(
-    twistgw_jwt is None or not hasattr(twistgw_jwt, "twistgw_authenticate"),
+    twistgw_jwt is None or not hasattr(twistgw_jwt, "JwtPlugin"),
     reason="the jwt plugin is not written yet")
 
 _KEYS: dict[str, Any] = {}

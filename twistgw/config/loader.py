@@ -14,7 +14,7 @@ from typing import Any, Iterator, Mapping
 import attrs
 import yaml
 
-from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
+from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo, path_text
 from twistgw.config.matchers import Matcher, parse_matcher
 from twistgw.config.names import host_without_port, is_loopback_endpoint, is_yaml_file
 from twistgw.options import is_kubernetes_name, parse_duration, unknown_field
@@ -101,16 +101,6 @@ class ConfigError(Exception):
         unique.sort(key=lambda i: (i.file, -1 if i.document is None else i.document, i.line or 0))
         self.issues = unique
         super().__init__("\n".join(str(i) for i in unique))
-
-
-def path_text(path: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
 
 
 # ---------------------------------------------------------------------------
@@ -438,6 +428,9 @@ class Config:
     #: (kind, namespace, name) of resources declared but invalid (an
     #: :class:`Unresolvable` when some file could not be parsed)
     invalid: frozenset[tuple[str, str, str]] | set[tuple[str, str, str]] = frozenset()
+    #: (kind, namespace, name) → where each resource was read (for locating
+    #: a plugin's problems inside a resource its options refer to)
+    sources: Mapping[tuple[str, str, str], Source] = attrs.field(factory=dict)
 
     def resolve_kube(self, name: str, namespace: str, port: int) -> UpstreamInfo:
         """A Service port → the Endpoints addresses on the target port."""
@@ -588,7 +581,7 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
             invalid.add(key3)
 
     config = Config(tuple(vss), services, endpoints, upstream_res, secrets, auth_configs, {},
-                    settings, settings_source, route_tables=tables, skipped=tuple(skipped))
+                    settings, settings_source, route_tables=tables, skipped=tuple(skipped), sources=seen)
     upstreams: dict[tuple[str, str], UpstreamInfo] = {}
     # Discovery: every Service port yields <ns>-<service>-<port>.
     for (ns, sname), service in services.items():

@@ -129,6 +129,10 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
         return NOT_FOUND
     upstream_headers = Headers()
     copy_request_headers(headers, upstream_headers._raw)
+    for name in snapshot.owned_headers:
+        # Plugins own these (twistgw.OwnsRequestHeaders): a client's copy
+        # never reaches a route matcher, a plugin or a backend.
+        upstream_headers._raw.pop(name, None)
     if authority is not None:
         # RFC 9112 §3.2.2: the target's authority replaces Host, so the
         # upstream sees the host that routing (and authorization) used.
