@@ -163,6 +163,11 @@ class LdapUnitsTests(TestCase):
         ({"groupLookupSettings": {"checkGroupsWithServiceAccount": True,
                                   "credentialsSecretRef": {"name": "missing"}}},
          "groupLookupSettings.credentialsSecretRef", "dangling reference: no Secret default/missing"),
+        ({"groupLookupSettings": {"checkGroupsWithServiceAccount": False,
+                                  "credentialsSecretRef": {"name": "ldap-sa"}}},
+         "groupLookupSettings.credentialsSecretRef", "is used only with checkGroupsWithServiceAccount: true"),
+        ({"groupLookupSettings": {"credentialsSecretRef": {"name": "ldap-sa"}}},
+         "groupLookupSettings.credentialsSecretRef", "is used only with checkGroupsWithServiceAccount: true"),
         ({"realm": 'a"b'}, "realm", "no quote"),
         ({"adress": "x"}, "adress", "unknown field"),
     ])
