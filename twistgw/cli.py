@@ -91,6 +91,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 async def _explain(args: argparse.Namespace, reactor: Any) -> int:
     from twistgw.api.types import Allow, Deny
     from twistgw.config.loader import ConfigError
+    from twistgw.core.pipeline import subset_text
     from twistgw.core.plan import Forward
     from twistgw.testing import ChainTester
 
@@ -142,7 +143,8 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
         print(f"Result: direct response {result.status}")
     else:
         ups = plan.upstream
-        print(f"Result: forwarded to upstream {ups.namespace}/{ups.name}"
+        chosen = f", subset {subset_text(ups.subset)}" if ups.subset else ""
+        print(f"Result: forwarded to upstream {ups.namespace}/{ups.name}{chosen}"
               f" ({plan.endpoint.host}:{plan.endpoint.port}) as {plan.target.decode('latin-1')}")
         print("Headers sent upstream:")
         for name, values in plan.headers.getAllRawHeaders():
