@@ -656,13 +656,13 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
                 continue
             service = services.get((res.kube.namespace, res.kube.name))
             if res.selector is not None and service is not None and res.selector != (service.selector or {}):
-                # A narrower selector picks a subset of the pods; twistgw reads
-                # no pod labels, so it could not honour it: refuse, never ignore.
+                # A narrower selector picks a subset of the pods, which only
+                # subsetSpec does here: refuse, never ignore.
                 r = _Reader(_doc_for(docs, res.source), f"Upstream {ns}/{uname}", issues)
                 r.issue(("spec", "kube", "selector"),
                         f"differs from the selector of Service {service.namespace}/{service.name}"
-                        f" ({service.selector or {}}); twistgw reads no pod labels, so only the Service's"
-                        " own selector (or none) is accepted: use a Service per set of pods")
+                        f" ({service.selector or {}}); only the Service's own selector (or none) is accepted:"
+                        " pick pods with subsetSpec and a route's subset, or use a Service per set of pods")
                 invalid.add(("Upstream", ns, uname))
                 continue
             try:
