@@ -15,7 +15,7 @@ import textwrap
 
 import pytest_twisted
 from support.http import http_request
-from jwt_helpers import ClockedJwtPlugin, public_pem, token
+from jwt_helpers import ClockedJwtPlugin, claim_routing_virtual_service, token
 
 from twistgw.config.loader import load_text
 
@@ -50,7 +50,6 @@ def manifests() -> str:
     """What the user applies: Deployments, the Service, the Upstream with
     its subsetSpec and the VirtualService (no Pods or Endpoints: those are
     the cluster's)."""
-    key = textwrap.indent(public_pem(), " " * 18)
     return deployment("primary") + deployment("canary") + textwrap.dedent("""\
         apiVersion: v1
         kind: Service
@@ -79,29 +78,7 @@ def manifests() -> str:
               selectors:
               - keys: [stage]
         ---
-        apiVersion: gateway.solo.io/v1
-        kind: VirtualService
-        metadata:
-          name: echoapp
-          namespace: gloo-system
-        spec:
-          virtualHost:
-            domains: ['*']
-            options:
-              jwt:
-                providers:
-                  solo:
-                    issuer: solo.io
-                    tokenSource:
-                      headers: [{header: x-token}]
-                      queryParams: [token]
-                    claimsToHeaders:
-                    - claim: org
-                      header: x-company
-                    jwks:
-                      local:
-                        key: |
-        """) + key + textwrap.indent(textwrap.dedent("""\
+        """) + claim_routing_virtual_service("echoapp") + textwrap.indent(textwrap.dedent("""\
         routes:
         - matchers:
           - headers:
