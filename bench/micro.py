@@ -2,15 +2,18 @@
 
     python bench/micro.py [--requests N] [--repeat R] [--profile SCENARIO]
 
-Request bytes go into a GatewayChannel over a StringTransport; the upstream
-is a stub Agent answering at once with a 23-byte body (the same as the
-bench backend). What is timed is everything twistgw adds between a parsed
-request and a written response: routing, the plugin chain, header
-handling, the response relay, metrics. Twisted's socket and Agent machinery
-is not in it, so the numbers are much smaller than bench/run's CPU µs per
-request; the differences between scenarios are what this is for (how much
-does JWT + RBAC add to a plain route?), measured with far less noise than a
-loaded shared machine allows. bench/run remains the measurement of record.
+Request bytes go into the engine's server protocol over a StringTransport;
+the upstream is one pooled engine connection over another StringTransport,
+fed a response with a 23-byte body (the same as the bench backend) as soon
+as the request went out. What is timed is everything twistgw does between
+the bytes of a request and the bytes of its response: both HTTP parsers,
+routing, the plugin chain, header handling, the relay, metrics. Sockets and
+the reactor are not in it, so the numbers are smaller than bench/run's CPU
+µs per request; the differences between scenarios are what this is for
+(how much does JWT + RBAC add to a plain route?), measured with far less
+noise than a loaded shared machine allows. bench/run remains the
+measurement of record. ``bare-twisted`` is twisted.web (Site + a stub Agent
+answering at once), for comparison.
 
 The LDAP scenarios measure the decision-cache hit path: the cache is
 filled before timing, so no directory is needed. ldap-search-cache is the
@@ -39,6 +42,7 @@ from twisted.web.http_headers import Headers
 from twistgw.config.loader import load_text
 from twistgw.core.plugins import PluginHost
 from twistgw.engine.server import Gateway, GatewayFactory
+from twistgw.engine.upstream import UpstreamConnection
 from twistgw.core.snapshot import build_snapshot
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -78,8 +82,10 @@ class _StubAgent:
         return succeed(_Response())
 
 
-class _StubForwarder:
-    agent = _StubAgent()
+#: What the stub upstream answers to every request (nginx-like headers).
+UPSTREAM_RESPONSE = (b"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Sat, 21 Nov 2026 10:00:00 GMT\r\n"
+                     b"Content-Type: text/plain\r\nContent-Length: 23\r\nConnection: keep-alive\r\n\r\n"
+                     b"hello from the backend\n")
 
 
 def scenarios() -> dict[str, tuple[str, str, bytes]]:
@@ -137,10 +143,14 @@ def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:
         proto = build_bare(reactor).buildProtocol(IPv4Address("TCP", "127.0.0.1", 8080))
         transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 40000))
         proto.makeConnection(transport)
-        return (proto, transport), b"GET /hello HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: wrk\r\n\r\n"
+        return (proto, transport, None, None), b"GET /hello HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: wrk\r\n\r\n"
     reactor = MemoryReactorClock()
     host = PluginHost.create()
-    gateway = Gateway(reactor, host, forwarder=_StubForwarder(), access_log=access_log(name, reactor))  # type: ignore[arg-type]
+    gateway = Gateway(reactor, host, access_log=access_log(name, reactor))
+    upstream = UpstreamConnection(gateway.forwarder, ("127.0.0.1", 9))
+    upstream_transport = StringTransport()
+    upstream.makeConnection(upstream_transport)
+    gateway.forwarder.release(upstream)
     from twistgw.runtime.metrics import Metrics
     from prometheus_client import CollectorRegistry
 
@@ -156,7 +166,7 @@ def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:
     proto.makeConnection(transport)
     request = (b"GET /hello HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: wrk\r\n"
                + header + b"\r\n")
-    return (proto, transport), request
+    return (proto, transport, upstream, upstream_transport), request
 
 
 def access_log(name: str, reactor: Any) -> Any:
@@ -177,7 +187,7 @@ def access_log(name: str, reactor: Any) -> Any:
 
 
 def run(conn: Any, request: bytes, n: int) -> float:
-    proto, transport = conn
+    proto, transport, upstream, upstream_transport = conn
     clear = transport.clear
     feed = proto.dataReceived
     # Every request is its own reactor turn (the worst case for the access
@@ -185,10 +195,20 @@ def run(conn: Any, request: bytes, n: int) -> float:
     reactor = getattr(getattr(proto, "factory", None), "micro_reactor", None)
     turn = reactor.advance if reactor is not None else (lambda seconds: None)
     t0 = time.perf_counter()
-    for _ in range(n):
-        feed(request)
-        clear()
-        turn(0)
+    if upstream is None:
+        for _ in range(n):
+            feed(request)
+            clear()
+            turn(0)
+    else:
+        answer = upstream.dataReceived
+        upstream_clear = upstream_transport.clear
+        for _ in range(n):
+            feed(request)
+            answer(UPSTREAM_RESPONSE)
+            upstream_clear()
+            clear()
+            turn(0)
     return (time.perf_counter() - t0) / n * 1e6
 
 
@@ -204,10 +224,11 @@ def main() -> None:
     for name in args.scenarios.split(","):
         conn, request = build(name, specs[name])
         run(conn, request, 1)
-        out = conn[1].value()
         conn[1].clear()
-        proto = conn[0]
-        proto.dataReceived(request)
+        conn[0].dataReceived(request)
+        if conn[2] is not None:
+            conn[2].dataReceived(UPSTREAM_RESPONSE)
+            conn[3].clear()
         out = conn[1].value()
         conn[1].clear()
         if not out.startswith(b"HTTP/1.1 200 "):

@@ -6,7 +6,7 @@ for the hooks and ``docs/plugins.md`` for a complete example.
 
 from twistgw.api.commands import Commands
 from twistgw.api.headers import Headers
-from twistgw.api.plugin import GatewayInfo, Placement, PluginInfo, StagedOptions, hookimpl
+from twistgw.api.plugin import GatewayInfo, OwnsRequestHeaders, Placement, PluginInfo, StagedOptions, hookimpl
 from twistgw.api.types import (
     Allow,
     AuthConfigInfo,
@@ -38,6 +38,7 @@ __all__ = [
     "Headers",
     "OptionsError",
     "OptionsScope",
+    "OwnsRequestHeaders",
     "Placement",
     "PluginInfo",
     "RequestContext",

@@ -89,6 +89,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 async def _explain(args: argparse.Namespace, reactor: Any) -> int:
+    from twistgw.api.headers import canonical_name, is_token
     from twistgw.api.types import Allow, Deny
     from twistgw.config.loader import ConfigError
     from twistgw.core.pipeline import subset_text
@@ -123,6 +124,11 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
     print(f"Virtual service: {ctx.virtual_service} (host {ctx.host!r})")
     print(f"Route: {ctx.route} ({_describe_matchers(rt.route)})")
     print("Plugin chain: " + (" -> ".join(s.label for s in rt.chain) or "(none)"))
+    owned = set(tester.snapshot.owned_headers)
+    removed = sorted({canonical_name(name).decode("latin-1") for name, _ in headers
+                      if is_token(name) and canonical_name(name) in owned})
+    if removed:
+        print("Removed from the request (set only by plugins): " + ", ".join(removed))
     for plugin, phase, decision in result.trace:
         if isinstance(decision, Deny):
             verdict = f"DENY {decision.status}"

@@ -115,6 +115,14 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: OptionsScope) -> 
     back as ``options`` on each request. Keep it immutable: one compiled
     object may serve many concurrent requests.
 
+    Request headers your plugin sets (the user, groups or claims it vouches
+    for) must never come from the client: give the returned object an
+    ``owned_request_headers`` attribute naming them
+    (:class:`twistgw.OwnsRequestHeaders`), and the gateway removes the
+    client's copies from every request, on every route and virtual service,
+    before routing and before any plugin runs, even where your plugin is
+    disabled.
+
     :param options: the raw mapping written under the plugin's key (a plain
         ``dict`` of YAML values). A route's options replace the virtual
         host's wholesale; ``{disable: true}`` never reaches you, the gateway

@@ -103,8 +103,8 @@ class Problems:
     def __init__(self) -> None:
         self.errors: list[OptionsError] = []
 
-    def add(self, path: Path | str, reason: str) -> None:
-        self.errors.append(OptionsError(path, reason))
+    def add(self, path: Path | str, reason: str, resource: tuple[str, str, str] | None = None) -> None:
+        self.errors.append(OptionsError(path, reason, resource))
 
     @contextlib.contextmanager
     def check(self) -> Iterator[None]:

@@ -267,8 +267,6 @@ def _pick_failure(failures: list[Failure]) -> Failure:
 
 
 def authenticate(ctx: RequestContext, opts: CompiledJwt) -> Allow | Deny | Deferred[Allow | Deny]:
-    for name in opts.claim_headers:  # a client never chooses these headers
-        ctx.headers.removeHeader(name)
     found = extract(ctx, opts)
     if found is None:
         return deny(ctx, opts, T.MISSING)

@@ -97,8 +97,10 @@ class CompiledJwt:
     sources: tuple[Source, ...]
     #: source index → providers reading it
     providers_by_source: tuple[tuple[Provider, ...], ...]
-    #: every header name any provider's claimsToHeaders writes (lower-case bytes)
-    claim_headers: frozenset[bytes]
+    #: every header name any provider's claimsToHeaders writes (lower-case
+    #: bytes): the gateway removes a client's copies from every request
+    #: (twistgw.OwnsRequestHeaders), on routes where JWT is off too
+    owned_request_headers: frozenset[bytes]
     cache: VerifiedCache = attrs.field(repr=False)
     #: the plugin's clock (seconds)
     now: Callable[[], float] = attrs.field(default=time.time, repr=False)

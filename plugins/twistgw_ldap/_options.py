@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import attrs
 from ldaptor import ldapfilter
-from twistgw.options import is_token, parse_duration, type_name, unknown_field
+from twistgw.options import Problems, is_token, parse_duration, type_name, unknown_field
 from twistgw import OptionsError, OptionsScope
 
 from twistgw_ldap._ber import SCOPE_ONE, SCOPE_SUB
@@ -158,6 +158,13 @@ class CompiledExtAuth:
     def _keep(self) -> bool:
         return all(c.keep_credentials for c in self.configs)
 
+    @property
+    def owned_request_headers(self) -> frozenset[bytes]:
+        """Every config's ``groupsHeader`` and ``userHeader``: the gateway
+        removes a client's copies from every request (twistgw.OwnsRequestHeaders),
+        on routes where this check is off too."""
+        return frozenset(h for c in self.configs for h in (c.groups_header, c.user_header) if h)
+
 
 # ---------------------------------------------------------------------------
 
@@ -166,36 +173,35 @@ _type_name = type_name
 
 
 class _Checker:
-    """Makes OptionsErrors located under ``configRef`` with the AuthConfig
-    field, and collects them: each ``with c.checking():`` block records its
-    first problem and the next block still runs, so ``twistgw check`` lists
-    every problem of an AuthConfig at once."""
+    """Makes OptionsErrors located in the AuthConfig itself (its file, line
+    and field, e.g. ``spec.configs[0].ldap.address``), and collects them in a
+    :class:`twistgw.options.Problems`: each ``with c.checking():`` block
+    records its first problem and the next block still runs, so
+    ``twistgw check`` lists (and counts) every problem of an AuthConfig."""
 
-    def __init__(self, where: str) -> None:
-        self.where = where
-        self.problems: list[OptionsError] = []
-
-    @contextlib.contextmanager
-    def checking(self) -> Iterator[None]:
-        try:
-            yield
-        except OptionsError as exc:
-            self.problems.extend(exc.problems)
+    def __init__(self, resource: tuple[str, str, str], base: tuple[str | int, ...] = ()) -> None:
+        self.resource = resource
+        self.base = base
+        self.problems = Problems()
+        self.checking = self.problems.check
 
     def raise_problems(self) -> None:
-        """One OptionsError carrying everything recorded (``twistgw check``
-        lists each problem on its own line)."""
-        if self.problems:
-            raise OptionsError.several(self.problems)
+        """One OptionsError carrying everything recorded."""
+        self.problems.raise_if_any()
 
-    def fail(self, field: str, reason: str) -> OptionsError:
-        where = f"{self.where}: {field}" if field else self.where
-        return OptionsError(("configRef",), f"{where}: {reason}")
+    def fail(self, field: str | tuple[str | int, ...], reason: str) -> OptionsError:
+        """The problem at ``field`` below this checker's base (``"pool.maxSize"``,
+        ``"allowedGroups[0]"``, or a path tuple)."""
+        return OptionsError(self.base + (_field_path(field) if isinstance(field, str) else field), reason,
+                            self.resource)
+
+    def record(self, field: str | tuple[str | int, ...], reason: str) -> None:
+        self.problems.errors.append(self.fail(field, reason))
 
     def mapping(self, value: Any, field: str, allowed: set[str]) -> Mapping[str, Any]:
         if not isinstance(value, dict):
             raise self.fail(field, f"must be a mapping, got {_type_name(value)}")
-        unknown = [self.fail(f"{field}.{key}" if field else str(key), unknown_field(key, sorted(allowed)))
+        unknown = [self.fail(_field_path(field) + (str(key),), unknown_field(key, sorted(allowed)))
                    for key in value if key not in allowed]
         if unknown:
             raise OptionsError.several(unknown)
@@ -227,6 +233,17 @@ class _Checker:
         if not lo <= seconds <= hi:
             raise self.fail(field, f"must be between {lo:g}s and {hi:g}s, got {seconds:g}s")
         return seconds
+
+
+def _field_path(field: str) -> tuple[str | int, ...]:
+    """``"allowedGroups[0]"`` → ``("allowedGroups", 0)``; ``"pool.maxSize"`` → ``("pool", "maxSize")``."""
+    out: list[str | int] = []
+    for part in field.split(".") if field else ():
+        name, *indexes = part.split("[")
+        if name:
+            out.append(name)
+        out.extend(int(i.rstrip("]")) for i in indexes)
+    return tuple(out)
 
 
 def parse_address(value: str) -> tuple[str, str, int]:
@@ -299,12 +316,18 @@ def _read_ca(c: _Checker, tls: Mapping[str, Any], config_dir: str) -> bytes | No
     return pem
 
 
-def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> LdapConfig:
+def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope,
+                 resource: tuple[str, str, str] = ("AuthConfig", "", ""),
+                 path: tuple[str | int, ...] = ()) -> LdapConfig:
     """Validate one ``configs[i].ldap`` entry.
 
+    :param where: ``AuthConfig ns/name: spec.configs[i].ldap``, for reasons.
+    :param resource: the AuthConfig as ``(kind, namespace, name)``, and
+    :param path: the entry's path in it (``("spec", "configs", i, "ldap")``),
+        where each problem is located.
     :raise OptionsError: listing every problem found in the entry.
     """
-    c = _Checker(where)
+    c = _Checker(resource, path)
     with c.checking():  # unknown fields are reported, and the known ones still checked
         c.mapping(raw, "", _LDAP_FIELDS)
     if not isinstance(raw, dict):
@@ -339,8 +362,8 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> 
         group_search = _group_search(c, spec["groupSearch"])
         for field in ("membershipAttributeName", "searchFilter"):
             if field in spec:
-                c.problems.append(c.fail(field, "applies only to the membership-attribute lookup; with"
-                                         " groupSearch the groups come from the search (remove it)"))
+                c.record(field, "applies only to the membership-attribute lookup; with"
+                         " groupSearch the groups come from the search (remove it)")
 
     attribute = DEFAULT_MEMBERSHIP_ATTRIBUTE
     with c.checking():
@@ -384,8 +407,8 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope) -> 
         if user_header and user_header == groups_header:
             raise c.fail("userHeader", "must differ from groupsHeader")
     if disable and group_search is not None and not groups_header:
-        c.problems.append(c.fail("groupSearch", "is never used: disableGroupChecking is true and no"
-                                 " groupsHeader asks for the groups (remove one of them)"))
+        c.record("groupSearch", "is never used: disableGroupChecking is true and no"
+                 " groupsHeader asks for the groups (remove one of them)")
     keep = False
     with c.checking():
         keep = c.boolean(spec.get("keepCredentials", False), "keepCredentials")
@@ -626,21 +649,22 @@ def compile_options(options: Mapping[str, Any], scope: OptionsScope) -> Compiled
         raise OptionsError(("configRef",), f"dangling reference: {exc.args[0]}") from None
     compiled = []
     names: dict[str, int] = {}
-    everything = _Checker(f"AuthConfig {ns}/{name}")  # every entry's problems, together
+    resource = ("AuthConfig", info.namespace, info.name)
+    everything = _Checker(resource, ("spec",))  # every entry's problems, together, each where it is written
     for i, entry in enumerate(info.configs):
-        where = f"AuthConfig {ns}/{name}: spec.configs[{i}]"
+        if not isinstance(entry, Mapping) or set(entry) - {"name"} != {"ldap"}:
+            kinds = ", ".join(sorted(set(entry) - {"name"})) if isinstance(entry, Mapping) else _type_name(entry)
+            everything.record(("configs", i), f"only 'ldap' configs are supported by the extauth plugin,"
+                              f" got {kinds}")
+            continue
         with everything.checking():
-            if not isinstance(entry, Mapping) or set(entry) - {"name"} != {"ldap"}:
-                kinds = ", ".join(sorted(set(entry) - {"name"})) if isinstance(entry, Mapping) else _type_name(entry)
-                raise OptionsError(("configRef",), f"{where}: only 'ldap' configs are supported by the"
-                                   f" extauth plugin, got {kinds}")
-            names[_config_name(entry, i, where, names)] = i
-            compiled.append(compile_ldap(entry["ldap"], where + ".ldap", info.namespace, scope))
-    where = f"AuthConfig {ns}/{name}: spec"
+            names[_config_name(everything, entry, i, names)] = i
+        with everything.checking():
+            compiled.append(compile_ldap(entry["ldap"], f"AuthConfig {ns}/{name}: spec.configs[{i}].ldap",
+                                         info.namespace, scope, resource, ("spec", "configs", i, "ldap")))
     if info.fail_on_redirect:
-        with everything.checking():
-            raise OptionsError(("configRef",), f"{where}.failOnRedirect: applies to OAuth2/OIDC redirects;"
-                               " an LDAP check never redirects, so there is nothing for it to do: remove it")
+        everything.record("failOnRedirect", "applies to OAuth2/OIDC redirects; an LDAP check never"
+                          " redirects, so there is nothing for it to do: remove it")
     expression = None
     if info.boolean_expr is not None and len(names) == len(info.configs):
         from twistgw_ldap._expr import ExprError, parse, references
@@ -649,26 +673,25 @@ def compile_options(options: Mapping[str, Any], scope: OptionsScope) -> Compiled
             try:
                 expression = parse(info.boolean_expr, names)
             except ExprError as exc:
-                raise OptionsError(("configRef",), f"{where}.booleanExpr {info.boolean_expr!r}: {exc}") from None
+                raise everything.fail("booleanExpr", f"{info.boolean_expr!r}: {exc}") from None
             unused = [n for n, i in names.items() if i not in references(expression)]
             if unused:
-                raise OptionsError(("configRef",), f"{where}.booleanExpr does not use the config(s)"
-                                   f" {', '.join(unused)}; use them in it or remove them")
+                raise everything.fail("booleanExpr", f"does not use the config(s) {', '.join(unused)};"
+                                      " use them in it or remove them")
     everything.raise_problems()
     return CompiledExtAuth(f"{ns}/{name}", tuple(compiled), expression=expression)
 
 
-def _config_name(entry: Mapping[str, Any], index: int, where: str, seen: Mapping[str, int]) -> str:
+def _config_name(c: _Checker, entry: Mapping[str, Any], index: int, seen: Mapping[str, int]) -> str:
     """``spec.configs[i].name``, or Gloo's generated ``config_<i>``."""
     from twistgw_ldap._expr import NAME
 
     name = entry.get("name", f"config_{index}")
     if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise OptionsError(("configRef",), f"{where}.name: must be a name of letters, digits, '_', '-'"
-                           f" and '.', starting with a letter or '_'; got {name!r}")
+        raise c.fail(("configs", index, "name"), "must be a name of letters, digits, '_', '-' and '.',"
+                     f" starting with a letter or '_'; got {name!r}")
     if name in seen:
-        raise OptionsError(("configRef",), f"{where}.name: {name!r} is also the name of"
-                           f" spec.configs[{seen[name]}]")
+        raise c.fail(("configs", index, "name"), f"{name!r} is also the name of spec.configs[{seen[name]}]")
     return name
 
 

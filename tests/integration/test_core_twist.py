@@ -13,29 +13,10 @@ from typing import Any
 import pytest
 import pytest_twisted
 
-import twistgw
 from support.http import http_request, raw_connect, reactor, sleep, static_upstream_yaml, vs_yaml
+from support.process import free_port, twist_command
 
-REPO = Path(twistgw.__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    p = reactor.listenTCP(0, __import__("twisted.internet.protocol", fromlist=["x"]).ServerFactory(),
-                          interface="127.0.0.1")
-    port = p.getHost().port
-    p.stopListening()
-    return port
-
-
-def twist_command(tmp: Path) -> tuple[list[str], str]:
-    """The installed ``twist`` script if it sees the twistgw dropin; else (an
-    editable install) ``python -m twisted`` from the repository root."""
-    script = Path(sys.executable).with_name("twist")
-    if script.exists():
-        out = subprocess.run([str(script), "--help"], cwd=tmp, capture_output=True, text=True, timeout=30)
-        if "twistgw" in out.stdout:
-            return [str(script), "twistgw"], str(tmp)
-    return [sys.executable, "-m", "twisted", "twistgw"], str(REPO)
+_free_port = free_port  # the name tests/integration/test_workers.py imports
 
 
 async def stop_process(proc: subprocess.Popen, seconds: float = 10.0) -> None:

@@ -289,9 +289,20 @@ class Slapd:
             proc.wait(5)
 
     def pause(self) -> None:
-        """SIGSTOP: connections stay open, nothing answers (a hung directory)."""
+        """SIGSTOP: connections stay open, nothing answers (a hung directory).
+        Returns once the process is stopped (on a loaded machine the signal
+        can take a moment, and slapd would still answer meanwhile)."""
         assert self.process is not None
         self.process.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+            except OSError:
+                return  # no /proc: nothing to wait on
+            if stat.rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                return
+            time.sleep(0.005)
 
     def resume(self) -> None:
         assert self.process is not None

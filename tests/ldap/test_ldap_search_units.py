@@ -20,7 +20,8 @@ from twistgw_ldap._filter import compile_filter
 from twistgw_ldap._flow import header_text
 
 ADDR = "ldap://127.0.0.1:1"
-AC = "spec.virtualHost.options.extauth.configRef: AuthConfig default/ldap: spec.configs[0].ldap"
+#: each problem is located in the AuthConfig itself (its file, line and field)
+AC = "AuthConfig default/ldap: spec.configs[0].ldap"
 SEARCH = {"baseDn": "dc=example,dc=org", "filter": "(uid=%s)"}
 GROUPS = {"baseDn": "ou=groups,dc=example,dc=org"}
 
@@ -66,7 +67,7 @@ def problems(text: str) -> str:
 ])
 def test_invalid_search_fields(fields: dict[str, Any], where: str, reason: str) -> None:
     text = problems(ldap_config(ADDR, **fields))
-    assert f"{AC}: {where}: " in text and reason in text, text
+    assert f"{AC}.{where}: " in text and reason in text, text
 
 
 def test_neither_template_nor_search() -> None:
@@ -80,14 +81,14 @@ def test_every_problem_is_reported_at_once() -> None:
                                                                         "scope": "all"},
                                 groupSearch={"nested": False, "maxDepth": 2}, groupsHeader="Host",
                                 requestTimeout="soon"))
-    for where in ("configs[0].ldap: userSearch.baseDn: is not a valid DN",
-                  "configs[0].ldap: userSearch.filter: must contain exactly one %s",
-                  "configs[0].ldap: userSearch.scope: must be one",
-                  "configs[0].ldap: groupSearch.baseDn: is required",
-                  "configs[0].ldap: groupSearch.maxDepth: applies only with nested: true",
-                  "configs[0].ldap: groupsHeader: 'Host' is a header",
-                  "configs[0].ldap: requestTimeout: must be a duration",
-                  "configs[1].ldap: keepCredentials: must be true or false"):
+    for where in ("configs[0].ldap.userSearch.baseDn: is not a valid DN",
+                  "configs[0].ldap.userSearch.filter: must contain exactly one %s",
+                  "configs[0].ldap.userSearch.scope: must be one",
+                  "configs[0].ldap.groupSearch.baseDn: is required",
+                  "configs[0].ldap.groupSearch.maxDepth: applies only with nested: true",
+                  "configs[0].ldap.groupsHeader: 'Host' is a header",
+                  "configs[0].ldap.requestTimeout: must be a duration",
+                  "configs[1].ldap.keepCredentials: must be true or false"):
         assert where in text, (where, text)
 
 
@@ -213,3 +214,34 @@ def test_group_name_is_the_first_rdn_value(dn: str, name: str) -> None:
 def test_group_name_of_no_dn() -> None:
     with pytest.raises(InvalidDN):
         first_value("")
+
+
+def test_check_counts_and_locates_each_problem_of_an_auth_config_once(tmp_path: Any) -> None:
+    """``twistgw check``: N problems of one AuthConfig are N problems, each
+    at its own line and field of the AuthConfig, not repeated for a second
+    virtual service referring to it."""
+    import copy
+    import re
+    import subprocess
+    import sys
+
+    import yaml
+
+    text = ldap_config("http://x:1", {"pool": {"maxSize": 0}}, groupsHeader="Host", requestTimeout="soon",
+                       userSearch={"baseDn": "x", "filter": "(uid=x)"})
+    docs = list(yaml.safe_load_all(text))
+    second = copy.deepcopy(next(d for d in docs if d["kind"] == "VirtualService"))
+    second["metadata"]["name"], second["spec"]["virtualHost"]["domains"] = "vs2", ["two.example.com"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump_all(docs + [second], default_flow_style=False))
+    out = subprocess.run([sys.executable, "-m", "twistgw", "check", str(tmp_path)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = [x for x in out.stdout.splitlines() if x.startswith("  ")]
+    fields = ["address", "userSearch.baseDn", "userSearch.filter", "groupsHeader", "requestTimeout"]
+    expected = [f"spec.configs[0].ldap.{f}" for f in fields] + [f"spec.configs[1].ldap.{f}" for f in fields] \
+        + ["spec.configs[1].ldap.pool.maxSize"]
+    assert f"INVALID, {len(expected)} problem(s):" in out.stdout, out.stdout
+    found = [re.search(r"AuthConfig default/ldap: (\S+): ", x).group(1) for x in lines]
+    assert sorted(found) == sorted(expected), out.stdout
+    numbers = [int(re.search(r", line (\d+):", x).group(1)) for x in lines]
+    assert len(set(numbers)) == len(numbers)  # each at its own line

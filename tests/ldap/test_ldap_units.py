@@ -120,7 +120,8 @@ def config_error(text: str) -> str:
 
 
 ADDR = "ldap://127.0.0.1:1"
-AC = "spec.virtualHost.options.extauth.configRef: AuthConfig default/ldap: spec.configs[0].ldap"
+#: each problem is located in the AuthConfig itself (its file, line and field)
+AC = "AuthConfig default/ldap: spec.configs[0].ldap"
 
 
 @pytest.mark.parametrize("fields,where,reason", [
@@ -159,7 +160,7 @@ AC = "spec.virtualHost.options.extauth.configRef: AuthConfig default/ldap: spec.
 ])
 def test_invalid_ldap_fields(fields: dict[str, Any], where: str, reason: str) -> None:
     text = config_error(ldap_config(fields.pop("address", ADDR), **fields))
-    assert f"{AC}: {where}: " in text and reason in text, text
+    assert f"{AC}.{where}: " in text and reason in text, text
 
 
 def test_missing_required_fields() -> None:
@@ -171,7 +172,7 @@ def test_missing_required_fields() -> None:
 
 def test_every_config_is_validated() -> None:
     text = config_error(ldap_config(ADDR, {"allowedGroups": ["nope"]}))
-    assert "spec.configs[1].ldap: allowedGroups[0]: is not a valid DN" in text
+    assert "AuthConfig default/ldap: spec.configs[1].ldap.allowedGroups[0]: is not a valid DN" in text
 
 
 def test_dangling_configref_and_bad_options() -> None:

@@ -37,7 +37,7 @@ def real_jwt_plugin() -> Any:
         import twistgw_jwt
     except ImportError:
         return None
-    return twistgw_jwt if hasattr(twistgw_jwt, "twistgw_authenticate") else None
+    return getattr(twistgw_jwt, "JwtPlugin", None)
 
 
 def sa(namespace: str, name: str) -> dict[str, Any]:

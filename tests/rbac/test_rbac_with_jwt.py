@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover
     twistgw_jwt = None
 
 needs_jwt = pytest.mark.skipif(
-    twistgw_jwt is None or not hasattr(twistgw_jwt, "twistgw_authenticate"),
+    twistgw_jwt is None or not hasattr(twistgw_jwt, "JwtPlugin"),
     reason="the jwt plugin is not written yet")
 
 _KEYS: dict[str, Any] = {}
@@ -165,9 +165,10 @@ async def test_deny_bytes_on_the_wire(backend: Any, config_dir: Any, gateway: An
     assert body == b"RBAC: access denied"
     assert backend.requests == []
 
-    # a lower-case method and a dot-dot escape are refused the same way
+    # a lower-case method is refused too: methods are case-sensitive and the
+    # engine answers an unknown one with 400 before RBAC sees it (docs/engine.md)
     r = await http_request("get", gw.url("/api/x"), headers=claims_headers({"sub": "alice"}))
-    assert (r.status, r.body) == (403, b"RBAC: access denied")
+    assert r.status == 400
     ok = await http_request("GET", gw.url("/api/x"), headers=claims_headers({"sub": "alice"}))
     assert ok.status == 200
     assert [q.path for q in backend.requests] == [b"/api/x"]

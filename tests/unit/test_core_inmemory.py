@@ -1,9 +1,9 @@
-"""The client side of the gateway in memory: bytes into a GatewayChannel over
+"""The client side of the gateway in memory: bytes into the engine's server protocol over
 a StringTransport, a MemoryReactorClock for time. No sockets, deterministic.
 
 Written as twisted.trial TestCases so both runners work:
 ``pytest tests/unit/test_core_inmemory.py`` and
-``python -m twisted.trial tests/unit/test_core_inmemory.py``.
+``PYTHONPATH=tests python -m twisted.trial tests/unit/test_core_inmemory.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from twistgw.config.loader import load_text
 from twistgw.core.plugins import PluginHost
 from twistgw.engine.server import Gateway, GatewayFactory
 from twistgw.core.snapshot import build_snapshot
+
+from support.memory import MemoryUpstreams
 
 CONFIG = """
 apiVersion: gateway.vendor.io/v1
@@ -164,54 +166,32 @@ spec:
 """
 
 
-class _HangingAgent:
-    """An upstream that never answers: each request's Deferred is kept."""
-
-    def __init__(self) -> None:
-        self.pending: list[Any] = []
-
-    def request(self, method: bytes, uri: bytes, headers: Any, body: Any = None) -> Any:
-        from twisted.internet.defer import Deferred
-
-        d: Deferred[Any] = Deferred()
-        self.pending.append(d)
-        return d
-
-
 class DeadlineTests(SynchronousTestCase):
     """The head and upstream deadlines share one lazily re-armed timer per
-    connection; they must still fire exactly when due."""
+    connection; they must still fire exactly when due. The upstream is the
+    engine's own pool connecting through the MemoryReactorClock: a test
+    connects its pending connections to StringTransports and answers."""
 
     def setUp(self) -> None:
         self.reactor = MemoryReactorClock()
-        self.agent = _HangingAgent()
         host = PluginHost.create(load_entry_points=False)
-        forwarder = type("F", (), {"agent": self.agent})()
-        gateway = Gateway(self.reactor, host, forwarder=forwarder, access_log=False,  # type: ignore[arg-type]
-                          upstream_timeout=15)
+        gateway = Gateway(self.reactor, host, access_log=False, upstream_timeout=15)
         gateway.snapshot = build_snapshot(load_text(_PROXY_CONFIG), host)
         self.factory = GatewayFactory(gateway, timeout=600, head_timeout=10)
+        self.upstreams = MemoryUpstreams(self.reactor)
         proto = self.factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
         self.t = StringTransport(peerAddress=IPv4Address("TCP", "10.1.2.3", 5555))
         proto.makeConnection(self.t)
         self.proto = proto
 
-    def answer(self, d: Any) -> None:
-        from twisted.web._newclient import ResponseDone
-        from twisted.web.http_headers import Headers
-
-        class R:
-            code, phrase, length = 200, b"OK", 2
-            headers = Headers()
-
-            def deliverBody(self, p: Any) -> None:
-                p.makeConnection(type("P", (), {"pauseProducing": lambda s: None,
-                                                "resumeProducing": lambda s: None,
-                                                "stopProducing": lambda s: None})())
-                p.dataReceived(b"ok")
-                p.connectionLost(Failure(ResponseDone()))
-
-        d.callback(R())
+    def answer(self, body: bytes = b"ok") -> None:
+        """The upstream connection holding a request answers it."""
+        for p, t in self.upstreams:
+            if t.value() and not t.disconnecting:
+                t.clear()
+                p.dataReceived(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                return
+        raise AssertionError("no upstream connection holds a request")
 
     def test_upstream_deadline_shorter_than_a_pending_head_timer(self) -> None:
         self.proto.dataReceived(b"GET /fast HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -231,7 +211,7 @@ class DeadlineTests(SynchronousTestCase):
         for _ in range(3):
             self.proto.dataReceived(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
             self.reactor.advance(6)
-            self.answer(self.agent.pending[-1])
+            self.answer()
             self.assertIn(b"200 OK", self.t.value())
             self.t.clear()
         # 18 s after the first byte of the connection, a new head gets 10 s.
@@ -252,7 +232,7 @@ class DeadlineTests(SynchronousTestCase):
         self.proto.callLater = counting
         for _ in range(50):
             self.proto.dataReceived(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
-            self.answer(self.agent.pending[-1])
+            self.answer()
             self.reactor.advance(0.1)
         self.assertEqual(self.t.value().count(b"200 OK"), 50)
         # head + upstream deadlines and the idle timeout: no reactor call per request
@@ -283,7 +263,7 @@ class DeadlineTests(SynchronousTestCase):
         for _ in range(8):  # 8 x 20 s: far past 30 s, never 30 s idle
             self.reactor.advance(20)
             proto.dataReceived(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
-            self.answer(self.agent.pending[-1])
+            self.answer()
         self.assertFalse(t.disconnecting)
         self.reactor.advance(31)
         self.assertTrue(t.disconnecting)
@@ -293,7 +273,7 @@ class DeadlineTests(SynchronousTestCase):
         proto.dataReceived(b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")
         self.reactor.advance(12)  # the upstream takes 12 s (its timeout is 15 s)
         self.assertFalse(t.disconnecting)
-        self.answer(self.agent.pending[-1])
+        self.answer()
         self.assertIn(b"200 OK", t.value())
         self.reactor.advance(5.5)
         self.assertTrue(t.disconnecting)

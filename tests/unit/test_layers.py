@@ -177,6 +177,16 @@ def test_core_imports_no_twisted_web_and_no_reactor() -> None:
     assert not found, "\n".join(found)
 
 
+def test_the_engine_data_path_has_no_twisted_web() -> None:
+    # issue 13: the engine is httptools on Twisted protocols; twisted.web
+    # stays only for the admin endpoint and the dev servers (runtime/).
+    found = [f"{m}:{line} imports {i}" for m, i, line in _third_party("twistgw.engine")
+             if i.startswith("twisted.web")]
+    assert not found, "\n".join(found)
+    assert any(i == "httptools" for _m, i, _l in _third_party("twistgw.engine.server"))
+    assert any(i == "httptools" for _m, i, _l in _third_party("twistgw.engine.upstream"))
+
+
 def test_twisted_private_internals_only_in_engine() -> None:
     found = []
     for module, tree in SOURCES.items():

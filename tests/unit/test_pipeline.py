@@ -102,27 +102,20 @@ def test_explain_prints_the_rewritten_path_and_the_headers_sent(tmp_path) -> Non
     assert "Authorization: Bearer (redacted)" in text and "abc.def" not in text
 
 
-class _Agent:
-    """Records what the server would send upstream; never answers."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[bytes, bytes, Any]] = []
-
-    def request(self, method: bytes, url: bytes, headers: Any, body: Any = None) -> Deferred:
-        self.sent.append((method, url, headers))
-        return Deferred()
-
-
 def test_the_server_sends_what_the_pipeline_planned() -> None:
     reactor = MemoryReactorClock()
     host = PluginHost.create(load_entry_points=False)
     gateway = Gateway(reactor, host, access_log=False)
-    gateway.forwarder.agent = agent = _Agent()
     gateway.snapshot = build_snapshot(load_text(CONFIG), host)
     proto = GatewayFactory(gateway).buildProtocol(IPv4Address("TCP", "127.0.0.1", 8080))
     proto.makeConnection(StringTransport(peerAddress=IPv4Address("TCP", "203.0.113.5", 5555)))
     proto.dataReceived(b"GET /api/pets?x=1 HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
-    [(method, url, headers)] = agent.sent
-    assert (method, url) == (b"GET", b"http://127.0.0.1:9/v2/pets?x=1")
-    assert headers.getRawHeaders(b"x-forwarded-for") == [b"203.0.113.5"]
+    [(host_, port, factory, _timeout, _bind)] = reactor.tcpClients
+    assert (host_, port) == ("127.0.0.1", 9)
+    upstream = StringTransport()
+    factory.buildProtocol(None).makeConnection(upstream)
+    sent = upstream.value()
+    assert sent.startswith(b"GET /v2/pets?x=1 HTTP/1.1\r\n"), sent
+    assert b"\r\nX-Forwarded-For: 203.0.113.5\r\n" in sent
+    assert b"\r\nHost: api.example.com\r\n" in sent
     proto.connectionLost(None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Collection, Protocol, runtime_checkable
 
 import attrs
 import pluggy
@@ -69,6 +69,27 @@ class PluginInfo:
     description: str = ""
     placement: Placement = Placement()
     staged_options: StagedOptions | None = None
+
+
+@runtime_checkable
+class OwnsRequestHeaders(Protocol):
+    """Compiled options (what ``twistgw_compile_options`` returns) that name
+    request headers only their plugin may set, such as the LDAP plugin's
+    ``groupsHeader``/``userHeader`` or the JWT plugin's ``claimsToHeaders``.
+
+    The gateway removes the client's copies of these headers from **every
+    request to every virtual service**, whether or not the plugin runs on the
+    request's route (a route with ``{disable: true}``, a route without the
+    plugin, another virtual service), before routing and before any plugin
+    runs: no route matcher, no plugin and no backend ever sees a forged copy.
+    The plugin then writes the header itself when it admits a request. See
+    ``docs/plugins.md``, "Headers your plugin sets".
+
+    :ivar owned_request_headers: header names (``str`` or ``bytes``, any
+        case); each must be an HTTP token and must not be ``Host``.
+    """
+
+    owned_request_headers: Collection[str | bytes]
 
 
 @attrs.frozen

@@ -62,19 +62,31 @@ class OptionsError(Exception):
         sequence (``("providers", "main", "issuer")``) or a dotted string.
     :param reason: what is wrong, for a person to act on.
 
+    :param resource: for a problem inside another resource the options
+        refer to (an ``AuthConfig`` the options name), that resource as
+        ``(kind, namespace, name)``; ``path`` is then the field path from the
+        top of that resource (``("spec", "configs", 0, "ldap", "address")``)
+        and the problem is reported at that resource's own file, line and
+        field, once however many routes refer to it.
+
     To report several problems at once (``twistgw check`` lists them all),
     collect them with :class:`twistgw.options.Problems`, or raise
     ``OptionsError.several([...])``; :attr:`problems` holds each one (just
     this error for a plain one).
     """
 
-    def __init__(self, path: Sequence[str | int] | str, reason: str) -> None:
+    def __init__(self, path: Sequence[str | int] | str, reason: str,
+                 resource: tuple[str, str, str] | None = None) -> None:
         if isinstance(path, str):
             path = tuple(p for p in path.split(".") if p)
         self.path = tuple(path)
         self.reason = reason
+        self.resource = resource
         self.problems: tuple[OptionsError, ...] = (self,)
-        super().__init__(f"{self.dotted_path()}: {reason}" if self.path else reason)
+        text = f"{self.dotted_path()}: {reason}" if self.path else reason
+        if resource is not None:
+            text = f"{resource[0]} {resource[1]}/{resource[2]}: {text}"
+        super().__init__(text)
 
     @classmethod
     def several(cls, errors: Sequence["OptionsError"]) -> "OptionsError":
@@ -82,7 +94,7 @@ class OptionsError(Exception):
         flat = tuple(p for e in errors for p in e.problems)
         if not flat:
             raise ValueError("OptionsError.several needs at least one error")
-        combined = cls(flat[0].path, flat[0].reason)
+        combined = cls(flat[0].path, flat[0].reason, flat[0].resource)
         combined.problems = flat
         combined.args = ("; ".join(str(p.args[0]) for p in flat),)
         return combined

@@ -441,6 +441,9 @@ class Config:
     #: (kind, namespace, name) of resources declared but invalid (an
     #: :class:`Unresolvable` when some file could not be parsed)
     invalid: frozenset[tuple[str, str, str]] | set[tuple[str, str, str]] = frozenset()
+    #: (kind, namespace, name) → where each resource was read (for locating
+    #: a plugin's problems inside a resource its options refer to)
+    sources: Mapping[tuple[str, str, str], Source] = attrs.field(factory=dict)
     pods: Mapping[tuple[str, str], Pod] = attrs.field(factory=dict)
     #: (namespace, name) of an Upstream with ``kube.subsetSpec`` → the spec,
     #: and the pod labels of each of its endpoints (in ``upstreams`` order)
@@ -636,7 +639,8 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
             invalid.add(key3)
 
     config = Config(tuple(vss), services, endpoints, upstream_res, secrets, auth_configs, {},
-                    settings, settings_source, route_tables=tables, skipped=tuple(skipped), pods=pods)
+                    settings, settings_source, route_tables=tables, skipped=tuple(skipped), sources=seen,
+                    pods=pods)
     upstreams: dict[tuple[str, str], UpstreamInfo] = {}
     subset_specs: dict[tuple[str, str], SubsetSpec] = {}
     endpoint_labels: dict[tuple[str, str], tuple[Mapping[str, str], ...]] = {}

@@ -97,3 +97,29 @@ def copy_request_headers(incoming: Any, into: dict[bytes, list[bytes]]) -> None:
         if lname in REQUEST_DROPPED or b"_" in name or (listed is not None and lname in listed):
             continue
         into[name] = list(values)
+
+
+def end_to_end_lines(pairs: Iterable[tuple[bytes, bytes]], hop: dict[bytes, bytes]) -> list[bytes]:
+    """The same policy as :func:`copy_end_to_end`, on a response's header
+    lines as received: ``b"Name: value\\r\\n"`` for every end-to-end header
+    (names as sent, values without trailing whitespace), in order.
+
+    :param hop: filled with the hop-by-hop headers (lower-case name → first
+        value): the engine reads its framing from them; they are never
+        passed on.
+    """
+    lines = []
+    connection: list[bytes] = []
+    for name, value in pairs:
+        lname = name.lower()
+        if lname in HOP_BY_HOP:
+            if lname == b"connection":
+                connection.append(value)
+            elif lname not in hop:
+                hop[lname] = value
+            continue
+        lines.append(b"%s: %s\r\n" % (name, value.rstrip(b" \t")))
+    listed = _connection_tokens(connection)
+    if listed:
+        lines = [line for line in lines if line.split(b":", 1)[0].lower() not in listed]
+    return lines

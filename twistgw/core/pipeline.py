@@ -10,8 +10,10 @@ and route, runs the route's plugin chain and returns a *plan*:
 * :class:`Forward`: send ``method target`` with ``headers`` to ``endpoint``
   and wait at most ``timeout`` seconds for the answer.
 
-(Protocol upgrades, e.g. WebSocket, are not supported: ``Upgrade`` is a
-hop-by-hop header and is never forwarded.)
+(``Upgrade`` and ``Connection`` are hop-by-hop: the planned headers never
+carry them. For a request that asked to upgrade, e.g. to WebSocket, the
+engine adds them to the forwarded request once the chain admitted it, and
+splices the connections on the upstream's ``101``; see ``docs/engine.md``.)
 """
 
 from __future__ import annotations
@@ -133,6 +135,10 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
         return NOT_FOUND
     upstream_headers = Headers()
     copy_request_headers(headers, upstream_headers._raw)
+    for name in snapshot.owned_headers:
+        # Plugins own these (twistgw.OwnsRequestHeaders): a client's copy
+        # never reaches a route matcher, a plugin or a backend.
+        upstream_headers._raw.pop(name, None)
     if authority is not None:
         # RFC 9112 §3.2.2: the target's authority replaces Host, so the
         # upstream sees the host that routing (and authorization) used.

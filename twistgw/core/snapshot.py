@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
+from twistgw.api.headers import InvalidHeaderName, canonical_name
 from twistgw.api.types import InvalidResource, Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
 from twistgw.config.loader import CORE_OPTION_KEYS, Config, ConfigError, ConfigIssue, path_text
 from twistgw.config.model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
@@ -97,8 +98,13 @@ class Snapshot:
     """What serves requests; immutable once built."""
 
     def __init__(self, config: Config, routes: dict[tuple[str, int], RouteRuntime],
-                 generation: int, plugin_compiled: dict[str, list[Any]]) -> None:
+                 generation: int, plugin_compiled: dict[str, list[Any]],
+                 owned_headers: tuple[bytes, ...] = ()) -> None:
         self.config = config
+        #: canonical names of the request headers plugins own
+        #: (:class:`twistgw.OwnsRequestHeaders`): a client's copies are removed
+        #: from every request before routing and before the chain
+        self.owned_headers = owned_headers
         self.hosts = HostTable(config.virtual_services)
         self.routes = routes
         self.generation = generation
@@ -148,6 +154,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     routes: dict[tuple[str, int], RouteRuntime] = {}
     compiled_by_plugin: dict[str, list[Any]] = {name: [] for name in host.infos}
     balancers: dict[tuple[tuple[str, str], tuple[tuple[str, str], ...]], Balancer] = {}
+    owned: set[bytes] = set()
 
     reported: set[tuple[str, int, str]] = set()
     for vs in config.virtual_services:
@@ -166,6 +173,24 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 resource=route.owner if in_table and route is not None else f"VirtualService {vs.key}",
                 field=path_text(path),
             ))
+
+        def plugin_problems(exc: OptionsError, where: tuple[str | int, ...], route: Route | None) -> None:
+            """Each problem of a plugin's OptionsError, located: below the
+            options key, or in the resource the options refer to."""
+            for p in exc.problems:
+                if _about_invalid_resource(p):
+                    continue
+                source = config.sources.get(p.resource) if p.resource is not None else None
+                if p.resource is None:
+                    issue(where + p.path, p.reason, route)
+                elif source is None:
+                    kind, ns, name = p.resource
+                    issue(where, f"{kind} {ns}/{name}: {path_text(p.path)}: {p.reason}", route)
+                else:
+                    kind, ns, name = p.resource
+                    issues.append(ConfigIssue(p.reason, file=source.file, document=source.document,
+                                              line=source.line_of(p.path), resource=f"{kind} {ns}/{name}",
+                                              field=path_text(p.path)))
 
         def stages_ok(options: Mapping[str, Any], path: stages.Where, route: Route | None) -> bool:
             def report(where: stages.Where, reason: str) -> None:
@@ -244,13 +269,12 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                     scope = OptionsScope(vs.namespace, vs.key, route_name, view)
                     try:
                         compiled = _compile(host, name, raw, scope)
+                        owned.update(owned_headers(compiled))
                     except OptionsError as exc:
                         # The same options shared by many routes are reported once.
                         if (vs.key, id(raw), name) not in reported:
                             reported.add((vs.key, id(raw), name))
-                            for p in exc.problems:
-                                if not _about_invalid_resource(p):
-                                    issue(where + p.path, p.reason, route)
+                            plugin_problems(exc, where, route)
                         failed = True
                         continue
                     except Exception as exc:  # a plugin bug: reject, never serve unprotected
@@ -283,9 +307,66 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                     balancer = balancers[(key, action.subset)] = Balancer(config.select(key, action.subset))
             routes[(vs.key, route.index)] = RouteRuntime(vs, route, tuple(steps), direct, balancer, reselect)
 
+        # Options written on the virtual host but run by no route (every route
+        # turns the plugin off) are still checked, and the headers they own
+        # still protected: a route turning a plugin off must not let a client
+        # forge what the plugin vouches for elsewhere.
+        for name, raw, where in _written_on_host(vs.options, vh_path + ("options",), vh_plugins, staged):
+            if name not in host.infos or (name, id(raw)) in cache or (vs.key, id(raw), name) in reported:
+                continue
+            try:
+                compiled = _compile(host, name, raw, OptionsScope(vs.namespace, vs.key, None, view))
+                owned.update(owned_headers(compiled))
+            except OptionsError as exc:
+                reported.add((vs.key, id(raw), name))
+                plugin_problems(exc, where, None)
+            except Exception as exc:
+                issue(where, f"plugin {name!r} failed compiling its options: {exc!r}")
+            else:
+                cache[(name, id(raw))] = compiled
+
     if issues or config.issues:
         raise ConfigError(list(config.issues) + issues)
-    return Snapshot(config, routes, generation, compiled_by_plugin)
+    return Snapshot(config, routes, generation, compiled_by_plugin, tuple(sorted(owned)))
+
+
+def owned_headers(compiled: Any) -> tuple[bytes, ...]:
+    """The canonical names ``compiled`` declares in ``owned_request_headers``
+    (:class:`twistgw.OwnsRequestHeaders`); raises ValueError for a plugin
+    declaring something that is not a header name, or ``Host``."""
+    names = getattr(compiled, "owned_request_headers", None)
+    if names is None:
+        return ()
+    if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
+        raise ValueError(f"owned_request_headers must be a collection of header names, got {names!r}")
+    out = []
+    for name in names:
+        if not isinstance(name, (str, bytes)):
+            raise ValueError(f"owned_request_headers holds {name!r}, not a header name")
+        try:
+            canonical = canonical_name(name)
+        except InvalidHeaderName:
+            raise ValueError(f"owned_request_headers holds {name!r}, not an HTTP header name") from None
+        if canonical == b"Host":
+            raise ValueError("owned_request_headers may not name Host: the gateway routes by it")
+        out.append(canonical)
+    return tuple(out)
+
+
+def _written_on_host(options: Mapping[str, Any], path: stages.Where,
+                     plugins: Mapping[str, tuple[Any, stages.Where]],
+                     staged: Mapping[str, Any]) -> list[tuple[str, Any, stages.Where]]:
+    """Every plugin entry of a virtual host's ``options``, staged ones
+    (``jwtStaged: {beforeExtAuth: ...}``) each on its own: (plugin, raw, where)."""
+    out = [(name, raw, where) for name, (raw, where) in plugins.items() if not stages.is_disabled(raw)]
+    for name, decl in staged.items():
+        for key in decl.keys:
+            value = options.get(key)
+            if key in decl.route_only or not isinstance(value, Mapping):
+                continue
+            out.extend((name, raw, path + (key, stage)) for stage, raw in value.items()
+                       if isinstance(raw, Mapping) and not stages.is_disabled(raw))
+    return out
 
 
 def _plugin_options(options: Mapping[str, Any], path: stages.Where,

@@ -1,287 +1,606 @@
-"""The forwarding hop: Agent + a persistent HTTPConnectionPool, streaming both ways.
+"""The upstream side of the engine: an HTTP/1.1 client protocol (httptools
+parses the responses), a pool of idle keep-alive connections per endpoint,
+and the splice of an upgraded (``101``) connection.
 
-Not ``twisted.web.proxy.ReverseProxyResource`` (which buffers, has no
-back-pressure and no pooling): request bodies flow from the client channel
-into an IBodyProducer, response bodies flow through a Protocol registered as
-a streaming producer on the client request.
+Request bodies flow from the client connection into the upstream transport
+as they arrive; response bodies flow from the upstream transport to the
+client's. Each side pauses the other's reading when its write buffer is full.
+See ``docs/engine.md``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from http import HTTPStatus
+from typing import Any
 
+import httptools
 from twisted.internet import error as ierror
-from twisted.internet.defer import CancelledError, Deferred, TimeoutError as DeferTimeout
+from twisted.internet.defer import succeed
 from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint
-from twisted.internet.protocol import Protocol
-from twisted.logger import Logger
+from twisted.internet.interfaces import IPushProducer
+from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
-from twisted.web import client as webclient
-from twisted.web._newclient import (
-    HTTP11ClientProtocol,
-    ParseError,
-    ResponseDone,
-    RequestGenerationFailed,
-    RequestTransmissionFailed,
-    ResponseFailed,
-    ResponseNeverReceived,
-)
-from twisted.web.http import PotentialDataLoss
-from twisted.web.http_headers import Headers
-from twisted.web.iweb import UNKNOWN_LENGTH, IAgentEndpointFactory, IBodyProducer
 from zope.interface import implementer
 
 from twistgw.config.defaults import CONNECT_TIMEOUT, IDLE_TIMEOUT
-from twistgw.core.headers import copy_end_to_end
+from twistgw.core.headers import end_to_end_lines
+from twistgw.engine.timers import LazyTimer
 
-_log = Logger(namespace="twistgw.proxy")
+__all__ = ["BODY_BUFFER_LIMIT", "RequestBody", "UpstreamConnection", "UpstreamPool", "classify_connect_failure",
+           "status_line"]
 
-#: How long a client's buffered body may grow before the client is paused.
+#: How much of a request body is buffered (before the upstream connection
+#: takes it) before the client is paused.
 BODY_BUFFER_LIMIT = 64 * 1024
 
+#: An upstream response head larger than this is a 502 (Envoy: 60 KiB).
+MAX_RESPONSE_HEAD = 64 * 1024
 
-@implementer(IAgentEndpointFactory)
-class _EndpointFactory:
-    """Connects straight to the endpoint address (already resolved by config)."""
+#: RFC 9110 §9.2.2: requests that may be sent again after a failure.
+IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"TRACE", b"PUT", b"DELETE"})
 
-    def __init__(self, reactor: Any, connect_timeout: float) -> None:
-        self.reactor = reactor
-        self.connect_timeout = connect_timeout
+_RESET = (503, b"upstream connect error or disconnect/reset before headers. reset reason: connection termination",
+          "reset")
+_REFUSED = (503, b"upstream connect error or disconnect/reset before headers. reset reason: connection failure",
+            "refused")
+_CONNECT_TIMEOUT = (503, b"upstream connect error or disconnect/reset before headers. reset reason: connection timeout",
+                    "connect timeout")
+_TIMEOUT = (504, b"upstream request timeout", "timeout")
+_MALFORMED = (502, b"upstream sent a malformed response", "malformed response")
 
-    def endpointForURI(self, uri: Any) -> Any:
-        host = uri.host.decode("ascii")
-        if host.startswith("["):
-            return TCP6ClientEndpoint(self.reactor, host[1:-1], uri.port, timeout=self.connect_timeout)
-        if host.replace(".", "").isdigit():
-            return TCP4ClientEndpoint(self.reactor, host, uri.port, timeout=self.connect_timeout)
-        return HostnameEndpoint(self.reactor, host, uri.port, timeout=self.connect_timeout)
-
-
-class _ClientProtocol(HTTP11ClientProtocol):
-    """Keeps each response's connection-control headers. Twisted's client
-    parser files ``Connection`` apart from ``response.headers``; without it
-    the headers a ``Connection`` header lists could not be dropped as
-    hop-by-hop."""
-
-    def request(self, request: Any) -> Deferred:
-        before = getattr(self, "_parser", None)
-        d = super().request(request)
-        parser = getattr(self, "_parser", None)
-        if parser is not None and parser is not before:
-            def keep(response: Any) -> Any:
-                response.connection_headers = parser.connHeaders
-                return response
-
-            d.addCallback(keep)
-        return d
+_status_lines: dict[int, bytes] = {}
 
 
-class _ClientFactory(webclient._HTTP11ClientFactory):  # type: ignore[misc]
-    """Builds :class:`_ClientProtocol`; no "Starting factory" log line for
-    every pooled upstream connection."""
+def status_line(status: int, reason: bytes = b"") -> bytes:
+    """``b"HTTP/1.1 200 OK\\r\\n"``; the standard phrase when ``reason`` is empty."""
+    if reason:
+        return b"HTTP/1.1 %d %s\r\n" % (status, reason)
+    line = _status_lines.get(status)
+    if line is None:
+        try:
+            phrase = HTTPStatus(status).phrase.encode("ascii")
+        except ValueError:
+            phrase = b"Unknown"
+        line = _status_lines[status] = b"HTTP/1.1 %d %s\r\n" % (status, phrase)
+    return line
+
+
+def classify_connect_failure(failure: Failure) -> tuple[int, bytes, str]:
+    """Map a failure to connect to (status, body, short reason), like Envoy."""
+    if failure.check(ierror.TimeoutError):
+        return _CONNECT_TIMEOUT
+    if failure.check(ierror.ConnectError, ierror.ConnectionLost, ierror.ConnectionClosed, ierror.DNSLookupError):
+        return _REFUSED
+    return 502, b"upstream error", f"unexpected: {failure.type.__name__}"
+
+
+class RequestBody:
+    """A client's request body on its way upstream.
+
+    Until an upstream connection takes it (while plugins decide, while
+    connecting), up to BODY_BUFFER_LIMIT bytes are kept; past that the
+    client is paused.
+    """
+
+    __slots__ = ("length", "proto", "_buffer", "_buffered", "consumer", "complete", "stopped")
+
+    def __init__(self, length: int | None, proto: Any) -> None:
+        self.length = length
+        self.proto = proto
+        self._buffer: list[bytes] = []
+        self._buffered = 0
+        self.consumer: Any = None
+        self.complete = False
+        self.stopped = False
+
+    def write(self, data: bytes) -> None:
+        if self.stopped:
+            return
+        consumer = self.consumer
+        if consumer is not None:
+            consumer.send_body(data)
+            return
+        self._buffer.append(data)
+        self._buffered += len(data)
+        if self._buffered > BODY_BUFFER_LIMIT:
+            self.proto.pause_body()
+
+    def finish(self) -> None:
+        self.complete = True
+        if self.consumer is not None and not self.stopped:
+            self.consumer.end_body()
+
+    def attach(self, consumer: Any) -> None:
+        """Send what was buffered to ``consumer``, and the rest as it comes."""
+        self.consumer = consumer
+        buffered, self._buffer, self._buffered = self._buffer, [], 0
+        for chunk in buffered:
+            consumer.send_body(chunk)
+        self.proto.resume_body()
+        if self.complete:
+            consumer.end_body()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.consumer = None
+        self._buffer = []
+
+
+class UpstreamRequest:
+    """One forwarded request: connecting (or a pooled connection), sending,
+    relaying the response, the deadline and one retry."""
+
+    __slots__ = ("pool", "ex", "plan", "key", "conn", "connecting", "retried", "finished")
+
+    def __init__(self, pool: "UpstreamPool", ex: Any, plan: Any, key: tuple[str, int]) -> None:
+        self.pool = pool
+        self.ex = ex
+        self.plan = plan
+        self.key = key
+        self.conn: UpstreamConnection | None = None
+        self.connecting: Any = None
+        self.retried = False
+        self.finished = False
+
+    # -- connection -----------------------------------------------------------
+
+    def connect(self) -> None:
+        d = self.connecting = self.pool.connect(self.key)
+        d.addCallbacks(self._connected, self._connect_failed)
+
+    def _connected(self, conn: "UpstreamConnection") -> None:
+        self.connecting = None
+        if self.finished:
+            self.pool.release(conn)
+            return
+        conn.send(self, reused=False)
+
+    def _connect_failed(self, failure: Failure) -> None:
+        self.connecting = None
+        if self.finished:
+            return
+        self.fail(*classify_connect_failure(failure), failure.getErrorMessage())
+
+    def retry_after_stale(self) -> bool:
+        """A pooled connection died before any answer: send again once, on
+        a new connection, if that cannot repeat a side effect."""
+        ex = self.ex
+        if self.retried or self.finished or ex.method not in IDEMPOTENT or ex.body is not None:
+            return False
+        self.retried = True
+        self.conn = None
+        self.connect()
+        return True
+
+    # -- outcomes ----------------------------------------------------------------
+
+    def _end(self) -> None:
+        self.finished = True
+        ex = self.ex
+        if ex.upstream is self:
+            ex.upstream = None
+        ex.proto.clear_deadline()
+
+    def fail(self, status: int, body: bytes, why: str, error: str) -> None:
+        if self.finished:
+            return
+        self._end()
+        self.pool.gateway.upstream_failed(self.ex, status, body, why, error)
+
+    def timed_out(self) -> None:
+        if self.finished:
+            return
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.req = None
+            conn.transport.abortConnection()
+        if self.connecting is not None:
+            d, self.connecting = self.connecting, None
+            self.finished = True  # the CancelledError is ours
+            d.cancel()
+            self.finished = False
+        self.fail(*_TIMEOUT, "no response head in time")
+
+    def client_gone(self, ex: Any) -> None:
+        """The client went away: abort the upstream request."""
+        if self.finished:
+            return
+        self.finished = True
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.req = None
+            conn.transport.abortConnection()
+        if self.connecting is not None:
+            d, self.connecting = self.connecting, None
+            d.cancel()
+
+    def arm_timeout(self) -> None:
+        if not self.finished and (self.conn is None or not self.conn.head_done):
+            self.ex.proto.set_deadline(self.plan.timeout, self.timed_out)
+
+    # -- the client stops / resumes reading ----------------------------------
+
+    def pause(self) -> None:
+        conn = self.conn
+        if conn is not None and conn.transport is not None:
+            conn.transport.pauseProducing()
+
+    def resume(self) -> None:
+        conn = self.conn
+        if conn is not None and conn.transport is not None:
+            conn.transport.resumeProducing()
+
+
+_CRLF = b"\r\n"
+_LAST_CHUNK = b"0\r\n\r\n"
+
+
+@implementer(IPushProducer)
+class UpstreamConnection(Protocol):
+    """An HTTP/1.1 client connection to one upstream endpoint, one request
+    at a time; back in the pool after a complete, keep-alive exchange."""
+
+    def __init__(self, pool: "UpstreamPool", key: tuple[str, int]) -> None:
+        self.pool = pool
+        self.key = key
+        self.callLater = pool.reactor.callLater
+        self._clock = pool.reactor.seconds
+        self.req: UpstreamRequest | None = None
+        self.parser: Any = None
+        self.connected_ = False
+        self.reused = False
+        self.got_bytes = False
+        self.head_done = False
+        self.status = 0
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.chunked_up = False
+        self.body_sent = True
+        self.close_delimited = False
+        self.head_only = False
+        self.head_bytes = 0
+        self.tunnel_client: Any = None
+        self._idle = LazyTimer(self)
+
+    # -- connection -----------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        self.connected_ = True
+        self.transport.registerProducer(self, True)
+
+    def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
+        self.connected_ = False
+        self._idle.stop()
+        self.pool.forget(self)
+        client = self.tunnel_client
+        if client is not None:
+            self.tunnel_client = None
+            client.tunnel = None
+            client.close()
+            return
+        req, self.req = self.req, None
+        if req is None or req.finished:
+            return
+        ex = req.ex
+        if not self.head_done:
+            if self.reused and not self.got_bytes and req.retry_after_stale():
+                return
+            req.fail(*(_MALFORMED if self.got_bytes else _RESET), reason.getErrorMessage() if reason else "closed")
+        elif self.close_delimited:
+            req._end()  # the body ends with the connection (RFC 9112 §6.3)
+            ex.finish()
+        else:
+            req._end()
+            self.pool.gateway.upstream_broke(ex, reason.getErrorMessage() if reason else "closed")
+
+    # IPushProducer, on our own transport: the upstream does not read the
+    # request body as fast as the client sends it.
+    def pauseProducing(self) -> None:
+        client = self.tunnel_client
+        if client is not None:
+            client.pause_body()
+        elif self.req is not None:
+            self.req.ex.proto.pause_body()
+
+    def resumeProducing(self) -> None:
+        client = self.tunnel_client
+        if client is not None:
+            client.resume_body()
+        elif self.req is not None:
+            self.req.ex.proto.resume_body()
+
+    def stopProducing(self) -> None:
+        pass
+
+    def idle_expired(self) -> None:
+        if self.req is None and self.transport is not None:
+            self.transport.loseConnection()
+
+    # -- the request ----------------------------------------------------------
+
+    def send(self, req: UpstreamRequest, reused: bool) -> None:
+        self.req = req
+        req.conn = self
+        self.reused = reused
+        self._idle.clear()
+        self.parser = httptools.HttpResponseParser(self)
+        self.got_bytes = self.head_done = self.close_delimited = False
+        self.head_bytes = 0
+        self.status = 0
+        self.reason = b""
+        self.headers = []
+        ex = req.ex
+        plan = req.plan
+        self.head_only = ex.method == b"HEAD"
+        lines = [b"%s %s HTTP/1.1\r\n" % (plan.method, plan.target)]
+        for name, values in plan.headers._raw.items():
+            for value in values:
+                lines.append(b"%s: %s\r\n" % (name, value))
+        body = ex.body
+        self.chunked_up = False
+        if body is not None:
+            if body.length is None:
+                self.chunked_up = True
+                lines.append(b"Transfer-Encoding: chunked\r\n")
+            else:
+                lines.append(b"Content-Length: %d\r\n" % body.length)
+            self.body_sent = False
+        else:
+            self.body_sent = True
+            if ex.content_length is not None:
+                lines.append(b"Content-Length: 0\r\n")
+        if ex.upgrade is not None:
+            lines.append(b"Connection: Upgrade\r\nUpgrade: %s\r\n" % ex.upgrade)
+        lines.append(_CRLF)
+        self.transport.write(b"".join(lines))
+        if body is not None:
+            body.attach(self)
+
+    def send_body(self, data: bytes) -> None:
+        if self.req is None or not data:
+            return
+        if self.chunked_up:
+            self.transport.writeSequence((b"%x\r\n" % len(data), data, _CRLF))
+        else:
+            self.transport.write(data)
+
+    def end_body(self) -> None:
+        if self.req is None:
+            return
+        if self.chunked_up:
+            self.transport.write(_LAST_CHUNK)
+        self.body_sent = True
+
+    # -- the response -----------------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        client = self.tunnel_client
+        if client is not None:
+            client.transport.write(data)
+            return
+        req = self.req
+        if req is None:
+            # Bytes nobody asked for (or after a finished HEAD answer): this
+            # connection's framing can no longer be trusted.
+            self.transport.loseConnection()
+            return
+        self.got_bytes = True
+        if not self.head_done:
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_RESPONSE_HEAD:
+                self._malformed("response head too large")
+                return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:
+            self._switch(data[exc.args[0]:])
+        except httptools.HttpParserError as exc:
+            self._malformed(str(exc))
+
+    def _malformed(self, error: str) -> None:
+        req, self.req = self.req, None
+        self.transport.abortConnection()
+        if req is None or req.finished:
+            return
+        if self.head_done:
+            req._end()
+            self.pool.gateway.upstream_broke(req.ex, f"malformed response body: {error}")
+        else:
+            req.fail(*_MALFORMED, error)
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self.head_done:
+            self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if status < 200 and status != 101:
+            # Interim answers (100, 103) are not passed on: the gateway
+            # answers Expect itself.
+            self.headers = []
+            self.reason = b""
+            return
+        req = self.req
+        if req is None or req.finished:
+            return
+        self.head_done = True
+        self.status = status
+        ex = req.ex
+        ex.proto.clear_deadline()
+        gateway = self.pool.gateway
+        if gateway.metrics is not None:
+            gateway.metrics.upstream_latency(ex, gateway.reactor.seconds() - ex.upstream_started)
+        hop: dict[bytes, bytes] = {}
+        lines = end_to_end_lines(self.headers, hop)
+        length = hop.get(b"content-length")
+        if status == 101:
+            if ex.upgrade is None:
+                raise httptools.HttpParserError("101 to a request that asked for no upgrade")
+            lines.append(b"Connection: Upgrade\r\nUpgrade: %s\r\n" % hop.get(b"upgrade", ex.upgrade))
+            ex.send_head(101, self.reason, lines, None)
+            return
+        if b"transfer-encoding" in hop:
+            length = None
+        elif length is None and status not in (204, 304) and not self.head_only:
+            self.close_delimited = True
+        if status == 204:
+            length = None
+        ex.send_head(status, self.reason, lines, length)
+        if self.head_only:
+            self._complete(self.parser.should_keep_alive() and not self.close_delimited)
+
+    def on_body(self, data: bytes) -> None:
+        req = self.req
+        if req is not None:
+            req.ex.write(data)
+
+    def on_message_complete(self) -> None:
+        if not self.head_done or self.req is None or self.status == 101:
+            return
+        self._complete(self.parser.should_keep_alive())
+
+    def _complete(self, keep_alive: bool) -> None:
+        req, self.req = self.req, None
+        assert req is not None
+        req._end()
+        if keep_alive and self.body_sent and not req.ex.client_gone:
+            self.pool.release(self)
+        else:
+            self.transport.loseConnection()
+        req.ex.finish()
+
+    # -- upgraded: a byte-for-byte splice ---------------------------------------
+
+    def _switch(self, rest: bytes) -> None:
+        req, self.req = self.req, None
+        if req is None or req.finished or self.status != 101:
+            self.transport.abortConnection()
+            return
+        req._end()
+        ex = req.ex
+        client = ex.proto
+        self.tunnel_client = client
+        client.tunnel = self
+        ex.tunnel = self
+        for chunk in client.take_tunnel_buffer():
+            self.transport.write(chunk)
+        if rest:
+            client.transport.write(rest)
+        client.tunnel_started(ex)
+
+    def write(self, data: bytes) -> None:
+        """Bytes from the client, once upgraded."""
+        self.transport.write(data)
+
+    def pause(self) -> None:
+        self.transport.pauseProducing()
+
+    def resume(self) -> None:
+        self.transport.resumeProducing()
+
+    def peer_lost(self) -> None:
+        """The client closed its side of the tunnel."""
+        self.tunnel_client = None
+        if self.transport is not None:
+            self.transport.loseConnection()
+
+
+class _Once(Factory):
+    """Builds the one connection it was made for (no log line per connect,
+    unlike ``connectProtocol``)."""
 
     noisy = False
 
-    def buildProtocol(self, addr: Any) -> _ClientProtocol:
-        return _ClientProtocol(self._quiescentCallback)
+    def __init__(self, conn: UpstreamConnection) -> None:
+        self.conn = conn
+
+    def buildProtocol(self, addr: Any) -> UpstreamConnection:
+        return self.conn
 
 
-class Forwarder:
-    """Owns the connection pool and the Agent; one per gateway process."""
+class UpstreamPool:
+    """Idle keep-alive connections per endpoint, and the forwarding of
+    requests through them. One per gateway process."""
 
     def __init__(self, reactor: Any, connect_timeout: float = CONNECT_TIMEOUT, max_per_host: int = 64,
                  idle_timeout: float = IDLE_TIMEOUT) -> None:
         self.reactor = reactor
-        self.pool = webclient.HTTPConnectionPool(reactor, persistent=True)
-        self.pool._factory = _ClientFactory
-        self.pool.maxPersistentPerHost = max_per_host
-        self.pool.cachedConnectionTimeout = idle_timeout
-        self.pool.retryAutomatically = True
-        self.agent = webclient.Agent.usingEndpointFactory(
-            reactor, _EndpointFactory(reactor, connect_timeout), pool=self.pool
-        )
+        self.connect_timeout = connect_timeout
+        self.max_per_host = max_per_host
+        self.idle_timeout = idle_timeout
+        self.gateway: Any = None
+        self.idle: dict[tuple[str, int], list[UpstreamConnection]] = {}
+        self._endpoints: dict[tuple[str, int], Any] = {}
+        self._labels: dict[tuple[str, int], str] = {}
+        self._all: set[UpstreamConnection] = set()
 
-    def close(self) -> Deferred:
-        return self.pool.closeCachedConnections()
-
-
-@implementer(IBodyProducer)
-class RequestBody:
-    """The client's request body, streamed to the upstream as it arrives.
-
-    Before the upstream connection takes it (and while plugins decide), up to
-    BODY_BUFFER_LIMIT bytes are buffered; past that the client is paused.
-    """
-
-    def __init__(self, length: int | None, pause: Callable[[], None], resume: Callable[[], None]) -> None:
-        self.length = UNKNOWN_LENGTH if length is None else length
-        self._pause = pause
-        self._resume = resume
-        self._buffer: list[bytes] = []
-        self._buffered = 0
-        self._consumer: Any = None
-        self._done: Deferred | None = None
-        self.complete = False
-        self._stopped = False
-        self._paused_by_us = False
-
-    # From the client channel -------------------------------------------------
-
-    def write(self, data: bytes) -> None:
-        if self._stopped:
-            return
-        if self._consumer is not None:
-            self._consumer.write(data)
-            return
-        self._buffer.append(data)
-        self._buffered += len(data)
-        if self._buffered > BODY_BUFFER_LIMIT and not self._paused_by_us:
-            self._paused_by_us = True
-            self._pause()
-
-    def finish(self) -> None:
-        self.complete = True
-        if self._done is not None and not self._stopped:
-            d, self._done = self._done, None
-            d.callback(None)
-
-    # IBodyProducer -------------------------------------------------------------
-
-    def startProducing(self, consumer: Any) -> Deferred:
-        self._consumer = consumer
-        buffered, self._buffer, self._buffered = self._buffer, [], 0
-        for chunk in buffered:
-            consumer.write(chunk)
-        if self._paused_by_us:
-            self._paused_by_us = False
-            self._resume()
-        self._done = Deferred()
-        if self.complete:
-            d, self._done = self._done, None
-            d.callback(None)
-            return d
-        return self._done
-
-    def pauseProducing(self) -> None:
-        self._pause()
-
-    def resumeProducing(self) -> None:
-        self._resume()
-
-    def stopProducing(self) -> None:
-        self._stopped = True
-        self._consumer = None
-        self._done = None
-
-
-_BODY_COMPLETE = (ResponseDone, PotentialDataLoss)
-
-
-class ResponseRelay(Protocol):
-    """Streams an upstream response body into the client request."""
-
-    def __init__(self, request: Any, finished: Callable[[Failure | None], None]) -> None:
-        self.request = request
-        self._finished = finished
-
-    def connectionMade(self) -> None:
-        self.request.registerProducer(self.transport, True)
-
-    def dataReceived(self, data: bytes) -> None:
-        self.request.write(data)
-
-    def connectionLost(self, reason: Failure = Failure(ierror.ConnectionDone())) -> None:
-        self.request.unregisterProducer()
-        # isinstance on classes imported once: Failure.check through the
-        # deprecated-module proxy of twisted.web.client costs microseconds.
-        if isinstance(reason.value, _BODY_COMPLETE):
-            self._finished(None)
+    def forward(self, ex: Any, plan: Any) -> None:
+        endpoint = plan.endpoint
+        key = (endpoint.host, endpoint.port)
+        label = self._labels.get(key)
+        if label is None:
+            label = f"{endpoint.host}:{endpoint.port}"
+            if len(self._labels) < 4096:
+                self._labels[key] = label
+        ex.upstream_label = label
+        ex.upstream_started = self.reactor.seconds()
+        req = ex.upstream = UpstreamRequest(self, ex, plan, key)
+        # Like Envoy, the route timeout runs once the client has sent the
+        # whole request: a slow upload is not the upstream's fault.
+        if ex.body_complete:
+            req.arm_timeout()
         else:
-            self._finished(reason)
+            ex.on_body_complete = req.arm_timeout
+        idle = self.idle.get(key)
+        while idle:
+            conn = idle.pop()
+            if conn.connected_:
+                conn.send(req, reused=True)
+                return
+        req.connect()
 
+    def connect(self, key: tuple[str, int]) -> Any:
+        endpoint = self._endpoints.get(key)
+        if endpoint is None:
+            endpoint = self._endpoints[key] = self._endpoint(*key)
+        conn = UpstreamConnection(self, key)
+        self._all.add(conn)
+        return endpoint.connect(_Once(conn))
 
-def _can_copy_raw() -> bool:
-    """Whether Headers keeps canonical names in ``_rawHeaders``, as Twisted
-    22+ does: then end-to-end headers can be copied as they are instead of
-    being encoded and sanitised again value by value (they already were,
-    when Twisted parsed or stored them)."""
-    probe = Headers()
-    probe.addRawHeader(b"x-probe-name", b"v")
-    raw = getattr(probe, "_rawHeaders", None)
-    return isinstance(raw, dict) and list(raw.items()) == list(probe.getAllRawHeaders())
+    def _endpoint(self, host: str, port: int) -> Any:
+        if ":" in host:
+            return TCP6ClientEndpoint(self.reactor, host.strip("[]"), port, timeout=self.connect_timeout)
+        if host.replace(".", "").isdigit():
+            return TCP4ClientEndpoint(self.reactor, host, port, timeout=self.connect_timeout)
+        return HostnameEndpoint(self.reactor, host, port, timeout=self.connect_timeout)
 
+    def release(self, conn: UpstreamConnection) -> None:
+        """A connection that finished a keep-alive exchange."""
+        idle = self.idle.setdefault(conn.key, [])
+        if not conn.connected_ or len(idle) >= self.max_per_host:
+            if conn.transport is not None:
+                conn.transport.loseConnection()
+            return
+        conn.req = None
+        idle.append(conn)
+        if self.idle_timeout:
+            conn._idle.set(self.idle_timeout, conn.idle_expired)
 
-_COPY_RAW = _can_copy_raw()
+    def forget(self, conn: UpstreamConnection) -> None:
+        self._all.discard(conn)
+        idle = self.idle.get(conn.key)
+        if idle and conn in idle:
+            idle.remove(conn)
 
+    def close(self) -> Any:
+        """Close every idle connection (on shutdown)."""
+        for idle in self.idle.values():
+            for conn in list(idle):
+                if conn.transport is not None:
+                    conn.transport.loseConnection()
+        self.idle.clear()
+        return succeed(None)
 
-def twisted_headers(headers: Any) -> Headers:
-    """twistgw's :class:`~twistgw.api.headers.Headers` as Twisted's, for the
-    Agent: the same dict of canonical names when Twisted keeps one (no copy)."""
-    if _COPY_RAW:
-        out = Headers()
-        out._rawHeaders = headers._raw
-        return out
-    return Headers({name: values for name, values in headers.getAllRawHeaders()})
-
-
-def copy_response_headers(response: Any, request: Any) -> None:
-    conn = getattr(response, "connection_headers", None)
-    out = request.responseHeaders
-    connection = conn.getRawHeaders(b"connection") if conn is not None else None
-    if _COPY_RAW:
-        copy_end_to_end(response.headers, out._rawHeaders, connection)
-    else:
-        kept: dict[bytes, list[bytes]] = {}
-        copy_end_to_end(response.headers, kept, connection)
-        for name, values in kept.items():
-            out.setRawHeaders(name, values)
-    code = response.code
-    length = response.length
-    if code == 204 or code < 200:
-        # RFC 9110 §8.6: never a Content-Length on 1xx or 204.
-        out.removeHeader(b"content-length")
-    elif code == 304 or request.method == b"HEAD":
-        # No body follows; Content-Length, if any, describes the
-        # representation: pass the upstream's on, never Twisted's 0.
-        cl = response.headers.getRawHeaders(b"content-length")
-        if not cl and conn is not None:
-            cl = conn.getRawHeaders(b"content-length")
-        if cl:
-            out.setRawHeaders(b"content-length", cl[:1])
-        else:
-            out.removeHeader(b"content-length")
-    elif length is not UNKNOWN_LENGTH and length is not None:
-        out.setRawHeaders(b"content-length", [b"%d" % length])
-
-
-def classify_failure(failure: Failure) -> tuple[int, bytes, str]:
-    """Map an upstream failure to (status, body, short reason), like Envoy."""
-    if failure.check(DeferTimeout, CancelledError):
-        return 504, b"upstream request timeout", "timeout"
-    if failure.check(ierror.TimeoutError):
-        return 503, b"upstream connect error or disconnect/reset before headers. reset reason: connection timeout", "connect timeout"
-    if failure.check(ResponseNeverReceived, ResponseFailed, RequestTransmissionFailed, RequestGenerationFailed):
-        reasons = getattr(failure.value, "reasons", []) or []
-        # Agent reports a cancelled request (our response timeout) wrapped.
-        if any(isinstance(r, Failure) and r.check(DeferTimeout, CancelledError) for r in reasons):
-            return 504, b"upstream request timeout", "timeout"
-        for r in reasons:
-            if isinstance(r, Failure) and (r.check(ParseError, ValueError) or "Parse" in type(r.value).__name__):
-                return 502, b"upstream sent a malformed response", "malformed response"
-        if failure.check(ResponseFailed) and not failure.check(ResponseNeverReceived):
-            return 502, b"upstream sent a malformed response", "malformed response"
-        return 503, b"upstream connect error or disconnect/reset before headers. reset reason: connection termination", "reset"
-    if failure.check(ierror.ConnectError, ierror.ConnectionLost, ierror.ConnectionClosed, ierror.DNSLookupError):
-        return 503, b"upstream connect error or disconnect/reset before headers. reset reason: connection failure", "refused"
-    return 502, b"upstream error", f"unexpected: {failure.type.__name__}"
-
-
-__all__ = [
-    "BODY_BUFFER_LIMIT",
-    "Forwarder",
-    "RequestBody",
-    "ResponseRelay",
-    "classify_failure",
-    "copy_response_headers",
-    "twisted_headers",
-]

@@ -26,7 +26,7 @@ from twistgw.core.accesslog import AccessLog
 from twistgw.core.plugins import GatewayInfo, PluginHost
 from twistgw.core.snapshot import Snapshot, build_snapshot
 from twistgw.engine.server import Gateway, GatewayFactory
-from twistgw.engine.upstream import Forwarder
+from twistgw.engine.upstream import UpstreamPool
 from twistgw.runtime.admin import AdminRoot, quiet_site
 from twistgw.runtime.devecho import start_echo
 from twistgw.runtime.metrics import Metrics
@@ -81,7 +81,7 @@ class GatewayService(service.MultiService):
         self.plugins = plugins or PluginHost.create()
         self.metrics = shared_metrics()
         self.plugins.configure(GatewayInfo(reactor, self.metrics.registry, Logger(namespace="twistgw.plugin")))
-        self.gateway = Gateway(reactor, self.plugins, Forwarder(reactor, idle_timeout=idle_timeout),
+        self.gateway = Gateway(reactor, self.plugins, UpstreamPool(reactor, idle_timeout=idle_timeout),
                                self.metrics, access_log, upstream_timeout)
         self.poll_interval = poll_interval
         self.drain_timeout = drain_timeout

@@ -1,0 +1,66 @@
+"""Deadlines that move without touching the reactor on every request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["LazyTimer"]
+
+
+class LazyTimer:
+    """A deadline that moves without touching the reactor.
+
+    ``set`` records when the deadline falls; a reactor call is made only
+    when none is pending, or when the new deadline is earlier than the
+    pending call. A call that finds the deadline moved later sets itself
+    again for it; one that finds it cleared does nothing. So a deadline
+    re-set on every request of a keep-alive connection costs two attribute
+    writes, and the reactor sees about one call per timeout period.
+    """
+
+    __slots__ = ("_owner", "_due", "_action", "_call", "_call_at")
+
+    def __init__(self, owner: Any) -> None:
+        self._owner = owner  # has callLater and _clock
+        self._due = 0.0
+        self._action: Any = None
+        self._call: Any = None
+        self._call_at = 0.0
+
+    @property
+    def armed(self) -> bool:
+        return self._action is not None
+
+    def set(self, seconds: float, action: Any) -> None:
+        due = self._owner._clock() + seconds
+        self._due, self._action = due, action
+        call = self._call
+        if call is None or not call.active():
+            self._call = self._owner.callLater(seconds, self._fire)
+            self._call_at = due
+        elif due < self._call_at:
+            call.reset(seconds)
+            self._call_at = due
+
+    def clear(self) -> None:
+        self._action = None  # a pending call will find nothing to do
+
+    def stop(self) -> None:
+        self._action = None
+        if self._call is not None:
+            if self._call.active():
+                self._call.cancel()
+            self._call = None
+
+    def _fire(self) -> None:
+        self._call = None
+        action = self._action
+        if action is None:
+            return
+        remaining = self._due - self._owner._clock()
+        if remaining > 0:  # moved later since the call was made
+            self._call = self._owner.callLater(remaining, self._fire)
+            self._call_at = self._due
+            return
+        self._action = None
+        action()
