@@ -14,6 +14,7 @@ gateway reports file, line, resource and field like its own errors;
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import re
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -22,11 +23,40 @@ from twistgw.api.types import OptionsError
 
 Path = tuple[str | int, ...]
 
-__all__ = ["DURATION_UNITS", "Path", "Problems", "check_fields", "is_kubernetes_name", "is_token", "parse_duration",
+__all__ = ["DURATION_UNITS", "Path", "Problems", "check_fields", "is_kubernetes_name", "is_token", "loopback_problem", "parse_duration",
            "require_mapping", "type_name", "unknown_field"]
 
 #: A Kubernetes object name (RFC 1123 subdomain): lower-case letters, digits, '-' and '.'.
 _KUBERNETES_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def loopback_problem(listen: str, allow_unix: bool = True) -> str | None:
+    """Why a Twisted server endpoint string (``tcp:8081:interface=127.0.0.1``)
+    could accept connections from other hosts, or None when it listens on
+    loopback only: ``tcp``/``tcp6`` on a loopback ``interface=`` (or
+    ``localhost``), or a ``unix`` socket when ``allow_unix``. For development
+    servers a plugin starts (the extauth plugin's in-memory directory)."""
+    parts = re.split(r"(?<!\\):", listen)
+    kind = parts[0].strip().lower()
+    if kind == "unix" and allow_unix:
+        return None
+    if kind not in ("tcp", "tcp6"):
+        kinds = "a tcp: or unix:" if allow_unix else "a tcp:"
+        return f"must be {kinds} endpoint, got {listen!r}"
+    interface = None
+    for part in parts[1:]:
+        if part.startswith("interface="):
+            interface = part[len("interface="):].replace("\\", "")
+    if interface is None:
+        return (f"{listen!r} has no interface= and would listen on every address;"
+                " only loopback is allowed here (add :interface=127.0.0.1)")
+    if interface == "localhost":
+        return None
+    try:
+        loopback = ipaddress.ip_address(interface).is_loopback
+    except ValueError:
+        loopback = False
+    return None if loopback else f"interface {interface!r} is not a loopback address; only loopback is allowed here"
 
 
 def is_kubernetes_name(text: str) -> bool:

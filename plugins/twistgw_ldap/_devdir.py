@@ -18,15 +18,13 @@ in the LDIF), plain-text or ``{SSHA}`` passwords, nothing persisted.
 from __future__ import annotations
 
 import hashlib
-import re
-import ipaddress
 import os
 from typing import Any, Mapping
 
 from ldaptor import inmemory, interfaces
 from ldaptor.protocols.ldap.ldapserver import LDAPServer
 from twisted.internet import defer
-from twistgw.options import unknown_field
+from twistgw.options import loopback_problem, unknown_field
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger
@@ -67,28 +65,9 @@ registerAdapter(lambda factory: factory.root, _Factory, interfaces.IConnectedLDA
 
 def check_loopback(listen: str) -> None:
     """Refuse any endpoint that would accept connections from other hosts."""
-    parts = re.split(r"(?<!\\):", listen)
-    kind = parts[0].strip().lower()
-    if kind == "unix":
-        return
-    if kind not in ("tcp", "tcp6"):
-        raise DevDirectoryError(f"listen must be a tcp: or unix: endpoint, got {listen!r}")
-    interface = None
-    for p in parts[1:]:
-        if p.startswith("interface="):
-            interface = p[len("interface="):].replace("\\", "")
-    if interface is None:
-        raise DevDirectoryError(
-            f"listen {listen!r} has no interface= and would listen on every address;"
-            " the development directory only listens on loopback (add :interface=127.0.0.1)")
-    if interface != "localhost":
-        try:
-            loopback = ipaddress.ip_address(interface).is_loopback
-        except ValueError:
-            loopback = False
-        if not loopback:
-            raise DevDirectoryError(f"listen interface {interface!r} is not a loopback address;"
-                                    " the development directory only listens on loopback")
+    problem = loopback_problem(listen)
+    if problem is not None:
+        raise DevDirectoryError(f"listen {problem}; the development directory only listens on loopback")
 
 
 def read_settings(settings: Mapping[str, Any], config_dir: str) -> tuple[str, str] | None:

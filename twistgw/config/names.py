@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from twistgw.options import loopback_problem
+
 #: RFC 3986 ``unreserved`` (lower-cased): what a reg-name or IPv4 address may
 #: hold here. Percent-encoding and ``sub-delims`` (``!$&'()*+,;=``) are valid
 #: in a reg-name but in no DNS name: they only serve to build ambiguities.
@@ -84,14 +86,7 @@ def with_backlog(description: str, backlog: int) -> str:
 def is_loopback_endpoint(description: str) -> bool:
     """Whether a Twisted server endpoint string listens on loopback only
     (``tcp:PORT:interface=127.0.0.1`` or ``::1``)."""
-    parts = description.split(":")
-    if not parts or parts[0] not in ("tcp", "tcp6"):
-        return False
-    for part in parts[1:]:
-        if part.startswith("interface="):
-            iface = part.split("=", 1)[1].replace("\\", "")
-            return iface.startswith("127.") or iface in ("::1", "localhost")
-    return False
+    return loopback_problem(description, allow_unix=False) is None
 
 
 def is_yaml_file(name: str) -> bool:
