@@ -100,13 +100,19 @@ class OptionsError(Exception):
         return combined
 
     def dotted_path(self) -> str:
-        out = ""
-        for part in self.path:
-            if isinstance(part, int):
-                out += f"[{part}]"
-            else:
-                out += ("." if out else "") + str(part)
-        return out
+        return path_text(self.path)
+
+
+def path_text(path: Sequence[str | int]) -> str:
+    """A field path as people write it: ``("providers", "main", "keys", 0)``
+    → ``providers.main.keys[0]``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
 
 
 # --------------------------------------------------------------------------

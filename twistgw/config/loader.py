@@ -14,7 +14,7 @@ from typing import Any, Iterator, Mapping
 import attrs
 import yaml
 
-from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
+from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo, path_text
 from twistgw.config.matchers import Matcher, parse_matcher
 from twistgw.config.names import host_without_port, is_loopback_endpoint, is_yaml_file
 from twistgw.options import is_kubernetes_name, parse_duration, unknown_field
@@ -104,16 +104,6 @@ class ConfigError(Exception):
         unique.sort(key=lambda i: (i.file, -1 if i.document is None else i.document, i.line or 0))
         self.issues = unique
         super().__init__("\n".join(str(i) for i in unique))
-
-
-def path_text(path: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
 
 
 # ---------------------------------------------------------------------------
