@@ -17,6 +17,17 @@ if ! command -v slapd >/dev/null 2>&1 && [ ! -x /usr/sbin/slapd ]; then
   fi
 fi
 
+if ! command -v curl >/dev/null 2>&1; then
+  echo "run-tests: curl is required: the TLS listener tests run the real curl binary." >&2
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null
+  else
+    echo "run-tests: install it with: sudo apt-get install curl" >&2
+    exit 1
+  fi
+fi
+
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip

@@ -26,7 +26,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer
 
-from engine_helpers import ENGINE_CONFIG, Engine
+from engine_helpers import Engine, engine_config
 from support.http import wait_for
 from support.plugins import DenyAll
 from support.recorder import Recorder, start_recorder
@@ -49,7 +49,7 @@ def recorders() -> Any:
 @pytest.fixture
 def eng(recorders: Any, unused_port: int, config_dir: Any, gateway: Any) -> Any:
     rec = recorders()
-    g = gateway(config_dir(ENGINE_CONFIG.format(port=rec.port, refused=unused_port)),
+    g = gateway(config_dir(engine_config(rec.port, unused_port)),
                 plugins=[("denyall", DenyAll())], head_timeout=0.5, idle_timeout=1.0)
     e = Engine(g, rec)
     yield e

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from support.http import raw_exchange
+from support.http import raw_exchange, static_upstream_yaml, vs_yaml
 
 
 def ENGINE(why: str) -> Any:
@@ -27,45 +27,26 @@ def HEADER_POLICY(why: str) -> Any:
     return pytest.mark.xfail(strict=True, reason=f"needs the #13 header policy: {why}")
 
 
-ENGINE_CONFIG = """\
-apiVersion: core.vendor.io/v1
-kind: Upstream
-metadata: {{name: rec}}
-spec: {{static: {{hosts: [{{addr: 127.0.0.1, port: {port}}}]}}}}
----
-apiVersion: core.vendor.io/v1
-kind: Upstream
-metadata: {{name: refused}}
-spec: {{static: {{hosts: [{{addr: 127.0.0.1, port: {refused}}}]}}}}
----
-apiVersion: gateway.vendor.io/v1
-kind: VirtualService
-metadata: {{name: v}}
-spec:
-  virtualHost:
-    domains: [gw.test]
-    routes:
-    - matchers: [{{prefix: /protected}}]
-      routeAction: {{single: {{upstream: {{name: rec}}}}}}
-      options: {{denyall: {{}}}}
-    - matchers: [{{prefix: /slow}}]
-      routeAction: {{single: {{upstream: {{name: rec}}}}}}
-      options: {{timeout: 300ms}}
-    - matchers: [{{prefix: /refused}}]
-      routeAction: {{single: {{upstream: {{name: refused}}}}}}
-    - matchers: [{{prefix: /}}]
-      routeAction: {{single: {{upstream: {{name: rec}}}}}}
----
-apiVersion: gateway.vendor.io/v1
-kind: VirtualService
-metadata: {{name: star}}
-spec:
-  virtualHost:
-    domains: ["*"]
-    routes:
-    - matchers: [{{prefix: /}}]
-      directResponseAction: {{status: 200, body: star}}
-"""
+def route(prefix: str, upstream: str, options: str = "") -> str:
+    """One entry of a ``routes:`` list (for :func:`support.http.vs_yaml`)."""
+    text = (f"    - matchers: [{{prefix: {prefix}}}]\n"
+            f"      routeAction: {{single: {{upstream: {{name: {upstream}}}}}}}\n")
+    return text + (f"      options: {options}\n" if options else "")
+
+
+def direct(prefix: str, body: str, options: str = "") -> str:
+    """A route answering ``200 body`` itself."""
+    text = f"    - matchers: [{{prefix: {prefix}}}]\n      directResponseAction: {{status: 200, body: {body}}}\n"
+    return text + (f"      options: {options}\n" if options else "")
+
+
+def engine_config(port: int, refused: int) -> str:
+    """The ``eng`` fixture's configuration (see conftest.py)."""
+    routes = (route("/protected", "rec", "{denyall: {}}") + route("/slow", "rec", "{timeout: 300ms}")
+              + route("/refused", "refused") + route("/", "rec"))
+    return "---\n".join([
+        static_upstream_yaml("rec", [port]), static_upstream_yaml("refused", [refused]),
+        vs_yaml("v", domains=["gw.test"], routes=routes), vs_yaml("star", routes=direct("/", "star"))])
 
 
 class Engine:

@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 import pytest_twisted
 
-from engine_helpers import assert_400_and_closed, get, jwt_route_options
+from engine_helpers import assert_400_and_closed, direct, get, jwt_route_options
+from support.http import vs_yaml
 from support.process import TwistGateway
 
 # ---------------------------------------------------------------------------
@@ -159,20 +160,10 @@ async def test_forwarded_and_x_real_ip_are_the_gateways(eng: Any) -> None:
 
 
 def jwt_config(tmp: Path, pem: str) -> str:
+    """A directory: every request needs a JWT of ``jwt_key``, then ``200 hello``."""
     d = tmp / "cfg"
     d.mkdir()
-    (d / "vs.yaml").write_text(f"""\
-apiVersion: gateway.vendor.io/v1
-kind: VirtualService
-metadata: {{name: v}}
-spec:
-  virtualHost:
-    domains: ["*"]
-    routes:
-    - matchers: [{{prefix: /}}]
-      directResponseAction: {{status: 200, body: hello}}
-      options: {jwt_route_options(pem)}
-""")
+    (d / "vs.yaml").write_text(vs_yaml(routes=direct("/", "hello", jwt_route_options(pem))))
     return str(d)
 
 

@@ -26,7 +26,7 @@ import pytest_twisted
 from twisted.internet import defer
 
 import twistgw
-from engine_helpers import assert_400_and_closed, get, still_served
+from engine_helpers import assert_400_and_closed, get, route, still_served
 from support.http import raw_connect, reactor, sleep, static_upstream_yaml, vs_yaml, wait_for
 from support.recorder import CLOSE, RESET, Pieces, dechunk
 
@@ -313,9 +313,7 @@ class SlowAllow:
 async def test_100_continue_comes_only_after_the_chain_admits(recorders: Any, config_dir: Any,
                                                                gateway: Any) -> None:
     rec = recorders()
-    routes = ("    - matchers: [{prefix: /}]\n"
-              "      routeAction: {single: {upstream: {name: rec}}}\n"
-              "      options: {slowallow: {}}\n")
+    routes = route("/", "rec", "{slowallow: {}}")
     gw = gateway(config_dir(static_upstream_yaml("rec", [rec.port]) + "---\n" + vs_yaml(upstream="rec", routes=routes)),
                  plugins=[("slowallow", SlowAllow())])
     client = await raw_connect(gw.port)
@@ -508,8 +506,8 @@ async def test_connection_cannot_name_away_what_the_gateway_needs(eng: Any, name
     "http://u@gw.test/x",         # userinfo
     "http://u:p@gw.test/x",
     "ftp://gw.test/x",            # not http(s)
-    "http:///x",
-    "http://gw.test:99999999/x",
+    "http:///x",                  # empty authority
+    "http://gw.test:99999999/x",  # not a port
 ])
 @pytest_twisted.ensureDeferred
 async def test_bad_absolute_form_is_400(eng: Any, target: str) -> None:

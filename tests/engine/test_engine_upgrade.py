@@ -13,7 +13,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import threads
 
-from engine_helpers import ENGINE_CONFIG
+from engine_helpers import engine_config
 from support.http import raw_exchange, wait_for
 from support.plugins import DenyAll
 
@@ -115,7 +115,7 @@ async def test_denied_upgrade_gets_the_plugins_answer(ws_gateway: Any) -> None:
 async def test_upgrade_refused_by_the_upstream_is_relayed_and_closed(recorders: Any, config_dir: Any,
                                                                       gateway: Any, unused_port: int) -> None:
     rec = recorders(lambda r: b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 4\r\n\r\nnope")
-    gw = gateway(config_dir(ENGINE_CONFIG.format(port=rec.port, refused=unused_port)),
+    gw = gateway(config_dir(engine_config(rec.port, unused_port)),
                  plugins=[("denyall", DenyAll())])
     req = b"GET /chat HTTP/1.1\r\nHost: gw.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
     res = await raw_exchange(gw.port, req, timeout=3)
