@@ -25,6 +25,7 @@ from twistgw.core.accesslog import AccessLog
 from twistgw.core.pipeline import INTERNAL_ERROR, Forward, LocalResponse, Pipeline, Plan, RequestHead
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import Snapshot
+from twistgw.engine import wire
 from twistgw.engine.timers import LazyTimer
 from twistgw.engine.upstream import BODY_BUFFER_LIMIT, RequestBody, UpstreamPool, status_line
 
@@ -94,7 +95,7 @@ class Exchange:
     __slots__ = ("proto", "method", "target", "version", "headers", "keep_alive", "body", "body_complete",
                  "expect_continue", "upgrade", "head", "status", "started", "upstream_label", "upstream",
                  "chunked", "no_body", "done", "recorded", "upstream_started", "on_body_complete", "tunnel",
-                 "client_gone", "content_length")
+                 "client_gone", "content_length", "held")
 
     def __init__(self, proto: "GatewayProtocol", method: bytes, target: bytes, version: bytes,
                  headers: Headers, keep_alive: bool, started: float) -> None:
@@ -122,6 +123,8 @@ class Exchange:
         self.tunnel: Any = None
         self.client_gone = False
         self.content_length: bytes | None = None
+        #: a response head waiting to go out with the first body bytes
+        self.held: bytes | None = None
 
     @property
     def ctx(self) -> RequestContext | None:
@@ -134,10 +137,14 @@ class Exchange:
 
     # -- the response ----------------------------------------------------------
 
-    def send_head(self, status: int, reason: bytes, lines: list[bytes], length: bytes | None) -> None:
+    def send_head(self, status: int, reason: bytes, lines: list[bytes], length: bytes | None,
+                  hold: bool = False) -> None:
         """Write the status line and ``lines`` (each ``b"Name: value\\r\\n"``)
         with the framing: ``length`` (the Content-Length value) or, when
-        None and a body may follow, chunked (HTTP/1.1) or close-delimited."""
+        None and a body may follow, chunked (HTTP/1.1) or close-delimited.
+
+        ``hold``: keep the head until the first body bytes (or
+        :meth:`flush`, or :meth:`finish`) so both go out in one write."""
         self.status = status
         no_body = self.no_body = status in _NO_BODY_STATUS or self.method == b"HEAD" or status < 200
         if not self.body_complete:
@@ -158,22 +165,36 @@ class Exchange:
             lines.append(_CLOSE)
         lines.append(b"\r\n")
         lines.insert(0, status_line(status, reason))
-        self.proto.transport.write(b"".join(lines))
+        if hold:
+            self.held = b"".join(lines)
+        else:
+            wire.write(self.proto.transport, b"".join(lines))
+
+    def _out(self, data: bytes) -> None:
+        held = self.held
+        if held is not None:
+            self.held = None
+            data = held + data
+        if data and not self.client_gone:
+            wire.write(self.proto.transport, data)
+
+    def flush(self) -> None:
+        """Write a held head."""
+        if self.held is not None:
+            self._out(b"")
 
     def write(self, data: bytes) -> None:
         if self.no_body or not data or self.client_gone:
             return
         if self.chunked:
-            self.proto.transport.writeSequence((b"%x\r\n" % len(data), data, b"\r\n"))
-        else:
-            self.proto.transport.write(data)
+            data = b"%x\r\n%s\r\n" % (len(data), data)
+        self._out(data)
 
     def finish(self) -> None:
         if self.done:
             return
         self.done = True
-        if self.chunked and not self.client_gone:
-            self.proto.transport.write(_CHUNK_END)
+        self._out(_CHUNK_END if self.chunked else b"")
         self.proto.exchange_done(self)
 
     def respond(self, answer: LocalResponse) -> None:
@@ -187,7 +208,7 @@ class Exchange:
         for name, value in answer.headers:
             lines.append(b"%s: %s\r\n" % (name, value))
         status = answer.status
-        self.send_head(status, b"", lines, None if status == 304 else b"%d" % len(body))
+        self.send_head(status, b"", lines, None if status == 304 else b"%d" % len(body), hold=True)
         if body:
             self.write(body)
         self.finish()
@@ -198,6 +219,7 @@ class Exchange:
         if self.done:
             return
         self.done = True
+        self.held = None
         self.keep_alive = False
         self.proto.abandon_input()
         self.proto.exchange_done(self)
@@ -679,7 +701,7 @@ class Gateway:
         if type(plan) is Forward:
             if ex.expect_continue and not ex.body_complete:
                 # Only now, after the chain admitted it, invite the body.
-                ex.proto.transport.write(_CONTINUE)
+                wire.write(ex.proto.transport, _CONTINUE)
             self.forwarder.forward(ex, plan)
         else:
             ex.respond(plan)

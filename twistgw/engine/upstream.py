@@ -24,6 +24,7 @@ from zope.interface import implementer
 
 from twistgw.config.defaults import CONNECT_TIMEOUT, IDLE_TIMEOUT
 from twistgw.core.headers import end_to_end_lines
+from twistgw.engine import wire
 from twistgw.engine.timers import LazyTimer
 
 __all__ = ["BODY_BUFFER_LIMIT", "RequestBody", "UpstreamConnection", "UpstreamPool", "classify_connect_failure",
@@ -266,7 +267,12 @@ class UpstreamConnection(Protocol):
 
     def connectionMade(self) -> None:
         self.connected_ = True
-        self.transport.registerProducer(self, True)
+        transport = self.transport
+        transport.registerProducer(self, True)
+        if transport.__class__ in wire.PLAIN_TCP:
+            # The endpoint put a _WrappingProtocol between the transport and
+            # us, a Python call per read for nothing once connected.
+            transport.protocol = self
 
     def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
         self.connected_ = False
@@ -352,7 +358,7 @@ class UpstreamConnection(Protocol):
         if ex.upgrade is not None:
             lines.append(b"Connection: Upgrade\r\nUpgrade: %s\r\n" % ex.upgrade)
         lines.append(_CRLF)
-        self.transport.write(b"".join(lines))
+        wire.write(self.transport, b"".join(lines))
         if body is not None:
             body.attach(self)
 
@@ -360,15 +366,14 @@ class UpstreamConnection(Protocol):
         if self.req is None or not data:
             return
         if self.chunked_up:
-            self.transport.writeSequence((b"%x\r\n" % len(data), data, _CRLF))
-        else:
-            self.transport.write(data)
+            data = b"%x\r\n%s\r\n" % (len(data), data)
+        wire.write(self.transport, data)
 
     def end_body(self) -> None:
         if self.req is None:
             return
         if self.chunked_up:
-            self.transport.write(_LAST_CHUNK)
+            wire.write(self.transport, _LAST_CHUNK)
         self.body_sent = True
 
     # -- the response -----------------------------------------------------------
@@ -376,7 +381,7 @@ class UpstreamConnection(Protocol):
     def dataReceived(self, data: bytes) -> None:
         client = self.tunnel_client
         if client is not None:
-            client.transport.write(data)
+            wire.write(client.transport, data)
             return
         req = self.req
         if req is None:
@@ -390,12 +395,15 @@ class UpstreamConnection(Protocol):
             if self.head_bytes > MAX_RESPONSE_HEAD:
                 self._malformed("response head too large")
                 return
+        ex = req.ex
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
             self._switch(data[exc.args[0]:])
         except httptools.HttpParserError as exc:
             self._malformed(str(exc))
+        if ex.held is not None:
+            ex.flush()  # the head came without (all of) its body
 
     def _malformed(self, error: str) -> None:
         req, self.req = self.req, None
@@ -448,7 +456,7 @@ class UpstreamConnection(Protocol):
             self.close_delimited = True
         if status == 204:
             length = None
-        ex.send_head(status, self.reason, lines, length)
+        ex.send_head(status, self.reason, lines, length, hold=True)
         if self.head_only:
             self._complete(self.parser.should_keep_alive() and not self.close_delimited)
 
@@ -493,7 +501,7 @@ class UpstreamConnection(Protocol):
 
     def write(self, data: bytes) -> None:
         """Bytes from the client, once upgraded."""
-        self.transport.write(data)
+        wire.write(self.transport, data)
 
     def pause(self) -> None:
         self.transport.pauseProducing()
