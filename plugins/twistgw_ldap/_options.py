@@ -396,8 +396,10 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope,
         if use_sa and account is None:
             raise c.fail("groupLookupSettings.credentialsSecretRef",
                          "is required when checkGroupsWithServiceAccount is true")
-        if not use_sa:
-            account = None
+        if not use_sa and account is not None:
+            raise c.fail("groupLookupSettings.credentialsSecretRef",
+                         "is used only with checkGroupsWithServiceAccount: true (the groups are otherwise"
+                         " looked up as the user); set that, or remove the reference")
 
     groups_header, user_header = b"", b""
     with c.checking():

@@ -155,6 +155,11 @@ AC = "AuthConfig default/ldap: spec.configs[0].ldap"
     ({"groupLookupSettings": {"checkGroupsWithServiceAccount": True,
                               "credentialsSecretRef": {"name": "missing"}}},
      "groupLookupSettings.credentialsSecretRef", "dangling reference: no Secret default/missing"),
+    ({"groupLookupSettings": {"checkGroupsWithServiceAccount": False,
+                              "credentialsSecretRef": {"name": "ldap-sa"}}},
+     "groupLookupSettings.credentialsSecretRef", "is used only with checkGroupsWithServiceAccount: true"),
+    ({"groupLookupSettings": {"credentialsSecretRef": {"name": "ldap-sa"}}},
+     "groupLookupSettings.credentialsSecretRef", "is used only with checkGroupsWithServiceAccount: true"),
     ({"realm": 'a"b'}, "realm", "no quote"),
     ({"adress": "x"}, "adress", "unknown field"),
 ])
