@@ -92,6 +92,7 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
     from twistgw.api.headers import canonical_name, is_token
     from twistgw.api.types import Allow, Deny
     from twistgw.config.loader import ConfigError
+    from twistgw.core.pipeline import subset_text
     from twistgw.core.plan import Forward
     from twistgw.testing import ChainTester
 
@@ -148,7 +149,8 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
         print(f"Result: direct response {result.status}")
     else:
         ups = plan.upstream
-        print(f"Result: forwarded to upstream {ups.namespace}/{ups.name}"
+        chosen = f", subset {subset_text(ups.subset)}" if ups.subset else ""
+        print(f"Result: forwarded to upstream {ups.namespace}/{ups.name}{chosen}"
               f" ({plan.endpoint.host}:{plan.endpoint.port}) as {plan.target.decode('latin-1')}")
         print("Headers sent upstream:")
         for name, values in plan.headers.getAllRawHeaders():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import base64
 import functools
 import json
@@ -303,3 +305,33 @@ def _stop_deferred(self: KeySetServer) -> Any:
 
 
 KeySetServer.stop_deferred = _stop_deferred  # type: ignore[attr-defined]
+
+
+def claim_routing_virtual_service(name: str) -> str:
+    """The head of Gloo's JWT claim-routing guide's VirtualService, in
+    namespace ``gloo-system``: provider ``solo`` (issuer ``solo.io``, key 0),
+    the token in ``x-token`` or ``?token=``, the ``org`` claim copied to
+    ``x-company``. The caller appends ``    routes:`` (at column 4)."""
+    key = textwrap.indent(public_pem(), " " * 18)
+    return textwrap.dedent(f"""\
+        apiVersion: gateway.solo.io/v1
+        kind: VirtualService
+        metadata: {{name: {name}, namespace: gloo-system}}
+        spec:
+          virtualHost:
+            domains: ['*']
+            options:
+              jwt:
+                providers:
+                  solo:
+                    issuer: solo.io
+                    tokenSource:
+                      headers: [{{header: x-token}}]
+                      queryParams: [token]
+                    claimsToHeaders:
+                    - claim: org
+                      header: x-company
+                    jwks:
+                      local:
+                        key: |
+        """) + key

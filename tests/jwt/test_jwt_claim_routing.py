@@ -10,7 +10,7 @@ import textwrap
 
 import pytest_twisted
 from support.http import http_request
-from jwt_helpers import ClockedJwtPlugin, public_pem, token
+from jwt_helpers import ClockedJwtPlugin, claim_routing_virtual_service, token
 
 import twistgw_rbac
 
@@ -20,7 +20,6 @@ ISSUER = "solo.io"
 
 def _guide_yaml(primary: int, canary: int, extra_route: str = "") -> str:
     """``extra_route``: YAML of one more route, written first (at column 0)."""
-    key = textwrap.indent(public_pem(), " " * 18)
     routes = textwrap.indent(textwrap.dedent(extra_route), " " * 4) + textwrap.indent(textwrap.dedent("""\
         - matchers:
           - prefix: /
@@ -58,27 +57,7 @@ def _guide_yaml(primary: int, canary: int, extra_route: str = "") -> str:
           static:
             hosts: [{{addr: 127.0.0.1, port: {canary}}}]
         ---
-        apiVersion: gateway.solo.io/v1
-        kind: VirtualService
-        metadata: {{name: echo, namespace: gloo-system}}
-        spec:
-          virtualHost:
-            domains: ['*']
-            options:
-              jwt:
-                providers:
-                  solo:
-                    issuer: {ISSUER}
-                    tokenSource:
-                      headers: [{{header: x-token}}]
-                      queryParams: [token]
-                    claimsToHeaders:
-                    - claim: org
-                      header: x-company
-                    jwks:
-                      local:
-                        key: |
-        """) + key + "    routes:\n" + routes
+        """) + claim_routing_virtual_service("echo") + "    routes:\n" + routes
 
 
 @pytest_twisted.ensureDeferred

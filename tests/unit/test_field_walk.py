@@ -87,7 +87,21 @@ apiVersion: gloo.solo.io/v1
 kind: Upstream
 metadata: {{name: kube}}
 spec:
-  kube: {{serviceName: svc, serviceNamespace: default, servicePort: 80, selector: {{app: svc}}}}
+  kube:
+    serviceName: svc
+    serviceNamespace: default
+    servicePort: 80
+    selector: {{app: svc}}
+    subsetSpec:
+      selectors: [{{keys: [stage], singleHostPerSubset: false}}]
+      fallbackPolicy: DEFAULT_SUBSET
+      defaultSubset: {{values: {{stage: primary}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: p, labels: {{app: svc, stage: primary}}}}
+spec: {{containers: [{{name: c, image: i}}]}}
+status: {{podIP: 127.0.0.1}}
 ---
 apiVersion: enterprise.gloo.solo.io/v1
 kind: AuthConfig
@@ -212,6 +226,8 @@ spec:
                     key: |
 {key2}
       routeAction: {{single: {{upstream: {{name: static, namespace: default}}}}}}
+    - matchers: [{{prefix: /subset}}]
+      routeAction: {{single: {{upstream: {{name: kube}}, subset: {{values: {{stage: canary}}}}}}}}
     - matchers: [{{prefix: /t}}]
       delegateAction: {{ref: {{name: table, namespace: default}}}}
     - matchers: [{{prefix: /t}}]
@@ -298,7 +314,7 @@ def walk(tmp_path, monkeypatch) -> set[str]:
                                                     key2=textwrap.indent(pem, " " * 22)))
     config = load_directory(str(tmp_path), keep_going=True)
     snapshot = build_snapshot(config, PluginHost.create())
-    assert len(snapshot.routes) == 7  # the walk loaded whole, every route compiled
+    assert len(snapshot.routes) == 8  # the walk loaded whole, every route compiled
     return seen
 
 
@@ -328,6 +344,7 @@ RBAC_SEM = "tests/rbac/test_rbac_semantics.py"
 LDAP = "tests/ldap/test_ldap_units.py"
 LDAP_SLAPD = "tests/ldap/test_ldap_slapd.py"
 LDAP_SEARCH = "tests/ldap/test_ldap_search_units.py"
+SUBSETS = "tests/unit/test_subsets.py"
 
 #: field -> ("test", test file[, file that sets the field]) or ("info", doc saying so).
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -351,7 +368,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "Endpoints:subsets[].addresses[].ip": (T, CORE),
     "Endpoints:subsets[].addresses[].hostname": (I, CONF_DOC),
     "Endpoints:subsets[].addresses[].nodeName": (I, CONF_DOC),
-    "Endpoints:subsets[].addresses[].targetRef": (I, CONF_DOC),
+    "Endpoints:subsets[].addresses[].targetRef": (T, SUBSETS),
+    "Pod:spec": (I, CONF_DOC), "Pod:status.podIP": (T, SUBSETS),
     "Endpoints:subsets[].notReadyAddresses": (T, CORE),
     "Endpoints:subsets[].ports": (T, CORE), "Endpoints:subsets[].ports[].name": (T, CORE),
     "Endpoints:subsets[].ports[].port": (T, CORE), "Endpoints:subsets[].ports[].protocol": (T, GLOO, CONF_DOC),
@@ -363,6 +381,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "Upstream:spec.kube": (T, CORE), "Upstream:spec.kube.serviceName": (T, CORE),
     "Upstream:spec.kube.serviceNamespace": (T, CORE), "Upstream:spec.kube.servicePort": (T, CORE),
     "Upstream:spec.kube.selector": (T, GLOO),
+    "Upstream:spec.kube.subsetSpec": (T, SUBSETS), "Upstream:spec.kube.subsetSpec.selectors": (T, SUBSETS),
+    "Upstream:spec.kube.subsetSpec.selectors[].keys": (T, SUBSETS),
+    "Upstream:spec.kube.subsetSpec.selectors[].singleHostPerSubset": (T, SUBSETS),
+    "Upstream:spec.kube.subsetSpec.fallbackPolicy": (T, SUBSETS),
+    "Upstream:spec.kube.subsetSpec.defaultSubset": (T, SUBSETS),
+    "Upstream:spec.kube.subsetSpec.defaultSubset.values": (T, SUBSETS),
     "AuthConfig:spec.configs": (T, LDAP),
     "AuthConfig:spec.booleanExpr": (T, "tests/ldap/test_ldap_boolean_expr.py"),
     "AuthConfig:spec.failOnRedirect": (T, "tests/ldap/test_ldap_boolean_expr.py"),
@@ -398,6 +422,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "Route:routeAction.single.kube": (T, GLOO), "Route:routeAction.single.kube.port": (T, GLOO),
     "Route:routeAction.single.kube.ref": (T, GLOO), "Route:routeAction.single.kube.ref.name": (T, GLOO),
     "Route:routeAction.single.kube.ref.namespace": (T, GLOO), "Route:routeAction.single.kube.ref.port": (T, GLOO),
+    "Route:routeAction.single.subset": (T, SUBSETS), "Route:routeAction.single.subset.values": (T, SUBSETS),
     "Route:delegateAction": (T, TABLES), "Route:delegateAction.ref": (T, TABLES),
     "Route:delegateAction.ref.name": (T, TABLES), "Route:delegateAction.ref.namespace": (T, TABLES),
     "Route:delegateAction.name": (T, TABLES, CONF_DOC), "Route:delegateAction.namespace": (T, TABLES, CONF_DOC),
@@ -409,10 +434,10 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "jwt:providers.*.issuer": (T, JWT_BEH), "jwt:providers.*.audiences": (T, JWT_BEH),
     "jwt:providers.*.keepToken": (T, "tests/jwt/test_jwt_security.py"),
     "jwt:providers.*.clockSkewSeconds": (T, "tests/jwt/test_jwt_security.py"),
-    "jwt:providers.*.claimsToHeaders": (T, "tests/jwt/test_jwt_claim_routing.py"),
+    "jwt:providers.*.claimsToHeaders": (T, "tests/jwt/test_jwt_claim_routing.py", "tests/jwt/jwt_helpers.py"),
     "jwt:providers.*.claimsToHeaders[].claim": (T, JWT_BEH), "jwt:providers.*.claimsToHeaders[].header": (T, JWT_BEH),
     "jwt:providers.*.claimsToHeaders[].append": (T, JWT_BEH),
-    "jwt:providers.*.tokenSource": (T, "tests/jwt/test_jwt_claim_routing.py"),
+    "jwt:providers.*.tokenSource": (T, "tests/jwt/test_jwt_claim_routing.py", "tests/jwt/jwt_helpers.py"),
     "jwt:providers.*.tokenSource.headers": (T, JWT_BEH), "jwt:providers.*.tokenSource.headers[].header": (T, JWT_BEH),
     "jwt:providers.*.tokenSource.headers[].prefix": (T, JWT_BEH),
     "jwt:providers.*.tokenSource.queryParams": (T, JWT_BEH),
@@ -469,6 +494,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
 MANUAL = {
     "*:apiVersion", "*:kind", "*:metadata.name", "*:metadata.namespace", "*:metadata.labels", "*:status",
     "Secret:data", "Secret:stringData", "Secret:type", "Secret:immutable", "Endpoints:subsets",
+    "Pod:spec", "Pod:status.podIP",
     "Settings:spec.rbac.requireRbac", "Settings:spec.jwt.verifiedTokenCacheSize",
     "Settings:spec.extauth.devDirectory.ldif", "Settings:spec.extauth.devDirectory.listen",
     "extauth:configRef", "extauth:configRef.name", "extauth:configRef.namespace",

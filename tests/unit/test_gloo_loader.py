@@ -171,8 +171,6 @@ def test_kube_port_errors(kube, field, reason):
 
 
 @pytest.mark.parametrize("snippet, field, reason", [
-    ("routeAction: {single: {upstream: {name: u}, subset: {values: {stage: canary}}}}",
-     "routes[0].routeAction.single.subset", "subset routing is not supported"),
     ("routeAction: {multi: {destinations: []}}", "routes[0].routeAction.multi",
      "weighted destinations are not supported"),
     ("redirectAction: {hostRedirect: x}", "routes[0].redirectAction", "redirects are not supported"),
@@ -186,15 +184,6 @@ def test_unsupported_gloo_route_fields_are_named(snippet, field, reason):
         load_text(text)
     found = [i for i in info.value.issues if i.field == "spec.virtualHost." + field]
     assert found and found[0].reason.startswith("is not supported by twistgw: " + reason), info.value.issues
-
-
-def test_upstream_subset_spec_is_named():
-    text = ("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: echoapp}\nspec:\n  kube:\n"
-            "    serviceName: echoapp\n    servicePort: 80\n    subsetSpec: {selectors: [{keys: [stage]}]}\n")
-    with pytest.raises(ConfigError) as info:
-        load_text(text)
-    assert [(i.field, i.reason.split(":")[0]) for i in info.value.issues] == [
-        ("spec.kube.subsetSpec", "is not supported by twistgw")]
 
 
 # ---------------------------------------------------------------------------

@@ -135,6 +135,9 @@ class UpstreamInfo:
     namespace: str
     name: str
     endpoints: tuple[Endpoint, ...]
+    #: the subset a route chose (``single.subset.values``, as sorted (key,
+    #: value) pairs): ``endpoints`` are then that subset's (or the fallback's)
+    subset: tuple[tuple[str, str], ...] = ()
 
 
 @attrs.frozen

@@ -24,6 +24,7 @@ from twistgw.config.model import (
     DirectResponse,
     EndpointsResource,
     EndpointSubset,
+    Pod,
     KubeRef,
     Route,
     RouteTable,
@@ -31,6 +32,7 @@ from twistgw.config.model import (
     Service,
     ServicePort,
     Source,
+    SubsetSpec,
     UpstreamRef,
     UpstreamResource,
     VirtualService,
@@ -47,13 +49,14 @@ API_VERSIONS: dict[str, tuple[str, ...]] = {
     "Secret": ("v1",),
     "Service": ("v1",),
     "Endpoints": ("v1",),
+    "Pod": ("v1",),
     "Settings": ("gateway.vendor.io/v1",),
 }
 
 #: API groups the gateway serves: a document of any other group (a
 #: Deployment, a ConfigMap, a ratelimit.solo.io resource...) is skipped with a
 #: note, as a controller ignores kinds it does not watch. The core group
-#: (``v1``) is shared: its kinds other than Secret, Service and Endpoints are
+#: (``v1``) is shared: its kinds other than Secret, Service, Endpoints and Pod are
 #: skipped too; an unknown kind in any other of these groups is an error.
 OUR_GROUPS = frozenset(v.rsplit("/", 1)[0] for versions in API_VERSIONS.values()
                        for v in versions if "/" in v)
@@ -431,9 +434,45 @@ class Config:
     #: (kind, namespace, name) → where each resource was read (for locating
     #: a plugin's problems inside a resource its options refer to)
     sources: Mapping[tuple[str, str, str], Source] = attrs.field(factory=dict)
+    pods: Mapping[tuple[str, str], Pod] = attrs.field(factory=dict)
+    #: (namespace, name) of an Upstream with ``kube.subsetSpec`` → the spec,
+    #: and the pod labels of each of its endpoints (in ``upstreams`` order)
+    subset_specs: Mapping[tuple[str, str], SubsetSpec] = attrs.field(factory=dict)
+    endpoint_labels: Mapping[tuple[str, str], tuple[Mapping[str, str], ...]] = attrs.field(factory=dict)
+
+    def select(self, key: tuple[str, str], subset: tuple[tuple[str, str], ...]) -> UpstreamInfo:
+        """The endpoints of Upstream ``key`` a route with ``subset`` sends to,
+        as Envoy's subset load balancer picks them: those whose pod labels
+        carry every value (a missing label counts as ""); when none does,
+        or the route names no subset, the spec's fallback (every endpoint,
+        none, or the default subset)."""
+        info = self.upstreams[key]
+        spec = self.subset_specs.get(key)
+        if spec is None:
+            return info
+        labels = self.endpoint_labels[key]
+
+        def pick(values: tuple[tuple[str, str], ...]) -> tuple[Endpoint, ...]:
+            return tuple(ep for ep, lab in zip(info.endpoints, labels)
+                         if all(lab.get(k, "") == v for k, v in values))
+
+        chosen = pick(subset) if subset else ()
+        if not chosen:
+            if spec.fallback == "ANY_ENDPOINT":
+                chosen = info.endpoints
+            elif spec.fallback == "DEFAULT_SUBSET":
+                chosen = pick(spec.default)
+        return UpstreamInfo(info.namespace, info.name, chosen, subset)
 
     def resolve_kube(self, name: str, namespace: str, port: int) -> UpstreamInfo:
         """A Service port → the Endpoints addresses on the target port."""
+        info, _ = self.labelled_kube(name, namespace, port)
+        return info
+
+    def labelled_kube(self, name: str, namespace: str,
+                      port: int) -> tuple[UpstreamInfo, tuple[Mapping[str, str], ...]]:
+        """:meth:`resolve_kube`, with the labels of each endpoint's pod (its
+        ``targetRef`` Pod, else the Pod with its IP; {} when neither is here)."""
         service = self.services.get((namespace, name))
         if service is None:
             raise KeyError(f"no Service {namespace}/{name}")
@@ -444,13 +483,19 @@ class Config:
         upstream_name = KubeRef(name, namespace, port).upstream_key()[1]
         eps = self.endpoints.get((namespace, name))
         found: list[Endpoint] = []
+        labels: list[Mapping[str, str]] = []
+        by_ip = {p.ip: p for p in self.pods.values() if p.ip and p.namespace == namespace}
         if eps is not None:
             for subset in eps.subsets:
                 target = _subset_port(subset, sport)
                 if target is None:
                     continue
-                found.extend(Endpoint(addr, target) for addr in subset.addresses)
-        return UpstreamInfo(namespace, upstream_name, tuple(found))
+                for i, addr in enumerate(subset.addresses):
+                    ref = subset.pods[i] if i < len(subset.pods) else None
+                    pod = self.pods.get(ref) if ref is not None else by_ip.get(addr)
+                    found.append(Endpoint(addr, target))
+                    labels.append(pod.labels if pod is not None else {})
+        return UpstreamInfo(namespace, upstream_name, tuple(found)), tuple(labels)
 
 
 def _subset_port(subset: EndpointSubset, sport: ServicePort) -> int | None:
@@ -518,6 +563,7 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
     secrets: dict[tuple[str, str], SecretInfo] = {}
     auth_configs: dict[tuple[str, str], AuthConfigInfo] = {}
     tables: dict[tuple[str, str], RouteTable] = {}
+    pods: dict[tuple[str, str], Pod] = {}
     seen: dict[tuple[str, str, str], Source] = {}
     #: (kind, namespace, name) of resources declared but rejected: references
     #: to them are not reported a second time as dangling.
@@ -560,6 +606,8 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
                 services[(namespace, name)] = _service(reader, namespace, name, spec, source)
             elif kind == "Endpoints":
                 endpoints[(namespace, name)] = _endpoints(reader, namespace, name, doc.data, source)
+            elif kind == "Pod":
+                pods[(namespace, name)] = _pod(reader, namespace, name, doc.data)
             elif kind == "Upstream":
                 upstream_res[(namespace, name)] = _upstream(reader, namespace, name, spec, source)
             elif kind == "Secret":
@@ -581,8 +629,11 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
             invalid.add(key3)
 
     config = Config(tuple(vss), services, endpoints, upstream_res, secrets, auth_configs, {},
-                    settings, settings_source, route_tables=tables, skipped=tuple(skipped), sources=seen)
+                    settings, settings_source, route_tables=tables, skipped=tuple(skipped), sources=seen,
+                    pods=pods)
     upstreams: dict[tuple[str, str], UpstreamInfo] = {}
+    subset_specs: dict[tuple[str, str], SubsetSpec] = {}
+    endpoint_labels: dict[tuple[str, str], tuple[Mapping[str, str], ...]] = {}
     # Discovery: every Service port yields <ns>-<service>-<port>.
     for (ns, sname), service in services.items():
         for sport in service.ports:
@@ -599,17 +650,17 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
                 continue
             service = services.get((res.kube.namespace, res.kube.name))
             if res.selector is not None and service is not None and res.selector != (service.selector or {}):
-                # A narrower selector picks a subset of the pods; twistgw reads
-                # no pod labels, so it could not honour it: refuse, never ignore.
+                # A narrower selector picks a subset of the pods, which only
+                # subsetSpec does here: refuse, never ignore.
                 r = _Reader(_doc_for(docs, res.source), f"Upstream {ns}/{uname}", issues)
                 r.issue(("spec", "kube", "selector"),
                         f"differs from the selector of Service {service.namespace}/{service.name}"
-                        f" ({service.selector or {}}); twistgw reads no pod labels, so only the Service's"
-                        " own selector (or none) is accepted: use a Service per set of pods")
+                        f" ({service.selector or {}}); only the Service's own selector (or none) is accepted:"
+                        " pick pods with subsetSpec and a route's subset, or use a Service per set of pods")
                 invalid.add(("Upstream", ns, uname))
                 continue
             try:
-                info = config.resolve_kube(res.kube.name, res.kube.namespace, res.kube.port)
+                info, labels = config.labelled_kube(res.kube.name, res.kube.namespace, res.kube.port)
             except KeyError as exc:
                 if not partial:
                     r = _Reader(_doc_for(docs, res.source), f"Upstream {ns}/{uname}", issues)
@@ -617,6 +668,9 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
                 invalid.add(("Upstream", ns, uname))
                 continue
             upstreams[(ns, uname)] = UpstreamInfo(ns, uname, info.endpoints)
+            if res.subset_spec is not None:
+                subset_specs[(ns, uname)] = res.subset_spec
+                endpoint_labels[(ns, uname)] = labels
 
     # Delegation: each virtual service's route tree, flattened.
     def issue(source: Source | None, owner: str, path: tuple[str | int, ...], reason: str) -> None:
@@ -626,7 +680,8 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
 
     flattener = Flattener(tables, {(n, m) for k, n, m in invalid if k == "RouteTable"}, issue, partial)
     vss = [attrs.evolve(vs, routes=flattener.flatten(vs)) for vs in vss]
-    config = attrs.evolve(config, virtual_services=tuple(vss), upstreams=upstreams)
+    config = attrs.evolve(config, virtual_services=tuple(vss), upstreams=upstreams,
+                          subset_specs=subset_specs, endpoint_labels=endpoint_labels)
 
     # Cross-checks: references and duplicate domains.
     domains: dict[str, str] = {}
@@ -652,16 +707,43 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
                     config.resolve_kube(action.name, action.namespace, action.port)
                 except KeyError as exc:
                     issue(where, owner, path + ("kube", "ref"), f"dangling reference: {exc.args[0]}")
+                    continue
+                if action.subset:
+                    issue(where, owner, path + ("subset",),
+                          "route has a subset config, but the upstream does not (Gloo's rule): a kube"
+                          " destination's upstream declares no subsetSpec; route to an Upstream with"
+                          " kube.subsetSpec")
             elif isinstance(action, UpstreamRef):
-                if (action.namespace, action.name) not in upstreams and \
-                        ("Upstream", action.namespace, action.name) not in invalid:
-                    issue(where, owner, path + ("upstream",),
-                          f"dangling reference: no Upstream {action.namespace}/{action.name}"
-                          " (neither declared nor discovered from a Service)")
+                ukey = (action.namespace, action.name)
+                if ukey not in upstreams:
+                    if ("Upstream", action.namespace, action.name) not in invalid:
+                        issue(where, owner, path + ("upstream",),
+                              f"dangling reference: no Upstream {action.namespace}/{action.name}"
+                              " (neither declared nor discovered from a Service)")
+                    continue
+                if action.subset:
+                    reason = _subset_mismatch(action, subset_specs.get(ukey))
+                    if reason:
+                        issue(where, owner, path + ("subset", "values"), reason)
     if issues and not keep_going:
         raise ConfigError(issues)
     return attrs.evolve(config, issues=tuple(issues),
                         invalid=invalid if partial else frozenset(invalid))
+
+
+def _subset_mismatch(action: UpstreamRef, spec: SubsetSpec | None) -> str:
+    """Gloo's check of a route's subset against its Upstream: the subset's
+    keys must be exactly the keys of one of the Upstream's selectors."""
+    where = f"Upstream {action.namespace}/{action.name}"
+    if spec is None:
+        return (f"route has a subset config, but the upstream does not (Gloo's rule): {where} declares"
+                " no kube.subsetSpec")
+    keys = frozenset(k for k, _ in action.subset)
+    if keys in spec.selectors:
+        return ""
+    known = "; ".join("[" + ", ".join(sorted(sel)) + "]" for sel in spec.selectors)
+    return (f"route has a subset config, but none of the subsets in the upstream match it (Gloo's rule):"
+            f" keys [{', '.join(sorted(keys))}] are not one of {where}'s selectors ({known})")
 
 
 def _doc_for(docs: list[Document], source: Source | None) -> Document:
@@ -716,7 +798,7 @@ def _envelope(r: _Reader, data: Any) -> tuple[str, str, str]:
     for key in data:
         if key not in allowed_top:
             r.issue((key,), unknown_field(key, sorted(allowed_top)))
-    if kind not in ("Secret", "Endpoints") and "spec" not in data:
+    if kind not in ("Secret", "Endpoints", "Pod") and "spec" not in data:
         r.issue(("spec",), "is required")
     if r.count() > bad:
         raise r.invalid()
@@ -747,12 +829,10 @@ GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
         "dynamicForwardProxy": "the dynamic forward proxy is not supported",
     },
     "single": {
-        "subset": "subset routing is not supported (twistgw reads no pod labels); route to a separate Service or Upstream per subset",
         "destinationSpec": "destination specs (REST/gRPC function routing) are not supported",
         "consul": "Consul destinations are not supported",
     },
     "upstreamSpec": {
-        "subsetSpec": "subsets are not supported (twistgw reads no pod labels); declare one Upstream or Service per subset",
         "sslConfig": "TLS to upstreams is not supported",
         "healthChecks": "active health checks are not supported",
         "loadBalancerConfig": "load balancer settings are not supported: endpoints are used round robin",
@@ -904,9 +984,13 @@ def _action(r: _Reader, ns: str, kind: str, value: Any,
     ra = r.mapping(_unsupported(r, ra, ap, "routeAction"), ap, {"single"}, required=("single",))
     sp = ap + ("single",)
     single = r.mapping(ra["single"], sp)
-    single = r.mapping(_unsupported(r, single, sp, "single"), sp, {"kube", "upstream"})
+    single = r.mapping(_unsupported(r, single, sp, "single"), sp, {"kube", "upstream", "subset"})
     if len([k for k in single if k in ("kube", "upstream")]) != 1:
         raise r.fail(sp, "set exactly one of kube or upstream")
+    subset: tuple[tuple[str, str], ...] = ()
+    if "subset" in single:
+        sub = r.mapping(single["subset"], sp + ("subset",), {"values"}, required=("values",))
+        subset = tuple(sorted(_labels(r, sub["values"], sp + ("subset", "values")).items()))
     if "kube" in single:
         # Gloo writes the port beside the ref; the seed format inside it. Both are read.
         kp = sp + ("kube",)
@@ -917,9 +1001,9 @@ def _action(r: _Reader, ns: str, kind: str, value: Any,
             raise r.fail(kp + ("port",), f"differs from ref.port ({inner}); write the port once")
         if not (inner or outer):
             raise r.fail(kp + ("port",), "is required (the Service port, beside ref as Gloo writes it)")
-        return KubeRef(name_, ns_, inner or outer)
+        return KubeRef(name_, ns_, inner or outer, subset)
     name_, ns_, _ = _ref(r, single["upstream"], sp + ("upstream",), ns)
-    return UpstreamRef(name_, ns_)
+    return UpstreamRef(name_, ns_, subset)
 
 
 def _delegate(r: _Reader, ns: str, value: Any, dp: tuple[str | int, ...]) -> Delegate:
@@ -1034,17 +1118,82 @@ def _endpoints(r: _Reader, ns: str, name: str, data: dict, source: Source) -> En
         sp = ("subsets", i)
         s = r.mapping(s, sp, {"addresses", "ports", "notReadyAddresses"})
         addrs = []
+        pods: list[tuple[str, str] | None] = []
         for j, a in enumerate(r.sequence(s.get("addresses", []), sp + ("addresses",))):
             a = r.mapping(a, sp + ("addresses", j), {"ip", "hostname", "nodeName", "targetRef"}, required=("ip",))
             addrs.append(r.string(a["ip"], sp + ("addresses", j, "ip")))
+            pods.append(_pod_ref(r, a.get("targetRef"), sp + ("addresses", j, "targetRef"), ns))
         ports = []
         for j, p in enumerate(r.sequence(s.get("ports", []), sp + ("ports",))):
             pp = sp + ("ports", j)
             p = r.mapping(p, pp, {"name", "port", "protocol", "appProtocol"}, required=("port",))
             _tcp_protocol(r, p, pp)
             ports.append((r.string(p.get("name", ""), pp + ("name",), nonempty=False), r.port(p["port"], pp + ("port",))))
-        subsets.append(EndpointSubset(tuple(addrs), tuple(ports)))
+        subsets.append(EndpointSubset(tuple(addrs), tuple(ports), tuple(pods)))
     return EndpointsResource(ns, name, tuple(subsets), source)
+
+
+def _pod_ref(r: _Reader, value: Any, path: tuple[str | int, ...], ns: str) -> tuple[str, str] | None:
+    """An endpoint address's ``targetRef``: the (namespace, name) of a Pod,
+    whose labels place the endpoint in subsets; other kinds say nothing."""
+    if value is None:
+        return None
+    ref = r.mapping(value, path)
+    if ref.get("kind") != "Pod" or not isinstance(ref.get("name"), str):
+        return None
+    return (r.string(ref.get("namespace", ns), path + ("namespace",)), ref["name"])
+
+
+def _pod(r: _Reader, ns: str, name: str, data: dict) -> Pod:
+    """A ``v1 Pod``: its labels (read by the envelope) and ``status.podIP``;
+    the rest describes the cluster (informational)."""
+    r.mapping(data.get("spec") or {}, ("spec",))
+    status = r.mapping(data.get("status") or {}, ("status",))
+    ip = r.string(status["podIP"], ("status", "podIP")) if status.get("podIP") is not None else ""
+    labels = data["metadata"].get("labels") or {}
+    return Pod(ns, name, dict(labels), ip)
+
+
+#: Gloo's ``SubsetSpec.fallbackPolicy`` values (Envoy's LbSubsetFallbackPolicy).
+FALLBACK_POLICIES = ("ANY_ENDPOINT", "NO_FALLBACK", "DEFAULT_SUBSET")
+
+
+def _subset_spec(r: _Reader, value: Any, path: tuple[str | int, ...]) -> SubsetSpec:
+    """``kube.subsetSpec``, checked as Gloo's proto defines it."""
+    spec = r.mapping(value, path, {"selectors", "fallbackPolicy", "defaultSubset"}, required=("selectors",))
+    selectors: list[frozenset[str]] = []
+    for i, sel in enumerate(r.sequence(spec["selectors"], path + ("selectors",), nonempty=True)):
+        sp = path + ("selectors", i)
+        with r.part():
+            sel = r.mapping(sel, sp, {"keys", "singleHostPerSubset"}, required=("keys",))
+            if "singleHostPerSubset" in sel and r.boolean(sel["singleHostPerSubset"], sp + ("singleHostPerSubset",)):
+                r.issue(sp + ("singleHostPerSubset",), "is not supported by twistgw: every endpoint of a subset"
+                        " takes traffic (round robin); leave it false")
+            keys = [r.string(k, sp + ("keys", j))
+                    for j, k in enumerate(r.sequence(sel["keys"], sp + ("keys",), nonempty=True))]
+            if len(set(keys)) != len(keys):
+                raise r.fail(sp + ("keys",), f"repeats a key: {keys}")
+            if frozenset(keys) in selectors:
+                raise r.fail(sp + ("keys",), f"the same keys as an earlier selector: {sorted(keys)}")
+            selectors.append(frozenset(keys))
+    fallback = "ANY_ENDPOINT"
+    with r.part():
+        if "fallbackPolicy" in spec:
+            fallback = r.string(spec["fallbackPolicy"], path + ("fallbackPolicy",))
+            if fallback not in FALLBACK_POLICIES:
+                raise r.fail(path + ("fallbackPolicy",), f"unknown fallback policy {fallback!r}"
+                             f" (expected one of: {', '.join(FALLBACK_POLICIES)})")
+    default: tuple[tuple[str, str], ...] = ()
+    with r.part():
+        if "defaultSubset" in spec:
+            if fallback != "DEFAULT_SUBSET":
+                raise r.fail(path + ("defaultSubset",), "is used only with fallbackPolicy: DEFAULT_SUBSET")
+            dp = path + ("defaultSubset",)
+            d = r.mapping(spec["defaultSubset"], dp, {"values"}, required=("values",))
+            default = tuple(sorted(_labels(r, d["values"], dp + ("values",)).items()))
+        elif fallback == "DEFAULT_SUBSET":
+            raise r.fail(path + ("fallbackPolicy",), "DEFAULT_SUBSET needs defaultSubset: {values: {...}}")
+    return SubsetSpec(tuple(selectors), fallback, default)
 
 
 def _upstream(r: _Reader, ns: str, name: str, spec: Any, source: Source) -> UpstreamResource:
@@ -1066,13 +1215,15 @@ def _upstream(r: _Reader, ns: str, name: str, spec: Any, source: Source) -> Upst
     kp = ("spec", "kube")
     k = r.mapping(spec["kube"], kp)
     k = r.mapping(_unsupported(r, k, kp, "upstreamSpec"), kp,
-                  {"serviceName", "serviceNamespace", "servicePort", "selector"},
+                  {"serviceName", "serviceNamespace", "servicePort", "selector", "subsetSpec"},
                   required=("serviceName", "servicePort"))
     sname = r.string(k["serviceName"], kp + ("serviceName",))
     sns = r.string(k.get("serviceNamespace", ns), kp + ("serviceNamespace",))
     port = r.port(k["servicePort"], kp + ("servicePort",))
     selector = _labels(r, k["selector"], kp + ("selector",)) if "selector" in k else None
-    return UpstreamResource(ns, name, kube=KubeRef(sname, sns, port), source=source, selector=selector)
+    subset_spec = _subset_spec(r, k["subsetSpec"], kp + ("subsetSpec",)) if "subsetSpec" in k else None
+    return UpstreamResource(ns, name, kube=KubeRef(sname, sns, port), source=source, selector=selector,
+                            subset_spec=subset_spec)
 
 
 def _secret(r: _Reader, ns: str, name: str, data: dict) -> SecretInfo:

@@ -16,6 +16,7 @@ __all__ = [
     "Endpoint",
     "EndpointsResource",
     "KubeRef",
+    "Pod",
     "Matcher",
     "RequestView",
     "Route",
@@ -25,6 +26,7 @@ __all__ = [
     "Service",
     "ServicePort",
     "Source",
+    "SubsetSpec",
     "UpstreamInfo",
     "UpstreamRef",
     "UpstreamResource",
@@ -64,6 +66,8 @@ class KubeRef:
     name: str
     namespace: str
     port: int
+    #: ``single.subset.values`` as sorted (key, value) pairs; () for none
+    subset: tuple[tuple[str, str], ...] = ()
 
     def upstream_key(self) -> tuple[str, str]:
         """The (namespace, name) of the Upstream the Service port resolves
@@ -77,6 +81,8 @@ class UpstreamRef:
 
     name: str
     namespace: str
+    #: ``single.subset.values`` as sorted (key, value) pairs; () for none
+    subset: tuple[tuple[str, str], ...] = ()
 
     def upstream_key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
@@ -234,6 +240,31 @@ class Service(_Named):
 class EndpointSubset:
     addresses: tuple[str, ...]
     ports: tuple[tuple[str, int], ...]  # (name, port)
+    #: per address, the (namespace, name) of its ``targetRef`` Pod, or None
+    pods: tuple[tuple[str, str] | None, ...] = ()
+
+
+@attrs.frozen
+class Pod(_Named):
+    """A ``v1 Pod``: only its labels and IP are read (to place endpoints in
+    an Upstream's subsets); its ``spec`` is informational."""
+
+    namespace: str
+    name: str
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+    ip: str = ""
+
+
+@attrs.frozen
+class SubsetSpec:
+    """An Upstream's ``kube.subsetSpec``: the key sets routes may select
+    endpoints by, and what a request gets when its subset has no endpoint
+    (Envoy's ``lb_subset_config``, as Gloo writes it)."""
+
+    selectors: tuple[frozenset[str], ...]
+    #: ``ANY_ENDPOINT`` (Gloo's default), ``NO_FALLBACK`` or ``DEFAULT_SUBSET``
+    fallback: str = "ANY_ENDPOINT"
+    default: tuple[tuple[str, str], ...] = ()
 
 
 @attrs.frozen
@@ -255,3 +286,4 @@ class UpstreamResource:
     source: Source | None = None
     #: ``spec.kube.selector``: accepted only when it is the Service's own
     selector: Mapping[str, str] | None = None
+    subset_spec: SubsetSpec | None = None

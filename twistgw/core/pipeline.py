@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 from twisted.internet.defer import Deferred
+from twisted.logger import Logger
 
 from twistgw.api.headers import Headers
 from twistgw.api.types import Allow, Deny, RequestContext
@@ -40,6 +41,11 @@ NOT_FOUND = LocalResponse(404, reason="no virtual service or route matches")
 NOT_READY = LocalResponse(503, b"no configuration loaded", reason="no configuration loaded")
 NO_UPSTREAM = LocalResponse(503, b"no healthy upstream", reason="the upstream has no endpoints")
 INTERNAL_ERROR = LocalResponse(500, b"Internal Server Error", reason="unexpected error")
+
+
+def subset_text(subset: tuple[tuple[str, str], ...]) -> str:
+    """A route's subset as written: ``{stage: canary}``."""
+    return "{" + ", ".join(f"{k}: {v}" for k, v in subset) + "}"
 
 
 def bad_request(reason: str) -> LocalResponse:
@@ -190,6 +196,8 @@ class Pipeline:
     :param upstream_timeout: the response timeout of routes without ``timeout``.
     """
 
+    _log = Logger(namespace="twistgw.gateway")
+
     def __init__(self, plugins: Any, reactor: Any = None, upstream_timeout: float = UPSTREAM_TIMEOUT) -> None:
         self.plugins = plugins
         self.reactor = reactor
@@ -251,7 +259,13 @@ class Pipeline:
         assert balancer is not None
         endpoint = balancer.pick()
         if endpoint is None:
-            return NO_UPSTREAM
+            ups = balancer.upstream
+            if not ups.subset:
+                return NO_UPSTREAM
+            reason = f"subset {subset_text(ups.subset)} of upstream {ups.namespace}/{ups.name} has no endpoints"
+            self._log.warn("No healthy upstream for {method} {path}: {reason}",
+                           method=ctx.method, path=ctx.path, reason=reason)
+            return LocalResponse(503, NO_UPSTREAM.body, reason=reason)
         route = runtime.route
         path = ctx.path if route.prefix_rewrite is None else route.rewrite(ctx.path)
         target = path.encode("ascii")

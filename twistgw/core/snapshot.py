@@ -153,7 +153,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     staged_keys = frozenset(key for decl in staged.values() for key in decl.keys)
     routes: dict[tuple[str, int], RouteRuntime] = {}
     compiled_by_plugin: dict[str, list[Any]] = {name: [] for name in host.infos}
-    balancers: dict[tuple[str, str], Balancer] = {}
+    balancers: dict[tuple[tuple[str, str], tuple[tuple[str, str], ...]], Balancer] = {}
     owned: set[bytes] = set()
 
     reported: set[tuple[str, int, str]] = set()
@@ -300,12 +300,11 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
             else:
                 assert isinstance(action, (KubeRef, UpstreamRef))
                 key = action.upstream_key()
-                upstream = config.upstreams.get(key)
-                if upstream is None:  # build_config already reported it
+                if key not in config.upstreams:  # build_config already reported it
                     continue
-                balancer = balancers.get(key)
+                balancer = balancers.get((key, action.subset))
                 if balancer is None:
-                    balancer = balancers[key] = Balancer(upstream)
+                    balancer = balancers[(key, action.subset)] = Balancer(config.select(key, action.subset))
             routes[(vs.key, route.index)] = RouteRuntime(vs, route, tuple(steps), direct, balancer, reselect)
 
         # Options written on the virtual host but run by no route (every route
