@@ -301,19 +301,21 @@ class UpstreamConnection(Protocol):
 
     # IPushProducer, on our own transport: the upstream does not read the
     # request body as fast as the client sends it.
+    def _body_source(self) -> Any:
+        """The client connection whose reading follows this upstream's pace, if any."""
+        if self.tunnel_client is not None:
+            return self.tunnel_client
+        return self.req.ex.proto if self.req is not None else None
+
     def pauseProducing(self) -> None:
-        client = self.tunnel_client
-        if client is not None:
-            client.pause_body()
-        elif self.req is not None:
-            self.req.ex.proto.pause_body()
+        source = self._body_source()
+        if source is not None:
+            source.pause_body()
 
     def resumeProducing(self) -> None:
-        client = self.tunnel_client
-        if client is not None:
-            client.resume_body()
-        elif self.req is not None:
-            self.req.ex.proto.resume_body()
+        source = self._body_source()
+        if source is not None:
+            source.resume_body()
 
     def stopProducing(self) -> None:
         pass
