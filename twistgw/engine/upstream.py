@@ -188,18 +188,23 @@ class UpstreamRequest:
         self._end()
         self.pool.gateway.upstream_failed(self.ex, status, body, why, error)
 
-    def timed_out(self) -> None:
-        if self.finished:
-            return
+    def _abandon(self) -> None:
+        """Abort the upstream connection, or the attempt to make one. The caller
+        sets ``finished`` first, so the CancelledError that follows is ignored."""
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.req = None
             conn.transport.abortConnection()
         if self.connecting is not None:
             d, self.connecting = self.connecting, None
-            self.finished = True  # the CancelledError is ours
             d.cancel()
-            self.finished = False
+
+    def timed_out(self) -> None:
+        if self.finished:
+            return
+        self.finished = True  # the CancelledError is ours
+        self._abandon()
+        self.finished = False
         self.fail(*_TIMEOUT, "no response head in time")
 
     def client_gone(self, ex: Any) -> None:
@@ -207,13 +212,7 @@ class UpstreamRequest:
         if self.finished:
             return
         self.finished = True
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            conn.req = None
-            conn.transport.abortConnection()
-        if self.connecting is not None:
-            d, self.connecting = self.connecting, None
-            d.cancel()
+        self._abandon()
 
     def arm_timeout(self) -> None:
         if not self.finished and (self.conn is None or not self.conn.head_done):
