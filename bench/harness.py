@@ -61,7 +61,7 @@ ISSUER = "https://issuer.bench.example"
 DOCS = os.path.join(ROOT, "docs", "performance.md")
 
 # Scenario names, in the order of the table.
-REFERENCES = ["backend-direct", "nginx-proxy", "haproxy-proxy", "haproxy-jwt", "bare-twisted"]
+REFERENCES = ["backend-direct", "nginx-proxy", "haproxy-proxy", "haproxy-jwt", "bare-twisted", "probe-floor"]
 GATEWAY = ["plain", "plain-nolog", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache", "ldap-nocache",
            "ldap-search-cache", "ldap-search-nocache"]
 ALL = REFERENCES + GATEWAY
@@ -71,6 +71,7 @@ DESCRIPTIONS = {
     "haproxy-proxy": "HAProxy, 1 thread, http-reuse always",
     "haproxy-jwt": "HAProxy + jwt_verify RS256, iss/sub/exp checks on every request",
     "bare-twisted": "bench/bare_proxy.py: Agent + persistent pool",
+    "probe-floor": "bench/probe_proxy.py: Twisted protocols + httptools, no policy (the engine's floor)",
     "plain": "twistgw, one route, no auth (as shipped: access log and metrics on)",
     "plain-nolog": "twistgw, one route, no auth, --no-access-log",
     "jwt": "twistgw, JWT RS256, the same token every request",
@@ -761,8 +762,9 @@ class Bench:
                                  haproxy_conf(self.prefix, name, port, self.backend_port, rules), port, PROXY_CPU)
             check(port, expect)
             return Target(name, port, proc.pid, headers)
-        if name == "bare-twisted":
-            proc = self.procs.start(name, [PY, os.path.join(HERE, "bare_proxy.py"), str(port),
+        if name in ("bare-twisted", "probe-floor"):
+            script = "bare_proxy.py" if name == "bare-twisted" else "probe_proxy.py"
+            proc = self.procs.start(name, [PY, os.path.join(HERE, script), str(port),
                                            f"127.0.0.1:{self.backend_port}"], PROXY_CPU)
             wait_port(port, proc, self.procs, name)
             check(port, [("GET /", {}, 200)])
@@ -910,7 +912,7 @@ class Bench:
     def profile(self, name: str) -> str:
         """py-spy on a twistgw scenario under load; returns a text summary."""
         target = self.targets.get(name)
-        if target is None or target.pid is None or (name in REFERENCES and name != "bare-twisted"):
+        if target is None or target.pid is None or (name in REFERENCES and name not in ("bare-twisted", "probe-floor")):
             return f"profile: {name} is not a running Python proxy"
         spy = shutil.which("py-spy") or os.path.join(os.path.dirname(PY), "py-spy")
         if not os.path.exists(spy):
