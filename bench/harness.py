@@ -62,9 +62,12 @@ DOCS = os.path.join(ROOT, "docs", "performance.md")
 
 # Scenario names, in the order of the table.
 REFERENCES = ["backend-direct", "nginx-proxy", "haproxy-proxy", "haproxy-jwt", "bare-twisted", "probe-floor"]
-GATEWAY = ["plain", "plain-nolog", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache", "ldap-nocache",
-           "ldap-search-cache", "ldap-search-nocache"]
+GATEWAY = ["plain", "plain-nolog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
+           "ldap-nocache", "ldap-search-cache", "ldap-search-nocache"]
 ALL = REFERENCES + GATEWAY
+#: Run only when named in --scenarios (the --workers measurement).
+OPTIONAL = ["plain-w2", "plain-w2-free"]
+DEFAULT = [s for s in ALL if s not in OPTIONAL]
 DESCRIPTIONS = {
     "backend-direct": "wrk straight at the nginx backend (ceiling of core 0)",
     "nginx-proxy": "nginx reverse proxy, 1 worker, upstream keepalive, access log to a file",
@@ -74,6 +77,8 @@ DESCRIPTIONS = {
     "probe-floor": "bench/probe_proxy.py: Twisted protocols + httptools, no policy (the engine's floor)",
     "plain": "twistgw, one route, no auth (as shipped: access log and metrics on)",
     "plain-nolog": "twistgw, one route, no auth, --no-access-log",
+    "plain-w2": "plain with --workers 2, both workers on the proxy's core (the cost of the split)",
+    "plain-w2-free": "plain with --workers 2 on both cores, shared with wrk and the backend",
     "jwt": "twistgw, JWT RS256, the same token every request",
     "jwt-fresh": "twistgw, JWT RS256, a fresh token every request",
     "jwt-rbac": "twistgw, JWT RS256 + RBAC, the same token",
@@ -182,9 +187,21 @@ def _first_error(text: str) -> str:
 
 
 def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+    """utime + stime of ``pid`` and of every process under it (``--workers``)."""
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stats[int(entry)] = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+    tree, total = {pid}, 0.0
+    for p in sorted(stats):  # a child's pid is normally larger than its parent's
+        if p in tree or int(stats[p][1]) in tree:
+            tree.add(p)
+            total += (int(stats[p][11]) + int(stats[p][12])) / CLK_TCK
+    return total
 
 
 def cpu_busy() -> dict[str, float]:
@@ -777,7 +794,7 @@ class Bench:
         script: list[str] = []
         expect: list[tuple[str, dict[str, str], int]]
         mat = self.mat
-        if name in ("plain", "plain-nolog"):
+        if name in ("plain", "plain-nolog", "plain-w2", "plain-w2-free"):
             gateway_config(directory, self.backend_port)
             expect = [("GET /", {}, 200)]
         elif name in ("jwt", "jwt-fresh", "jwt-rbac"):
@@ -811,9 +828,12 @@ class Bench:
                 "--admin", f"tcp:{admin}:interface=127.0.0.1"]
         if name == "plain-nolog":
             argv.append("--no-access-log")
+        if name.startswith("plain-w2"):
+            argv += ["--workers", "2"]
         argv += self.args.gateway_arg
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        proc = self.procs.start(name, argv, PROXY_CPU, env=env)
+        cpus = f"{LOAD_CPU},{PROXY_CPU}" if name == "plain-w2-free" else PROXY_CPU
+        proc = self.procs.start(name, argv, cpus, env=env)
         try:
             wait_port(port, proc, self.procs, name, timeout=30)
             check(port, expect)
@@ -1266,8 +1286,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=6.0, help="seconds per measured run (default 6)")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up before every measured run (default 2)")
     p.add_argument("--rounds", type=int, default=3, help="measurements per scenario, in alternating order (default 3)")
-    p.add_argument("--scenarios", default=",".join(ALL),
-                   help="comma-separated subset of: " + ", ".join(ALL) + " (default: all)")
+    p.add_argument("--scenarios", default=",".join(DEFAULT),
+                   help="comma-separated subset of: " + ", ".join(ALL) + " (default: all but " + ", ".join(OPTIONAL) + ")")
     p.add_argument("--quick", action="store_true", help="3 s runs, 1 s warm-up: a smoke test, not a measurement")
     p.add_argument("--profile", metavar="SCENARIO", action="append", default=[],
                    help="after measuring, record SCENARIO (a twistgw one) under load with py-spy and"
