@@ -1228,6 +1228,25 @@ def report(bench: Bench, elapsed: float) -> str:
     if nc and nc.runs:
         lines.append(f"| LDAP uncached, req/s | {nc.rps():,.0f} | ≥ 3,000 | {verdict(nc.rps(), 3000)} |")
 
+    probe = res.get("probe-floor")
+    if probe and probe.runs:
+        # Not targets: where the plain route's cost sits between the floor a
+        # Python proxy on Twisted's reactor has and the gateway's own work.
+        lines += ["", "| the floor (bench/probe_proxy.py) | CPU × nginx | twistgw plain − floor, µs |",
+                  "|---|---:|---:|",
+                  f"| Twisted protocols + httptools, no policy | {fmt(cpu_times(probe, ng), '.2f')} |"
+                  f" {fmt(cpu_extra(plain, probe), '.0f')} |"]
+    w2, w2free = res.get("plain-w2"), res.get("plain-w2-free")
+    if (w2 and w2.runs) or (w2free and w2free.runs):
+        lines += ["", "| --workers 2 (CPU summed over the workers), against plain | req/s ratio | CPU ratio |",
+                  "|---|---:|---:|"]
+        if w2 and w2.runs:
+            lines.append(f"| both workers on the proxy's core | {fmt(ratio(w2, plain), '.2f')} |"
+                         f" {fmt(cpu_times(w2, plain), '.2f')} |")
+        if w2free and w2free.runs:
+            lines.append(f"| both cores, shared with wrk and the backend | {fmt(ratio(w2free, plain), '.2f')} |"
+                         f" {fmt(cpu_times(w2free, plain), '.2f')} |")
+
     sn, sc = res.get("ldap-search-nocache"), res.get("ldap-search-cache")
     if (sn and sn.runs) or (sc and sc.runs):
         lines += ["", "| LDAP userSearch + nested groupSearch, beside the DN template + memberOf rows |"
