@@ -145,7 +145,11 @@ def _copy_json(value: Any) -> Any:
     """A deep copy of JSON data (dicts, lists, scalars), so a plugin changing
     its ``ctx.claims`` never changes a cached entry."""
     if isinstance(value, dict):
-        return {k: _copy_json(v) for k, v in value.items()}
+        out = dict(value)  # scalars (the usual claims) are immutable: shared
+        for k, v in out.items():
+            if isinstance(v, (dict, list)):
+                out[k] = _copy_json(v)
+        return out
     if isinstance(value, list):
         return [_copy_json(v) for v in value]
     return value

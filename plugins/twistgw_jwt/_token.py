@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import math
 from typing import Any, Iterable, Mapping
 
@@ -149,6 +150,30 @@ def _check_time_claim(payload: Mapping[str, Any], name: str) -> Failure | None:
     return None
 
 
+@functools.lru_cache(maxsize=64)  # at most 64 x 16 KiB of an attacker's headers
+def _header(segment: bytes) -> Mapping[str, Any] | Failure:
+    """The checked JOSE header of a token, from its first segment.
+
+    An issuer signs every token with the same few headers (``alg``, ``kid``,
+    ``typ``), so the result is remembered per segment (the same bytes always
+    give the same answer; nothing changes the dict it returns)."""
+    header = _json_object(segment, HEADER_BAD_BASE64, HEADER_BAD_JSON)
+    if isinstance(header, Failure):
+        return header
+    alg = header.get("alg")
+    if not isinstance(alg, str):
+        return HEADER_BAD_ALG
+    if alg not in SUPPORTED_ALGS:
+        return HEADER_ALG_NOT_SUPPORTED
+    if "kid" in header and not isinstance(header["kid"], str):
+        return HEADER_BAD_KID
+    # RFC 7515 §4.1.11: a recipient must reject a token whose "crit" lists an
+    # extension it does not implement. We implement none.
+    if "crit" in header:
+        return VERIFICATION_FAILS
+    return header
+
+
 def parse_token(token: str) -> ParsedToken | Failure:
     """Split and decode a compact JWS; check the shape of every member we read.
 
@@ -165,20 +190,9 @@ def parse_token(token: str) -> ParsedToken | Failure:
     if len(parts) != 3:  # a JWE has 5 parts; neither it nor an unsigned JWT is accepted
         return BAD_FORMAT
     h_seg, p_seg, s_seg = parts
-    header = _json_object(h_seg, HEADER_BAD_BASE64, HEADER_BAD_JSON)
+    header = _header(h_seg)
     if isinstance(header, Failure):
         return header
-    alg = header.get("alg")
-    if not isinstance(alg, str):
-        return HEADER_BAD_ALG
-    if alg not in SUPPORTED_ALGS:
-        return HEADER_ALG_NOT_SUPPORTED
-    if "kid" in header and not isinstance(header["kid"], str):
-        return HEADER_BAD_KID
-    # RFC 7515 §4.1.11: a recipient must reject a token whose "crit" lists an
-    # extension it does not implement. We implement none.
-    if "crit" in header:
-        return VERIFICATION_FAILS
     payload = _json_object(p_seg, PAYLOAD_BAD_BASE64, PAYLOAD_BAD_JSON)
     if isinstance(payload, Failure):
         return payload
