@@ -16,7 +16,7 @@ Load: ``wrk -t1 -c32`` pinned with taskset. The load generator, the backend and
 slapd share core 0; the proxy under test has core 1 to itself. Every scenario
 gets a warm-up, then is measured ``--rounds`` times (default 2), the rounds in
 alternating order. Per scenario: requests/s, p50/p99, CPU microseconds per
-request of the proxy process (utime+stime deltas from /proc/PID/stat), peak
+request of the proxy process and any it started (utime+stime deltas from /proc), peak
 RSS (VmHWM), and ratios to nginx and to the bare Twisted proxy.
 
 A twistgw scenario whose plugin is missing, rejects the options or fails the
@@ -1188,7 +1188,7 @@ def report(bench: Bench, elapsed: float) -> str:
             f" {fmt(cpu_ratio(r, bare) if name != 'bare-twisted' else None, '.2f')} | {max(x.core0_busy for x in r.runs):.0%} | {max(x.core1_others for x in r.runs):.0%} |")
         for n in r.notes:
             notes.append(f"- {name}: {n}")
-    lines += ["", "± is half the spread between rounds, in % of the mean. CPU is the proxy process's"
+    lines += ["", "± is half the spread between rounds, in % of the mean. CPU is the proxy process's (with --workers, its workers' too)"
               " utime+stime over the measured run divided by the requests served (10 ms clock"
               " ticks); CPU × nginx is that as a multiple of the nginx proxy's. × nginx and × bare are ratios of requests/s; × bare CPU is the bare proxy's CPU µs per"
               " request divided by this row's (the throughput ratio the proxy core alone would allow,"
