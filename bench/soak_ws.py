@@ -177,7 +177,9 @@ async def exchange(ws: Any, rng: random.Random, counts: Counts) -> None:
         counts.bytes += len(message)
 
 
-async def long_lived(url: str, stop: float, counts: Counts, seed: int) -> None:
+async def talker(url: str, stop: float, counts: Counts, seed: int, messages: int | None) -> None:
+    """A client that opens a connection, exchanges ``messages`` echoes (None:
+    until the end of the run), closes it properly, and starts again."""
     from websockets.asyncio.client import connect
 
     rng = random.Random(seed)
@@ -185,26 +187,12 @@ async def long_lived(url: str, stop: float, counts: Counts, seed: int) -> None:
         try:
             async with connect(url, compression=None, max_size=1 << 20, ping_interval=None) as ws:
                 counts.opened += 1
-                while time.monotonic() < stop:
+                sent = 0
+                while time.monotonic() < stop and (messages is None or sent < messages):
                     await exchange(ws, rng, counts)
-                counts.closed += 1
-        except Exception as exc:  # the gateway closed it, or a timeout: count, go on
-            counts.error(exc)
-            await asyncio.sleep(0.2)
-
-
-async def churn(url: str, stop: float, counts: Counts, seed: int) -> None:
-    from websockets.asyncio.client import connect
-
-    rng = random.Random(seed)
-    while time.monotonic() < stop:
-        try:
-            async with connect(url, compression=None, max_size=1 << 20, ping_interval=None) as ws:
-                counts.opened += 1
-                for _ in range(5):
-                    await exchange(ws, rng, counts)
+                    sent += 1
             counts.closed += 1
-        except Exception as exc:
+        except Exception as exc:  # the gateway closed it, or a timeout: count, go on
             counts.error(exc)
             await asyncio.sleep(0.2)
 
@@ -247,8 +235,8 @@ async def denied(url: str, stop: float, counts: Counts) -> None:
 async def ws_load(port: int, seconds: float, counts: Counts) -> None:
     stop = time.monotonic() + seconds
     base = f"ws://127.0.0.1:{port}"
-    tasks = [long_lived(f"{base}/ws/long", stop, counts, i) for i in range(16)]
-    tasks += [churn(f"{base}/ws/churn", stop, counts, 100 + i) for i in range(4)]
+    tasks = [talker(f"{base}/ws/long", stop, counts, i, None) for i in range(16)]
+    tasks += [talker(f"{base}/ws/churn", stop, counts, 100 + i, 5) for i in range(4)]
     tasks += [vanish(f"{base}/ws/vanish", stop, counts, 200 + i) for i in range(2)]
     tasks += [denied(f"{base}/jwt/ws", stop, counts) for _ in range(2)]
     await asyncio.gather(*tasks)
