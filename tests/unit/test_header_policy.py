@@ -10,7 +10,7 @@ from twisted.web.http_headers import Headers
 
 from twistgw.config.loader import load_text
 from twistgw.config.names import parse_host
-from twistgw.core.headers import copy_end_to_end, copy_request_headers
+from twistgw.core.headers import copy_end_to_end, copy_request_headers, end_to_end_lines
 from twistgw.core.pipeline import Pipeline, Prepared, RequestHead, prepare
 from twistgw.core.plan import Forward, LocalResponse
 from twistgw.core.plugins import PluginHost
@@ -219,3 +219,38 @@ class HeaderPolicyTests(TestCase):
         out = {}
         copy_request_headers(incoming, out)
         assert out == {}
+
+    def test_request_verdicts_are_the_same_once_remembered(self) -> None:
+        # copy_request_headers remembers each name's fixed verdict: the
+        # second request with the same names must be treated exactly as the
+        # first (and an unseen spelling as its lower-case twin).
+        incoming = Headers({b"X_Debug": [b"1"], b"X-Forwarded-Host": [b"evil"], b"Te": [b"trailers"],
+                            b"X-Method-Override": [b"DELETE"], b"Accept": [b"*/*"],
+                            b"Connection": [b"x-named, HOST"], b"X-Named": [b"1"], b"Host": [b"h"]})
+        for _ in range(3):
+            out: dict[bytes, list[bytes]] = {}
+            copy_request_headers(incoming, out)
+            assert sorted(n.lower() for n in out) == [b"accept", b"host"]
+        out = {}
+        copy_request_headers(Headers({b"X-NAMED": [b"1"], b"x-named": [b"2"]}), out)
+        assert sorted(n.lower() for n in out) == [b"x-named"]
+
+    @pytest.mark.parametrize("connection, kept", [
+        ([], [b"Server", b"X-Hop"]),
+        ([b"keep-alive"], [b"Server", b"X-Hop"]),
+        ([b"Keep-Alive"], [b"Server", b"X-Hop"]),
+        ([b"close"], [b"Server", b"X-Hop"]),
+        ([b"x-hop"], [b"Server"]),
+        ([b"keep-alive, X-Hop"], [b"Server"]),
+        ([b"keep-alive", b"x-hop"], [b"Server"]),
+        ([b"server", b"close"], [b"X-Hop"]),
+    ])
+    def test_response_lines_drop_what_connection_names(self, connection: list[bytes],
+                                                       kept: list[bytes]) -> None:
+        pairs = [(b"Server", b"s"), (b"X-Hop", b"1 "), (b"Keep-Alive", b"timeout=5"),
+                 (b"Content-Length", b"3")] + [(b"Connection", c) for c in connection]
+        hop: dict[bytes, bytes] = {}
+        lines = end_to_end_lines(pairs, hop)
+        assert [line.split(b":")[0] for line in lines] == kept
+        assert all(line.endswith(b"\r\n") and b" \r" not in line for line in lines)
+        assert hop == {b"keep-alive": b"timeout=5", b"content-length": b"3"}

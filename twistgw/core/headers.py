@@ -92,11 +92,26 @@ def copy_request_headers(incoming: Any, into: dict[bytes, list[bytes]]) -> None:
     listed = _connection_tokens(incoming.getRawHeaders(b"connection"))
     if listed is not None:
         listed -= CONNECTION_PROOF
+    dropped = _request_dropped
     for name, values in incoming.getAllRawHeaders():
-        lname = name.lower()
-        if lname in REQUEST_DROPPED or b"_" in name or (listed is not None and lname in listed):
+        drop = dropped.get(name)
+        if drop is None:
+            drop = _request_verdict(name)
+        if drop or (listed is not None and name.lower() in listed):
             continue
         into[name] = list(values)
+
+
+#: name as received -> whether the fixed part of the request policy drops it
+#: (the Connection-named part depends on the request and is checked apart).
+_request_dropped: dict[bytes, bool] = {}
+
+
+def _request_verdict(name: bytes) -> bool:
+    drop = name.lower() in REQUEST_DROPPED or b"_" in name
+    if len(_request_dropped) < 10_000:  # bounded: names come from clients
+        _request_dropped[name] = drop
+    return drop
 
 
 def end_to_end_lines(pairs: Iterable[tuple[bytes, bytes]], hop: dict[bytes, bytes]) -> list[bytes]:
@@ -119,6 +134,8 @@ def end_to_end_lines(pairs: Iterable[tuple[bytes, bytes]], hop: dict[bytes, byte
                 hop[lname] = value
             continue
         lines.append(b"%s: %s\r\n" % (name, value.rstrip(b" \t")))
+    if not connection or (len(connection) == 1 and connection[0].lower() in _NOT_NAMES):
+        return lines  # no Connection, or the usual keep-alive / close: names nothing here
     listed = _connection_tokens(connection)
     if listed:
         # "keep-alive" and "close" (nearly every response's Connection) name
