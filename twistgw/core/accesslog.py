@@ -136,10 +136,16 @@ class AccessLog:
         second = int(now)
         if second != self._second:
             self._second, self._stamp = second, formatTime(now) + " [twistgw.access#info] "
-        e = escape_text
-        self._add(f'{self._stamp}{e(client)} "{e(method)} {e(path)}" {status} vs={e(virtual_service)}'
-                  f" route={e(route)} upstream={e(upstream)} decided_by={e(decided_by)}"
-                  f" principal={e(principal)} {duration * 1000:.1f}ms\n")
+        every = "".join((client, method, path, virtual_service, route, upstream, decided_by, principal))
+        if not (every.isprintable() and '"' not in every and "\\" not in every):
+            # rare: escape each field (one check above for the usual case)
+            e = escape_text
+            client, method, path, virtual_service, route, upstream, decided_by, principal = (
+                e(client), e(method), e(path), e(virtual_service), e(route), e(upstream), e(decided_by),
+                e(principal))
+        self._add(f'{self._stamp}{client} "{method} {path}" {status} vs={virtual_service}'
+                  f" route={route} upstream={upstream} decided_by={decided_by}"
+                  f" principal={principal} {duration * 1000:.1f}ms\n")
 
     def _json(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
               upstream: str, decided_by: str, principal: str, duration: float) -> None:
