@@ -151,6 +151,23 @@ class AccessLogTests(TestCase):
         assert safe.isprintable() and '"' not in safe
         assert "\\" not in safe.replace("\\x", "").replace("\\u", "").replace("\\U", "")
 
+    @pytest.mark.parametrize("field", [0, 1, 2, 4, 5, 6, 7, 8])
+    @pytest.mark.parametrize("hostile", ["\n", '"', "\\", "\x1b", "\u2028", "\x85"])
+    def test_each_text_field_is_escaped_alone(self, field: int, hostile: str) -> None:
+        # the usual line is checked in one piece; a hostile character in any
+        # one field must still get exactly that field escaped
+        args = list(ARGS)
+        args[field] = f"a{hostile}b"
+        t = Turns()
+        t.log().request(*args)
+        t.end_turn()
+        (line,) = t.lines()
+        expected = list(ARGS)
+        expected[field] = escape_text(args[field])
+        assert escape_text(args[field]) != args[field]
+        assert line.endswith(' [twistgw.access#info] {} "{} {}" {} vs={} route={} upstream={} decided_by={}'
+                             " principal={} 1.2ms\n".format(*expected[:9]))
+
     def test_text_line_escapes_a_hostile_principal_and_path(self) -> None:
         t = Turns()
         log = t.log()
