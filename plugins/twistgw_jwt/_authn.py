@@ -141,13 +141,19 @@ def _claim_text(value: Any) -> bytes | None:
     return data
 
 
+#: JSON values that are immutable: shared by a copy, not copied.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _copy_json(value: Any) -> Any:
     """A deep copy of JSON data (dicts, lists, scalars), so a plugin changing
-    its ``ctx.claims`` never changes a cached entry."""
+    its ``ctx.claims`` never changes a cached entry. Scalar members (most
+    claims: ``iss``, ``sub``, ``exp``) are taken as they are, without a call
+    per member."""
     if isinstance(value, dict):
-        return {k: _copy_json(v) for k, v in value.items()}
+        return {k: v if type(v) in _SCALARS else _copy_json(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_copy_json(v) for v in value]
+        return [v if type(v) in _SCALARS else _copy_json(v) for v in value]
     return value
 
 
