@@ -16,7 +16,7 @@ Load: ``wrk -t1 -c32`` pinned with taskset. The load generator, the backend and
 slapd share core 0; the proxy under test has core 1 to itself. Every scenario
 gets a warm-up, then is measured ``--rounds`` times (default 2), the rounds in
 alternating order. Per scenario: requests/s, p50/p99, CPU microseconds per
-request of the proxy process (utime+stime deltas from /proc/PID/stat), peak
+request of the proxy process and any it started (utime+stime deltas from /proc), peak
 RSS (VmHWM), and ratios to nginx and to the bare Twisted proxy.
 
 A twistgw scenario whose plugin is missing, rejects the options or fails the
@@ -61,18 +61,24 @@ ISSUER = "https://issuer.bench.example"
 DOCS = os.path.join(ROOT, "docs", "performance.md")
 
 # Scenario names, in the order of the table.
-REFERENCES = ["backend-direct", "nginx-proxy", "haproxy-proxy", "haproxy-jwt", "bare-twisted"]
-GATEWAY = ["plain", "plain-nolog", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache", "ldap-nocache",
-           "ldap-search-cache", "ldap-search-nocache"]
+REFERENCES = ["backend-direct", "nginx-proxy", "haproxy-proxy", "haproxy-jwt", "bare-twisted", "probe-floor"]
+GATEWAY = ["plain", "plain-nolog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
+           "ldap-nocache", "ldap-search-cache", "ldap-search-nocache"]
 ALL = REFERENCES + GATEWAY
+#: Run only when named in --scenarios (the --workers measurement).
+OPTIONAL = ["plain-w2", "plain-w2-free"]
+DEFAULT = [s for s in ALL if s not in OPTIONAL]
 DESCRIPTIONS = {
     "backend-direct": "wrk straight at the nginx backend (ceiling of core 0)",
     "nginx-proxy": "nginx reverse proxy, 1 worker, upstream keepalive, access log to a file",
     "haproxy-proxy": "HAProxy, 1 thread, http-reuse always",
     "haproxy-jwt": "HAProxy + jwt_verify RS256, iss/sub/exp checks on every request",
     "bare-twisted": "bench/bare_proxy.py: Agent + persistent pool",
+    "probe-floor": "bench/probe_proxy.py: Twisted protocols + httptools, no policy (the engine's floor)",
     "plain": "twistgw, one route, no auth (as shipped: access log and metrics on)",
     "plain-nolog": "twistgw, one route, no auth, --no-access-log",
+    "plain-w2": "plain with --workers 2, both workers on the proxy's core (the cost of the split)",
+    "plain-w2-free": "plain with --workers 2 on both cores, shared with wrk and the backend",
     "jwt": "twistgw, JWT RS256, the same token every request",
     "jwt-fresh": "twistgw, JWT RS256, a fresh token every request",
     "jwt-rbac": "twistgw, JWT RS256 + RBAC, the same token",
@@ -181,9 +187,21 @@ def _first_error(text: str) -> str:
 
 
 def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+    """utime + stime of ``pid`` and of every process under it (``--workers``)."""
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stats[int(entry)] = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+    tree, total = {pid}, 0.0
+    for p in sorted(stats):  # a child's pid is normally larger than its parent's
+        if p in tree or int(stats[p][1]) in tree:
+            tree.add(p)
+            total += (int(stats[p][11]) + int(stats[p][12])) / CLK_TCK
+    return total
 
 
 def cpu_busy() -> dict[str, float]:
@@ -761,8 +779,9 @@ class Bench:
                                  haproxy_conf(self.prefix, name, port, self.backend_port, rules), port, PROXY_CPU)
             check(port, expect)
             return Target(name, port, proc.pid, headers)
-        if name == "bare-twisted":
-            proc = self.procs.start(name, [PY, os.path.join(HERE, "bare_proxy.py"), str(port),
+        if name in ("bare-twisted", "probe-floor"):
+            script = "bare_proxy.py" if name == "bare-twisted" else "probe_proxy.py"
+            proc = self.procs.start(name, [PY, os.path.join(HERE, script), str(port),
                                            f"127.0.0.1:{self.backend_port}"], PROXY_CPU)
             wait_port(port, proc, self.procs, name)
             check(port, [("GET /", {}, 200)])
@@ -775,7 +794,7 @@ class Bench:
         script: list[str] = []
         expect: list[tuple[str, dict[str, str], int]]
         mat = self.mat
-        if name in ("plain", "plain-nolog"):
+        if name in ("plain", "plain-nolog", "plain-w2", "plain-w2-free"):
             gateway_config(directory, self.backend_port)
             expect = [("GET /", {}, 200)]
         elif name in ("jwt", "jwt-fresh", "jwt-rbac"):
@@ -809,9 +828,12 @@ class Bench:
                 "--admin", f"tcp:{admin}:interface=127.0.0.1"]
         if name == "plain-nolog":
             argv.append("--no-access-log")
+        if name.startswith("plain-w2"):
+            argv += ["--workers", "2"]
         argv += self.args.gateway_arg
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        proc = self.procs.start(name, argv, PROXY_CPU, env=env)
+        cpus = f"{LOAD_CPU},{PROXY_CPU}" if name == "plain-w2-free" else PROXY_CPU
+        proc = self.procs.start(name, argv, cpus, env=env)
         try:
             wait_port(port, proc, self.procs, name, timeout=30)
             check(port, expect)
@@ -910,7 +932,7 @@ class Bench:
     def profile(self, name: str) -> str:
         """py-spy on a twistgw scenario under load; returns a text summary."""
         target = self.targets.get(name)
-        if target is None or target.pid is None or (name in REFERENCES and name != "bare-twisted"):
+        if target is None or target.pid is None or (name in REFERENCES and name not in ("bare-twisted", "probe-floor")):
             return f"profile: {name} is not a running Python proxy"
         spy = shutil.which("py-spy") or os.path.join(os.path.dirname(PY), "py-spy")
         if not os.path.exists(spy):
@@ -1166,7 +1188,7 @@ def report(bench: Bench, elapsed: float) -> str:
             f" {fmt(cpu_ratio(r, bare) if name != 'bare-twisted' else None, '.2f')} | {max(x.core0_busy for x in r.runs):.0%} | {max(x.core1_others for x in r.runs):.0%} |")
         for n in r.notes:
             notes.append(f"- {name}: {n}")
-    lines += ["", "± is half the spread between rounds, in % of the mean. CPU is the proxy process's"
+    lines += ["", "± is half the spread between rounds, in % of the mean. CPU is the proxy process's (with --workers, its workers' too)"
               " utime+stime over the measured run divided by the requests served (10 ms clock"
               " ticks); CPU × nginx is that as a multiple of the nginx proxy's. × nginx and × bare are ratios of requests/s; × bare CPU is the bare proxy's CPU µs per"
               " request divided by this row's (the throughput ratio the proxy core alone would allow,"
@@ -1205,6 +1227,25 @@ def report(bench: Bench, elapsed: float) -> str:
     lines.append(ceiling("plain route, access log on / --no-access-log", cpu_times(plain, res.get("plain-nolog")), 1.1))
     if nc and nc.runs:
         lines.append(f"| LDAP uncached, req/s | {nc.rps():,.0f} | ≥ 3,000 | {verdict(nc.rps(), 3000)} |")
+
+    probe = res.get("probe-floor")
+    if probe and probe.runs:
+        # Not targets: where the plain route's cost sits between the floor a
+        # Python proxy on Twisted's reactor has and the gateway's own work.
+        lines += ["", "| the floor (bench/probe_proxy.py) | CPU × nginx | twistgw plain − floor, µs |",
+                  "|---|---:|---:|",
+                  f"| Twisted protocols + httptools, no policy | {fmt(cpu_times(probe, ng), '.2f')} |"
+                  f" {fmt(cpu_extra(plain, probe), '.0f')} |"]
+    w2, w2free = res.get("plain-w2"), res.get("plain-w2-free")
+    if (w2 and w2.runs) or (w2free and w2free.runs):
+        lines += ["", "| --workers 2 (CPU summed over the workers), against plain | req/s ratio | CPU ratio |",
+                  "|---|---:|---:|"]
+        if w2 and w2.runs:
+            lines.append(f"| both workers on the proxy's core | {fmt(ratio(w2, plain), '.2f')} |"
+                         f" {fmt(cpu_times(w2, plain), '.2f')} |")
+        if w2free and w2free.runs:
+            lines.append(f"| both cores, shared with wrk and the backend | {fmt(ratio(w2free, plain), '.2f')} |"
+                         f" {fmt(cpu_times(w2free, plain), '.2f')} |")
 
     sn, sc = res.get("ldap-search-nocache"), res.get("ldap-search-cache")
     if (sn and sn.runs) or (sc and sc.runs):
@@ -1264,8 +1305,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=6.0, help="seconds per measured run (default 6)")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up before every measured run (default 2)")
     p.add_argument("--rounds", type=int, default=3, help="measurements per scenario, in alternating order (default 3)")
-    p.add_argument("--scenarios", default=",".join(ALL),
-                   help="comma-separated subset of: " + ", ".join(ALL) + " (default: all)")
+    p.add_argument("--scenarios", default=",".join(DEFAULT),
+                   help="comma-separated subset of: " + ", ".join(ALL) + " (default: all but " + ", ".join(OPTIONAL) + ")")
     p.add_argument("--quick", action="store_true", help="3 s runs, 1 s warm-up: a smoke test, not a measurement")
     p.add_argument("--profile", metavar="SCENARIO", action="append", default=[],
                    help="after measuring, record SCENARIO (a twistgw one) under load with py-spy and"

@@ -35,6 +35,7 @@ MODULES = (
     "unit/test_header_policy.py",
     "unit/test_headers.py",
     "unit/test_layers.py",
+    "unit/test_metrics.py",
     "unit/test_options_helpers.py",
     "unit/test_pipeline.py",
     "unit/test_route_matchers.py",

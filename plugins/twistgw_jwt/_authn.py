@@ -141,19 +141,17 @@ def _claim_text(value: Any) -> bytes | None:
     return data
 
 
-#: JSON values that are immutable: shared by a copy, not copied.
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
 def _copy_json(value: Any) -> Any:
     """A deep copy of JSON data (dicts, lists, scalars), so a plugin changing
-    its ``ctx.claims`` never changes a cached entry. Scalar members (most
-    claims: ``iss``, ``sub``, ``exp``) are taken as they are, without a call
-    per member."""
+    its ``ctx.claims`` never changes a cached entry."""
     if isinstance(value, dict):
-        return {k: v if type(v) in _SCALARS else _copy_json(v) for k, v in value.items()}
+        out = dict(value)  # scalars (the usual claims) are immutable: shared
+        for k, v in out.items():
+            if isinstance(v, (dict, list)):
+                out[k] = _copy_json(v)
+        return out
     if isinstance(value, list):
-        return [v if type(v) in _SCALARS else _copy_json(v) for v in value]
+        return [_copy_json(v) for v in value]
     return value
 
 

@@ -227,12 +227,14 @@ def parse_jwks_document(doc: Any, where: str = "key", strict: bool = True) -> Ke
     return KeyParseResult(tuple(keys), tuple(skipped))
 
 
-def _no_duplicates(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"duplicate member {k!r}")
-        out[k] = v
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise ValueError(f"duplicate member {k!r}")
+            seen.add(k)
     return out
 
 

@@ -23,6 +23,9 @@ import tempfile
 from typing import Callable, Sequence
 
 import attrs
+import contextlib
+import fcntl
+import time
 
 EXPECT = "# expect:"
 
@@ -50,6 +53,36 @@ def shell_lines(text: str, start: str | None = None, end: str | None = None) -> 
 def port_busy(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+# The README demo and the quickstart use the documented fixed ports (8080,
+# 9000, 9901, 8081, 3389). Two test runs on one machine (two checkouts, two
+# engineers) would fight over them; this lock makes them take turns.
+FIXED_PORTS_LOCK = "/tmp/twistgw-doc-fixed-ports.lock"
+
+
+@contextlib.contextmanager
+def fixed_ports(ports: Sequence[int], wait: float = 600.0):
+    """Hold the machine-wide lock for the documented fixed ports, then wait
+    (up to 30 s) for ``ports`` to be free; fail naming the busy ones."""
+    with open(FIXED_PORTS_LOCK, "a") as lock:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                assert time.monotonic() < deadline, (
+                    f"another test run held {FIXED_PORTS_LOCK} for {wait:g} s")
+                time.sleep(0.2)
+        try:
+            free_by = time.monotonic() + 30
+            while (busy := [p for p in ports if port_busy(p)]) and time.monotonic() < free_by:
+                time.sleep(0.2)
+            assert not busy, f"these documented ports are busy on 127.0.0.1: {busy}"
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _wait_for_port(port: int, seconds: float) -> str:

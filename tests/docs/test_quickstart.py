@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from doc_shell import check_outcomes, port_busy, run_lines, shell_lines
+from doc_shell import check_outcomes, fixed_ports, port_busy, run_lines, shell_lines
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "quickstart.md"
@@ -63,8 +63,11 @@ def test_page_states_every_outcome():
 
 
 def test_quickstart_as_written(tmp_path):
-    busy = [p for p in PORTS if port_busy(p)]
-    assert not busy, f"the quickstart uses ports {PORTS} on 127.0.0.1; busy: {busy}"
+    with fixed_ports(PORTS):
+        quickstart_as_written(tmp_path)
+
+
+def quickstart_as_written(tmp_path):
     lines = shell_lines(page(), "<!-- quickstart:start -->", "<!-- quickstart:end -->")
     # Saving the YAML block is the one step done by hand on the page: do it
     # when the page gets to it (after the keys exist, before `check`).

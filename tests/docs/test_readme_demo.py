@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from doc_shell import check_outcomes, port_busy, run_lines, shell_lines
+from doc_shell import check_outcomes, fixed_ports, port_busy, run_lines, shell_lines
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = pathlib.Path(sys.executable).parent
@@ -38,8 +38,11 @@ def twist_command() -> tuple[list[str], str]:
 
 @pytest.fixture(scope="module")
 def demo():
-    busy = [p for p in DEMO_PORTS if port_busy(p)]
-    assert not busy, f"the demo needs ports {DEMO_PORTS} free on 127.0.0.1; busy: {busy}"
+    with fixed_ports(DEMO_PORTS):
+        yield from run_demo()
+
+
+def run_demo():
     cmd, cwd = twist_command()
     log = open(ROOT / ".demo-test.log", "wb")
     proc = subprocess.Popen([*cmd, "--log-format=text", "twistgw", "--config", "etc/"], cwd=cwd,

@@ -15,7 +15,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import (LogLevel, eventsFromJSONLogFile, formatEvent, jsonFileLogObserver,
                             textFileLogObserver)
 
-from twistgw.core.accesslog import BUFFER_LIMIT, LOG_FORMAT, AccessLog, escape_text
+from twistgw.core.accesslog import BUFFER_LIMIT, FLUSH_SECONDS, LOG_FORMAT, WRITE_CHUNK, AccessLog, escape_text
 from twistgw.runtime.logs import access_log_for, file_writer, safe_text_file_observer
 
 from support.trial import TestCase
@@ -24,18 +24,19 @@ ARGS = ("127.0.0.1", "GET", "/a", 200, "default/v", "r", "127.0.0.1:8081", "-", 
 
 
 class Turns:
-    """A reactor whose turns the test ends by hand."""
+    """A reactor whose clock the test moves by hand."""
 
     def __init__(self) -> None:
         self.reactor = MemoryReactorClock()
         self.writes: list[str] = []
 
     def log(self, fmt: str = "text", limit: int = BUFFER_LIMIT, write: Any = None) -> AccessLog:
-        return AccessLog(write or self.writes.append, fmt, lambda f: self.reactor.callLater(0, f), limit,
-                         clock=lambda: 1795426276.5)
+        return AccessLog(write or self.writes.append, fmt, lambda f: self.reactor.callLater(FLUSH_SECONDS, f),
+                         limit, clock=lambda: 1795426276.5)
 
     def end_turn(self) -> None:
-        self.reactor.advance(0)
+        """Let the flush interval pass."""
+        self.reactor.advance(FLUSH_SECONDS)
 
     def lines(self) -> list[str]:
         return "".join(self.writes).splitlines(keepends=True)
@@ -52,17 +53,36 @@ class AccessLogTests(TestCase):
                              " upstream=127.0.0.1:8081 decided_by=- principal=bob 1.2ms\n")
         assert line.startswith("2026-11-2")  # twist's RFC 3339 timestamp
 
-    def test_lines_wait_for_the_end_of_the_turn_and_are_written_once_in_order(self) -> None:
+    def test_lines_wait_for_the_flush_interval_and_are_written_in_few_writes_in_order(self) -> None:
         t = Turns()
         log = t.log()
         for i in range(50):
             log.request("127.0.0.1", "GET", f"/{i}", 200, "v", "r", "-", "-", "-", 0.001)
         assert t.writes == [] and log.buffered > 0
-        assert len(t.reactor.getDelayedCalls()) == 1  # one call for the turn, not one per request
-        t.end_turn()
-        assert len(t.writes) == 1
+        assert len(t.reactor.getDelayedCalls()) == 1  # one call for the interval, not one per request
+        t.reactor.advance(FLUSH_SECONDS / 2)
+        assert t.writes == []  # not before the interval is over
+        t.reactor.advance(FLUSH_SECONDS / 2)
+        size = sum(map(len, t.writes))
+        assert len(t.writes) == -(-size // WRITE_CHUNK) or len(t.writes) == -(-size // WRITE_CHUNK) + 1
         assert [line.split('"')[1] for line in t.lines()] == [f"GET /{i}" for i in range(50)]
         assert log.buffered == 0 and t.reactor.getDelayedCalls() == []
+
+    def test_writes_are_whole_lines_of_at_most_a_pipe_buffer(self) -> None:
+        # several --workers share one stdout: a write of at most PIPE_BUF
+        # bytes to a pipe is never interleaved with another process's
+        t = Turns()
+        log = t.log()
+        for i in range(400):
+            log.request("127.0.0.1", "GET", "/p" + "y" * (i * 7 % 300), 200, "v", "r", "-", "-", "-", 0.001)
+        log.request("127.0.0.1", "GET", "/long" + "z" * 5000, 200, "v", "r", "-", "-", "-", 0.001)
+        log.request(*ARGS)
+        t.end_turn()
+        assert len(t.writes) > 1
+        for w in t.writes:
+            assert w.endswith("\n") and (len(w) <= WRITE_CHUNK or w.count("\n") == 1), (len(w), w.count("\n"))
+        lines = t.lines()
+        assert len(lines) == 402 and "z" * 5000 in lines[400]
 
     def test_bounded_under_a_flood(self) -> None:
         # no end of turn ever comes: the buffer is written each time it reaches the limit
@@ -73,7 +93,10 @@ class AccessLogTests(TestCase):
             log.request("127.0.0.1", "GET", "/flood/" + "x" * (i % 100), 200, "v", "r", "-", "-", "-", 0.001)
             longest = max(longest, log.buffered)
         assert longest < 4096
-        assert all(len(w) >= 4096 - 300 for w in t.writes)  # full batches, not a write per line
+        # whole batches (each in at most two pieces of at most WRITE_CHUNK), not a write per line
+        size = sum(map(len, t.writes))
+        assert len(t.writes) <= 2 * (size // (4096 - 300) + 1) and len(t.writes) < 20_000 // 10
+        assert all(len(w) <= WRITE_CHUNK for w in t.writes)
         t.end_turn()
         lines = t.lines()
         assert len(lines) == 20_000 and all(line.endswith("ms\n") for line in lines)
@@ -192,6 +215,8 @@ class AccessLogTests(TestCase):
         assert json_log is not None and json_log.fmt == "json"
         json_log.request(*ARGS)
         reactor.advance(0)
+        assert out.getvalue() == ""  # buffered for the flush interval
+        reactor.advance(FLUSH_SECONDS)
         assert out.getvalue().startswith("\x1e{")
         text_log = access_log_for({"logFile": out, "fileLogObserverFactory": textFileLogObserver}, reactor)
         assert text_log is not None and text_log.fmt == "text"

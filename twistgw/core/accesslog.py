@@ -3,10 +3,12 @@
 Building a ``twisted.logger`` event per request, and having ``twist``'s
 observer format and flatten it, cost more than the rest of a proxied request
 (docs/performance.md). Here each request becomes one preformatted line
-appended to a buffer, and the buffer is written at the end of the reactor
-turn (one ``write`` for every request the turn finished) or as soon as it
-holds :data:`BUFFER_LIMIT` characters, so memory stays bounded however many
-requests arrive.
+appended to a buffer, and the buffer is written :data:`FLUSH_SECONDS` after
+its first line (as nginx's ``access_log ... buffer= flush=``) or as soon as
+it holds :data:`BUFFER_LIMIT` characters, so memory stays bounded however
+many requests arrive. It is written in pieces of whole lines of at most
+:data:`WRITE_CHUNK` characters, so that several ``--workers`` writing to
+one pipe never interleave inside a line.
 
 The lines look exactly like the events ``twist`` used to write:
 
@@ -33,8 +35,17 @@ from typing import Any, Callable
 
 from twisted.logger import Logger, formatTime
 
-#: Characters buffered before a write, whatever the turn (bounded memory).
+#: Characters buffered before a write, however soon (bounded memory).
 BUFFER_LIMIT = 64 * 1024
+
+#: The longest a line waits in the buffer (what the runtime schedules).
+FLUSH_SECONDS = 0.1
+
+#: Lines are written in pieces of at most this many characters (whole lines;
+#: one longer line alone): a write of at most PIPE_BUF (4,096) bytes to a
+#: pipe is atomic, so processes sharing one stdout never split each other's
+#: lines (a line with non-ASCII text can exceed it; access lines rarely do).
+WRITE_CHUNK = 4096
 
 FORMATS = ("text", "json", "events")
 
@@ -83,8 +94,8 @@ class AccessLog:
 
     :param write: takes a ``str`` of whole lines (for ``text`` and ``json``).
     :param fmt: ``"text"``, ``"json"`` or ``"events"``.
-    :param schedule: ``schedule(f)`` calls ``f`` at the end of the current
-        reactor turn (``lambda f: reactor.callLater(0, f)``); without it every
+    :param schedule: ``schedule(f)`` calls ``f`` a little later
+        (``lambda f: reactor.callLater(FLUSH_SECONDS, f)``); without it every
         line is written at once.
     :param limit: buffered characters that force a write.
     :param clock: the wall clock for the timestamp (``time.time``).
@@ -165,13 +176,22 @@ class AccessLog:
         if not self._lines:
             return
         lines, self._lines, self._size = self._lines, [], 0
+        start, size = 0, 0
+        for i, line in enumerate(lines):
+            if size and size + len(line) > WRITE_CHUNK:
+                self._put(lines, start, i)
+                start, size = i, 0
+            size += len(line)
+        self._put(lines, start, len(lines))
+
+    def _put(self, lines: list[str], start: int, end: int) -> None:
         try:
-            self._write("".join(lines))  # type: ignore[misc]
+            self._write("".join(lines[start:end]))  # type: ignore[misc]
         except Exception as exc:
             if not self.dropped:
                 _log.error("The access log cannot be written ({error}); dropping its lines"
                                      " until it can", error=repr(exc))
-            self.dropped += len(lines)
+            self.dropped += end - start
 
     def close(self) -> None:
         """Flush; lines that still come (late requests) are written at once."""
@@ -180,5 +200,5 @@ class AccessLog:
 
     @property
     def buffered(self) -> int:
-        """Characters waiting for the end of the turn."""
+        """Characters waiting to be written."""
         return self._size

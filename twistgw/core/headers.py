@@ -121,5 +121,13 @@ def end_to_end_lines(pairs: Iterable[tuple[bytes, bytes]], hop: dict[bytes, byte
         lines.append(b"%s: %s\r\n" % (name, value.rstrip(b" \t")))
     listed = _connection_tokens(connection)
     if listed:
-        lines = [line for line in lines if line.split(b":", 1)[0].lower() not in listed]
+        # "keep-alive" and "close" (nearly every response's Connection) name
+        # no header that is still here: only look again for the others.
+        listed -= _NOT_NAMES
+        if listed:
+            lines = [line for line in lines if line.split(b":", 1)[0].lower() not in listed]
     return lines
+
+
+#: Connection tokens that cannot name a header still in an end-to-end list.
+_NOT_NAMES = HOP_BY_HOP | {b"close", b""}

@@ -17,7 +17,7 @@ from twisted.logger import (FileLogObserver, LogLevel, jsonFileLogObserver, text
                             timeFormatRFC3339)
 from twisted.python.compat import ioType
 
-from twistgw.core.accesslog import AccessLog, escape_text
+from twistgw.core.accesslog import FLUSH_SECONDS, AccessLog, escape_text
 
 
 def file_writer(out: IO[Any]) -> Callable[[str], None]:
@@ -78,8 +78,9 @@ def access_log_for(twist_options: Any, reactor: Any) -> AccessLog | None:
 
 
 def buffered_access_log(out: IO[Any], fmt: str, reactor: Any) -> AccessLog:
-    """An access log writing ``fmt`` lines to ``out``, once per reactor turn."""
-    return AccessLog(file_writer(out), fmt, lambda f: reactor.callLater(0, f))
+    """An access log writing ``fmt`` lines to ``out`` at most
+    :data:`~twistgw.core.accesslog.FLUSH_SECONDS` after they were made."""
+    return AccessLog(file_writer(out), fmt, lambda f: reactor.callLater(FLUSH_SECONDS, f))
 
 
 def use_safe_text_observer(twist_options: Any) -> None:
