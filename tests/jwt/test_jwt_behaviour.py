@@ -153,6 +153,18 @@ class JwtBehaviourTests(TestCase):
         assert r.ctx.claims_provider == "main"
         assert r.ctx.principal == "alice"
 
+    async def test_changing_ctx_claims_does_not_change_the_cached_claims(self):
+        tok = token(groups=["a", "b"], nested={"x": [1]})
+        r = await RSA.request("GET", URL, headers=bearer(tok))
+        assert r.status == 200
+        r.ctx.claims["groups"].append("admin")
+        r.ctx.claims["nested"]["x"].append(2)
+        r.ctx.claims["sub"] = "root"
+        r = await RSA.request("GET", URL, headers=bearer(tok))  # from the verified-token cache
+        assert r.status == 200
+        assert r.ctx.claims["groups"] == ["a", "b"] and r.ctx.claims["nested"] == {"x": [1]}
+        assert r.ctx.claims["sub"] == "alice"
+
     async def test_service_account_tokens(self):
         sa_issuer = "https://kubernetes.default.svc.cluster.local"
         t = make_tester({"providers": {"k8s": local_provider(issuer=sa_issuer)}})

@@ -446,3 +446,31 @@ class JwtSecurityTests(TestCase):
                 continue
             r = await RSA.request("GET", URL, headers={"Authorization": "Bearer " + tok})
             assert r.status in (401, 403), (tok, r.status, r.body)
+
+    def test_base64url_is_strict_and_canonical(self):
+        """b64url_decode accepts exactly the segments that are the canonical
+        unpadded base64url encoding of their bytes: every 2- and 3-character
+        segment over the alphabet, compared with decoding and encoding again."""
+        alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+        def expected(seg: bytes) -> bytes | None:
+            raw = base64.urlsafe_b64decode(seg + b"=" * (-len(seg) % 4))
+            return raw if base64.urlsafe_b64encode(raw).rstrip(b"=") == seg else None
+
+        def got(seg: bytes) -> bytes | None:
+            try:
+                return T.b64url_decode(seg)
+            except ValueError:
+                return None
+
+        segments = [a + b for a in alphabet for b in alphabet]
+        segments += ["QU" + c for c in alphabet] + ["QUJD" + c + d for c in "Qh" for d in alphabet]
+        rejected = 0
+        for text in segments:
+            seg = text.encode()
+            want = expected(seg)
+            rejected += want is None
+            assert got(seg) == want, seg
+        assert rejected > 3000  # the non-canonical ones exist and are refused
+        for bad in (b"QUJD\n", b"QUJD=", b"QU+/", b"QU JD", b"Q", b"QUJDR", b"QUJD\x00"):
+            assert got(bad) is None, bad
