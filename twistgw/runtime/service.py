@@ -25,6 +25,7 @@ from twistgw.config.names import is_yaml_file, with_backlog
 from twistgw.core.accesslog import AccessLog
 from twistgw.core.plugins import GatewayInfo, PluginHost
 from twistgw.core.snapshot import Snapshot, build_snapshot
+from twistgw.engine.reactor import streamline
 from twistgw.engine.server import Gateway, GatewayFactory
 from twistgw.engine.upstream import UpstreamPool
 from twistgw.runtime.admin import AdminRoot, quiet_site
@@ -218,6 +219,7 @@ class GatewayService(service.MultiService):
     def startService(self) -> None:
         if self.gateway.snapshot is None:
             self.load_initial()
+        streamline(self.reactor)  # epoll: no legacy logging context per ready socket
         super().startService()
         if self.poll_interval:
             self._poller.start(self.poll_interval, now=False)
