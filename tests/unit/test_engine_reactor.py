@@ -38,6 +38,11 @@ class _BrokenOnClose(protocol.Protocol):
         raise RuntimeError("a handler that breaks on close")
 
 
+class _BrokenOnRead(protocol.Protocol):
+    def dataReceived(self, data: bytes) -> None:
+        raise ZeroDivisionError("a handler that breaks on data")
+
+
 def _private_reactor(case: TestCase, cls: Any = EPollReactor) -> Any:
     reactor = cls()
 
@@ -107,5 +112,16 @@ class StreamlineTests(TestCase):
         _, healthy = self._echo_pair(reactor)
         doomed.transport.loseConnection()
         _spin(reactor, lambda: doomed.lost and bool(self.flushLoggedErrors(RuntimeError)), turns=400)
+        healthy.transport.write(b"still served")
+        _spin(reactor, lambda: healthy.received == b"still served")
+
+    def test_an_error_in_a_read_handler_is_logged_and_drops_that_connection(self) -> None:
+        reactor = _private_reactor(self)
+        streamline(reactor)
+        _, broken = self._echo_pair(reactor, _BrokenOnRead)
+        _, healthy = self._echo_pair(reactor)
+        broken.transport.write(b"boom")
+        _spin(reactor, lambda: broken.lost)
+        self.assertEqual(len(self.flushLoggedErrors(ZeroDivisionError)), 1)
         healthy.transport.write(b"still served")
         _spin(reactor, lambda: healthy.received == b"still served")

@@ -12,7 +12,8 @@ memory, 6-10 µs of CPU per request under load (``docs/performance.md``).
 :func:`streamline` replaces ``doIteration`` on a running epoll reactor
 with the same loop minus that context: each ready socket still goes to the
 reactor's own ``_doReadOrWrite`` (so reads, writes, half-closes and
-disconnects are handled exactly as before), and an exception escaping it
+disconnects are handled exactly as before; a plain "readable" event, the
+usual one, takes the same steps inline), and an exception escaping it
 is still logged, as ``callWithLogger`` did, and the loop goes on with the
 next socket. twistgw logs through ``twisted.logger`` (which never read
 that context), so only legacy-style messages from Twisted's own internals
@@ -25,10 +26,16 @@ left alone.
 from __future__ import annotations
 
 import errno
+import select
+import sys
 from types import MethodType
 from typing import Any
 
+from twisted.internet.posixbase import _NO_FILEDESC
 from twisted.python import log
+
+#: An epoll event that is only "readable" (no hang-up, no error, no writability).
+_READABLE = getattr(select, "EPOLLIN", 1)
 
 __all__ = ["streamline"]
 
@@ -50,7 +57,22 @@ def _do_poll(self: Any, timeout: float | None) -> None:
         if selectable is None:
             continue  # closed by an earlier handler of this same batch
         try:
-            dispatch(selectable, fd, event)
+            if event == _READABLE:
+                # The usual event, as _doReadOrWrite handles it (the
+                # descriptor check, doRead, errors logged and turned into
+                # a disconnect), minus its branches and its frame.
+                try:
+                    if selectable.fileno() == -1:
+                        why = _NO_FILEDESC
+                    else:
+                        why = selectable.doRead()
+                except BaseException:
+                    why = sys.exc_info()[1]
+                    log.err()
+                if why:
+                    self._disconnectSelectable(selectable, why, True)
+            else:
+                dispatch(selectable, fd, event)
         except KeyboardInterrupt:
             raise
         except BaseException:
