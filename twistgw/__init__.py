@@ -5,6 +5,7 @@ for the hooks and ``docs/plugins.md`` for a complete example.
 """
 
 from twistgw.api.commands import Commands
+from twistgw.api.counters import counter
 from twistgw.api.headers import Headers
 from twistgw.api.plugin import GatewayInfo, OwnsRequestHeaders, Placement, PluginInfo, StagedOptions, hookimpl
 from twistgw.api.types import (
@@ -51,5 +52,6 @@ __all__ = [
     "UpstreamInfo",
     "VirtualService",
     "__version__",
+    "counter",
     "hookimpl",
 ]

@@ -11,18 +11,18 @@ import functools
 import json
 from typing import Any, Mapping, Sequence
 
-from prometheus_client import Counter
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from twistgw import Allow, Deny, NotChecked, RequestContext
+from twistgw import Allow, Deny, NotChecked, RequestContext, counter
 from twistgw_jwt import _token as T
 from twistgw_jwt._options import CompiledJwt, HeaderSource, Provider, QuerySource
 from twistgw_jwt._token import Failure, ParsedToken
 
 _log = Logger(namespace="twistgw_jwt")
 
-DECISIONS = Counter(
+# twistgw.counter: an increment is an integer addition, not a lock (per request).
+DECISIONS = counter(
     "twistgw_jwt_decisions",
     "JWT plugin outcomes: ok, ok_cached, allowed_missing, allowed_failed, or the failure code.",
     ["outcome"],

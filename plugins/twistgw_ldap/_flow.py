@@ -14,10 +14,10 @@ from urllib.parse import quote
 
 import attrs
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Histogram
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
-from twistgw import Allow, Deny, NotChecked, RequestContext
+from twistgw import Allow, Deny, NotChecked, RequestContext, counter
 
 from twistgw_ldap._ber import SCOPE_BASE, SCOPE_SUB
 from twistgw_ldap._client import FAULT_CODES, DirectoryFault, Pool, bind, search
@@ -34,12 +34,13 @@ _MAX_TOKEN = 4 * ((MAX_USERNAME * 4 + MAX_PASSWORD + 1 + 2) // 3) + 4
 #: Entries kept per decision cache (oldest dropped first).
 CACHE_MAX_ENTRIES = 10_000
 
-DECISIONS = Counter(
+# twistgw.counter: an increment is an integer addition, not a lock (per request).
+DECISIONS = counter(
     "twistgw_ldap_decisions_total", "LDAP (extauth) decisions by outcome",
     ["outcome"],  # allowed, unauthorized, forbidden, fault, error
 )
-CACHE = Counter("twistgw_ldap_cache_total", "LDAP decision cache lookups", ["result"])  # hit, miss
-OPERATIONS = Counter(
+CACHE = counter("twistgw_ldap_cache_total", "LDAP decision cache lookups", ["result"])  # hit, miss
+OPERATIONS = counter(
     "twistgw_ldap_operations_total", "LDAP operations sent to directories",
     ["operation", "result"],  # operation: bind_user, bind_service, bind_anonymous, search
 )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 from typing import Any, Mapping
 
-from prometheus_client import Counter
 from twisted.logger import Logger
 
 import twistgw
@@ -28,12 +27,13 @@ DENY_BODY = b"RBAC: access denied"
 
 # Defined once, at import, on the default registry (SPEC: many gateways may
 # be built in one process; registering twice would raise).
-DECISIONS = Counter(
+# twistgw.counter: an increment is an integer addition, not a lock (per request).
+DECISIONS = twistgw.counter(
     "twistgw_rbac_decisions_total",
     "RBAC decisions enforced, by outcome.",
     ["decision"],
 )
-SHADOW_DECISIONS = Counter(
+SHADOW_DECISIONS = twistgw.counter(
     "twistgw_rbac_shadow_decisions_total",
     "Would-be decisions of RBAC policy sets in shadow mode (never enforced).",
     ["decision"],

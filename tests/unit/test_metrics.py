@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+import pytest
+
+from twistgw import counter
 from twistgw.runtime.metrics import _BUCKETS, Metrics, multiprocess
 
 from support.trial import TestCase
@@ -90,3 +93,57 @@ class MetricsTests(TestCase):
             assert "twistgw_requests" in str(exc) or "Duplicated" in str(exc)
         else:
             raise AssertionError("a second Metrics on one registry was accepted")
+
+
+def _plugin_exposition(fast: bool, bumps: list[tuple[str, str, int]]) -> str:
+    from prometheus_client import Counter
+
+    registry = CollectorRegistry()
+    if fast:
+        c = counter("twistgw_test_decisions_total", "Test decisions.", ["outcome", "why"], registry=registry)
+    else:
+        c = Counter("twistgw_test_decisions_total", "Test decisions.", ["outcome", "why"], registry=registry)
+    for outcome, why, amount in bumps:
+        c.labels(outcome, why).inc(amount)
+    text = generate_latest(registry).decode()
+    return "\n".join(line for line in text.splitlines() if "_created" not in line)
+
+
+_LABEL = st.sampled_from(["allow", "deny", 'we"ird\\', "x\ny", ""])
+
+
+class PluginCounterTests(TestCase):
+    """``twistgw.counter``: what plugins bump per request."""
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.lists(st.tuples(_LABEL, _LABEL, st.integers(0, 5)), max_size=30))
+    def test_exposes_what_a_prometheus_client_counter_would(self, bumps: list[tuple[str, str, int]]) -> None:
+        assert _plugin_exposition(True, bumps) == _plugin_exposition(False, bumps)
+
+    def test_counts_per_label_set(self) -> None:
+        registry = CollectorRegistry()
+        c = counter("twistgw_test_total", "Test.", ["outcome"], registry=registry)
+        allow = c.labels("allow")
+        for _ in range(3):
+            allow.inc()
+        c.labels("deny").inc(2)
+        assert c.labels("allow") is allow  # one child per label set
+        assert registry.get_sample_value("twistgw_test_total", {"outcome": "allow"}) == 3
+        assert registry.get_sample_value("twistgw_test_total", {"outcome": "deny"}) == 2
+
+    def test_refuses_what_prometheus_client_refuses(self) -> None:
+        c = counter("twistgw_test_total", "Test.", ["outcome"], registry=None)
+        with pytest.raises(ValueError):
+            c.labels("a", "b")
+        with pytest.raises(ValueError):
+            c.labels("a").inc(-1)
+        registry = CollectorRegistry()
+        counter("twistgw_test_total", "Test.", ["outcome"], registry=registry)
+        with pytest.raises(ValueError):
+            counter("twistgw_test_total", "Test.", ["outcome"], registry=registry)
+
+    def test_with_workers_it_is_a_prometheus_client_counter(self, monkeypatch: Any) -> None:
+        from prometheus_client import Counter
+
+        monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/nonexistent")
+        assert isinstance(counter("twistgw_test_total", "Test.", ["outcome"], registry=None), Counter)

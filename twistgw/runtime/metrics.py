@@ -14,7 +14,6 @@ children cached so the per-request cost is a dict lookup and an increment.
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_left
 from typing import Any, Iterator
 
@@ -22,6 +21,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+
+from twistgw.api.counters import multiprocess
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _LE = [floatToGoString(b) for b in _BUCKETS] + ["+Inf"]
@@ -32,11 +33,6 @@ _REQUEST_DURATION = ("twistgw_request_duration_seconds", "Time from request head
                      ["virtual_service", "route"])
 _UPSTREAM_DURATION = ("twistgw_upstream_duration_seconds",
                       "Time from forwarding to the upstream's response head", ["virtual_service", "route"])
-
-
-def multiprocess() -> bool:
-    """Whether prometheus-client keeps values in shared files (``--workers``)."""
-    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("prometheus_multiproc_dir"))
 
 
 class _Histogram:
