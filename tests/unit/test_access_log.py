@@ -5,6 +5,7 @@ escaped."""
 from __future__ import annotations
 
 import io
+import os
 import json
 from typing import Any
 
@@ -16,7 +17,8 @@ from twisted.logger import (LogLevel, eventsFromJSONLogFile, formatEvent, jsonFi
                             textFileLogObserver)
 
 from twistgw.core.accesslog import BUFFER_LIMIT, FLUSH_SECONDS, LOG_FORMAT, WRITE_CHUNK, AccessLog, escape_text
-from twistgw.runtime.logs import access_log_for, file_writer, safe_text_file_observer
+from twistgw.runtime.logs import (access_log_for, buffered_access_log, file_writer, is_regular_file,
+                                  safe_text_file_observer)
 
 from support.trial import TestCase
 
@@ -83,6 +85,27 @@ class AccessLogTests(TestCase):
             assert w.endswith("\n") and (len(w) <= WRITE_CHUNK or w.count("\n") == 1), (len(w), w.count("\n"))
         lines = t.lines()
         assert len(lines) == 402 and "z" * 5000 in lines[400]
+
+    def test_to_a_regular_file_a_flush_is_one_write(self) -> None:
+        t = Turns()
+        log = AccessLog(t.writes.append, "json", lambda f: t.reactor.callLater(FLUSH_SECONDS, f),
+                        clock=lambda: 1795426276.5, chunk=None)
+        for i in range(60):  # about 24,000 characters: under the buffer limit
+            log.request("127.0.0.1", "GET", f"/{i}", 200, "v", "r", "-", "-", "-", 0.001)
+        t.end_turn()
+        assert len(t.writes) == 1 and len(t.writes[0]) > 4 * WRITE_CHUNK
+        assert len(t.lines()) == 60
+
+    def test_the_runtime_chunks_only_what_is_not_a_regular_file(self, tmp_path: Any) -> None:
+        reactor = MemoryReactorClock()
+        with open(tmp_path / "access.log", "wb") as f:
+            assert buffered_access_log(f, "text", reactor).chunk is None
+            assert is_regular_file(f)
+        r, w = os.pipe()
+        with os.fdopen(r, "rb") as rf, os.fdopen(w, "wb") as wf:
+            assert buffered_access_log(wf, "text", reactor).chunk == WRITE_CHUNK
+            assert not is_regular_file(wf) and not is_regular_file(rf)
+        assert buffered_access_log(io.StringIO(), "text", reactor).chunk == WRITE_CHUNK
 
     def test_bounded_under_a_flood(self) -> None:
         # no end of turn ever comes: the buffer is written each time it reaches the limit

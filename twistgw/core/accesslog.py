@@ -6,9 +6,11 @@ observer format and flatten it, cost more than the rest of a proxied request
 appended to a buffer, and the buffer is written :data:`FLUSH_SECONDS` after
 its first line (as nginx's ``access_log ... buffer= flush=``) or as soon as
 it holds :data:`BUFFER_LIMIT` characters, so memory stays bounded however
-many requests arrive. It is written in pieces of whole lines of at most
-:data:`WRITE_CHUNK` characters, so that several ``--workers`` writing to
-one pipe never interleave inside a line.
+many requests arrive. To a pipe (or anything but a regular file) it is
+written in pieces of whole lines of at most :data:`WRITE_CHUNK` characters,
+so that several ``--workers`` writing to one pipe never interleave inside a
+line; to a regular file in one write (Linux writes to a file atomically
+with respect to other writers of the same open file).
 
 The lines look exactly like the events ``twist`` used to write:
 
@@ -99,11 +101,13 @@ class AccessLog:
         line is written at once.
     :param limit: buffered characters that force a write.
     :param clock: the wall clock for the timestamp (``time.time``).
+    :param chunk: the most characters one write may carry (whole lines;
+        ``None``: the whole buffer in one write, for a regular file).
     """
 
     def __init__(self, write: Callable[[str], Any] | None = None, fmt: str = "text",
                  schedule: Callable[[Callable[[], None]], Any] | None = None, limit: int = BUFFER_LIMIT,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, chunk: int | None = WRITE_CHUNK) -> None:
         if fmt not in FORMATS:
             raise ValueError(f"access log format must be one of {', '.join(FORMATS)}, not {fmt!r}")
         if fmt != "events" and write is None:
@@ -113,6 +117,7 @@ class AccessLog:
         self._schedule = schedule
         self.limit = limit
         self._clock = clock
+        self.chunk = chunk
         self._lines: list[str] = []
         self._size = 0
         self._pending = False
@@ -185,9 +190,13 @@ class AccessLog:
         if not self._lines:
             return
         lines, self._lines, self._size = self._lines, [], 0
+        chunk = self.chunk
+        if chunk is None:
+            self._put(lines, 0, len(lines))
+            return
         start, size = 0, 0
         for i, line in enumerate(lines):
-            if size and size + len(line) > WRITE_CHUNK:
+            if size and size + len(line) > chunk:
                 self._put(lines, start, i)
                 start, size = i, 0
             size += len(line)

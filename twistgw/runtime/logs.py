@@ -11,13 +11,15 @@ whose text form is made to escape control characters in event fields
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import IO, Any, Callable
 
 from twisted.logger import (FileLogObserver, LogLevel, jsonFileLogObserver, textFileLogObserver,
                             timeFormatRFC3339)
 from twisted.python.compat import ioType
 
-from twistgw.core.accesslog import FLUSH_SECONDS, AccessLog, escape_text
+from twistgw.core.accesslog import FLUSH_SECONDS, WRITE_CHUNK, AccessLog, escape_text
 
 
 def file_writer(out: IO[Any]) -> Callable[[str], None]:
@@ -77,10 +79,22 @@ def access_log_for(twist_options: Any, reactor: Any) -> AccessLog | None:
     return buffered_access_log(out, fmt, reactor)
 
 
+def is_regular_file(out: IO[Any]) -> bool:
+    """Whether ``out`` is a regular file (not a pipe, a terminal, a socket)."""
+    try:
+        return stat.S_ISREG(os.fstat(out.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):  # no descriptor (StringIO), or closed
+        return False
+
+
 def buffered_access_log(out: IO[Any], fmt: str, reactor: Any) -> AccessLog:
     """An access log writing ``fmt`` lines to ``out`` at most
-    :data:`~twistgw.core.accesslog.FLUSH_SECONDS` after they were made."""
-    return AccessLog(file_writer(out), fmt, lambda f: reactor.callLater(FLUSH_SECONDS, f))
+    :data:`~twistgw.core.accesslog.FLUSH_SECONDS` after they were made: in
+    one write to a regular file, in pieces of at most
+    :data:`~twistgw.core.accesslog.WRITE_CHUNK` to anything else (a pipe
+    shared by ``--workers``)."""
+    return AccessLog(file_writer(out), fmt, lambda f: reactor.callLater(FLUSH_SECONDS, f),
+                     chunk=None if is_regular_file(out) else WRITE_CHUNK)
 
 
 def use_safe_text_observer(twist_options: Any) -> None:
