@@ -946,7 +946,10 @@ class Bench:
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
         try:
             time.sleep(1.0)
-            self.wrk(target, seconds)
+            # jwt-fresh: fresh tokens here too (without an offset wrk sends one token)
+            w = self.wrk(target, seconds, self.fresh_offset if target.fresh else None)
+            if target.fresh:
+                self.fresh_offset += w["requests"]
             spy_proc.wait(30)
         finally:
             if spy_proc.poll() is None:
