@@ -13,7 +13,7 @@ from twisted.web.http_headers import Headers
 from twistgw.core.plan import LocalResponse
 from twistgw.config.loader import load_text
 from twistgw.config.model import Route, VirtualService
-from twistgw.core.paths import BadPath, normalise_path
+from twistgw.core.paths import _ALREADY_NORMAL, BadPath, normalise_path, normalise_slowly
 from twistgw.core.plugins import PluginHost
 from twistgw.core.pipeline import Prepared, prepare, split_target
 from twistgw.config.names import host_without_port, parse_host
@@ -182,6 +182,24 @@ class CorePathsTests(TestCase):
         except BadPath:
             return
         assert normalise_path(once.encode("ascii")) == once
+
+    @settings(max_examples=1500, deadline=None)
+    @given(st.one_of(paths, any_bytes.map(lambda b: b"/" + b),
+                     st.lists(st.sampled_from([b"/", b".", b"..", b"a", b"%2e", b"~", b";", b"-", b"%"]),
+                              max_size=8).map(lambda parts: b"/" + b"".join(parts))))
+    @example(b"/")
+    @example(b"/a/")
+    @example(b"/.well-known")
+    @example(b"/a//b")
+    @example(b"/-")
+    def test_the_fast_path_takes_only_what_the_full_rules_leave_unchanged(self, raw: bytes) -> None:
+        try:
+            slow = normalise_slowly(raw)
+        except BadPath:
+            slow = None
+        if _ALREADY_NORMAL.fullmatch(raw) is not None:
+            assert slow == raw.decode("ascii")
+        assert normalise_path(raw) == slow if slow is not None else True
 
     @settings(max_examples=600, deadline=None)
     @given(st.one_of(paths, any_bytes, any_bytes.map(lambda b: b"/" + b)))
