@@ -556,28 +556,64 @@ def credentials(ctx: RequestContext, realm: str) -> tuple[str, bytes] | Deny:
     return user, password
 
 
+#: What an ``Authorization`` value means to the decision cache: its keyed
+#: BLAKE2b (never the value, which holds the password) -> (the cleaned user
+#: name, the password's digest), for values :func:`credentials` accepted.
+#: A deterministic function of the value, so entries never go stale; it
+#: spares a cached request the Basic parsing and the second hash. Bounded
+#: (clients choose the values): emptied when full.
+_CREDENTIALS: dict[bytes, tuple[str, bytes]] = {}
+_CREDENTIALS_MAX = 10_000
+
+
+def _from_caches(compiled: CompiledExtAuth, key: tuple[str, bytes], verdicts: list[Verdict]) -> Deny | bool:
+    """Append each config's cached verdict to ``verdicts``, in order. Returns
+    True when every config had one, False at the first that has none (no
+    cache, or a miss), or the cached 403."""
+    for cfg in compiled.configs[len(verdicts):]:
+        if cfg.cache_ttl <= 0:
+            return False
+        hit = _cached(cfg, compiled.state.cache(cfg), key)
+        if hit is _MISS:
+            return False
+        if isinstance(hit, Deny):
+            return hit
+        verdicts.append(hit)
+    return True
+
+
 def authenticate(ctx: RequestContext, compiled: CompiledExtAuth) -> Allow | Deny | Deferred[Allow | Deny]:
     """Decide from the decision cache when every config has an answer there
     (synchronously: no coroutine, no Deferred); otherwise ask the directory
     for the configs from the first one without a cached answer."""
+    values = ctx.headers.getRawHeaders(b"authorization")
+    seen = None
+    if values is not None and len(values) == 1:
+        seen = hashlib.blake2b(values[0], key=_SALT, digest_size=32).digest()
+        known = _CREDENTIALS.get(seen)
+        if known is not None:  # this value was parsed before: straight to the caches
+            verdicts: list[Verdict] = []
+            done = _from_caches(compiled, known, verdicts)
+            if done is True:
+                return _admit(ctx, compiled, known[0], verdicts, True)
+            if done is not False:
+                return done
     creds = credentials(ctx, compiled.configs[0].realm)
     if isinstance(creds, Deny):
         return creds
     user, password = creds
-    key: tuple[str, bytes] | None = None
-    verdicts: list[Verdict] = []
-    for i, cfg in enumerate(compiled.configs):
-        if cfg.cache_ttl <= 0:
-            return Deferred.fromCoroutine(_ask_directory(ctx, compiled, user, password, verdicts))
-        if key is None:
-            key = (user, password_digest(password))
-        hit = _cached(cfg, compiled.state.cache(cfg), key)
-        if hit is _MISS:
-            return Deferred.fromCoroutine(_ask_directory(ctx, compiled, user, password, verdicts))
-        if isinstance(hit, Deny):
-            return hit
-        verdicts.append(hit)
-    return _admit(ctx, compiled, user, verdicts, True)
+    key = (user, password_digest(password))
+    if seen is not None:
+        if len(_CREDENTIALS) >= _CREDENTIALS_MAX:
+            _CREDENTIALS.clear()
+        _CREDENTIALS[seen] = key
+    verdicts = []
+    done = _from_caches(compiled, key, verdicts)
+    if done is True:
+        return _admit(ctx, compiled, user, verdicts, True)
+    if done is not False:
+        return done
+    return Deferred.fromCoroutine(_ask_directory(ctx, compiled, user, password, verdicts))
 
 
 def dry_run(ctx: RequestContext, compiled: CompiledExtAuth) -> Deny | NotChecked:

@@ -383,6 +383,12 @@ async def test_cache_holds_no_plaintext_password(slapd_open: Any) -> None:
     assert b"alice-pw" not in text
     for (user, digest), _ in cache._entries.items():
         assert user == "alice" and b"alice-pw" not in digest and len(digest) == 32
+    # nor does the memo of parsed Authorization values (keyed by a keyed hash of the value)
+    from twistgw_ldap._flow import _CREDENTIALS
+
+    header = basic("alice", "alice-pw")["Authorization"].encode()
+    memo = repr(_CREDENTIALS).encode()
+    assert _CREDENTIALS and b"alice-pw" not in memo and header not in memo and header.split()[1] not in memo
 
 
 @pytest_twisted.ensureDeferred
