@@ -58,8 +58,17 @@ def extract(ctx: RequestContext, opts: CompiledJwt) -> tuple[str, tuple[int, ...
             values = ctx.headers.getRawHeaders(src.name)
             if not values:
                 continue
-            matched = []
             prefix = src.prefix
+            if len(values) == 1:  # the usual case, without the lists below
+                text = values[0].decode("latin-1").strip()
+                if prefix:
+                    if text[:len(prefix)].lower() != prefix:
+                        continue
+                    text = text[len(prefix):].strip()
+                if text:
+                    found.append((text, idx))
+                continue
+            matched = []
             for raw in values:
                 text = raw.decode("latin-1").strip()
                 if prefix:
@@ -68,9 +77,8 @@ def extract(ctx: RequestContext, opts: CompiledJwt) -> tuple[str, tuple[int, ...
                     text = text[len(prefix):].strip()
                 if text:
                     matched.append(text)
-            if matched and len(values) > 1:
+            if matched:
                 return T.MULTIPLE_TOKENS  # two Authorization headers: ambiguous, refuse
-            found.extend((t, idx) for t in matched)
         else:
             assert isinstance(src, QuerySource)
             if not ctx.query:
@@ -141,13 +149,17 @@ def _claim_text(value: Any) -> bytes | None:
     return data
 
 
+#: JSON scalars, checked by exact class first (the usual claims).
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
 def _copy_json(value: Any) -> Any:
     """A deep copy of JSON data (dicts, lists, scalars), so a plugin changing
     its ``ctx.claims`` never changes a cached entry."""
     if isinstance(value, dict):
         out = dict(value)  # scalars (the usual claims) are immutable: shared
-        for k, v in out.items():
-            if isinstance(v, (dict, list)):
+        for k, v in value.items():
+            if v.__class__ not in _SCALARS and isinstance(v, (dict, list)):
                 out[k] = _copy_json(v)
         return out
     if isinstance(value, list):
@@ -165,7 +177,7 @@ def succeed(ctx: RequestContext, opts: CompiledJwt, provider: Provider,
         for idx in where:
             src = opts.sources[idx]
             if isinstance(src, HeaderSource):
-                ctx.headers.removeHeader(src.header.encode("ascii"))
+                ctx.headers.removeHeader(src.name)
             else:
                 ctx.remove_query_param(src.param)
     for c in provider.claims_to_headers:

@@ -43,8 +43,11 @@ class ClaimRule:
     value: Any  # str, bool (BOOLEAN) or SafeRegex (REGEX_MATCH)
 
     def lookup(self, claims: Mapping[str, Any]) -> Any:
+        path = self.path
+        if len(path) == 1:  # a top-level claim, the usual case
+            return claims.get(path[0], _MISSING) if isinstance(claims, dict) else _MISSING
         node: Any = claims
-        for part in self.path:
+        for part in path:
             if not isinstance(node, dict) or part not in node:
                 return _MISSING
             node = node[part]
@@ -80,7 +83,10 @@ class Principal:
             return False
         if self.provider is not None and provider != self.provider:
             return False
-        return all(rule.matches(claims) for rule in self.rules)
+        for rule in self.rules:  # a loop, not all(generator): per request
+            if not rule.matches(claims):
+                return False
+        return True
 
     def why_not(self, claims: Mapping[str, Any], provider: str | None) -> str:
         """Why this principal does not match (names only, never claim values)."""
