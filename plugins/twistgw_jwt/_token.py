@@ -101,25 +101,26 @@ def b64url_decode(segment: bytes) -> bytes:
     return binascii.a2b_base64(segment.translate(_TO_STANDARD) + _PAD[rest], strict_mode=True)
 
 
-@attrs.frozen
 class ParsedToken:
-    raw: str
-    header: Mapping[str, Any]
-    payload: Mapping[str, Any]
-    signing_input: bytes
-    signature: bytes
+    """A token split and decoded, not yet verified. A plain slotted class
+    (one is made per unseen token; an attrs frozen class's ``__init__``
+    costs a ``object.__setattr__`` per field)."""
 
-    @property
-    def alg(self) -> str:
-        return self.header["alg"]
+    __slots__ = ("raw", "header", "payload", "signing_input", "signature", "alg", "kid", "iss")
 
-    @property
-    def kid(self) -> str | None:
-        return self.header.get("kid")
+    def __init__(self, raw: str, header: Mapping[str, Any], payload: Mapping[str, Any], signing_input: bytes,
+                 signature: bytes) -> None:
+        self.raw = raw
+        self.header = header
+        self.payload = payload
+        self.signing_input = signing_input
+        self.signature = signature
+        self.alg: str = header["alg"]
+        self.kid: str | None = header.get("kid")
+        self.iss: str | None = payload.get("iss")
 
-    @property
-    def iss(self) -> str | None:
-        return self.payload.get("iss")
+    def __repr__(self) -> str:
+        return f"ParsedToken(alg={self.alg!r}, kid={self.kid!r}, iss={self.iss!r})"  # never the token
 
 
 def _json_object(segment: bytes, bad_b64: Failure, bad_json: Failure) -> Mapping[str, Any] | Failure:
