@@ -204,7 +204,10 @@ def _allowed(provider: str, cached: bool) -> Allow:
 
 
 def _check(provider: Provider, token: ParsedToken, candidates: list[Any]) -> Mapping[str, Any] | Failure:
-    if not any(T.verify_signature(k, token) for k in candidates):
+    for k in candidates:  # a loop, not any(generator): once per unseen token
+        if T.verify_signature(k, token):
+            break
+    else:
         return T.VERIFICATION_FAILS
     problem = T.check_claims(token.payload, provider.now(), provider.clock_skew, provider.audiences)
     if problem is not None:

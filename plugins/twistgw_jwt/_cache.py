@@ -56,10 +56,12 @@ class VerifiedCache:
         if expires <= now:
             return
         key = (provider, token)
-        self._entries[key] = (expires, generation, claims)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
+        entries = self._entries
+        if key in entries:
+            entries.move_to_end(key)  # a new key is already the most recent
+        entries[key] = (expires, generation, claims)
+        while len(entries) > self.size:
+            entries.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._entries)

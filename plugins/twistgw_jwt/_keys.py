@@ -245,10 +245,25 @@ def _bad_constant(name: str) -> Any:
 _DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_bad_constant)
 
 
+#: What may surround a JSON text (RFC 8259 §2); json's own decode() skips it.
+_JSON_SPACE = " \t\n\r"
+
+
 def loads_json(data: bytes | str) -> Any:
     """Strict JSON: UTF-8 only, no duplicate members, no NaN/Infinity."""
     if isinstance(data, bytes):
         data = data.decode("utf-8")
+    if data and data[0] not in _JSON_SPACE and data[-1] not in _JSON_SPACE:
+        # The usual token segment: the C scanner straight away, without
+        # decode()'s two whitespace regex matches; what it leaves unread is
+        # refused as decode() refuses it ("Extra data").
+        try:
+            value, end = _DECODER.scan_once(data, 0)
+        except StopIteration as exc:
+            raise json.JSONDecodeError("Expecting value", data, exc.value) from None
+        if end != len(data):
+            raise json.JSONDecodeError("Extra data", data, end)
+        return value
     return _DECODER.decode(data)
 
 

@@ -6,8 +6,11 @@ import base64
 import hashlib
 import hmac
 import json
+from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from jwt_helpers import (CLOCK,
     ISSUER, URL, KeySetServer, b64, bearer, claims, jwks, kid_of, now, private_key,
     public_der, public_pem, raw_token, remote_provider, signed, make_tester, token, local_provider,
@@ -446,6 +449,33 @@ class JwtSecurityTests(TestCase):
                 continue
             r = await RSA.request("GET", URL, headers={"Authorization": "Bearer " + tok})
             assert r.status in (401, 403), (tok, r.status, r.body)
+
+    @settings(max_examples=1500, deadline=None)
+    @given(st.one_of(
+        st.text(alphabet=' \t\n\r{}[]",:0123456789.eE+-truefalsnNaIiy\\u', max_size=40),
+        st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+                     max_leaves=8).map(json.dumps)))
+    @example('{"a": 1, "a": 2}')
+    @example('{"a": 1} ')
+    @example('{"a": 1}x')
+    @example('NaN')
+    @example('[1, Infinity]')
+    @example('"\ud800"')
+    @example(' {"a": 1}')
+    def test_strict_json_fast_path_answers_as_the_decoder_does(self, text: str) -> None:
+        """loads_json's direct scan gives what the strict decoder's decode()
+        gives: the same value, or a ValueError for the same texts."""
+        from twistgw_jwt._keys import _DECODER, loads_json
+
+        def outcome(fn: Any) -> Any:
+            try:
+                return ("ok", fn(text))
+            except (ValueError, RecursionError):
+                return ("refused", None)
+
+        fast, full = outcome(loads_json), outcome(_DECODER.decode)
+        assert fast == full
 
     def test_base64url_is_strict_and_canonical(self):
         """b64url_decode accepts exactly the segments that are the canonical
