@@ -339,27 +339,33 @@ class UpstreamConnection(Protocol):
         ex = req.ex
         plan = req.plan
         self.head_only = ex.method == b"HEAD"
-        lines = [b"%s %s HTTP/1.1\r\n" % (plan.method, plan.target)]
+        # Lines without their CRLF, joined once (fewer formatting operations
+        # than b"%s: %s\r\n" per header).
+        lines = [plan.method + b" " + plan.target + b" HTTP/1.1"]
+        add = lines.append
         for name, values in plan.headers._raw.items():
-            for value in values:
-                lines.append(b"%s: %s\r\n" % (name, value))
+            if len(values) == 1:
+                add(name + b": " + values[0])
+            else:
+                for value in values:
+                    add(name + b": " + value)
         body = ex.body
         self.chunked_up = False
         if body is not None:
             if body.length is None:
                 self.chunked_up = True
-                lines.append(b"Transfer-Encoding: chunked\r\n")
+                add(b"Transfer-Encoding: chunked")
             else:
-                lines.append(b"Content-Length: %d\r\n" % body.length)
+                add(b"Content-Length: %d" % body.length)
             self.body_sent = False
         else:
             self.body_sent = True
             if ex.content_length is not None:
-                lines.append(b"Content-Length: 0\r\n")
+                add(b"Content-Length: 0")
         if ex.upgrade is not None:
-            lines.append(b"Connection: Upgrade\r\nUpgrade: %s\r\n" % ex.upgrade)
-        lines.append(_CRLF)
-        wire.write(self.transport, b"".join(lines))
+            add(b"Connection: Upgrade\r\nUpgrade: " + ex.upgrade)
+        add(_CRLF)  # the empty line ending the head
+        wire.write(self.transport, b"\r\n".join(lines))
         if body is not None:
             body.attach(self)
 
