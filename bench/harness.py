@@ -62,11 +62,11 @@ DOCS = os.path.join(ROOT, "docs", "performance.md")
 
 # Scenario names, in the order of the table.
 REFERENCES = ["backend-direct", "nginx-proxy", "haproxy-proxy", "haproxy-jwt", "bare-twisted", "probe-floor"]
-GATEWAY = ["plain", "plain-nolog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
+GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
            "ldap-nocache", "ldap-search-cache", "ldap-search-nocache"]
 ALL = REFERENCES + GATEWAY
 #: Run only when named in --scenarios (the --workers measurement).
-OPTIONAL = ["plain-w2", "plain-w2-free"]
+OPTIONAL = ["plain-textlog", "plain-w2", "plain-w2-free"]
 DEFAULT = [s for s in ALL if s not in OPTIONAL]
 DESCRIPTIONS = {
     "backend-direct": "wrk straight at the nginx backend (ceiling of core 0)",
@@ -77,6 +77,7 @@ DESCRIPTIONS = {
     "probe-floor": "bench/probe_proxy.py: Twisted protocols + httptools, no policy (the engine's floor)",
     "plain": "twistgw, one route, no auth (as shipped: access log and metrics on)",
     "plain-nolog": "twistgw, one route, no auth, --no-access-log",
+    "plain-textlog": "plain with twist --log-format=text (a 160-byte text access line, not the 570-byte JSON record)",
     "plain-w2": "plain with --workers 2, both workers on the proxy's core (the cost of the split)",
     "plain-w2-free": "plain with --workers 2 on both cores, shared with wrk and the backend",
     "jwt": "twistgw, JWT RS256, the same token every request",
@@ -794,7 +795,7 @@ class Bench:
         script: list[str] = []
         expect: list[tuple[str, dict[str, str], int]]
         mat = self.mat
-        if name in ("plain", "plain-nolog", "plain-w2", "plain-w2-free"):
+        if name in ("plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free"):
             gateway_config(directory, self.backend_port)
             expect = [("GET /", {}, 200)]
         elif name in ("jwt", "jwt-fresh", "jwt-rbac"):
@@ -823,7 +824,8 @@ class Bench:
         else:
             raise Skip(f"unknown scenario {name!r}")
         admin = free_port()
-        argv = [PY, "-m", "twisted", "twistgw", "--config", directory,
+        twist = ["--log-format=text"] if name == "plain-textlog" else []
+        argv = [PY, "-m", "twisted", *twist, "twistgw", "--config", directory,
                 "--listen", f"tcp:{port}:interface=127.0.0.1",
                 "--admin", f"tcp:{admin}:interface=127.0.0.1"]
         if name == "plain-nolog":
