@@ -588,16 +588,18 @@ def authenticate(ctx: RequestContext, compiled: CompiledExtAuth) -> Allow | Deny
     for the configs from the first one without a cached answer."""
     values = ctx.headers.getRawHeaders(b"authorization")
     seen = None
+    verdicts: list[Verdict] = []
     if values is not None and len(values) == 1:
         seen = hashlib.blake2b(values[0], key=_SALT, digest_size=32).digest()
         known = _CREDENTIALS.get(seen)
         if known is not None:  # this value was parsed before: straight to the caches
-            verdicts: list[Verdict] = []
             done = _from_caches(compiled, known, verdicts)
             if done is True:
                 return _admit(ctx, compiled, known[0], verdicts, True)
             if done is not False:
                 return done
+            # a config without a cached answer: the password is needed (and
+            # the verdicts found so far are kept, not looked up and counted twice)
     creds = credentials(ctx, compiled.configs[0].realm)
     if isinstance(creds, Deny):
         return creds
@@ -607,7 +609,6 @@ def authenticate(ctx: RequestContext, compiled: CompiledExtAuth) -> Allow | Deny
         if len(_CREDENTIALS) >= _CREDENTIALS_MAX:
             _CREDENTIALS.clear()
         _CREDENTIALS[seen] = key
-    verdicts = []
     done = _from_caches(compiled, key, verdicts)
     if done is True:
         return _admit(ctx, compiled, user, verdicts, True)

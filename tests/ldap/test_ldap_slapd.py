@@ -365,6 +365,24 @@ async def test_cache_hit_miss_and_expiry(slapd_open: Any) -> None:
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_cached_config_before_an_uncached_one_counts_one_hit_a_request(slapd_open: Any) -> None:
+    # configs[0] caches, configs[1] does not: a repeated request is answered
+    # from the cache for the first and by the directory for the second, and
+    # the first's hit is looked up (and counted) once, not again on the way
+    # to the directory
+    tester = make_tester(ldap_config(slapd_open.url, {"cacheTtl": 0}, cacheTtl=60))
+    assert (await tester.request("GET", URL, headers=basic("alice", "alice-pw"))).status == 200
+    hits = metric("twistgw_ldap_cache_total", result="hit")
+    binds = slapd_open.bind_count()
+    for _ in range(3):
+        assert (await tester.request("GET", URL, headers=basic("alice", "alice-pw"))).status == 200
+    await sleep(0.05)
+    assert metric("twistgw_ldap_cache_total", result="hit") == hits + 3
+    assert slapd_open.bind_count() == binds + 3  # configs[1], every time
+    assert_empty(await tester.request("GET", URL, headers=basic("alice", "wrong")), 401)
+
+
+@pytest_twisted.ensureDeferred
 async def test_cached_success_never_admits_a_wrong_password(slapd_open: Any) -> None:
     tester = make_tester(ldap_config(slapd_open.url, cacheTtl=60))
     assert (await tester.request("GET", URL, headers=basic("alice", "alice-pw"))).status == 200
