@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import (LogLevel, eventsFromJSONLogFile, formatEvent, jsonFileLogObserver,
@@ -228,6 +228,28 @@ class AccessLogTests(TestCase):
         assert second["principal"] == "bad\n\x00\ud800" and second["path"] == "/é"  # JSON keeps values exact
         for line in raw.split("\x1e")[1:]:
             json.loads(line)
+
+    @given(st.integers(0, 8).filter(lambda i: i != 3), st.text())
+    @example(8, 'a"b')
+    @example(2, "a\\b")
+    @example(0, "a\nb")
+    @example(5, "\x7f\x1b")
+    @example(7, "é\ud800")
+    def test_json_record_keeps_any_field_exactly(self, field: int, value: str) -> None:
+        # printable ASCII skips the escaping (one check for all eight fields);
+        # anything else must still come back exactly, in an ASCII record
+        args = list(ARGS)
+        args[field] = value
+        t = Turns()
+        t.log("json").request(*args)
+        t.end_turn()
+        raw = "".join(t.writes)
+        assert raw.isascii() and raw.startswith("\x1e") and raw.endswith("}\n") and raw.count("\n") == 1
+        record = json.loads(raw[1:])
+        names = ("client", "method", "path", "status", "virtual_service", "route", "upstream", "decided_by",
+                 "principal")
+        assert [record[name] for name in names] == args[:9]
+        assert (record["duration_ms"], record["log_time"]) == (1.2, 1795426276.5)
 
     def test_events_format_emits_escaped_twisted_events(self) -> None:
         from twisted.logger import globalLogPublisher

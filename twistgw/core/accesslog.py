@@ -124,6 +124,8 @@ class AccessLog:
         self._size = 0
         self._pending = False
         self._closed = False
+        #: write each line at once (no scheduler, or closed)
+        self._direct = schedule is None
         #: lines lost because the writer failed (disk full, closed pipe)
         self.dropped = 0
         self._second = -1
@@ -157,12 +159,20 @@ class AccessLog:
     # Numbers as fixed-point text (milliseconds to the microsecond, the time
     # to the microsecond): the same values as before to JSON readers, at a
     # third of the cost of repr(float) (two reprs were 2.4 µs of a 3.9 µs line).
+    # Strings: printable ASCII without ``"`` or ``\\`` (the usual case, one
+    # check for all eight) is its own JSON text; anything else is escaped
+    # field by field as twist's JSON observer does.
     def _json(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
               upstream: str, decided_by: str, principal: str, duration: float) -> None:
-        e = _encode
-        self._add(f'\x1e{{"client": {e(client)}, "method": {e(method)}, "path": {e(path)}, "status": {status},'
-                  f' "virtual_service": {e(virtual_service)}, "route": {e(route)}, "upstream": {e(upstream)},'
-                  f' "decided_by": {e(decided_by)}, "principal": {e(principal)},'
+        every = "".join((client, method, path, virtual_service, route, upstream, decided_by, principal))
+        if not (every.isascii() and every.isprintable() and '"' not in every and "\\" not in every):
+            client, method, path, virtual_service, route, upstream, decided_by, principal = (
+                _encode(client)[1:-1], _encode(method)[1:-1], _encode(path)[1:-1],
+                _encode(virtual_service)[1:-1], _encode(route)[1:-1], _encode(upstream)[1:-1],
+                _encode(decided_by)[1:-1], _encode(principal)[1:-1])
+        self._add(f'\x1e{{"client": "{client}", "method": "{method}", "path": "{path}", "status": {status},'
+                  f' "virtual_service": "{virtual_service}", "route": "{route}", "upstream": "{upstream}",'
+                  f' "decided_by": "{decided_by}", "principal": "{principal}",'
                   f' "duration_ms": {duration * 1000:.3f}{_JSON_TAIL}{self._clock():.6f}}}\n')
 
     def _event(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
@@ -177,7 +187,7 @@ class AccessLog:
     def _add(self, line: str) -> None:
         self._lines.append(line)
         self._size += len(line)
-        if self._size >= self.limit or self._closed or self._schedule is None:
+        if self._size >= self.limit or self._direct:
             self.flush()
         elif not self._pending:
             self._pending = True
@@ -215,7 +225,7 @@ class AccessLog:
 
     def close(self) -> None:
         """Flush; lines that still come (late requests) are written at once."""
-        self._closed = True
+        self._closed = self._direct = True
         self.flush()
 
     @property
