@@ -644,3 +644,67 @@ async def test_ipv6_and_hostname_upstreams(recorders: Any, config_dir: Any, gate
     assert [r.status for r in res.responses()] == [200]
     (seen,) = rec.requests
     assert (seen.target, seen.body) == (b"/far", b"abc")
+
+
+# ---------------------------------------------------------------------------
+# An upstream that sends more than its response (response queue poisoning)
+# ---------------------------------------------------------------------------
+
+#: A whole second response, unasked for, in the same write as the first.
+_SMUGGLED = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nEVIL!"
+
+
+@pytest.mark.parametrize("extra", [_SMUGGLED, _SMUGGLED[:20], b"garbage\r\n"])
+@pytest_twisted.ensureDeferred
+async def test_bytes_after_a_response_never_answer_the_next_request(eng: Any, extra: bytes) -> None:
+    # Like nginx, a connection whose upstream wrote past the end of its
+    # response is closed, never pooled: the bytes after it (a whole forged
+    # response, part of one, or garbage) answer no other request, neither
+    # the next one of the same client (pipelined, so it is sent at once on
+    # the connection just finished) nor a later one.
+    from twisted.logger import formatEvent, globalLogPublisher
+
+    eng.rec.respond = lambda rec: (body_reply(b"first") + extra if rec.target == b"/a"
+                                   else body_reply(b"good"))
+    said: list[str] = []
+
+    def observe(event: dict) -> None:
+        said.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        res = await eng.send(get("/a") + get("/b", close=True), timeout=4)
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    assert f"Upstream 127.0.0.1:{eng.rec.port} sent bytes after the end of a response; connection closed" in said
+    r = res.responses(("GET", "GET"))
+    assert [(x.status, x.body) for x in r] == [(200, b"first"), (200, b"good")], res.data
+    later = await eng.send(get("/c", close=True))
+    assert [(x.status, x.body) for x in later.responses()] == [(200, b"good")], later.data
+    assert b"EVIL" not in res.data + later.data
+    # /b may have gone out on that connection at once (the pool had it back
+    # as /a ended) and then been sent again on another; /c never used it
+    first = next(x for x in eng.rec.requests if x.target == b"/a")
+    on_it = [x.target for x in eng.rec.requests if x.connection == first.connection]
+    elsewhere = [x.target for x in eng.rec.requests if x.connection != first.connection]
+    assert on_it in ([b"/a"], [b"/a", b"/b"]), on_it
+    assert elsewhere == [b"/b", b"/c"], elsewhere
+
+
+@pytest_twisted.ensureDeferred
+async def test_bytes_after_a_response_fail_a_pipelined_post_rather_than_answer_it(eng: Any) -> None:
+    # a POST is not sent twice: if it went out on the poisoned connection it
+    # gets the 503 of a connection that died before its answer, never the
+    # forged response
+    eng.rec.respond = lambda rec: (body_reply(b"first") + _SMUGGLED if rec.target == b"/a"
+                                   else body_reply(b"good"))
+    res = await eng.send(get("/a") + get("/p", method="POST", body=b"once", close=True), timeout=4)
+    r = res.responses(("GET", "POST"))
+    assert r[0].status == 200 and r[0].body == b"first", res.data
+    assert (r[1].status, r[1].body) in ((200, b"good"), (503, r[1].body)), res.data
+    assert b"EVIL" not in res.data
+    # never twice to the upstream (it may or may not have read the copy
+    # sent on the closed connection), and once if it was answered
+    await sleep(0.1)
+    sent = [x.target for x in eng.rec.requests].count(b"/p")
+    assert sent == 1 if r[1].status == 200 else sent <= 1, (sent, res.data)

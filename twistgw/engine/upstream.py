@@ -19,6 +19,7 @@ from twisted.internet.defer import succeed
 from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -50,6 +51,13 @@ _TIMEOUT = (504, b"upstream request timeout", "timeout")
 _MALFORMED = (502, b"upstream sent a malformed response", "malformed response")
 
 _status_lines: dict[int, bytes] = {}
+
+_log = Logger(namespace="twistgw.upstream")
+
+
+class _Overrun(Exception):
+    """Raised by a callback to stop the response parser at bytes that
+    follow a complete response in the same read."""
 
 
 def status_line(status: int, reason: bytes = b"") -> bytes:
@@ -259,6 +267,9 @@ class UpstreamConnection(Protocol):
         self.close_delimited = False
         self.head_only = False
         self.head_bytes = 0
+        #: a response ended during the current read: any byte after it
+        #: answers nothing that was asked (see on_message_begin)
+        self.done_in_read = False
         self.tunnel_client: Any = None
         self._idle = LazyTimer(self)
 
@@ -330,7 +341,8 @@ class UpstreamConnection(Protocol):
         req.conn = self
         self.reused = reused
         self._idle.clear()
-        self.parser = httptools.HttpResponseParser(self)
+        if self.parser is None:  # kept from one response to the next when it ended clean
+            self.parser = httptools.HttpResponseParser(self)
         self.got_bytes = self.head_done = self.close_delimited = False
         self.head_bytes = 0
         self.status = 0
@@ -403,12 +415,16 @@ class UpstreamConnection(Protocol):
                 self._malformed("response head too large")
                 return
         ex = req.ex
+        self.done_in_read = False
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
             self._switch(data[exc.args[0]:])
         except httptools.HttpParserError as exc:
-            self._malformed(str(exc))
+            if self.done_in_read:
+                self._overran()
+            else:
+                self._malformed(str(exc))
         if ex.held is not None:
             ex.flush()  # the head came without (all of) its body
 
@@ -422,6 +438,23 @@ class UpstreamConnection(Protocol):
             self.pool.gateway.upstream_broke(req.ex, f"malformed response body: {error}")
         else:
             req.fail(*_MALFORMED, error)
+
+    def _overran(self) -> None:
+        """The upstream wrote past the end of its response, in the same read:
+        a forged second response, the start of one, or garbage. Like nginx,
+        the connection is closed and never reused; the bytes answer nothing
+        (not the next request of a pipelining client, which may already have
+        been sent on this connection: it finds the connection dead before its
+        answer, as a stale pooled one, and is retried once if idempotent)."""
+        self.connected_ = False  # no longer handed out by the pool
+        self.parser = None
+        self.transport.abortConnection()
+        _log.warn("Upstream {upstream} sent bytes after the end of a response; connection closed",
+                  upstream=self.pool.label(self.key))
+
+    def on_message_begin(self) -> None:
+        if self.done_in_read:
+            raise _Overrun()  # feed_data stops here and raises (dataReceived)
 
     def on_status(self, reason: bytes) -> None:
         self.reason += reason
@@ -465,11 +498,15 @@ class UpstreamConnection(Protocol):
             length = None
         ex.send_head(status, self.reason, lines, length, hold=True)
         if self.head_only:
-            self._complete(self.parser.should_keep_alive() and not self.close_delimited)
+            keep = self.parser.should_keep_alive() and not self.close_delimited
+            # the parser expects the body a HEAD answer announces but never
+            # has: the next request gets a new one
+            self.parser = None
+            self._complete(keep)
 
     def on_body(self, data: bytes) -> None:
         req = self.req
-        if req is not None:
+        if req is not None and not self.done_in_read:
             req.ex.write(data)
 
     def on_message_complete(self) -> None:
@@ -478,6 +515,7 @@ class UpstreamConnection(Protocol):
         self._complete(self.parser.should_keep_alive())
 
     def _complete(self, keep_alive: bool) -> None:
+        self.done_in_read = True
         req, self.req = self.req, None
         assert req is not None
         req._end()
@@ -576,6 +614,10 @@ class UpstreamPool:
                 conn.send(req, reused=True)
                 return
         req.connect()
+
+    def label(self, key: tuple[str, int]) -> str:
+        """``host:port`` of an endpoint, for logs."""
+        return self._labels.get(key) or f"{key[0]}:{key[1]}"
 
     def connect(self, key: tuple[str, int]) -> Any:
         endpoint = self._endpoints.get(key)
