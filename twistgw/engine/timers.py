@@ -35,7 +35,8 @@ class LazyTimer:
         due = self._owner._clock() + seconds
         self._due, self._action = due, action
         call = self._call
-        if call is None or not call.active():
+        # DelayedCall.active() without the method call
+        if call is None or call.cancelled or call.called:
             self._call = self._owner.callLater(seconds, self._fire)
             self._call_at = due
         elif due < self._call_at:
