@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from twisted.internet import defer
 import attrs
-from twistgw import Commands, GatewayInfo, OptionsError, OptionsScope, PluginInfo, RequestContext, hookimpl
+from twistgw import Allow, Commands, GatewayInfo, OptionsError, OptionsScope, PluginInfo, RequestContext, hookimpl
 
 from twistgw_ldap import _flow
 from twistgw_ldap._devdir import DevDirectory, DevDirectoryError, check_settings
@@ -108,4 +108,6 @@ class ExtAuthPlugin:
             result = defer.Deferred.fromCoroutine(check_expression(ctx, options))
         else:
             result = _flow.authenticate(ctx, options)
+            if result.__class__ is Allow:
+                return result  # the error policy acts only on errors
         return guard(result, options.on_error, ctx, self.state.get_reactor(ctx))

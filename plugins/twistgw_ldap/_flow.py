@@ -576,7 +576,7 @@ def _from_caches(compiled: CompiledExtAuth, key: tuple[str, bytes], verdicts: li
         hit = _cached(cfg, compiled.state.cache(cfg), key)
         if hit is _MISS:
             return False
-        if isinstance(hit, Deny):
+        if hit.__class__ is not Verdict:  # the cached 403
             return hit
         verdicts.append(hit)
     return True
@@ -679,6 +679,8 @@ def _admit(ctx: RequestContext, compiled: CompiledExtAuth, user: str, verdicts: 
             else:
                 headers.setRawHeaders(name, [value])
     _ALLOWED.inc()
+    if len(verdicts) == 1:
+        return _admission((verdicts[0].reason,), cached)
     return _admission(tuple(v.reason for v in verdicts), cached)
 
 

@@ -234,9 +234,9 @@ class Pipeline:
         """Run chain steps, then :meth:`_chain_done`."""
         if calls:
             outcome = start_calls(calls, ctx, trace)
-            if isinstance(outcome, Deferred):
-                return outcome.addCallback(self._chain_done, head, ctx, runtime, reselect_in, trace)
             if outcome is not None:
+                if isinstance(outcome, Deferred):
+                    return outcome.addCallback(self._chain_done, head, ctx, runtime, reselect_in, trace)
                 return LocalResponse.refusal(outcome)
         return self._chain_done(None, head, ctx, runtime, reselect_in, trace)
 

@@ -721,7 +721,9 @@ class Gateway:
             # a 500 rather than dropping the connection without an answer.
             self._internal_error(Failure(), ex)
             return
-        if isinstance(plan, Deferred):
+        if type(plan) is Forward or type(plan) is LocalResponse:  # before the (ABC) isinstance
+            self._carry_out(plan, ex)
+        elif isinstance(plan, Deferred):
             plan.addCallback(self._carry_out, ex)
             plan.addErrback(self._internal_error, ex)
         else:
