@@ -16,7 +16,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import (LogLevel, eventsFromJSONLogFile, formatEvent, jsonFileLogObserver,
                             textFileLogObserver)
 
-from twistgw.core.accesslog import BUFFER_LIMIT, FLUSH_SECONDS, LOG_FORMAT, WRITE_CHUNK, AccessLog, escape_text
+from twistgw.core.accesslog import FLUSH_SECONDS, LOG_FORMAT, RECORDS_LIMIT, WRITE_CHUNK, AccessLog, escape_text
 from twistgw.runtime.logs import (access_log_for, buffered_access_log, file_writer, is_regular_file,
                                   safe_text_file_observer)
 
@@ -32,7 +32,7 @@ class Turns:
         self.reactor = MemoryReactorClock()
         self.writes: list[str] = []
 
-    def log(self, fmt: str = "text", limit: int = BUFFER_LIMIT, write: Any = None) -> AccessLog:
+    def log(self, fmt: str = "text", limit: int = RECORDS_LIMIT, write: Any = None) -> AccessLog:
         return AccessLog(write or self.writes.append, fmt, lambda f: self.reactor.callLater(FLUSH_SECONDS, f),
                          limit, clock=lambda: 1795426276.5)
 
@@ -41,7 +41,8 @@ class Turns:
         self.reactor.advance(FLUSH_SECONDS)
 
     def lines(self) -> list[str]:
-        return "".join(self.writes).splitlines(keepends=True)
+        # split on "\n" only: str.splitlines would also split at the \x1e of JSON records
+        return [line + "\n" for line in "".join(self.writes).split("\n")[:-1]]
 
 
 class AccessLogTests(TestCase):
@@ -107,23 +108,76 @@ class AccessLogTests(TestCase):
             assert not is_regular_file(wf) and not is_regular_file(rf)
         assert buffered_access_log(io.StringIO(), "text", reactor).chunk == WRITE_CHUNK
 
-    def test_bounded_under_a_flood(self) -> None:
-        # no end of turn ever comes: the buffer is written each time it reaches the limit
+    @pytest.mark.parametrize("fmt", ["text", "json"])
+    def test_bounded_under_a_flood(self, fmt: str) -> None:
+        # no end of turn ever comes: the buffer is written each time it holds the limit
         t = Turns()
-        log = t.log(limit=4096)
+        log = t.log(fmt, limit=50)
         longest = 0
         for i in range(20_000):
             log.request("127.0.0.1", "GET", "/flood/" + "x" * (i % 100), 200, "v", "r", "-", "-", "-", 0.001)
             longest = max(longest, log.buffered)
-        assert longest < 4096
-        # whole batches (each in at most two pieces of at most WRITE_CHUNK), not a write per line
-        size = sum(map(len, t.writes))
-        assert len(t.writes) <= 2 * (size // (4096 - 300) + 1) and len(t.writes) < 20_000 // 10
+        assert longest == 49  # the 50th request writes the batch
+        # whole batches (each in a few pieces of at most WRITE_CHUNK), not a write per line
+        assert 400 <= len(t.writes) <= 400 * 8 and len(t.writes) < 20_000 // 5
         assert all(len(w) <= WRITE_CHUNK for w in t.writes)
         t.end_turn()
         lines = t.lines()
-        assert len(lines) == 20_000 and all(line.endswith("ms\n") for line in lines)
-        assert [line.split(" ")[4].count("x") for line in lines[:3]] == [0, 1, 2]
+        assert len(lines) == 20_000
+        assert [line.count("x") for line in lines[:3]] == [0, 1, 2]
+        assert lines[-1].count("x") == 19_999 % 100
+
+    @pytest.mark.parametrize("fmt", ["text", "json"])
+    def test_one_hostile_record_is_escaped_alone_in_its_batch(self, fmt: str) -> None:
+        # the batch is checked in one pass; a record that fails it must be
+        # escaped, and the ordinary records around it written as they are
+        t = Turns()
+        log = t.log(fmt)
+        for i in range(5):
+            log.request("127.0.0.1", "GET", f"/{i}", 200, "v", "r", "-", "-",
+                        "eve\n\x1b\"é" if i == 2 else "bob", 0.001)
+        t.end_turn()
+        lines = t.lines()
+        assert len(lines) == 5
+        if fmt == "json":
+            records = [json.loads(line[1:]) for line in lines]
+            assert [r["principal"] for r in records] == ["bob", "bob", "eve\n\x1b\"é", "bob", "bob"]
+            assert [r["path"] for r in records] == [f"/{i}" for i in range(5)]
+            assert "".join(lines).isascii()
+        else:
+            assert "principal=eve\\x0a\\x1b\\x22é 1.0ms" in lines[2]
+            assert all("principal=bob 1.0ms" in lines[i] for i in (0, 1, 3, 4))
+
+    def test_lines_carry_the_time_of_their_request_not_of_the_write(self) -> None:
+        now = [1795426276.25]
+        t = Turns()
+        log = AccessLog(t.writes.append, "json", lambda f: t.reactor.callLater(FLUSH_SECONDS, f),
+                        clock=lambda: now[0])
+        log.request(*ARGS)
+        now[0] += 0.05
+        log.request(*ARGS)
+        now[0] += 5
+        t.end_turn()
+        assert [json.loads(line[1:])["log_time"] for line in t.lines()] == [1795426276.25, 1795426276.3]
+
+    def test_a_record_that_cannot_be_formatted_is_dropped_and_reported(self) -> None:
+        from twisted.logger import globalLogPublisher
+
+        seen: list[dict] = []
+        globalLogPublisher.addObserver(seen.append)
+        try:
+            t = Turns()
+            log = t.log("json")
+            class Unprintable:
+                def __format__(self, spec: str) -> str:
+                    raise ValueError("no text for this")
+
+            log.request("127.0.0.1", "GET", "/a", 200, "v", "r", "-", "-", Unprintable(), 0.001)  # type: ignore[arg-type]
+            t.end_turn()
+        finally:
+            globalLogPublisher.removeObserver(seen.append)
+        assert log.dropped == 1 and t.writes == []
+        assert any("access log cannot be written" in e.get("log_format", "") for e in seen)
 
     def test_close_flushes_and_later_lines_go_out_at_once(self) -> None:
         t = Turns()
@@ -250,6 +304,28 @@ class AccessLogTests(TestCase):
                  "principal")
         assert [record[name] for name in names] == args[:9]
         assert (record["duration_ms"], record["log_time"]) == (1.2, 1795426276.5)
+
+    @given(st.integers(0, 8).filter(lambda i: i != 3), st.text(), st.integers(0, 4))
+    @example(8, "é", 0)
+    @example(2, "\x7f", 3)
+    @example(0, '"', 1)
+    def test_a_batch_writes_each_text_field_exactly_as_escaped_alone(self, field: int, value: str,
+                                                                   at: int) -> None:
+        # the batch is checked once; whatever one record holds, every line is
+        # the line of its own record with its own fields escaped
+        args = list(ARGS)
+        args[field] = value
+        t = Turns()
+        log = t.log()
+        for i in range(5):
+            log.request(*(args if i == at else ARGS))
+        t.end_turn()
+        lines = t.lines()
+        assert len(lines) == 5
+        for i, line in enumerate(lines):
+            shown = [escape_text(a) if isinstance(a, str) else a for a in (args if i == at else ARGS)]
+            assert line.endswith(' [twistgw.access#info] {} "{} {}" {} vs={} route={} upstream={} decided_by={}'
+                                 " principal={} 1.2ms\n".format(*shown[:9])), (line, shown)
 
     def test_events_format_emits_escaped_twisted_events(self) -> None:
         from twisted.logger import globalLogPublisher

@@ -2,11 +2,11 @@
 
 Building a ``twisted.logger`` event per request, and having ``twist``'s
 observer format and flatten it, cost more than the rest of a proxied request
-(docs/performance.md). Here each request becomes one preformatted line
-appended to a buffer, and the buffer is written :data:`FLUSH_SECONDS` after
-its first line (as nginx's ``access_log ... buffer= flush=``) or as soon as
-it holds :data:`BUFFER_LIMIT` characters, so memory stays bounded however
-many requests arrive. To a pipe (or anything but a regular file) it is
+(docs/performance.md). Here each request is kept as a tuple of its fields in
+a buffer, and the buffer is written :data:`FLUSH_SECONDS` after its first
+request (as nginx's ``access_log ... buffer= flush=``) or as soon as it holds
+:data:`RECORDS_LIMIT` requests, so memory stays bounded however many
+requests arrive; the lines of a batch are made when it is written. To a pipe (or anything but a regular file) it is
 written in pieces of whole lines of at most :data:`WRITE_CHUNK` characters,
 so that several ``--workers`` writing to one pipe never interleave inside a
 line; to a regular file in one write (Linux writes to a file atomically
@@ -35,13 +35,16 @@ No I/O here: the writer and the end-of-turn scheduler are handed in
 from __future__ import annotations
 
 import json
+import operator
 import time
 from typing import Any, Callable
 
 from twisted.logger import Logger, formatTime
 
-#: Characters buffered before a write, however soon (bounded memory).
-BUFFER_LIMIT = 64 * 1024
+#: Requests buffered before a write, however soon (bounded memory: a record
+#: holds a request target and a principal, each bounded by the engine's
+#: head limits; 128 ordinary JSON lines are about 48 KiB).
+RECORDS_LIMIT = 128
 
 #: The longest a line waits in the buffer (what the runtime schedules).
 FLUSH_SECONDS = 0.1
@@ -93,6 +96,60 @@ _log = Logger(namespace="twistgw")
 _encode = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
+#: The characters a field may hold and be written as it is, in a text line
+#: and in a JSON string alike: printable ASCII but ``"`` and ``\\``.
+_SAFE = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')
+
+
+def _clean(text: str, lines: int, own: int) -> bool:
+    """Whether ``text``, ``lines`` lines each holding ``own`` characters
+    outside :data:`_SAFE` of their own (quotes, the record separator, the
+    newline), has no other: then no field in them needed escaping. One pass
+    in C over the batch (``bytes.translate`` deleting the safe characters),
+    instead of a check per field per line."""
+    return text.isascii() and len(text.encode("ascii").translate(None, _SAFE)) == own * lines
+
+
+def _json_text(value: str) -> str:
+    """``value`` inside a JSON string literal, non-ASCII escaped."""
+    return _encode(value)[1:-1]
+
+
+def _text_lines(records: list[tuple]) -> list[str]:
+    """twist's text lines (its RFC 3339 time, made once a second) of
+    ``records``, fields as they are."""
+    lines = []
+    add = lines.append
+    second, stamp = -1, ""
+    for c, m, p, s, v, ro, u, d, pr, du, t in records:
+        if int(t) != second:
+            second, stamp = int(t), formatTime(t) + " [twistgw.access#info] "
+        add(f'{stamp}{c} "{m} {p}" {s} vs={v} route={ro} upstream={u} decided_by={d}'
+            f" principal={pr} {du * 1000:.1f}ms\n")
+    return lines
+
+
+# Numbers as fixed-point text (milliseconds to the microsecond, the time to
+# the microsecond): the same values as before to JSON readers, at a third of
+# the cost of repr(float).
+def _json_lines(records: list[tuple]) -> list[str]:
+    """JSON records in twist's framing of ``records``, fields as they are."""
+    return [f'\x1e{{"client": "{c}", "method": "{m}", "path": "{p}", "status": {s},'
+            f' "virtual_service": "{v}", "route": "{ro}", "upstream": "{u}", "decided_by": "{d}",'
+            f' "principal": "{pr}", "duration_ms": {du * 1000:.3f}{_JSON_TAIL}{t:.6f}}}\n'
+            for c, m, p, s, v, ro, u, d, pr, du, t in records]
+
+
+def _own(lines: list[str]) -> int:
+    """The characters outside :data:`_SAFE` in a line with empty fields."""
+    return len(lines[0].encode("ascii").translate(None, _SAFE))
+
+
+_EMPTY = [("", "", "", 200, "", "", "", "", "", 0.0, 0.0)]
+_TEXT_OWN = _own(_text_lines(_EMPTY))  # two quotes and the newline
+_JSON_OWN = _own(_json_lines(_EMPTY))  # the quotes, the record separator and the newline
+
+
 class AccessLog:
     """Access lines for one process.
 
@@ -101,14 +158,14 @@ class AccessLog:
     :param schedule: ``schedule(f)`` calls ``f`` a little later
         (``lambda f: reactor.callLater(FLUSH_SECONDS, f)``); without it every
         line is written at once.
-    :param limit: buffered characters that force a write.
+    :param limit: buffered records that force a write.
     :param clock: the wall clock for the timestamp (``time.time``).
     :param chunk: the most characters one write may carry (whole lines;
         ``None``: the whole buffer in one write, for a regular file).
     """
 
     def __init__(self, write: Callable[[str], Any] | None = None, fmt: str = "text",
-                 schedule: Callable[[Callable[[], None]], Any] | None = None, limit: int = BUFFER_LIMIT,
+                 schedule: Callable[[Callable[[], None]], Any] | None = None, limit: int = RECORDS_LIMIT,
                  clock: Callable[[], float] = time.time, chunk: int | None = WRITE_CHUNK) -> None:
         if fmt not in FORMATS:
             raise ValueError(f"access log format must be one of {', '.join(FORMATS)}, not {fmt!r}")
@@ -120,60 +177,38 @@ class AccessLog:
         self.limit = limit
         self._clock = clock
         self.chunk = chunk
-        self._lines: list[str] = []
-        self._size = 0
+        #: (client, method, path, status, virtual_service, route, upstream,
+        #: decided_by, principal, duration, time) of requests not yet written
+        self._records: list[tuple] = []
         self._pending = False
         self._closed = False
         #: write each line at once (no scheduler, or closed)
         self._direct = schedule is None
         #: lines lost because the writer failed (disk full, closed pipe)
         self.dropped = 0
-        self._second = -1
-        self._stamp = ""
-        self.request = {"text": self._text, "json": self._json, "events": self._event}[fmt]
+        self._lines_of = self._json_lines if fmt == "json" else self._text_lines
+        self.request = self._event if fmt == "events" else self._keep
 
     # -- one request ---------------------------------------------------------
 
     # ``request(client, method, path, status, virtual_service, route,
-    # upstream, decided_by, principal, duration)`` is one of these three,
-    # chosen once (no per-request branching on the format). ``duration`` is
-    # in seconds; every text argument is a ``str``.
+    # upstream, decided_by, principal, duration)``: ``duration`` is in
+    # seconds; every text argument is a ``str``. For ``text`` and ``json``
+    # the request is kept as it is, with the time, and its line made when
+    # the buffer is written: a tuple and an append per request, and the
+    # lines of a whole batch made in one comprehension, checked for
+    # characters that need escaping in one pass (docs/performance.md).
 
-    def _text(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
+    def _keep(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
               upstream: str, decided_by: str, principal: str, duration: float) -> None:
-        now = self._clock()
-        second = int(now)
-        if second != self._second:
-            self._second, self._stamp = second, formatTime(now) + " [twistgw.access#info] "
-        every = "".join((client, method, path, virtual_service, route, upstream, decided_by, principal))
-        if not (every.isprintable() and '"' not in every and "\\" not in every):
-            # rare: escape each field (one check above for the usual case)
-            e = escape_text
-            client, method, path, virtual_service, route, upstream, decided_by, principal = (
-                e(client), e(method), e(path), e(virtual_service), e(route), e(upstream), e(decided_by),
-                e(principal))
-        self._add(f'{self._stamp}{client} "{method} {path}" {status} vs={virtual_service}'
-                  f" route={route} upstream={upstream} decided_by={decided_by}"
-                  f" principal={principal} {duration * 1000:.1f}ms\n")
-
-    # Numbers as fixed-point text (milliseconds to the microsecond, the time
-    # to the microsecond): the same values as before to JSON readers, at a
-    # third of the cost of repr(float) (two reprs were 2.4 µs of a 3.9 µs line).
-    # Strings: printable ASCII without ``"`` or ``\\`` (the usual case, one
-    # check for all eight) is its own JSON text; anything else is escaped
-    # field by field as twist's JSON observer does.
-    def _json(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
-              upstream: str, decided_by: str, principal: str, duration: float) -> None:
-        every = "".join((client, method, path, virtual_service, route, upstream, decided_by, principal))
-        if not (every.isascii() and every.isprintable() and '"' not in every and "\\" not in every):
-            client, method, path, virtual_service, route, upstream, decided_by, principal = (
-                _encode(client)[1:-1], _encode(method)[1:-1], _encode(path)[1:-1],
-                _encode(virtual_service)[1:-1], _encode(route)[1:-1], _encode(upstream)[1:-1],
-                _encode(decided_by)[1:-1], _encode(principal)[1:-1])
-        self._add(f'\x1e{{"client": "{client}", "method": "{method}", "path": "{path}", "status": {status},'
-                  f' "virtual_service": "{virtual_service}", "route": "{route}", "upstream": "{upstream}",'
-                  f' "decided_by": "{decided_by}", "principal": "{principal}",'
-                  f' "duration_ms": {duration * 1000:.3f}{_JSON_TAIL}{self._clock():.6f}}}\n')
+        records = self._records
+        records.append((client, method, path, status, virtual_service, route, upstream, decided_by, principal,
+                        duration, self._clock()))
+        if len(records) >= self.limit or self._direct:
+            self.flush()
+        elif not self._pending:
+            self._pending = True
+            self._schedule(self._turn_ended)  # type: ignore[misc]
 
     def _event(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
                upstream: str, decided_by: str, principal: str, duration: float) -> None:
@@ -182,16 +217,34 @@ class AccessLog:
                        virtual_service=e(virtual_service), route=e(route), upstream=e(upstream),
                        decided_by=e(decided_by), principal=e(principal), duration_ms=duration * 1000)
 
-    # -- the buffer ----------------------------------------------------------
+    # -- lines -----------------------------------------------------------------
 
-    def _add(self, line: str) -> None:
-        self._lines.append(line)
-        self._size += len(line)
-        if self._size >= self.limit or self._direct:
-            self.flush()
-        elif not self._pending:
-            self._pending = True
-            self._schedule(self._turn_ended)
+    # Each returns the lines of a batch and their text joined. The lines are
+    # made from the fields as they are, then checked all at once
+    # (:func:`_clean`); only a batch where some field needs escaping is made
+    # again, every field escaped.
+
+    def _text_lines(self, records: list[tuple]) -> tuple[list[str], str]:
+        lines = _text_lines(records)
+        text = "".join(lines)
+        if not _clean(text, len(lines), _TEXT_OWN):
+            e = escape_text
+            lines = _text_lines([(e(c), e(m), e(p), s, e(v), e(ro), e(u), e(d), e(pr), du, t)
+                                 for c, m, p, s, v, ro, u, d, pr, du, t in records])
+            text = "".join(lines)
+        return lines, text
+
+    def _json_lines(self, records: list[tuple]) -> tuple[list[str], str]:
+        lines = _json_lines(records)
+        text = "".join(lines)
+        if not _clean(text, len(lines), _JSON_OWN):
+            j = _json_text
+            lines = _json_lines([(j(c), j(m), j(p), s, j(v), j(ro), j(u), j(d), j(pr), du, t)
+                                 for c, m, p, s, v, ro, u, d, pr, du, t in records])
+            text = "".join(lines)
+        return lines, text
+
+    # -- the buffer ----------------------------------------------------------
 
     def _turn_ended(self) -> None:
         self._pending = False
@@ -199,12 +252,18 @@ class AccessLog:
 
     def flush(self) -> None:
         """Write every buffered line now, in order."""
-        if not self._lines:
+        records = self._records
+        if not records:
             return
-        lines, self._lines, self._size = self._lines, [], 0
+        self._records = []
+        try:
+            lines, text = self._lines_of(records)
+        except Exception as exc:  # a field that is not text: never the gateway's problem
+            self._failed(exc, len(records))
+            return
         chunk = self.chunk
-        if chunk is None:
-            self._put(lines, 0, len(lines))
+        if chunk is None or len(text) <= chunk:
+            self._write_text(text, len(lines))
             return
         start, size = 0, 0
         for i, line in enumerate(lines):
@@ -215,13 +274,19 @@ class AccessLog:
         self._put(lines, start, len(lines))
 
     def _put(self, lines: list[str], start: int, end: int) -> None:
+        self._write_text("".join(lines[start:end]), end - start)
+
+    def _write_text(self, text: str, lines: int) -> None:
         try:
-            self._write("".join(lines[start:end]))  # type: ignore[misc]
+            self._write(text)  # type: ignore[misc]
         except Exception as exc:
-            if not self.dropped:
-                _log.error("The access log cannot be written ({error}); dropping its lines"
-                                     " until it can", error=repr(exc))
-            self.dropped += end - start
+            self._failed(exc, lines)
+
+    def _failed(self, exc: Exception, lost: int) -> None:
+        if not self.dropped:
+            _log.error("The access log cannot be written ({error}); dropping its lines until it can",
+                       error=repr(exc))
+        self.dropped += lost
 
     def close(self) -> None:
         """Flush; lines that still come (late requests) are written at once."""
@@ -230,5 +295,5 @@ class AccessLog:
 
     @property
     def buffered(self) -> int:
-        """Characters waiting to be written."""
-        return self._size
+        """Requests whose lines wait to be written."""
+        return len(self._records)
