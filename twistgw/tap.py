@@ -66,7 +66,7 @@ class Options(usage.Options):
 
 def makeService(options: Options) -> IService:
     from twistgw.runtime.logs import twist_access_log
-    from twistgw.runtime.service import GatewayService
+    from twistgw.runtime.service import GatewayService, freeze_startup_heap
 
     admin = None if options["admin"] in ("none", "") else options["admin"]
     if options["workers"] > 1:
@@ -83,6 +83,7 @@ def makeService(options: Options) -> IService:
         svc.load_initial()
     except ConfigError as exc:
         _refuse(options, exc)
+    freeze_startup_heap()
     return svc
 
 

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     from twisted.internet import reactor
 
     from twistgw.config.loader import ConfigError
-    from twistgw.runtime.service import GatewayService
+    from twistgw.runtime.service import GatewayService, freeze_startup_heap
 
     access = False if args.no_access_log else buffered_access_log(sys.stdout, args.log_format, reactor)
     svc = GatewayService(args.config, listen=(), admin=None, reactor=reactor, access_log=access,
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         sys.stderr.write(f"twistgw worker: invalid configuration:\n{exc}\n")
         raise SystemExit(1)
+    freeze_startup_heap()
     ports = []
     for spec in args.fd:
         fd, _, family = spec.partition(":")
