@@ -150,6 +150,22 @@ _TEXT_OWN = _own(_text_lines(_EMPTY))  # two quotes and the newline
 _JSON_OWN = _own(_json_lines(_EMPTY))  # the quotes, the record separator and the newline
 
 
+def _batch(records: list[tuple], make: Callable[[list[tuple]], list[str]], own: int,
+           escape: Callable[[str], str]) -> tuple[list[str], str]:
+    """The lines of a batch of records and their text joined. The lines are
+    made from the fields as they are, then checked all at once
+    (:func:`_clean`); only a batch where some field needs escaping is made
+    again, every text field through ``escape``."""
+    lines = make(records)
+    text = "".join(lines)
+    if not _clean(text, len(lines), own):
+        e = escape
+        lines = make([(e(c), e(m), e(p), s, e(v), e(ro), e(u), e(d), e(pr), du, t)
+                      for c, m, p, s, v, ro, u, d, pr, du, t in records])
+        text = "".join(lines)
+    return lines, text
+
+
 class AccessLog:
     """Access lines for one process.
 
@@ -186,7 +202,7 @@ class AccessLog:
         self._direct = schedule is None
         #: lines lost because the writer failed (disk full, closed pipe)
         self.dropped = 0
-        self._lines_of = self._json_lines if fmt == "json" else self._text_lines
+        self._format = (_json_lines, _JSON_OWN, _json_text) if fmt == "json" else (_text_lines, _TEXT_OWN, escape_text)
         self.request = self._event if fmt == "events" else self._keep
 
     # -- one request ---------------------------------------------------------
@@ -217,33 +233,6 @@ class AccessLog:
                        virtual_service=e(virtual_service), route=e(route), upstream=e(upstream),
                        decided_by=e(decided_by), principal=e(principal), duration_ms=duration * 1000)
 
-    # -- lines -----------------------------------------------------------------
-
-    # Each returns the lines of a batch and their text joined. The lines are
-    # made from the fields as they are, then checked all at once
-    # (:func:`_clean`); only a batch where some field needs escaping is made
-    # again, every field escaped.
-
-    def _text_lines(self, records: list[tuple]) -> tuple[list[str], str]:
-        lines = _text_lines(records)
-        text = "".join(lines)
-        if not _clean(text, len(lines), _TEXT_OWN):
-            e = escape_text
-            lines = _text_lines([(e(c), e(m), e(p), s, e(v), e(ro), e(u), e(d), e(pr), du, t)
-                                 for c, m, p, s, v, ro, u, d, pr, du, t in records])
-            text = "".join(lines)
-        return lines, text
-
-    def _json_lines(self, records: list[tuple]) -> tuple[list[str], str]:
-        lines = _json_lines(records)
-        text = "".join(lines)
-        if not _clean(text, len(lines), _JSON_OWN):
-            j = _json_text
-            lines = _json_lines([(j(c), j(m), j(p), s, j(v), j(ro), j(u), j(d), j(pr), du, t)
-                                 for c, m, p, s, v, ro, u, d, pr, du, t in records])
-            text = "".join(lines)
-        return lines, text
-
     # -- the buffer ----------------------------------------------------------
 
     def _turn_ended(self) -> None:
@@ -257,7 +246,7 @@ class AccessLog:
             return
         self._records = []
         try:
-            lines, text = self._lines_of(records)
+            lines, text = _batch(records, *self._format)
         except Exception as exc:  # a field that is not text: never the gateway's problem
             self._failed(exc, len(records))
             return
