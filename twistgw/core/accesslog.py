@@ -6,8 +6,9 @@ observer format and flatten it, cost more than the rest of a proxied request
 a buffer, and the buffer is written :data:`FLUSH_SECONDS` after its first
 request (as nginx's ``access_log ... buffer= flush=``) or as soon as it holds
 :data:`RECORDS_LIMIT` requests, so memory stays bounded however many
-requests arrive; the lines of a batch are made when it is written. To a pipe (or anything but a regular file) it is
-written in pieces of whole lines of at most :data:`WRITE_CHUNK` characters,
+requests arrive; the lines of a batch are made when it is written. To a
+pipe (or anything but a regular file) it is written in pieces of whole
+lines of at most :data:`WRITE_CHUNK` characters,
 so that several ``--workers`` writing to one pipe never interleave inside a
 line; to a regular file in one write (Linux writes to a file atomically
 with respect to other writers of the same open file).
@@ -35,7 +36,6 @@ No I/O here: the writer and the end-of-turn scheduler are handed in
 from __future__ import annotations
 
 import json
-import operator
 import time
 from typing import Any, Callable
 
@@ -197,7 +197,6 @@ class AccessLog:
         #: decided_by, principal, duration, time) of requests not yet written
         self._records: list[tuple] = []
         self._pending = False
-        self._closed = False
         #: write each line at once (no scheduler, or closed)
         self._direct = schedule is None
         #: lines lost because the writer failed (disk full, closed pipe)
@@ -279,7 +278,7 @@ class AccessLog:
 
     def close(self) -> None:
         """Flush; lines that still come (late requests) are written at once."""
-        self._closed = self._direct = True
+        self._direct = True
         self.flush()
 
     @property

@@ -595,9 +595,7 @@ class UpstreamPool:
         key = (endpoint.host, endpoint.port)
         label = self._labels.get(key)
         if label is None:
-            label = f"{endpoint.host}:{endpoint.port}"
-            if len(self._labels) < 4096:
-                self._labels[key] = label
+            label = self.label(key)
         ex.upstream_label = label
         ex.upstream_started = self.reactor.seconds()
         req = ex.upstream = UpstreamRequest(self, ex, plan, key)
@@ -616,8 +614,14 @@ class UpstreamPool:
         req.connect()
 
     def label(self, key: tuple[str, int]) -> str:
-        """``host:port`` of an endpoint, for logs."""
-        return self._labels.get(key) or f"{key[0]}:{key[1]}"
+        """``host:port`` of an endpoint (the access log's ``upstream``, logs),
+        remembered for at most 4,096 endpoints."""
+        label = self._labels.get(key)
+        if label is None:
+            label = f"{key[0]}:{key[1]}"
+            if len(self._labels) < 4096:
+                self._labels[key] = label
+        return label
 
     def connect(self, key: tuple[str, int]) -> Any:
         endpoint = self._endpoints.get(key)
