@@ -245,7 +245,8 @@ class ResourceView:
 
     def kube_service(self, name: str, namespace: str, port: int) -> UpstreamInfo:
         """Resolve a Kubernetes ``Service`` port to its endpoint addresses."""
-        return self._kube_resolver(name, namespace, port)
+        info: UpstreamInfo = self._kube_resolver(name, namespace, port)
+        return info
 
     def secret(self, name: str, namespace: str = "default") -> SecretInfo:
         try:

@@ -14,7 +14,10 @@ import attrs
 
 from twistgw.api.headers import InvalidHeaderName, canonical_name
 from twistgw.api.types import InvalidResource, Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
-from twistgw.config.loader import CORE_OPTION_KEYS, Config, ConfigError, ConfigIssue, path_text
+from twistgw.api.types import path_text
+from twistgw.config.errors import ConfigError, ConfigIssue
+from twistgw.config.gloo import CORE_OPTION_KEYS
+from twistgw.config.resolution import Config
 from twistgw.config.model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
 from twistgw.core.plan import LocalResponse
 from twistgw.core import stages
