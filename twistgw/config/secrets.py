@@ -31,7 +31,7 @@ def read_secret(r: FieldReader, res: Envelope) -> SecretInfo:
         values[key] = r.string(value, ("stringData", key), nonempty=False).encode("utf-8")
     stype = data.get("type", "Opaque")
     r.string(stype, ("type",))
-    return SecretInfo(ns, name, stype, values)
+    return SecretInfo(ns, name, stype, values, dict(res.labels))
 
 
 def read_auth_config(r: FieldReader, res: Envelope) -> AuthConfigInfo:
