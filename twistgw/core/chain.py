@@ -93,7 +93,7 @@ def _judge(step: ChainStep, phase: str, result: Any, ctx: RequestContext, trace:
 
 
 def start_calls(calls: tuple[Call, ...], ctx: RequestContext,
-                trace: Trace | None = None) -> Deny | None | Deferred:
+                trace: Trace | None = None) -> Deny | None | Deferred[Deny | None]:
     """Call each step's callable in order (:attr:`RouteRuntime.calls`, the
     chain flattened once per snapshot): what the gateway runs per request.
 
@@ -104,7 +104,8 @@ def start_calls(calls: tuple[Call, ...], ctx: RequestContext,
     return _run(calls, 0, ctx, trace)
 
 
-def _run(calls: tuple[Call, ...], start: int, ctx: RequestContext, trace: Trace | None) -> Deny | None | Deferred:
+def _run(calls: tuple[Call, ...], start: int, ctx: RequestContext,
+         trace: Trace | None) -> Deny | None | Deferred[Deny | None]:
     for i in range(start, len(calls)):
         step, phase, fn = calls[i]
         try:
@@ -133,5 +134,6 @@ async def _resume(calls: tuple[Call, ...], i: int, pending: Any, ctx: RequestCon
         return deny
     rest = _run(calls, i + 1, ctx, trace)
     if isinstance(rest, Deferred):
-        return await rest
+        later: Deny | None = await rest
+        return later
     return rest
