@@ -13,8 +13,7 @@ How a request flows, the limits and the edge cases: ``docs/engine.md``.
 from __future__ import annotations
 
 from collections import deque
-from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httptools
 from twisted.internet.interfaces import IPushProducer, ISSLTransport
@@ -27,35 +26,13 @@ from twistgw.engine import framing, wire
 from twistgw.engine.exchange import Exchange
 from twistgw.engine.request import RequestReader, Stop
 from twistgw.engine.seams import Splice
+from twistgw.engine.states import ConnState
 from twistgw.engine.timers import LazyTimer
 
 if TYPE_CHECKING:
     from twistgw.engine.gateway import Gateway
 
 __all__ = ["ConnState", "GatewayProtocol"]
-
-
-class ConnState(IntEnum):
-    """What the next bytes from the client are. From DRAINING on, a
-    connection only moves forward (DRAINING → CLOSING → CLOSED)."""
-
-    #: between requests: no byte of the next head yet (the idle timer runs
-    #: when nothing is being answered)
-    IDLE = 0
-    #: inside a request head (the head timer runs)
-    HEAD = 1
-    #: inside a request body
-    BODY = 2
-    #: an upgrade request was read: bytes after it are held for the tunnel
-    UPGRADING = 3
-    #: spliced to the upstream
-    TUNNEL = 4
-    #: nothing more is read; the requests read are answered, then it closes
-    DRAINING = 5
-    #: closing: what was written goes out, then the transport closes
-    CLOSING = 6
-    #: the transport is gone
-    CLOSED = 7
 
 
 _IDLE, _HEAD, _BODY, _UPGRADING, _TUNNEL, _DRAINING, _CLOSING, _CLOSED = ConnState
@@ -72,6 +49,9 @@ class GatewayProtocol(Protocol, RequestReader):
     """One client connection (also the :class:`~twistgw.engine.seams.TunnelEnd`
     of a tunnel)."""
 
+    #: Any: Twisted's transports (TCP, TLS) provide more than the ITransport
+    #: that Protocol declares (producers, abortConnection, getPeer)
+    transport: Any
     head_timeout = HEAD_TIMEOUT
     idle_timeout: float | None = IDLE_TIMEOUT
     peer_host = ""
@@ -230,7 +210,7 @@ class GatewayProtocol(Protocol, RequestReader):
         state = self.state
         if state >= _UPGRADING:
             if state is _TUNNEL:
-                self.tunnel.from_client(data)  # type: ignore[union-attr]  (set with the state)
+                self.tunnel.from_client(data)  # type: ignore[union-attr]  # set with TUNNEL
             elif state is _UPGRADING:
                 self._hold_for_tunnel(data)
             return  # DRAINING, CLOSING: read nothing more
@@ -310,10 +290,6 @@ class GatewayProtocol(Protocol, RequestReader):
             # Connection: close (or HTTP/1.0): whatever follows is not read.
             self.stop_reading()
             raise Stop()
-
-    @property
-    def in_head(self) -> bool:
-        return self.state is _HEAD
 
     # -- the tunnel (seams.TunnelEnd) ----------------------------------------------
 

@@ -6,38 +6,21 @@ exactly once, on the way into a final phase.
 
 from __future__ import annotations
 
-from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from twistgw.api.headers import Headers
 from twistgw.api.types import RequestContext
-from twistgw.core.pipeline import LocalResponse, RequestHead
+from twistgw.core.pipeline import RequestHead
+from twistgw.core.plan import LocalResponse
 from twistgw.engine import framing, wire
 from twistgw.engine.body import RequestBody
 from twistgw.engine.seams import Forwarding, Splice, TunnelEnd
+from twistgw.engine.states import Phase
 
 if TYPE_CHECKING:
     from twistgw.engine.connection import GatewayProtocol
 
 __all__ = ["Exchange", "Phase"]
-
-
-class Phase(IntEnum):
-    """Where an exchange is. Only forward, QUEUED → HANDLING → RESPONDING,
-    then one of the three final phases."""
-
-    #: read, waiting behind the request being answered
-    QUEUED = 0
-    #: the chain decides, or the upstream was asked; no response byte yet
-    HANDLING = 1
-    #: the response head went out (or is held for the first body bytes)
-    RESPONDING = 2
-    #: the response ended
-    DONE = 3
-    #: the ``101`` went out; the connection is a tunnel now
-    UPGRADED = 4
-    #: the client went away, the request broke, or the response broke off
-    ABORTED = 5
 
 
 _QUEUED, _HANDLING, _RESPONDING, _DONE, _UPGRADED, _ABORTED = Phase

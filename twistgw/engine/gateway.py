@@ -18,7 +18,8 @@ from zope.interface import implementer
 
 from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT, UPSTREAM_TIMEOUT
 from twistgw.core.accesslog import AccessLog
-from twistgw.core.pipeline import INTERNAL_ERROR, Forward, LocalResponse, Pipeline, Plan, RequestHead
+from twistgw.core.pipeline import INTERNAL_ERROR, Pipeline, RequestHead
+from twistgw.core.plan import Forward, LocalResponse, Plan
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import Snapshot
 from twistgw.engine import framing, wire
@@ -80,7 +81,7 @@ class Gateway:
     def _carry_out(self, plan: Plan, ex: Exchange) -> None:
         if ex.finished:
             return
-        if type(plan) is Forward:
+        if isinstance(plan, Forward):
             if ex.expect_continue and not ex.body_complete:
                 # Only now, after the chain admitted it, invite the body.
                 wire.write(ex.proto.transport, framing.CONTINUE)
@@ -151,7 +152,7 @@ class GatewayFactory(Factory):
         self.head_timeout = head_timeout
         #: open client connections, so that stopping can close them
         self.connections: set[GatewayProtocol] = set()
-        self._all_closed: list[Deferred] = []
+        self._all_closed: list[Deferred[None]] = []
 
     def buildProtocol(self, addr: Any) -> GatewayProtocol:
         p = GatewayProtocol(self.gateway)
@@ -168,11 +169,11 @@ class GatewayFactory(Factory):
             for d in waiting:
                 d.callback(None)
 
-    def close_connections(self) -> Deferred:
+    def close_connections(self) -> Deferred[None]:
         """Close every client connection now (idle keep-alive ones and any
         still in flight) and stop their timers. The Deferred fires once
         every connection is gone."""
-        d: Deferred = Deferred()
+        d: Deferred[None] = Deferred()
         if not self.connections:
             d.callback(None)
             return d

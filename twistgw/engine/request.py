@@ -19,6 +19,7 @@ from twistgw.api.headers import Headers, InvalidHeaderName, canonical_name
 from twistgw.engine import framing
 from twistgw.engine.body import RequestBody
 from twistgw.engine.exchange import Exchange
+from twistgw.engine.states import ConnState
 
 __all__ = ["ALLOWED_UPGRADES", "Reject", "RequestReader", "Stop"]
 
@@ -28,6 +29,8 @@ __all__ = ["ALLOWED_UPGRADES", "Reject", "RequestReader", "Stop"]
 #: default). ``h2c`` in particular is never forwarded: a backend that
 #: speaks HTTP/2 after a spliced 101 would see every later request raw.
 ALLOWED_UPGRADES = frozenset({b"websocket"})
+
+_HEAD = ConnState.HEAD
 
 
 class Reject(Exception):
@@ -64,6 +67,8 @@ class RequestReader:
         self._head_bytes = 0
         self._data = b""
 
+    state: ConnState
+
     # what the connection provides
     def reject(self, answer: bytes) -> None: ...
     def upgrade_requested(self, rest: bytes) -> None: ...
@@ -71,7 +76,8 @@ class RequestReader:
     def head_complete(self, ex: Exchange) -> None: ...
     def body_data(self, data: bytes) -> None: ...
     def message_complete(self) -> None: ...
-    in_head: bool
+    def pause_body(self) -> None: ...
+    def resume_body(self) -> None: ...
 
     def feed(self, data: bytes) -> None:
         """Parse ``data``; a parse error or a limit answers and closes."""
@@ -121,7 +127,7 @@ class RequestReader:
         self._url = url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if not self.in_head:
+        if self.state is not _HEAD:
             return  # a trailer field: checked by llhttp, not forwarded
         self._nheaders += 1
         self._head_bytes += len(name) + len(value) + 4
@@ -166,7 +172,7 @@ class RequestReader:
         connection = framing.connection_tokens(raw.get(b"Connection"))
         keep_alive = version is framing.HTTP11 and b"close" not in connection
         ex = Exchange(self, method, self._url, version, _Parsed(raw), keep_alive,  # type: ignore[arg-type]
-                      self.clock())
+                      self.clock())  # (the mixin is always a GatewayProtocol)
         te = raw.get(b"Transfer-Encoding")
         cl = raw.get(b"Content-Length")
         if te is not None:
@@ -174,11 +180,11 @@ class RequestReader:
                 raise Reject(framing.BAD_REQUEST)  # RFC 9112 §6.1: chunked needs HTTP/1.1
             if len(te) != 1 or te[0].lower() != b"chunked":
                 _check_codings(te)
-            ex.body = RequestBody(None, self)  # type: ignore[arg-type]  (the connection is the BodyFlow)
+            ex.body = RequestBody(None, self)
         elif cl is not None:
             ex.content_length = cl[0]
             if cl[0] != b"0":
-                ex.body = RequestBody(int(cl[0]), self)  # type: ignore[arg-type]
+                ex.body = RequestBody(int(cl[0]), self)
         if ex.body is None:
             ex.body_complete = True
         elif version is framing.HTTP11:

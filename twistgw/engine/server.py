@@ -10,10 +10,11 @@ and the :mod:`.upstream` package. See ``docs/engine.md``.
 
 from __future__ import annotations
 
-from twistgw.engine.connection import ConnState, GatewayProtocol
-from twistgw.engine.exchange import Exchange, Phase
+from twistgw.engine.connection import GatewayProtocol
+from twistgw.engine.exchange import Exchange
 from twistgw.engine.framing import MAX_HEAD_BYTES, MAX_HEADERS, MAX_PIPELINE, MAX_TARGET
 from twistgw.engine.gateway import Gateway, GatewayFactory
+from twistgw.engine.states import ConnState, Phase
 
 __all__ = ["ConnState", "Exchange", "Gateway", "GatewayFactory", "GatewayProtocol", "MAX_HEADERS",
            "MAX_HEAD_BYTES", "MAX_PIPELINE", "MAX_TARGET", "Phase"]

@@ -71,6 +71,10 @@ class UpstreamConnection(Protocol):
     asked, even when the pool already handed the connection out again).
     """
 
+    #: Any: Twisted's transports provide more than the ITransport that
+    #: Protocol declares (producers, abortConnection)
+    transport: Any
+
     def __init__(self, pool: "UpstreamPool", key: tuple[str, int]) -> None:
         self.pool = pool
         self.key = key

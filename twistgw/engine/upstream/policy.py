@@ -35,7 +35,7 @@ def connect_failure(failure: Failure) -> Answer:
     if failure.check(ierror.ConnectionRefusedError, ierror.ConnectError, ierror.ConnectionLost,
                      ierror.ConnectionClosed, ierror.DNSLookupError):
         return REFUSED
-    return 502, b"upstream error", f"unexpected: {failure.type.__name__}"
+    return 502, b"upstream error", f"unexpected: {type(failure.value).__name__}"
 
 
 def may_retry(method: bytes, has_body: bool, retried: bool) -> bool:

@@ -92,13 +92,13 @@ class UpstreamPool:
         self._all.add(conn)
         return conn
 
-    def connect(self, conn: UpstreamConnection) -> Deferred:
+    def connect(self, conn: UpstreamConnection) -> Deferred[UpstreamConnection]:
         """Connect ``conn``; the Deferred fires with it."""
         key = conn.key
         endpoint = self._endpoints.get(key)
         if endpoint is None:
             endpoint = self._endpoints[key] = self._endpoint(*key)
-        d: Deferred = endpoint.connect(_Once(conn))
+        d: Deferred[UpstreamConnection] = endpoint.connect(_Once(conn))
         return d
 
     def _endpoint(self, host: str, port: int) -> Any:
@@ -126,7 +126,7 @@ class UpstreamPool:
         if idle and conn in idle:
             idle.remove(conn)
 
-    def close(self) -> Deferred:
+    def close(self) -> Deferred[None]:
         """Close every idle connection (on shutdown)."""
         for idle in self.idle.values():
             for conn in list(idle):
