@@ -77,6 +77,8 @@ class GatewayProtocol(Protocol, RequestReader):
         #: an answer to input that could not be parsed, sent once the
         #: requests before it are answered
         self._last_words: bytes | None = None
+        #: the abort that ends a TLS close the client does not answer
+        self._grace: Any = None
         RequestReader.__init__(self)
 
     # -- connection ------------------------------------------------------------
@@ -91,6 +93,9 @@ class GatewayProtocol(Protocol, RequestReader):
 
     def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
         self.state = _CLOSED
+        if self._grace is not None:
+            self._grace.cancel()
+            self._grace = None
         self._deadline.stop()
         self._idle.stop()
         if self.tunnel is not None:
@@ -115,6 +120,21 @@ class GatewayProtocol(Protocol, RequestReader):
             # A TLS transport shuts down only once no producer is registered.
             transport.unregisterProducer()
             transport.loseConnection()
+            if self.scheme == "https":
+                # TLS waits for the client's close_notify, which a client
+                # may never send: give it a grace period (Envoy's
+                # delayed_close_timeout), longer while our bytes still drain.
+                self._grace = self.callLater(framing.CLOSE_GRACE, self._grace_over, -1)
+
+    def _grace_over(self, before: int) -> None:
+        self._grace = None
+        if self.state is _CLOSED or self.transport is None:
+            return
+        unsent = wire.unsent(self.transport)
+        if unsent and unsent != before:
+            self._grace = self.callLater(framing.CLOSE_GRACE, self._grace_over, unsent)
+            return
+        self.transport.abortConnection()
 
     def close_with(self, answer: bytes) -> None:
         """Write ``answer`` (a complete response) and close."""

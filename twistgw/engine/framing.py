@@ -13,7 +13,7 @@ from http import HTTPStatus
 
 from twistgw.api.headers import Headers
 
-__all__ = ["BAD_REQUEST", "BODY_BUFFER_LIMIT", "CHUNK", "CLOSE_LINE", "CONTINUE", "HTTP10", "HTTP11",
+__all__ = ["BAD_REQUEST", "BODY_BUFFER_LIMIT", "CHUNK", "CLOSE_GRACE", "CLOSE_LINE", "CONTINUE", "HTTP10", "HTTP11",
            "LAST_CHUNK", "MAX_HEADERS", "MAX_HEAD_BYTES", "MAX_PIPELINE", "MAX_RESPONSE_HEAD", "MAX_TARGET",
            "NOT_IMPLEMENTED", "NO_BODY_STATUS", "REQUEST_TIMEOUT", "TOO_LARGE", "URI_TOO_LONG", "canned",
            "connection_tokens", "request_head", "status_line"]
@@ -35,6 +35,11 @@ MAX_RESPONSE_HEAD = 64 * 1024
 #: buffered before the upstream connection takes it; past it the client is
 #: paused.
 BODY_BUFFER_LIMIT = 64 * 1024
+
+#: Seconds a closing TLS connection waits for the client's close_notify
+#: once our bytes are out, then it is aborted (Envoy's
+#: ``delayed_close_timeout`` default is 1 s).
+CLOSE_GRACE = 1.0
 
 # -- syntax -------------------------------------------------------------------------
 
