@@ -92,7 +92,8 @@ async def test_an_idle_tunnel_times_out(eng: Any) -> None:
         await _sleep(0.2)
     assert eng.rec.open == 1
     # then silence: both sides are closed
-    await wait_for(lambda: client.finished, timeout=5)
+    await wait_for(lambda: client.done.called, timeout=5)
+    assert (await client.done).closed
     await wait_for(lambda: eng.rec.open == 0, timeout=3)
 
 
