@@ -30,6 +30,7 @@ MODULES = (
     "unit/test_core_plugins.py",
     "unit/test_core_yaml_limits.py",
     "unit/test_engine_inmemory.py",
+    "unit/test_engine_phases.py",
     "unit/test_engine_reactor.py",
     "unit/test_engine_timers.py",
     "unit/test_field_walk.py",

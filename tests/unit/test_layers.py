@@ -180,7 +180,7 @@ class LayersTests(TestCase):
         found = [f"{m}:{line} imports {i}" for m, i, line in _third_party("twistgw.engine")
                  if i.startswith("twisted.web")]
         assert not found, "\n".join(found)
-        assert any(i == "httptools" for _m, i, _l in _third_party("twistgw.engine.server"))
+        assert any(i == "httptools" for _m, i, _l in _third_party("twistgw.engine.connection"))
         assert any(i == "httptools" for _m, i, _l in _third_party("twistgw.engine.upstream"))
 
     def test_twisted_private_internals_only_in_engine(self) -> None:

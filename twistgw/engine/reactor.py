@@ -29,7 +29,7 @@ import errno
 import select
 import sys
 from types import MethodType
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.posixbase import _NO_FILEDESC
 from twisted.python import log
@@ -61,6 +61,7 @@ def _do_poll(self: Any, timeout: float | None) -> None:
                 # The usual event, as _doReadOrWrite handles it (the
                 # descriptor check, doRead, errors logged and turned into
                 # a disconnect), minus its branches and its frame.
+                why: BaseException | None
                 try:
                     if selectable.fileno() == -1:
                         why = _NO_FILEDESC
@@ -90,6 +91,7 @@ def streamline(reactor: Any) -> bool:
         return False
     if type(reactor) is not EPollReactor:
         return False
+    reactor = cast(Any, reactor)  # patched below: not EPollReactor's declared shape any more
     if getattr(reactor, "_twistgw_streamlined", False):
         return True
     reactor.doIteration = reactor.doPoll = MethodType(_do_poll, reactor)

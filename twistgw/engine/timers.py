@@ -31,6 +31,11 @@ class LazyTimer:
     def armed(self) -> bool:
         return self._action is not None
 
+    @property
+    def due(self) -> float:
+        """When the deadline last set falls (the owner's clock)."""
+        return self._due
+
     def set(self, seconds: float, action: Any) -> None:
         due = self._owner._clock() + seconds
         self._due, self._action = due, action

@@ -16,7 +16,7 @@ from typing import Any
 
 from twisted.internet import tcp
 
-__all__ = ["write"]
+__all__ = ["unsent", "write"]
 
 #: Transports whose ``socket`` carries our bytes as they are (not TLS, not a
 #: wrapper such as TLSMemoryBIOProtocol, whose attribute lookups fall
@@ -36,3 +36,12 @@ def write(transport: Any, data: bytes) -> None:
             return
         data = data[sent:]
     transport.write(data)
+
+
+def unsent(transport: Any) -> int:
+    """Bytes written to ``transport`` (or the TCP transport under a TLS
+    one) that the socket has not taken yet."""
+    tcp_transport = getattr(transport, "transport", None) or transport
+    if tcp_transport.__class__ not in PLAIN_TCP:
+        return 0
+    return len(tcp_transport.dataBuffer) - tcp_transport.offset + tcp_transport._tempDataLen

@@ -1,0 +1,83 @@
+"""A client's request body on its way upstream.
+
+The client connection writes the body into a :class:`RequestBody` as the
+parser delivers it; the upstream connection, once it has sent the request
+head, takes it (:meth:`RequestBody.attach`) and receives the rest as it
+comes. Until then up to ``BODY_BUFFER_LIMIT`` bytes are kept and the client
+is paused past that. The two sides only meet through the two small
+interfaces below.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from twistgw.engine.framing import BODY_BUFFER_LIMIT
+
+__all__ = ["BodyConsumer", "BodyFlow", "RequestBody"]
+
+
+class BodyFlow(Protocol):
+    """Where the body comes from: reading from the client pauses and resumes."""
+
+    def pause_body(self) -> None: ...
+
+    def resume_body(self) -> None: ...
+
+
+class BodyConsumer(Protocol):
+    """Where the body goes: the upstream connection."""
+
+    def send_body(self, data: bytes) -> None: ...
+
+    def end_body(self) -> None: ...
+
+
+class RequestBody:
+    """A client's request body on its way upstream.
+
+    ``length`` is the Content-Length (None: chunked, re-framed upstream).
+    """
+
+    __slots__ = ("length", "flow", "_buffer", "_buffered", "consumer", "complete", "stopped")
+
+    def __init__(self, length: int | None, flow: BodyFlow) -> None:
+        self.length = length
+        self.flow = flow
+        self._buffer: list[bytes] = []
+        self._buffered = 0
+        self.consumer: BodyConsumer | None = None
+        self.complete = False
+        self.stopped = False
+
+    def write(self, data: bytes) -> None:
+        if self.stopped:
+            return
+        consumer = self.consumer
+        if consumer is not None:
+            consumer.send_body(data)
+            return
+        self._buffer.append(data)
+        self._buffered += len(data)
+        if self._buffered > BODY_BUFFER_LIMIT:
+            self.flow.pause_body()
+
+    def finish(self) -> None:
+        self.complete = True
+        if self.consumer is not None and not self.stopped:
+            self.consumer.end_body()
+
+    def attach(self, consumer: BodyConsumer) -> None:
+        """Send what was buffered to ``consumer``, and the rest as it comes."""
+        self.consumer = consumer
+        buffered, self._buffer, self._buffered = self._buffer, [], 0
+        for chunk in buffered:
+            consumer.send_body(chunk)
+        self.flow.resume_body()
+        if self.complete:
+            consumer.end_body()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.consumer = None
+        self._buffer = []

@@ -1,0 +1,187 @@
+"""The gateway glue, apart from the protocol: :class:`Gateway` hands each
+request head to the pipeline and carries out its plan (answer locally, or
+forward), turns failures into answers, and accounts for every request
+(access log, metrics, the ``twistgw_request_finished`` hook).
+:class:`GatewayFactory` builds a client connection per accepted socket.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IProtocolNegotiationFactory
+from twisted.internet.protocol import Factory
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT, UPSTREAM_TIMEOUT
+from twistgw.core.accesslog import AccessLog
+from twistgw.core.pipeline import INTERNAL_ERROR, Pipeline, RequestHead
+from twistgw.core.plan import Forward, LocalResponse, Plan
+from twistgw.core.plugins import PluginHost
+from twistgw.core.snapshot import Snapshot
+from twistgw.engine import framing, wire
+from twistgw.engine.connection import GatewayProtocol
+from twistgw.engine.exchange import Exchange
+from twistgw.engine.upstream import UpstreamPool
+
+__all__ = ["Gateway", "GatewayFactory"]
+
+
+class Gateway:
+    """Holds the serving snapshot and carries out the pipeline's plan for
+    every request: answer locally, or forward and relay the response."""
+
+    _log = Logger(namespace="twistgw.gateway")
+
+    def __init__(self, reactor: Any, plugins: PluginHost, forwarder: UpstreamPool | None = None,
+                 metrics: Any = None, access_log: bool | AccessLog = True,
+                 upstream_timeout: float = UPSTREAM_TIMEOUT) -> None:
+        # reactor, metrics: Any, Twisted's reactor interfaces and the
+        # runtime's Metrics (runtime imports the engine, not the reverse)
+        self.reactor = reactor
+        self.plugins = plugins
+        self.pipeline = Pipeline(plugins, reactor, upstream_timeout)
+        self.forwarder = forwarder or UpstreamPool(reactor)
+        self.metrics = metrics
+        #: where access lines go (True: a twisted.logger event per request)
+        self.access_log: AccessLog | None = (
+            AccessLog(fmt="events") if access_log is True else access_log or None)
+        self.snapshot: Snapshot | None = None
+        self.draining = False
+        self.inflight = 0
+        self._finished_hook = (
+            plugins.pm.hook.twistgw_request_finished
+            if plugins.pm.hook.twistgw_request_finished.get_hookimpls() else None
+        )
+
+    # -- dispatch ------------------------------------------------------------
+
+    def handle(self, ex: Exchange) -> None:
+        proto = ex.proto
+        try:
+            head = ex.head = RequestHead(ex.method, ex.target, ex.headers, proto.peer_host, proto.scheme,
+                                         ex.version)
+            plan = self.pipeline.handle(head, self.snapshot)
+        except Exception:
+            # e.g. a twistgw_route_match plugin that raised: fail closed with
+            # a 500 rather than dropping the connection without an answer.
+            self._internal_error(Failure(), ex)
+            return
+        if type(plan) is Forward or type(plan) is LocalResponse:  # before the (ABC) isinstance
+            self._carry_out(plan, ex)
+        elif isinstance(plan, Deferred):
+            plan.addCallback(self._carry_out, ex)
+            plan.addErrback(self._internal_error, ex)
+        else:
+            self._carry_out(plan, ex)
+
+    def _carry_out(self, plan: Plan, ex: Exchange) -> None:
+        if ex.finished:
+            return
+        if isinstance(plan, Forward):
+            if ex.expect_continue and not ex.body_complete:
+                # Only now, after the chain admitted it, invite the body.
+                wire.write(ex.proto.transport, framing.CONTINUE)
+            ex.upstream_started = self.reactor.seconds()
+            req = ex.upstream = self.forwarder.forward(ex, plan)
+            ex.upstream_label = req.label
+        else:
+            ex.respond(plan)
+
+    def _internal_error(self, failure: Failure, ex: Exchange) -> None:
+        self._log.failure("Unexpected error handling {method} {uri}", failure, method=ex.method, uri=ex.target)
+        ex.fail(INTERNAL_ERROR)
+
+    def upstream_failed(self, ex: Exchange, status: int, body: bytes, why: str, error: str) -> None:
+        self._log.info("Upstream {upstream} failed for {method} {path}: {why} ({error})",
+                       upstream=ex.upstream_label, method=ex.method,
+                       path=ex.ctx.path if ex.ctx else ex.target, why=why, error=error)
+        ex.fail(LocalResponse(status, body, reason=why))
+
+    def upstream_broke(self, ex: Exchange, reason: str) -> None:
+        self._log.warn("Upstream {upstream} broke off the response to {method} {path}: {reason}",
+                       upstream=ex.upstream_label, method=ex.method,
+                       path=ex.ctx.path if ex.ctx else ex.target, reason=reason)
+        ex.abort()
+
+    # -- accounting ------------------------------------------------------------
+
+    def record(self, ex: Exchange) -> None:
+        """Once per exchange, as it enters a final phase."""
+        self.inflight -= 1
+        ctx = ex.ctx
+        status = ex.status
+        duration = self.reactor.seconds() - ex.started
+        if self.metrics is not None:
+            self.metrics.request(ctx, status, duration)
+        access = self.access_log
+        if access is not None:
+            if ctx is not None:
+                principal = ctx.principal
+                if principal.__class__ is not str:  # None, or a plugin's non-str
+                    principal = "-" if principal is None else str(principal)
+                access.request(ctx.client_address, ctx.method, ctx.path, status, ctx.virtual_service,
+                               ctx.route or "-", ex.upstream_label or "-", ctx.decided_by or "-",
+                               principal or "-", duration)
+            else:
+                access.request(ex.proto.peer_host or "-",
+                               ex.method.decode("latin-1") if ex.method else "-",
+                               (ex.target or b"").decode("latin-1")[:200], status, "-", "-",
+                               ex.upstream_label or "-", "-", "-", duration)
+        if self._finished_hook is not None and ctx is not None:
+            try:
+                self._finished_hook(ctx=ctx, status=status)
+            except Exception:
+                self._log.failure("A twistgw_request_finished hook failed")
+
+
+@implementer(IProtocolNegotiationFactory)
+class GatewayFactory(Factory):
+    """Builds a :class:`GatewayProtocol` per client connection; offers
+    ``http/1.1`` by ALPN on TLS listeners."""
+
+    noisy = False
+
+    def __init__(self, gateway: Gateway, timeout: float | None = IDLE_TIMEOUT,
+                 head_timeout: float = HEAD_TIMEOUT) -> None:
+        self.gateway = gateway
+        self.timeOut = timeout
+        self.head_timeout = head_timeout
+        #: open client connections, so that stopping can close them
+        self.connections: set[GatewayProtocol] = set()
+        self._all_closed: list[Deferred[None]] = []
+
+    def buildProtocol(self, addr: Any) -> GatewayProtocol:
+        p = GatewayProtocol(self.gateway)
+        p.factory = self
+        p.head_timeout = self.head_timeout
+        p.idle_timeout = self.timeOut
+        self.connections.add(p)
+        return p
+
+    def connection_closed(self, proto: GatewayProtocol) -> None:
+        self.connections.discard(proto)
+        if not self.connections:
+            waiting, self._all_closed = self._all_closed, []
+            for d in waiting:
+                d.callback(None)
+
+    def close_connections(self) -> Deferred[None]:
+        """Close every client connection now (idle keep-alive ones and any
+        still in flight) and stop their timers. The Deferred fires once
+        every connection is gone."""
+        d: Deferred[None] = Deferred()
+        if not self.connections:
+            d.callback(None)
+            return d
+        self._all_closed.append(d)
+        for proto in list(self.connections):
+            if not proto.abort():
+                self.connection_closed(proto)
+        return d
+
+    def acceptableProtocols(self) -> list[bytes]:
+        return [b"http/1.1"]

@@ -1,0 +1,110 @@
+"""The interfaces between the client side of the engine and the upstream
+side. Each side is handed the other as one of these and calls nothing
+else on it: no back-pointers, no attribute of the other side is set.
+
+* :class:`Downstream` is what a forwarded request reports to (an
+  ``Exchange`` implements it): the response head, body and end, a failure
+  before the head (answered with Envoy's status) or after it (the client
+  connection is cut), and an upgrade that became a tunnel.
+* :class:`Forwarding` is what the client side holds of a forwarded request
+  (an ``UpstreamRequest``): pause and resume the relay, the client's body
+  is complete (the route timeout starts), the client went away.
+* :class:`TunnelEnd` and :class:`Splice` are the two ends of a spliced
+  (``101``) connection.
+
+The traffic policy (retries, upstream TLS, health checks) lives behind
+:class:`Forwarding`, in :mod:`twistgw.engine.upstream`; the client side
+does not change when it grows.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from twistgw.engine.body import BodyFlow, RequestBody
+
+__all__ = ["Downstream", "Forwarding", "Splice", "TunnelEnd"]
+
+
+class Splice(Protocol):
+    """A spliced connection, as the client side sees it."""
+
+    def from_client(self, data: bytes) -> None: ...
+
+    def pause(self) -> None:
+        """The client does not read: stop reading from the upstream."""
+
+    def resume(self) -> None: ...
+
+    def client_lost(self) -> None: ...
+
+
+class TunnelEnd(BodyFlow, Protocol):
+    """The client connection, as a tunnel sees it (``pause_body`` /
+    ``resume_body``: the upstream does not read as fast as the client sends)."""
+
+    def tunnel_write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Downstream(BodyFlow, Protocol):
+    """One client request being forwarded, as the upstream side sees it.
+
+    The attributes are read, never set, by the upstream side.
+    """
+
+    method: bytes
+    #: the admitted upgrade (``websocket``), None when the request did not
+    #: ask for one or it was not allowed
+    upgrade: bytes | None
+    body: RequestBody | None
+    #: the request's Content-Length line (``0``: forwarded as such)
+    content_length: bytes | None
+    #: the client sent all of its request body
+    body_complete: bool
+    #: a response head kept to go out with the first body bytes
+    held: bytes | None
+
+    def relay_head(self, status: int, reason: bytes, lines: list[bytes], length: bytes | None) -> None:
+        """The upstream's response head (end-to-end ``lines``, its
+        Content-Length or None); held until the first body bytes or
+        :meth:`flush`."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def flush(self) -> None:
+        """Write a held head (the read that brought it ended)."""
+
+    def finish(self) -> None:
+        """The response ended."""
+
+    def upstream_failed(self, status: int, body: bytes, why: str, error: str) -> None:
+        """No response head: answer ``status`` (or cut the client off if a
+        head already went out)."""
+
+    def upstream_broke(self, reason: str) -> None:
+        """The response broke off after its head: cut the client off."""
+
+    def upgraded(self, tunnel: Splice) -> list[bytes]:
+        """The ``101`` went out: from now on the connection is ``tunnel``.
+        Returns the bytes the client sent after its request."""
+
+    def tunnel_end(self) -> TunnelEnd: ...
+
+
+class Forwarding(Protocol):
+    """A forwarded request, as the client side sees it."""
+
+    label: str
+
+    def pause(self) -> None:
+        """The client does not read the response: stop reading from the upstream."""
+
+    def resume(self) -> None: ...
+
+    def client_body_done(self) -> None:
+        """The client sent its whole body: the response deadline starts."""
+
+    def client_gone(self) -> None:
+        """The client went away, or its request failed: abort."""

@@ -1,0 +1,155 @@
+"""One forwarded request: a connection (pooled or new), the response
+deadline, one retry of a stale pooled connection, and the outcome reported
+to the client side through the :class:`~twistgw.engine.seams.Downstream`
+it was handed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from twisted.python.failure import Failure
+
+from twistgw.core.plan import Forward
+from twistgw.engine.seams import Downstream
+from twistgw.engine.upstream import policy
+
+if TYPE_CHECKING:
+    from twistgw.engine.upstream.connection import UpstreamConnection
+    from twistgw.engine.upstream.pool import UpstreamPool
+
+__all__ = ["UpstreamRequest"]
+
+
+class UpstreamRequest:
+    """One forwarded request (a :class:`~twistgw.engine.seams.Forwarding`).
+
+    The response deadline runs on the connection's own timer (the same
+    :class:`~twistgw.engine.timers.LazyTimer` that expires it when idle in
+    the pool), from the end of the client's body to the response head.
+    ``finished`` is set once the outcome was reported (or the client went
+    away): from then on nothing is reported.
+    """
+
+    __slots__ = ("pool", "ex", "plan", "key", "label", "conn", "connecting", "retried", "finished", "timing")
+
+    def __init__(self, pool: "UpstreamPool", ex: Downstream, plan: Forward, key: tuple[str, int],
+                 label: str) -> None:
+        self.pool = pool
+        self.ex = ex
+        self.plan = plan
+        self.key = key
+        self.label = label
+        self.conn: UpstreamConnection | None = None
+        self.connecting: Any = None  # the Deferred of a connection attempt
+        self.retried = False
+        self.finished = False
+        #: the response deadline runs (the client's body is complete)
+        self.timing = False
+
+    # -- connection -----------------------------------------------------------
+
+    def connect(self, remaining: float | None = None) -> None:
+        """Make a new connection; ``remaining``: what is left of a running
+        response deadline (a retry)."""
+        conn = self.conn = self.pool.new_connection(self.key)
+        if remaining is not None:
+            conn.timer.set(max(remaining, 0.0), self.timed_out)
+        d = self.connecting = self.pool.connect(conn)
+        d.addCallbacks(self._connected, self._connect_failed)
+
+    def _connected(self, conn: "UpstreamConnection") -> None:
+        self.connecting = None
+        if self.finished:
+            self.pool.release(conn)
+            return
+        conn.send(self, reused=False)
+
+    def _connect_failed(self, failure: Failure) -> None:
+        self.connecting = None
+        if self.conn is not None:
+            self.conn.timer.stop()
+            self.conn = None
+        if self.finished:
+            return
+        self.fail(policy.connect_failure(failure), failure.getErrorMessage())
+
+    def retry_after_stale(self) -> bool:
+        """A pooled connection died before any answer: send again once, on
+        a new connection, if the policy allows."""
+        ex = self.ex
+        if self.finished or not policy.may_retry(ex.method, ex.body is not None, self.retried):
+            return False
+        self.retried = True
+        old = self.conn
+        remaining = old.timer.due - self.pool.reactor.seconds() if self.timing and old is not None else None
+        self.connect(remaining)
+        return True
+
+    # -- outcomes, reported to the client side -------------------------------------
+
+    def done(self) -> None:
+        """The response ended (the connection reports it, then finishes the exchange)."""
+        self.finished = True
+
+    def fail(self, answer: policy.Answer, error: str) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        status, body, why = answer
+        self.ex.upstream_failed(status, body, why, error)
+
+    def broke(self, reason: str) -> None:
+        """The response broke off after its head."""
+        if self.finished:
+            return
+        self.finished = True
+        self.ex.upstream_broke(reason)
+
+    def _abandon(self) -> None:
+        """Abort the upstream connection, or the attempt to make one. The
+        caller sets ``finished`` first, so the CancelledError that follows
+        is ignored."""
+        conn, self.conn = self.conn, None
+        if self.connecting is not None:
+            d, self.connecting = self.connecting, None
+            d.cancel()
+        elif conn is not None:
+            conn.abandon()
+
+    def timed_out(self) -> None:
+        if self.finished:
+            return
+        self.finished = True  # the CancelledError is ours
+        self._abandon()
+        self.finished = False
+        self.fail(policy.TIMEOUT, "no response head in time")
+
+    # -- what the client side asks (seams.Forwarding) ----------------------------
+
+    def client_gone(self) -> None:
+        """The client went away: abort the upstream request."""
+        if self.finished:
+            return
+        self.finished = True
+        self._abandon()
+
+    def client_body_done(self) -> None:
+        """The client sent its whole request: like Envoy, the route timeout
+        runs from here (a slow upload is not the upstream's fault)."""
+        conn = self.conn
+        if self.finished or (conn is not None and conn.head_received):
+            return
+        self.timing = True
+        if conn is not None:
+            conn.timer.set(self.plan.timeout, self.timed_out)
+
+    def pause(self) -> None:
+        conn = self.conn
+        if conn is not None and conn.transport is not None:
+            conn.transport.pauseProducing()
+
+    def resume(self) -> None:
+        conn = self.conn
+        if conn is not None and conn.transport is not None:
+            conn.transport.resumeProducing()
