@@ -14,8 +14,12 @@ The rules, in short:
 * With no keys at all, a request waits for at most one fetch (bounded by the
   fetch timeout); during backoff it fails at once with
   ``Jwks remote fetch is failed``.
-* The address is the upstream's; the URL gives only the path and the Host
-  header. No URL is ever taken from a token.
+* The address is the upstream's; the URL gives the path and the Host
+  header, and its scheme: an ``https`` URL is fetched over TLS, the server's
+  certificate checked against the URL's host with the system's CAs
+  (:func:`twistgw.tls.client_tls`; a certificate without that name as a
+  subjectAltName is refused and the fetch fails). No URL is ever taken from a
+  token.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ import attrs
 from prometheus_client import Counter
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
+from twisted.web.iweb import IPolicyForHTTPS
+
+from twistgw.tls import client_tls, describe_tls_failure, https_policy
 
 from twistgw_jwt._keys import KeyProblem, VerifyKey, parse_remote_body
 
@@ -60,6 +67,8 @@ class RemoteSpec:
     cache_duration: float
     timeout: float
     refetch_interval: float
+    #: set for an ``https`` URL: fetch over TLS, verifying this name
+    tls_server_name: str | None = None
 
 
 class _Body:
@@ -98,6 +107,7 @@ class RemoteKeySet:
         self._digest: bytes | None = None
         self._inflight: Deferred[bool] | None = None
         self._next_address = 0
+        self._tls: IPolicyForHTTPS | None = None
 
     # -- what requests call --------------------------------------------------
 
@@ -249,9 +259,16 @@ class RemoteKeySet:
         from twisted.web.client import Agent, HTTPConnectionPool
 
         pool = HTTPConnectionPool(reactor, persistent=False)
-        client = HTTPClient(Agent(reactor, pool=pool))
+        scheme = "http"
+        if self.spec.tls_server_name is not None:
+            scheme = "https"
+            if self._tls is None:  # loads the system's CAs: once per key set
+                self._tls = https_policy(client_tls(self.spec.tls_server_name))
+            client = HTTPClient(Agent(reactor, contextFactory=self._tls, pool=pool))
+        else:
+            client = HTTPClient(Agent(reactor, pool=pool))
         netloc = f"[{host}]" if ":" in host else host
-        url = f"http://{netloc}:{port}".encode("ascii") + self.spec.path
+        url = f"{scheme}://{netloc}:{port}".encode("ascii") + self.spec.path
         headers = {b"Accept": [b"application/json"]}
         if self.spec.host_header is not None:
             headers[b"Host"] = [self.spec.host_header]
@@ -281,6 +298,14 @@ def _describe(exc: BaseException, timeout: float) -> str:
         return f"no answer within {timeout:g}s"
     if isinstance(exc, FetchError):
         return str(exc)
+    # Agent wraps what ended the connection (ResponseNeverReceived and kin)
+    for reason in getattr(exc, "reasons", None) or ():
+        tls = describe_tls_failure(reason.value)
+        if tls is not None:
+            return tls
+    tls = describe_tls_failure(exc)
+    if tls is not None:
+        return tls
     name = type(exc).__name__
     return f"{name}: {exc}" if str(exc) else name
 
