@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 from twisted.application.service import IService
 from twisted.python import usage
 
 from twistgw.config.defaults import BACKLOG, TIMINGS, keyword
 from twistgw.config.loader import ConfigError
+from twistgw.config.names import with_backlog
+from twistgw.runtime.listeners import EXIT_CANNOT_LISTEN
+
+#: ``twist twistgw`` exit status for a usage error (a bad option value).
+EXIT_USAGE = 2
 
 
 class Options(usage.Options):
@@ -42,6 +48,16 @@ class Options(usage.Options):
 
     opt_l = opt_listen
 
+    def parseOptions(self, options: Sequence[str] | None = None) -> None:
+        """A usage error is one line on stderr and exit status 2 (``twist``
+        itself would print the whole help and exit 64)."""
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as exc:
+            sys.stderr.write(f"twist twistgw: {exc}\n(twist twistgw --help lists the options)\n")
+            sys.stderr.flush()
+            raise SystemExit(EXIT_USAGE) from None
+
     def postOptions(self) -> None:
         if not self["listen"]:
             self["listen"] = ["tcp:8080"]
@@ -50,18 +66,40 @@ class Options(usage.Options):
         try:
             self["workers"] = parse_workers(str(self["workers"]))
         except ValueError as exc:
-            raise usage.UsageError(str(exc))
+            raise usage.UsageError(str(exc)) from None
         for name, _, _ in TIMINGS:
             try:
                 self[name] = float(self[name])
             except ValueError:
-                raise usage.UsageError(f"--{name} must be a number of seconds, got {self[name]!r}")
+                raise usage.UsageError(f"--{name} must be a number of seconds, got {self[name]!r}") from None
         try:
             self["backlog"] = int(self["backlog"])
         except ValueError:
             self["backlog"] = 0
         if not 1 <= self["backlog"] <= 65535:
             raise usage.UsageError("--backlog must be a whole number from 1 to 65535")
+        for description in self["listen"]:
+            check_endpoint("--listen", with_backlog(description, self["backlog"]), description)
+        if self["admin"] not in ("none", ""):
+            check_endpoint("--admin", self["admin"], self["admin"])
+
+
+def check_endpoint(option: str, description: str, given: str) -> None:
+    """Parse an endpoint string as the service will (without listening);
+    a usage error naming the option if Twisted cannot."""
+    from twisted.internet.endpoints import serverFromString
+
+    try:
+        # Parsing builds an endpoint object and, for ssl:, reads the key and
+        # certificate files; nothing listens and the reactor is not used.
+        serverFromString(_NO_REACTOR, description)
+    except Exception as exc:
+        reason = str(exc) or type(exc).__name__
+        raise usage.UsageError(f"{option} {given!r} is not a valid endpoint: {reason}") from None
+
+
+#: stands for the reactor while endpoint strings are only parsed
+_NO_REACTOR = object()
 
 
 def makeService(options: Options) -> IService:
@@ -83,8 +121,20 @@ def makeService(options: Options) -> IService:
         svc.load_initial()
     except ConfigError as exc:
         _refuse(options, exc)
+    _cannot_listen(svc.open_listeners())
     freeze_startup_heap()
     return svc
+
+
+def _cannot_listen(problems: list[str]) -> None:
+    """An endpoint that cannot listen: one line each on stderr, then exit 3,
+    before the reactor runs (never a half-up gateway)."""
+    if not problems:
+        return
+    for line in problems:
+        sys.stderr.write(f"twistgw: {line}\n")
+    sys.stderr.flush()
+    raise SystemExit(EXIT_CANNOT_LISTEN)
 
 
 def _refuse(options: Options, exc: ConfigError) -> None:
@@ -102,7 +152,6 @@ def _refuse(options: Options, exc: ConfigError) -> None:
 def _workers_service(options: Options, admin: str | None) -> IService:
     """Validate once here (refuse to start on errors), then supervise workers."""
     from twistgw.config.loader import load_directory
-    from twistgw.config.names import with_backlog
     from twistgw.core.plugins import PluginHost
     from twistgw.core.snapshot import build_snapshot
     from twistgw.runtime.logs import twist_access_log, twist_options
@@ -114,9 +163,9 @@ def _workers_service(options: Options, admin: str | None) -> IService:
         _refuse(options, exc)
     for description in options["listen"]:
         if not description.startswith(("tcp:", "tcp6:")):
-            sys.stderr.write(f"twistgw: --listen {description!r}: with --workers only tcp: and tcp6:"
+            sys.stderr.write(f"twist twistgw: --listen {description!r}: with --workers only tcp: and tcp6:"
                              " endpoints are supported\n")
-            raise SystemExit(2)
+            raise SystemExit(EXIT_USAGE)
     args = ["--config", options["config"]]
     for name, _, _ in TIMINGS:
         args += [f"--{name}", str(options[name])]
@@ -124,5 +173,6 @@ def _workers_service(options: Options, admin: str | None) -> IService:
         args.append("--no-access-log")
     args += ["--log-format", twist_options(options).get("logFormat", "text")]
     # The supervisor opens the listening sockets: the backlog is its business.
-    listen = [with_backlog(description, options["backlog"]) for description in options["listen"]]
-    return WorkersService(options["workers"], listen, admin, args)
+    svc = WorkersService(options["workers"], options["listen"], admin, args, backlog=options["backlog"])
+    _cannot_listen(svc.open_listeners())
+    return svc

@@ -52,7 +52,7 @@ class _Histogram:
 
     def buckets(self) -> list[tuple[str, float]]:
         out, running = [], 0
-        for le, n in zip(_LE, self.counts):
+        for le, n in zip(_LE, self.counts, strict=True):
             running += n
             out.append((le, running))
         return out

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
         svc.load_initial()
     except ConfigError as exc:
         sys.stderr.write(f"twistgw worker: invalid configuration:\n{exc}\n")
-        raise SystemExit(1)
+        raise SystemExit(1) from None
     freeze_startup_heap()
     ports = []
     for spec in args.fd:
