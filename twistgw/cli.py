@@ -184,17 +184,26 @@ def cmd_echo(args: argparse.Namespace) -> int:
     from twisted.internet.defer import Deferred
 
     from twistgw.runtime.devecho import is_loopback_endpoint, start_echo
+    from twistgw.runtime.listeners import EXIT_CANNOT_LISTEN, endpoint_problem, listen_problem
 
     if not is_loopback_endpoint(args.listen):
         _err(f"--listen must be a loopback endpoint such as tcp:9000:interface=127.0.0.1, got {args.listen!r}")
         return EXIT_USAGE
 
-    def run(reactor: Any) -> Deferred:
-        port = start_echo(reactor, args.listen)
-        port.addCallback(lambda p: print(f"twistgw echo: answering every request on"
-                                         f" {p.getHost().host}:{p.getHost().port} (Ctrl-C stops)",
-                                         file=sys.stderr, flush=True))
-        return port.addCallback(lambda _: Deferred())  # serve until interrupted
+    problem = endpoint_problem(args.listen)
+    if problem is not None:
+        _err(f"--listen {args.listen!r} is not a valid endpoint: {problem}")
+        return EXIT_USAGE
+
+    async def run(reactor: Any) -> None:
+        try:
+            p = await start_echo(reactor, args.listen)
+        except Exception as exc:
+            _err(f"cannot listen on --listen {args.listen}: {listen_problem(exc)}")
+            raise SystemExit(EXIT_CANNOT_LISTEN) from None
+        print(f"twistgw echo: answering every request on {p.getHost().host}:{p.getHost().port} (Ctrl-C stops)",
+              file=sys.stderr, flush=True)
+        await Deferred()  # serve until interrupted
 
     try:
         task.react(run)

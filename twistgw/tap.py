@@ -8,13 +8,11 @@ from collections.abc import Sequence
 from twisted.application.service import IService
 from twisted.python import usage
 
+from twistgw.api.commands import EXIT_USAGE
 from twistgw.config.defaults import BACKLOG, TIMINGS, keyword
 from twistgw.config.loader import ConfigError
 from twistgw.config.names import with_backlog
-from twistgw.runtime.listeners import EXIT_CANNOT_LISTEN
-
-#: ``twist twistgw`` exit status for a usage error (a bad option value).
-EXIT_USAGE = 2
+from twistgw.runtime.listeners import EXIT_CANNOT_LISTEN, endpoint_problem
 
 
 class Options(usage.Options):
@@ -85,21 +83,10 @@ class Options(usage.Options):
 
 
 def check_endpoint(option: str, description: str, given: str) -> None:
-    """Parse an endpoint string as the service will (without listening);
-    a usage error naming the option if Twisted cannot."""
-    from twisted.internet.endpoints import serverFromString
-
-    try:
-        # Parsing builds an endpoint object and, for ssl:, reads the key and
-        # certificate files; nothing listens and the reactor is not used.
-        serverFromString(_NO_REACTOR, description)
-    except Exception as exc:
-        reason = str(exc) or type(exc).__name__
-        raise usage.UsageError(f"{option} {given!r} is not a valid endpoint: {reason}") from None
-
-
-#: stands for the reactor while endpoint strings are only parsed
-_NO_REACTOR = object()
+    """A usage error naming the option if Twisted cannot parse the endpoint."""
+    problem = endpoint_problem(description)
+    if problem is not None:
+        raise usage.UsageError(f"{option} {given!r} is not a valid endpoint: {problem}")
 
 
 def makeService(options: Options) -> IService:

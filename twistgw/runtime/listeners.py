@@ -44,6 +44,23 @@ def listen_problem(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+def endpoint_problem(description: str) -> str | None:
+    """Why Twisted cannot parse this server endpoint string, or None. Parsing
+    builds an endpoint object (for ``ssl:`` it reads the key and certificate
+    files); nothing listens and no reactor is used."""
+    from twisted.internet.endpoints import serverFromString
+
+    try:
+        serverFromString(_NO_REACTOR, description)
+    except Exception as exc:
+        return str(exc) or type(exc).__name__
+    return None
+
+
+#: stands for the reactor while endpoint strings are only parsed
+_NO_REACTOR = object()
+
+
 class Listener:
     """One endpoint: ``option`` (``--listen``/``--admin``) and its string,
     the Twisted endpoint, and once listening its port."""
