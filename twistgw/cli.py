@@ -122,6 +122,7 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
         print(f"Result: {result.status} (no plugin ran)")
         return EXIT_INVALID
     ctx, rt = result.ctx, result.runtime
+    assert rt is not None  # a request context comes with its route
     print(f"Normalised path: {ctx.path}")
     print(f"Virtual service: {ctx.virtual_service} (host {ctx.host!r})")
     print(f"Route: {ctx.route} ({_describe_matchers(rt.route)})")

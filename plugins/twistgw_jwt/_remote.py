@@ -32,6 +32,7 @@ import attrs
 from prometheus_client import Counter
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
+from twisted.web.http_headers import Headers
 from twisted.web.iweb import IPolicyForHTTPS
 
 from twistgw.tls import client_tls, describe_tls_failure, https_policy
@@ -169,8 +170,14 @@ class RemoteKeySet:
     async def _wait(d: Deferred[bool]) -> None:
         # Each waiter gets its own view of the shared fetch; the fetch itself
         # never fails (errors are recorded), so this only returns.
-        waiter: Deferred[bool] = Deferred()
-        d.addBoth(lambda r: (waiter.callback(None) if not waiter.called else None, r)[1])
+        waiter: Deferred[None] = Deferred()
+
+        def release(result: object) -> object:
+            if not waiter.called:
+                waiter.callback(None)
+            return result
+
+        d.addBoth(release)
         await waiter
 
     def _start_fetch(self, why: str) -> Deferred[bool]:
@@ -269,9 +276,9 @@ class RemoteKeySet:
             client = HTTPClient(Agent(reactor, pool=pool))
         netloc = f"[{host}]" if ":" in host else host
         url = f"{scheme}://{netloc}:{port}".encode("ascii") + self.spec.path
-        headers = {b"Accept": [b"application/json"]}
+        headers = Headers({b"Accept": [b"application/json"]})
         if self.spec.host_header is not None:
-            headers[b"Host"] = [self.spec.host_header]
+            headers.setRawHeaders(b"Host", [self.spec.host_header])
         response = await client.get(url, headers=headers, allow_redirects=False)
         if response.code != 200:
             # read and drop the body so the connection closes cleanly

@@ -126,11 +126,17 @@ def open_all(listeners: Iterable[Listener], on_late_failure: Callable[[Listener]
         if failed:
             problems.append(listener.line())
         elif not listener.listening():  # still pending: report when it ends
-            d.addCallback(lambda result, one=listener: on_late_failure(one) if one.problem else result)
+            d.addCallback(_report_late, listener, on_late_failure)
     if problems:
         for listener in listeners:
             listener.close()
     return problems
+
+
+def _report_late(result: object, listener: Listener, report: Callable[[Listener], None]) -> object:
+    if listener.problem is not None:
+        report(listener)
+    return result
 
 
 def exit_after_stopping(reactor: Any, line: str) -> None:

@@ -86,7 +86,7 @@ class WorkersService(service.MultiService):
         self.stopping = False
         self._restart_delay: dict[int, float] = {}
         self.metrics_dir = tempfile.mkdtemp(prefix="twistgw-metrics-")
-        self._ended: dict[int, defer.Deferred] = {}
+        self._ended: dict[int, defer.Deferred[None]] = {}
         self.admin_listener: Listener | None = None
         if admin:
             self.admin_listener = Listener("--admin", admin, serverFromString(reactor, admin),
@@ -166,7 +166,7 @@ class WorkersService(service.MultiService):
         waits = []
         for index, worker in self.workers.items():
             if worker.alive:
-                self._ended[index] = d = defer.Deferred()
+                self._ended[index] = d = defer.Deferred[None]()
                 waits.append(d)
                 try:
                     self.transports[index].signalProcess("TERM")
