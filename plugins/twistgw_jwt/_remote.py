@@ -86,6 +86,21 @@ class _Body:
         self.parts.append(data)
 
 
+async def wait_for_fetch(d: Deferred[bool]) -> None:
+    """Wait until a (shared) fetch ends. Each waiter gets its own view of the
+    fetch; the fetch itself never fails (errors are recorded), so this only
+    returns."""
+    waiter: Deferred[None] = Deferred()
+
+    def release(result: object) -> object:
+        if not waiter.called:
+            waiter.callback(None)
+        return result
+
+    d.addBoth(release)
+    await waiter
+
+
 class RemoteKeySet:
     """The cached keys of one remote key-set document."""
 
@@ -129,9 +144,9 @@ class RemoteKeySet:
         if self.keys is not None:
             return self.keys_now()
         if self._inflight is not None:
-            await self._wait(self._inflight)
+            await wait_for_fetch(self._inflight)
         elif self._may_fetch(self._now()):
-            await self._wait(self._start_fetch("no keys yet"))
+            await wait_for_fetch(self._start_fetch("no keys yet"))
         return self.keys
 
     def may_refetch_unknown(self) -> bool:
@@ -146,9 +161,9 @@ class RemoteKeySet:
         """A token names a key we do not have: refetch now unless one was
         attempted less than ``refetchInterval`` ago (then the current keys)."""
         if self._inflight is not None:
-            await self._wait(self._inflight)
+            await wait_for_fetch(self._inflight)
         elif self.may_refetch_unknown():
-            await self._wait(self._start_fetch("unknown kid or alg"))
+            await wait_for_fetch(self._start_fetch("unknown kid or alg"))
         return self.keys
 
     def prefetch(self) -> Deferred[bool] | None:
@@ -165,20 +180,6 @@ class RemoteKeySet:
 
     def _may_fetch(self, now: float) -> bool:
         return self._inflight is None and now >= self.next_allowed
-
-    @staticmethod
-    async def _wait(d: Deferred[bool]) -> None:
-        # Each waiter gets its own view of the shared fetch; the fetch itself
-        # never fails (errors are recorded), so this only returns.
-        waiter: Deferred[None] = Deferred()
-
-        def release(result: object) -> object:
-            if not waiter.called:
-                waiter.callback(None)
-            return result
-
-        d.addBoth(release)
-        await waiter
 
     def _start_fetch(self, why: str) -> Deferred[bool]:
         self.last_attempt = self._now()

@@ -197,6 +197,15 @@ class GatewayService(service.MultiService):
                        routes=len(snapshot.routes))
         return True
 
+    def start_polling(self, interval: float) -> None:
+        """Look for changed files every ``interval`` seconds."""
+        if not self._poller.running:
+            self._poller.start(interval, now=False)
+
+    def stop_polling(self) -> None:
+        if self._poller.running:
+            self._poller.stop()
+
     def reload_if_changed(self) -> None:
         if fingerprint(self.config_dir) != self._fingerprint:
             self.reload("files changed")
@@ -228,7 +237,7 @@ class GatewayService(service.MultiService):
         streamline(self.reactor)  # epoll: no legacy logging context per ready socket
         super().startService()
         if self.poll_interval:
-            self._poller.start(self.poll_interval, now=False)
+            self.start_polling(self.poll_interval)
         try:
             self._old_sighup = signal.signal(signal.SIGHUP, self._on_sighup)
         except ValueError:  # not the main thread (embedded use)
@@ -244,8 +253,7 @@ class GatewayService(service.MultiService):
     @defer.inlineCallbacks
     def stopService(self) -> Any:
         self.gateway.draining = True
-        if self._poller.running:
-            self._poller.stop()
+        self.stop_polling()
         # Stop accepting, then let in-flight requests finish (bounded).
         for listener in self.listeners:
             yield listener.close()
