@@ -53,6 +53,7 @@ TWISTED_PRIVATE: dict[str, str] = {
     "_backlog": "engine/listening.py: as _interface",
     "_tempDataBuffer": "engine/wire.py: a write goes straight to the socket only when the TCP"
                        " transport buffers nothing (Twisted keeps unflushed small writes there)",
+    "_tempDataLen": "engine/wire.py: as _tempDataBuffer (its byte count)",
     "_twistgw_streamlined": "engine/reactor.py: its own mark on the epoll reactor whose poll it"
                             " replaced, so that it is replaced once",
     "_NO_FILEDESC": "engine/reactor.py: the reason Twisted's own poll loop gives a selectable"
