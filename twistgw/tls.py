@@ -8,6 +8,7 @@ discovery fetches, upstream TLS) builds its connection creator here::
     creator = client_tls("ldap.example.org", ca_pem=pem_bytes)   # or ca_pem=None: system trust
     endpoint = wrapClientTLS(creator, TCP4ClientEndpoint(reactor, host, 636))
     # StartTLS: transport.startTLS(creator); treq/Agent: Agent(reactor, contextFactory=https_policy(creator))
+    # an Agent for URLs of many hosts: Agent(reactor, contextFactory=verifying_https_policy(ca_pem=...))
 
 The creator refuses, and fails the connection before any application data is
 sent, when the peer's chain does not lead to a trusted CA, or its certificate
@@ -52,6 +53,7 @@ __all__ = [
     "client_tls",
     "describe_tls_failure",
     "https_policy",
+    "verifying_https_policy",
 ]
 
 #: Gloo's ``minimumProtocolVersion`` / ``maximumProtocolVersion`` names.
@@ -292,6 +294,37 @@ def https_policy(creator: IOpenSSLClientConnectionCreator) -> IPolicyForHTTPS:
     ``https`` URL (whatever host the URL names: the creator's server name is
     what is verified)."""
     return _Policy(creator)
+
+
+@implementer(IPolicyForHTTPS)
+class _PerHostPolicy:
+    def __init__(self, make: Callable[[str], IOpenSSLClientConnectionCreator]) -> None:
+        self._make = make
+        self._creators: dict[str, IOpenSSLClientConnectionCreator] = {}
+
+    def creatorForNetloc(self, hostname: bytes, port: int) -> IOpenSSLClientConnectionCreator:
+        name = hostname.decode("ascii")
+        creator = self._creators.get(name)
+        if creator is None:
+            creator = self._creators[name] = self._make(name)
+        return creator
+
+
+def verifying_https_policy(*, ca_pem: bytes | None = None, client_cert_pem: bytes | None = None,
+                           client_key_pem: bytes | None = None, min_version: str | None = None,
+                           max_version: str | None = None) -> IPolicyForHTTPS:
+    """An ``Agent`` ``contextFactory`` for URLs of any host: each host's
+    certificate is checked against that host's name with :func:`client_tls`
+    (one creator per host name, kept). Use it in place of Twisted's default
+    ``BrowserLikePolicyForHTTPS``, which accepts a certificate without
+    subjectAltName. Bad settings raise :class:`TLSSettingsError` here."""
+
+    def make(name: str) -> IOpenSSLClientConnectionCreator:
+        return client_tls(name, ca_pem=ca_pem, client_cert_pem=client_cert_pem, client_key_pem=client_key_pem,
+                          min_version=min_version, max_version=max_version)
+
+    make("settings.check")
+    return _PerHostPolicy(make)
 
 
 def describe_tls_failure(exc: BaseException) -> str | None:

@@ -235,3 +235,40 @@ def test_settings_that_cannot_work_are_refused_when_built(ca: TestCA, kwargs: di
 def test_describe() -> None:
     assert describe_tls_failure(PeerRefused("x")) == "TLS peer refused: x"
     assert describe_tls_failure(ValueError("x")) is None
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_agent_with_the_per_host_policy(ca: TestCA) -> None:
+    """treq/Agent for URLs of any host: each checked against its own name."""
+    import treq
+    from treq.client import HTTPClient
+    from twisted.web import resource, server
+    from twisted.web.client import Agent, HTTPConnectionPool, ResponseNeverReceived
+
+    from twistgw.tls import verifying_https_policy
+
+    class Hello(resource.Resource):
+        isLeaf = True
+
+        def render_GET(self, request: Any) -> bytes:
+            return b"hello"
+
+    ports = []
+    for issued in (ca.issue("x", ips=["127.0.0.1"]), ca.issue("127.0.0.1")):  # the second has no SAN
+        options = ssl.PrivateCertificate.loadPEM(issued.key_pem + issued.cert_pem).options()
+        ports.append(reactor.listenSSL(0, server.Site(Hello()), options,  # type: ignore[attr-defined]
+                                       interface="127.0.0.1"))
+    pool = HTTPConnectionPool(reactor, persistent=False)
+    client = HTTPClient(Agent(reactor, contextFactory=verifying_https_policy(ca_pem=ca.pem), pool=pool))
+    try:
+        good, bad = (p.getHost().port for p in ports)
+        response = await client.get(f"https://127.0.0.1:{good}/".encode())
+        assert await treq.content(response) == b"hello"
+        with pytest.raises(ResponseNeverReceived) as refused:
+            await client.get(f"https://127.0.0.1:{bad}/".encode())
+        assert "no DNS or IP subjectAltName" in (describe_tls_failure(refused.value.reasons[0].value) or "")
+    finally:
+        for p in ports:
+            await p.stopListening()
+    with pytest.raises(TLSSettingsError):
+        verifying_https_policy(ca_pem=b"nope")
