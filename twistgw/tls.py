@@ -109,6 +109,8 @@ def _ciphers(ciphers: str | Sequence[str] | None) -> ssl.AcceptableCiphers | Non
     if ciphers is None:
         return None
     text = ciphers if isinstance(ciphers, str) else ":".join(ciphers)
+    # never a suite without a server certificate: nothing to verify by name
+    text += ":!aNULL:!eNULL:!PSK:!SRP"
     accepted: ssl.AcceptableCiphers = ssl.AcceptableCiphers.fromOpenSSLCipherString(text)  # unannotated in Twisted
     return accepted
 

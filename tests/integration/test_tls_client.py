@@ -223,6 +223,8 @@ async def test_minimum_version_above_the_server_fails_the_handshake(ca: TestCA, 
     ({"max_version": "SSLv3"}, "maximum TLS version 'SSLv3'"),
     ({"min_version": "TLSv1_3", "max_version": "TLSv1_2"}, "above the maximum"),
     ({"ciphers": ["NO-SUCH-CIPHER"]}, "refused by OpenSSL"),
+    ({"ciphers": "aNULL"}, "refused by OpenSSL"),  # anonymous suites have no certificate to check
+    ({"ciphers": ["ADH-AES128-SHA", "PSK-AES128-CBC-SHA"]}, "refused by OpenSSL"),
     ({"client_cert_pem": b"x"}, "needs its private key"),
     ({"verify_names": ["bad name"]}, "has spaces"),
 ])
