@@ -209,6 +209,43 @@ class _VerifyingCreator:
         return verify
 
 
+def _trust_options(ca_pem: bytes | None) -> dict[str, object]:
+    if ca_pem is None:
+        return {"trustRoot": ssl.platformTrust()}
+    cas = _pem_certificates(ca_pem, "CA certificates")
+    return {"trustRoot": ssl.trustRootFromCertificates(
+        [ssl.Certificate(crypto.X509.from_cryptography(c)) for c in cas])}
+
+
+def _client_certificate_options(cert_pem: bytes | None, key_pem: bytes | None) -> dict[str, object]:
+    if (cert_pem is None) != (key_pem is None):
+        raise TLSSettingsError("a client certificate needs its private key, and a key its certificate")
+    if cert_pem is None or key_pem is None:
+        return {}
+    chain = _pem_certificates(cert_pem, "client certificate")
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as exc:
+        raise TLSSettingsError(f"client key: not an unencrypted PEM private key ({exc})") from None
+    return {"privateKey": crypto.PKey.from_cryptography_key(key),  # type: ignore[arg-type]
+            "certificate": crypto.X509.from_cryptography(chain[0]),
+            "extraCertChain": [crypto.X509.from_cryptography(c) for c in chain[1:]]}
+
+
+def _version_options(min_version: str | None, max_version: str | None) -> dict[str, object]:
+    low, high = _version(min_version, "minimum"), _version(max_version, "maximum")
+    if low is not None and high is not None and \
+            _VERSION_ORDER.index(min_version or "") > _VERSION_ORDER.index(max_version or ""):
+        raise TLSSettingsError(f"minimum TLS version {min_version} is above the maximum {max_version}")
+    options: dict[str, object] = {}
+    if low is not None:
+        options["insecurelyLowerMinimumTo" if low in (ssl.TLSVersion.TLSv1_0, ssl.TLSVersion.TLSv1_1)
+                else "raiseMinimumTo"] = low
+    if high is not None:
+        options["lowerMaximumSecurityTo"] = high
+    return options
+
+
 def client_tls(
     server_name: str,
     *,
@@ -243,33 +280,11 @@ def client_tls(
     :raises TLSSettingsError: for settings that cannot be used.
     """
     names = _check_names(server_name, verify_names)
-    options: dict[str, object] = {}
-    if ca_pem is None:
-        options["trustRoot"] = ssl.platformTrust()
-    else:
-        cas = _pem_certificates(ca_pem, "CA certificates")
-        options["trustRoot"] = ssl.trustRootFromCertificates(
-            [ssl.Certificate(crypto.X509.from_cryptography(c)) for c in cas])
-    if (client_cert_pem is None) != (client_key_pem is None):
-        raise TLSSettingsError("a client certificate needs its private key, and a key its certificate")
-    if client_cert_pem is not None and client_key_pem is not None:
-        chain = _pem_certificates(client_cert_pem, "client certificate")
-        try:
-            key = serialization.load_pem_private_key(client_key_pem, password=None)
-        except (ValueError, TypeError) as exc:
-            raise TLSSettingsError(f"client key: not an unencrypted PEM private key ({exc})") from None
-        options["privateKey"] = crypto.PKey.from_cryptography_key(key)  # type: ignore[arg-type]
-        options["certificate"] = crypto.X509.from_cryptography(chain[0])
-        options["extraCertChain"] = [crypto.X509.from_cryptography(c) for c in chain[1:]]
-    low, high = _version(min_version, "minimum"), _version(max_version, "maximum")
-    if low is not None and high is not None and \
-            _VERSION_ORDER.index(min_version or "") > _VERSION_ORDER.index(max_version or ""):
-        raise TLSSettingsError(f"minimum TLS version {min_version} is above the maximum {max_version}")
-    if low is not None:
-        options["insecurelyLowerMinimumTo" if low in (ssl.TLSVersion.TLSv1_0, ssl.TLSVersion.TLSv1_1)
-                else "raiseMinimumTo"] = low
-    if high is not None:
-        options["lowerMaximumSecurityTo"] = high
+    options: dict[str, object] = {
+        **_trust_options(ca_pem),
+        **_client_certificate_options(client_cert_pem, client_key_pem),
+        **_version_options(min_version, max_version),
+    }
     accepted = _ciphers(ciphers)
     if accepted is not None:
         options["acceptableCiphers"] = accepted
