@@ -120,7 +120,20 @@ def _check_names(server_name: str, verify_names: Sequence[str]) -> list[str]:
     for name in [server_name, *verify_names]:
         if not name or any(c.isspace() for c in name):
             raise TLSSettingsError(f"server name {name!r} is empty or has spaces")
+    if not _is_ip(server_name):
+        _sni_bytes(server_name)
     return names
+
+
+def _sni_bytes(name: str) -> bytes:
+    """The server name as SNI sends it: ASCII as it is (``my_service`` too),
+    other names IDNA-encoded."""
+    if name.isascii():
+        return name.lower().encode("ascii")
+    try:
+        return idna.encode(name, uts46=True)
+    except idna.IDNAError as exc:
+        raise TLSSettingsError(f"server name {name!r} is not a valid host name: {exc}") from None
 
 
 def _is_ip(name: str) -> bool:
@@ -169,7 +182,7 @@ class _VerifyingCreator:
     def __init__(self, context: SSL.Context, server_name: str, names: Sequence[str]) -> None:
         self._context = context
         self._names = tuple(names)
-        self._sni = None if _is_ip(server_name) else idna.encode(server_name, uts46=True)
+        self._sni = None if _is_ip(server_name) else _sni_bytes(server_name)
 
     def clientConnectionForTLS(self, tlsProtocol: TLSMemoryBIOProtocol) -> SSL.Connection:
         connection = SSL.Connection(self._context, None)

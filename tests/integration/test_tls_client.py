@@ -234,6 +234,12 @@ def test_settings_that_cannot_work_are_refused_when_built(ca: TestCA, kwargs: di
         client_tls("ldap.example.org", **kwargs)
 
 
+def test_a_server_name_that_idna_cannot_encode_is_a_settings_error() -> None:
+    with pytest.raises(TLSSettingsError, match="not a valid host name"):
+        client_tls("b\u00fccher..example")
+    client_tls("my_service.internal")  # ASCII names go as they are (docker and kube names have _)
+
+
 def test_describe() -> None:
     assert describe_tls_failure(PeerRefused("x")) == "TLS peer refused: x"
     assert describe_tls_failure(ValueError("x")) is None
