@@ -108,8 +108,9 @@ def makeService(options: Options) -> IService:
         svc.load_initial()
     except ConfigError as exc:
         _refuse(options, exc)
-    _cannot_listen(svc.open_listeners())
+    # Freeze first: once the endpoints listen, clients queue until the reactor runs.
     freeze_startup_heap()
+    _cannot_listen(svc.open_listeners())
     return svc
 
 
