@@ -100,17 +100,22 @@ def b64url_decode(segment: bytes) -> bytes:
     return _strict_a2b(segment.translate(_TO_STANDARD) + _PAD[rest])
 
 
+_STANDARD = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def _checked_a2b(data: bytes) -> bytes:
+    """Python 3.10's way (no strict mode): refuse what ``a2b_base64`` would skip."""
+    if data.rstrip(b"=").translate(None, _STANDARD):
+        raise binascii.Error("not base64url")
+    return binascii.a2b_base64(data)
+
+
 if sys.version_info >= (3, 11):
     def _strict_a2b(data: bytes) -> bytes:
         # strict_mode: any character outside the alphabet is an error
         return binascii.a2b_base64(data, strict_mode=True)
-else:  # Python 3.10 has no strict mode: refuse what it would skip
-    _STANDARD = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-
-    def _strict_a2b(data: bytes) -> bytes:
-        if data.rstrip(b"=").translate(None, _STANDARD):
-            raise binascii.Error("not base64url")
-        return binascii.a2b_base64(data)
+else:
+    _strict_a2b = _checked_a2b
 
 
 class ParsedToken:
