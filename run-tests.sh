@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up .venv with twistgw installed as users get it (pip install, not
-# editable) and run the whole test suite. Extra arguments go to pytest,
-# e.g. ./run-tests.sh tests/unit -x
+# editable), check lint and types, and run the whole test suite.
+#   ./run-tests.sh                  ruff, mypy, then pytest, then the in-memory suite under trial
+#   ./run-tests.sh tests/unit -x    pytest only, with these arguments (a subset while you work)
+#   ./run-tests.sh --lint           ruff and mypy only
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -36,11 +38,25 @@ PYTHON=${PYTHON:-python3}
 rm -rf build
 .venv/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps .
 .venv/bin/python -m pip install -q --disable-pip-version-check '.[test]'
+lint() {
+  # Settings in pyproject.toml: ruff lints everything (tests and bench
+  # included); mypy checks twistgw/, plugins/ and examples/, strictly on
+  # api/, core/, config/ and tls.py. Any problem fails the run.
+  echo "run-tests: ruff check"
+  .venv/bin/ruff check --quiet .
+  echo "run-tests: mypy"
+  .venv/bin/mypy
+}
+if [ "${1:-}" = "--lint" ]; then
+  lint
+  exit 0
+fi
 # Run from the installed package (pytest, not "python -m pytest", keeps the
 # source tree off sys.path).
 if [ "$#" -gt 0 ]; then
   exec .venv/bin/pytest "$@"
 fi
+lint
 .venv/bin/pytest
 # The in-memory suite again, under trial: its modules are trial TestCases
 # and must pass under both runners (tests/docs/test_runners.py compares the

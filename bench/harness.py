@@ -685,7 +685,7 @@ def check(port: int, expectations: list[tuple[str, dict[str, str], int]]) -> Non
         try:
             got = http_status(port, headers)
         except OSError as exc:
-            raise Skip(f"functional check '{label}' failed: {exc}")
+            raise Skip(f"functional check '{label}' failed: {exc}") from None
         if got != want:
             raise Skip(f"functional check '{label}' answered {got}, expected {want}")
 

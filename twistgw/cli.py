@@ -90,10 +90,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 async def _explain(args: argparse.Namespace, reactor: Any) -> int:
     from twistgw.api.headers import canonical_name, is_token
-    from twistgw.api.types import Allow, Deny, NotChecked
     from twistgw.config.loader import ConfigError
-    from twistgw.core.pipeline import subset_text
-    from twistgw.core.plan import Forward
     from twistgw.testing import ChainTester
 
     headers = []
@@ -122,6 +119,7 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
         print(f"Result: {result.status} (no plugin ran)")
         return EXIT_INVALID
     ctx, rt = result.ctx, result.runtime
+    assert rt is not None  # a request context comes with its route
     print(f"Normalised path: {ctx.path}")
     print(f"Virtual service: {ctx.virtual_service} (host {ctx.host!r})")
     print(f"Route: {ctx.route} ({_describe_matchers(rt.route)})")
@@ -131,8 +129,23 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
                       if is_token(name) and canonical_name(name) in owned})
     if removed:
         print("Removed from the request (set only by plugins): " + ", ".join(removed))
+    unchecked = _print_trace(result.trace)
+    if result.deny is not None:
+        print(f"Result: {result.status}, refused by {result.decided_by or 'routing'}"
+              + (f" ({result.deny.reason})" if result.decided_by is None and result.deny.reason else ""))
+        return EXIT_INVALID
+    if unchecked:
+        print(f"Unless {' or '.join(dict.fromkeys(unchecked))} refuses it (not checked in a dry run):")
+    _print_plan(result)
+    return EXIT_OK
+
+
+def _print_trace(trace: Any) -> list[str]:
+    """One line per plugin step; the plugins that did not check (dry run)."""
+    from twistgw.api.types import Allow, Deny, NotChecked
+
     unchecked: list[str] = []
-    for plugin, phase, decision in result.trace:
+    for plugin, phase, decision in trace:
         if isinstance(decision, Deny):
             verdict = f"DENY {decision.status}"
             if decision.body:
@@ -146,25 +159,25 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
         else:
             verdict, reason = "pass", ""
         print(f"  {plugin}.{phase}: {verdict}" + (f" — {reason}" if reason else ""))
+    return unchecked
+
+
+def _print_plan(result: Any) -> None:
+    from twistgw.core.pipeline import subset_text
+    from twistgw.core.plan import Forward
+
     plan = result.plan
-    if result.deny is not None:
-        print(f"Result: {result.status}, refused by {result.decided_by or 'routing'}"
-              + (f" ({result.deny.reason})" if result.decided_by is None and result.deny.reason else ""))
-        return EXIT_INVALID
-    if unchecked:
-        print(f"Unless {' or '.join(dict.fromkeys(unchecked))} refuses it (not checked in a dry run):")
     if not isinstance(plan, Forward):
         print(f"Result: direct response {result.status}")
-    else:
-        ups = plan.upstream
-        chosen = f", subset {subset_text(ups.subset)}" if ups.subset else ""
-        print(f"Result: forwarded to upstream {ups.namespace}/{ups.name}{chosen}"
-              f" ({plan.endpoint.host}:{plan.endpoint.port}) as {plan.target.decode('latin-1')}")
-        print("Headers sent upstream:")
-        for name, values in plan.headers.getAllRawHeaders():
-            for value in values:
-                print(f"  {name.decode('latin-1')}: {_shown(name, value)}")
-    return EXIT_OK
+        return
+    ups = plan.upstream
+    chosen = f", subset {subset_text(ups.subset)}" if ups.subset else ""
+    print(f"Result: forwarded to upstream {ups.namespace}/{ups.name}{chosen}"
+          f" ({plan.endpoint.host}:{plan.endpoint.port}) as {plan.target.decode('latin-1')}")
+    print("Headers sent upstream:")
+    for name, values in plan.headers.getAllRawHeaders():
+        for value in values:
+            print(f"  {name.decode('latin-1')}: {_shown(name, value)}")
 
 
 #: Headers whose values ``explain`` does not print (credentials).
@@ -184,17 +197,26 @@ def cmd_echo(args: argparse.Namespace) -> int:
     from twisted.internet.defer import Deferred
 
     from twistgw.runtime.devecho import is_loopback_endpoint, start_echo
+    from twistgw.runtime.listeners import EXIT_CANNOT_LISTEN, endpoint_problem, listen_problem
 
     if not is_loopback_endpoint(args.listen):
         _err(f"--listen must be a loopback endpoint such as tcp:9000:interface=127.0.0.1, got {args.listen!r}")
         return EXIT_USAGE
 
-    def run(reactor: Any) -> Deferred:
-        port = start_echo(reactor, args.listen)
-        port.addCallback(lambda p: print(f"twistgw echo: answering every request on"
-                                         f" {p.getHost().host}:{p.getHost().port} (Ctrl-C stops)",
-                                         file=sys.stderr, flush=True))
-        return port.addCallback(lambda _: Deferred())  # serve until interrupted
+    problem = endpoint_problem(args.listen)
+    if problem is not None:
+        _err(f"--listen {args.listen!r} is not a valid endpoint: {problem}")
+        return EXIT_USAGE
+
+    async def run(reactor: Any) -> None:
+        try:
+            p = await start_echo(reactor, args.listen)
+        except Exception as exc:
+            _err(f"cannot listen on --listen {args.listen}: {listen_problem(exc)}")
+            raise SystemExit(EXIT_CANNOT_LISTEN) from None
+        print(f"twistgw echo: answering every request on {p.getHost().host}:{p.getHost().port} (Ctrl-C stops)",
+              file=sys.stderr, flush=True)
+        await Deferred()  # serve until interrupted
 
     try:
         task.react(run)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 from twisted.application.service import IService
 from twisted.python import usage
 
+from twistgw.api.commands import EXIT_USAGE
 from twistgw.config.defaults import BACKLOG, TIMINGS, keyword
 from twistgw.config.loader import ConfigError
+from twistgw.config.names import with_backlog
+from twistgw.runtime.listeners import EXIT_CANNOT_LISTEN, endpoint_problem
 
 
 class Options(usage.Options):
@@ -42,6 +46,16 @@ class Options(usage.Options):
 
     opt_l = opt_listen
 
+    def parseOptions(self, options: Sequence[str] | None = None) -> None:
+        """A usage error is one line on stderr and exit status 2 (``twist``
+        itself would print the whole help and exit 64)."""
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as exc:
+            sys.stderr.write(f"twist twistgw: {exc}\n(twist twistgw --help lists the options)\n")
+            sys.stderr.flush()
+            raise SystemExit(EXIT_USAGE) from None
+
     def postOptions(self) -> None:
         if not self["listen"]:
             self["listen"] = ["tcp:8080"]
@@ -50,18 +64,29 @@ class Options(usage.Options):
         try:
             self["workers"] = parse_workers(str(self["workers"]))
         except ValueError as exc:
-            raise usage.UsageError(str(exc))
+            raise usage.UsageError(str(exc)) from None
         for name, _, _ in TIMINGS:
             try:
                 self[name] = float(self[name])
             except ValueError:
-                raise usage.UsageError(f"--{name} must be a number of seconds, got {self[name]!r}")
+                raise usage.UsageError(f"--{name} must be a number of seconds, got {self[name]!r}") from None
         try:
             self["backlog"] = int(self["backlog"])
         except ValueError:
             self["backlog"] = 0
         if not 1 <= self["backlog"] <= 65535:
             raise usage.UsageError("--backlog must be a whole number from 1 to 65535")
+        for description in self["listen"]:
+            check_endpoint("--listen", with_backlog(description, self["backlog"]), description)
+        if self["admin"] not in ("none", ""):
+            check_endpoint("--admin", self["admin"], self["admin"])
+
+
+def check_endpoint(option: str, description: str, given: str) -> None:
+    """A usage error naming the option if Twisted cannot parse the endpoint."""
+    problem = endpoint_problem(description)
+    if problem is not None:
+        raise usage.UsageError(f"{option} {given!r} is not a valid endpoint: {problem}")
 
 
 def makeService(options: Options) -> IService:
@@ -83,8 +108,21 @@ def makeService(options: Options) -> IService:
         svc.load_initial()
     except ConfigError as exc:
         _refuse(options, exc)
+    # Freeze first: once the endpoints listen, clients queue until the reactor runs.
     freeze_startup_heap()
+    _cannot_listen(svc.open_listeners())
     return svc
+
+
+def _cannot_listen(problems: list[str]) -> None:
+    """An endpoint that cannot listen: one line each on stderr, then exit 3,
+    before the reactor runs (never a half-up gateway)."""
+    if not problems:
+        return
+    for line in problems:
+        sys.stderr.write(f"twistgw: {line}\n")
+    sys.stderr.flush()
+    raise SystemExit(EXIT_CANNOT_LISTEN)
 
 
 def _refuse(options: Options, exc: ConfigError) -> None:
@@ -102,7 +140,6 @@ def _refuse(options: Options, exc: ConfigError) -> None:
 def _workers_service(options: Options, admin: str | None) -> IService:
     """Validate once here (refuse to start on errors), then supervise workers."""
     from twistgw.config.loader import load_directory
-    from twistgw.config.names import with_backlog
     from twistgw.core.plugins import PluginHost
     from twistgw.core.snapshot import build_snapshot
     from twistgw.runtime.logs import twist_access_log, twist_options
@@ -114,9 +151,9 @@ def _workers_service(options: Options, admin: str | None) -> IService:
         _refuse(options, exc)
     for description in options["listen"]:
         if not description.startswith(("tcp:", "tcp6:")):
-            sys.stderr.write(f"twistgw: --listen {description!r}: with --workers only tcp: and tcp6:"
+            sys.stderr.write(f"twist twistgw: --listen {description!r}: with --workers only tcp: and tcp6:"
                              " endpoints are supported\n")
-            raise SystemExit(2)
+            raise SystemExit(EXIT_USAGE)
     args = ["--config", options["config"]]
     for name, _, _ in TIMINGS:
         args += [f"--{name}", str(options[name])]
@@ -124,5 +161,6 @@ def _workers_service(options: Options, admin: str | None) -> IService:
         args.append("--no-access-log")
     args += ["--log-format", twist_options(options).get("logFormat", "text")]
     # The supervisor opens the listening sockets: the backlog is its business.
-    listen = [with_backlog(description, options["backlog"]) for description in options["listen"]]
-    return WorkersService(options["workers"], listen, admin, args)
+    svc = WorkersService(options["workers"], options["listen"], admin, args, backlog=options["backlog"])
+    _cannot_listen(svc.open_listeners())
+    return svc

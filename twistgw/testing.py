@@ -240,8 +240,7 @@ class RunningGateway:
         from twisted.internet.defer import gatherResults, maybeDeferred
 
         self.service.gateway.draining = True
-        if self.service._poller.running:
-            self.service._poller.stop()
+        self.service.stop_polling()
         ports = [p for p in (self._port, self._admin_port) if p is not None]
         await gatherResults([maybeDeferred(p.stopListening) for p in ports])
         await self.service.factory.close_connections()
@@ -297,7 +296,7 @@ def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object] | str], 
 
     admin_port = reactor.listenTCP(0, quiet_site(AdminRoot(svc)), interface="127.0.0.1")
     if poll_interval:
-        svc._poller.start(poll_interval, now=False)
+        svc.start_polling(poll_interval)
     return RunningGateway(svc, port, admin_port)
 
 

@@ -24,7 +24,7 @@ from twisted.logger import Logger
 import twistgw
 from twistgw_jwt import _authn
 from twistgw_jwt._options import CompiledJwt, compile_options
-from twistgw_jwt._remote import Registry, RemoteKeySet, RemoteSpec
+from twistgw_jwt._remote import Registry, RemoteKeySet, RemoteSpec, wait_for_fetch
 
 __all__ = ["CompiledJwt", "JwtPlugin"]
 
@@ -119,7 +119,7 @@ class JwtPlugin:
 
         async def wait_all() -> None:
             for d in pending:
-                await RemoteKeySet._wait(d)
+                await wait_for_fetch(d)
 
         return Deferred.fromCoroutine(wait_all())
 

@@ -17,6 +17,7 @@ from twisted.logger import Logger
 from twistgw import Allow, Deny, NotChecked, RequestContext, counter
 from twistgw_jwt import _token as T
 from twistgw_jwt._options import CompiledJwt, HeaderSource, Provider, QuerySource
+from twistgw_jwt._keys import VerifyKey
 from twistgw_jwt._token import Failure, ParsedToken
 
 _log = Logger(namespace="twistgw_jwt")
@@ -218,6 +219,7 @@ def _check(provider: Provider, token: ParsedToken, candidates: list[Any]) -> Map
 def verify_sync(provider: Provider, token: ParsedToken) -> Mapping[str, Any] | Failure | object:
     """Verify without waiting, or return ``_NEEDS_IO`` when a key-set fetch
     must be awaited first."""
+    keys: tuple[VerifyKey, ...] | None
     if provider.local is not None:
         keys = provider.local.keys
     else:
@@ -285,7 +287,7 @@ def _pick_failure(failures: list[Failure]) -> Failure:
     return chosen
 
 
-def authenticate(ctx: RequestContext, opts: CompiledJwt) -> Allow | Deny | Deferred[Allow | Deny]:
+def authenticate(ctx: RequestContext, opts: CompiledJwt) -> Allow | Deny | NotChecked | Deferred[Allow | Deny]:
     found = extract(ctx, opts)
     if found is None:
         return deny(ctx, opts, T.MISSING)

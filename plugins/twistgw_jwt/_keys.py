@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import attrs
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
@@ -116,6 +117,7 @@ def parse_pem(text: str, where: str = "key") -> KeyParseResult:
         label = m.group(1)
         at = where if len(blocks) == 1 else f"{where} (PEM block {i + 1})"
         data = m.group(0).encode("ascii", "replace")
+        pub: PublicKeyTypes
         if "PRIVATE" in label:
             raise KeyProblem(f"{at}: this is a private key; configure the public key only"
                             " (`openssl pkey -in private.pem -pubout`)")
@@ -170,6 +172,7 @@ def parse_jwk(jwk: Mapping[str, Any], where: str = "key") -> VerifyKey | None:
         raise KeyProblem(f"{where}: alg {alg!r} is not supported"
                         f" (supported: {', '.join(sorted(SUPPORTED_ALGS))})")
     data = {k: v for k, v in jwk.items() if k in _PUBLIC_MEMBERS.get(kty, ())}
+    pub: Any  # PyJWT's from_jwk returns a private or a public key; _from_public_key checks which
     try:
         if kty == "RSA":
             for f in ("n", "e"):
@@ -258,7 +261,7 @@ def loads_json(data: bytes | str) -> Any:
         # decode()'s two whitespace regex matches; what it leaves unread is
         # refused as decode() refuses it ("Extra data").
         try:
-            value, end = _DECODER.scan_once(data, 0)
+            value, end = _DECODER.scan_once(data, 0)  # type: ignore[attr-defined]  # set by JSONDecoder.__init__
         except StopIteration as exc:
             raise json.JSONDecodeError("Expecting value", data, exc.value) from None
         if end != len(data):

@@ -19,6 +19,7 @@ from twistgw.options import parse_duration as _duration
 from twistgw import OptionsError, OptionsScope
 from twistgw_jwt._cache import VerifiedCache
 from twistgw_jwt._keys import KeyProblem, VerifyKey, parse_local_key
+from twistgw.tls import TLSSettingsError, client_tls
 from twistgw_jwt._remote import RemoteKeySet, RemoteSpec
 
 VALIDATION_POLICIES = ("REQUIRE_VALID", "ALLOW_MISSING", "ALLOW_MISSING_OR_FAILED")
@@ -333,6 +334,7 @@ def _compile_remote(raw: Any, path: Path, scope: OptionsScope) -> RemoteSpec:
     url = _string(raw.get("url"), path + ("url",), "url (the key set's URL)")
     if any(c in url for c in "\r\n\t ") or any(ord(c) < 32 or ord(c) > 126 for c in url):
         raise OptionsError(path + ("url",), "must be a URL without spaces or control characters")
+    server_name: str | None = None
     if url.startswith("/"):
         host_header = None
         path_part = url
@@ -344,6 +346,9 @@ def _compile_remote(raw: Any, path: Path, scope: OptionsScope) -> RemoteSpec:
         if "@" in parts.netloc:
             raise OptionsError(path + ("url",), "must not contain credentials")
         host_header = parts.netloc
+        if parts.scheme == "https":
+            # TLS to the upstream, the certificate checked against the URL's host
+            server_name = _tls_server_name(parts.hostname or "", path + ("url",))
         path_part = parts.path or "/"
         if parts.query:
             path_part += "?" + parts.query
@@ -359,7 +364,17 @@ def _compile_remote(raw: Any, path: Path, scope: OptionsScope) -> RemoteSpec:
     addresses = tuple((e.host, e.port) for e in upstream.endpoints)
     return RemoteSpec(addresses, path_part.encode("ascii"),
                       host_header.encode("ascii") if host_header else None,
-                      f"{upstream.namespace}/{upstream.name}", url, cache, timeout, refetch)
+                      f"{upstream.namespace}/{upstream.name}", url, cache, timeout, refetch,
+                      server_name)
+
+
+def _tls_server_name(host: str, path: Path) -> str:
+    """The URL's host, which an ``https`` key set's certificate must name."""
+    try:
+        client_tls(host)  # refuses what can never be verified (an empty name)
+    except TLSSettingsError as exc:
+        raise OptionsError(path, f"cannot fetch over TLS: {exc}") from None
+    return host
 
 
 def _compile_sources(raw: Any, path: Path) -> tuple[Source, ...]:
@@ -384,9 +399,9 @@ def _compile_sources(raw: Any, path: Path) -> tuple[Source, ...]:
     if not isinstance(params, list):
         raise OptionsError(path + ("queryParams",), "must be a list of parameter names")
     for i, q in enumerate(params):
-        src = QuerySource(_string(q, path + ("queryParams", i), "a query parameter name"))
-        if src not in out:
-            out.append(src)
+        query = QuerySource(_string(q, path + ("queryParams", i), "a query parameter name"))
+        if query not in out:
+            out.append(query)
     if not out:
         raise OptionsError(path, "lists no header and no query parameter; omit tokenSource"
                            " for the defaults (Authorization: Bearer, access_token)")

@@ -14,8 +14,12 @@ The rules, in short:
 * With no keys at all, a request waits for at most one fetch (bounded by the
   fetch timeout); during backoff it fails at once with
   ``Jwks remote fetch is failed``.
-* The address is the upstream's; the URL gives only the path and the Host
-  header. No URL is ever taken from a token.
+* The address is the upstream's; the URL gives the path and the Host
+  header, and its scheme: an ``https`` URL is fetched over TLS, the server's
+  certificate checked against the URL's host with the system's CAs
+  (:func:`twistgw.tls.client_tls`; a certificate without that name as a
+  subjectAltName is refused and the fetch fails). No URL is ever taken from a
+  token.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ import attrs
 from prometheus_client import Counter
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
+from twisted.web.http_headers import Headers
+from twisted.web.iweb import IPolicyForHTTPS
+
+from twistgw.tls import client_tls, describe_tls_failure, https_policy
 
 from twistgw_jwt._keys import KeyProblem, VerifyKey, parse_remote_body
 
@@ -60,6 +68,8 @@ class RemoteSpec:
     cache_duration: float
     timeout: float
     refetch_interval: float
+    #: set for an ``https`` URL: fetch over TLS, verifying this name
+    tls_server_name: str | None = None
 
 
 class _Body:
@@ -74,6 +84,21 @@ class _Body:
         if self.size > MAX_BODY_BYTES:
             raise FetchError(f"key set larger than {MAX_BODY_BYTES} bytes")
         self.parts.append(data)
+
+
+async def wait_for_fetch(d: Deferred[bool]) -> None:
+    """Wait until a (shared) fetch ends. Each waiter gets its own view of the
+    fetch; the fetch itself never fails (errors are recorded), so this only
+    returns."""
+    waiter: Deferred[None] = Deferred()
+
+    def release(result: object) -> object:
+        if not waiter.called:
+            waiter.callback(None)
+        return result
+
+    d.addBoth(release)
+    await waiter
 
 
 class RemoteKeySet:
@@ -98,6 +123,7 @@ class RemoteKeySet:
         self._digest: bytes | None = None
         self._inflight: Deferred[bool] | None = None
         self._next_address = 0
+        self._tls: IPolicyForHTTPS | None = None
 
     # -- what requests call --------------------------------------------------
 
@@ -118,9 +144,9 @@ class RemoteKeySet:
         if self.keys is not None:
             return self.keys_now()
         if self._inflight is not None:
-            await self._wait(self._inflight)
+            await wait_for_fetch(self._inflight)
         elif self._may_fetch(self._now()):
-            await self._wait(self._start_fetch("no keys yet"))
+            await wait_for_fetch(self._start_fetch("no keys yet"))
         return self.keys
 
     def may_refetch_unknown(self) -> bool:
@@ -135,9 +161,9 @@ class RemoteKeySet:
         """A token names a key we do not have: refetch now unless one was
         attempted less than ``refetchInterval`` ago (then the current keys)."""
         if self._inflight is not None:
-            await self._wait(self._inflight)
+            await wait_for_fetch(self._inflight)
         elif self.may_refetch_unknown():
-            await self._wait(self._start_fetch("unknown kid or alg"))
+            await wait_for_fetch(self._start_fetch("unknown kid or alg"))
         return self.keys
 
     def prefetch(self) -> Deferred[bool] | None:
@@ -154,14 +180,6 @@ class RemoteKeySet:
 
     def _may_fetch(self, now: float) -> bool:
         return self._inflight is None and now >= self.next_allowed
-
-    @staticmethod
-    async def _wait(d: Deferred[bool]) -> None:
-        # Each waiter gets its own view of the shared fetch; the fetch itself
-        # never fails (errors are recorded), so this only returns.
-        waiter: Deferred[bool] = Deferred()
-        d.addBoth(lambda r: (waiter.callback(None) if not waiter.called else None, r)[1])
-        await waiter
 
     def _start_fetch(self, why: str) -> Deferred[bool]:
         self.last_attempt = self._now()
@@ -249,12 +267,19 @@ class RemoteKeySet:
         from twisted.web.client import Agent, HTTPConnectionPool
 
         pool = HTTPConnectionPool(reactor, persistent=False)
-        client = HTTPClient(Agent(reactor, pool=pool))
+        scheme = "http"
+        if self.spec.tls_server_name is not None:
+            scheme = "https"
+            if self._tls is None:  # loads the system's CAs: once per key set
+                self._tls = https_policy(client_tls(self.spec.tls_server_name))
+            client = HTTPClient(Agent(reactor, contextFactory=self._tls, pool=pool))
+        else:
+            client = HTTPClient(Agent(reactor, pool=pool))
         netloc = f"[{host}]" if ":" in host else host
-        url = f"http://{netloc}:{port}".encode("ascii") + self.spec.path
-        headers = {b"Accept": [b"application/json"]}
+        url = f"{scheme}://{netloc}:{port}".encode("ascii") + self.spec.path
+        headers = Headers({b"Accept": [b"application/json"]})
         if self.spec.host_header is not None:
-            headers[b"Host"] = [self.spec.host_header]
+            headers.setRawHeaders(b"Host", [self.spec.host_header])
         response = await client.get(url, headers=headers, allow_redirects=False)
         if response.code != 200:
             # read and drop the body so the connection closes cleanly
@@ -281,6 +306,14 @@ def _describe(exc: BaseException, timeout: float) -> str:
         return f"no answer within {timeout:g}s"
     if isinstance(exc, FetchError):
         return str(exc)
+    # Agent wraps what ended the connection (ResponseNeverReceived and kin)
+    for reason in getattr(exc, "reasons", None) or ():
+        tls = describe_tls_failure(reason.value)
+        if tls is not None:
+            return tls
+    tls = describe_tls_failure(exc)
+    if tls is not None:
+        return tls
     name = type(exc).__name__
     return f"{name}: {exc}" if str(exc) else name
 

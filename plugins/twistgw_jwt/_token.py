@@ -6,10 +6,10 @@ algorithm implementations on key objects loaded once (see :mod:`._keys`).
 
 from __future__ import annotations
 
-import base64
 import binascii
 import functools
 import math
+import sys
 from typing import Any, Iterable, Mapping
 
 import attrs
@@ -97,8 +97,25 @@ def b64url_decode(segment: bytes) -> bytes:
         raise ValueError("not base64url")
     if rest and segment[-1] not in _CANONICAL_LAST[rest]:
         raise ValueError("non-canonical base64url")
-    # strict_mode: any character outside the alphabet is an error
-    return binascii.a2b_base64(segment.translate(_TO_STANDARD) + _PAD[rest], strict_mode=True)
+    return _strict_a2b(segment.translate(_TO_STANDARD) + _PAD[rest])
+
+
+_STANDARD = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def _checked_a2b(data: bytes) -> bytes:
+    """Python 3.10's way (no strict mode): refuse what ``a2b_base64`` would skip."""
+    if data.rstrip(b"=").translate(None, _STANDARD):
+        raise binascii.Error("not base64url")
+    return binascii.a2b_base64(data)
+
+
+if sys.version_info >= (3, 11):
+    def _strict_a2b(data: bytes) -> bytes:
+        # strict_mode: any character outside the alphabet is an error
+        return binascii.a2b_base64(data, strict_mode=True)
+else:
+    _strict_a2b = _checked_a2b
 
 
 class ParsedToken:

@@ -165,3 +165,17 @@ def _unused_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_echo_with_a_malformed_or_taken_endpoint_says_so_in_one_line():
+    bad = run("echo", "--listen", "tcp:notaport:interface=127.0.0.1")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    assert bad.stderr.splitlines()[0].startswith("twistgw: --listen 'tcp:notaport:interface=127.0.0.1'")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        out = run("echo", "--listen", f"tcp:{port}:interface=127.0.0.1")
+    assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip() == (f"twistgw: cannot listen on --listen tcp:{port}:interface=127.0.0.1:"
+                                  " address already in use")

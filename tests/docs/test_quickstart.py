@@ -15,7 +15,6 @@ import pathlib
 import re
 import sys
 
-import pytest
 
 from doc_shell import check_outcomes, fixed_ports, port_busy, run_lines, shell_lines
 

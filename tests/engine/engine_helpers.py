@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from support.http import raw_exchange, static_upstream_yaml, vs_yaml
+
+if TYPE_CHECKING:
+    from support.recorder import Recorder
 
 
 def ENGINE(why: str) -> Any:

@@ -236,11 +236,11 @@ def test_control_characters_from_claims_never_reach_the_text_log_raw(tmp_path: P
         assert reply.startswith(b"HTTP/1.1 200"), reply
         text = gw.wait_log("/logged")
     raw = gw.log_path.read_bytes()
-    line = next(l for l in raw.split(b"\n") if b"/logged" in l)
+    line = next(one for one in raw.split(b"\n") if b"/logged" in one)
     assert b"mallory" in line, line  # the principal is logged ...
     for c in b"\r\x1b\x07\x00":      # ... with its control characters escaped
         assert bytes([c]) not in raw, (c, line)
-    assert not [l for l in raw.split(b"\n") if l.startswith(b"2026-01-01T00:00:00")], text
+    assert not [one for one in raw.split(b"\n") if one.startswith(b"2026-01-01T00:00:00")], text
     assert marker.encode() in line  # the forged text stayed inside the one line
 
 

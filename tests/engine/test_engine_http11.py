@@ -55,7 +55,7 @@ async def test_keep_alive_serves_requests_one_after_another_on_one_connection(en
     client = await raw_connect(eng.port)
     for i in range(3):
         client.transport.write(get(f"/k{i}"))
-        await wait_for(lambda: len(client.buf.split(b"HTTP/1.1 ")) == i + 2)
+        await wait_for(lambda i=i: len(client.buf.split(b"HTTP/1.1 ")) == i + 2)
     await sleep(0.05)
     assert client.transport.connected, "the connection was closed after a keep-alive request"
     client.transport.abortConnection()

@@ -74,7 +74,7 @@ def request_streams(draw: Any) -> bytes:
 
 def cut(data: bytes, points: list[int]) -> list[bytes]:
     marks = sorted({p % (len(data) + 1) for p in points} | {0, len(data)})
-    return [data[a:b] for a, b in zip(marks, marks[1:]) if b > a]
+    return [data[a:b] for a, b in zip(marks, marks[1:], strict=False) if b > a]
 
 
 def seen_by_upstream(rec: Any) -> list[tuple[bytes, bytes, bool, bytes | None]]:

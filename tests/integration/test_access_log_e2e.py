@@ -68,7 +68,7 @@ async def test_stopping_the_service_writes_the_buffered_lines(backend: Any, conf
                          reactor=reactor, poll_interval=0, access_log=never,
                          plugins=twistgw_host())
     svc.startService()
-    port = (await svc.listeners[0]._waitingForPort).getHost().port
+    port = svc.listeners[0].port.getHost().port
     for i in range(3):
         assert (await http_request("GET", f"http://127.0.0.1:{port}/s{i}")).status == 200
     assert writes == [] and never.buffered > 0

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import pytest_twisted
 
 from support.http import http_request, raw_connect, reactor, sleep, static_upstream_yaml, vs_yaml
@@ -50,7 +49,7 @@ async def test_twist_twistgw_serves_and_proxies(tmp_path: Path, backend: Any, co
                 break
             except Exception:
                 if reactor.seconds() > deadline:
-                    raise AssertionError("twist never listened:\n" + (tmp_path / "twist.log").read_text())
+                    raise AssertionError("twist never listened:\n" + (tmp_path / "twist.log").read_text()) from None
                 await sleep(0.1)
         r = await http_request("GET", f"http://127.0.0.1:{port}/through/the/gateway?x=1")
         assert r.status == 200
@@ -117,7 +116,7 @@ async def start_twist(tmp_path: Path, config: str, *args: str) -> tuple[subproce
             return proc, port, path, log
         except Exception:
             if reactor.seconds() > deadline:
-                raise AssertionError("twist never listened:\n" + path.read_text())
+                raise AssertionError("twist never listened:\n" + path.read_text()) from None
             await sleep(0.1)
 
 

@@ -245,11 +245,18 @@ class KeySetServer:
     """A real HTTP server on loopback serving :class:`KeySetResource`
     (``port=0`` picks a free port; pass a port to come back on it)."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, tls: Any = None) -> None:
+        """``tls``: a :class:`support.pki.Issued` certificate to serve HTTPS with."""
         self.resource = KeySetResource()
         self.site = server.Site(self.resource)
         self.site.log = lambda request: None  # type: ignore[method-assign]
-        self.listening = reactor.listenTCP(port, self.site, interface="127.0.0.1")
+        if tls is None:
+            self.listening = reactor.listenTCP(port, self.site, interface="127.0.0.1")
+        else:
+            from twisted.internet import ssl
+
+            options = ssl.PrivateCertificate.loadPEM(tls.key_pem + tls.cert_pem).options()
+            self.listening = reactor.listenSSL(port, self.site, options, interface="127.0.0.1")
         self.port = self.listening.getHost().port
 
     @property

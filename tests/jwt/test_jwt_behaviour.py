@@ -362,7 +362,7 @@ class JwtBehaviourTests(TestCase):
         t = make_tester({"providers": {"main": local_provider(claimsToHeaders=[
             {"claim": "sub", "header": "x-user"}])}})
         tok = signed({"iss": ISSUER, "sub": "alice", "exp": clock["now"] + 600, "groups": ["dev"]})
-        for i in range(5):
+        for _ in range(5):
             r = await t.request("GET", URL, headers={**bearer(tok), "x-user": "forged"})
             assert r.status == 200
             # a hit still strips the token and rewrites the headers

@@ -9,7 +9,6 @@ import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from jwt.algorithms import RSAAlgorithm
 from jwt_helpers import (ClockedJwtPlugin,

@@ -124,7 +124,7 @@ async def test_url_query_and_port_are_kept(servers):
     s = servers()
     s.resource.set_keys(jwks(("rsa", 0, "k0")))
     provider = {"issuer": ISSUER, "jwks": {"remote": {
-        "upstreamRef": {"name": "jwks"}, "url": "https://auth.example.com:8443/jwks?realm=x"}}}
+        "upstreamRef": {"name": "jwks"}, "url": "http://auth.example.com:8443/jwks?realm=x"}}}
     t = ChainTester.from_yaml(config({"providers": {"main": provider}}, upstreams={"jwks": s.port}),
                               plugins=[("jwt", ClockedJwtPlugin)], load_entry_points=False)
     assert await req(t, token(kid="k0")) == (200, b"")

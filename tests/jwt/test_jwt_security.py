@@ -12,8 +12,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from jwt_helpers import (CLOCK,
-    ISSUER, URL, KeySetServer, b64, bearer, claims, jwks, kid_of, now, private_key,
-    public_der, public_pem, raw_token, remote_provider, signed, make_tester, token, local_provider,
+    ISSUER, URL, KeySetServer, b64, bearer, claims, jwks, private_key,
+    public_der, public_pem, raw_token, signed, make_tester, token, local_provider,
 )
 
 from twistgw_jwt import _token as T

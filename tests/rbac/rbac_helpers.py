@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
 import types
 from typing import Any
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import pytest
 import pytest_twisted
 import yaml
 from support.http import http_request, sleep, wait_for

@@ -15,7 +15,6 @@ test that runs on the reactor.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess

@@ -90,7 +90,7 @@ def _cases(function: Callable[..., Any]) -> list[tuple[str, dict[str, Any]]]:
                 value = (value,)
             if case_id is None and ids is not None and not callable(ids):
                 case_id = ids[i]
-            options.append((str(i) if case_id is None else f"{i}_{case_id}", dict(zip(names, value))))
+            options.append((str(i) if case_id is None else f"{i}_{case_id}", dict(zip(names, value, strict=True))))
         per_mark.append(options)
     out = []
     for combination in itertools.product(*per_mark):

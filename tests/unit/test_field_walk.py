@@ -254,7 +254,7 @@ def _norm(path: Any) -> str:
     """A field path with list indices as ``[]`` and names the walk chose as ``*``."""
     parts = path.split(".") if isinstance(path, str) else list(path)
     out = []
-    for i, part in enumerate(parts):
+    for part in parts:
         prev = out[-1] if out else ""
         if isinstance(part, int):
             out.append("[]")
@@ -330,7 +330,7 @@ def _scope(field: str) -> str:
 
 
 T = "test"
-I = "info"
+INFO = "info"
 CORE = "tests/unit/test_core_config.py"
 GLOO = "tests/unit/test_gloo_loader.py"
 MATCH = "tests/unit/test_route_matchers.py"
@@ -353,25 +353,25 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # -- envelope and Kubernetes kinds (validated by hand, see MANUAL) ------------
     "*:apiVersion": (T, GLOO), "*:kind": (T, GLOO), "*:metadata.name": (T, CORE),
     "*:metadata.namespace": (T, CORE), "*:metadata.labels": (T, TABLES),
-    "*:status": (I, CONF_DOC),
-    "Secret:data": (T, CORE), "Secret:stringData": (T, CORE), "Secret:type": (I, CONF_DOC),
-    "Secret:immutable": (I, CONF_DOC),
+    "*:status": (INFO, CONF_DOC),
+    "Secret:data": (T, CORE), "Secret:stringData": (T, CORE), "Secret:type": (INFO, CONF_DOC),
+    "Secret:immutable": (INFO, CONF_DOC),
     "Service:spec.ports": (T, CORE), "Service:spec.ports[].name": (T, CORE),
     "Service:spec.ports[].port": (T, CORE), "Service:spec.ports[].targetPort": (T, CORE),
     "Service:spec.ports[].protocol": (T, GLOO), "Service:spec.ports[].appProtocol": (T, GLOO),
-    "Service:spec.ports[].nodePort": (I, CONF_DOC),
+    "Service:spec.ports[].nodePort": (INFO, CONF_DOC),
     "Service:spec.selector": (T, GLOO), "Service:spec.type": (T, GLOO), "Service:spec.externalName": (T, GLOO),
-    **{f"Service:spec.{k}": (I, CONF_DOC) for k in (
+    **{f"Service:spec.{k}": (INFO, CONF_DOC) for k in (
         "clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "sessionAffinity", "sessionAffinityConfig",
         "externalTrafficPolicy", "internalTrafficPolicy", "publishNotReadyAddresses",
         "allocateLoadBalancerNodePorts", "loadBalancerClass", "healthCheckNodePort", "externalIPs",
         "loadBalancerSourceRanges", "trafficDistribution")},
     "Endpoints:subsets": (T, CORE), "Endpoints:subsets[].addresses": (T, CORE),
     "Endpoints:subsets[].addresses[].ip": (T, CORE),
-    "Endpoints:subsets[].addresses[].hostname": (I, CONF_DOC),
-    "Endpoints:subsets[].addresses[].nodeName": (I, CONF_DOC),
+    "Endpoints:subsets[].addresses[].hostname": (INFO, CONF_DOC),
+    "Endpoints:subsets[].addresses[].nodeName": (INFO, CONF_DOC),
     "Endpoints:subsets[].addresses[].targetRef": (T, SUBSETS),
-    "Pod:spec": (I, CONF_DOC), "Pod:status.podIP": (T, SUBSETS),
+    "Pod:spec": (INFO, CONF_DOC), "Pod:status.podIP": (T, SUBSETS),
     "Endpoints:subsets[].notReadyAddresses": (T, CORE),
     "Endpoints:subsets[].ports": (T, CORE), "Endpoints:subsets[].ports[].name": (T, CORE),
     "Endpoints:subsets[].ports[].port": (T, CORE), "Endpoints:subsets[].ports[].protocol": (T, GLOO, CONF_DOC),
@@ -398,7 +398,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "Settings:spec.extauth.devDirectory.ldif": (T, "tests/ldap/test_ldap_memory.py"),
     "Settings:spec.extauth.devDirectory.listen": (T, "tests/ldap/test_ldap_memory.py"),
     # -- VirtualService, RouteTable, routes --------------------------------------
-    "VirtualService:spec.displayName": (I, CONF_DOC),
+    "VirtualService:spec.displayName": (INFO, CONF_DOC),
     "VirtualService:spec.virtualHost": (T, CORE), "VirtualService:spec.virtualHost.domains": (T, CORE),
     "VirtualService:spec.virtualHost.options": (T, PLUGINS), "VirtualService:spec.virtualHost.routes": (T, CORE),
     "RouteTable:spec.routes": (T, TABLES), "RouteTable:spec.weight": (T, TABLES),
@@ -453,7 +453,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "jwt:providers.*.jwks.remote.timeout": (T, "tests/reliability/test_faults_jwks.py",
                                             "tests/reliability/rel_helpers.py"),
     "jwt:providers.*.jwks.remote.refetchInterval": (T, JWT_REM),
-    "jwt:providers.*.jwks.remote.asyncFetch": (I, "docs/jwt.md"),
+    "jwt:providers.*.jwks.remote.asyncFetch": (INFO, "docs/jwt.md"),
     # -- rbac --------------------------------------------------------------------
     "rbac:disable": (T, PLUGINS), "rbac:shadow": (T, "tests/rbac/test_rbac_shadow_regex.py"),
     "rbac:policies": (T, RBAC_SEM), "rbac:policies.*.nestedClaimDelimiter": (T, RBAC),
@@ -532,10 +532,10 @@ class FieldWalkTests(TestCase):
     def test_each_entry_points_at_real_evidence(self, field):
         kind, *where = FIELDS[field]
         key = _key(field)
-        assert kind in (T, I), field
+        assert kind in (T, INFO), field
         for path in where:
             assert (ROOT / path).is_file(), f"{field}: {path} does not exist"
         text = "".join((ROOT / p).read_text() for p in where)
         assert re.search(rf"\b{re.escape(key)}\b", text), f"{field}: {key!r} appears nowhere in {where}"
-        if kind == I:  # the documentation says what it does (or that it does nothing)
+        if kind == INFO:  # the documentation says what it does (or that it does nothing)
             assert where[0].startswith("docs/"), field

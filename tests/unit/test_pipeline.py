@@ -9,7 +9,6 @@ import sys
 from typing import Any
 
 from twisted.internet.address import IPv4Address
-from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 
 from twistgw import Deny

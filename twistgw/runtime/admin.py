@@ -19,7 +19,9 @@ def quiet_site(root: resource.Resource) -> server.Site:
     return site
 
 
-class _Text(resource.Resource):
+class TextLeaf(resource.Resource):
+    """A leaf answering ``fn() -> (status, content type, body)`` to GET and HEAD."""
+
     isLeaf = True
 
     def __init__(self, fn: Any) -> None:
@@ -39,21 +41,35 @@ class AdminRoot(resource.Resource):
     def __init__(self, svc: Any) -> None:
         super().__init__()
         self.svc = svc
-        self.putChild(b"healthz", _Text(lambda: (200, b"text/plain", b"ok\n")))
-        self.putChild(b"readyz", _Text(self._ready))
-        self.putChild(b"metrics", _Text(lambda: (200, CONTENT_TYPE_LATEST.encode(), generate_latest(svc.metrics.registry))))
-        self.putChild(b"", _Text(lambda: (200, b"text/plain", b"twistgw admin: /healthz /readyz /metrics\n")))
+        self.putChild(b"healthz", TextLeaf(self._healthy))
+        self.putChild(b"readyz", TextLeaf(self._ready))
+        self.putChild(b"metrics", TextLeaf(lambda: (200, CONTENT_TYPE_LATEST.encode(),
+                                                 generate_latest(svc.metrics.registry))))
+        self.putChild(b"", TextLeaf(lambda: (200, b"text/plain", b"twistgw admin: /healthz /readyz /metrics\n")))
+
+    def _healthy(self) -> tuple[int, bytes, bytes]:
+        """200 while the process runs, unless an endpoint failed to listen."""
+        failed = [listener for listener in self.svc.not_listening() if listener.problem]
+        if failed:
+            return 503, b"text/plain", "".join(f"{listener.line()}\n" for listener in failed).encode()
+        return 200, b"text/plain", b"ok\n"
 
     def getChild(self, path: bytes, request: Any) -> resource.Resource:
         # Not Twisted's default NoResource (deprecated, and an HTML page).
-        return _Text(lambda: (404, b"text/plain", b"not found; try /healthz /readyz /metrics\n"))
+        return TextLeaf(lambda: (404, b"text/plain", b"not found; try /healthz /readyz /metrics\n"))
 
     def _ready(self) -> tuple[int, bytes, bytes]:
+        """200 only while a configuration is loaded and every endpoint listens."""
         if self.svc.gateway.draining:
             return 503, b"text/plain", b"draining\n"
         snap = self.svc.snapshot
         if snap is None:
             return 503, b"text/plain", b"no configuration loaded\n"
+        idle = self.svc.not_listening()
+        if idle:
+            lines = "".join(f"not listening: {one.option} {one.description}"
+                            f"{': ' + one.problem if one.problem else ''}\n" for one in idle)
+            return 503, b"text/plain", lines.encode()
         body = f"ready: configuration generation {snap.generation}\n"
         if self.svc.last_error is not None:
             body += f"last change rejected: {len(self.svc.last_error.issues)} problem(s); see the log\n"

@@ -51,8 +51,9 @@ class _Histogram:
         self.total += value
 
     def buckets(self) -> list[tuple[str, float]]:
-        out, running = [], 0
-        for le, n in zip(_LE, self.counts):
+        out: list[tuple[str, float]] = []
+        running = 0
+        for le, n in zip(_LE, self.counts, strict=True):
             running += n
             out.append((le, running))
         return out

@@ -14,7 +14,6 @@ from typing import Any, Iterable
 
 from prometheus_client import REGISTRY
 from twisted.application import service
-from twisted.application.internet import StreamServerEndpointService
 from twisted.internet import defer, task
 from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
@@ -31,6 +30,7 @@ from twistgw.engine.server import Gateway, GatewayFactory
 from twistgw.engine.upstream import UpstreamPool
 from twistgw.runtime.admin import AdminRoot, quiet_site
 from twistgw.runtime.devecho import start_echo
+from twistgw.runtime.listeners import Listener, exit_after_stopping, open_all
 from twistgw.runtime.metrics import Metrics
 
 _METRICS: Metrics | None = None
@@ -60,37 +60,6 @@ def fingerprint(directory: str) -> tuple:
             continue
         out.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
     return tuple(out)
-
-
-class _AnnouncedEndpoint:
-    """A server endpoint that logs the address it really listens on (the
-    port number chosen for ``tcp:0``, the interface) once it does."""
-
-    _log = Logger(namespace="twistgw")
-
-    def __init__(self, endpoint: Any, description: str, what: str) -> None:
-        self.endpoint = endpoint
-        self.description = description
-        self.what = what
-
-    def listen(self, factory: Any) -> Any:
-        def announce(port: Any) -> Any:
-            self._log.info("{what} listening on {address} ({description})", what=self.what,
-                           address=describe_address(port.getHost()), description=self.description)
-            return port
-
-        return self.endpoint.listen(factory).addCallback(announce)
-
-    def __str__(self) -> str:
-        return self.description
-
-
-def describe_address(address: Any) -> str:
-    """``127.0.0.1:8080``, ``[::1]:8080`` or a UNIX socket path."""
-    host, port = getattr(address, "host", None), getattr(address, "port", None)
-    if host is None or port is None:
-        return str(getattr(address, "name", address))
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def freeze_startup_heap() -> int:
@@ -143,18 +112,14 @@ class GatewayService(service.MultiService):
         self._fingerprint: tuple | None = None
         self.last_error: ConfigError | None = None
         self.factory = GatewayFactory(self.gateway, timeout=idle_timeout, head_timeout=head_timeout)
-        self.listeners: list[StreamServerEndpointService] = []
-        for description in listen:
-            endpoint = _AnnouncedEndpoint(serverFromString(reactor, with_backlog(description, backlog)),
-                                          description, "Gateway")
-            svc = StreamServerEndpointService(endpoint, self.factory)
-            svc.setServiceParent(self)
-            self.listeners.append(svc)
-        self.admin_listener = None
+        self.listeners: list[Listener] = [
+            Listener("--listen", description, serverFromString(reactor, with_backlog(description, backlog)),
+                     self.factory, "Gateway")
+            for description in listen]
+        self.admin_listener: Listener | None = None
         if admin:
-            endpoint = _AnnouncedEndpoint(serverFromString(reactor, admin), admin, "Admin endpoint")
-            self.admin_listener = StreamServerEndpointService(endpoint, quiet_site(AdminRoot(self)))
-            self.admin_listener.setServiceParent(self)
+            self.admin_listener = Listener("--admin", admin, serverFromString(reactor, admin),
+                                           quiet_site(AdminRoot(self)), "Admin endpoint")
         self._echo_listen: str | None = None
         self._echo_port: Any = None
         self._poller = task.LoopingCall(self.reload_if_changed)
@@ -232,26 +197,54 @@ class GatewayService(service.MultiService):
                        routes=len(snapshot.routes))
         return True
 
+    def start_polling(self, interval: float) -> None:
+        """Look for changed files every ``interval`` seconds."""
+        if not self._poller.running:
+            self._poller.start(interval, now=False)
+
+    def stop_polling(self) -> None:
+        if self._poller.running:
+            self._poller.stop()
+
     def reload_if_changed(self) -> None:
         if fingerprint(self.config_dir) != self._fingerprint:
             self.reload("files changed")
+
+    # -- listening -------------------------------------------------------------
+
+    def all_listeners(self) -> list[Listener]:
+        return [*self.listeners, *([self.admin_listener] if self.admin_listener else [])]
+
+    def open_listeners(self) -> list[str]:
+        """Listen on every endpoint now; the lines of those that cannot (then
+        none listens). ``twist twistgw`` calls it before the reactor runs and
+        exits on a problem; one that fails later stops the process."""
+        return open_all(self.all_listeners(), lambda listener: exit_after_stopping(self.reactor, listener.line()))
+
+    def not_listening(self) -> list[Listener]:
+        """The endpoints that do not listen (yet, or at all)."""
+        return [listener for listener in self.all_listeners() if not listener.listening()]
 
     # -- lifecycle -----------------------------------------------------------
 
     def startService(self) -> None:
         if self.gateway.snapshot is None:
             self.load_initial()
+        if any(listener.port is None and listener.problem is None for listener in self.all_listeners()):
+            problems = self.open_listeners()
+            if problems:
+                raise RuntimeError("; ".join(problems))
         streamline(self.reactor)  # epoll: no legacy logging context per ready socket
         super().startService()
         if self.poll_interval:
-            self._poller.start(self.poll_interval, now=False)
+            self.start_polling(self.poll_interval)
         try:
             self._old_sighup = signal.signal(signal.SIGHUP, self._on_sighup)
         except ValueError:  # not the main thread (embedded use)
             self._old_sighup = None
         self._log.info("twistgw starting: gateway on {listen}; admin on {admin}; config {config}",
-                       listen=", ".join(str(s.endpoint) for s in self.listeners) or "(nothing)",
-                       admin=str(self.admin_listener.endpoint) if self.admin_listener else "(off)",
+                       listen=", ".join(str(listener) for listener in self.listeners) or "(nothing)",
+                       admin=str(self.admin_listener) if self.admin_listener else "(off)",
                        config=os.path.abspath(self.config_dir))
 
     def _on_sighup(self, signum: int, frame: Any) -> None:
@@ -260,11 +253,10 @@ class GatewayService(service.MultiService):
     @defer.inlineCallbacks
     def stopService(self) -> Any:
         self.gateway.draining = True
-        if self._poller.running:
-            self._poller.stop()
+        self.stop_polling()
         # Stop accepting, then let in-flight requests finish (bounded).
         for listener in self.listeners:
-            yield listener.stopService()
+            yield listener.close()
         deadline = self.reactor.seconds() + self.drain_timeout
         while self.gateway.inflight > 0 and self.reactor.seconds() < deadline:
             yield task.deferLater(self.reactor, 0.05, lambda: None)
@@ -274,7 +266,7 @@ class GatewayService(service.MultiService):
         # Idle keep-alive connections, and any request the drain gave up on.
         yield self.factory.close_connections()
         if self.admin_listener is not None:
-            yield self.admin_listener.stopService()
+            yield self.admin_listener.close()
         service.Service.stopService(self)
         if self._echo_port is not None:
             self._echo_port.addCallback(lambda port: port.stopListening() if port is not None else None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import socket
 import sys
+from typing import Any
 
 from twisted.logger import globalLogBeginner, jsonFileLogObserver
 
@@ -30,7 +31,11 @@ def main(argv: list[str] | None = None) -> None:
 
     observer = jsonFileLogObserver if args.log_format == "json" else safe_text_file_observer
     globalLogBeginner.beginLoggingTo([observer(sys.stdout)], redirectStandardIO=False)
-    from twisted.internet import reactor
+    from twisted.internet import reactor as global_reactor
+
+    # Any: the epoll reactor provides IReactorSocket (adoptStreamPort) and
+    # IReactorCore; Twisted types the global as neither
+    reactor: Any = global_reactor
 
     from twistgw.config.loader import ConfigError
     from twistgw.runtime.service import GatewayService, freeze_startup_heap
@@ -42,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
         svc.load_initial()
     except ConfigError as exc:
         sys.stderr.write(f"twistgw worker: invalid configuration:\n{exc}\n")
-        raise SystemExit(1)
+        raise SystemExit(1) from None
     freeze_startup_heap()
     ports = []
     for spec in args.fd:

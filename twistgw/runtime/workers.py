@@ -23,15 +23,16 @@ import tempfile
 from typing import Any, Sequence
 
 from twisted.application import service
-from twisted.application.internet import StreamServerEndpointService
 from twisted.internet import defer, protocol, task
 from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 from twisted.web import resource
 
+from twistgw.config.names import with_backlog
 from twistgw.engine.listening import open_listening_socket
-from twistgw.runtime.admin import _Text as _Leaf
+from twistgw.runtime.admin import TextLeaf
 from twistgw.runtime.admin import quiet_site
+from twistgw.runtime.listeners import Listener, exit_after_stopping, listen_problem, open_all
 
 ENV_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -66,7 +67,9 @@ class WorkersService(service.MultiService):
     _log = Logger(namespace="twistgw.workers")
 
     def __init__(self, count: int, listen: Sequence[str], admin: str | None, worker_args: Sequence[str],
-                 reactor: Any = None) -> None:
+                 reactor: Any = None, backlog: int | None = None) -> None:
+        """``listen``: the ``--listen`` endpoint strings as given; ``backlog``
+        is added to those that set none."""
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -75,6 +78,7 @@ class WorkersService(service.MultiService):
         self.reactor = reactor
         self.count = count
         self.listen = list(listen)
+        self.backlog = backlog
         self.worker_args = list(worker_args)
         self.sockets: list[socket.socket] = []
         self.workers: dict[int, _Worker] = {}
@@ -82,14 +86,37 @@ class WorkersService(service.MultiService):
         self.stopping = False
         self._restart_delay: dict[int, float] = {}
         self.metrics_dir = tempfile.mkdtemp(prefix="twistgw-metrics-")
-        self._ended: dict[int, defer.Deferred] = {}
+        self._ended: dict[int, defer.Deferred[None]] = {}
+        self.admin_listener: Listener | None = None
         if admin:
-            StreamServerEndpointService(serverFromString(reactor, admin),
-                                        quiet_site(_AdminRoot(self))).setServiceParent(self)
+            self.admin_listener = Listener("--admin", admin, serverFromString(reactor, admin),
+                                           quiet_site(_AdminRoot(self)), "Admin endpoint")
+
+    def open_listeners(self) -> list[str]:
+        """Bind every ``--listen`` socket and the admin endpoint now; the
+        lines of those that cannot (then nothing stays open)."""
+        problems = []
+        for description in self.listen[len(self.sockets):]:
+            try:
+                opened = description if self.backlog is None else with_backlog(description, self.backlog)
+                self.sockets.append(open_listening_socket(self.reactor, opened))
+            except OSError as exc:
+                problems.append(f"cannot listen on --listen {description}: {listen_problem(exc)}")
+                break
+        if not problems and self.admin_listener is not None:
+            problems = open_all([self.admin_listener],
+                                lambda listener: exit_after_stopping(self.reactor, listener.line()))
+        if problems:
+            for sock in self.sockets:
+                sock.close()
+            self.sockets = []
+        return problems
 
     def startService(self) -> None:
-        for description in self.listen:
-            self.sockets.append(open_listening_socket(self.reactor, description))
+        if len(self.sockets) < len(self.listen):
+            problems = self.open_listeners()
+            if problems:
+                raise RuntimeError("; ".join(problems))
         super().startService()
         for i in range(self.count):
             self.spawn(i)
@@ -139,7 +166,7 @@ class WorkersService(service.MultiService):
         waits = []
         for index, worker in self.workers.items():
             if worker.alive:
-                self._ended[index] = d = defer.Deferred()
+                self._ended[index] = d = defer.Deferred[None]()
                 waits.append(d)
                 try:
                     self.transports[index].signalProcess("TERM")
@@ -156,20 +183,23 @@ class WorkersService(service.MultiService):
                     pass
         for sock in self.sockets:
             sock.close()
+        if self.admin_listener is not None:
+            yield self.admin_listener.close()
         yield service.MultiService.stopService(self)
         shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
     def ready(self) -> bool:
-        return not self.stopping and all(w.alive for w in self.workers.values())
+        return (not self.stopping and len(self.sockets) == len(self.listen)
+                and all(w.alive for w in self.workers.values()))
 
 
 class _AdminRoot(resource.Resource):
     def __init__(self, supervisor: WorkersService) -> None:
         super().__init__()
         self.supervisor = supervisor
-        self.putChild(b"healthz", _Leaf(lambda: (200, b"text/plain", b"ok\n")))
-        self.putChild(b"readyz", _Leaf(self._ready))
-        self.putChild(b"metrics", _Leaf(self._metrics))
+        self.putChild(b"healthz", TextLeaf(lambda: (200, b"text/plain", b"ok\n")))
+        self.putChild(b"readyz", TextLeaf(self._ready))
+        self.putChild(b"metrics", TextLeaf(self._metrics))
 
     def _ready(self) -> tuple[int, bytes, bytes]:
         alive = sum(w.alive for w in self.supervisor.workers.values())

@@ -20,6 +20,7 @@ import os
 
 import treq
 from twisted.trial import unittest
+from twisted.web.http_headers import Headers
 
 import twistgw
 import twistgw_apikey
@@ -48,6 +49,7 @@ class InMemoryTests(unittest.TestCase):
     async def test_good_key_admits_and_is_not_forwarded(self) -> None:
         ok = await self.tester.request("GET", f"{HOST}/orders", headers={"X-Api-Key": "acme-key-1234"})
         self.assertEqual(ok.status, 200)
+        assert ok.ctx is not None
         self.assertEqual(ok.ctx.principal, "acme")
         self.assertIsNone(ok.forwarded_headers.getRawHeaders(b"x-api-key"))
 
@@ -82,12 +84,12 @@ class EndToEndTests(unittest.TestCase):
         self.addCleanup(self.gw.stop)
 
     async def test_key_required(self) -> None:
-        response = await treq.get(self.gw.url("/orders"), headers={"Host": "partners.example.com"})
+        response = await treq.get(self.gw.url("/orders"), headers=Headers({"Host": ["partners.example.com"]}))
         self.assertEqual(response.code, 401)
         self.assertEqual(await response.content(), b"API key is missing")
 
     async def test_good_key(self) -> None:
         response = await treq.get(self.gw.url("/orders"),
-                                  headers={"Host": "partners.example.com", "X-Api-Key": "acme-key-1234"})
+                                  headers=Headers({"Host": ["partners.example.com"], "X-Api-Key": ["acme-key-1234"]}))
         self.assertEqual(response.code, 200)
         self.assertEqual(await response.content(), b"hello partner\n")

@@ -47,7 +47,7 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: twistgw.OptionsSc
     try:
         secret = scope.resources.secret(ref["name"], ref.get("namespace", scope.namespace))
     except KeyError as exc:
-        raise twistgw.OptionsError(("keysSecretRef", "name"), f"dangling reference: {exc.args[0]}")
+        raise twistgw.OptionsError(("keysSecretRef", "name"), f"dangling reference: {exc.args[0]}") from None
     if not secret.data:
         raise twistgw.OptionsError("keysSecretRef", "the Secret holds no keys")
     return Compiled(header, tuple(sorted(secret.data.items())))
