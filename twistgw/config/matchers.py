@@ -4,7 +4,7 @@ A route lists ``matchers``; the route matches when **any** of them does
 (OR). One matcher matches when **every** condition it sets holds (AND):
 
 * a path condition, one of ``prefix`` (string prefix), ``exact`` or
-  ``regex`` (the whole path must match; linear time, see
+  ``regex`` (RE2; the whole path must match; linear time, see
   :mod:`twistgw.regex`); none means ``prefix: /``;
 * ``caseSensitive`` (default true) for ``prefix`` and ``exact``; like Envoy
   it does not apply to ``regex``;
@@ -184,10 +184,12 @@ def any_matches(matchers: Iterable[Matcher], req: RequestView) -> bool:
 
 
 def _safe_regex(r: FieldReader, pattern: str, path: Path) -> SafeRegex:
+    # The program size is checked against Settings once every document is
+    # read (config.resolution.check_regex_sizes).
     try:
-        return SafeRegex(pattern)
+        return SafeRegex(pattern, max_program_size=None)
     except UnsafePattern as exc:
-        raise r.fail(path, f"{exc} (matchers use a linear-time regular expression engine, like Envoy's RE2)") from None
+        raise r.fail(path, f"{exc} (RE2 syntax, as in Gloo and Envoy)") from None
 
 
 def parse_matcher(r: FieldReader, raw: Any, mp: Path) -> Matcher:
