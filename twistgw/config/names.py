@@ -59,8 +59,8 @@ def parse_host(value: bytes) -> str | None:
         return None
     if host.endswith("."):
         host = host[:-1]
-    if not _REG_NAME.fullmatch(host) or ".." in host or host.startswith("."):
-        return None
+    if not _REG_NAME.fullmatch(host) or ".." in host or host.startswith(".") or host.endswith("."):
+        return None  # an empty label (``a..b``, ``.a``, ``a..``): no DNS name has one
     return host
 
 
