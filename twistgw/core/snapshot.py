@@ -245,6 +245,7 @@ class _HostCompiler:
         if not self.stages_ok(vs.options, vh_options, None):
             return
         vh_plugins = _plugin_options(vs.options, vh_options, self.build.staged_keys)
+        self.check_disabled(vh_plugins, None)
         reselect = any(r.reads_request for r in vs.routes)
         for route in vs.routes:
             try:
@@ -285,9 +286,19 @@ class _HostCompiler:
         for key, (value, where) in vh_plugins.items():
             effective[key] = (value, where, None)
         r_plugins = _plugin_options(route.options, route.path + ("options",), self.build.staged_keys)
+        self.check_disabled(r_plugins, route)
         for key, (value, where) in r_plugins.items():
             effective[key] = (value, where, route.name)
         return effective
+
+    def check_disabled(self, plugins: Mapping[str, tuple[Any, stages.Where]], route: Route | None) -> None:
+        """``{disable: true}`` turns a plugin off and takes no other field:
+        the others would be accepted and ignored."""
+        for raw, where in plugins.values():
+            if stages.is_disabled(raw) and len(raw) > 1:
+                others = ", ".join(sorted(str(k) for k in raw if k != "disable"))
+                self.issue(where + ("disable",), f"disable: true turns the plugin off here, so {others} would be"
+                           " ignored: write either disable: true alone or the options without it", route)
 
     def placed(self, route: Route, enabled: Mapping[str, _Entry],
                route_stages: Mapping[str, Mapping[str, _Entry]]) -> list[tuple[str, str]]:
