@@ -103,12 +103,58 @@ def _specificity(route: Route) -> tuple[int, int]:
 
 
 def _merge_options(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+    """A child route's options: the delegating route's, with the child's own
+    on top (a plugin key replaces the parent's entry wholesale; the JWT keys
+    merge stage by stage, see :func:`_merge_jwt_stages`)."""
     out = dict(parent)
-    if _JWT_KEYS & child.keys():
+    if _JWT_KEYS & child.keys() and _JWT_KEYS & parent.keys():
+        merged = _merge_jwt_stages(parent, child)
         for k in _JWT_KEYS:
             out.pop(k, None)
+        out.update({k: v for k, v in child.items() if k not in _JWT_KEYS})
+        out.update(merged)
+        return out
     out.update(child)
     return out
+
+
+#: Gloo's JWT stages, in the order they run.
+_STAGES = ("beforeExtAuth", "afterExtAuth")
+_OFF: Mapping[str, Any] = {"disable": True}
+
+
+def _jwt_stages(options: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A route's JWT keys as {stage: options}, the way docs/jwt.md's table
+    reads them (``jwt`` is the afterExtAuth stage); None when ``jwt: {disable:
+    true}`` turns every stage off. A shape the checks will refuse is kept as
+    it is (its own key reports it)."""
+    jwt = options.get("jwt")
+    if isinstance(jwt, Mapping) and jwt.get("disable") is True:
+        return None
+    stages: dict[str, Any] = {}
+    if jwt is not None:
+        stages["afterExtAuth"] = jwt
+    for key in ("jwtStaged", "jwtProvidersStaged"):
+        staged = options.get(key)
+        if isinstance(staged, Mapping):
+            stages.update(staged)
+    return stages
+
+
+def _merge_jwt_stages(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+    """The JWT keys of a child route under a delegating route that sets JWT
+    too, stage by stage (docs/jwt.md, "Stages"): a stage the child names
+    replaces (or, with ``{disable: true}``, turns off) the parent's at that
+    stage, the parent's other stage stays; ``jwt: {disable: true}`` on the
+    child turns every stage off. Written back as one route-level staged key."""
+    mine = _jwt_stages(child)
+    if mine is None:
+        return {"jwt": dict(_OFF)}
+    inherited = _jwt_stages(parent)
+    stages = {s: _OFF for s in _STAGES} if inherited is None else dict(inherited)
+    stages.update(mine)
+    key = "jwtStaged" if "jwtStaged" in child else "jwtProvidersStaged"
+    return {key: {s: stages[s] for s in _STAGES if s in stages}}
 
 
 class Flattener:
