@@ -26,6 +26,8 @@ from urllib.parse import parse_qsl
 import attrs
 
 from twistgw.api.fields import FieldReader, Path
+from twistgw.api.headers import canonical_name
+from twistgw.api.types import RequestContext
 from twistgw.regex import SafeRegex, UnsafePattern
 
 __all__ = ["HeaderMatch", "Matcher", "QueryMatch", "RequestView", "parse_matcher"]
@@ -46,27 +48,43 @@ class RequestView:
     query: bytes = b""
     host: str = ""
     scheme: str = "http"
+    #: the headers as the client sent them (see RequestContext.received_headers)
+    received_headers: Any = None
+    owned_headers: tuple[bytes, ...] = ()
 
 
 @attrs.frozen
 class HeaderMatch:
+    """One header condition. The header is read from the request as it
+    will be forwarded (plugins may have set it), else as the client sent it:
+    a header the gateway strips before routing (``Upgrade``, ``Connection``,
+    ``Content-Length``, one ``Connection`` names...) still matches, so a
+    route guarded by it is never skipped. Plugin-owned headers are read only
+    as the plugin set them."""
+
     name: str
     value: str | None = None
     regex: SafeRegex | None = attrs.field(default=None, eq=False)
     invert: bool = False
+    #: the name in canonical case (compared with the owned headers)
+    canonical: bytes = attrs.field(init=False, eq=False)
 
-    def _actual(self, req: RequestView) -> str | None:
+    @canonical.default
+    def _canonical(self) -> bytes:
+        return canonical_name(self.name) if not self.name.startswith(":") else b""
+
+    def _actual(self, req: RequestView | RequestContext) -> str | None:
         if self.name in _PSEUDO:
             return {":authority": req.host, ":method": req.method, ":path": req.path,
                     ":scheme": req.scheme}[self.name]
-        if req.headers is None:
-            return None
-        values = req.headers.getRawHeaders(self.name)
+        values = req.headers.getRawHeaders(self.name) if req.headers is not None else None
+        if not values and req.received_headers is not None and self.canonical not in req.owned_headers:
+            values = req.received_headers.getRawHeaders(self.name)
         if not values:
             return None
         return ",".join(v.decode("latin-1") if isinstance(v, bytes) else v for v in values)
 
-    def matches(self, req: RequestView) -> bool:
+    def matches(self, req: RequestView | RequestContext) -> bool:
         actual = self._actual(req)
         if actual is None:
             found = False
