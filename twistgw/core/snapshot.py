@@ -102,6 +102,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     build = _Build(config, host)
     _compile_defaults(build)
     _check_settings_sections(build)
+    _check_resources(build)
     for vs in config.virtual_services:
         _HostCompiler(build, vs).run()
     if build.issues or config.issues:
@@ -184,6 +185,40 @@ def _check_settings_sections(build: _Build) -> None:
                 f"no plugin named {key!r} is installed (installed: {', '.join(build.host.names()) or 'none'})",
                 file=src.file if src else "", document=src.document if src else None,
                 line=src.line if src else None, resource="Settings", field=f"spec.{key}"))
+
+
+def _check_resources(build: _Build) -> None:
+    """Every resource read, used or not, through each plugin's
+    ``twistgw_check_resource`` (the extauth plugin checks every AuthConfig)."""
+    config, view = build.config, build.view
+    for name in build.host.infos:
+        fn = build.host.impl(name, "twistgw_check_resource")
+        if fn is None:
+            continue
+        for kind, found in config.resources.items():
+            for (ns, rname), resource in found.items():
+                key = (kind, ns, rname)
+                if key in config.invalid:
+                    continue
+                try:
+                    fn(kind=kind, resource=resource, scope=OptionsScope(ns, "", None, view))
+                except OptionsError as exc:
+                    _resource_problems(build, exc, key)
+                except Exception as exc:  # a plugin bug: reject, never serve what it could not check
+                    _resource_problems(build, OptionsError((), f"plugin {name!r} failed checking it: {exc!r}"), key)
+
+
+def _resource_problems(build: _Build, exc: OptionsError, resource: tuple[str, str, str]) -> None:
+    """Each problem of ``exc`` at the resource it names (``resource`` when none)."""
+    for p in exc.problems:
+        if _about_invalid_resource(p):
+            continue
+        kind, ns, name = p.resource or resource
+        source = build.config.sources.get((kind, ns, name))
+        build.issues.append(ConfigIssue(
+            p.reason, file=source.file if source else "", document=source.document if source else None,
+            line=source.line_of(p.path) if source else None, resource=f"{kind} {ns}/{name}",
+            field=path_text(p.path)))
 
 
 class _Failed(Exception):
