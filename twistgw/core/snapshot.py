@@ -409,7 +409,6 @@ class _HostCompiler:
         scope = OptionsScope(vs.namespace, vs.key, route_name, build.view)
         try:
             compiled = _compile(build.host, name, raw, scope)
-            build.owned.update(owned_headers(compiled))
         except OptionsError as exc:
             if (vs.key, id(raw), name) not in build.reported:
                 build.reported.add((vs.key, id(raw), name))
@@ -417,6 +416,11 @@ class _HostCompiler:
             raise _Failed() from None
         except Exception as exc:  # a plugin bug: reject, never serve unprotected
             self.issue(where, f"plugin {name!r} failed compiling its options: {exc!r}", route)
+            raise _Failed() from None
+        try:
+            build.owned.update(owned_headers(compiled))
+        except ValueError as exc:  # a plugin bug, named plainly: the header it declared
+            self.issue(where, f"plugin {name!r} declares its owned request headers wrongly: {exc}", route)
             raise _Failed() from None
         self.cache[cache_key] = compiled
         if runs:
