@@ -87,3 +87,25 @@ class CheckEveryResourceTests(TestCase):
         (issue,) = info.value.issues
         assert (issue.resource, issue.field, issue.line) == ("Secret team/s", "stringData.token", 13)
         assert sorted(seen) == [("Secret", "team"), ("VirtualService", "default")]
+
+    def test_an_unused_route_table_is_checked(self):
+        import twistgw_jwt
+
+        table = textwrap.dedent("""\
+            ---
+            apiVersion: gateway.solo.io/v1
+            kind: RouteTable
+            metadata: {name: spare, namespace: default}
+            spec:
+              routes:
+              - matchers: [{prefix: /x}]
+                directResponseAction: {status: 200}
+                options:
+                  jwt: {providers: {m: {issuer: 7}}}
+                  jwtt: {}
+            """)
+        found = issues(VS + table, [("jwt", twistgw_jwt.JwtPlugin)])
+        assert {(i.resource, i.field) for i in found} >= {
+            ("RouteTable default/spare", "spec.routes[0].options.jwt.providers.m.issuer"),
+            ("RouteTable default/spare", "spec.routes[0].options.jwtt")}, found
+        assert all(i.line is not None and i.line > 9 for i in found)
