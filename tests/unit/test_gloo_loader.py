@@ -175,6 +175,14 @@ class GlooLoaderTests(TestCase):
         (issue,) = info.value.issues
         assert reason in issue.reason
 
+    def test_check_refuses_a_misspelt_group(self, tmp_path):
+        (tmp_path / "vs.yaml").write_text(GLOO_STYLE.replace("gateway.solo.io/v1", "gateway.vendr.io/v1"))
+        out = subprocess.run([sys.executable, "-m", "twistgw", "check", str(tmp_path)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "did you mean gateway.vendor.io/v1?" in out.stdout + out.stderr
+        assert "OK:" not in out.stdout
+
     @pytest.mark.parametrize("api, kind, reason", [
         # issue 23 item 24: a misspelt group made the gateway serve nothing (404 to everything)
         ("gateway.vendr.io/v1", "VirtualService", "did you mean gateway.vendor.io/v1?"),

@@ -75,9 +75,10 @@ def _foreign_group(kind: str, api: str, versions: tuple[str, ...]) -> str:
     (a typo: the gateway would otherwise serve without it), with the
     nearest apiVersion it reads."""
     close = difflib.get_close_matches(api, versions, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]}?" if close else f"twistgw reads {kind} as {' or '.join(versions)}"
-    return (f"{api!r} is not an API group twistgw reads, and {kind} is a kind it reads: {hint}"
-            f" (a {kind} of another project's group is skipped only for {', '.join(sorted(FOREIGN_TWINS))})")
+    hint = f"did you mean {close[0]}? " if close else ""
+    return (f"{api!r} is not an API group twistgw reads, and {kind} is a kind it reads: {hint}(twistgw reads"
+            f" {kind} as {' or '.join(versions)}; a {kind} of another project's group is skipped only for"
+            f" {', '.join(sorted(FOREIGN_TWINS))})")
 
 
 class Skipped(Exception):
