@@ -28,6 +28,7 @@ import attrs
 from twistgw.api.fields import FieldReader, Path
 from twistgw.api.headers import canonical_name
 from twistgw.api.types import RequestContext
+from twistgw.config.names import FORWARDING, METHOD_OVERRIDE
 from twistgw.regex import SafeRegex, UnsafePattern
 
 __all__ = ["HeaderMatch", "Matcher", "QueryMatch", "RequestView", "parse_matcher"]
@@ -276,10 +277,14 @@ def _value_and_regex(r: FieldReader, m: dict[str, Any], p: Path) -> tuple[str | 
 def _header(r: FieldReader, raw: Any, p: Path) -> HeaderMatch:
     h = r.mapping(raw, p, {"name", "value", "regex", "invertMatch"}, required=("name",))
     name = r.string(h["name"], p + ("name",)).lower()
-    if not name.startswith(":") and not all(c.isalnum() or c in "-_.!#$%&'*+^`|~" for c in name):
+    if not name.startswith(":") and not all(c.isascii() and (c.isalnum() or c in "-_.!#$%&'*+^`|~") for c in name):
         raise r.fail(p + ("name",), f"{name!r} is not a valid header name")
     if name.startswith(":") and name not in _PSEUDO:
         raise r.fail(p + ("name",), f"unknown pseudo-header {name!r} (known: {', '.join(sorted(_PSEUDO))})")
+    if name.encode("ascii") in FORWARDING or name.encode("ascii") in METHOD_OVERRIDE:
+        raise r.fail(p + ("name",), f"{name!r} is a header the gateway never takes from a client (it"
+                     " states forwarding facts itself, and judges the request's real method): a route"
+                     " cannot match on it; match on :authority, the method, or a header a plugin sets")
     value, regex = _value_and_regex(r, h, p)
     invert = r.boolean(h.get("invertMatch", False), p + ("invertMatch",))
     return HeaderMatch(name, value, regex, invert)
