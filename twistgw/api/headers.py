@@ -126,6 +126,13 @@ class Headers:
         """``(canonical name, values)`` for every header, as bytes."""
         return iter(self._raw.items())
 
+    @property
+    def raw(self) -> dict[bytes, list[bytes]]:
+        """The live ``{canonical name: [values]}`` dict, no copy: for the
+        core's and the engine's copy loops (names must be canonical, values
+        clean bytes). Plugins use the methods above."""
+        return self._raw
+
     def set_canonical(self, canonical: bytes, value: bytes) -> None:
         """``setRawHeaders`` for a name already in canonical form and a value
         the gateway made itself (no line breaks): no re-encoding per request."""

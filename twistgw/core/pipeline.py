@@ -137,11 +137,11 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     if vs is None:
         return NOT_FOUND
     upstream_headers = Headers()
-    copy_request_headers(headers, upstream_headers._raw)
+    copy_request_headers(headers, upstream_headers.raw)
     for name in snapshot.owned_headers:
         # Plugins own these (twistgw.OwnsRequestHeaders): a client's copy
         # never reaches a route matcher, a plugin or a backend.
-        upstream_headers._raw.pop(name, None)
+        upstream_headers.raw.pop(name, None)
     if authority is not None:
         # RFC 9112 §3.2.2: the target's authority replaces Host, so the
         # upstream sees the host that routing (and authorization) used.
