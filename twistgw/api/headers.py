@@ -126,6 +126,14 @@ class Headers:
         """``(canonical name, values)`` for every header, as bytes."""
         return iter(self._raw.items())
 
+    @classmethod
+    def adopt(cls, raw: dict[bytes, list[bytes]]) -> "Headers":
+        """Headers over ``raw`` itself, no copy: for the engine, whose parser
+        already built the dict with canonical names and clean values."""
+        out = cls()
+        out._raw = raw
+        return out
+
     @property
     def raw(self) -> dict[bytes, list[bytes]]:
         """The live ``{canonical name: [values]}`` dict, no copy: for the
