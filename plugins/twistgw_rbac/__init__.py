@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from twisted.logger import Logger
 
 import twistgw
+from twistgw.regex import max_program_size
 from twistgw_rbac._policy import REQUIRED_BY_SETTINGS, PolicySet, compile_options, settings_problem
 
 __all__ = ["DENY_BODY", "PolicySet"]
@@ -82,7 +83,7 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: twistgw.OptionsSc
         dotted = ".".join(str(p) for p in path)
         raise twistgw.OptionsError((), f"the gateway-wide Settings spec.rbac.{dotted} is"
                                        f" invalid: {reason}")
-    return compile_options(options)
+    return compile_options(options, max_program_size(scope.resources.settings("gateway")))
 
 
 @twistgw.hookimpl

@@ -20,7 +20,7 @@ import attrs
 
 from twistgw.options import Path, Problems, check_fields, is_token, require_mapping, type_name, unknown_field
 from twistgw import OptionsError
-from twistgw.regex import SafeRegex, UnsafePattern
+from twistgw.regex import DEFAULT_MAX_PROGRAM_SIZE, SafeRegex, UnsafePattern
 
 # Method names are RFC 9110 tokens.
 
@@ -193,9 +193,12 @@ class _RequiredBySettings:
 REQUIRED_BY_SETTINGS = _RequiredBySettings()
 
 
-def compile_options(options: Mapping[str, Any]) -> PolicySet:
+def compile_options(options: Mapping[str, Any], regex_limit: int = DEFAULT_MAX_PROGRAM_SIZE) -> PolicySet:
     """Validate and compile the ``rbac`` options mapping. Raises OptionsError
-    carrying every problem found (see :class:`twistgw.options.Problems`)."""
+    carrying every problem found (see :class:`twistgw.options.Problems`).
+
+    :param regex_limit: the largest RE2 program size of a REGEX_MATCH pattern
+        (``Settings.spec.gateway.regexMaxProgramSize``)."""
     problems = Problems()
     with problems.check():
         required = options.get("_requiredBySettings") is REQUIRED_BY_SETTINGS
@@ -216,12 +219,12 @@ def compile_options(options: Mapping[str, Any]) -> PolicySet:
     compiled = []
     for name, value in policies.items():
         with problems.check():
-            compiled.append(_policy(str(name), value, ("policies", str(name))))
+            compiled.append(_policy(str(name), value, ("policies", str(name)), regex_limit))
     problems.raise_if_any()
     return PolicySet(tuple(compiled), shadow, options.get("_requiredBySettings") is REQUIRED_BY_SETTINGS)
 
 
-def _policy(name: str, raw: Any, path: Path) -> Policy:
+def _policy(name: str, raw: Any, path: Path, regex_limit: int) -> Policy:
     policy = _mapping(raw, path, "a policy")
     problems = Problems()
     with problems.check():
@@ -256,7 +259,7 @@ def _policy(name: str, raw: Any, path: Path) -> Policy:
         principals_raw = []
     for i, p in enumerate(principals_raw):
         with problems.check():
-            principals.append(_principal(i, p, path + ("principals", i), delimiter))
+            principals.append(_principal(i, p, path + ("principals", i), delimiter, regex_limit))
     problems.raise_if_any()
     return Policy(name, methods, prefix, tuple(principals))
 
@@ -290,7 +293,7 @@ def _path_prefix(raw: Any, path: Path) -> str:
     return raw
 
 
-def _principal(index: int, raw: Any, path: Path, delimiter: str | None) -> Principal:
+def _principal(index: int, raw: Any, path: Path, delimiter: str | None, regex_limit: int) -> Principal:
     principal = _mapping(raw, path, "a principal")
     _check_keys(principal, ("jwtPrincipal",), path)
     if "jwtPrincipal" not in principal:
@@ -324,11 +327,11 @@ def _principal(index: int, raw: Any, path: Path, delimiter: str | None) -> Princ
         if not all(parts):
             raise OptionsError(cpath, f"claim path {name!r} has an empty part between"
                                       f" delimiters {delimiter!r}")
-        rules.append(ClaimRule(name, parts, matcher, _claim_value(matcher, value, cpath)))
+        rules.append(ClaimRule(name, parts, matcher, _claim_value(matcher, value, cpath, regex_limit)))
     return Principal(index, provider or None, tuple(rules))
 
 
-def _claim_value(matcher: Matcher, value: Any, path: Path) -> Any:
+def _claim_value(matcher: Matcher, value: Any, path: Path, regex_limit: int) -> Any:
     if matcher is Matcher.BOOLEAN:
         if isinstance(value, bool):
             return value
@@ -343,7 +346,7 @@ def _claim_value(matcher: Matcher, value: Any, path: Path) -> Any:
         raise OptionsError(path, "the LIST_CONTAINS value must be a non-empty list item")
     if matcher is Matcher.REGEX_MATCH:
         try:
-            return SafeRegex(value)
+            return SafeRegex(value, regex_limit)
         except UnsafePattern as exc:
             raise OptionsError(path, f"REGEX_MATCH pattern {value!r} refused: {exc}") from None
     return value

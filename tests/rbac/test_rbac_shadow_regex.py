@@ -14,7 +14,7 @@ from rbac_helpers import claims_headers, config, make_tester, policy, route
 from twisted.logger import Logger, formatEvent
 
 import twistgw_rbac
-from twistgw.regex import MAX_SUBJECT, SafeRegex, UnsafePattern
+from twistgw.regex import SafeRegex, UnsafePattern
 
 from support.trial import TestCase
 
@@ -89,14 +89,10 @@ class RbacShadowRegexTests(TestCase):
         (r"(a)?(?(1)b|c)", "conditional"),
         (r"(?>a+)", "atomic"),
         (r"a*+", "possessive"),
-        (r"(?i)admin", "inline flags"),
-        (r"(?i:admin)", "inline flags"),
-        (r"(?s).*", "inline flags"),
-        (r"a\bb", "anchors"),
-        (r"a^b", "anchors"),
-        (r"a$b", "anchors"),
-        ("x" * 1001, "longer than 1000"),
-        (r"(?:(?:a{100}){100})", "too large"),
+        (r"(?:(?:a{100}){100})", "invalid repetition size"),
+        (r"a{1001}", "invalid repetition size"),
+        ("x" * 1001, "program size is 1005, over the limit of 100"),
+        (r"[0-9a-f]{64}", "too complex"),
         (r"[", "invalid regular expression"),
     ])
     def test_unsafe_or_invalid_patterns_are_refused(self, pattern: str, reason: str) -> None:
@@ -104,37 +100,38 @@ class RbacShadowRegexTests(TestCase):
             SafeRegex(pattern)
 
     @pytest.mark.parametrize("pattern", [
-        r"(a+)+", r"(a|a)*", r"(a|aa)+", r".*.*.*.*.*", r"(a*)*", r"(?:a?){50}a{50}", r"(\w+\s?)*",
+        r"(a+)+", r"(a|a)*", r"(a|aa)+", r".*.*.*.*.*", r"(a*)*", r"(?:a?){10}a{10}", r"(\w+\s?)*",
     ])
     def test_catastrophic_patterns_run_in_linear_time(self, pattern: str) -> None:
         rx = SafeRegex(pattern + "!")
-        subject = "a" * MAX_SUBJECT
+        subject = "a" * 65536
         start = time.perf_counter()
         assert rx.fullmatch(subject) is False
-        assert rx.fullmatch(subject + "!") is False  # over the length bound
+        # any length: no cut-off (only the bounded repeat cannot absorb 64 KiB)
+        assert rx.fullmatch(subject + "!") is (pattern != r"(?:a?){10}a{10}")
         assert time.perf_counter() - start < 0.5
 
-    def test_anchors_at_the_ends_are_accepted(self) -> None:
-        for p in (r"^abc$", r"\Aabc\Z", r"^abc", r"abc$"):
+    def test_anchors_and_flags_are_re2s(self) -> None:
+        for p in (r"^abc$", r"\Aabc\z", r"^abc", r"abc$", r"^abc$|^xyz$", r"(?i)ABC"):
             rx = SafeRegex(p)
             assert rx.fullmatch("abc") and not rx.fullmatch("abc\n") and not rx.fullmatch("xabc")
+        assert SafeRegex(r"a\bb|a\b").fullmatch("a") and not SafeRegex(r"a\bb").fullmatch("ab")
 
-    def test_cache_reset_keeps_answers_right(self) -> None:
+    def test_a_long_subject_is_matched_not_cut_off(self) -> None:
         rx = SafeRegex(r"[a-z]*[0-9]")
-        for i in range(30000):  # more distinct (state, char) moves than the cache holds
-            ch = chr(0x4E00 + i)
-            assert rx.fullmatch("ab" + ch + "1") is False
-        assert rx.fullmatch("abc1") is True
+        assert rx.fullmatch("a" * 100_000 + "1") is True
+        assert rx.fullmatch("ab" + "\u4e00" + "1") is False
 
     @settings(max_examples=400, deadline=None)
     @given(pattern=st.sampled_from(SAFE_PATTERNS),
            subject=st.text(alphabet="abcxyz0123 -_@.:\n\u00e9\u0663", max_size=12))
     def test_matches_exactly_like_python_re(self, pattern: str, subject: str) -> None:
-        assert SafeRegex(pattern).fullmatch(subject) == bool(re.fullmatch(pattern, subject))
+        # RE2's \d, \w and \s are ASCII classes: Python's re.ASCII
+        assert SafeRegex(pattern).fullmatch(subject) == bool(re.fullmatch(pattern, subject, re.ASCII))
 
     @pytest.mark.parametrize("subject", [
         "system:serviceaccount:ci:builder", "system:serviceaccount:ci:deployer", "ab", "abc", "abbbc",
     ])
     def test_matches_like_python_re_on_fixed_cases(self, subject: str) -> None:
         for pattern in SAFE_PATTERNS:
-            assert SafeRegex(pattern).fullmatch(subject) == bool(re.fullmatch(pattern, subject)), pattern
+            assert SafeRegex(pattern).fullmatch(subject) == bool(re.fullmatch(pattern, subject, re.ASCII)), pattern

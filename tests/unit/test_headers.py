@@ -7,7 +7,7 @@ import pytest
 from twisted.web.http_headers import Headers as TwistedHeaders
 
 import twistgw
-from twistgw.api.headers import InvalidHeaderName, canonical_name
+from twistgw.api.headers import Headers, InvalidHeaderName, canonical_name
 
 from support.trial import TestCase
 
@@ -50,3 +50,12 @@ class HeadersTests(TestCase):
     def test_set_raw_headers_refuses_a_single_value(self) -> None:
         with pytest.raises(TypeError):
             twistgw.Headers().setRawHeaders(b"x-a", b"value")
+
+
+class HeadersRawDoorTests(TestCase):
+    def test_raw_is_the_live_dict_and_adopt_takes_one_without_copying(self):
+        raw = {b"X-A": [b"1"]}
+        h = Headers.adopt(raw)
+        assert h.raw is raw and h.getRawHeaders(b"x-a") == [b"1"]
+        h.addRawHeader(b"x-b", b"2")
+        assert raw[b"X-B"] == [b"2"]

@@ -103,9 +103,72 @@ class RouteMatchersTests(TestCase):
         assert await chosen(t, "GET", "/z", {"x": "a" * 3000 + "c"}) is None
         assert time.perf_counter() - start < 1.0  # Python's re would take longer than the universe
 
+    async def test_a_long_path_is_matched_never_skipped(self):
+        # Issue 23 item 1: a subject over 4,096 characters used to be "no
+        # match", so the next (open) route served a regex-guarded path.
+        t = make_tester(route_yaml("guarded", "[{regex: '/rx/admin/.*'}]")
+                        + route_yaml("open", "[{prefix: /}]"))
+        assert await chosen(t, "GET", "/rx/admin/" + "a" * 100) == "guarded"
+        assert await chosen(t, "GET", "/rx/admin/" + "a" * 4090) == "guarded"
+        assert await chosen(t, "GET", "/rx/admin/" + "a" * 60_000) == "guarded"
+        t = make_tester(route_yaml("hdr", "[{prefix: /, headers: [{name: x-role, value: 'adm.*', regex: true}]}]")
+                        + route_yaml("q", "[{prefix: /, queryParameters: [{name: u, value: 'adm.*', regex: true}]}]")
+                        + route_yaml("open", "[{prefix: /}]"))
+        assert await chosen(t, "GET", "/", {"x-role": "adm" + "n" * 5000}) == "hdr"
+        assert await chosen(t, "GET", "/?u=adm" + "n" * 5000) == "q"
+
+    async def test_headers_the_gateway_strips_still_match(self):
+        # issue 23 item 3: a route guarded by a hop-by-hop header never
+        # matched, and the next open route served (spliced) the request
+        guarded = [("upgrade", "websocket"), ("connection", "upgrade"), ("content-length", "0"),
+                   ("transfer-encoding", "chunked"), ("expect", "100-continue"),
+                   ("proxy-authorization", "Basic eA=="), ("te", "trailers"), ("keep-alive", "timeout=5")]
+        routes = "".join(route_yaml(name, f"[{{prefix: /, headers: [{{name: {name}, value: '{value}'}}]}}]")
+                         for name, value in guarded)
+        t = make_tester(routes + route_yaml("open", "[{prefix: /}]"))
+        for name, value in guarded:
+            assert await chosen(t, "GET", "/", {name: value}) == name, name
+        assert await chosen(t, "GET", "/", {"upgrade": "h2c"}) == "open"
+        # a header Connection names is dropped at run time: it matches too
+        t = make_tester(route_yaml("admin", "[{prefix: /, headers: [{name: x-role, value: admin}]}]")
+                        + route_yaml("open", "[{prefix: /}]"))
+        assert await chosen(t, "GET", "/", {"x-role": "admin", "connection": "x-role"}) == "admin"
+
+    async def test_a_hostile_pattern_is_cheap_or_refused(self):
+        # Issue 23 item 2: '/dfa/.*a.{2400}' loaded and cost seconds per 4 KB path.
+        with pytest.raises(ConfigError) as info:
+            load_text(HEAD + textwrap.indent(route_yaml("r", "[{regex: '/dfa/.*a.{2400}'}]"), "    "), "m.yaml")
+        assert "invalid repetition size" in str(info.value)
+        with pytest.raises(ConfigError) as info:
+            load_text(HEAD + textwrap.indent(route_yaml("r", "[{regex: '/dfa/.*a.{200}'}]"), "    "), "m.yaml")
+        assert "spec.virtualHost.routes[0].matchers[0].regex: the pattern is too complex" in str(info.value)
+        # Under the limit, the worst input pattern costs milliseconds.
+        t = make_tester(route_yaml("dfa", "[{regex: '/dfa/.*a.{10}'}]")
+                        + route_yaml("nfa", "[{regex: '/nfa/(.*a){8}'}]"))
+        start = time.perf_counter()
+        for _ in range(5):
+            assert await chosen(t, "GET", "/dfa/" + "a" * 4096) == "dfa"
+            assert await chosen(t, "GET", "/nfa/" + "ab" * 2048 + "b") is None
+        assert time.perf_counter() - start < 0.5
+
+    def test_gloo_patterns_with_anchors_and_flags_load(self):
+        t = make_tester(route_yaml("api", "[{regex: '^/(api|v1)/.*$|^/health$'}]")
+                        + route_yaml("ci", "[{regex: '(?i)/admin/.*'}]"))
+        assert len(t.snapshot.routes) == 2
+
+    def test_the_program_size_limit_is_a_setting(self):
+        settings = ("---\napiVersion: gateway.vendor.io/v1\nkind: Settings\nmetadata: {name: s}\n"
+                    "spec: {gateway: {regexMaxProgramSize: 1000}}\n")
+        text = HEAD + textwrap.indent(route_yaml("r", "[{regex: '/dfa/.*a.{100}'}]"), "    ") + settings
+        assert len(load_text(text).virtual_services[0].routes) == 1
+        with pytest.raises(ConfigError) as info:
+            load_text(text.replace("1000", "0"))
+        assert "spec.gateway.regexMaxProgramSize: must be between 1 and 1048576" in str(info.value)
+
     @pytest.mark.parametrize("matchers, field, reason", [
         ("[{regex: '/(a)\\1'}]", "matchers[0].regex", "backreferences"),
         ("[{regex: '/(?=x)'}]", "matchers[0].regex", "lookahead"),
+        ("[{regex: '/x{2000}'}]", "matchers[0].regex", "invalid repetition size"),
         ("[{regex: '/('}]", "matchers[0].regex", "invalid regular expression"),
         ("[{prefix: /a, exact: /b}]", "matchers[0]", "set at most one of prefix, exact or regex"),
         ("[{prefix: /a, caseSensitive: 'no'}]", "matchers[0].caseSensitive", "must be true or false"),
@@ -115,6 +178,12 @@ class RouteMatchersTests(TestCase):
         ("[{queryParameters: [{name: q, value: '(', regex: true}]}]",
          "matchers[0].queryParameters[0].value", "invalid regular expression"),
         ("[{methods: [get]}]", "matchers[0].methods[0]", "in capitals"),
+        ("[{headers: [{name: 'x-é', value: a}]}]", "matchers[0].headers[0].name", "is not a valid header name"),
+        # a client's forwarding facts and method overrides are never trusted: refused, not skipped
+        ("[{headers: [{name: X-Forwarded-For, value: 10.0.0.1}]}]", "matchers[0].headers[0].name",
+         "never takes from a client"),
+        ("[{headers: [{name: x-http-method-override, value: DELETE}]}]", "matchers[0].headers[0].name",
+         "never takes from a client"),
         ("[{prefx: /a}]", "matchers[0].prefx", "unknown field 'prefx'"),
     ])
     def test_matcher_errors(self, matchers, field, reason):

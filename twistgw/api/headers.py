@@ -126,6 +126,21 @@ class Headers:
         """``(canonical name, values)`` for every header, as bytes."""
         return iter(self._raw.items())
 
+    @classmethod
+    def adopt(cls, raw: dict[bytes, list[bytes]]) -> "Headers":
+        """Headers over ``raw`` itself, no copy: for the engine, whose parser
+        already built the dict with canonical names and clean values."""
+        out = cls()
+        out._raw = raw
+        return out
+
+    @property
+    def raw(self) -> dict[bytes, list[bytes]]:
+        """The live ``{canonical name: [values]}`` dict, no copy: for the
+        core's and the engine's copy loops (names must be canonical, values
+        clean bytes). Plugins use the methods above."""
+        return self._raw
+
     def set_canonical(self, canonical: bytes, value: bytes) -> None:
         """``setRawHeaders`` for a name already in canonical form and a value
         the gateway made itself (no line breaks): no re-encoding per request."""

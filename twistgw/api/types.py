@@ -266,7 +266,11 @@ class ResourceView:
     def resource(self, kind: str, name: str, namespace: str = "default") -> object:
         """Any resource read, by kind (a kind added to the configuration's
         table of kinds, such as ``RateLimitConfig``, is found here): the
-        object its reader returned."""
+        object its reader returned. One with problems of its own raises
+        :class:`InvalidResource` (its problems are reported where it is
+        written)."""
+        if (kind, namespace, name) in self._invalid:
+            self._missing(kind, namespace, name)
         try:
             return self._resources[kind][(namespace, name)]
         except KeyError:
@@ -342,6 +346,12 @@ class RequestContext:
     :ivar dry_run: ``True`` under ``twistgw explain`` without ``--live``:
         contact nothing; return :class:`NotChecked` where the answer would
         need the network.
+    :ivar received_headers: the request headers as the client sent them
+        (hop-by-hop ones included), or None. Route matchers read a header
+        the gateway removed before routing (``Upgrade``, ``Connection``, a
+        header ``Connection`` names...) from here; plugins use ``headers``.
+    :ivar owned_headers: canonical names of the headers plugins own: never
+        read from ``received_headers`` (a client's copy is a forgery).
     """
 
     __slots__ = (
@@ -362,6 +372,8 @@ class RequestContext:
         "decided_by",
         "scheme",
         "dry_run",
+        "received_headers",
+        "owned_headers",
     )
 
     def __init__(
@@ -395,6 +407,8 @@ class RequestContext:
         self.reactor = reactor
         self.decided_by: str | None = None
         self.dry_run = False
+        self.received_headers: Any = None
+        self.owned_headers: tuple[bytes, ...] = ()
 
     # Headers ---------------------------------------------------------------
 

@@ -32,8 +32,16 @@ from twistgw.config.model import (
 )
 from twistgw.config.names import is_yaml_file
 from twistgw.config.reader import ResourceReader
-from twistgw.config.resolution import Config, Unresolvable, check_references, locate, resolve_upstreams
+from twistgw.config.resolution import (
+    Config,
+    Unresolvable,
+    check_references,
+    check_regex_sizes,
+    locate,
+    resolve_upstreams,
+)
 from twistgw.config.routetables import Flattener
+from twistgw.config.settings import regex_max_program_size
 from twistgw.config.yamlfiles import MAX_FLOW_NESTING, Document, parse_yaml_text, read_documents
 
 __all__ = [
@@ -105,11 +113,13 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
     resolved = resolve_upstreams(config, issue, read.invalid, partial)
     config = attrs.evolve(config, upstreams=resolved.upstreams, subset_specs=resolved.subset_specs,
                           endpoint_labels=resolved.endpoint_labels)
+    check_regex_sizes(config, issue, regex_max_program_size(config.settings))  # routes as written
     # Delegation: each virtual service's route tree, flattened.
     flattener = Flattener(config.route_tables, {(n, m) for k, n, m in read.invalid if k == "RouteTable"},
                           issue, partial)
     config = attrs.evolve(config, virtual_services=tuple(
         attrs.evolve(vs, routes=flattener.flatten(vs)) for vs in config.virtual_services))
+    config = attrs.evolve(config, route_tables_used=frozenset(flattener.used))
     check_references(config, issue, read.invalid)
     if issues and not keep_going:
         raise ConfigError(issues)

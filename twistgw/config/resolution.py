@@ -13,11 +13,13 @@ import attrs
 from twistgw.api.fields import Path
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo, path_text
 from twistgw.config.errors import ConfigIssue
+from twistgw.regex import SafeRegex, too_large
 from twistgw.config.model import (
     EndpointsResource,
     EndpointSubset,
     KubeRef,
     Pod,
+    Route,
     RouteTable,
     Service,
     ServicePort,
@@ -28,7 +30,7 @@ from twistgw.config.model import (
     VirtualService,
 )
 
-__all__ = ["Config", "Unresolvable", "check_references", "locate", "resolve_upstreams"]
+__all__ = ["Config", "Unresolvable", "check_references", "check_regex_sizes", "locate", "resolve_upstreams"]
 
 
 @attrs.frozen
@@ -67,6 +69,8 @@ class Config:
     #: above have their own typed fields too; a kind added to
     #: :data:`twistgw.config.kinds.KINDS` is found here
     resources: Mapping[str, Mapping[tuple[str, str], object]] = attrs.field(factory=dict)
+    #: (namespace, name) of the RouteTables some virtual service delegates to
+    route_tables_used: frozenset[tuple[str, str]] = frozenset()
 
     def of_kind(self, kind: str) -> Mapping[tuple[str, str], object]:
         """Every resource of ``kind`` read, keyed by (namespace, name)."""
@@ -288,3 +292,21 @@ def _subset_mismatch(action: UpstreamRef, spec: SubsetSpec | None) -> str:
     known = "; ".join("[" + ", ".join(sorted(sel)) + "]" for sel in spec.selectors)
     return (f"route has a subset config, but none of the subsets in the upstream match it (Gloo's rule):"
             f" keys [{', '.join(sorted(keys))}] are not one of {where}'s selectors ({known})")
+
+
+def check_regex_sizes(config: Config, issue: Locate, limit: int) -> None:
+    """Every regular expression of every route (as written, in virtual
+    services and route tables) against the program-size limit."""
+    owners: list[tuple[str, Source | None, tuple[Route, ...]]] = [
+        (f"VirtualService {vs.key}", vs.source, vs.routes) for vs in config.virtual_services]
+    owners += [(f"RouteTable {rt.key}", rt.source, rt.routes) for rt in config.route_tables.values()]
+    for owner, source, routes in owners:
+        for route in routes:
+            for j, m in enumerate(route.matchers):
+                mp = route.path + ("matchers", j)
+                found: list[tuple[Path, SafeRegex | None]] = [(mp + ("regex",), m.regex)]
+                found += [(mp + ("headers", k, "value"), h.regex) for k, h in enumerate(m.headers)]
+                found += [(mp + ("queryParameters", k, "value"), q.regex) for k, q in enumerate(m.query)]
+                for path, rx in found:
+                    if rx is not None and rx.program_size > limit:
+                        issue(source, owner, path, too_large(rx.program_size, limit))

@@ -5,13 +5,24 @@ and the core's own (``spec.gateway``), checked here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from twistgw.api.fields import FieldReader, Path
 from twistgw.config.envelope import Envelope
 from twistgw.config.names import is_loopback_endpoint
+from twistgw.regex import max_program_size
 
-__all__ = ["read_settings"]
+__all__ = ["MAX_PROGRAM_SIZE_LIMIT", "read_settings", "regex_max_program_size"]
+
+#: The largest ``regexMaxProgramSize`` accepted (Contour's choice for
+#: "unlimited"; RE2's memory budget refuses larger programs anyway).
+MAX_PROGRAM_SIZE_LIMIT = 1 << 20
+
+
+def regex_max_program_size(settings: Mapping[str, Any]) -> int:
+    """The program-size limit of regular expressions in the configuration:
+    ``Settings.spec.gateway.regexMaxProgramSize``, else Envoy's default."""
+    return max_program_size(settings.get("gateway"))
 
 
 def read_settings(r: FieldReader, res: Envelope) -> dict[str, Any]:
@@ -29,7 +40,10 @@ def _gateway_settings(r: FieldReader, value: Any) -> None:
     if value is None:
         return
     path: Path = ("spec", "gateway")
-    g = r.mapping(value, path, {"echoServer"})
+    g = r.mapping(value, path, {"echoServer", "regexMaxProgramSize"})
+    with r.part():
+        if "regexMaxProgramSize" in g:
+            r.integer(g["regexMaxProgramSize"], path + ("regexMaxProgramSize",), 1, MAX_PROGRAM_SIZE_LIMIT)
     if "echoServer" in g:
         e = r.mapping(g["echoServer"], path + ("echoServer",), {"listen"}, required=("listen",))
         listen = r.string(e["listen"], path + ("echoServer", "listen"))

@@ -137,11 +137,11 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     if vs is None:
         return NOT_FOUND
     upstream_headers = Headers()
-    copy_request_headers(headers, upstream_headers._raw)
+    copy_request_headers(headers, upstream_headers.raw)
     for name in snapshot.owned_headers:
         # Plugins own these (twistgw.OwnsRequestHeaders): a client's copy
         # never reaches a route matcher, a plugin or a backend.
-        upstream_headers._raw.pop(name, None)
+        upstream_headers.raw.pop(name, None)
     if authority is not None:
         # RFC 9112 §3.2.2: the target's authority replaces Host, so the
         # upstream sees the host that routing (and authorization) used.
@@ -150,6 +150,9 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
         method.decode("latin-1"), path, query, upstream_headers, host,
         head.client_address, vs.key, "", reactor, head.scheme, target,
     )
+    # Route matchers read a header the copy above dropped as the client sent it.
+    ctx.received_headers = headers
+    ctx.owned_headers = snapshot.owned_headers
     route = select_route(ctx, vs, route_hook)
     if route is None:
         return NOT_FOUND
