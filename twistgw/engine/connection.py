@@ -61,7 +61,6 @@ class GatewayProtocol(Protocol, RequestReader):
         self.gateway = gateway
         self.clock = gateway.reactor.seconds
         self.callLater = gateway.reactor.callLater
-        self._clock = self.clock
         self.state = _IDLE
         self.parser = httptools.HttpRequestParser(self)
         self.queue: deque[Exchange] = deque()
@@ -70,8 +69,8 @@ class GatewayProtocol(Protocol, RequestReader):
         self._paused = 0
         #: a reentrancy guard of :meth:`_advance` (not a state: the loop is running)
         self._advancing = False
-        self._deadline = LazyTimer(self)
-        self._idle = LazyTimer(self)
+        self._deadline = LazyTimer(self.clock, self.callLater)
+        self._idle = LazyTimer(self.clock, self.callLater)
         self.tunnel: Splice | None = None
         self._tunnel_buffer: list[bytes] = []
         #: an answer to input that could not be parsed, sent once the

@@ -78,8 +78,6 @@ class UpstreamConnection(Protocol):
     def __init__(self, pool: "UpstreamPool", key: tuple[str, int]) -> None:
         self.pool = pool
         self.key = key
-        self.callLater = pool.reactor.callLater
-        self._clock = pool.reactor.seconds
         self.state = _CONNECTING
         self.req: UpstreamRequest | None = None
         self.parser: Any = None
@@ -96,7 +94,7 @@ class UpstreamConnection(Protocol):
         self.tunnel: Tunnel | None = None
         #: the response deadline while a request is in flight, the idle
         #: expiry while pooled
-        self.timer = LazyTimer(self)
+        self.timer = LazyTimer(pool.reactor.seconds, pool.reactor.callLater)
 
     @property
     def usable(self) -> bool:
