@@ -206,8 +206,9 @@ class Flattener:
             return None
         options = _merge_options(parent_options, route.options)
         timeout = parse_duration(options["timeout"]) if "timeout" in options else None
+        websocket = _websocket(options.get("upgrades"))
         return attrs.evolve(route, matchers=matchers, options=options,
-                            prefix_rewrite=options.get("prefixRewrite"), timeout=timeout)
+                            prefix_rewrite=options.get("prefixRewrite"), timeout=timeout, websocket=websocket)
 
     def _delegating_matcher(self, route: Route, source: Any, owner: str) -> Matcher | None:
         if len(route.matchers) != 1:
@@ -259,3 +260,12 @@ def _in_order(tables: list[RouteTable]) -> list[tuple[RouteTable | None, Route]]
         out.extend(group)
         i = j
     return out
+
+
+def _websocket(upgrades: Any) -> bool:
+    """``upgrades`` of merged route options, already checked where written."""
+    for entry in upgrades or ():
+        spec = entry.get("websocket") if isinstance(entry, dict) else None
+        if isinstance(spec, dict) and "enabled" in spec:
+            return bool(spec["enabled"])
+    return True
