@@ -15,7 +15,7 @@ class _Owner:
     def __init__(self) -> None:
         self.clock = Clock()
         self.callLater = self.clock.callLater
-        self._clock = self.clock.seconds
+        self.seconds = self.clock.seconds
         self.fired: list[float] = []
 
     def action(self) -> None:
@@ -25,7 +25,7 @@ class _Owner:
 class LazyTimerTests(TestCase):
     def test_fires_at_the_deadline(self) -> None:
         o = _Owner()
-        LazyTimer(o).set(5, o.action)
+        LazyTimer(o.seconds, o.callLater).set(5, o.action)
         o.clock.advance(4.9)
         assert o.fired == []
         o.clock.advance(0.1)
@@ -33,7 +33,7 @@ class LazyTimerTests(TestCase):
 
     def test_moving_the_deadline_later_makes_no_reactor_call_and_fires_late(self) -> None:
         o = _Owner()
-        t = LazyTimer(o)
+        t = LazyTimer(o.seconds, o.callLater)
         t.set(5, o.action)
         for _ in range(4):
             o.clock.advance(1)
@@ -48,7 +48,7 @@ class LazyTimerTests(TestCase):
 
     def test_an_earlier_deadline_moves_the_call(self) -> None:
         o = _Owner()
-        t = LazyTimer(o)
+        t = LazyTimer(o.seconds, o.callLater)
         t.set(5, o.action)
         t.set(1, o.action)
         o.clock.advance(1)
@@ -56,7 +56,7 @@ class LazyTimerTests(TestCase):
 
     def test_cleared_never_fires_and_stop_cancels(self) -> None:
         o = _Owner()
-        t = LazyTimer(o)
+        t = LazyTimer(o.seconds, o.callLater)
         t.set(1, o.action)
         t.clear()
         o.clock.advance(2)
@@ -71,7 +71,7 @@ class LazyTimerTests(TestCase):
         # (trial's janitor cancels leftover calls, for one): a cancelled call
         # must not be taken for a pending one, or the deadline never fires
         o = _Owner()
-        t = LazyTimer(o)
+        t = LazyTimer(o.seconds, o.callLater)
         t.set(1, o.action)
         for call in o.clock.getDelayedCalls():
             call.cancel()
@@ -81,7 +81,7 @@ class LazyTimerTests(TestCase):
 
     def test_a_call_that_fired_is_made_again(self) -> None:
         o = _Owner()
-        t = LazyTimer(o)
+        t = LazyTimer(o.seconds, o.callLater)
         t.set(1, o.action)
         o.clock.advance(1)
         t.set(1, o.action)

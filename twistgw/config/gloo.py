@@ -38,7 +38,7 @@ SOLO_GROUPS = frozenset({
 })
 
 #: Options keys the core itself reads; every other key names a plugin.
-CORE_OPTION_KEYS = frozenset({"pluginOrder", "prefixRewrite", "timeout"})
+CORE_OPTION_KEYS = frozenset({"pluginOrder", "prefixRewrite", "timeout", "upgrades"})
 
 
 #: Gloo Edge fields twistgw does not implement, by where they are written,

@@ -142,6 +142,8 @@ class Route:
     prefix_rewrite: str | None = None
     timeout: float | None = None
     path: tuple[str | int, ...] = ()
+    #: WebSocket upgrades forwarded (Gloo's ``upgrades: [{websocket: {enabled}}]``; default true)
+    websocket: bool = True
     source: Source | None = None
     owner: str = ""
     #: ``inheritableMatchers`` / ``inheritablePathMatchers`` (None: as the parent)

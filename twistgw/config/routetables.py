@@ -260,8 +260,10 @@ class Flattener:
         # then guards the route too.
         if any(m.regex is not None or (parent.case_sensitive and not m.case_sensitive) for m in matchers):
             guard = guard + (_path_only(parent),)
+        websocket = _websocket(options.get("upgrades"))
         return attrs.evolve(route, matchers=matchers, options=options,
-                            prefix_rewrite=options.get("prefixRewrite"), timeout=timeout, guard=guard)
+                            prefix_rewrite=options.get("prefixRewrite"), timeout=timeout, guard=guard,
+                            websocket=websocket)
 
     def _delegating_matcher(self, route: Route, source: Any, owner: str) -> Matcher | None:
         if len(route.matchers) != 1:
@@ -319,3 +321,12 @@ def _in_order(tables: list[RouteTable]) -> list[tuple[RouteTable | None, Route]]
         out.extend(group)
         i = j
     return out
+
+
+def _websocket(upgrades: Any) -> bool:
+    """``upgrades`` of merged route options, already checked where written."""
+    for entry in upgrades or ():
+        spec = entry.get("websocket") if isinstance(entry, dict) else None
+        if isinstance(spec, dict) and "enabled" in spec:
+            return bool(spec["enabled"])
+    return True

@@ -27,7 +27,7 @@ from twistgw.config.names import host_without_port
 from twistgw.config.reader import reference
 from twistgw.options import parse_duration
 
-__all__ = ["read_options", "read_routes", "read_virtual_service"]
+__all__ = ["read_options", "read_routes", "read_virtual_service", "websocket_enabled"]
 
 
 def read_virtual_service(r: FieldReader, res: Envelope) -> VirtualService:
@@ -78,7 +78,7 @@ def read_options(r: FieldReader, value: Any, path: Path) -> dict[str, Any]:
     options = r.mapping(value, path)
     bad = r.count()
     if "routes" not in path:  # a virtual host's options
-        for key in ("prefixRewrite", "timeout"):
+        for key in ("prefixRewrite", "timeout", "upgrades"):
             if key in options:
                 r.issue(path + (key,), "is a route option (as in Gloo): write it under the routes' options")
     if "pluginOrder" in options:
@@ -93,12 +93,41 @@ def read_options(r: FieldReader, value: Any, path: Path) -> dict[str, Any]:
             rw = r.string(options["prefixRewrite"], path + ("prefixRewrite",), nonempty=False)
             if rw and not rw.startswith("/"):
                 raise r.fail(path + ("prefixRewrite",), "must start with '/'")
+    if "upgrades" in options:
+        with r.part():
+            websocket_enabled(r, options["upgrades"], path + ("upgrades",))
     if "timeout" in options and not parse_duration(options["timeout"]):
         r.issue(path + ("timeout",), f"must be a duration above zero such as '15s' or '500ms',"
                 f" got {options['timeout']!r}")
     if r.count() > bad:
         raise r.invalid()
     return options
+
+
+def websocket_enabled(r: FieldReader, value: Any, path: Path) -> bool:
+    """Gloo's route option ``upgrades: [{websocket: {enabled: bool}}]``:
+    whether WebSocket upgrades are forwarded on the route (``enabled``
+    defaults to true, as in Gloo; no entry: true, Gloo's default)."""
+    enabled = True
+    seen = False
+    for i, item in enumerate(r.sequence(value, path)):
+        at = path + (i,)
+        entry = r.mapping(item, at, {"websocket", "connect"})
+        if "connect" in entry:
+            r.issue(at + ("connect",), "CONNECT is not proxied (a reverse proxy has no tunnel target; answered 501)")
+            continue
+        if len(entry) != 1:
+            raise r.fail(at, "set one upgrade type: websocket")
+        if "websocket" not in entry:
+            raise r.invalid()  # the unknown type is reported already
+        if seen:
+            raise r.fail(at, "lists websocket twice")
+        seen = True
+        spec = r.mapping(entry["websocket"] if entry["websocket"] is not None else {}, at + ("websocket",),
+                         {"enabled"})
+        if "enabled" in spec:
+            enabled = r.boolean(spec["enabled"], at + ("websocket", "enabled"))
+    return enabled
 
 
 _ACTIONS = ("routeAction", "directResponseAction", "delegateAction")
@@ -138,7 +167,9 @@ def _route(r: FieldReader, ns: str, index: int, raw: Any, path: Path) -> Route:
         raise r.invalid()
     rewrite = options.get("prefixRewrite")
     timeout = parse_duration(options["timeout"]) if "timeout" in options else None
-    return Route(name, index, tuple(matchers), action, options, rewrite, timeout, path=path,
+    websocket = websocket_enabled(r, options["upgrades"], path + ("options", "upgrades")) if "upgrades" in options \
+        else True
+    return Route(name, index, tuple(matchers), action, options, rewrite, timeout, path=path, websocket=websocket,
                  inherit_matchers=inherit["inheritableMatchers"],
                  inherit_path_matchers=inherit["inheritablePathMatchers"])
 

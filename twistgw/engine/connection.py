@@ -24,7 +24,7 @@ from zope.interface import implementer
 from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT
 from twistgw.engine import framing, wire
 from twistgw.engine.exchange import Exchange
-from twistgw.engine.request import RequestReader, Stop
+from twistgw.engine.request import Reject, RequestReader, Stop
 from twistgw.engine.seams import Splice
 from twistgw.engine.states import ConnState
 from twistgw.engine.timers import LazyTimer
@@ -61,7 +61,6 @@ class GatewayProtocol(Protocol, RequestReader):
         self.gateway = gateway
         self.clock = gateway.reactor.seconds
         self.callLater = gateway.reactor.callLater
-        self._clock = self.clock
         self.state = _IDLE
         self.parser = httptools.HttpRequestParser(self)
         self.queue: deque[Exchange] = deque()
@@ -70,8 +69,8 @@ class GatewayProtocol(Protocol, RequestReader):
         self._paused = 0
         #: a reentrancy guard of :meth:`_advance` (not a state: the loop is running)
         self._advancing = False
-        self._deadline = LazyTimer(self)
-        self._idle = LazyTimer(self)
+        self._deadline = LazyTimer(self.clock, self.callLater)
+        self._idle = LazyTimer(self.clock, self.callLater)
         self.tunnel: Splice | None = None
         self._tunnel_buffer: list[bytes] = []
         #: an answer to input that could not be parsed, sent once the
@@ -236,7 +235,19 @@ class GatewayProtocol(Protocol, RequestReader):
             return  # DRAINING, CLOSING: read nothing more
         if state is _HEAD and self.head_too_large(len(data)):
             return
-        self.feed(data)
+        self._data = data
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:
+            self.upgrade_requested(data[exc.args[0]:])
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            if isinstance(cause, Reject):
+                self.reject(cause.response)
+            elif not isinstance(cause, Stop):
+                raise
+        except httptools.HttpParserError:
+            self.reject(framing.BAD_REQUEST)
 
     def _hold_for_tunnel(self, data: bytes) -> None:
         """Bytes after an upgrade request, before the upstream said 101."""
@@ -254,20 +265,22 @@ class GatewayProtocol(Protocol, RequestReader):
             return
         self._hold_for_tunnel(rest)
 
-    # -- the parser's events (RequestReader calls these) ------------------------------
+    # -- the parser's callbacks that move the state (the others: RequestReader) -------
 
-    def head_begins(self) -> None:
+    def on_message_begin(self) -> None:
         """IDLE → HEAD."""
         if self.state >= _DRAINING:
             raise Stop()
         self.state = _HEAD
+        self.start_head()
         self._idle.clear()
         if self.current is None and self.head_timeout and not self._deadline.armed:
             # The head deadline runs from the first byte of a request.
             self._deadline.set(self.head_timeout, self._head_timed_out)
 
-    def head_complete(self, ex: Exchange) -> None:
+    def on_headers_complete(self) -> None:
         """HEAD → BODY (for a request without a body, the end follows at once)."""
+        ex = self.read_head()
         if self.state is _HEAD:
             self.state = _BODY
         self.parsing = ex
@@ -275,8 +288,9 @@ class GatewayProtocol(Protocol, RequestReader):
         self.gateway.inflight += 1
         if self.current is None and not self._paused & _P_WRITE:
             self.current = ex
-            ex.start()
+            self.gateway.handle(ex)
         else:
+            ex.wait()
             self.queue.append(ex)
             self.pause_reading(_P_PIPELINE)
             if len(self.queue) >= framing.MAX_PIPELINE:
@@ -285,12 +299,12 @@ class GatewayProtocol(Protocol, RequestReader):
                 self.stop_reading()
                 raise Stop()
 
-    def body_data(self, data: bytes) -> None:
+    def on_body(self, data: bytes) -> None:
         ex = self.parsing
         if ex is not None and ex.body is not None:
             ex.body.write(data)
 
-    def message_complete(self) -> None:
+    def on_message_complete(self) -> None:
         """BODY → IDLE, or → UPGRADING after an upgrade request."""
         ex = self.parsing
         if ex is None:

@@ -50,7 +50,7 @@ class Exchange:
         self.version = version
         self.headers = headers
         self.keep_alive = keep_alive
-        self.phase = _QUEUED
+        self.phase = _HANDLING  # wait() if it queues
         self.body: RequestBody | None = None
         self.body_complete = False
         self.expect_continue = False
@@ -76,8 +76,12 @@ class Exchange:
     def finished(self) -> bool:
         return self.phase >= _DONE
 
+    def wait(self) -> None:
+        """→ QUEUED: read while another request is being answered."""
+        self.phase = _QUEUED
+
     def start(self) -> None:
-        """QUEUED → HANDLING: the connection hands it to the gateway."""
+        """QUEUED → HANDLING: its turn came."""
         self.phase = _HANDLING
         self.proto.gateway.handle(self)
 
@@ -94,6 +98,10 @@ class Exchange:
         :meth:`flush`, or :meth:`finish`) so both go out in one write."""
         self.phase = _RESPONDING
         self.status = status
+        if self.upstream_started:  # the upstream's head (seams.Downstream)
+            gateway = self.proto.gateway
+            if gateway.metrics is not None:
+                gateway.metrics.upstream_latency(self, gateway.reactor.seconds() - self.upstream_started)
         no_body = self.no_body = status in _NO_BODY_STATUS or self.method == b"HEAD" or status < 200
         if not self.body_complete:
             # The response goes out before the request body was read: the
@@ -117,16 +125,6 @@ class Exchange:
             self.held = b"".join(lines)
         else:
             wire.write(self.proto.transport, b"".join(lines))
-
-    def relay_head(self, status: int, reason: bytes, lines: list[bytes], length: bytes | None) -> None:
-        """The upstream's response head (seams.Downstream)."""
-        gateway = self.proto.gateway
-        if gateway.metrics is not None:
-            gateway.metrics.upstream_latency(self, gateway.reactor.seconds() - self.upstream_started)
-        if status == 101:
-            self.send_head(101, reason, lines, None)
-        else:
-            self.send_head(status, reason, lines, length, hold=True)
 
     def _out(self, data: bytes) -> None:
         held = self.held

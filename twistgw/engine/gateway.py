@@ -81,15 +81,17 @@ class Gateway:
     def _carry_out(self, plan: Plan, ex: Exchange) -> None:
         if ex.finished:
             return
-        if isinstance(plan, Forward):
+        if type(plan) is Forward:
             if ex.expect_continue and not ex.body_complete:
                 # Only now, after the chain admitted it, invite the body.
                 wire.write(ex.proto.transport, framing.CONTINUE)
             ex.upstream_started = self.reactor.seconds()
             req = ex.upstream = self.forwarder.forward(ex, plan)
             ex.upstream_label = req.label
-        else:
+        elif type(plan) is LocalResponse:
             ex.respond(plan)
+        else:
+            ex.respond(plan)  # type: ignore[arg-type]  # a subclass of LocalResponse
 
     def _internal_error(self, failure: Failure, ex: Exchange) -> None:
         self._log.failure("Unexpected error handling {method} {uri}", failure, method=ex.method, uri=ex.target)

@@ -3,17 +3,16 @@ us, the limits, and the :class:`~twistgw.engine.exchange.Exchange` made of
 a complete head (version, framing, keep-alive, ``Expect``, upgrade).
 
 :class:`RequestReader` is mixed into the client connection, so that
-llhttp calls its callbacks without a Python call in between; it changes
-no connection state itself: it tells the connection (``head_begins``,
-``head_complete``, ``body_data``, ``message_complete``,
-``upgrade_requested``, ``reject``).
+llhttp calls ``on_url`` and ``on_header`` without a Python call in
+between. It changes no connection state: the callbacks that do
+(``on_message_begin``, ``on_headers_complete``, ``on_body``,
+``on_message_complete``) are the connection's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import httptools
 
 from twistgw.api.headers import Headers, InvalidHeaderName, canonical_name
 from twistgw.engine import framing
@@ -71,29 +70,8 @@ class RequestReader:
 
     # what the connection provides
     def reject(self, answer: bytes) -> None: ...
-    def upgrade_requested(self, rest: bytes) -> None: ...
-    def head_begins(self) -> None: ...
-    def head_complete(self, ex: Exchange) -> None: ...
-    def body_data(self, data: bytes) -> None: ...
-    def message_complete(self) -> None: ...
     def pause_body(self) -> None: ...
     def resume_body(self) -> None: ...
-
-    def feed(self, data: bytes) -> None:
-        """Parse ``data``; a parse error or a limit answers and closes."""
-        self._data = data
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade as exc:
-            self.upgrade_requested(data[exc.args[0]:])
-        except httptools.HttpParserCallbackError as exc:
-            cause = exc.__context__
-            if isinstance(cause, Reject):
-                self.reject(cause.response)
-            elif not isinstance(cause, Stop):
-                raise
-        except httptools.HttpParserError:
-            self.reject(framing.BAD_REQUEST)
 
     def head_too_large(self, n: int) -> bool:
         """A read of ``n`` bytes inside a head: past the head limits (before
@@ -106,8 +84,8 @@ class RequestReader:
 
     # -- httptools callbacks ----------------------------------------------------
 
-    def on_message_begin(self) -> None:
-        self.head_begins()
+    def start_head(self) -> None:
+        """A new head begins (the connection's ``on_message_begin``)."""
         self._url = b""
         self._raw = {}
         self._nheaders = 0
@@ -143,15 +121,6 @@ class RequestReader:
             self._raw[cname] = [value]
         else:
             values.append(value)
-
-    def on_headers_complete(self) -> None:
-        self.head_complete(self.read_head())
-
-    def on_body(self, data: bytes) -> None:
-        self.body_data(data)
-
-    def on_message_complete(self) -> None:
-        self.message_complete()
 
     # -- the head --------------------------------------------------------------
 

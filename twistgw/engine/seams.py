@@ -66,9 +66,10 @@ class Downstream(BodyFlow, Protocol):
     #: a response head kept to go out with the first body bytes
     held: bytes | None
 
-    def relay_head(self, status: int, reason: bytes, lines: list[bytes], length: bytes | None) -> None:
+    def send_head(self, status: int, reason: bytes, lines: list[bytes], length: bytes | None,
+                  hold: bool = False) -> None:
         """The upstream's response head (end-to-end ``lines``, its
-        Content-Length or None); held until the first body bytes or
+        Content-Length or None); ``hold``: until the first body bytes or
         :meth:`flush`."""
 
     def write(self, data: bytes) -> None: ...

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["LazyTimer"]
 
@@ -18,10 +18,12 @@ class LazyTimer:
     writes, and the reactor sees about one call per timeout period.
     """
 
-    __slots__ = ("_owner", "_due", "_action", "_call", "_call_at")
+    __slots__ = ("_seconds", "_call_later", "_due", "_action", "_call", "_call_at")
 
-    def __init__(self, owner: Any) -> None:
-        self._owner = owner  # has callLater and _clock
+    def __init__(self, seconds: Callable[[], float], call_later: Callable[..., Any]) -> None:
+        """``seconds`` and ``call_later``: the reactor's ``seconds`` and ``callLater``."""
+        self._seconds = seconds
+        self._call_later = call_later
         self._due = 0.0
         self._action: Any = None
         self._call: Any = None
@@ -33,16 +35,16 @@ class LazyTimer:
 
     @property
     def due(self) -> float:
-        """When the deadline last set falls (the owner's clock)."""
+        """When the deadline last set falls (``seconds()`` time)."""
         return self._due
 
     def set(self, seconds: float, action: Any) -> None:
-        due = self._owner._clock() + seconds
+        due = self._seconds() + seconds
         self._due, self._action = due, action
         call = self._call
         # DelayedCall.active() without the method call
         if call is None or call.cancelled or call.called:
-            self._call = self._owner.callLater(seconds, self._fire)
+            self._call = self._call_later(seconds, self._fire)
             self._call_at = due
         elif due < self._call_at:
             call.reset(seconds)
@@ -63,9 +65,9 @@ class LazyTimer:
         action = self._action
         if action is None:
             return
-        remaining = self._due - self._owner._clock()
+        remaining = self._due - self._seconds()
         if remaining > 0:  # moved later since the call was made
-            self._call = self._owner.callLater(remaining, self._fire)
+            self._call = self._call_later(remaining, self._fire)
             self._call_at = self._due
             return
         self._action = None

@@ -78,8 +78,6 @@ class UpstreamConnection(Protocol):
     def __init__(self, pool: "UpstreamPool", key: tuple[str, int]) -> None:
         self.pool = pool
         self.key = key
-        self.callLater = pool.reactor.callLater
-        self._clock = pool.reactor.seconds
         self.state = _CONNECTING
         self.req: UpstreamRequest | None = None
         self.parser: Any = None
@@ -96,16 +94,12 @@ class UpstreamConnection(Protocol):
         self.tunnel: Tunnel | None = None
         #: the response deadline while a request is in flight, the idle
         #: expiry while pooled
-        self.timer = LazyTimer(self)
+        self.timer = LazyTimer(pool.reactor.seconds, pool.reactor.callLater)
 
     @property
     def usable(self) -> bool:
         """Connected, nothing in flight, its framing trusted."""
         return self.state is _READY
-
-    @property
-    def head_received(self) -> bool:
-        return self.state >= _BODY
 
     # -- connection -----------------------------------------------------------
 
@@ -313,7 +307,7 @@ class UpstreamConnection(Protocol):
         length = hop.get(b"content-length")
         if status == 101:
             lines.append(b"Connection: Upgrade\r\nUpgrade: %s\r\n" % hop.get(b"upgrade", ex.upgrade))
-            ex.relay_head(101, self.reason, lines, None)
+            ex.send_head(101, self.reason, lines, None)
             return
         if b"transfer-encoding" in hop:
             length = None
@@ -321,7 +315,7 @@ class UpstreamConnection(Protocol):
             self.close_delimited = True
         if status == 204:
             length = None
-        ex.relay_head(status, self.reason, lines, length)
+        ex.send_head(status, self.reason, lines, length, True)
         if self.head_only:
             keep = self.parser.should_keep_alive() and not self.close_delimited
             # the parser expects the body a HEAD answer announces but never

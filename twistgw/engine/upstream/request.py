@@ -13,12 +13,15 @@ from twisted.python.failure import Failure
 from twistgw.core.plan import Forward
 from twistgw.engine.seams import Downstream
 from twistgw.engine.upstream import policy
+from twistgw.engine.upstream.connection import State
 
 if TYPE_CHECKING:
     from twistgw.engine.upstream.connection import UpstreamConnection
     from twistgw.engine.upstream.pool import UpstreamPool
 
 __all__ = ["UpstreamRequest"]
+
+_BODY = State.BODY
 
 
 class UpstreamRequest:
@@ -138,7 +141,7 @@ class UpstreamRequest:
         """The client sent its whole request: like Envoy, the route timeout
         runs from here (a slow upload is not the upstream's fault)."""
         conn = self.conn
-        if self.finished or (conn is not None and conn.head_received):
+        if self.finished or (conn is not None and conn.state >= _BODY):
             return
         self.timing = True
         if conn is not None:

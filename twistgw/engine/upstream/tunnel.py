@@ -31,16 +31,14 @@ _log = Logger(namespace="twistgw.upstream")
 class Tunnel:
     """One spliced connection (a :class:`~twistgw.engine.seams.Splice` for the client side)."""
 
-    __slots__ = ("upstream", "client", "idle_timeout", "timer", "callLater", "_clock", "closed")
+    __slots__ = ("upstream", "client", "idle_timeout", "timer", "closed")
 
     def __init__(self, upstream: "UpstreamConnection", client: TunnelEnd, idle_timeout: float) -> None:
         self.upstream = upstream
         self.client = client
         self.idle_timeout = idle_timeout
         reactor = upstream.pool.reactor
-        self.callLater = reactor.callLater
-        self._clock = reactor.seconds
-        self.timer = LazyTimer(self)
+        self.timer = LazyTimer(reactor.seconds, reactor.callLater)
         self.closed = False
 
     def start(self, held: list[bytes], rest: bytes) -> None:
