@@ -13,6 +13,9 @@ The directory (suffix ``dc=example,dc=org``):
 * ``ou=people``: inetOrgPerson users ``alice`` (managers, developers),
   ``bob`` (developers), ``carol`` (no group), ``eve`` (password with colons,
   managers); every password is ``<uid>-pw`` except eve's ``pa:ss:wd``.
+* ``SPECIAL_USERS`` in ``ou=people``: ``qa(lead)``, ``ops#1`` and ``x,y=z``
+  (legal names with filter and DN specials; passwords as listed there; in
+  no group).
 * ``ou=contractors``: ``dave`` (contractors) and a second ``sam``; ``sam``
   is also in ``ou=people``, so a search over both OUs finds two entries.
 * ``ou=groups``: groupOfNames ``managers``, ``developers``, ``contractors``;
@@ -61,6 +64,8 @@ USERS = {
     "eve": ("pa:ss:wd", ("managers",)),
     "sam": ("sam-pw", ()),
 }
+#: users of ou=people whose legal names hold filter or DN specials (no group)
+SPECIAL_USERS = {"qa(lead)": "qa-pw", "ops#1": "ops-pw", "x,y=z": "xyz-pw"}
 #: users of ou=contractors: uid: (password, groups)
 CONTRACTORS = {
     "dave": ("dave-pw", ("contractors",)),
@@ -108,6 +113,10 @@ def _ldif_people() -> str:
         for uid, (pw, _) in users.items():
             out.append(f"dn: uid={uid},ou={ou},{SUFFIX}\nobjectClass: inetOrgPerson\nuid: {uid}\n"
                        f"cn: {uid.title()}\nsn: {uid.title()}\nuserPassword: {pw}\n")
+    for uid, pw in SPECIAL_USERS.items():
+        rdn = uid.replace(",", "\\,").replace("=", "\\=")
+        out.append(f"dn: uid={rdn},ou=people,{SUFFIX}\nobjectClass: inetOrgPerson\nuid: {uid}\n"
+                   f"cn: special\nsn: special\nuserPassword: {pw}\n")
     return "\n".join(out)
 
 
