@@ -36,6 +36,17 @@ _HEX = "0123456789abcdefABCDEF"
 _SPECIAL_AFTER_BACKSLASH = ' "#+,;<=>\\'
 
 
+#: The names Active Directory also accepts in a simple bind: DOMAIN\\name (the
+#: down-level logon name) and name@realm (the user principal name).
+_AD_LOGON_NAME = re.compile(r"^[^\\@\s=,]+\\[^\\@\s]+$|^[^\\@\s=,]+@[^\\@\s]+\.[^\\@\s]+$")
+
+
+def is_ad_logon_name(text: str) -> bool:
+    """``CORP\\svc-reader`` or ``svc-reader@corp.example.org``: a bind name
+    Active Directory takes besides a DN."""
+    return _AD_LOGON_NAME.match(text) is not None
+
+
 class InvalidDN(ValueError):
     """The text is not a distinguished name (RFC 4514)."""
 

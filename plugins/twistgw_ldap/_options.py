@@ -19,7 +19,7 @@ from twistgw.options import is_token, type_name
 from twistgw import ConfigScope
 
 from twistgw_ldap._ber import SCOPE_ONE, SCOPE_SUB
-from twistgw_ldap._dn import InvalidDN, NormalDN, format_dn, parse_dn
+from twistgw_ldap._dn import InvalidDN, NormalDN, format_dn, is_ad_logon_name, parse_dn
 from twistgw_ldap._fields import _Checker
 from twistgw_ldap._filter import SearchFilter, compile_filter
 from twistgw_ldap._model import (
@@ -458,10 +458,12 @@ def _service_account(c: _Checker, ref: Any, scope: ConfigScope, field: str) -> S
             raise c.fail(field, f"{where} has no non-empty data.{key} (create it with"
                          " `twistgw create secret authcredentials`)")
     try:
-        username = secret.data["username"].decode("utf-8")
-        parse_dn(username)
+        username = secret.data["username"].decode("utf-8").strip()
+        if not is_ad_logon_name(username):
+            parse_dn(username)
     except (UnicodeDecodeError, InvalidDN):
         raise c.fail(field, f"{where}: data.username must be the service account's DN"
-                     " (e.g. cn=admin,dc=example,dc=org)") from None
-    return ServiceAccount(username.strip(), secret.data["password"], f"{ns}/{name}")
+                     " (e.g. cn=admin,dc=example,dc=org), or for Active Directory DOMAIN\\name or"
+                     " name@realm") from None
+    return ServiceAccount(username, secret.data["password"], f"{ns}/{name}")
 
