@@ -20,7 +20,7 @@ from twistgw import ConfigScope
 
 from twistgw_ldap._ber import SCOPE_ONE, SCOPE_SUB
 from twistgw_ldap._dn import InvalidDN, NormalDN, format_dn, is_ad_logon_name, parse_dn
-from twistgw_ldap._fields import _Checker
+from twistgw_ldap._fields import FieldChecker as _Checker
 from twistgw_ldap._filter import SearchFilter, compile_filter
 from twistgw_ldap._model import (
     DEFAULT_CACHE_TTL,
