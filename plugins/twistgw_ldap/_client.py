@@ -28,6 +28,8 @@ from twisted.internet.endpoints import (
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from twistgw.tls import client_tls, describe_tls_failure
+
 from twistgw_ldap import _ber
 from twistgw_ldap._model import Target
 
@@ -147,6 +149,9 @@ class Client(LDAPClient):
 
 
 def _fault_from(failure: Failure, what: str, timeout: float) -> DirectoryFault:
+    tls = describe_tls_failure(failure.value)
+    if tls is not None:  # the directory's certificate (or handshake) is refused: never retried
+        return DirectoryFault(f"{what}: {tls}")
     if failure.check(defer.TimeoutError, defer.CancelledError):
         return DirectoryFault(f"{what}: no answer within {timeout:g}s")
     if failure.check(error.ConnectionRefusedError):
@@ -171,14 +176,14 @@ async def _bounded(d: defer.Deferred[Any], client: Client | None, timeout: float
 
 
 def tls_options(target: Target) -> Any:
-    hostname = target.server_name or target.host
+    """The connection creator for ldaps:// and StartTLS: the gateway's one
+    TLS client (:func:`twistgw.tls.client_tls`), which checks the chain and
+    the name by subjectAltName (a certificate with none is refused), unless
+    the config says ``insecureSkipVerify``. (``Any``: an
+    ``IOpenSSLClientConnectionCreator`` or Twisted's options.)"""
     if target.insecure_skip_verify:
         return ssl.CertificateOptions(verify=False)
-    if target.ca_pem is not None:
-        certs = [ssl.Certificate.loadPEM(b + b"-----END CERTIFICATE-----\n")
-                 for b in target.ca_pem.split(b"-----END CERTIFICATE-----") if b"-----BEGIN CERTIFICATE-----" in b]
-        return ssl.optionsForClientTLS(hostname, trustRoot=ssl.trustRootFromCertificates(certs))
-    return ssl.optionsForClientTLS(hostname)
+    return client_tls(target.server_name or target.host, ca_pem=target.ca_pem)
 
 
 def _is_ip(host: str, family: int) -> bool:

@@ -17,6 +17,7 @@ from twistgw_ldap._ldaptor import parse_filter
 from twistgw.options import is_token, type_name
 
 from twistgw import ConfigScope
+from twistgw.tls import TLSSettingsError, client_tls
 
 from twistgw_ldap._ber import SCOPE_ONE, SCOPE_SUB
 from twistgw_ldap._dn import InvalidDN, NormalDN, format_dn, is_ad_logon_name, parse_dn
@@ -296,6 +297,11 @@ def _target(c: _Checker, spec: Mapping[str, Any], scope: ConfigScope) -> Target:
     insecure = c.boolean(tls.get("insecureSkipVerify", False), "tls.insecureSkipVerify")
     if insecure and ca_pem is not None:
         raise c.fail("tls.insecureSkipVerify", "makes the CA setting pointless; choose one")
+    if (scheme == "ldaps" or start_tls) and not insecure:
+        try:  # what the connections will use, built once to check the settings
+            client_tls(server_name or host, ca_pem=ca_pem)
+        except TLSSettingsError as exc:
+            raise c.fail("tls", str(exc)) from None
     return Target(host, port, scheme, start_tls, ca_pem, server_name, insecure)
 
 

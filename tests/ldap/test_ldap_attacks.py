@@ -1,8 +1,10 @@
 """Issue 23's LDAP items, against a real slapd: a booleanExpr never names a
 principal who did not authenticate (8), a fail-open admission forwards no
 credentials (9), statusOnError must be a final status with a body (13), the
-directory's own name for a user is the identity (15), and legal names with
-filter specials log in with userSearch (20)."""
+directory's own name for a user is the identity (15), a certificate with no
+subjectAltName is refused (17), and legal names with filter specials log in
+with userSearch (20). Items 17 to 21 against Active Directory:
+test_ldap_active_directory.py."""
 
 from __future__ import annotations
 
@@ -152,3 +154,34 @@ async def test_user_search_escapes_legal_names_instead_of_stripping(slapd_open: 
     template = make_tester(ldap_config(slapd_open.url, disableGroupChecking=True, allowedGroups=[], cacheTtl=0))
     assert (await template.request("GET", URL, headers=basic(user, password))).status == 401
     await task.deferLater(reactor, 0, lambda: None)
+
+
+# -- 17: a certificate without subjectAltName is refused ---------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_certificate_without_subject_alt_name_is_refused(slapd_factory: Any) -> None:
+    from twisted.logger import globalLogPublisher
+
+    server = slapd_factory(tls=True, san=False)  # the trusted CA's certificate names localhost by CN only
+    ca = str(server.directory / "ca.pem")
+    logged: list[str] = []
+
+    def observer(event: dict[str, Any]) -> None:
+        from twisted.logger import formatEvent
+
+        logged.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observer)
+    try:
+        for address, extra in ((f"ldaps://127.0.0.1:{server.tls_port}", {}), (server.url, {"startTLS": True})):
+            tester = make_tester(ldap_config(address, cacheTtl=0, tls={"caFile": ca, "serverName": "localhost"},
+                                             **extra))
+            binds = len(server.binds())
+            result = await tester.request("GET", URL, headers=basic("alice", "alice-pw"))
+            assert (result.status, result.body) == (503, b""), address
+            assert "subjectAltName" in result.deny.reason, result.deny.reason
+            assert len(server.binds()) == binds  # the password was never sent
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    assert sum("unavailable" in line and "subjectAltName" in line for line in logged) == 2, logged
