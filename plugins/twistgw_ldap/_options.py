@@ -428,7 +428,7 @@ _QUOTE_HINT = ("in a YAML flow list [a,b] every comma separates items, so an unq
 def _rejoin_flow_split(c: _Checker, groups: list[NormalDN]) -> list[NormalDN]:
     """Undo YAML's split of ``allowedGroups: [cn=managers,ou=groups,dc=example,dc=org]``.
 
-    SPEC.md writes the list that way; YAML reads it as four one-RDN items.
+    Written that way, YAML reads it as four one-RDN items.
     When *every* item has a single RDN and they join into one plausible DN
     (nothing after its dc/o/c suffix), they are read as that one DN. Mixed
     or ambiguous lists are refused with a hint to quote.

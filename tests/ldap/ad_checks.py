@@ -102,6 +102,10 @@ def checks(directory: Path) -> dict[str, tuple[dict[str, Any], str, str, str]]:
         "nested_group_search": ({**member_of, "allowedGroups": [f"CN=engineering,{USERS_DN}"],
                                  "groupSearch": {"baseDn": BASE, "nested": True}},
                                 backslash, "alice", PASSWORDS["alice"]),
+        # AD's own transitive walk (LDAP_MATCHING_RULE_IN_CHAIN), as docs/ldap.md advises
+        "in_chain_filter": ({**member_of, "allowedGroups": [f"CN=engineering,{USERS_DN}"],
+                             "groupSearch": {"baseDn": BASE, "filter": "(member:1.2.840.113556.1.4.1941:=%s)"}},
+                            backslash, "alice", PASSWORDS["alice"]),
         # 20: legal AD names with filter specials
         "name_with_parentheses": ({**member_of, "disableGroupChecking": True, "userHeader": "X-User"},
                                   backslash, "qa(lead)", PASSWORDS["qa(lead)"]),

@@ -91,6 +91,9 @@ def test_the_primary_group_is_not_in_member_of(report: dict[str, Any]) -> None:
 def test_nested_groups_by_group_search(report: dict[str, Any]) -> None:
     r = report["nested_group_search"]
     assert r["status"] == 200 and f"CN=engineering,{USERS} (nested, level 2)" in r["reason"]
+    # AD's in-chain matching rule finds the same group in one search
+    chain = report["in_chain_filter"]
+    assert chain["status"] == 200 and f"allowed group matched: CN=engineering,{USERS}" in chain["reason"]
 
 
 @pytest.mark.parametrize("check, name", [("name_with_parentheses", "qa(lead)"), ("name_with_hash", "ops#1")])
