@@ -57,8 +57,8 @@ async def _resolve(answer: Any) -> Any:
 
 
 def _answer(answer: Any, where: str) -> AuthAllow | AuthDeny:
-    if answer.__class__ is AuthAllow or answer.__class__ is AuthDeny:
-        return answer  # type: ignore[no-any-return]  # checked just above
+    if isinstance(answer, (AuthAllow, AuthDeny)):
+        return answer
     raise TypeError(f"{where}: check() must give twistgw.AuthAllow or twistgw.AuthDeny, got {answer!r}")
 
 

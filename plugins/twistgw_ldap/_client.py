@@ -61,6 +61,9 @@ class Client(LDAPClient):
 
     def __init__(self) -> None:
         super().__init__()
+        # ldaptor's own attributes, typed here (ldaptor has no annotations)
+        self.buffer: bytes = self.buffer
+        self.onwire: dict[int, Any] = self.onwire
         self.reused = False
         self.lost: defer.Deferred[None] = defer.Deferred()
         self._last_id = 0
@@ -128,7 +131,9 @@ class Client(LDAPClient):
         if done:
             self.onwire.pop(msg_id, None)
 
-    def connectionLost(self, reason: Failure = Failure(error.ConnectionDone())) -> None:
+    def connectionLost(self, reason: Failure | None = None) -> None:
+        if reason is None:
+            reason = Failure(error.ConnectionDone())
         self.connected = 0
         pending, self.onwire = self.onwire, {}
         for d, *_ in pending.values():
@@ -149,7 +154,7 @@ class Client(LDAPClient):
 
 
 def _fault_from(failure: Failure, what: str, timeout: float) -> DirectoryFault:
-    tls = describe_tls_failure(failure.value)
+    tls = describe_tls_failure(failure.value) if failure.value is not None else None
     if tls is not None:  # the directory's certificate (or handshake) is refused: never retried
         return DirectoryFault(f"{what}: {tls}")
     if failure.check(defer.TimeoutError, defer.CancelledError):
@@ -160,7 +165,8 @@ def _fault_from(failure: Failure, what: str, timeout: float) -> DirectoryFault:
         return DirectoryFault(f"{what}: host name not found")
     if failure.check(error.ConnectionLost, error.ConnectionDone, error.ConnectionClosed):
         return DirectoryFault(f"{what}: connection closed by the directory", connection_lost=True)
-    return DirectoryFault(f"{what}: {failure.type.__name__}: {failure.getErrorMessage()}",
+    kind = failure.type.__name__ if failure.type is not None else "error"
+    return DirectoryFault(f"{what}: {kind}: {failure.getErrorMessage()}",
                           connection_lost=bool(failure.check(error.ConnectError)))
 
 

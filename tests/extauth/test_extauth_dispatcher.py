@@ -102,7 +102,8 @@ def config(configs: str, expr: str = "", settings: str = "", options: str = "{co
         text += f"  booleanExpr: {expr!r}\n"
     text += f"  configs: {configs}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: tokens}}\ndata: {secret}\n"
     if settings:
-        text += f"---\napiVersion: gateway.vendor.io/v1\nkind: Settings\nmetadata: {{name: s}}\nspec: {{extauth: {settings}}}\n"
+        text += ("---\napiVersion: gateway.vendor.io/v1\nkind: Settings\nmetadata: {name: s}\n"
+                 f"spec: {{extauth: {settings}}}\n")
     return text
 
 

@@ -35,7 +35,8 @@ def with_settings(text: str, **extauth: Any) -> str:
 def expression(text: str, expr: str) -> str:
     """``text``'s AuthConfig with its two configs named managers and staff
     (developers) and the booleanExpr ``expr``."""
-    text = text.replace('configs: [{"ldap":', 'booleanExpr: "' + expr + '"\n  configs: [{"name": "managers", "ldap":', 1)
+    named = 'booleanExpr: "' + expr + '"\n  configs: [{"name": "managers", "ldap":'
+    text = text.replace('configs: [{"ldap":', named, 1)
     return text.replace('}, {"ldap":', '}, {"name": "staff", "ldap":', 1)
 
 
