@@ -45,10 +45,11 @@ class _FixedType(twistgw.ExtAuthConfigType):
     name = "fixed"
 
     def compile(self, raw: Any, scope: twistgw.ConfigScope) -> _Fixed:
-        twistgw.options.check_fields(raw, ("allow", "deny", "error", "hang", "boom", "later"), ())
+        twistgw.options.check_fields(raw, ("allow", "deny", "error", "hang", "boom", "later", "claims", "share"), ())
         if "allow" in raw:
             answer: Any = AuthAllow(principal=raw["allow"] or None, headers=((b"x-fixed", b"yes"),),
-                                    reason=f"fixed allows {raw['allow']}")
+                                    reason=f"fixed allows {raw['allow']}", claims=raw.get("claims"),
+                                    claims_provider="fixed" if "claims" in raw else None, state=raw.get("share"))
         elif "deny" in raw:
             answer = AuthDeny(raw["deny"], b"fixed says no", ((b"x-why", b"fixed"),), reason="fixed denies")
         elif raw.get("hang"):
@@ -58,6 +59,22 @@ class _FixedType(twistgw.ExtAuthConfigType):
         else:
             answer = AuthDeny.failure("fixed is down")
         return _Fixed(answer, bool(raw.get("later")))
+
+
+@attrs.frozen
+class _Peek:
+    """Admits, saying what the configs before it shared."""
+
+    def check(self, ctx: twistgw.RequestContext) -> AuthAllow:
+        shared = ctx.state.get("extauth", {}).get("state", {})
+        return AuthAllow(reason=f"peek saw {sorted(shared.items())}")
+
+
+class _PeekType(twistgw.ExtAuthConfigType):
+    name = "peek"
+
+    def compile(self, raw: Any, scope: twistgw.ConfigScope) -> _Peek:
+        return _Peek()
 
 
 class _Inline(twistgw.ExtAuthConfigType):
@@ -73,7 +90,7 @@ class _Inline(twistgw.ExtAuthConfigType):
 class _Types:
     @twistgw.hookimpl
     def twistgw_extauth_config_types(self) -> list[twistgw.ExtAuthConfigType]:
-        return [_FixedType(), _Inline()]
+        return [_FixedType(), _PeekType(), _Inline()]
 
 
 PLUGINS = [("extauth", twistgw_extauth.ExtAuthPlugin), ("headertoken", HeaderTokenPlugin), ("fixedtypes", _Types)]
@@ -133,6 +150,20 @@ class InOrderTests(TestCase):
         self.assertFalse(r.forwarded_headers.hasHeader(b"x-token"))
         self.assertFalse(r.forwarded_headers.hasHeader(b"x-other"))
         self.assertEqual(r.forwarded_headers.getRawHeaders(b"x-fixed"), [b"yes"])  # set by the config, not the client
+
+    async def test_claims_of_the_first_config_with_claims_are_the_requests(self) -> None:
+        t = make(config("[{fixed: {allow: a}}, {fixed: {allow: b, claims: {sub: b, role: admin}, later: true}},"
+                        " {fixed: {allow: c, claims: {sub: c}}}]"))
+        r = await t.request("GET", URL)
+        self.assertEqual((r.ctx.claims, r.ctx.claims_provider), ({"sub": "b", "role": "admin"}, "fixed"))
+        self.assertEqual(r.ctx.principal, "a")
+
+    async def test_state_is_shared_with_the_configs_that_run_after(self) -> None:
+        t = make(config("[{name: first, fixed: {allow: a, share: {tier: gold}}}, {name: second, peek: {}}]"))
+        r = await t.request("GET", URL)
+        self.assertEqual(r.status, 200)
+        self.assertIn("peek saw [('first', {'tier': 'gold'})]", str(r.trace[-1][2]))
+        self.assertEqual(r.ctx.state["extauth"]["state"], {"first": {"tier": "gold"}})
 
     async def test_a_checker_that_raises_fails_closed(self) -> None:
         r = await make(config("[{fixed: {boom: true}}]")).request("GET", URL)
@@ -200,7 +231,7 @@ class ConfigurationTests(TestCase):
     def test_a_type_no_plugin_provides_names_the_installed_ones(self) -> None:
         (issue,) = self.issues(config("[{myAuth: {}}]"))
         self.assertEqual(issue.field, "spec.configs[0].myAuth")
-        self.assertIn("(installed: fixed, headerToken)", issue.reason)
+        self.assertIn("(installed: fixed, headerToken, peek)", issue.reason)
 
     def test_two_plugins_providing_one_name_are_refused(self) -> None:
         class Again:
