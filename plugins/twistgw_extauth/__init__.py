@@ -132,7 +132,7 @@ class ExtAuthPlugin:
     def twistgw_authenticate(self, ctx: RequestContext, options: CompiledExtAuth) -> Any:
         if ctx.dry_run:
             return _explain.dry_run(ctx, options)
-        return _flow.authenticate(ctx, options, self.get_reactor(ctx))
+        return _flow.authenticate(ctx, options, self.get_reactor)
 
 
 

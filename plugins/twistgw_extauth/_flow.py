@@ -30,14 +30,24 @@ _log = Logger(namespace="twistgw_extauth")
 Admitted = tuple[list[tuple[int, AuthAllow]], "str | None"]
 
 
-def authenticate(ctx: RequestContext, compiled: CompiledExtAuth, reactor: Any) -> Allow | Deny | Deferred[Any]:
+def authenticate(ctx: RequestContext, compiled: CompiledExtAuth,
+                 reactor: Callable[[RequestContext], Any]) -> Allow | Deny | Deferred[Any]:
     """The check of ``compiled`` for ``ctx``: synchronous when every config
-    answers at once."""
+    answers at once. ``reactor(ctx)`` gives the reactor for timeouts (asked
+    only when a config answers later)."""
     if compiled.expression is not None:
         return _guard(Deferred.fromCoroutine(_expression(ctx, compiled, compiled.expression)), ctx, compiled,
                       reactor)
+    entries = compiled.entries
+    if len(entries) == 1:  # the common case, kept short: no list, no loop
+        answer = entries[0].check(ctx)
+        if answer.__class__ is AuthAllow:
+            return _admit_one(ctx, compiled, answer)
+        if answer.__class__ is AuthDeny:
+            return _refused(ctx, compiled, answer)
+        return _guard(Deferred.fromCoroutine(_sequence(ctx, compiled, [], 0, answer)), ctx, compiled, reactor)
     admitted: list[tuple[int, AuthAllow]] = []
-    for index, entry in enumerate(compiled.entries):
+    for index, entry in enumerate(entries):
         answer = entry.check(ctx)
         cls = answer.__class__
         if cls is AuthAllow:
@@ -132,10 +142,11 @@ async def _expression(ctx: RequestContext, compiled: CompiledExtAuth, expression
     return allowed, refused_principal
 
 
-def _guard(pending: Deferred[Any], ctx: RequestContext, compiled: CompiledExtAuth, reactor: Any) -> Deferred[Any]:
+def _guard(pending: Deferred[Any], ctx: RequestContext, compiled: CompiledExtAuth,
+           reactor: Callable[[RequestContext], Any]) -> Deferred[Any]:
     policy = compiled.on_error
     if policy.timeout is not None:
-        pending.addTimeout(policy.timeout, reactor, onTimeoutCancel=lambda _r, _t: _timed_out(policy))
+        pending.addTimeout(policy.timeout, reactor(ctx), onTimeoutCancel=lambda _r, _t: _timed_out(policy))
     return pending.addCallback(_finish, ctx, compiled)
 
 
@@ -178,20 +189,8 @@ def admit(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[i
     headers = ctx.headers
     for name in compiled.credential_headers:
         headers.removeHeader(name)
-    if len(admitted) == 1 and refused_principal is None:  # the common case, kept short
-        index, answer = admitted[0]
-        for name, value in answer.headers:
-            if value is None:
-                headers.removeHeader(name)
-            else:
-                headers.setRawHeaders(name, [value])
-        principal = answer.principal
-        if principal is not None:
-            ctx.principal = principal
-        if answer.claims is not None:
-            ctx.claims, ctx.claims_provider = dict(answer.claims), answer.claims_provider
-        _record(ctx, compiled, principal, {compiled.entries[index].name: principal} if principal is not None else {})
-        return _allow(answer.reason)
+    if len(admitted) == 1 and refused_principal is None and admitted[0][0] == 0 and len(compiled.entries) == 1:
+        return _admit_one(ctx, compiled, admitted[0][1], False)
     principal = _apply_all(ctx, compiled, admitted) or refused_principal
     if principal is not None:
         ctx.principal = principal
@@ -199,6 +198,30 @@ def admit(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[i
     if not admitted:
         return _allow(f"extauth: AuthConfig {compiled.auth_config} booleanExpr is true with no config admitting")
     return _allow(" | ".join(answer.reason for _, answer in admitted))
+
+
+def _admit_one(ctx: RequestContext, compiled: CompiledExtAuth, answer: AuthAllow, remove: bool = True) -> Allow:
+    """:func:`admit` for an AuthConfig of one config (``remove``: the
+    consumed credentials are still there)."""
+    headers = ctx.headers
+    if remove:
+        for name in compiled.credential_headers:
+            headers.removeHeader(name)
+    for name, value in answer.headers:
+        if value is None:
+            headers.removeHeader(name)
+        else:
+            headers.setRawHeaders(name, [value])
+    principal = answer.principal
+    if principal is not None:
+        ctx.principal = principal
+    if answer.claims is not None:
+        ctx.claims, ctx.claims_provider = dict(answer.claims), answer.claims_provider
+    name = compiled.entries[0].name
+    ctx.state["extauth"] = {"user": principal, "authConfig": compiled.auth_config,
+                            "identities": {name: principal} if principal is not None else {},
+                            "state": {name: answer.state} if answer.state is not None else {}}
+    return _allow(answer.reason)
 
 
 def _apply_all(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[int, AuthAllow]]) -> str | None:

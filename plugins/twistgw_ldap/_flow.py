@@ -12,6 +12,7 @@ from twisted.logger import Logger
 from twistgw import AuthAllow, AuthDeny, NotChecked, RequestContext
 
 from twistgw_ldap._answers import Verdict, internal_error, unauthorized, unavailable
+from twistgw_ldap._cache import CredentialsMemo, DecisionCache
 from twistgw_ldap._client import DirectoryFault
 from twistgw_ldap._credentials import credentials, password_digest, value_digest
 from twistgw_ldap._directory import against_directory
@@ -33,13 +34,24 @@ class LdapChecker:
     credential_headers: tuple[bytes, ...] = ()
     #: groupsHeader and userHeader (twistgw.OwnsRequestHeaders)
     owned_request_headers: frozenset[bytes] = frozenset()
+    #: the state's decision cache of ``cfg`` and credentials memo, looked up
+    #: once (equal configs share them across routes and reloads)
+    cache: DecisionCache = attrs.field(init=False, eq=False, repr=False)
+    memo: CredentialsMemo = attrs.field(init=False, eq=False, repr=False)
+
+    @cache.default
+    def _cache(self) -> DecisionCache:
+        return self.state.cache(self.cfg)
+
+    @memo.default
+    def _memo(self) -> CredentialsMemo:
+        return self.state.memos[self.cfg.user_search is None]
 
     def check(self, ctx: RequestContext) -> AuthAllow | AuthDeny | Deferred[AuthAllow | AuthDeny]:
         """From the decision cache when it has the answer (synchronously);
         otherwise a Deferred of the directory's."""
         cfg = self.cfg
-        template = cfg.user_search is None
-        memo = self.state.memos[template]
+        memo = self.memo
         values = ctx.headers.getRawHeaders(b"authorization")
         seen = None
         if values is not None and len(values) == 1:
@@ -49,7 +61,7 @@ class LdapChecker:
                 hit = self._cached(known)
                 if hit is not None:
                     return hit
-        creds = credentials(ctx, cfg.realm, template)
+        creds = credentials(ctx, cfg.realm, cfg.user_search is None)
         if isinstance(creds, AuthDeny):
             return creds
         typed, password = creds
@@ -65,7 +77,7 @@ class LdapChecker:
         cfg = self.cfg
         if cfg.cache_ttl <= 0:
             return None
-        cache = self.state.cache(cfg)
+        cache = self.cache
         if cfg.user_search is not None:  # the cache is keyed by the directory's name for the user
             canonical = cache.names.get(key[0])
             if canonical is None:
@@ -79,8 +91,7 @@ class LdapChecker:
         return verdict.cached
 
     async def _ask(self, ctx: RequestContext, typed: str, password: bytes, digest: bytes) -> AuthAllow | AuthDeny:
-        cfg, state = self.cfg, self.state
-        cache = state.cache(cfg)
+        cfg, state, cache = self.cfg, self.state, self.cache
         if cache.ttl > 0:
             CACHE_MISS.inc()
         started = time.monotonic()
