@@ -205,13 +205,13 @@ def _admit_one(ctx: RequestContext, compiled: CompiledExtAuth, answer: AuthAllow
     consumed credentials are still there)."""
     headers = ctx.headers
     if remove:
-        for name in compiled.credential_headers:
-            headers.removeHeader(name)
-    for name, value in answer.headers:
+        for credential in compiled.credential_headers:
+            headers.removeHeader(credential)
+    for header, value in answer.headers:
         if value is None:
-            headers.removeHeader(name)
+            headers.removeHeader(header)
         else:
-            headers.setRawHeaders(name, [value])
+            headers.setRawHeaders(header, [value])
     principal = answer.principal
     if principal is not None:
         ctx.principal = principal
