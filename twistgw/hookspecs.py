@@ -24,6 +24,10 @@ How the gateway calls hooks:
   service's chain. pluggy's global order plays no part in them.
 * *Broadcast hooks* (configure, unconfigure, route_match,
   request_finished) are ordinary pluggy calls to every plugin.
+* *Hooks a plugin defines for others* (``twistgw_extauth_config_types``,
+  which the ``extauth`` plugin calls): a plugin class whose constructor
+  takes a ``hook`` argument is given the host's hook relay (pluggy's
+  ``pm.hook``) and calls them through it.
 * Any hook that does I/O may be ``async def`` or return a
   :class:`~twisted.internet.defer.Deferred`; the gateway awaits it. An
   exception (or failed Deferred) from a request hook fails the request
