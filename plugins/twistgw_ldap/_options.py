@@ -21,7 +21,7 @@ from twistgw.tls import TLSSettingsError, client_tls
 
 from twistgw_ldap._ber import SCOPE_ONE, SCOPE_SUB
 from twistgw_ldap._dn import InvalidDN, NormalDN, format_dn, is_ad_logon_name, parse_dn
-from twistgw_ldap._fields import FieldChecker as _Checker
+from twistgw_ldap._fields import LdapReader
 from twistgw_ldap._filter import SearchFilter, compile_filter
 from twistgw_ldap._model import (
     DEFAULT_CACHE_TTL,
@@ -43,7 +43,7 @@ from twistgw_ldap._model import (
     UserSearch,
 )
 
-__all__ = ["LdapConfig", "_Checker", "compile_ldap", "parse_address"]
+__all__ = ["LdapConfig", "compile_ldap", "parse_address"]
 
 _LDAP_FIELDS = {
     "address", "userDnTemplate", "userSearch", "membershipAttributeName", "allowedGroups",
@@ -87,7 +87,7 @@ def parse_address(value: str) -> tuple[str, str, int]:
     return scheme, host, port or (636 if scheme == "ldaps" else 389)
 
 
-def _check_template(c: _Checker, template: str) -> None:
+def _check_template(c: LdapReader, template: str) -> None:
     field = "userDnTemplate"
     if template.count("%s") != 1:
         raise c.fail(field, f"must contain exactly one %s (the user name), got {template!r}")
@@ -106,7 +106,7 @@ def _check_template(c: _Checker, template: str) -> None:
         raise c.fail(field, "the %s must be inside an attribute value, e.g. uid=%s,ou=people,dc=example,dc=org")
 
 
-def _read_ca(c: _Checker, tls: Mapping[str, Any], config_dir: str) -> bytes | None:
+def _read_ca(c: LdapReader, tls: Mapping[str, Any], config_dir: str) -> bytes | None:
     if "caFile" in tls and "caPem" in tls:
         raise c.fail("tls", "set caFile or caPem, not both")
     if "caPem" in tls:
@@ -140,20 +140,20 @@ def compile_ldap(raw: Any, scope: ConfigScope) -> LdapConfig:
     :raise OptionsError: listing every problem found in the entry, each at
         its path below the entry.
     """
-    c = _Checker(None)
-    with c.checking():  # unknown fields are reported, and the known ones still checked
+    c = LdapReader()
+    with c.check():  # unknown fields are reported, and the known ones still checked
         c.mapping(raw, "", _LDAP_FIELDS)
     if not isinstance(raw, dict):
-        c.raise_problems()
+        c.raise_if_any()
     spec = {k: v for k, v in raw.items() if k in _LDAP_FIELDS}
     target: Target | None = None
-    with c.checking():
+    with c.check():
         target = _target(c, spec, scope)
     template, user_search = _user_part(c, spec, scope)
     groups = _group_part(c, spec, scope)
     headers = _headers(c, spec, groups)
     limits = _limits(c, spec)
-    c.raise_problems()
+    c.raise_if_any()
     assert target is not None and groups is not None and headers is not None and limits is not None
     return LdapConfig(
         scope.source, target, template, groups["attribute"], frozenset(groups["allowed"]), groups["filter_text"],
@@ -163,10 +163,10 @@ def compile_ldap(raw: Any, scope: ConfigScope) -> LdapConfig:
     )
 
 
-def _user_part(c: _Checker, spec: Mapping[str, Any], scope: ConfigScope) -> tuple[str, UserSearch | None]:
+def _user_part(c: LdapReader, spec: Mapping[str, Any], scope: ConfigScope) -> tuple[str, UserSearch | None]:
     """``userDnTemplate`` or ``userSearch`` (exactly one)."""
     template, user_search = "", None
-    with c.checking():
+    with c.check():
         if ("userDnTemplate" in spec) == ("userSearch" in spec):
             raise c.fail("userDnTemplate", "set exactly one of userDnTemplate (e.g."
                          " uid=%s,ou=people,dc=example,dc=org) and userSearch"
@@ -180,30 +180,30 @@ def _user_part(c: _Checker, spec: Mapping[str, Any], scope: ConfigScope) -> tupl
     return template, user_search
 
 
-def _group_part(c: _Checker, spec: Mapping[str, Any], scope: ConfigScope) -> dict[str, Any]:
+def _group_part(c: LdapReader, spec: Mapping[str, Any], scope: ConfigScope) -> dict[str, Any]:
     """How the groups are found and which are allowed, by name; the values
     of fields with problems are left at their defaults (the problems are
     recorded)."""
     found: dict[str, Any] = {"disable": False, "allowed": set(), "search": None,
                              "attribute": DEFAULT_MEMBERSHIP_ATTRIBUTE, "filter_text": DEFAULT_SEARCH_FILTER,
                              "filter_object": None, "account": None}
-    with c.checking():
+    with c.check():
         found["disable"] = c.boolean(spec.get("disableGroupChecking", False), "disableGroupChecking")
-    with c.checking():
+    with c.check():
         found["allowed"] = _allowed_groups(c, spec.get("allowedGroups", []), found["disable"])
     if "groupSearch" in spec:
         found["search"] = _group_search(c, spec["groupSearch"])
         for field in ("membershipAttributeName", "searchFilter"):
             if field in spec:
-                c.record(field, "applies only to the membership-attribute lookup; with"
+                c.add(field, "applies only to the membership-attribute lookup; with"
                          " groupSearch the groups come from the search (remove it)")
-    with c.checking():
+    with c.check():
         attribute = c.string(spec.get("membershipAttributeName", DEFAULT_MEMBERSHIP_ATTRIBUTE),
                              "membershipAttributeName").strip()
         if not _ATTRIBUTE.match(attribute):
             raise c.fail("membershipAttributeName", f"is not an attribute name: {attribute!r}")
         found["attribute"] = attribute
-    with c.checking():
+    with c.check():
         text = c.string(spec.get("searchFilter", DEFAULT_SEARCH_FILTER), "searchFilter").strip()
         if not (text.startswith("(") and text.endswith(")")):
             raise c.fail("searchFilter", f"must be an LDAP filter in parentheses, e.g. (objectClass=*);"
@@ -214,12 +214,12 @@ def _group_part(c: _Checker, spec: Mapping[str, Any], scope: ConfigScope) -> dic
             raise c.fail("searchFilter", f"is not a valid LDAP filter (RFC 4515): {text!r}"
                          f" ({type(exc).__name__})") from None
         found["filter_text"] = text
-    with c.checking():
+    with c.check():
         found["account"] = _lookup_account(c, spec, scope)
     return found
 
 
-def _lookup_account(c: _Checker, spec: Mapping[str, Any], scope: ConfigScope) -> ServiceAccount | None:
+def _lookup_account(c: LdapReader, spec: Mapping[str, Any], scope: ConfigScope) -> ServiceAccount | None:
     """``groupLookupSettings``: the service account that reads the groups, or None."""
     account = None
     gls = c.mapping(spec.get("groupLookupSettings", {}), "groupLookupSettings",
@@ -238,39 +238,39 @@ def _lookup_account(c: _Checker, spec: Mapping[str, Any], scope: ConfigScope) ->
     return account
 
 
-def _headers(c: _Checker, spec: Mapping[str, Any], groups: dict[str, Any]) -> tuple[bytes, bytes, bool]:
+def _headers(c: LdapReader, spec: Mapping[str, Any], groups: dict[str, Any]) -> tuple[bytes, bytes, bool]:
     """(groupsHeader, userHeader, keepCredentials)."""
     groups_header, user_header = b"", b""
-    with c.checking():
+    with c.check():
         groups_header = _header_name(c, spec, "groupsHeader")
-    with c.checking():
+    with c.check():
         user_header = _header_name(c, spec, "userHeader")
         if user_header and user_header == groups_header:
             raise c.fail("userHeader", "must differ from groupsHeader")
     if groups["disable"] and groups["search"] is not None and not groups_header:
-        c.record("groupSearch", "is never used: disableGroupChecking is true and no"
+        c.add("groupSearch", "is never used: disableGroupChecking is true and no"
                  " groupsHeader asks for the groups (remove one of them)")
     keep = False
-    with c.checking():
+    with c.check():
         keep = c.boolean(spec.get("keepCredentials", False), "keepCredentials")
     return groups_header, user_header, keep
 
 
-def _limits(c: _Checker, spec: Mapping[str, Any]) -> dict[str, Any]:
+def _limits(c: LdapReader, spec: Mapping[str, Any]) -> dict[str, Any]:
     """The pool, the timeouts, the cache's lifetime and the realm, by name."""
     found: dict[str, Any] = {"pool_max": DEFAULT_POOL_MAX, "pool_initial": DEFAULT_POOL_INITIAL,
                              "connectTimeout": DEFAULT_CONNECT_TIMEOUT, "requestTimeout": DEFAULT_REQUEST_TIMEOUT,
                              "cacheTtl": DEFAULT_CACHE_TTL, "realm": DEFAULT_REALM}
-    with c.checking():
+    with c.check():
         pool = c.mapping(spec.get("pool", {}), "pool", {"maxSize", "initialSize"})
         found["pool_max"] = c.integer(pool.get("maxSize", DEFAULT_POOL_MAX), "pool.maxSize", 1, 1000)
         found["pool_initial"] = c.integer(pool.get("initialSize", min(DEFAULT_POOL_INITIAL, found["pool_max"])),
                                           "pool.initialSize", 0, found["pool_max"])
     for field in ("connectTimeout", "requestTimeout", "cacheTtl"):
-        with c.checking():
+        with c.check():
             found[field] = c.duration(spec.get(field, found[field]), field, 0 if field == "cacheTtl" else 0.01,
                                       3600 if field == "cacheTtl" else 60)
-    with c.checking():
+    with c.check():
         realm = c.string(spec.get("realm", DEFAULT_REALM), "realm")
         if any(ch in realm for ch in '"\\') or not realm.isprintable():
             raise c.fail("realm", "must be printable and contain no quote or backslash")
@@ -278,7 +278,7 @@ def _limits(c: _Checker, spec: Mapping[str, Any]) -> dict[str, Any]:
     return found
 
 
-def _target(c: _Checker, spec: Mapping[str, Any], scope: ConfigScope) -> Target:
+def _target(c: LdapReader, spec: Mapping[str, Any], scope: ConfigScope) -> Target:
     if "address" not in spec:
         raise c.fail("address", "is required (e.g. ldap://ldap.example.org:389)")
     address = c.string(spec["address"], "address")
@@ -305,7 +305,7 @@ def _target(c: _Checker, spec: Mapping[str, Any], scope: ConfigScope) -> Target:
     return Target(host, port, scheme, start_tls, ca_pem, server_name, insecure)
 
 
-def _allowed_groups(c: _Checker, groups_raw: Any, disable: bool) -> set[NormalDN]:
+def _allowed_groups(c: LdapReader, groups_raw: Any, disable: bool) -> set[NormalDN]:
     if not isinstance(groups_raw, list):
         raise c.fail("allowedGroups", f"must be a list of group DNs, got {_type_name(groups_raw)}")
     parsed = []
@@ -322,7 +322,7 @@ def _allowed_groups(c: _Checker, groups_raw: Any, disable: bool) -> set[NormalDN
     return groups
 
 
-def _base_dn(c: _Checker, spec: Mapping[str, Any], field: str, what: str) -> str:
+def _base_dn(c: LdapReader, spec: Mapping[str, Any], field: str, what: str) -> str:
     """The required ``baseDn`` of ``spec`` (at ``field``), a valid DN."""
     if "baseDn" not in spec:
         raise c.fail(field, f"is required: {what}")
@@ -335,7 +335,7 @@ def _base_dn(c: _Checker, spec: Mapping[str, Any], field: str, what: str) -> str
     return text
 
 
-def _search_filter(c: _Checker, value: Any, field: str) -> SearchFilter:
+def _search_filter(c: LdapReader, value: Any, field: str) -> SearchFilter:
     text = c.string(value, field)
     try:
         return compile_filter(text)
@@ -343,33 +343,33 @@ def _search_filter(c: _Checker, value: Any, field: str) -> SearchFilter:
         raise c.fail(field, str(exc)) from None
 
 
-def _user_search(c: _Checker, raw: Any, scope: ConfigScope) -> UserSearch | None:
+def _user_search(c: LdapReader, raw: Any, scope: ConfigScope) -> UserSearch | None:
     """``userSearch``; None (with the problems recorded) when invalid."""
     spec: Mapping[str, Any] = {}
-    with c.checking():
+    with c.check():
         spec = c.mapping(raw, "userSearch", {"baseDn", "filter", "scope", "credentialsSecretRef",
                                              "usernameAttribute"})
     found: dict[str, Any] = {}
-    with c.checking():
+    with c.check():
         found["base"] = _base_dn(c, spec, "userSearch.baseDn", "where users are searched (e.g. dc=example,dc=org)")
-    with c.checking():
+    with c.check():
         if "filter" not in spec:
             raise c.fail("userSearch.filter", "is required, with one %s for the user name (e.g. (uid=%s),"
                          " or (sAMAccountName=%s) for Active Directory)")
         found["filter"] = _search_filter(c, spec["filter"], "userSearch.filter")
-    with c.checking():
+    with c.check():
         name = spec.get("scope", "sub")
         if name not in _SCOPES:
             raise c.fail("userSearch.scope", f"must be one (the base's children) or sub (the whole"
                          f" subtree), got {name!r}")
         found["scope"] = _SCOPES[name]
     found["account"] = None
-    with c.checking():
+    with c.check():
         if "credentialsSecretRef" in spec:
             found["account"] = _service_account(c, spec["credentialsSecretRef"], scope,
                                                 "userSearch.credentialsSecretRef")
     found["names"] = DEFAULT_USERNAME_ATTRIBUTES
-    with c.checking():
+    with c.check():
         if "usernameAttribute" in spec:
             name = c.string(spec["usernameAttribute"], "userSearch.usernameAttribute").strip()
             if not _ATTRIBUTE.match(name):
@@ -380,34 +380,34 @@ def _user_search(c: _Checker, raw: Any, scope: ConfigScope) -> UserSearch | None
     return UserSearch(found["base"], found["filter"], found["scope"], found["account"], found["names"])
 
 
-def _group_search(c: _Checker, raw: Any) -> GroupSearch | None:
+def _group_search(c: LdapReader, raw: Any) -> GroupSearch | None:
     """``groupSearch``; None (with the problems recorded) when invalid."""
     spec: Mapping[str, Any] = {}
-    with c.checking():
+    with c.check():
         spec = c.mapping(raw, "groupSearch", {"baseDn", "filter", "nameAttribute", "nested", "maxDepth"})
     found: dict[str, Any] = {}
-    with c.checking():
+    with c.check():
         found["base"] = _base_dn(c, spec, "groupSearch.baseDn",
                                  "where groups are searched (e.g. ou=groups,dc=example,dc=org)")
-    with c.checking():
+    with c.check():
         found["filter"] = _search_filter(c, spec.get("filter", DEFAULT_GROUP_FILTER), "groupSearch.filter")
-    with c.checking():
+    with c.check():
         name = c.string(spec.get("nameAttribute", DEFAULT_NAME_ATTRIBUTE), "groupSearch.nameAttribute").strip()
         if not _ATTRIBUTE.match(name):
             raise c.fail("groupSearch.nameAttribute", f"is not an attribute name: {name!r}")
         found["name"] = name
-    with c.checking():
+    with c.check():
         found["nested"] = c.boolean(spec.get("nested", False), "groupSearch.nested")
         if "maxDepth" in spec and not found["nested"]:
             raise c.fail("groupSearch.maxDepth", "applies only with nested: true")
-    with c.checking():
+    with c.check():
         found["depth"] = c.integer(spec.get("maxDepth", DEFAULT_MAX_DEPTH), "groupSearch.maxDepth", 1, 64)
     if len(found) != 5:
         return None
     return GroupSearch(found["base"], found["filter"], found["name"], found["nested"], found["depth"])
 
 
-def _header_name(c: _Checker, spec: Mapping[str, Any], field: str) -> bytes:
+def _header_name(c: LdapReader, spec: Mapping[str, Any], field: str) -> bytes:
     if field not in spec:
         return b""
     name = c.string(spec[field], field).strip()
@@ -425,7 +425,7 @@ _QUOTE_HINT = ("in a YAML flow list [a,b] every comma separates items, so an unq
                " or use a block list (- cn=managers,ou=groups,dc=example,dc=org)")
 
 
-def _rejoin_flow_split(c: _Checker, groups: list[NormalDN]) -> list[NormalDN]:
+def _rejoin_flow_split(c: LdapReader, groups: list[NormalDN]) -> list[NormalDN]:
     """Undo YAML's split of ``allowedGroups: [cn=managers,ou=groups,dc=example,dc=org]``.
 
     Written that way, YAML reads it as four one-RDN items.
@@ -448,7 +448,7 @@ def _rejoin_flow_split(c: _Checker, groups: list[NormalDN]) -> list[NormalDN]:
     return [joined]
 
 
-def _service_account(c: _Checker, ref: Any, scope: ConfigScope, field: str) -> ServiceAccount:
+def _service_account(c: LdapReader, ref: Any, scope: ConfigScope, field: str) -> ServiceAccount:
     ref = c.mapping(ref, field, {"name", "namespace"})
     if "name" not in ref:
         raise c.fail(f"{field}.name", "is required")
