@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest_twisted
 import yaml
-from ldap_helpers import basic, make_tester
+from ldap_helpers import basic, ldap_configs, make_tester
 from slapd import SERVICE_DN, SERVICE_PW
 
 from twistgw_ldap.secret import secret_yaml
@@ -32,7 +32,7 @@ def test_documented_secret_is_what_the_utility_writes() -> None:
     command, secret, _ = example_blocks()
     args = shlex.split(command.replace("\\\n", " ").split(">")[0])
     assert args[:4] == ["twistgw", "create", "secret", "authcredentials"]
-    opts = dict(zip(args[4::2], args[5::2], strict=False))
+    opts = dict(zip(args[4::2], args[5::2], strict=True))
     assert opts["--username"] == SERVICE_DN and opts["--password"] == SERVICE_PW
     assert secret == secret_yaml(opts["--name"], opts["--namespace"], opts["--username"], opts["--password"])
 
@@ -140,7 +140,7 @@ def test_active_directory_example_loads_and_sends_the_in_chain_filter() -> None:
           "  virtualHost:\n    domains: ['*']\n    options: {extauth: {configRef: {name: corp-ad}}}\n"
           "    routes: [{matchers: [{prefix: /}], directResponseAction: {status: 200}}]\n")
     tester = make_tester(marked_block("ldap-active-directory") + "---\n" + reader + "---\n" + vs)
-    (cfg,) = tester.snapshot.plugin_compiled["extauth"][0].configs
+    (cfg,) = ldap_configs(tester)
     assert cfg.target.scheme == "ldaps" and cfg.user_search.account is not None
     assert not cfg.group_search.nested
     user_dn = "CN=Doe\\, John (IT),OU=Staff,DC=corp,DC=example,DC=com"

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import twistgw_jwt._options as jwt_options
-import twistgw_ldap._options as ldap_options
+import twistgw_ldap._fields as ldap_fields
 import twistgw_rbac._policy as rbac_policy
 from twistgw.api.fields import FieldReader
 from twistgw.config.gloo import CORE_OPTION_KEYS
@@ -287,12 +287,12 @@ def walk(tmp_path, monkeypatch) -> set[str]:
             return real(value, allowed, path, *rest)
         return check
 
-    real_ldap = ldap_options._Checker.mapping
+    real_ldap = ldap_fields.LdapReader.mapping
 
-    def ldap_mapping(self, value, field, allowed):
-        for key in allowed:
-            seen.add(f"extauth:{_norm((field + '.' + key) if field else key)}")
-        return real_ldap(self, value, field, allowed)
+    def ldap_mapping(self, value, path, allowed=None, required=()):
+        for key in allowed or ():
+            seen.add(f"extauth:{_norm(ldap_fields.at(path) + (key,))}")
+        return real_ldap(self, value, path, allowed, required)
 
     real_staged = stages.check
 
@@ -309,7 +309,7 @@ def walk(tmp_path, monkeypatch) -> set[str]:
     monkeypatch.setattr(stages, "check", staged_check)
     monkeypatch.setattr(jwt_options, "_only", recorder("jwt", jwt_options._only))
     monkeypatch.setattr(rbac_policy, "_check_keys", recorder("rbac", rbac_policy._check_keys))
-    monkeypatch.setattr(ldap_options._Checker, "mapping", ldap_mapping)
+    monkeypatch.setattr(ldap_fields.LdapReader, "mapping", ldap_mapping)
 
     pem = _public_pem()
     (tmp_path / "users.ldif").write_text(LDIF)
@@ -485,6 +485,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "extauth:userSearch.baseDn": (T, LDAP_SEARCH), "extauth:userSearch.filter": (T, LDAP_SEARCH),
     "extauth:userSearch.scope": (T, LDAP_SEARCH), "extauth:userSearch.credentialsSecretRef": (T, LDAP_SEARCH,
                                                                                             "tests/ldap/test_ldap_search.py"),
+    "extauth:userSearch.usernameAttribute": (T, "tests/ldap/test_ldap_attacks.py"),
     "extauth:userSearch.credentialsSecretRef.name": (T, LDAP_SEARCH, "tests/ldap/ldap_helpers.py"),
     "extauth:userSearch.credentialsSecretRef.namespace": (T, LDAP_SEARCH, "tests/ldap/ldap_helpers.py"),
     "extauth:groupSearch": (T, LDAP_SEARCH), "extauth:groupSearch.baseDn": (T, LDAP_SEARCH),
