@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Mapping
 import attrs
 
 from twistgw.api.headers import InvalidHeaderName, canonical_name
+from twistgw.api.plugin import Placement
 from twistgw.api.types import InvalidResource, Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
 from twistgw.config.loader import CORE_OPTION_KEYS, Config, ConfigError, ConfigIssue, path_text
 from twistgw.config.model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
@@ -149,6 +150,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 f"no plugin named {key!r} is installed (installed: {', '.join(host.names()) or 'none'})",
                 file=src.file if src else "", document=src.document if src else None,
                 line=src.line if src else None, resource="Settings", field=f"spec.{key}"))
+    placements = _placements(host, view, issues)
     staged = {name: info.staged_options for name, info in host.infos.items() if info.staged_options is not None}
     staged_keys = frozenset(key for decl in staged.values() for key in decl.keys)
     routes: dict[tuple[str, int], RouteRuntime] = {}
@@ -249,7 +251,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                     continue
                 order = [k for k in order_raw if k in enabled]
             else:
-                order = host.chain_order(enabled)
+                order = host.chain_order(enabled, placements)
             placed: list[tuple[str, str]] | str = [(name, "") for name in order]
             for name, decl in staged.items():
                 placed = stages.place(name, decl, placed, route_stages[name], order_raw is not None)
@@ -266,7 +268,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
                 if cache_key in cache:
                     compiled = cache[cache_key]
                 else:
-                    scope = OptionsScope(vs.namespace, vs.key, route_name, view)
+                    scope = OptionsScope(vs.namespace, vs.key, route_name, view, vs.options)
                     try:
                         compiled = _compile(host, name, raw, scope)
                         owned.update(owned_headers(compiled))
@@ -315,7 +317,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
             if name not in host.infos or (name, id(raw)) in cache or (vs.key, id(raw), name) in reported:
                 continue
             try:
-                compiled = _compile(host, name, raw, OptionsScope(vs.namespace, vs.key, None, view))
+                compiled = _compile(host, name, raw, OptionsScope(vs.namespace, vs.key, None, view, vs.options))
                 owned.update(owned_headers(compiled))
             except OptionsError as exc:
                 reported.add((vs.key, id(raw), name))
@@ -328,6 +330,28 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     if issues or config.issues:
         raise ConfigError(list(config.issues) + issues)
     return Snapshot(config, routes, generation, compiled_by_plugin, tuple(sorted(owned)))
+
+
+def _placements(host: PluginHost, view: ResourceView, issues: list[ConfigIssue]) -> dict[str, Placement]:
+    """Each plugin's ``twistgw_placement`` for this configuration (the ones that return one)."""
+    out: dict[str, Placement] = {}
+    for name in host.infos:
+        fn = host.impl(name, "twistgw_placement")
+        if fn is None:
+            continue
+        try:
+            placement = fn(resources=view)
+        except Exception as exc:
+            issues.append(ConfigIssue(f"plugin {name!r} failed choosing its place in the chain: {exc!r}",
+                                      resource="Settings", field=f"spec.{name}"))
+            continue
+        if placement is not None:
+            if not isinstance(placement, Placement):
+                issues.append(ConfigIssue(f"plugin {name!r}: twistgw_placement must return twistgw.Placement"
+                                          f" or None, got {placement!r}", resource="Settings", field=f"spec.{name}"))
+                continue
+            out[name] = placement
+    return out
 
 
 def owned_headers(compiled: Any) -> tuple[bytes, ...]:

@@ -1,0 +1,165 @@
+"""Counters in Redis, shared by every gateway process and replica that
+points at the same server.
+
+One Lua script increments a batch of counters atomically and sets the
+expiry of those it created (``INCRBY`` + ``EXPIRE`` in one round trip, the
+same two commands envoyproxy/ratelimit pipelines). The hits of every request
+that arrives in one reactor turn go in one batch, with identical counters
+summed, so under load a gateway sends far fewer than one command per
+request. The counts come back in order, so each request learns its own
+position in its window: exactly ``requestsPerUnit`` requests are admitted
+however many gateways race.
+
+The client is txredisapi (its hiredis reply parser, reconnecting with a
+short back-off). A batch that gets no answer within ``requestTimeout``
+fails; txredisapi then drops that connection (a Redis that hangs) and
+connects again, so a Redis that returns is used again without a restart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import txredisapi
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import HostnameEndpoint
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+import twistgw
+
+#: INCRBY each key by its hits; EXPIRE it when this batch created it. KEYS:
+#: counters; ARGV: hits1, ttl1, hits2, ttl2, ... Returns the new counts.
+SCRIPT = """\
+local out = {}
+for i = 1, #KEYS do
+  local hits = tonumber(ARGV[2 * i - 1])
+  local n = redis.call('INCRBY', KEYS[i], hits)
+  if n == hits then redis.call('EXPIRE', KEYS[i], ARGV[2 * i]) end
+  out[i] = n
+end
+return out
+"""
+
+#: every counter's name starts with this (one Redis may serve other tools)
+KEY_PREFIX = "twistgw:rl:"
+
+COMMANDS = twistgw.counter(
+    "twistgw_ratelimit_redis_commands", "Redis commands sent by the rate-limit plugins (one per batch).",
+    ["outcome"])
+_SENT_OK = COMMANDS.labels("ok")
+_SENT_FAILED = COMMANDS.labels("failed")
+BATCHED = twistgw.counter(
+    "twistgw_ratelimit_redis_hits", "Counter increments carried to Redis (several per command under load).",
+    [])
+_BATCHED = BATCHED.labels()
+
+
+class RedisUnavailable(Exception):
+    """Redis did not answer a batch within the request timeout, or refused it."""
+
+
+class _Factory(txredisapi.RedisFactory):  # type: ignore[misc]  # txredisapi has no type hints
+    """txredisapi's factory with a short reconnect back-off: a Redis that
+    returns is used again within a second."""
+
+    initialDelay = 0.1
+    maxDelay = 1.0
+
+
+class RedisCounters:
+    """Fixed-window counters in one Redis server.
+
+    :param address: ``host:port``.
+    :param timeout: seconds a batch may wait for its answer (``requestTimeout``).
+    """
+
+    _log = Logger(namespace="twistgw_ratelimit")
+
+    def __init__(self, reactor: Any, address: str, db: int, timeout: float) -> None:
+        host, _, port = address.rpartition(":")
+        self.reactor = reactor
+        self.address = address
+        self.timeout = timeout
+        self._factory = _Factory(address, db, 1, True, txredisapi.ConnectionHandler, "utf-8", None,
+                                 timeout, False)
+        self._factory.startConnecting(HostnameEndpoint(reactor, host.strip("[]"), int(port), timeout=timeout))
+        self._client = self._factory.handler
+        #: the batch being gathered this reactor turn: key -> [ttl, hits, waiters]
+        self._pending: dict[str, list[Any]] = {}
+        self._scheduled = False
+
+    def increment(self, items: list[tuple[str, int]]) -> Deferred[list[int]]:
+        """Add one hit to each ``(key, ttl)``; fires with each key's count
+        after this hit (in order), or fails with :class:`RedisUnavailable`."""
+        waiters: list[Deferred[int]] = []
+        for key, ttl in items:
+            entry = self._pending.get(key)
+            if entry is None:
+                entry = self._pending[key] = [ttl, 0, []]
+            entry[1] += 1
+            d: Deferred[int] = Deferred()
+            entry[2].append(d)
+            waiters.append(d)
+        if not self._scheduled:
+            self._scheduled = True
+            self.reactor.callLater(0, self._flush)
+        return defer.gatherResults(waiters, consumeErrors=True).addErrback(_first_error)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        batch, self._pending = self._pending, {}
+        if not batch:
+            return
+        keys = [KEY_PREFIX + key for key in batch]
+        args: list[int] = []
+        for ttl, hits, _ in batch.values():
+            args += (hits, ttl)
+        _BATCHED.inc(len(keys))
+        try:
+            d = self._client.eval(SCRIPT, keys, args)
+        except Exception as exc:  # "Not connected" when reconnecting is off
+            d = defer.fail(exc)
+        d.addTimeout(self.timeout, self.reactor)
+        d.addCallbacks(self._answered, self._failed, callbackArgs=(batch,), errbackArgs=(batch,))
+
+    def _answered(self, counts: Any, batch: dict[str, list[Any]]) -> None:
+        if not isinstance(counts, list) or len(counts) != len(batch):
+            self._fail(f"unexpected answer from Redis at {self.address}: {counts!r}", batch)
+            return
+        _SENT_OK.inc()
+        for (_, hits, waiters), total in zip(batch.values(), counts, strict=True):
+            first = int(total) - hits
+            for i, waiter in enumerate(waiters, 1):
+                waiter.callback(first + i)
+
+    def _failed(self, failure: Failure, batch: dict[str, list[Any]]) -> None:
+        if isinstance(failure.value, (defer.TimeoutError, defer.CancelledError)):
+            reason = f"no answer from Redis at {self.address} within {self.timeout:g}s"
+        else:
+            reason = f"Redis at {self.address}: {failure.getErrorMessage() or type(failure.value).__name__}"
+        self._fail(reason, batch)
+
+    def _fail(self, reason: str, batch: dict[str, list[Any]]) -> None:
+        _SENT_FAILED.inc()
+        for _, _, waiters in batch.values():
+            for waiter in waiters:
+                waiter.errback(RedisUnavailable(reason))
+
+    def close(self) -> Deferred[None]:
+        """Stop reconnecting and close the connection."""
+        d: Deferred[None] = self._factory.disconnect()
+        return d
+
+
+def _first_error(failure: Failure) -> Failure:
+    """gatherResults wraps the first failure in a FirstError; unwrap it."""
+    if isinstance(failure.value, defer.FirstError):
+        inner: Failure = failure.value.subFailure
+        return inner
+    return failure
+
+
+#: ``(reactor, address, db, timeout) -> RedisCounters``; tests may replace it
+Factory = Callable[[Any, str, int, float], RedisCounters]
