@@ -536,7 +536,9 @@ class CorePluginsTests(TestCase):
     async def test_third_party_plugin_loaded_from_entry_point(self, apikey_dist: Any) -> None:
         assert "acme_apikey" not in sys.modules
         # Block the shipped plugins: this proves *our* distribution's entry point loads.
-        host = PluginHost.create(load_entry_points=True, blocked=["jwt", "rbac", "extauth"])
+        shipped = ["jwt", "rbac", "extauth", "localRatelimit", "ratelimitBasic", "ratelimit", "ratelimitRegular",
+                   "ratelimitEarly", "rateLimitConfigs", "ratelimitServer"]
+        host = PluginHost.create(load_entry_points=True, blocked=shipped)
         assert host.names() == ["apikey"]
         assert host.infos["apikey"].order == 400
         assert sys.modules["acme_apikey"].__file__.startswith(str(apikey_dist))
