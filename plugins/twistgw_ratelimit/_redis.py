@@ -46,14 +46,11 @@ return out
 KEY_PREFIX = "twistgw:rl:"
 
 COMMANDS = twistgw.counter(
-    "twistgw_ratelimit_redis_commands", "Redis commands sent by the rate-limit plugins (one per batch).",
-    ["outcome"])
-_SENT_OK = COMMANDS.labels("ok")
-_SENT_FAILED = COMMANDS.labels("failed")
-BATCHED = twistgw.counter(
-    "twistgw_ratelimit_redis_hits", "Counter increments carried to Redis (several per command under load).",
-    [])
-_BATCHED = BATCHED.labels()
+    "twistgw_ratelimit_redis_commands", "Redis commands sent by the rate-limit plugins (one per batch),"
+    " by server and outcome (ok, failed).", ["server", "outcome"])
+INCREMENTS = twistgw.counter(
+    "twistgw_ratelimit_redis_increments", "Counters incremented in Redis (several per command under load),"
+    " by server.", ["server"])
 
 
 class RedisUnavailable(Exception):
@@ -86,6 +83,9 @@ class RedisCounters:
                                  timeout, False)
         self._factory.startConnecting(HostnameEndpoint(reactor, host.strip("[]"), int(port), timeout=timeout))
         self._client = self._factory.handler
+        self._sent_ok = COMMANDS.labels(address, "ok")
+        self._sent_failed = COMMANDS.labels(address, "failed")
+        self._increments = INCREMENTS.labels(address)
         #: the batch being gathered this reactor turn: key -> [ttl, hits, waiters]
         self._pending: dict[str, list[Any]] = {}
         self._scheduled = False
@@ -116,7 +116,7 @@ class RedisCounters:
         args: list[int] = []
         for ttl, hits, _ in batch.values():
             args += (hits, ttl)
-        _BATCHED.inc(len(keys))
+        self._increments.inc(len(keys))
         try:
             d = self._client.eval(SCRIPT, keys, args)
         except Exception as exc:  # "Not connected" when reconnecting is off
@@ -128,7 +128,7 @@ class RedisCounters:
         if not isinstance(counts, list) or len(counts) != len(batch):
             self._fail(f"unexpected answer from Redis at {self.address}: {counts!r}", batch)
             return
-        _SENT_OK.inc()
+        self._sent_ok.inc()
         for (_, hits, waiters), total in zip(batch.values(), counts, strict=True):
             first = int(total) - hits
             for i, waiter in enumerate(waiters, 1):
@@ -142,7 +142,7 @@ class RedisCounters:
         self._fail(reason, batch)
 
     def _fail(self, reason: str, batch: dict[str, list[Any]]) -> None:
-        _SENT_FAILED.inc()
+        self._sent_failed.inc()
         for _, _, waiters in batch.values():
             for waiter in waiters:
                 waiter.errback(RedisUnavailable(reason))
