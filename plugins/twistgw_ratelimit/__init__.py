@@ -73,20 +73,17 @@ class _Counted:
         self.dry_run = False
         self.stores: dict[tuple[RedisAddress, float], RedisCounters] = {}
 
-    def _reactor(self) -> Any:
-        if self.reactor is None:
-            from twisted.internet import reactor
-
-            return reactor
-        return self.reactor
-
-    def store(self, server: ServerSettings) -> RedisCounters:
+    def store(self, server: ServerSettings, reactor: Any = None) -> RedisCounters:
+        """The Redis client of ``server`` (made on first use, on the gateway's
+        reactor, else ``reactor``, else the global one)."""
         assert server.redis is not None  # compile refused options without Redis
         key = (server.redis, server.timeout)
         found = self.stores.get(key)
         if found is None:
-            found = self.stores[key] = RedisCounters(self._reactor(), server.redis.address, server.redis.db,
-                                                     server.timeout)
+            reactor = self.reactor or reactor
+            if reactor is None:
+                from twisted.internet import reactor
+            found = self.stores[key] = RedisCounters(reactor, server.redis.address, server.redis.db, server.timeout)
         return found
 
     @twistgw.hookimpl
@@ -129,7 +126,7 @@ class _Counted:
             assert options.server.redis is not None
             rules = ", ".join(f"{h.label} ({h.limit.describe()})" for h in hits)
             return twistgw.NotChecked(f"would count {rules} in Redis at {options.server.redis.address}")
-        return _limiter.check_global(ctx, options, self.store(options.server), self.now)
+        return _limiter.check_global(ctx, options, self.store(options.server, ctx.reactor), self.now)
 
 
 class BasicPlugin(_Counted):

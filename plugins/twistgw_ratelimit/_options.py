@@ -23,6 +23,9 @@ from twistgw_ratelimit._settings import SERVER_SECTION, ServerSettings, server_s
 
 Producer = Callable[[RequestContext], "list[Hit]"]
 
+#: callers whose ratelimitBasic hits are kept made (per compiled options)
+HIT_CACHE = 4096
+
 #: the kind and API group of Gloo's rate-limit policies
 CONFIG_KIND = "RateLimitConfig"
 CONFIG_API_VERSION = "ratelimit.solo.io/v1alpha1"
@@ -82,15 +85,25 @@ def compile_basic(options: Mapping[str, Any], scope: OptionsScope) -> GlobalLimi
     bucket = f"basic|{escape(scope.virtual_service)}|{escape(scope.route or '')}"
     label = f"basic:{scope.virtual_service}" + (f":{scope.route}" if scope.route is not None else "")
 
+    # the hits of the callers seen lately, made once (bounded: cleared when full)
+    seen: dict[tuple[bool, str], list[Hit]] = {}
+
     def hits(ctx: RequestContext) -> list[Hit]:
         principal = ctx.principal
+        who = (True, principal) if principal is not None else (False, ctx.client_address)
+        found = seen.get(who)
+        if found is not None:
+            return found
         if principal is not None:
-            if authorized is None:
-                return []
-            return [Hit(f"{bucket}|user={escape(principal)}", authorized, label + ":authorized")]
-        if anonymous is None or not ctx.client_address:
-            return []
-        return [Hit(f"{bucket}|ip={escape(ctx.client_address)}", anonymous, label + ":anonymous")]
+            found = [Hit(f"{bucket}|user={escape(principal)}", authorized, label + ":authorized")] if authorized else []
+        elif anonymous is not None and ctx.client_address:
+            found = [Hit(f"{bucket}|ip={escape(ctx.client_address)}", anonymous, label + ":anonymous")]
+        else:
+            found = []
+        if len(seen) >= HIT_CACHE:
+            seen.clear()
+        seen[who] = found
+        return found
 
     summary = ", ".join(f"{f} {lim.describe()}" for f, lim in limits.items() if lim is not None)
     return GlobalLimits("ratelimitBasic", where_of(scope), hits, server, summary)

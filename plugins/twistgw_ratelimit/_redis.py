@@ -86,79 +86,75 @@ class RedisCounters:
         self._sent_ok = COMMANDS.labels(address, "ok")
         self._sent_failed = COMMANDS.labels(address, "failed")
         self._increments = INCREMENTS.labels(address)
-        #: the batch being gathered this reactor turn: key -> [ttl, hits, waiters]
-        self._pending: dict[str, list[Any]] = {}
-        self._scheduled = False
+        #: this reactor turn's batch: every counter's ttl and hits (in first-seen order)...
+        self._counters: dict[str, list[int]] = {}
+        #: ...and each request's keys and Deferred, in arrival order
+        self._requests: list[tuple[list[str], Deferred[list[int]]]] = []
 
     def increment(self, items: list[tuple[str, int]]) -> Deferred[list[int]]:
         """Add one hit to each ``(key, ttl)``; fires with each key's count
         after this hit (in order), or fails with :class:`RedisUnavailable`."""
-        waiters: list[Deferred[int]] = []
+        counters = self._counters
+        keys = []
         for key, ttl in items:
-            entry = self._pending.get(key)
+            entry = counters.get(key)
             if entry is None:
-                entry = self._pending[key] = [ttl, 0, []]
-            entry[1] += 1
-            d: Deferred[int] = Deferred()
-            entry[2].append(d)
-            waiters.append(d)
-        if not self._scheduled:
-            self._scheduled = True
+                counters[key] = [ttl, 1]
+            else:
+                entry[1] += 1
+            keys.append(key)
+        d: Deferred[list[int]] = Deferred()
+        if not self._requests:
             self.reactor.callLater(0, self._flush)
-        return defer.gatherResults(waiters, consumeErrors=True).addErrback(_first_error)
+        self._requests.append((keys, d))
+        return d
 
     def _flush(self) -> None:
-        self._scheduled = False
-        batch, self._pending = self._pending, {}
-        if not batch:
-            return
-        keys = [KEY_PREFIX + key for key in batch]
+        counters, requests = self._counters, self._requests
+        self._counters, self._requests = {}, []
         args: list[int] = []
-        for ttl, hits, _ in batch.values():
+        for ttl, hits in counters.values():
             args += (hits, ttl)
-        self._increments.inc(len(keys))
+        self._increments.inc(len(counters))
         try:
-            d = self._client.eval(SCRIPT, keys, args)
+            d = self._client.eval(SCRIPT, [KEY_PREFIX + key for key in counters], args)
         except Exception as exc:  # "Not connected" when reconnecting is off
             d = defer.fail(exc)
         d.addTimeout(self.timeout, self.reactor)
-        d.addCallbacks(self._answered, self._failed, callbackArgs=(batch,), errbackArgs=(batch,))
+        d.addCallbacks(self._answered, self._failed, callbackArgs=(counters, requests),
+                       errbackArgs=(requests,))
 
-    def _answered(self, counts: Any, batch: dict[str, list[Any]]) -> None:
-        if not isinstance(counts, list) or len(counts) != len(batch):
-            self._fail(f"unexpected answer from Redis at {self.address}: {counts!r}", batch)
+    def _answered(self, totals: Any, counters: dict[str, list[int]],
+                  requests: list[tuple[list[str], Deferred[list[int]]]]) -> None:
+        if not isinstance(totals, list) or len(totals) != len(counters):
+            self._fail(f"unexpected answer from Redis at {self.address}: {totals!r}", requests)
             return
         self._sent_ok.inc()
-        for (_, hits, waiters), total in zip(batch.values(), counts, strict=True):
-            first = int(total) - hits
-            for i, waiter in enumerate(waiters, 1):
-                waiter.callback(first + i)
+        # each key's count before this batch; hits are handed out in arrival order
+        seen = {key: int(total) - entry[1] for (key, entry), total in zip(counters.items(), totals, strict=True)}
+        for keys, d in requests:
+            counts = []
+            for key in keys:
+                seen[key] += 1
+                counts.append(seen[key])
+            d.callback(counts)
 
-    def _failed(self, failure: Failure, batch: dict[str, list[Any]]) -> None:
+    def _failed(self, failure: Failure, requests: list[tuple[list[str], Deferred[list[int]]]]) -> None:
         if isinstance(failure.value, (defer.TimeoutError, defer.CancelledError)):
             reason = f"no answer from Redis at {self.address} within {self.timeout:g}s"
         else:
             reason = f"Redis at {self.address}: {failure.getErrorMessage() or type(failure.value).__name__}"
-        self._fail(reason, batch)
+        self._fail(reason, requests)
 
-    def _fail(self, reason: str, batch: dict[str, list[Any]]) -> None:
+    def _fail(self, reason: str, requests: list[tuple[list[str], Deferred[list[int]]]]) -> None:
         self._sent_failed.inc()
-        for _, _, waiters in batch.values():
-            for waiter in waiters:
-                waiter.errback(RedisUnavailable(reason))
+        for _, d in requests:
+            d.errback(RedisUnavailable(reason))
 
     def close(self) -> Deferred[None]:
         """Stop reconnecting and close the connection."""
         d: Deferred[None] = self._factory.disconnect()
         return d
-
-
-def _first_error(failure: Failure) -> Failure:
-    """gatherResults wraps the first failure in a FirstError; unwrap it."""
-    if isinstance(failure.value, defer.FirstError):
-        inner: Failure = failure.value.subFailure
-        return inner
-    return failure
 
 
 #: ``(reactor, address, db, timeout) -> RedisCounters``; tests may replace it
