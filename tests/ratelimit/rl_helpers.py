@@ -12,6 +12,7 @@ these tests.
 from __future__ import annotations
 
 import json
+import time
 import types
 from typing import Any
 
@@ -115,3 +116,11 @@ def rate_limit_config(name: str, raw: dict[str, Any], namespace: str = "gloo-sys
 
 def per(n: int, unit: str) -> dict[str, Any]:
     return {"requestsPerUnit": n, "unit": unit}
+
+
+def fresh_window(unit: int = 60, need: float = 8.0) -> None:
+    """Blocks until at least ``need`` seconds are left in the current
+    window of ``unit`` seconds, so a test's requests share one window."""
+    left = unit - time.time() % unit
+    if left < need:
+        time.sleep(left + 0.05)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from rl_helpers import DENY, USER, WITH_AUTH, config, per
+from rl_helpers import DENY, USER, WITH_AUTH, config, fresh_window, per
 from twisted.internet import defer, reactor, task
 
 from twistgw.testing import ChainTester
@@ -29,14 +29,6 @@ def redis(tmp_path: Path) -> Any:
     server = RedisServer(tmp_path / "redis").start()
     yield server
     server.stop()
-
-
-def fresh_window(unit: int = 60, need: float = 8.0) -> None:
-    """Blocks until at least ``need`` seconds are left in the current
-    window of ``unit`` seconds, so a test's requests share one window."""
-    left = unit - time.time() % unit
-    if left < need:
-        time.sleep(left + 0.05)
 
 
 async def make(text: str) -> ChainTester:
