@@ -304,3 +304,67 @@ async def test_redis_killed_then_back(redis: RedisServer) -> None:
     finally:
         await close(open_)
         await close(closed)
+
+
+@pytest_twisted.ensureDeferred
+async def test_guide_rule_priority_messenger_whatsapp(redis: RedisServer) -> None:
+    """The Rule Priority guide, request by request: Messenger 311 is refused
+    on the third request, Whatsapp 311 on the second, Whatsapp 411 (the
+    weighted rule, 100/minute) not for a while."""
+    fresh_window(60, 10)
+    settings = {"ratelimit": {"descriptors": [
+        {"key": "type", "value": "Messenger", "rateLimit": per(2, "MINUTE")},
+        {"key": "type", "value": "Whatsapp", "rateLimit": per(1, "MINUTE"),
+         "descriptors": [{"key": "number", "value": "411", "weight": 1, "rateLimit": per(100, "MINUTE")}]}]}}
+    tester = await make(config(TYPE_NUMBER_ACTIONS, settings=settings, redis=redis.address))
+    try:
+        assert await statuses(tester, 3, headers={"x-type": "Messenger", "x-number": "311"}) == [200, 200, 429]
+        assert await statuses(tester, 2, headers={"x-type": "Whatsapp", "x-number": "311"}) == [200, 429]
+        assert await statuses(tester, 20, headers={"x-type": "Whatsapp", "x-number": "411"}) == [200] * 20
+    finally:
+        await close(tester)
+
+
+@pytest_twisted.ensureDeferred
+async def test_claims_of_a_verified_token_with_the_real_jwt_plugin(redis: RedisServer) -> None:
+    """Limits by the JWT ``sub`` (Gloo's metadata action) and by a claim the
+    jwt plugin copies to a header (claimsToHeaders, as Gloo's guide secures
+    its actions): a client's own copy of that header is removed, so it
+    cannot move itself into another tenant's budget."""
+    import jwt as pyjwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from twistgw_jwt import JwtPlugin
+    from rl_helpers import PLUGINS
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                           serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+    def bearer(sub: str, tenant: str) -> dict[str, str]:
+        now = int(time.time())
+        token = pyjwt.encode({"iss": "https://issuer.test", "sub": sub, "tenant": tenant, "iat": now,
+                              "exp": now + 600}, key, algorithm="RS256")
+        return {"Authorization": f"Bearer {token}"}
+
+    fresh_window(3600, 30)
+    options = {
+        "jwt": {"providers": {"p": {"issuer": "https://issuer.test", "jwks": {"local": {"key": public}},
+                                    "claimsToHeaders": [{"claim": "tenant", "header": "x-tenant"}]}}},
+        "ratelimit": {"rateLimits": [
+            {"actions": [{"metadata": {"descriptorKey": "userid", "metadataKey": {
+                "key": "envoy.filters.http.jwt_authn", "path": [{"key": "principal"}, {"key": "sub"}]}}}]},
+            {"actions": [{"requestHeaders": {"descriptorKey": "tenant", "headerName": "x-tenant"}}]}]}}
+    settings = {"ratelimit": {"descriptors": [{"key": "userid", "rateLimit": per(2, "HOUR")},
+                                              {"key": "tenant", "rateLimit": per(3, "HOUR")}]}}
+    tester = ChainTester.from_yaml(config(options, settings=settings, redis=redis.address),
+                                   PLUGINS + [("jwt", JwtPlugin)])
+    try:
+        assert await statuses(tester, 1) == [401]  # no token: refused by jwt, never counted
+        assert await statuses(tester, 3, headers=bearer("alice", "acme")) == [200, 200, 429]  # 2 per user
+        assert await statuses(tester, 2, headers=bearer("bob", "acme")) == [429, 429]  # acme's 3 are spent
+        forged = dict(bearer("carol", "globex"), **{"x-tenant": "acme"})
+        assert await statuses(tester, 2, headers=forged) == [200, 200]  # counted as globex, not acme
+    finally:
+        await close(tester)
