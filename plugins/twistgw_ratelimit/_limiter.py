@@ -14,7 +14,6 @@ from typing import Any, Callable
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 import twistgw
 from twistgw.api.types import RequestContext
@@ -22,7 +21,7 @@ from twistgw.api.types import RequestContext
 from twistgw_ratelimit._descriptors import Hit
 from twistgw_ratelimit._limits import RateLimit
 from twistgw_ratelimit._options import GlobalLimits, LocalLimit
-from twistgw_ratelimit._redis import RedisCounters, RedisUnavailable
+from twistgw_ratelimit._redis import RedisCounters
 
 _log = Logger(namespace="twistgw_ratelimit")
 
@@ -95,8 +94,18 @@ def check_global(ctx: RequestContext, options: GlobalLimits, store: RedisCounter
         return None
     moment = now()
     items = [(f"{hit.key}|{hit.limit.window(moment)}", hit.limit.seconds) for hit in hits]
-    d = store.increment(items)
-    return d.addCallbacks(_decide, _failed, callbackArgs=(hits, options, moment), errbackArgs=(options,))
+    d: Deferred[twistgw.Deny | None] = Deferred()
+
+    def deliver(counts: list[int] | None, error: str | None) -> None:
+        try:
+            decision = _decide(counts, hits, options, moment) if counts is not None else _failed(error, options)
+        except Exception as exc:  # a bug: the chain fails closed with 500
+            d.errback(exc)
+        else:
+            d.callback(decision)
+
+    store.increment(items, deliver)
+    return d
 
 
 def _decide(counts: list[int], hits: list[Hit], options: GlobalLimits, moment: float) -> twistgw.Deny | None:
@@ -125,12 +134,11 @@ def _decide(counts: list[int], hits: list[Hit], options: GlobalLimits, moment: f
     return limited(headers, reason=f"over limit: {rules}")
 
 
-def _failed(failure: Failure, options: GlobalLimits) -> twistgw.Deny | None:
-    if not isinstance(failure.value, RedisUnavailable):
-        return failure  # type: ignore[return-value]  # a bug: the chain fails closed with 500
+def _failed(reason: str | None, options: GlobalLimits) -> twistgw.Deny | None:
+    """Redis failed (``reason``): refuse with 500 under denyOnFail, else admit."""
     deny = options.server.deny_on_fail
     count(options.plugin, "redis", "redis_failed_closed" if deny else "redis_failed_open")
-    failure_log(options.plugin, failure.getErrorMessage(), deny)
+    failure_log(options.plugin, str(reason), deny)
     if deny:
-        return twistgw.Deny(500, b"", reason=f"rate-limit counters unavailable: {failure.getErrorMessage()}")
+        return twistgw.Deny(500, b"", reason=f"rate-limit counters unavailable: {reason}")
     return None

@@ -42,6 +42,9 @@ end
 return out
 """
 
+#: ``deliver(counts, None)`` or ``deliver(None, why Redis failed)``
+Deliver = Callable[["list[int] | None", "str | None"], None]
+
 #: every counter's name starts with this (one Redis may serve other tools)
 KEY_PREFIX = "twistgw:rl:"
 
@@ -51,10 +54,6 @@ COMMANDS = twistgw.counter(
 INCREMENTS = twistgw.counter(
     "twistgw_ratelimit_redis_increments", "Counters incremented in Redis (several per command under load),"
     " by server.", ["server"])
-
-
-class RedisUnavailable(Exception):
-    """Redis did not answer a batch within the request timeout, or refused it."""
 
 
 class _Factory(txredisapi.RedisFactory):  # type: ignore[misc]  # txredisapi has no type hints
@@ -88,12 +87,13 @@ class RedisCounters:
         self._increments = INCREMENTS.labels(address)
         #: this reactor turn's batch: every counter's ttl and hits (in first-seen order)...
         self._counters: dict[str, list[int]] = {}
-        #: ...and each request's keys and Deferred, in arrival order
-        self._requests: list[tuple[list[str], Deferred[list[int]]]] = []
+        #: ...and each request's keys and whom to tell, in arrival order
+        self._requests: list[tuple[list[str], Deliver]] = []
 
-    def increment(self, items: list[tuple[str, int]]) -> Deferred[list[int]]:
-        """Add one hit to each ``(key, ttl)``; fires with each key's count
-        after this hit (in order), or fails with :class:`RedisUnavailable`."""
+    def increment(self, items: list[tuple[str, int]], deliver: Deliver) -> None:
+        """Add one hit to each ``(key, ttl)``; later (after this reactor
+        turn) call ``deliver(counts, None)`` with each key's count after this
+        hit, in order, or ``deliver(None, reason)`` when Redis failed."""
         counters = self._counters
         keys = []
         for key, ttl in items:
@@ -103,11 +103,9 @@ class RedisCounters:
             else:
                 entry[1] += 1
             keys.append(key)
-        d: Deferred[list[int]] = Deferred()
         if not self._requests:
             self.reactor.callLater(0, self._flush)
-        self._requests.append((keys, d))
-        return d
+        self._requests.append((keys, deliver))
 
     def _flush(self) -> None:
         counters, requests = self._counters, self._requests
@@ -125,37 +123,34 @@ class RedisCounters:
                        errbackArgs=(requests,))
 
     def _answered(self, totals: Any, counters: dict[str, list[int]],
-                  requests: list[tuple[list[str], Deferred[list[int]]]]) -> None:
+                  requests: list[tuple[list[str], Deliver]]) -> None:
         if not isinstance(totals, list) or len(totals) != len(counters):
             self._fail(f"unexpected answer from Redis at {self.address}: {totals!r}", requests)
             return
         self._sent_ok.inc()
         # each key's count before this batch; hits are handed out in arrival order
         seen = {key: int(total) - entry[1] for (key, entry), total in zip(counters.items(), totals, strict=True)}
-        for keys, d in requests:
+        for keys, deliver in requests:
             counts = []
             for key in keys:
                 seen[key] += 1
                 counts.append(seen[key])
-            d.callback(counts)
+            deliver(counts, None)
 
-    def _failed(self, failure: Failure, requests: list[tuple[list[str], Deferred[list[int]]]]) -> None:
+    def _failed(self, failure: Failure, requests: list[tuple[list[str], Deliver]]) -> None:
         if isinstance(failure.value, (defer.TimeoutError, defer.CancelledError)):
             reason = f"no answer from Redis at {self.address} within {self.timeout:g}s"
         else:
             reason = f"Redis at {self.address}: {failure.getErrorMessage() or type(failure.value).__name__}"
         self._fail(reason, requests)
 
-    def _fail(self, reason: str, requests: list[tuple[list[str], Deferred[list[int]]]]) -> None:
+    def _fail(self, reason: str, requests: list[tuple[list[str], Deliver]]) -> None:
         self._sent_failed.inc()
-        for _, d in requests:
-            d.errback(RedisUnavailable(reason))
+        for _, deliver in requests:
+            deliver(None, reason)
 
     def close(self) -> Deferred[None]:
         """Stop reconnecting and close the connection."""
         d: Deferred[None] = self._factory.disconnect()
         return d
 
-
-#: ``(reactor, address, db, timeout) -> RedisCounters``; tests may replace it
-Factory = Callable[[Any, str, int, float], RedisCounters]
