@@ -368,3 +368,60 @@ async def test_claims_of_a_verified_token_with_the_real_jwt_plugin(redis: RedisS
         assert await statuses(tester, 2, headers=forged) == [200, 200]  # counted as globex, not acme
     finally:
         await close(tester)
+
+
+#: The Envoy API guide's simple examples: (Settings descriptors, the route's rateLimits,
+#: [(request headers, the statuses of that many requests)]).
+SIMPLE_EXAMPLES = {
+    "generic key": (
+        [{"key": "generic_key", "value": "per-second", "rateLimit": per(2, "SECOND")}],
+        [{"actions": [{"genericKey": {"descriptorValue": "per-second"}}]}],
+        [({}, [200, 200, 429])]),
+    "header values, any value": (
+        [{"key": "type", "rateLimit": per(2, "MINUTE")}],
+        [{"actions": [{"requestHeaders": {"descriptorKey": "type", "headerName": "x-type"}}]}],
+        [({"x-type": "a"}, [200, 200, 429]), ({"x-type": "b"}, [200, 200, 429]), ({}, [200, 200, 200])]),
+    "header values, one value": (
+        [{"key": "type", "value": "example", "rateLimit": per(2, "MINUTE")}],
+        [{"actions": [{"requestHeaders": {"descriptorKey": "type", "headerName": "x-type"}}]}],
+        [({"x-type": "other"}, [200, 200, 200]), ({"x-type": "example"}, [200, 200, 429])]),
+    "remote address": (
+        [{"key": "remote_address", "rateLimit": per(2, "MINUTE")}],
+        [{"actions": [{"remoteAddress": {}}]}],
+        [({}, [200, 200, 429])]),
+    "tuple of two headers": (
+        [{"key": "type", "descriptors": [{"key": "number", "rateLimit": per(1, "MINUTE")}]}],
+        [{"actions": [{"requestHeaders": {"descriptorKey": "type", "headerName": "x-type"}},
+                      {"requestHeaders": {"descriptorKey": "number", "headerName": "x-number"}}]}],
+        [({"x-type": "a", "x-number": "1"}, [200, 429]), ({"x-type": "a", "x-number": "2"}, [200, 429]),
+         ({"x-type": "a"}, [200, 200])]),
+    "nested limits": (
+        [{"key": "type", "rateLimit": per(1, "MINUTE"),
+          "descriptors": [{"key": "number", "rateLimit": per(1, "MINUTE")}]}],
+        TYPE_NUMBER_ACTIONS["ratelimit"]["rateLimits"],
+        [({"x-type": "a"}, [200, 429]), ({"x-type": "b", "x-number": "1"}, [200, 429])]),
+    "method and address": (
+        [{"key": "remote_address", "rateLimit": per(5, "MINUTE")},
+         {"key": "method", "value": "GET", "descriptors": [{"key": "remote_address", "rateLimit": per(2, "MINUTE")}]}],
+        [{"actions": [{"remoteAddress": {}}]},
+         {"actions": [{"requestHeaders": {"descriptorKey": "method", "headerName": ":method"}},
+                      {"remoteAddress": {}}]}],
+        [({}, [200, 200, 429])]),
+}
+
+
+@pytest.mark.parametrize("name", list(SIMPLE_EXAMPLES))
+@pytest_twisted.ensureDeferred
+async def test_envoy_api_guide_examples(redis: RedisServer, name: str) -> None:
+    descriptors, rate_limits, steps = SIMPLE_EXAMPLES[name]
+    fresh_window(60, 10)
+    if name == "generic key":
+        fresh_window(1, 0.5)
+    tester = await make(config({"ratelimit": {"rateLimits": rate_limits}},
+                               settings={"ratelimit": {"descriptors": descriptors}}, redis=redis.address))
+    try:
+        for headers, expected in steps:
+            found = [(await tester.request("GET", "http://a.example/", headers=headers)).status for _ in expected]
+            assert found == expected, (headers, found)
+    finally:
+        await close(tester)
