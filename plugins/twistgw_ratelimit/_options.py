@@ -12,14 +12,21 @@ from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
-from twistgw.api.types import OptionsError, OptionsScope, RequestContext
+from twistgw.api.types import InvalidResource, OptionsError, OptionsScope, RequestContext
 from twistgw.options import Problems, check_fields, require_mapping, type_name
 
 from twistgw_ratelimit._actions import RateLimitActions, parse_rate_limits
 from twistgw_ratelimit._descriptors import DescriptorSet, Hit, escape, parse_descriptor_set, resolve
 from twistgw_ratelimit._limits import RateLimit, parse_rate_limit
 from twistgw_ratelimit._local import BucketSpec, TokenBucket, parse_bucket
-from twistgw_ratelimit._settings import SERVER_SECTION, ServerSettings, server_settings, service_settings
+from twistgw_ratelimit._settings import (
+    DESCRIPTORS_SECTION,
+    SERVER_SECTION,
+    ServerSettings,
+    parse_server_settings,
+    parse_service_settings,
+    server_settings,
+)
 
 Producer = Callable[[RequestContext], "list[Hit]"]
 
@@ -58,7 +65,11 @@ def where_of(scope: OptionsScope) -> str:
 
 
 def _needs_redis(scope: OptionsScope, key: str) -> ServerSettings:
-    server = server_settings(scope.resources)
+    try:
+        server = parse_server_settings(scope.resources.settings(SERVER_SECTION) or {})
+    except OptionsError as exc:
+        # reported at Settings spec.ratelimitServer; not a second time here
+        raise OptionsError((), f"Settings spec.{SERVER_SECTION} is invalid") from InvalidResource(exc)
     if server.redis is None:
         raise OptionsError((), f"{key} counts in Redis, shared by every gateway process: say where it is"
                                f" in Settings spec.{SERVER_SECTION}.redis.address (host:port);"
@@ -151,7 +162,10 @@ def compile_actions(key: str, options: Mapping[str, Any], scope: OptionsScope) -
                      + (" (or includeVhRateLimits: true with the virtual host's)" if on_route else ""))
     problems.raise_if_any()
     server = _needs_redis(scope, key)
-    domain = service_settings(scope.resources)
+    try:
+        domain = parse_service_settings(scope.resources.settings(DESCRIPTORS_SECTION) or {})
+    except OptionsError as exc:  # reported at Settings spec.ratelimit
+        raise OptionsError((), f"Settings spec.{DESCRIPTORS_SECTION} is invalid") from InvalidResource(exc)
     if domain.empty:
         raise OptionsError(("rateLimits",), "there are no descriptors to count against: write them in"
                                             " Settings spec.ratelimit.descriptors (or setDescriptors)")

@@ -311,6 +311,15 @@ class OptionsTests(TestCase):
         assert found[0] == VH + ".ratelimitBasic"
         assert "Settings spec.ratelimitServer.redis.address" in found[1]
 
+    def test_broken_server_settings_reported_once(self) -> None:
+        text = config({"ratelimitBasic": {"anonymousLimits": per(1, "MINUTE")}},
+                      settings={"ratelimitServer": {"requestTimeout": "soon", "redis": {"address": "127.0.0.1:1"}}},
+                      redis=None)
+        assert [f for f, _ in issues(text)] == ["spec.ratelimitServer.requestTimeout"]
+        text = config({"ratelimit": {"rateLimits": [{"actions": [{"remoteAddress": {}}]}]}},
+                      settings={"ratelimit": {"descriptors": [{"key": "remote_address", "rateLimit": per(1, "WEEK")}]}})
+        assert [f for f, _ in issues(text)] == ["spec.ratelimit.descriptors[0].rateLimit.unit"]
+
     def test_actions_need_descriptors(self) -> None:
         (found,) = issues(config({"ratelimit": {"rateLimits": [{"actions": [{"remoteAddress": {}}]}]}}))
         assert found == (VH + ".ratelimit.rateLimits", found[1]) and "Settings spec.ratelimit" in found[1]
