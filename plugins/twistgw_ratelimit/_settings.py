@@ -134,10 +134,3 @@ def parse_service_settings(raw: Mapping[str, Any]) -> DescriptorSet:
     found = parse_descriptor_set("settings", raw.get("descriptors"), raw.get("setDescriptors"), (), problems)
     problems.raise_if_any()
     return found
-
-
-def service_settings(resources: Any) -> DescriptorSet:
-    try:
-        return parse_service_settings(resources.settings(DESCRIPTORS_SECTION) or {})
-    except OptionsError:
-        return DescriptorSet("settings")
