@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import textwrap
 from typing import Any
 
 import pytest
