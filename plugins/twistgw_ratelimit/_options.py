@@ -185,35 +185,27 @@ def _config(scope: OptionsScope, ref: Any, i: int,
     if not isinstance(ns, str) or not ns:
         problems.add(path + ("namespace",), f"must be a namespace, got {type_name(ns)}")
         return None
-    lookup = getattr(scope.resources, "resource", None)
     try:
-        if lookup is None:
-            raise KeyError(f"{CONFIG_KIND} {ns}/{ref['name']} (this gateway does not load {CONFIG_KIND} yet)")
-        spec = lookup(CONFIG_KIND, ref["name"], ns)
+        found = scope.resources.resource(CONFIG_KIND, ref["name"], ns)
+    except InvalidResource as exc:  # its own problems are reported where it is written
+        raise OptionsError(path + ("name",), str(exc)) from exc
     except KeyError as exc:
         problems.add(path + ("name",), f"dangling reference: {exc.args[0] if exc.args else ref['name']}")
         return None
-    return compile_config_spec(spec, ns, ref["name"], problems)
+    raw = getattr(found, "raw", None)  # twistgw.config.ratelimits.RateLimitConfig
+    return compile_config_spec(raw if isinstance(raw, Mapping) else {}, ns, ref["name"], problems)
 
 
-def compile_config_spec(spec: Any, ns: str, name: str,
+def compile_config_spec(raw: Mapping[str, Any], ns: str, name: str,
                         problems: Problems) -> tuple[DescriptorSet, tuple[RateLimitActions, ...]] | None:
-    """A ``RateLimitConfig``'s ``spec`` (``{raw: {descriptors,
-    setDescriptors, rateLimits}}``); problems located in that resource."""
+    """A ``RateLimitConfig``'s ``spec.raw`` (``descriptors``,
+    ``setDescriptors``, ``rateLimits``; its shape was checked when it was
+    read); problems located in that resource."""
     resource = (CONFIG_KIND, ns, name)
     inner = Problems()
-    raw = spec.get("raw") if isinstance(spec, Mapping) else None
-    if not isinstance(raw, Mapping) or set(spec) - {"raw"}:
-        problems.add(("spec",), "only the raw configuration type exists: spec: {raw: {descriptors,"
-                     " setDescriptors, rateLimits}}", resource)
-        return None
     domain = parse_descriptor_set(f"config.{ns}.{name}", raw.get("descriptors"), raw.get("setDescriptors"),
                                   ("spec", "raw"), inner)
     rate_limits = parse_rate_limits(raw.get("rateLimits", []), ("spec", "raw", "rateLimits"), inner)
-    for k in raw:
-        if k not in ("descriptors", "setDescriptors", "rateLimits"):
-            inner.add(("spec", "raw", str(k)), f"unknown field {k!r}; expected one of: descriptors,"
-                      " setDescriptors, rateLimits")
     if not inner and (domain.empty or not rate_limits):
         inner.add(("spec", "raw"), "needs descriptors (or setDescriptors) and rateLimits")
     for error in inner.errors:

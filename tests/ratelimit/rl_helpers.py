@@ -63,11 +63,12 @@ def _make_fakeauth() -> types.ModuleType:
 fakeauth = _make_fakeauth()
 WITH_AUTH = PLUGINS + [("jwt", fakeauth)]
 
-UPSTREAM = {
-    "apiVersion": "gloo.solo.io/v1", "kind": "Upstream",
-    "metadata": {"name": "echo-1", "namespace": "gloo-system"},
-    "spec": {"static": {"hosts": [{"addr": "127.0.0.1", "port": 9}]}},
-}
+def upstream(name: str = "echo-1", namespace: str = "gloo-system") -> dict[str, Any]:
+    return {"apiVersion": "gloo.solo.io/v1", "kind": "Upstream", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"static": {"hosts": [{"addr": "127.0.0.1", "port": 9}]}}}
+
+
+UPSTREAM = upstream()
 
 
 def route(prefix: str = "/", options: dict[str, Any] | None = None, name: str | None = None,

@@ -425,3 +425,35 @@ async def test_envoy_api_guide_examples(redis: RedisServer, name: str) -> None:
             assert found == expected, (headers, found)
     finally:
         await close(tester)
+
+
+@pytest_twisted.ensureDeferred
+async def test_guide_rate_limit_configs(redis: RedisServer) -> None:
+    """The RateLimitConfigs guide: global-limit (4/minute over everything)
+    and per-upstream-counter (3/minute per upstream) on the virtual host;
+    echo-1 is refused on the fourth request; after the window, two to
+    echo-1 and then echo-2 is refused on its third (the global 4 are spent)."""
+    from rl_helpers import rate_limit_config, route, upstream
+
+    fresh_window(60, 10)
+    configs = [
+        rate_limit_config("global-limit", {
+            "descriptors": [{"key": "generic_key", "value": "count", "rateLimit": per(4, "MINUTE")}],
+            "rateLimits": [{"actions": [{"genericKey": {"descriptorValue": "count"}}]}]}),
+        rate_limit_config("per-upstream-counter", {
+            "descriptors": [{"key": "destination_cluster", "rateLimit": per(3, "MINUTE")}],
+            "rateLimits": [{"actions": [{"destinationCluster": {}}]}]}),
+    ]
+    options = {"rateLimitConfigs": {"refs": [{"name": "global-limit", "namespace": "gloo-system"},
+                                             {"name": "per-upstream-counter", "namespace": "gloo-system"}]}}
+    routes = [route("/echo-1", upstream="gloo-system/echo-1"), route("/echo-2", upstream="gloo-system/echo-2")]
+    text = config(options, routes, redis=redis.address, name="echo", namespace="gloo-system",
+                  extra=[*configs, upstream("echo-1"), upstream("echo-2")])
+    tester = await make(text)
+    try:
+        assert await statuses(tester, 4, "http://a.example/echo-1") == [200, 200, 200, 429]
+        redis.command("FLUSHALL")  # "wait for a minute for the counter to reset"
+        assert await statuses(tester, 2, "http://a.example/echo-1") == [200, 200]
+        assert await statuses(tester, 3, "http://a.example/echo-2") == [200, 200, 429]
+    finally:
+        await close(tester)

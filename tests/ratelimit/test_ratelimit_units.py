@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from rl_helpers import PLUGINS, UPSTREAM, WITH_AUTH, config, per, route
+from rl_helpers import PLUGINS, UPSTREAM, WITH_AUTH, config, per, rate_limit_config, route
 
 from twistgw import ConfigError, RequestContext
 from twistgw.api.headers import Headers
@@ -389,3 +389,55 @@ class RouteOptionsTests(TestCase):
                                               extra=[UPSTREAM]), PLUGINS)
         result = await tester.request("GET", "http://a/")
         assert result.ctx.upstream == "gloo-system/echo-1"
+
+
+GLOBAL_LIMIT = {"descriptors": [{"key": "generic_key", "value": "count", "rateLimit": per(4, "MINUTE")}],
+                "rateLimits": [{"actions": [{"genericKey": {"descriptorValue": "count"}}]}]}
+
+
+class RateLimitConfigTests(TestCase):
+    def make(self, refs: list[dict[str, Any]], *configs: dict[str, Any], namespace: str = "default") -> str:
+        return config({"rateLimitConfigs": {"refs": refs}}, extra=list(configs), namespace=namespace)
+
+    def test_referenced_config_compiles_into_its_own_domain(self) -> None:
+        text = self.make([{"name": "global-limit", "namespace": "gloo-system"}],
+                         rate_limit_config("global-limit", GLOBAL_LIMIT))
+        tester = ChainTester.from_yaml(text, PLUGINS)
+        (runtime,) = tester.snapshot.routes.values()
+        (step,) = runtime.chain
+        (hit,) = step.options.hits(ctx())
+        assert (hit.label, hit.limit.requests_per_unit) == ("config.gloo-system.global-limit:generic_key=count", 4)
+
+    def test_namespace_defaults_to_the_virtual_services(self) -> None:
+        text = self.make([{"name": "global-limit"}], rate_limit_config("global-limit", GLOBAL_LIMIT, "team"),
+                         namespace="team")
+        ChainTester.from_yaml(text, PLUGINS)  # found in namespace team
+
+    def test_dangling_reference(self) -> None:
+        (found,) = issues(self.make([{"name": "nope", "namespace": "gloo-system"}]))
+        assert found == (VH + ".rateLimitConfigs.refs[0].name",
+                         "dangling reference: no RateLimitConfig gloo-system/nope")
+
+    def test_problems_inside_a_config_are_reported_in_it(self) -> None:
+        bad = {"descriptors": [{"key": "generic_key", "rateLimit": per(4, "FORTNIGHT")}],
+               "rateLimits": [{"actions": [{"genericKey": {"descriptorValue": "count"}}]}]}
+        with pytest.raises(ConfigError) as info:
+            ChainTester.from_yaml(self.make([{"name": "bad", "namespace": "gloo-system"}],
+                                            rate_limit_config("bad", bad)), PLUGINS)
+        (issue,) = info.value.issues
+        assert (issue.resource, issue.field) == ("RateLimitConfig gloo-system/bad",
+                                                 "spec.raw.descriptors[0].rateLimit.unit")
+        assert issue.line is not None
+
+    def test_a_config_of_the_wrong_shape_is_reported_once(self) -> None:
+        broken = {"apiVersion": "ratelimit.solo.io/v1alpha1", "kind": "RateLimitConfig",
+                  "metadata": {"name": "broken", "namespace": "gloo-system"},
+                  "spec": {"raw": {"descriptors": {}, "rateLimit": []}}}
+        found = issues(self.make([{"name": "broken", "namespace": "gloo-system"}], broken))
+        assert found == [("spec.raw.descriptors", "must be a list, got a mapping"),
+                         ("spec.raw.rateLimit", "unknown field 'rateLimit'; expected one of: descriptors,"
+                                                " rateLimits, setDescriptors")]
+
+    def test_ours_and_gloos_api_group(self) -> None:
+        ours = dict(rate_limit_config("global-limit", GLOBAL_LIMIT), apiVersion="ratelimit.vendor.io/v1alpha1")
+        ChainTester.from_yaml(self.make([{"name": "global-limit", "namespace": "gloo-system"}], ours), PLUGINS)

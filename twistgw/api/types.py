@@ -270,7 +270,11 @@ class ResourceView:
     def resource(self, kind: str, name: str, namespace: str = "default") -> object:
         """Any resource read, by kind (a kind added to the configuration's
         table of kinds, such as ``RateLimitConfig``, is found here): the
-        object its reader returned."""
+        object its reader returned. One with problems of its own raises
+        :class:`InvalidResource` (its problems are reported where it is
+        written)."""
+        if (kind, namespace, name) in self._invalid:
+            self._missing(kind, namespace, name)
         try:
             return self._resources[kind][(namespace, name)]
         except KeyError:
