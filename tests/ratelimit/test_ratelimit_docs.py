@@ -16,6 +16,7 @@ from support.redis import RedisServer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "ratelimit" / "gateway.yaml"
+CONFIGS = ROOT / "examples" / "ratelimit" / "ratelimitconfigs.yaml"
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def test_the_page_names_every_options_key() -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_example_behaves_as_documented(redis: RedisServer) -> None:
-    text = EXAMPLE.read_text().replace("127.0.0.1:6379", redis.address)
+    text = (EXAMPLE.read_text() + "---\n" + CONFIGS.read_text()).replace("127.0.0.1:6379", redis.address)
     tester = ChainTester.from_yaml(text, PLUGINS)
     fresh_window()
     try:
@@ -48,5 +49,8 @@ async def test_example_behaves_as_documented(redis: RedisServer) -> None:
         assert (first.status, second.status) == (200, 429)  # the set descriptor: 1/minute for type a, number one
         headers = dict(second.response_headers)
         assert headers[b"x-envoy-ratelimited"] == b"true" and headers[b"x-ratelimit-limit"] == b"1, 1;w=60"
+        echo = "http://echo.example.com"
+        assert [(await tester.request("GET", echo + "/echo-1")).status for _ in range(4)] == [200, 200, 200, 429]
+        assert (await tester.request("GET", echo + "/echo-2")).status == 429  # global-limit's 4 are spent
     finally:
         await tester.host.unconfigure()
