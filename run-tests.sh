@@ -41,6 +41,18 @@ if ! command -v samba-tool >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; t
   fi
 fi
 
+if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then
+  echo "run-tests: redis-server is required: the rate-limit tests count in a real Redis." >&2
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "run-tests: installing redis-server with apt-get" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  else
+    echo "run-tests: install it with: sudo apt-get install redis-server" >&2
+    exit 1
+  fi
+fi
+
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip

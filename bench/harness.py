@@ -61,9 +61,10 @@ ISSUER = "https://issuer.bench.example"
 DOCS = os.path.join(ROOT, "docs", "performance.md")
 
 # Scenario names, in the order of the table.
-REFERENCES = ["backend-direct", "nginx-proxy", "haproxy-proxy", "haproxy-jwt", "bare-twisted", "probe-floor"]
+REFERENCES = ["backend-direct", "nginx-proxy", "nginx-limit-req", "haproxy-proxy", "haproxy-jwt", "bare-twisted",
+              "probe-floor"]
 GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
-           "ldap-nocache", "ldap-search-cache", "ldap-search-nocache"]
+           "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "ratelimit-local", "ratelimit-redis"]
 ALL = REFERENCES + GATEWAY
 #: Run only when named in --scenarios (the --workers measurement).
 OPTIONAL = ["plain-textlog", "plain-w2", "plain-w2-free"]
@@ -71,6 +72,7 @@ DEFAULT = [s for s in ALL if s not in OPTIONAL]
 DESCRIPTIONS = {
     "backend-direct": "wrk straight at the nginx backend (ceiling of core 0)",
     "nginx-proxy": "nginx reverse proxy, 1 worker, upstream keepalive, access log to a file",
+    "nginx-limit-req": "nginx-proxy + limit_req by client address (a rate no request reaches: the cost of counting)",
     "haproxy-proxy": "HAProxy, 1 thread, http-reuse always",
     "haproxy-jwt": "HAProxy + jwt_verify RS256, iss/sub/exp checks on every request",
     "bare-twisted": "bench/bare_proxy.py: Agent + persistent pool",
@@ -87,7 +89,52 @@ DESCRIPTIONS = {
     "ldap-nocache": "twistgw, LDAP (slapd), decision cache off",
     "ldap-search-cache": "twistgw, LDAP userSearch + nested groupSearch (slapd), decision cache on",
     "ldap-search-nocache": "twistgw, LDAP userSearch + nested groupSearch (slapd), decision cache off",
+    "ratelimit-local": "twistgw, localRatelimit token bucket (never empty: the cost of counting)",
+    "ratelimit-redis": "twistgw, ratelimitBasic by address counted in Redis (redis-server on core 0; never over)",
 }
+
+#: a rate no benchmark reaches: the rate-limit scenarios price the counting, never refuse
+RATELIMIT_OPTIONS = {
+    "ratelimit-local": """    options:
+      localRatelimit: {maxTokens: 1000000000, tokensPerFill: 1000000000, fillInterval: 1s}
+""",
+    "ratelimit-redis": """    options:
+      ratelimitBasic:
+        anonymousLimits: {requestsPerUnit: 4000000000, unit: SECOND}
+""",
+}
+
+
+def ratelimit_settings(redis_port: int) -> str:
+    return f"""---
+apiVersion: gateway.vendor.io/v1
+kind: Settings
+metadata: {{name: default, namespace: default}}
+spec:
+  ratelimitServer:
+    requestTimeout: 100ms
+    redis: {{address: "127.0.0.1:{redis_port}"}}
+"""
+
+
+def start_redis(procs: "Processes", prefix: str) -> int:
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not os.path.exists(binary):
+        raise Skip("redis-server is not installed (apt-get install redis-server)")
+    port = free_port()
+    directory = os.path.join(prefix, "redis")
+    os.makedirs(directory, exist_ok=True)
+    proc = procs.start("redis", [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no", "--dir", directory], LOAD_CPU)
+    wait_port(port, proc, procs, "redis")
+    return port
+
+
+def redis_script_calls(port: int) -> int:
+    """EVAL + EVALSHA calls so far (INFO commandstats): one per batch of counters."""
+    out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "commandstats"], capture_output=True,
+                         text=True, timeout=10).stdout
+    return sum(int(m.group(1)) for m in re.finditer(r"cmdstat_eval(?:sha)?:calls=(\d+)", out))
 
 
 class Skip(Exception):
@@ -702,6 +749,7 @@ class Bench:
         self.mat: JwtMaterial | None = None
         self.slapd_port: int | None = None
         self.slapd_error = ""
+        self.redis_port: int | None = None
 
     # -- setup ------------------------------------------------------------
 
@@ -727,6 +775,11 @@ class Bench:
                 for s in self.args.scenarios:
                     if s.startswith("ldap"):
                         self.results[s].skipped = str(exc)
+        if "ratelimit-redis" in self.args.scenarios:
+            try:
+                self.redis_port = start_redis(self.procs, self.prefix)
+            except Skip as exc:
+                self.results["ratelimit-redis"].skipped = str(exc)
         for name in self.args.scenarios:
             if self.results[name].skipped:
                 continue
@@ -748,13 +801,17 @@ class Bench:
         if name == "backend-direct":
             return Target(name, self.backend_port, None)
         port = free_port()
-        if name == "nginx-proxy":
-            proc = start_nginx(self.procs, self.prefix, "nginx-proxy", nginx_conf(self.prefix, "nginx-proxy", f"""
+        if name in ("nginx-proxy", "nginx-limit-req"):
+            limit = "limit_req zone=perip burst=1000000 nodelay;" if name == "nginx-limit-req" else ""
+            zone = "limit_req_zone $binary_remote_addr zone=perip:10m rate=100000000r/s;" if limit else ""
+            proc = start_nginx(self.procs, self.prefix, name, nginx_conf(self.prefix, name, f"""
     upstream backend {{ server 127.0.0.1:{self.backend_port}; keepalive 64; keepalive_requests 1000000; }}
+    {zone}
     server {{
         listen 127.0.0.1:{port};
-        access_log {self.prefix}/nginx-proxy.access.log;
+        access_log {self.prefix}/{name}.access.log;
         location / {{
+            {limit}
             proxy_pass http://backend;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
@@ -821,6 +878,10 @@ class Bench:
                 expect.append(("a user of the other OU, in no group", {"Authorization": basic("carol", "carolpw")},
                                403))
             headers = [f"Authorization: {basic('alice', 'alicepw')}"]
+        elif name in RATELIMIT_OPTIONS:
+            extra = ratelimit_settings(self.redis_port) if name == "ratelimit-redis" and self.redis_port else ""
+            gateway_config(directory, self.backend_port, RATELIMIT_OPTIONS[name], extra)
+            expect = [("GET /", {}, 200)]
         else:
             raise Skip(f"unknown scenario {name!r}")
         admin = free_port()
@@ -911,8 +972,13 @@ class Bench:
         cpu0 = cpu_seconds(pid) if pid else None
         offset = self.fresh_offset if target.fresh else None
         busy0, t0 = cpu_busy(), time.monotonic()
+        calls0 = redis_script_calls(self.redis_port) if target.name == "ratelimit-redis" and self.redis_port else None
         w = self.wrk(target, self.args.duration, offset)
         busy1, t1 = cpu_busy(), time.monotonic()
+        if calls0 is not None and self.redis_port and w["requests"]:
+            per_request = (redis_script_calls(self.redis_port) - calls0) / w["requests"]
+            self.results[target.name].notes.append(
+                f"round {order}: {per_request:.3f} Redis commands per request (one EVALSHA per reactor turn's batch)")
         cpu1 = cpu_seconds(pid) if pid else None
         proxy_s = (cpu1 - cpu0) if pid else 0.0
         core0 = (busy1[LOAD_CPU] - busy0[LOAD_CPU]) / (t1 - t0)

@@ -109,6 +109,7 @@ def scenarios() -> dict[str, tuple[str, str, bytes]]:
         "jwt-rbac": (harness.jwt_options(mat, rbac=True), "", bearer),
         "ldap-cache": (ldap_options, ldap_extra, alice),
         "ldap-search-cache": (search_options, search_extra, alice),
+        "ratelimit-local": (harness.RATELIMIT_OPTIONS["ratelimit-local"], "", b""),
     }
 
 

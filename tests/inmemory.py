@@ -59,6 +59,7 @@ MODULES = (
     "ldap/test_ldap_ber.py",
     "ldap/test_ldap_search_units.py",
     "ldap/test_ldap_units.py",
+    "ratelimit/test_ratelimit_units.py",
     "reliability/test_properties.py",
     "integration/test_testing_stop.py",
 )

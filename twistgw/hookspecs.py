@@ -50,9 +50,9 @@ import pluggy
 if TYPE_CHECKING:
     from twistgw.api.commands import Commands
     from twistgw.api.extauth import ExtAuthConfigType
-    from twistgw.api.types import Decision, OptionsScope, RequestContext
+    from twistgw.api.types import Decision, OptionsScope, RequestContext, ResourceView
     from twistgw.config.model import Route, VirtualService
-    from twistgw.api.plugin import GatewayInfo, PluginInfo
+    from twistgw.api.plugin import GatewayInfo, Placement, PluginInfo
 
 hookspec = pluggy.HookspecMarker("twistgw")
 
@@ -188,6 +188,22 @@ def twistgw_default_options(settings: Mapping[str, Any], config_dir: str) -> Map
     :return: a raw options mapping, compiled like any other, or None.
     :raise twistgw.OptionsError: for invalid settings (path below
         ``Settings.spec.<plugin name>``); the configuration is rejected.
+    """
+
+
+@hookspec(firstresult=True)
+def twistgw_placement(resources: ResourceView) -> Placement | None:
+    """Where the plugin runs in this configuration, when that depends on
+    its settings (per-plugin, each time the configuration loads; optional).
+
+    The returned :class:`twistgw.Placement` applies on top of
+    ``PluginInfo.placement`` to every route that does not set
+    ``pluginOrder``. The rate-limit plugins use it for Gloo's
+    ``rateLimitBeforeAuth``: ``Placement(before=("extauth", "jwt", "rbac"))``.
+
+    :param resources: the configuration's lookups
+        (``resources.settings(name)`` reads any ``Settings`` section).
+    :return: a Placement, or None for the plugin's usual place.
     """
 
 

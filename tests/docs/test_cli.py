@@ -113,7 +113,9 @@ def test_plugins_lists_the_shipped_three_in_order():
     out = run("plugins")
     assert out.returncode == 0
     names = [line.split()[0] for line in out.stdout.splitlines()]
-    assert names[:3] == ["extauth", "jwt", "rbac"]
+    # in chain order: localRatelimit and ratelimitEarly run first, the counted rate limits after rbac
+    assert [n for n in names if n in ("extauth", "jwt", "rbac")] == ["extauth", "jwt", "rbac"]
+    assert names.index("localRatelimit") < names.index("extauth") < names.index("rbac") < names.index("ratelimit")
 
 
 def test_explain_jwt_rbac_without_secrets():

@@ -370,6 +370,34 @@ class CorePluginsTests(TestCase):
         assert chain_of(vs("{audit: {}, jwt: {}}"), host) == ["audit", "jwt"]  # rbac not enabled: no constraint
         assert chain_of(vs("{audit: {}, jwt: {}, pluginOrder: [jwt, audit]}"), host) == ["jwt", "audit"]
 
+    def test_a_plugin_places_itself_from_its_settings(self) -> None:
+        """twistgw_placement(resources): asked at each load; its Placement
+        applies on top of PluginInfo's; pluginOrder still wins; a wrong
+        return value or an exception rejects the configuration."""
+
+        class Mover(Recorder):
+            @twistgw.hookimpl
+            def twistgw_placement(self, resources: Any) -> Any:
+                setting = resources.settings("mover").get("first")
+                if setting == "boom":
+                    raise RuntimeError("boom")
+                if setting == "junk":
+                    return "first"
+                return twistgw.Placement(before=("jwt",)) if setting else None
+
+        host = host_with(Recorder("jwt", 200), Mover("mover", 350))
+        settings = "apiVersion: gateway.vendor.io/v1\nkind: Settings\nmetadata: {{name: s}}\nspec: {{mover: {}}}\n---\n"
+        opts = "{jwt: {}, mover: {}}"
+        assert chain_of(vs(opts), host) == ["jwt", "mover"]
+        assert chain_of(settings.format("{first: true}") + vs(opts), host) == ["mover", "jwt"]
+        assert chain_of(settings.format("{first: true}") + vs("{jwt: {}, mover: {}, pluginOrder: [jwt, mover]}"),
+                        host) == ["jwt", "mover"]
+        (issue,) = issues_of(settings.format("{first: junk}") + vs(opts), host)
+        assert "twistgw_placement must return twistgw.Placement or None, got 'first'" in issue.reason
+        (issue,) = issues_of(settings.format("{first: boom}") + vs(opts), host)
+        assert issue.field == "spec.mover"
+        assert "plugin 'mover' failed choosing its place in the chain: RuntimeError('boom')" in issue.reason
+
     # Gloo's route-policy guide, scenario by scenario (docs/jwt.md, "Stages")
     @pytest.mark.parametrize("host_opts, route_opts, expected", [
         # 1: host policy only: every route runs it
@@ -535,7 +563,9 @@ class CorePluginsTests(TestCase):
     async def test_third_party_plugin_loaded_from_entry_point(self, apikey_dist: Any) -> None:
         assert "acme_apikey" not in sys.modules
         # Block the shipped plugins: this proves *our* distribution's entry point loads.
-        host = PluginHost.create(load_entry_points=True, blocked=["jwt", "rbac", "extauth", "ldap"])
+        shipped = ["jwt", "rbac", "extauth", "ldap", "localRatelimit", "ratelimitBasic", "ratelimit", "ratelimitRegular",
+                   "ratelimitEarly", "rateLimitConfigs", "ratelimitServer"]
+        host = PluginHost.create(load_entry_points=True, blocked=shipped)
         assert host.names() == ["apikey"]
         assert host.infos["apikey"].order == 400
         assert sys.modules["acme_apikey"].__file__.startswith(str(apikey_dist))

@@ -196,12 +196,16 @@ class OptionsScope:
     :ivar route: the route's name (``routes[2]`` when unnamed), or ``None``
         for the virtual-host level.
     :ivar resources: lookups into the same configuration snapshot.
+    :ivar host_options: the virtual host's ``options`` mapping as written
+        (every key), for a plugin whose route options may add to the
+        host's rather than replace them (Gloo's ``includeVhRateLimits``).
     """
 
     namespace: str
     virtual_service: str
     route: str | None
     resources: "ResourceView"
+    host_options: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 class InvalidResource(KeyError):
@@ -332,6 +336,9 @@ class RequestContext:
         VirtualService.
     :ivar route: ``str``: the matched route's name (``routes[2]`` when
         unnamed).
+    :ivar upstream: ``str``: ``namespace/name`` of the matched route's
+        upstream (a Kubernetes service's as discovered,
+        ``namespace/namespace-service-port``), ``""`` for a direct response.
     :ivar claims: ``dict | None``: the verified JWT claims, set by the
         ``jwt`` plugin (``None`` when no token was verified).
     :ivar claims_provider: ``str | None``: the name of the JWT provider that
@@ -364,6 +371,7 @@ class RequestContext:
         "client_address",
         "virtual_service",
         "route",
+        "upstream",
         "claims",
         "claims_provider",
         "principal",
@@ -400,6 +408,8 @@ class RequestContext:
         self.client_address = client_address
         self.virtual_service = virtual_service
         self.route = route
+        #: ``namespace/name`` of the route's upstream ("" for a direct response)
+        self.upstream = ""
         self.claims: dict[str, Any] | None = None
         self.claims_provider: str | None = None
         self.principal: str | None = None

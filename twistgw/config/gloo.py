@@ -13,7 +13,7 @@ from typing import Any
 from twistgw.api.fields import FieldReader, Path
 
 __all__ = ["CORE_GROUP", "CORE_OPTION_KEYS", "ENTERPRISE", "GATEWAY", "GLOO_UNSUPPORTED", "OURS_ONLY",
-           "SOLO_GROUPS", "UPSTREAMS", "unsupported"]
+           "RATELIMIT", "SOLO_GROUPS", "UPSTREAMS", "unsupported"]
 
 # The apiVersions each family of kinds is read under: ours first, then Gloo
 # Edge's own group as an alias, so Gloo manifests load unchanged.
@@ -24,6 +24,8 @@ GATEWAY = ("gateway.vendor.io/v1", "gateway.solo.io/v1")
 UPSTREAMS = ("core.vendor.io/v1", "gloo.solo.io/v1")
 #: AuthConfig (Gloo Enterprise: ``enterprise.gloo.solo.io/v1``)
 ENTERPRISE = ("enterprise.gateway.vendor.io/v1", "enterprise.gloo.solo.io/v1")
+#: RateLimitConfig (Gloo Enterprise's rate-limit server: ``ratelimit.solo.io/v1alpha1``)
+RATELIMIT = ("ratelimit.vendor.io/v1alpha1", "ratelimit.solo.io/v1alpha1")
 #: Kubernetes' core group: Secret, Service, Endpoints, Pod
 CORE_GROUP = ("v1",)
 #: twistgw's own kinds with no Gloo twin (Settings: Gloo's Settings is a

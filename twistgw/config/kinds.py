@@ -23,6 +23,7 @@ from typing import Mapping
 
 from twistgw.config import gloo
 from twistgw.config.envelope import Kind
+from twistgw.config.ratelimits import read_rate_limit_config
 from twistgw.config.routetables import read_route_table
 from twistgw.config.secrets import read_auth_config, read_secret
 from twistgw.config.settings import read_settings
@@ -43,13 +44,14 @@ KINDS: Mapping[str, Kind] = {kind.name: kind for kind in (
     Kind("Endpoints", gloo.CORE_GROUP, read_endpoints, top_level=frozenset({"subsets"}), needs_spec=False),
     Kind("Pod", gloo.CORE_GROUP, read_pod, needs_spec=False),
     Kind("Settings", gloo.OURS_ONLY, read_settings, singleton=True),
+    Kind("RateLimitConfig", gloo.RATELIMIT, read_rate_limit_config),
 )}
 
 #: kind → the apiVersions it is read under.
 API_VERSIONS: Mapping[str, tuple[str, ...]] = {name: kind.api_versions for name, kind in KINDS.items()}
 
 #: API groups the gateway serves: a document of any other group (a
-#: Deployment, a ConfigMap, a ratelimit.solo.io resource...) is skipped with a
+#: Deployment, a ConfigMap, a Gloo Federation resource...) is skipped with a
 #: note, as a controller ignores kinds it does not watch. The core group
 #: (``v1``) is shared: its kinds other than the ones in :data:`KINDS` are
 #: skipped too; an unknown kind in any other of these groups is an error.

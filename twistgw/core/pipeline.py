@@ -157,7 +157,17 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     if route is None:
         return NOT_FOUND
     ctx.route = route.name
+    ctx.upstream = _upstream_of(route)
     return Prepared(ctx, snapshot.runtime(vs, route))
+
+
+def _upstream_of(route: Route) -> str:
+    """``namespace/name`` of the route's upstream, "" for a direct response."""
+    key = getattr(route.action, "upstream_key", None)
+    if key is None:
+        return ""
+    namespace, name = key()
+    return f"{namespace}/{name}"
 
 
 def select_route(ctx: RequestContext, vs: VirtualService, route_hook: Any = None) -> Route | None:
@@ -191,6 +201,7 @@ def reroute(snapshot: Snapshot, ctx: RequestContext, runtime: RouteRuntime,
     new = snapshot.runtime(runtime.virtual_service, route)
     done = {(step.plugin, id(step.options), phase) for step, phase, _ in runtime.calls}
     ctx.route = route.name
+    ctx.upstream = _upstream_of(route)
     return new, tuple(c for c in new.calls if (c[0].plugin, id(c[0].options), c[1]) not in done)
 
 

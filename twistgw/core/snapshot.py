@@ -12,7 +12,9 @@ from typing import Any, Mapping
 
 import attrs
 
-from twistgw.api.types import Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
+from twistgw.api.headers import InvalidHeaderName, canonical_name
+from twistgw.api.plugin import Placement
+from twistgw.api.types import Endpoint, InvalidResource, OptionsError, OptionsScope, ResourceView, UpstreamInfo
 from twistgw.api.types import path_text
 from twistgw.config.errors import ConfigError, ConfigIssue
 from twistgw.config.resolution import Config
@@ -110,6 +112,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     _compile_defaults(build)
     _check_settings_sections(build)
     check_resources(config, host, build.view, build.issues)
+    _placements(build)
     for vs in config.virtual_services:
         _HostCompiler(build, vs).run()
     check_unused_route_tables(config, host, build.view, build.staged, build.issues)
@@ -147,6 +150,8 @@ class _Build:
         self.owned: set[bytes] = set()
         #: (virtual service, id(raw options), plugin) already reported
         self.reported: set[tuple[str, int, str]] = set()
+        #: each plugin's place for this configuration (``twistgw_placement``)
+        self.placements: dict[str, Placement] = {}
 
     def settings_issue(self, path: stages.Where, reason: str, with_line: bool = True) -> None:
         """A problem in the Settings resource at ``path`` (below ``spec``)."""
@@ -182,6 +187,27 @@ def _compile_defaults(build: _Build) -> None:
             continue
         if value is not None:
             build.defaults[name] = value
+
+
+def _placements(build: _Build) -> None:
+    """Each plugin's ``twistgw_placement`` for this configuration (the ones that return one)."""
+    for name in build.host.infos:
+        fn = build.host.impl(name, "twistgw_placement")
+        if fn is None:
+            continue
+        try:
+            placement = fn(resources=build.view)
+        except Exception as exc:
+            build.settings_issue((name,), f"plugin {name!r} failed choosing its place in the chain: {exc!r}",
+                                 with_line=False)
+            continue
+        if placement is None:
+            continue
+        if not isinstance(placement, Placement):
+            build.settings_issue((name,), f"plugin {name!r}: twistgw_placement must return twistgw.Placement"
+                                 f" or None, got {placement!r}", with_line=False)
+            continue
+        build.placements[name] = placement
 
 
 def _check_settings_sections(build: _Build) -> None:
@@ -336,7 +362,7 @@ class _HostCompiler:
                 raise _Failed()
             order = [k for k in order_raw if k in enabled]
         else:
-            order = host.chain_order(enabled)
+            order = host.chain_order(enabled, self.build.placements)
         placed: list[tuple[str, str]] = [(name, "") for name in order]
         for name, decl in self.build.staged.items():
             result = stages.place(name, decl, placed, route_stages[name], order_raw is not None)
@@ -380,7 +406,7 @@ class _HostCompiler:
         if cache_key in self.cache:
             return self.cache[cache_key]
         build, vs = self.build, self.vs
-        scope = OptionsScope(vs.namespace, vs.key, route_name, build.view)
+        scope = OptionsScope(vs.namespace, vs.key, route_name, build.view, vs.options)
         try:
             compiled = compile_plugin(build.host, name, raw, scope)
         except OptionsError as exc:

@@ -1,0 +1,230 @@
+"""Rate limiting as Gloo configures it (``docs/ratelimit.md``).
+
+One package, one plugin per options key it owns (a plugin's name is its
+options key), all on the public hook API:
+
+=====================  ==========================================================
+``localRatelimit``     a token bucket per gateway process; needs nothing else
+``ratelimitBasic``     ``anonymousLimits`` by client address, ``authorizedLimits``
+                       by authenticated principal; counted in Redis
+``ratelimit``          Envoy-style ``rateLimits`` actions against the descriptors
+                       of ``Settings spec.ratelimit``; counted in Redis
+``ratelimitRegular``   the same, Gloo's name for the regular stage
+``ratelimitEarly``     the same, always before authentication (Gloo's early stage)
+``rateLimitConfigs``   ``RateLimitConfig`` resources by reference; counted in Redis
+``ratelimitServer``    ``Settings spec.ratelimitServer`` only: Redis, timeouts,
+                       ``denyOnFail``, ``rateLimitBeforeAuth``, headers, shadow mode
+=====================  ==========================================================
+
+The counted plugins run after authentication (``extauth``, ``jwt``,
+``rbac``) so that ``authorizedLimits`` and claim actions see who the caller
+is; ``rateLimitBeforeAuth: true`` moves them before it (each configuration
+load asks ``twistgw_placement``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+import twistgw
+
+from twistgw_ratelimit import _limiter, _options
+from twistgw_ratelimit._local import Buckets
+from twistgw_ratelimit._options import GlobalLimits, LocalLimit
+from twistgw_ratelimit._redis import RedisCounters
+from twistgw_ratelimit._settings import (
+    AUTH_PLUGINS,
+    SERVER_SECTION,
+    RedisAddress,
+    ServerSettings,
+    parse_server_settings,
+    parse_service_settings,
+    server_settings,
+)
+
+__all__ = ["ActionsPlugin", "BasicPlugin", "ConfigsPlugin", "EarlyPlugin", "LocalPlugin", "RegularPlugin",
+           "ServerPlugin"]
+
+_log = Logger(namespace="twistgw_ratelimit")
+
+#: the place of the counted plugins: after authentication and authorization
+ORDER = 350
+#: localRatelimit and ratelimitEarly: before every other plugin
+EARLY_ORDER = 50
+BEFORE_AUTH = twistgw.Placement(before=AUTH_PLUGINS)
+
+
+class _Counted:
+    """What the plugins counting in Redis share: the reactor, the clock and
+    their Redis clients (one per address, reused across reloads)."""
+
+    key = ""
+    description = ""
+    #: runs before authentication whatever rateLimitBeforeAuth says (early stage)
+    always_early = False
+
+    def __init__(self, now: Callable[[], float] = time.time) -> None:
+        self.now = now
+        self.reactor: Any = None
+        self.dry_run = False
+        self.stores: dict[tuple[RedisAddress, float], RedisCounters] = {}
+
+    def store(self, server: ServerSettings, reactor: Any = None) -> RedisCounters:
+        """The Redis client of ``server`` (made on first use, on the gateway's
+        reactor, else ``reactor``, else the global one)."""
+        assert server.redis is not None  # compile refused options without Redis
+        key = (server.redis, server.timeout)
+        found = self.stores.get(key)
+        if found is None:
+            reactor = self.reactor or reactor
+            if reactor is None:
+                from twisted.internet import reactor
+            found = self.stores[key] = RedisCounters(reactor, server.redis.address, server.redis.db, server.timeout)
+        return found
+
+    @twistgw.hookimpl
+    def twistgw_plugin_info(self) -> twistgw.PluginInfo:
+        if self.always_early:
+            return twistgw.PluginInfo(order=EARLY_ORDER, description=self.description, placement=BEFORE_AUTH)
+        return twistgw.PluginInfo(order=ORDER, description=self.description)
+
+    @twistgw.hookimpl
+    def twistgw_placement(self, resources: Any) -> twistgw.Placement | None:
+        if not self.always_early and server_settings(resources).before_auth:
+            return BEFORE_AUTH
+        return None
+
+    @twistgw.hookimpl
+    def twistgw_configure(self, gateway: twistgw.GatewayInfo) -> None:
+        self.reactor = gateway.reactor
+        self.dry_run = gateway.dry_run
+
+    @twistgw.hookimpl
+    def twistgw_config_loaded(self, compiled: Sequence[object], settings: Mapping[str, Any]) -> None:
+        """Close the Redis clients the new configuration no longer uses."""
+        used = {(o.server.redis, o.server.timeout) for o in compiled if isinstance(o, GlobalLimits)}
+        for key in [k for k in self.stores if k not in used]:
+            self.stores.pop(key).close()
+
+    @twistgw.hookimpl
+    def twistgw_unconfigure(self) -> Any:
+        stores, self.stores = list(self.stores.values()), {}
+        if stores:
+            return defer.gatherResults([s.close() for s in stores], consumeErrors=True)
+        return None
+
+    @twistgw.hookimpl
+    def twistgw_authorize(self, ctx: twistgw.RequestContext, options: GlobalLimits) -> Any:
+        if ctx.dry_run:
+            hits = options.hits(ctx)
+            if not hits:
+                return None
+            assert options.server.redis is not None
+            rules = ", ".join(f"{h.label} ({h.limit.describe()})" for h in hits)
+            return twistgw.NotChecked(f"would count {rules} in Redis at {options.server.redis.address}")
+        return _limiter.check_global(ctx, options, self.store(options.server, ctx.reactor), self.now)
+
+
+class BasicPlugin(_Counted):
+    """``ratelimitBasic``."""
+
+    key = "ratelimitBasic"
+    description = "Gloo's ratelimitBasic: anonymous limits by address, authorized limits by principal (Redis)"
+
+    @twistgw.hookimpl
+    def twistgw_compile_options(self, options: Mapping[str, Any], scope: twistgw.OptionsScope) -> GlobalLimits:
+        return _options.compile_basic(options, scope)
+
+
+class ActionsPlugin(_Counted):
+    """``ratelimit``: Envoy-style actions against ``Settings spec.ratelimit``."""
+
+    key = "ratelimit"
+    description = "Envoy-style rate-limit actions against Settings descriptors (Redis)"
+
+    @twistgw.hookimpl
+    def twistgw_compile_options(self, options: Mapping[str, Any], scope: twistgw.OptionsScope) -> GlobalLimits:
+        return _options.compile_actions(self.key, options, scope)
+
+    @twistgw.hookimpl
+    def twistgw_default_options(self, settings: Mapping[str, Any]) -> None:
+        if self.key == "ratelimit":
+            parse_service_settings(settings)  # Settings spec.ratelimit: reported there
+        return None
+
+
+class RegularPlugin(ActionsPlugin):
+    """``ratelimitRegular``: Gloo's explicit name for the regular stage."""
+
+    key = "ratelimitRegular"
+    description = "Gloo's regular rate-limit stage (as ratelimit)"
+
+
+class EarlyPlugin(ActionsPlugin):
+    """``ratelimitEarly``: Gloo's early stage, always before authentication."""
+
+    key = "ratelimitEarly"
+    description = "Gloo's early rate-limit stage: actions counted before authentication (Redis)"
+    always_early = True
+
+
+class ConfigsPlugin(_Counted):
+    """``rateLimitConfigs``: ``RateLimitConfig`` resources by reference."""
+
+    key = "rateLimitConfigs"
+    description = "RateLimitConfig resources (ratelimit.solo.io/v1alpha1) by reference (Redis)"
+
+    @twistgw.hookimpl
+    def twistgw_compile_options(self, options: Mapping[str, Any], scope: twistgw.OptionsScope) -> GlobalLimits:
+        return _options.compile_configs(options, scope)
+
+
+class LocalPlugin:
+    """``localRatelimit``: a token bucket per process, before every other plugin."""
+
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+        self.now = now
+        self.buckets = Buckets(lambda: self.now())
+
+    @twistgw.hookimpl
+    def twistgw_plugin_info(self) -> twistgw.PluginInfo:
+        return twistgw.PluginInfo(order=EARLY_ORDER, placement=BEFORE_AUTH,
+                                  description="Envoy's local token bucket, per gateway process (no dependencies)")
+
+    @twistgw.hookimpl
+    def twistgw_compile_options(self, options: Mapping[str, Any], scope: twistgw.OptionsScope) -> LocalLimit:
+        return _options.compile_local(options, scope, self.buckets.get)
+
+    @twistgw.hookimpl
+    def twistgw_config_loaded(self, compiled: Sequence[object], settings: Mapping[str, Any]) -> None:
+        self.buckets.keep_only({id(o.bucket) for o in compiled if isinstance(o, LocalLimit)})
+
+    @twistgw.hookimpl
+    def twistgw_authorize(self, ctx: twistgw.RequestContext, options: LocalLimit) -> Any:
+        if ctx.dry_run:
+            return twistgw.NotChecked(f"would take a token from the local bucket of {options.where}"
+                                      f" ({options.spec.describe()})")
+        return _limiter.check_local(ctx, options, self.now())
+
+
+class ServerPlugin:
+    """``ratelimitServer``: the name of a ``Settings`` section only."""
+
+    @twistgw.hookimpl
+    def twistgw_plugin_info(self) -> twistgw.PluginInfo:
+        return twistgw.PluginInfo(description=f"Settings spec.{SERVER_SECTION}: Redis, requestTimeout,"
+                                              " denyOnFail, rateLimitBeforeAuth (no route options)")
+
+    @twistgw.hookimpl
+    def twistgw_default_options(self, settings: Mapping[str, Any]) -> None:
+        parse_server_settings(settings)
+        return None
+
+    @twistgw.hookimpl
+    def twistgw_compile_options(self, options: Mapping[str, Any], scope: twistgw.OptionsScope) -> object:
+        raise twistgw.OptionsError((), f"{SERVER_SECTION} is a Settings section (Settings spec.{SERVER_SECTION}),"
+                                       " not an option of virtual hosts or routes")

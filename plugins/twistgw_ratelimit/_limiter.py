@@ -1,0 +1,144 @@
+"""The per-request decision: count a request's hits, answer 429 when a
+rule is over its limit (Envoy's answer), or let it through.
+
+A rule admits ``requestsPerUnit`` requests per window: the request that
+makes the count ``requestsPerUnit + 1`` is the first refused. Refused
+requests are counted too (as Envoy's rate-limit server does), so a client
+that keeps hammering stays refused until the window ends.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+import twistgw
+from twistgw.api.types import RequestContext
+
+from twistgw_ratelimit._descriptors import Hit
+from twistgw_ratelimit._limits import RateLimit
+from twistgw_ratelimit._options import GlobalLimits, LocalLimit
+from twistgw_ratelimit._redis import RedisCounters
+
+_log = Logger(namespace="twistgw_ratelimit")
+
+RATELIMITED = (b"x-envoy-ratelimited", b"true")
+
+DECISIONS = twistgw.counter(
+    "twistgw_ratelimit_decisions",
+    "Rate-limit rule checks by plugin, rule (as configured) and outcome: ok, over_limit,"
+    " shadow_over_limit (counted, not refused), redis_failed_open, redis_failed_closed.",
+    ["plugin", "rule", "outcome"])
+_children: dict[tuple[str, str, str], Any] = {}
+
+
+def count(plugin: str, rule: str, outcome: str) -> None:
+    key = (plugin, rule, outcome)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = DECISIONS.labels(plugin, rule, outcome)
+    child.inc()
+
+
+def limited(headers: tuple[tuple[bytes, bytes], ...] = (), body: bytes = b"", reason: str = "") -> twistgw.Deny:
+    return twistgw.Deny(429, body, (RATELIMITED,) + headers, reason=reason)
+
+
+def draft_headers(limit: RateLimit, remaining: int, reset: int) -> tuple[tuple[bytes, bytes], ...]:
+    """Envoy's ``x-ratelimit-*`` headers (the IETF draft 03 it implements)."""
+    n = limit.requests_per_unit
+    return ((b"x-ratelimit-limit", f"{n}, {n};w={limit.seconds}".encode()),
+            (b"x-ratelimit-remaining", str(max(0, remaining)).encode()),
+            (b"x-ratelimit-reset", str(reset).encode()))
+
+
+def check_local(ctx: RequestContext, options: LocalLimit, now: float) -> twistgw.Deny | None:
+    if options.bucket.take(now):
+        return None
+    count("localRatelimit", options.where, "over_limit")
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    if options.headers:
+        spec = options.spec
+        headers = ((b"x-ratelimit-limit", f"{spec.max_tokens}".encode()), (b"x-ratelimit-remaining", b"0"),
+                   (b"x-ratelimit-reset", str(options.bucket.reset_after(now)).encode()))
+    return limited(headers, b"local_rate_limited", reason=f"local token bucket of {options.where} is empty")
+
+
+class _FailureLog:
+    """Logs a Redis failure at most once per ``every`` seconds per plugin (a
+    dead Redis under load must not flood the log); the metric counts all."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every = every
+        self._last: dict[str, float] = {}
+
+    def __call__(self, plugin: str, reason: str, deny: bool) -> None:
+        now = time.monotonic()
+        if now - self._last.get(plugin, -self.every) >= self.every:
+            self._last[plugin] = now
+            _log.warn("{plugin}: {reason}; {what} (denyOnFail: {deny})", plugin=plugin, reason=reason,
+                      what="refusing with 500" if deny else "admitting", deny=str(deny).lower())
+
+
+failure_log = _FailureLog()
+
+
+def check_global(ctx: RequestContext, options: GlobalLimits, store: RedisCounters,
+                 now: Callable[[], float]) -> Deferred[twistgw.Deny | None] | None:
+    """Count the request's hits in Redis; None at once when no rule applies."""
+    hits = options.hits(ctx)
+    if not hits:
+        return None
+    moment = now()
+    items = [(f"{hit.key}|{hit.limit.window(moment)}", hit.limit.seconds) for hit in hits]
+    d: Deferred[twistgw.Deny | None] = Deferred()
+
+    def deliver(counts: list[int] | None, error: str | None) -> None:
+        try:
+            decision = _decide(counts, hits, options, moment) if counts is not None else _failed(error, options)
+        except Exception as exc:  # a bug: the chain fails closed with 500
+            d.errback(exc)
+        else:
+            d.callback(decision)
+
+    store.increment(items, deliver)
+    return d
+
+
+def _decide(counts: list[int], hits: list[Hit], options: GlobalLimits, moment: float) -> twistgw.Deny | None:
+    server = options.server
+    worst: tuple[int, Hit] | None = None
+    over: list[Hit] = []
+    for hit, n in zip(hits, counts, strict=True):
+        remaining = hit.limit.requests_per_unit - n
+        if worst is None or remaining < worst[0]:
+            worst = (remaining, hit)
+        if remaining < 0:
+            over.append(hit)
+            count(options.plugin, hit.label, "shadow_over_limit" if server.shadow else "over_limit")
+        else:
+            count(options.plugin, hit.label, "ok")
+    if not over:
+        return None
+    rules = ", ".join(f"{h.label} ({h.limit.describe()})" for h in over)
+    if server.shadow:
+        _log.info("shadow mode: {plugin} would refuse a request on {where}: over {rules}",
+                  plugin=options.plugin, where=options.where, rules=rules)
+        return None
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    if server.headers and worst is not None:
+        headers = draft_headers(worst[1].limit, worst[0], worst[1].limit.reset_after(moment))
+    return limited(headers, reason=f"over limit: {rules}")
+
+
+def _failed(reason: str | None, options: GlobalLimits) -> twistgw.Deny | None:
+    """Redis failed (``reason``): refuse with 500 under denyOnFail, else admit."""
+    deny = options.server.deny_on_fail
+    count(options.plugin, "redis", "redis_failed_closed" if deny else "redis_failed_open")
+    failure_log(options.plugin, str(reason), deny)
+    if deny:
+        return twistgw.Deny(500, b"", reason=f"rate-limit counters unavailable: {reason}")
+    return None

@@ -1,0 +1,136 @@
+"""The gateway-wide rate-limit settings (pure, no I/O).
+
+``Settings.spec.ratelimitServer`` (Gloo's ``ratelimit.options.gloo.solo.io.Settings``
+plus where the counters live)::
+
+    ratelimitServer:
+      rateLimitBeforeAuth: false    # true: count before authentication
+      denyOnFail: false             # true: refuse (500) when Redis fails
+      requestTimeout: 100ms         # how long a request waits for Redis
+      enableXRatelimitHeaders: false
+      shadowMode: false             # count and log, never refuse (twistgw)
+      redis:                        # twistgw: the counters' Redis
+        address: 127.0.0.1:6379
+        db: 0
+
+``Settings.spec.ratelimit`` (Gloo's ``ServiceSettings``): ``descriptors``
+and ``setDescriptors``, the rules the ``ratelimit`` actions count against.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+from twistgw.api.types import OptionsError
+from twistgw.options import Path, Problems, parse_duration, type_name, unknown_field
+
+from twistgw_ratelimit._descriptors import DescriptorSet, parse_descriptor_set
+
+#: the Settings section of the server settings (a plugin of its own name)
+SERVER_SECTION = "ratelimitServer"
+#: the Settings section of the descriptors (the ``ratelimit`` plugin's own)
+DESCRIPTORS_SECTION = "ratelimit"
+
+SERVER_FIELDS = ("rateLimitBeforeAuth", "denyOnFail", "requestTimeout", "enableXRatelimitHeaders",
+                 "shadowMode", "redis", "ratelimitServerRef")
+REDIS_FIELDS = ("address", "db")
+DEFAULT_TIMEOUT = 0.1
+#: plugins that authenticate or authorize: rateLimitBeforeAuth runs before them
+AUTH_PLUGINS = ("extauth", "jwt", "rbac")
+
+
+@attrs.frozen
+class RedisAddress:
+    address: str
+    db: int = 0
+
+
+@attrs.frozen
+class ServerSettings:
+    before_auth: bool = False
+    deny_on_fail: bool = False
+    timeout: float = DEFAULT_TIMEOUT
+    headers: bool = False
+    shadow: bool = False
+    redis: RedisAddress | None = None
+
+
+def _bool(raw: Mapping[str, Any], name: str, problems: Problems) -> bool:
+    value = raw.get(name, False)
+    if not isinstance(value, bool):
+        problems.add((name,), f"must be true or false, got {type_name(value)}")
+        return False
+    return value
+
+
+def _redis(raw: Any, problems: Problems) -> RedisAddress | None:
+    path: Path = ("redis",)
+    if not isinstance(raw, Mapping):
+        problems.add(path, f"must be a mapping {{address: host:port, db: 0}}, got {type_name(raw)}")
+        return None
+    for k in raw:
+        if k not in REDIS_FIELDS:
+            problems.add(path + (str(k),), unknown_field(k, REDIS_FIELDS))
+    address = raw.get("address")
+    if not isinstance(address, str):
+        address = ""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in host):
+        problems.add(path + ("address",), f"must be host:port (e.g. 127.0.0.1:6379), got {address!r}")
+        return None
+    db = raw.get("db", 0)
+    if isinstance(db, bool) or not isinstance(db, int) or not 0 <= db < 16384:
+        problems.add(path + ("db",), f"must be a database number from 0, got {db!r}")
+        return None
+    return RedisAddress(address, db)
+
+
+def parse_server_settings(raw: Mapping[str, Any]) -> ServerSettings:
+    """``Settings.spec.ratelimitServer``; OptionsError paths are below it."""
+    problems = Problems()
+    if not isinstance(raw, Mapping):
+        raise OptionsError((), f"must be a mapping, got {type_name(raw)}")
+    for k in raw:
+        if k not in SERVER_FIELDS:
+            problems.add((str(k),), unknown_field(k, SERVER_FIELDS))
+    if "ratelimitServerRef" in raw:
+        problems.add(("ratelimitServerRef",), "twistgw is its own rate-limit server: say where its counters"
+                     " live with redis: {address: host:port}")
+    timeout = DEFAULT_TIMEOUT
+    if "requestTimeout" in raw:
+        parsed = parse_duration(raw["requestTimeout"])
+        if parsed is None or not 0 < parsed <= 60:
+            problems.add(("requestTimeout",), f"must be a duration from 1ms to 60s (e.g. 100ms), got"
+                         f" {raw['requestTimeout']!r}")
+        else:
+            timeout = parsed
+    redis = _redis(raw["redis"], problems) if "redis" in raw else None
+    settings = ServerSettings(_bool(raw, "rateLimitBeforeAuth", problems), _bool(raw, "denyOnFail", problems),
+                              timeout, _bool(raw, "enableXRatelimitHeaders", problems),
+                              _bool(raw, "shadowMode", problems), redis)
+    problems.raise_if_any()
+    return settings
+
+
+def server_settings(resources: Any) -> ServerSettings:
+    """The server settings of a configuration (defaults when absent; a
+    broken section reads as the defaults: it is reported on its own)."""
+    try:
+        return parse_server_settings(resources.settings(SERVER_SECTION) or {})
+    except OptionsError:
+        return ServerSettings()
+
+
+def parse_service_settings(raw: Mapping[str, Any]) -> DescriptorSet:
+    """``Settings.spec.ratelimit``: ``{descriptors, setDescriptors}``."""
+    if not isinstance(raw, Mapping):
+        raise OptionsError((), f"must be a mapping, got {type_name(raw)}")
+    problems = Problems()
+    for k in raw:
+        if k not in ("descriptors", "setDescriptors"):
+            problems.add((str(k),), unknown_field(k, ("descriptors", "setDescriptors")))
+    found = parse_descriptor_set("settings", raw.get("descriptors"), raw.get("setDescriptors"), (), problems)
+    problems.raise_if_any()
+    return found
