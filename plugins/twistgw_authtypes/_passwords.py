@@ -21,7 +21,7 @@ from passlib.hash import apr_md5_crypt
 
 #: A hash no password matches, checked for unknown users so that a wrong
 #: user name takes as long as a wrong password.
-_DUMMY_APR = apr_md5_crypt.hash("twistgw-no-such-user", salt="dummysal")
+_DUMMY_APR = apr_md5_crypt.using(salt="dummysal").hash("twistgw-no-such-user")
 
 
 def apr_hash(salt: str, hashed: str) -> str:

@@ -50,7 +50,12 @@ _IMPORT = re.compile(r"^\s*import\s+([\w.\[\]\"]+)(?:\s+as\s+(\w+))?", re.M)
 
 
 class PolicyError(Exception):
-    """A policy that cannot be compiled; the message says why."""
+    """A policy that cannot be compiled; the message says why, ``field``
+    whether the ``modules`` or the ``query`` is at fault."""
+
+    def __init__(self, message: str, field: str = "modules") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _code(text: str) -> str:
@@ -124,7 +129,8 @@ class Policy:
         try:
             bundle = builder.build(query, [])
         except Exception as exc:
-            raise PolicyError(f"the query {query!r} does not compile: {_first_line(exc)}") from None
+            raise PolicyError(f"the query {query!r} does not compile: {_parse_report(exc, query)}",
+                              "query") from None
         run = Interpreter()
         run.strict_built_in_errors = True
         return cls(query, tuple(mid for mid, _ in modules), bundle, run)

@@ -215,8 +215,12 @@ class ApiKeyAuth(ExtAuthConfigType):
         for field, why in _REFUSED.items():
             if isinstance(raw, Mapping) and field in raw:
                 problems.add((field,), why)
-        cfg = c.mapping({k: v for k, v in raw.items() if k not in _REFUSED} if isinstance(raw, Mapping) else raw,
-                        (), _FIELDS)
+        cfg: Mapping[str, Any] = {}
+        with problems.check():
+            cfg = c.mapping(raw, ())
+            cfg = {k: v for k, v in cfg.items() if k not in _REFUSED}
+            c.mapping(cfg, (), _FIELDS)
+        problems.raise_if_any()
         if cfg.get("skipMetadataValidation"):
             problems.add(("skipMetadataValidation",), "is not supported by twistgw: metadata is always checked"
                                                       " when the configuration loads")

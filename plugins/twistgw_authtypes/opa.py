@@ -129,6 +129,6 @@ class OpaAuth(ExtAuthConfigType):
         try:
             policy = Policy.compile(modules, query)
         except PolicyError as exc:
-            raise OptionsError(("modules",) if modules else ("query",), str(exc)) from None
+            raise OptionsError((exc.field,), str(exc)) from None
         config_id = f"{scope.namespace}.{scope.auth_config.name}" if scope.auth_config else scope.source
         return OpaChecker(policy, config_id, f"OPA {query} over {len(modules)} modules")
