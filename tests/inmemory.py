@@ -52,6 +52,8 @@ MODULES = (
     "rbac/test_rbac_semantics.py",
     "rbac/test_rbac_shadow_regex.py",
     "extauth/test_extauth_contract.py",
+    "authtypes/test_apikey_basic_units.py",
+    "authtypes/test_opa_units.py",
     "ldap/test_ldap_ber.py",
     "ldap/test_ldap_search_units.py",
     "ldap/test_ldap_units.py",

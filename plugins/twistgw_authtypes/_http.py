@@ -77,16 +77,27 @@ class AuthHttpClient:
         """One request, answered within ``timeout`` seconds (connecting,
         sending, and reading the whole answer), else :class:`CallFailed`."""
         d = self._call(method, url, headers, body)
-        d.addTimeout(timeout, self.reactor)
+        expired: list[bool] = []
+
+        def expire() -> None:
+            expired.append(True)
+            d.cancel()
+
+        timer = self.reactor.callLater(timeout, expire)
         try:
             return await d
-        except defer.TimeoutError:
-            raise CallFailed("timeout", f"no answer within {timeout:g}s") from None
-        except BodyTooLong:
-            raise CallFailed("unreachable", f"answer longer than {MAX_REPLY_BODY} bytes") from None
-        except (neterror.ConnectError, neterror.ConnectionLost, ResponseFailed,
-                neterror.DNSLookupError, neterror.TimeoutError) as exc:
-            raise CallFailed("unreachable", _describe(exc)) from None
+        except Exception as exc:
+            if expired:  # whatever the cancellation surfaced as (connecting, reading...)
+                raise CallFailed("timeout", f"no answer within {timeout:g}s") from None
+            if isinstance(exc, BodyTooLong):
+                raise CallFailed("unreachable", f"answer longer than {MAX_REPLY_BODY} bytes") from None
+            if isinstance(exc, (neterror.ConnectError, neterror.ConnectionLost, ResponseFailed,
+                                neterror.DNSLookupError, neterror.TimeoutError, defer.CancelledError)):
+                raise CallFailed("unreachable", _describe(exc)) from None
+            raise
+        finally:
+            if timer.active():
+                timer.cancel()
 
     async def _request(self, method: bytes, url: bytes, headers: TxHeaders, body: bytes | None) -> Reply:
         producer = cast(IBodyProducer, _Bytes(body)) if body is not None else None
