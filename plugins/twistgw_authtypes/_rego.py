@@ -58,7 +58,7 @@ class PolicyError(Exception):
         self.field = field
 
 
-def _code(text: str) -> str:
+def code_only(text: str) -> str:
     """The module with its strings emptied and its comments removed."""
     text = _STRINGS.sub('""', text)
     return _COMMENT.sub("", text)
@@ -73,7 +73,7 @@ def _defined(code: str, name: str) -> bool:
 def missing_functions(modules: Sequence[tuple[str, str]], engine: Interpreter) -> list[tuple[str, str]]:
     """(module id, function name) for each function the modules call that is
     neither a built-in of the engine nor defined in the modules."""
-    codes = [(mid, _code(text)) for mid, text in modules]
+    codes = [(mid, code_only(text)) for mid, text in modules]
     aliases = set()
     for _, code in codes:
         for m in _IMPORT.finditer(code):

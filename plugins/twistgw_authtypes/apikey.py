@@ -69,6 +69,15 @@ class KeyOwner:
     headers: tuple[tuple[bytes, bytes], ...] = ()
     #: required metadata entries this key's Secret lacks: requests with it are refused
     missing: tuple[str, ...] = ()
+    #: the verdict for this key, made once (immutable; a request costs no allocation)
+    allow: AuthAllow = AuthAllow()
+
+    @classmethod
+    def make(cls, principal: str, secret: str, digest: bytes, headers: tuple[tuple[bytes, bytes], ...],
+             missing: tuple[str, ...]) -> "KeyOwner":
+        state = {h.decode(): v.decode("latin-1") for h, v in headers} or None
+        allow = AuthAllow(principal=principal, headers=headers, reason=f"API key of Secret {secret}", state=state)
+        return cls(principal, secret, digest, headers, missing, allow)
 
 
 @attrs.frozen(eq=False)
@@ -124,7 +133,7 @@ def build_table(secrets: Iterable[SecretInfo], metadata: Sequence[MetadataHeader
             headers.append((m.header, value))
         user = secret.data.get(USER_ENTRY)
         principal = user.decode("utf-8", "replace") if user else secret.name
-        owners[digest] = KeyOwner(principal, where, digest, tuple(headers), tuple(missing))
+        owners[digest] = KeyOwner.make(principal, where, digest, tuple(headers), tuple(missing))
     return KeyTable(owners)
 
 
@@ -150,9 +159,7 @@ class ApiKeyChecker:
         if owner.missing:
             return AuthDeny(401, reason=f"the key of Secret {owner.secret} lacks required metadata"
                                         f" {', '.join(owner.missing)}")
-        return AuthAllow(principal=owner.principal, headers=owner.headers,
-                         reason=f"API key of Secret {owner.secret}",
-                         state={h.decode(): v.decode("latin-1") for h, v in owner.headers} or None)
+        return owner.allow
 
     def dry_run(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
         return self.check(ctx)  # decided from the request and the snapshot alone

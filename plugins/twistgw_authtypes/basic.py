@@ -15,9 +15,9 @@ Gloo's two shapes (exactly one of them)::
             user: {salt: "TYiryv0/", hashedPassword: "8BvzLUO9IfGPGGsPnAgSu1"}
 
 plus twistgw's ``keepCredentials`` (default ``false``: the ``Authorization``
-header is not forwarded). A verified (user, password) is remembered for
-:data:`CACHE_TTL` seconds in a bounded memo keyed by the user and a keyed
-BLAKE2b of the password (never the password), so a warm request costs one
+header is not forwarded). A verified ``Authorization`` value is remembered
+for :data:`CACHE_TTL` seconds in a bounded memo keyed by its keyed BLAKE2b
+(never the value, which holds the password), so a warm request costs one
 hash instead of apr1's 1,000 MD5 rounds.
 """
 
@@ -58,30 +58,32 @@ class StoredUser:
 
 
 class VerifiedMemo:
-    """(user, keyed BLAKE2b of the password) -> when the entry expires, for
-    credentials verified recently. Bounded; the oldest entries go first.
+    """Keyed BLAKE2b of an ``Authorization`` value (under a per-process
+    random key: never the value, which holds the password) -> (when the
+    entry expires, the verdict), for values verified recently. A hit skips
+    the Basic parsing and the hash. Bounded; the oldest entries go first.
     Failures are never remembered."""
 
     def __init__(self, ttl: float = CACHE_TTL, size: int = CACHE_MAX,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl, self.size, self.clock = ttl, size, clock
-        self._entries: OrderedDict[tuple[str, bytes], float] = OrderedDict()
+        self._entries: OrderedDict[bytes, tuple[float, AuthAllow]] = OrderedDict()
 
     @staticmethod
-    def key(user: str, password: bytes) -> tuple[str, bytes]:
-        return user, hashlib.blake2b(password, key=_SALT, digest_size=32).digest()
+    def key(value: bytes) -> bytes:
+        return hashlib.blake2b(value, key=_SALT, digest_size=32).digest()
 
-    def __contains__(self, key: tuple[str, bytes]) -> bool:
-        expires = self._entries.get(key)
-        if expires is None:
-            return False
-        if self.clock() >= expires:
+    def get(self, key: bytes) -> AuthAllow | None:
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        if self.clock() >= found[0]:
             del self._entries[key]
-            return False
-        return True
+            return None
+        return found[1]
 
-    def add(self, key: tuple[str, bytes]) -> None:
-        self._entries[key] = self.clock() + self.ttl
+    def add(self, key: bytes, verdict: AuthAllow) -> None:
+        self._entries[key] = (self.clock() + self.ttl, verdict)
         self._entries.move_to_end(key)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
@@ -105,7 +107,13 @@ class BasicChecker:
         return AuthDeny(401, headers=((b"www-authenticate", challenge),), reason=reason)
 
     def check(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
-        creds = c.read_basic(ctx.headers.getRawHeaders(b"authorization"))
+        values = ctx.headers.getRawHeaders(b"authorization")
+        key = self.memo.key(values[0]) if values is not None and len(values) == 1 else None
+        if key is not None:
+            known = self.memo.get(key)
+            if known is not None:
+                return known
+        creds = c.read_basic(values)
         if isinstance(creds, str):
             return self._unauthorized(creds)
         user, password = creds
@@ -113,17 +121,16 @@ class BasicChecker:
             return self._unauthorized("empty user name or password")
         if len(user) > MAX_USER or len(password) > MAX_PASSWORD:
             return self._unauthorized("user name or password too long")
-        key = self.memo.key(user, password)
-        if key in self.memo:
-            return AuthAllow(principal=user, reason=f"user {user!r} (verified recently)")
         stored = self.users.get(user)
         if stored is None:
             _passwords.verify_apr(password, None)  # as long as a wrong password takes
             return self._unauthorized(f"no user {user!r}")
         if not stored.verify(password):
             return self._unauthorized(f"wrong password for {user!r}")
-        self.memo.add(key)
-        return AuthAllow(principal=user, reason=f"user {user!r} ({stored.algorithm} hash)")
+        verdict = AuthAllow(principal=user, reason=f"user {user!r} ({stored.algorithm} hash)")
+        if key is not None:
+            self.memo.add(key, verdict)
+        return verdict
 
     def dry_run(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
         return self.check(ctx)  # decided from the request and the snapshot alone

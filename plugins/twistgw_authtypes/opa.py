@@ -28,7 +28,8 @@ first element is ``true``); anything else, and any evaluation error, is 403.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import re
+from typing import Any, Mapping, Sequence
 
 import attrs
 
@@ -36,7 +37,7 @@ from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, Options
 from twistgw.options import Problems
 
 from twistgw_authtypes import _common as c
-from twistgw_authtypes._rego import Policy, PolicyError
+from twistgw_authtypes._rego import Policy, PolicyError, code_only as _code
 
 _FIELDS = ("modules", "query", "options")
 _OPTIONS = ("fastInputConversion", "returnDecisionReason")
@@ -60,17 +61,49 @@ def http_attributes(ctx: RequestContext) -> dict[str, Any]:
             "protocol": "HTTP/1.1", "headers": headers}
 
 
-def input_document(ctx: RequestContext, config_id: str) -> dict[str, Any]:
+#: The parts of ``input`` a policy may read (all of them unless the policy
+#: shows it reads fewer).
+ALL_PARTS = frozenset({"check_request", "http_request", "state", "headers"})
+
+_INPUT_REF = re.compile(r"\binput\b(\s*\.\s*(\w+))?")
+
+
+def parts_read(modules: Sequence[tuple[str, str]]) -> frozenset[str]:
+    """Which parts of ``input`` the modules can observe: the top-level keys
+    they name (``input.http_request``), plus ``headers`` if the word appears
+    at all. ``input`` used any other way (``x := input``, ``walk(input)``,
+    ``input[k]``, ``input["state"]``) reads everything. Building and converting
+    the document is most of a call's cost (regopy converts it value by
+    value), and a policy cannot tell a part it never names is absent."""
+    parts: set[str] = set()
+    for _, text in modules:
+        code = _code(text)
+        for m in _INPUT_REF.finditer(code):
+            key = m.group(2)
+            if key is None:
+                return ALL_PARTS
+            parts.add(key)
+        if re.search(r"\bheaders\b", code):
+            parts.add("headers")
+    return frozenset(parts & ALL_PARTS)
+
+
+def input_document(ctx: RequestContext, config_id: str, parts: frozenset[str] = ALL_PARTS) -> dict[str, Any]:
     http = http_attributes(ctx)
-    state: dict[str, Any] = {}
-    if ctx.claims is not None:
-        state["jwt"] = ctx.claims
-    attributes = {
-        "request": {"http": http},
-        "source": {"address": {"socketAddress": {"address": ctx.client_address}}},
-        "contextExtensions": {"config_id": config_id},
-    }
-    return {"check_request": {"attributes": attributes}, "http_request": http, "state": state}
+    if "headers" not in parts:
+        del http["headers"]
+    doc: dict[str, Any] = {}
+    if "state" in parts:
+        doc["state"] = {"jwt": ctx.claims} if ctx.claims is not None else {}
+    if "http_request" in parts:
+        doc["http_request"] = http
+    if "check_request" in parts:
+        doc["check_request"] = {"attributes": {
+            "request": {"http": http},
+            "source": {"address": {"socketAddress": {"address": ctx.client_address}}},
+            "contextExtensions": {"config_id": config_id},
+        }}
+    return doc
 
 
 @attrs.frozen
@@ -78,9 +111,10 @@ class OpaChecker:
     policy: Policy
     config_id: str
     description: str
+    parts: frozenset[str] = ALL_PARTS
 
     def check(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
-        outcome = self.policy.evaluate(input_document(ctx, self.config_id))
+        outcome = self.policy.evaluate(input_document(ctx, self.config_id, self.parts))
         if outcome.allowed:
             return AuthAllow(reason=outcome.reason)
         return AuthDeny(403, reason=outcome.reason)
@@ -131,4 +165,5 @@ class OpaAuth(ExtAuthConfigType):
         except PolicyError as exc:
             raise OptionsError((exc.field,), str(exc)) from None
         config_id = f"{scope.namespace}.{scope.auth_config.name}" if scope.auth_config else scope.source
-        return OpaChecker(policy, config_id, f"OPA {query} over {len(modules)} modules")
+        parts = parts_read(modules + [("query", query)])
+        return OpaChecker(policy, config_id, f"OPA {query} over {len(modules)} modules", parts)

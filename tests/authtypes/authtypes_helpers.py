@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import attrs
 
 from twistgw import ConfigScope, Headers, OptionsScope, RequestContext
-from twistgw.api.types import AuthConfigInfo, Endpoint, ResourceView, SecretInfo, UpstreamInfo
+from twistgw.api.types import AuthConfigInfo, ResourceView, SecretInfo, UpstreamInfo
 
 
 @attrs.frozen

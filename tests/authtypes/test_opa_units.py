@@ -181,3 +181,30 @@ class InputTests(TestCase):
             checker.check(ctx)
         per_call = (time.perf_counter() - start) / 50
         self.assertLess(per_call, 0.05)
+
+
+class InputPartsTests(TestCase):
+    @pytest.mark.parametrize("policy, parts", [
+        (GUIDE_POLICY_V1, {"http_request"}),
+        (CLAIMS_POLICY, {"http_request", "state"}),
+        ('package t\nallow { input.check_request.attributes.request.http.headers["x"] == "1" }',
+         {"check_request", "headers"}),
+        # a key written as a string reads everything (strings are not looked into)
+        ('package t\nallow { input["http_request"].method == "GET" }', {"check_request", "http_request",
+                                                                        "state", "headers"}),
+        ('package t\nallow { x := input; x.http_request.method == "GET" }', {"check_request", "http_request",
+                                                                               "state", "headers"}),
+        ('package t\nallow { walk(input, [p, v]) }', {"check_request", "http_request", "state", "headers"}),
+        ('package t\n# input.state in a comment\nallow { "input.state" == input.http_request.path }',
+         {"http_request"}),
+    ])
+    def test_parts_read(self, policy: str, parts: set) -> None:
+        from twistgw_authtypes.opa import parts_read
+
+        self.assertEqual(parts_read([("m", policy)]), frozenset(parts))
+
+    def test_a_policy_cannot_tell_the_parts_it_never_names(self) -> None:
+        checker = _opa(GUIDE_POLICY_V1)
+        self.assertEqual(checker.parts, frozenset({"http_request"}))
+        whole = _opa('package test\nallow { count(input) == 3; input.http_request.method == "GET" }')
+        self.assertIsInstance(whole.check(request("GET")), AuthAllow)
