@@ -54,6 +54,7 @@ MODULES = (
     "extauth/test_extauth_contract.py",
     "authtypes/test_apikey_basic_units.py",
     "authtypes/test_opa_units.py",
+    "authtypes/test_authtypes_chain.py",
     "ldap/test_ldap_ber.py",
     "ldap/test_ldap_search_units.py",
     "ldap/test_ldap_units.py",

@@ -221,13 +221,10 @@ class ApiKeyAuth(ExtAuthConfigType):
         problems = Problems()
         for field, why in _REFUSED.items():
             if isinstance(raw, Mapping) and field in raw:
-                problems.add((field,), why)
-        cfg: Mapping[str, Any] = {}
+                problems.add((field,), why)  # reported with every other problem below
+        cfg: Mapping[str, Any] = {k: v for k, v in c.mapping(raw, ()).items() if k not in _REFUSED}
         with problems.check():
-            cfg = c.mapping(raw, ())
-            cfg = {k: v for k, v in cfg.items() if k not in _REFUSED}
             c.mapping(cfg, (), _FIELDS)
-        problems.raise_if_any()
         if cfg.get("skipMetadataValidation"):
             problems.add(("skipMetadataValidation",), "is not supported by twistgw: metadata is always checked"
                                                       " when the configuration loads")
