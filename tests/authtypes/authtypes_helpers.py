@@ -47,6 +47,11 @@ class Resources(ResourceView):
         except KeyError:
             raise KeyError(f"no ConfigMap {namespace}/{name}") from None
 
+    def resource(self, kind: str, name: str, namespace: str = "default") -> object:
+        if kind != "ConfigMap":
+            raise KeyError(f"no {kind} {namespace}/{name}")
+        return self.config_map(name, namespace)
+
     def secrets(self) -> list[SecretInfo]:
         return sorted(self._all, key=lambda s: (s.namespace, s.name))
 
