@@ -143,6 +143,23 @@ class ApiKeyCheckTests(TestCase):
         for value in ("N2YwMDIxZTEtNGUzNS1jNzgz", "secret-guess-123"):
             self.assertNotIn(value, self._check(("api-key", value)).reason)
 
+    def test_keys_are_compared_as_digests_in_constant_time(self) -> None:
+        import hmac
+
+        from twistgw_authtypes import apikey
+
+        seen: list[tuple[bytes, bytes]] = []
+        real = hmac.compare_digest
+
+        def spy(a: bytes, b: bytes) -> bool:
+            seen.append((a, b))
+            return real(a, b)
+
+        self.patch(apikey.hmac, "compare_digest", spy)
+        self.assertEqual(self._check(("api-key", "N2YwMDIxZTEtNGUzNS1jNzgz")).principal, "alice")
+        self.assertEqual(seen, [(key_digest(b"N2YwMDIxZTEtNGUzNS1jNzgz"),) * 2])
+        self.assertNotEqual(key_digest(b"N2YwMDIxZTEtNGUzNS1jNzgz"), b"N2YwMDIxZTEtNGUzNS1jNzgz")
+
     def test_custom_header_name(self) -> None:
         checker = _apikey({"apiKeySecretRefs": [{"name": "ops-apikey"}], "headerName": "X-Api-Key"})
         self.assertEqual(checker.credential_headers, (b"x-api-key",))

@@ -93,7 +93,28 @@ class GuidePolicyTests(TestCase):
         self.assertIsInstance(_opa(CLAIMS_POLICY).check(ctx), AuthAllow if allowed else AuthDeny)
 
 
+#: Gloo's OPA guide JWT policy, verbatim: a top-level destructuring rule.
+GUIDE_JWT_POLICY = """package test
+
+default allow = false
+[header, payload, signature] := io.jwt.decode(input.state.jwt)
+
+allow {
+    payload["email"] == "admin@example.com"
+}
+allow {
+    payload["email"] == "user@example.com"
+    not startswith(input.http_request.path, "/owners")
+}
+"""
+
+
 class PolicyTests(TestCase):
+    def test_gloo_jwt_guide_policy_is_refused_with_the_parsers_line(self) -> None:
+        with pytest.raises(OptionsError) as exc:
+            _opa(GUIDE_JWT_POLICY)
+        self.assertIn("policy.rego does not parse: Syntax error at line", str(exc.value))
+
     def test_runtime_error_fails_closed(self) -> None:
         checker = _opa('package test\nallow { 1 / count(input.http_request.headers["x-n"]) > 0 }')
         verdict = checker.check(request(headers=[("x-n", "")]))
