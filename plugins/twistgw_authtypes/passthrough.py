@@ -63,9 +63,12 @@ _REFUSED = {
                                 " service)",
     ("http", "request", "passThroughBody"): "is not supported by twistgw: the request body is not buffered"
                                             " before the chain runs",
-    ("http", "response", "allowedClientHeadersOnSuccess"): "is not supported by twistgw: an admitting"
-                                                           " service cannot set response headers",
 }
+
+#: What this gateway's AuthAllow carries (response headers arrive with a later contract).
+_ALLOW_FIELDS = frozenset(a.name for a in attrs.fields(AuthAllow))
+_NO_RESPONSE_HEADERS = ("is not supported by this gateway version: the extauth plugin cannot add headers to the"
+                        " response of an admitted request")
 
 
 @attrs.frozen
@@ -82,6 +85,7 @@ class Call:
     upstream_headers: tuple[bytes, ...]
     denied_headers: tuple[bytes, ...]
     read_state: bool
+    success_headers: tuple[bytes, ...] = ()
 
     def headers(self, ctx: RequestContext) -> TxHeaders:
         out = TxHeaders()
@@ -147,8 +151,11 @@ class PassThroughChecker:
             if state is None:
                 return AuthDeny(401, content_type=b"",
                                 reason="auth service admitted, but its body is not {\"state\": {...}}")
+        extra: dict[str, Any] = {}
+        if self.call.success_headers:
+            extra["response_headers"] = reply_headers(reply, self.call.success_headers)
         return AuthAllow(headers=reply_headers(reply, self.call.upstream_headers),
-                         reason="auth service answered 200", state=state)
+                         reason="auth service answered 200", state=state, **extra)
 
     def _failed(self, reason: str) -> AuthAllow | AuthDeny:
         if self.failure_mode_allow:
@@ -218,7 +225,16 @@ def compile_call(http: Mapping[str, Any], config: Any, problems: Problems) -> Ca
         denied_headers=c.header_names(resp.get("allowedClientHeadersOnDenied"),
                                       p_resp + ("allowedClientHeadersOnDenied",)),
         read_state=c.boolean(resp.get("readStateFromResponse", False), p_resp + ("readStateFromResponse",)),
+        success_headers=_success_headers(resp.get("allowedClientHeadersOnSuccess"),
+                                         p_resp + ("allowedClientHeadersOnSuccess",)),
     )
+
+
+def _success_headers(value: Any, path: c.Path) -> tuple[bytes, ...]:
+    names = c.header_names(value, path, settable=True)
+    if names and "response_headers" not in _ALLOW_FIELDS:
+        raise OptionsError(path, _NO_RESPONSE_HEADERS)
+    return names
 
 
 def _refusals(cfg: Mapping[str, Any], problems: Problems) -> None:

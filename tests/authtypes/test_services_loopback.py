@@ -77,6 +77,19 @@ class PassThroughTests(_ServiceTest):
         self.assertEqual(sent.headers(b"cookie"), [])
         self.assertEqual(json.loads(sent.body), {"state": {}, "config": {"team": "a"}})
 
+    async def test_client_headers_on_success_when_the_gateway_can_add_them(self) -> None:
+        from twistgw_authtypes.passthrough import _ALLOW_FIELDS
+
+        port = self.start(lambda r: reply(200, (("x-ratelimit-left", "9"), ("x-other", "no"))))
+        response = {"allowedClientHeadersOnSuccess": ["x-ratelimit-left"]}
+        if "response_headers" not in _ALLOW_FIELDS:
+            with pytest.raises(OptionsError) as exc:
+                self.compile(port, response=response)
+            self.assertIn("cannot add headers to the response of an admitted request", str(exc.value))
+            return
+        verdict = await self.compile(port, response=response).check(self.ctx())
+        self.assertEqual(verdict.response_headers, ((b"x-ratelimit-left", b"9"),))
+
     async def test_empty_body_unless_asked(self) -> None:
         port = self.start(lambda r: reply(200))
         await self.compile(port).check(self.ctx())
@@ -123,10 +136,9 @@ class PassThroughTests(_ServiceTest):
         self.assertIn("grpcio", str(exc.value))
         with pytest.raises(OptionsError) as exc:
             PassThroughAuth().compile({"http": {"url": "http://a/", "request": {"passThroughBody": True},
-                                                "response": {"allowedClientHeadersOnSuccess": ["x"]}}},
+                                                "tlsConfig": {}}},
                                       scope(type_name="passThroughAuth"))
-        self.assertEqual(sorted(p.path[-1] for p in exc.value.problems),
-                         ["allowedClientHeadersOnSuccess", "passThroughBody"])
+        self.assertEqual(sorted(p.path[-1] for p in exc.value.problems), ["passThroughBody", "tlsConfig"])
 
 
 def _settings(port: int, **extauth: Any) -> Resources:
