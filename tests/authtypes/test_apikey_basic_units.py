@@ -6,6 +6,8 @@ padded key headers, a key in a Secret of another type, Basic passwords with
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from twistgw import AuthAllow, AuthDeny, OptionsError
 from twistgw.api.types import SecretInfo
@@ -251,3 +253,31 @@ class BasicTests(TestCase):
         with pytest.raises(OptionsError) as exc:
             _basic(raw)
         self.assertIn(expected, str(exc.value))
+
+
+_HEADER_VALUE = st.binary(max_size=200).map(lambda b: bytes(c for c in b if c not in b"\r\n\x00"))
+
+
+class PropertyTests(TestCase):
+    """Any header value: a verdict, never an exception; only the exact key or
+    the exact credentials admit."""
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(_HEADER_VALUE, max_size=3))
+    def test_any_api_key_headers(self, values: list[bytes]) -> None:
+        checker = _apikey({"apiKeySecretRefs": [{"name": "infra-apikey"}]})
+        verdict = checker.check(request(headers=[("api-key", v) for v in values]))
+        admitted = values == [b"N2YwMDIxZTEtNGUzNS1jNzgz"]
+        self.assertIsInstance(verdict, AuthAllow if admitted else AuthDeny)
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.one_of(_HEADER_VALUE, _HEADER_VALUE.map(lambda b: b"Basic " + __import__("base64").b64encode(b))))
+    def test_any_authorization_header(self, value: bytes) -> None:
+        checker = _basic({"encryption": {"sha1": {}}, "userList": {"users": {"user": {
+            "salt": "TYiryv0/", "hashedPassword": "010eb058a59f4ac5ba05639b0263cf91b4345fd6"}}}})
+        verdict = checker.check(request(headers=[("Authorization", value)]))
+        if isinstance(verdict, AuthAllow):
+            self.assertEqual(verdict.principal, "user")
+            self.assertTrue(value.split(b" ", 1)[0].lower() == b"basic")
+        else:
+            self.assertEqual(verdict.status, 401)
