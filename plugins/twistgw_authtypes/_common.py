@@ -9,7 +9,7 @@ import binascii
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from twistgw import OptionsError
+from twistgw import OptionsError, RequestContext
 from twistgw.options import check_fields, parse_duration, type_name
 
 Path = tuple[str | int, ...]
@@ -147,3 +147,21 @@ def read_basic(values: Sequence[bytes] | None) -> tuple[str, bytes] | str:
     except UnicodeDecodeError:
         return "Basic credentials are not UTF-8"
     return user, password
+
+
+# --------------------------------------------------------------------------
+# The ext-auth state configs share
+# --------------------------------------------------------------------------
+
+
+def shared_state(ctx: RequestContext) -> dict[str, Any]:
+    """The ext-auth state the configs that ran before this one left
+    (``ctx.state["extauth"]["state"]``, by config name), as one object."""
+    found = ctx.state.get("extauth")
+    state = found.get("state") if isinstance(found, Mapping) else None
+    merged: dict[str, Any] = {}
+    if isinstance(state, Mapping):
+        for value in state.values():
+            if isinstance(value, Mapping):
+                merged.update(value)
+    return merged

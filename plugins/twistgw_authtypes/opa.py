@@ -94,7 +94,10 @@ def input_document(ctx: RequestContext, config_id: str, parts: frozenset[str] = 
         del http["headers"]
     doc: dict[str, Any] = {}
     if "state" in parts:
-        doc["state"] = {"jwt": ctx.claims} if ctx.claims is not None else {}
+        state = c.shared_state(ctx)
+        if ctx.claims is not None:
+            state["jwt"] = ctx.claims
+        doc["state"] = state
     if "http_request" in parts:
         doc["http_request"] = http
     if "check_request" in parts:

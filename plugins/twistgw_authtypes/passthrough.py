@@ -97,25 +97,12 @@ class Call:
     def body(self, ctx: RequestContext) -> bytes | None:
         doc: dict[str, Any] = {}
         if self.send_state:
-            doc["state"] = shared_state(ctx)
+            doc["state"] = c.shared_state(ctx)
         if self.send_metadata:
             doc["filterMetadata"] = {}  # twistgw has no Envoy filter metadata
         if self.config is not None:
             doc["config"] = self.config
         return json.dumps(doc, separators=(",", ":"), default=str).encode() if doc else None
-
-
-def shared_state(ctx: RequestContext) -> dict[str, Any]:
-    """The ext-auth state the configs that ran before this one left
-    (``ctx.state["extauth"]["state"]``, by config name), as one object."""
-    found = ctx.state.get("extauth")
-    state = found.get("state") if isinstance(found, Mapping) else None
-    merged: dict[str, Any] = {}
-    if isinstance(state, Mapping):
-        for value in state.values():
-            if isinstance(value, Mapping):
-                merged.update(value)
-    return merged
 
 
 @attrs.frozen
