@@ -28,6 +28,17 @@ if ! command -v curl >/dev/null 2>&1; then
   fi
 fi
 
+if ! command -v samba-tool >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
+  echo "run-tests: Samba's AD DC is required: the LDAP tests run a real Active Directory." >&2
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq samba smbclient ldb-tools iproute2 >/dev/null
+  else
+    echo "run-tests: install it with: sudo apt-get install samba smbclient ldb-tools iproute2" >&2
+    exit 1
+  fi
+fi
+
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip

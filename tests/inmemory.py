@@ -52,6 +52,7 @@ MODULES = (
     "rbac/test_rbac_semantics.py",
     "rbac/test_rbac_shadow_regex.py",
     "extauth/test_extauth_contract.py",
+    "extauth/test_extauth_dispatcher.py",
     "authtypes/test_apikey_basic_units.py",
     "authtypes/test_opa_units.py",
     "authtypes/test_authtypes_chain.py",
