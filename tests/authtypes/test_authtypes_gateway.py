@@ -5,6 +5,7 @@ headers, too slow, down) in front of a real backend."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 from typing import Any
 
@@ -195,3 +196,30 @@ spec:
         self.assertEqual(denied.headers.getRawHeaders(b"x-server"), [b"pythonauth"])
         self.assertEqual(service.requests[1].target, b"/api/pets/2")
 
+
+
+class SharedStateTests(_GatewayTest):
+    async def test_a_keys_metadata_reaches_the_pass_through_service(self) -> None:
+        service = start_recorder(lambda r: reply(200, (), b'{"state": {"tier": "gold"}}'))
+        self.addCleanup(service.close)
+        (self.dir / "vs.yaml").write_text(vs(self.backend.port, "      extauth: {configRef: {name: both}}"))
+        (self.dir / "k1.yaml").write_text(key_secret("k1", "first-key-111").replace(
+            "stringData: {api-key: first-key-111}", "stringData: {api-key: first-key-111, email: a@example.com}"))
+        (self.dir / "auth.yaml").write_text(f"""apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {{name: both, namespace: gloo-system}}
+spec:
+  configs:
+  - apiKeyAuth:
+      apiKeySecretRefs: [{{name: k1}}]
+      headersFromMetadataEntry: {{x-email: {{name: email}}}}
+  - passThroughAuth:
+      http:
+        url: http://127.0.0.1:{service.port}/check
+        request: {{passThroughState: true}}
+        response: {{readStateFromResponse: true}}
+""")
+        self.serve()
+        self.assertEqual((await self.get(api_key="first-key-111")).status, 200)
+        self.assertEqual(json.loads(service.requests[0].body), {"state": {"x-email": "a@example.com"}})
+        self.assertEqual(self.backend.requests[-1].header(b"x-email"), [b"a@example.com"])
