@@ -56,6 +56,8 @@ MODULES = (
     "authtypes/test_apikey_basic_units.py",
     "authtypes/test_opa_units.py",
     "authtypes/test_authtypes_chain.py",
+    "authtypes/test_services_loopback.py",
+    "authtypes/test_authtypes_gateway.py",
     "ldap/test_ldap_ber.py",
     "ldap/test_ldap_search_units.py",
     "ldap/test_ldap_units.py",
