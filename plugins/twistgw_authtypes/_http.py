@@ -67,10 +67,10 @@ class AuthHttpClient:
 
     def __init__(self, reactor: Any, max_per_host: int = 32, connect_timeout: float = 5.0) -> None:
         self.reactor = reactor
-        self.pool = HTTPConnectionPool(reactor, persistent=True)  # type: ignore[no-untyped-call]
+        self.pool = HTTPConnectionPool(reactor, persistent=True)
         self.pool.maxPersistentPerHost = max_per_host
         self.pool.retryAutomatically = False  # an auth call is never sent twice
-        self.agent = Agent(reactor, pool=self.pool, connectTimeout=connect_timeout)  # type: ignore[no-untyped-call]
+        self.agent = Agent(reactor, pool=self.pool, connectTimeout=connect_timeout)
 
     async def call(self, method: bytes, url: bytes, headers: TxHeaders, body: bytes | None,
                    timeout: float) -> Reply:
@@ -110,7 +110,7 @@ class AuthHttpClient:
         return Deferred.fromCoroutine(self._request(method, url, headers, body))
 
     def close(self) -> Deferred[None]:
-        closed: Deferred[None] = self.pool.closeCachedConnections()  # type: ignore[no-untyped-call]
+        closed: Deferred[None] = self.pool.closeCachedConnections()
         return closed
 
 

@@ -190,15 +190,9 @@ def _select(scope: ConfigScope, selector: Mapping[str, str], refs: Sequence[tupl
             path: c.Path, problems: Problems) -> list[SecretInfo]:
     found: dict[tuple[str, str], SecretInfo] = {}
     if selector:
-        listing = getattr(scope.resources, "secrets", None)
-        if listing is None:
-            problems.add(path + ("labelSelector",), "this gateway version cannot list Secrets; name them in"
-                                                     " apiKeySecretRefs")
-        else:
-            for s in listing():
-                labels = getattr(s, "labels", None) or {}
-                if s.type == APIKEY_TYPE and all(labels.get(k) == v for k, v in selector.items()):
-                    found[(s.namespace, s.name)] = s
+        for s in scope.resources.secrets():
+            if s.type == APIKEY_TYPE and all(s.labels.get(k) == v for k, v in selector.items()):
+                found[(s.namespace, s.name)] = s
     for i, (ns, name) in enumerate(refs):
         p = path + ("apiKeySecretRefs", i)
         try:

@@ -126,16 +126,6 @@ class OpaChecker:
         return self.check(ctx)  # the policy runs in process: nothing is contacted
 
 
-def _config_map(scope: ConfigScope, name: str, namespace: str) -> Any:
-    """A ConfigMap of the snapshot (``Any``: the core's own type, with
-    ``data``): through the core's lookup of any kind when it has one,
-    else the contract's ``ConfigScope.config_map``."""
-    lookup = getattr(scope.resources, "resource", None)
-    if lookup is not None:
-        return lookup("ConfigMap", name, namespace)
-    return scope.config_map(name, namespace)
-
-
 def _modules(raw: Any, scope: ConfigScope, problems: Problems) -> list[tuple[str, str]]:
     modules: list[tuple[str, str]] = []
     for i, ref in enumerate(c.sequence(raw, ("modules",))):
@@ -143,7 +133,7 @@ def _modules(raw: Any, scope: ConfigScope, problems: Problems) -> list[tuple[str
         with problems.check():
             ns, name = c.resource_ref(ref, p, scope.namespace)
             try:
-                cm = _config_map(scope, name, ns)
+                cm = scope.config_map(name, ns)
             except KeyError as exc:
                 raise OptionsError(p, f"dangling reference: {exc.args[0]}") from None
             data: Mapping[str, Any] = getattr(cm, "data", None) or {}

@@ -5,55 +5,19 @@ from __future__ import annotations
 
 import base64
 import subprocess
-from typing import Any, Mapping
-
-import attrs
+from typing import Any, Mapping, Sequence
 
 from twistgw import ConfigScope, Headers, OptionsScope, RequestContext
 from twistgw.api.types import AuthConfigInfo, ResourceView, SecretInfo, UpstreamInfo
+from twistgw.config.configmaps import ConfigMapInfo
 
 
-@attrs.frozen
-class ConfigMapData:
-    """A ConfigMap as a config type reads it (``.data``)."""
-
-    namespace: str
-    name: str
-    data: Mapping[str, str]
-
-
-@attrs.frozen
-class LabelledSecret(SecretInfo):
-    """A Secret with ``metadata.labels``, as the snapshot gives them once the
-    core reads Secret labels (``SecretInfo.labels``)."""
-
-    labels: Mapping[str, str] = attrs.field(factory=dict)
-
-
-class Resources(ResourceView):
-    """A ResourceView with the ConfigMap and Secret listing lookups the
-    config types use when the core provides them."""
-
-    def __init__(self, secrets: list[SecretInfo] = (), config_maps: list[ConfigMapData] = (),
-                 upstreams: list[UpstreamInfo] = (), settings: Mapping[str, Any] | None = None) -> None:
-        super().__init__({(u.namespace, u.name): u for u in upstreams},
-                         {(s.namespace, s.name): s for s in secrets}, {}, None, settings=settings)
-        self._maps = {(m.namespace, m.name): m for m in config_maps}
-        self._all = list(secrets)
-
-    def config_map(self, name: str, namespace: str = "default") -> ConfigMapData:
-        try:
-            return self._maps[(namespace, name)]
-        except KeyError:
-            raise KeyError(f"no ConfigMap {namespace}/{name}") from None
-
-    def resource(self, kind: str, name: str, namespace: str = "default") -> object:
-        if kind != "ConfigMap":
-            raise KeyError(f"no {kind} {namespace}/{name}")
-        return self.config_map(name, namespace)
-
-    def secrets(self) -> list[SecretInfo]:
-        return sorted(self._all, key=lambda s: (s.namespace, s.name))
+def Resources(secrets: Sequence[SecretInfo] = (), config_maps: Sequence[ConfigMapInfo] = (),  # noqa: N802
+              upstreams: Sequence[UpstreamInfo] = (), settings: Mapping[str, Any] | None = None) -> ResourceView:
+    """The snapshot's own lookups (``ResourceView``) over these resources."""
+    return ResourceView({(u.namespace, u.name): u for u in upstreams},
+                        {(s.namespace, s.name): s for s in secrets}, {}, None, settings=settings,
+                        resources={"ConfigMap": {(m.namespace, m.name): m for m in config_maps}})
 
 
 def scope(resources: ResourceView | None = None, namespace: str = "gloo-system",

@@ -168,3 +168,96 @@ class ConfigErrorTests(TestCase):
                                   "spec.configs[0].apiKeyAuth.hmac",
                                   "spec.configs[1].basicAuth.apr.users.user",
                                   "spec.configs[2].passThroughAuth.grpc"])
+
+
+POLICY_MAP = """---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: allow-get-users, namespace: gloo-system}
+data:
+  policy.rego: |
+    package test
+
+    default allow = false
+    allow {
+        startswith(input.http_request.path, "/api/pets")
+        input.http_request.method == "GET"
+    }
+    allow {
+        input.http_request.path == "/api/pets/2"
+        input.http_request.method in {"GET", "DELETE"}
+    }
+    allow {
+        input.http_request.headers["x-role"] == "admin"
+    }
+"""
+
+OPA = """  - name: policy
+    opaAuth:
+      modules: [{name: allow-get-users}]
+      query: "data.test.allow == true"
+"""
+
+
+class OpaChainTests(TestCase):
+    """Gloo's OPA guide through the gateway's chain, with the ConfigMap in
+    the configuration."""
+
+    def opa(self, configs: str, expr: str | None = None) -> ChainTester:
+        spec = (f"  booleanExpr: {expr!r}\n" if expr else "") + "  configs:\n" + configs
+        return ChainTester.from_yaml(BASE + spec + POLICY_MAP, PLUGINS)
+
+    @pytest.mark.parametrize("method, path, status", [
+        ("GET", "/api/pets", 200), ("GET", "/api/", 403), ("DELETE", "/api/pets/1", 403),
+        ("DELETE", "/api/pets/2", 200)])
+    async def test_the_guide(self, method: str, path: str, status: int) -> None:
+        result = await self.opa(OPA).request(method, f"http://petstore.example.com{path}")
+        self.assertEqual(result.status, status)
+
+    async def test_key_then_policy(self) -> None:
+        t = self.opa(APIKEY + OPA)
+        ok = await t.request("GET", "http://petstore.example.com/api/pets", headers=[ALICE_KEY])
+        self.assertEqual((ok.status, ok.ctx.principal), (200, "alice"))
+        self.assertEqual((await t.request("DELETE", "http://petstore.example.com/api/pets/1",
+                                          headers=[ALICE_KEY])).status, 403)
+        self.assertEqual((await t.request("GET", "http://petstore.example.com/api/pets")).status, 401)
+
+    async def test_key_or_policy(self) -> None:
+        t = self.opa(APIKEY + OPA, "key || policy")
+        self.assertEqual((await t.request("DELETE", "http://petstore.example.com/api/pets/1",
+                                          headers=[ALICE_KEY])).status, 200)
+        self.assertEqual((await t.request("GET", "http://petstore.example.com/api/pets")).status, 200)
+        self.assertIn((await t.request("DELETE", "http://petstore.example.com/api/pets/1")).status, (401, 403))
+
+    async def test_smuggled_role_header(self) -> None:
+        t = self.opa(OPA)
+        url = "http://petstore.example.com/admin"
+        self.assertEqual((await t.request("POST", url, headers=[("x-role", "admin")])).status, 200)
+        for headers in ([("X-Role", "user"), ("x-role", "admin")], [("x-role", "admin"), ("X-ROLE", "admin")]):
+            self.assertEqual((await t.request("POST", url, headers=headers)).status, 403, headers)
+
+    def test_guide_policy_with_any_is_refused_at_its_file_and_line(self) -> None:
+        text = BASE + "  configs:\n" + OPA + POLICY_MAP.replace(
+            'input.http_request.method in {"GET", "DELETE"}',
+            'any({input.http_request.method == "GET", input.http_request.method == "DELETE"})')
+        with pytest.raises(ConfigError) as exc:
+            ChainTester.from_yaml(text, PLUGINS)
+        (issue,) = exc.value.issues
+        self.assertEqual((issue.resource, issue.field),
+                         ("AuthConfig gloo-system/auth", "spec.configs[0].opaAuth.modules"))
+        self.assertIn("calls any()", issue.reason)
+
+
+class ConfigMapKindTests(TestCase):
+    def test_binary_data_and_non_text_entries_are_refused(self) -> None:
+        text = """apiVersion: v1
+kind: ConfigMap
+metadata: {name: m, namespace: default}
+data: {policy.rego: 5}
+binaryData: {blob: AAAA}
+"""
+        with pytest.raises(ConfigError) as exc:
+            ChainTester.from_yaml(text, PLUGINS)
+        self.assertEqual(sorted((i.field, i.reason) for i in exc.value.issues),
+                         [("binaryData", "is not supported by twistgw: put text in data"),
+                          ("data.policy.rego", "must be a string, got an integer")])

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
+import tempfile
 from typing import Any
 
 from twistgw.testing import start_gateway
@@ -53,8 +55,8 @@ stringData: {{api-key: {key}}}
 
 class _GatewayTest(TestCase):
     def setUp(self) -> None:
-        self.dir = pathlib.Path(self.mktemp())
-        self.dir.mkdir()
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="twistgw-authtypes-"))
+        self.addCleanup(shutil.rmtree, self.dir, True)
         self.backend = start_backend("backend")
         self.addCleanup(self.backend.close)
 
@@ -111,6 +113,76 @@ class KeyRotationTests(_GatewayTest):
         (self.dir / "k1.yaml").write_text(key_secret("k1", "rotated-key-333").replace("extauth.solo.io/apikey",
                                                                                          "Opaque"))
         self.assertFalse(self.gw.reload())  # a Secret of another type never holds a key
+
+
+class LabelRotationTests(_GatewayTest):
+    async def test_keys_selected_by_label_come_and_go_with_their_files(self) -> None:
+        (self.dir / "vs.yaml").write_text(vs(self.backend.port, "      extauth: {configRef: {name: keys}}"))
+        (self.dir / "auth.yaml").write_text("""apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {name: keys, namespace: gloo-system}
+spec:
+  configs:
+  - apiKeyAuth: {labelSelector: {team: infra}}
+""")
+        (self.dir / "k1.yaml").write_text(key_secret("k1", "first-key-111"))
+        self.serve()
+        self.assertEqual((await self.get(api_key="first-key-111")).status, 200)
+        (self.dir / "k2.yaml").write_text(key_secret("k2", "second-key-222"))  # added
+        self.assertTrue(self.gw.reload())
+        self.assertEqual((await self.get(api_key="second-key-222")).status, 200)
+        (self.dir / "k1.yaml").write_text(key_secret("k1", "rotated-key-333"))  # changed
+        self.assertTrue(self.gw.reload())
+        self.assertEqual((await self.get(api_key="first-key-111")).status, 401)
+        self.assertEqual((await self.get(api_key="rotated-key-333")).status, 200)
+        (self.dir / "k2.yaml").unlink()  # deleted: revoked at once
+        self.assertTrue(self.gw.reload())
+        self.assertEqual((await self.get(api_key="second-key-222")).status, 401)
+        (self.dir / "k3.yaml").write_text(key_secret("k3", "other-team-444", team="ops"))  # not selected
+        self.assertTrue(self.gw.reload())
+        self.assertEqual((await self.get(api_key="other-team-444")).status, 401)
+        (self.dir / "k1.yaml").unlink()  # the last one: nothing admits, the configuration stays valid
+        self.assertTrue(self.gw.reload())
+        self.assertEqual((await self.get(api_key="rotated-key-333")).status, 401)
+
+
+def policy_map(allowed_method: str) -> str:
+    return f"""apiVersion: v1
+kind: ConfigMap
+metadata: {{name: policy, namespace: gloo-system}}
+data:
+  policy.rego: |
+    package test
+
+    default allow = false
+    allow {{
+        startswith(input.http_request.path, "/api/pets")
+        input.http_request.method == "{allowed_method}"
+    }}
+"""
+
+
+class OpaGatewayTests(_GatewayTest):
+    async def test_policy_edited_while_serving(self) -> None:
+        (self.dir / "vs.yaml").write_text(vs(self.backend.port, "      extauth: {configRef: {name: opa}}"))
+        (self.dir / "auth.yaml").write_text("""apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {name: opa, namespace: gloo-system}
+spec:
+  configs:
+  - opaAuth: {modules: [{name: policy}], query: "data.test.allow == true"}
+""")
+        (self.dir / "policy.yaml").write_text(policy_map("GET"))
+        self.serve()
+        self.assertEqual((await self.get("/api/pets/1")).status, 200)
+        self.assertEqual((await self.get("/api/")).status, 403)
+        (self.dir / "policy.yaml").write_text(policy_map("POST"))
+        self.assertTrue(self.gw.reload())
+        self.assertEqual((await self.get("/api/pets/1")).status, 403)
+        test = 'startswith(input.http_request.path, "/api/pets")'
+        (self.dir / "policy.yaml").write_text(policy_map("GET").replace(test, f"any([{test}])"))
+        self.assertFalse(self.gw.reload())  # refused: the last good policy keeps serving
+        self.assertEqual((await self.get("/api/pets/1")).status, 403)
 
 
 class PassThroughGatewayTests(_GatewayTest):

@@ -13,7 +13,7 @@ from twistgw import AuthAllow, AuthDeny, OptionsError
 from twistgw_authtypes._rego import Policy, PolicyError, missing_functions
 from twistgw_authtypes.opa import OpaAuth, input_document
 
-from authtypes_helpers import ConfigMapData, Resources, request, scope
+from authtypes_helpers import ConfigMapInfo, Resources, request, scope
 from support.trial import TestCase
 
 #: Gloo's OPA guide policy, verbatim (docs/content/guides/security/auth/extauth/opa).
@@ -52,7 +52,7 @@ allow {
 
 
 def _opa(policy: str, query: str = "data.test.allow == true") -> object:
-    maps = [ConfigMapData("gloo-system", "allow-get-users", {"policy.rego": policy})]
+    maps = [ConfigMapInfo("gloo-system", "allow-get-users", {"policy.rego": policy})]
     raw = {"modules": [{"name": "allow-get-users"}], "query": query}
     return OpaAuth().compile(raw, scope(Resources(config_maps=maps), type_name="opaAuth"))
 
