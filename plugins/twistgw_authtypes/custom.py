@@ -95,7 +95,7 @@ class CustomChecker:
         target = self.server.path_prefix + ctx.path + ("?" + ctx.query.decode("latin-1") if ctx.query else "")
         headers = TxHeaders()
         copy_headers(ctx.headers, (b"authorization",) + self.server.allowed_headers, headers)
-        headers.setRawHeaders(b"host", [ctx.host.encode("idna") if ctx.host else b"localhost"])
+        headers.setRawHeaders(b"host", [ctx.host.encode("latin-1") if ctx.host else b"localhost"])
         for name, value in self.server.headers_to_add:
             headers.setRawHeaders(name, [value])
         return self.server.base + target.encode("utf-8"), headers
@@ -164,7 +164,7 @@ def _server(raw: Mapping[str, Any], path: c.Path, scope: ConfigScope, problems: 
                 for k, v in c.mapping(req.get("headersToAdd"), hp + ("request", "headersToAdd")).items())
     client = resp.get("allowedClientHeaders")
     return Server(
-        base=f"http://{host}:{ep.port}".encode("idna"),
+        base=f"http://{host}:{ep.port}".encode("ascii", "replace"),
         path_prefix=prefix,
         allowed_headers=c.header_names(req.get("allowedHeaders"), hp + ("request", "allowedHeaders")),
         headers_to_add=add,

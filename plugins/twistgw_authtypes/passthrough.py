@@ -164,6 +164,8 @@ def _read_state(body: bytes) -> dict[str, Any] | None:
 
 def _url(value: Any, path: c.Path) -> bytes:
     url = c.string(value, path)
+    if not url.isascii() or any(ch.isspace() for ch in url):
+        raise OptionsError(path, f"must be an ASCII URL without spaces (percent-encode the rest), got {url!r}")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise OptionsError(path, f"must be an http:// or https:// URL with a host, got {url!r}")
@@ -171,7 +173,7 @@ def _url(value: Any, path: c.Path) -> bytes:
         _ = parts.port
     except ValueError:
         raise OptionsError(path, f"has an invalid port: {url!r}") from None
-    return url.encode("ascii", "strict") if url.isascii() else url.encode("idna")
+    return url.encode("ascii")
 
 
 def _json_data(value: Any, path: c.Path) -> Any:
