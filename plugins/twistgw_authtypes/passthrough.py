@@ -54,8 +54,9 @@ _REQUEST = ("allowedHeaders", "headersToAdd", "passThroughState", "passThroughFi
 _RESPONSE = ("allowedUpstreamHeaders", "allowedUpstreamHeadersToOverwrite", "allowedClientHeadersOnDenied",
              "readStateFromResponse", "allowedClientHeadersOnSuccess")
 _REFUSED = {
-    ("grpc",): "is not supported by twistgw: grpcio's client runs its own completion-queue threads and"
-               " blocking calls, which cannot share Twisted's reactor without a thread per call; use http",
+    ("grpc",): "is not supported by twistgw: grpcio's client runs its own completion-queue threads; its"
+               " blocking calls would stall the reactor, and its asyncio API needs an asyncio event loop, which"
+               " twistgw's reactor is not; use http",
     ("http", "tlsConfig"): "is not supported by twistgw: an https url is verified against the system trust"
                            " store, by name",
     ("http", "responseHeaderTimeout"): "is not supported by twistgw: connectionTimeout bounds the whole call",
