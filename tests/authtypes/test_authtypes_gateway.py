@@ -15,7 +15,7 @@ from twistgw.testing import start_gateway
 from twistgw_authtypes import AuthTypesPlugin
 from twistgw_extauth import ExtAuthPlugin
 
-from support.http import http_request, start_backend
+from support.http import http_request, sleep, start_backend
 from support.recorder import Recorded, start_recorder
 from support.trial import TestCase
 from test_services_loopback import _closed_port, reply
@@ -295,3 +295,41 @@ spec:
         self.assertEqual((await self.get(api_key="first-key-111")).status, 200)
         self.assertEqual(json.loads(service.requests[0].body), {"state": {"x-email": "a@example.com"}})
         self.assertEqual(self.backend.requests[-1].header(b"x-email"), [b"a@example.com"])
+
+
+class WatchedRotationTests(_GatewayTest):
+    """No reload call: the gateway watches its directory, as deployed."""
+
+    async def test_a_secret_file_written_while_serving_takes_effect(self) -> None:
+        (self.dir / "vs.yaml").write_text(vs(self.backend.port, "      extauth: {configRef: {name: keys}}"))
+        (self.dir / "auth.yaml").write_text("""apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {name: keys, namespace: gloo-system}
+spec:
+  configs:
+  - apiKeyAuth: {labelSelector: {team: infra}}
+""")
+        (self.dir / "k1.yaml").write_text(key_secret("k1", "first-key-111"))
+        gw = start_gateway(str(self.dir), PLUGINS, poll_interval=0.05)
+        self.addCleanup(gw.stop)
+        self.gw = gw
+        self.assertEqual((await self.get(api_key="first-key-111")).status, 200)
+        statuses: list[int] = []
+
+        async def status(key: str) -> int:
+            statuses.append((await self.get(api_key=key)).status)
+            return statuses[-1]
+
+        (self.dir / "k2.yaml").write_text(key_secret("k2", "second-key-222"))
+        for _ in range(100):
+            if await status("second-key-222") == 200:
+                break
+            await sleep(0.05)
+        self.assertEqual(statuses[-1], 200)
+        (self.dir / "k1.yaml").unlink()
+        for _ in range(100):
+            if await status("first-key-111") == 401:
+                break
+            await sleep(0.05)
+        self.assertEqual(statuses[-1], 401)
+        self.assertEqual(await status("second-key-222"), 200)
