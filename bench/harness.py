@@ -64,7 +64,8 @@ DOCS = os.path.join(ROOT, "docs", "performance.md")
 REFERENCES = ["backend-direct", "nginx-proxy", "nginx-limit-req", "haproxy-proxy", "haproxy-jwt", "bare-twisted",
               "probe-floor"]
 GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
-           "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "ratelimit-local", "ratelimit-redis"]
+           "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "ratelimit-local", "ratelimit-redis",
+           "apikey", "basic-cache", "opa-path", "passthrough"]
 ALL = REFERENCES + GATEWAY
 #: Run only when named in --scenarios (the --workers measurement).
 OPTIONAL = ["plain-textlog", "plain-w2", "plain-w2-free"]
@@ -91,6 +92,10 @@ DESCRIPTIONS = {
     "ldap-search-nocache": "twistgw, LDAP userSearch + nested groupSearch (slapd), decision cache off",
     "ratelimit-local": "twistgw, localRatelimit token bucket (never empty: the cost of counting)",
     "ratelimit-redis": "twistgw, ratelimitBasic by address counted in Redis (redis-server on core 0; never over)",
+    "apikey": "twistgw, apiKeyAuth: one API key among 100 in Secrets",
+    "basic-cache": "twistgw, basicAuth (apr1 hash), the verified-credentials memo warm",
+    "opa-path": "twistgw, opaAuth: Gloo's allow-GET-by-path policy on regopy",
+    "passthrough": "twistgw, passThroughAuth.http to the nginx backend (200), one pooled POST per request",
 }
 
 #: a rate no benchmark reaches: the rate-limit scenarios price the counting, never refuse
@@ -637,6 +642,69 @@ spec:
     return options, extra
 
 
+#: The API key the apikey scenario sends (one of 100 Secrets).
+BENCH_API_KEY = "bench-key-0042-5b1d7e"
+#: Gloo's basic-auth guide user: user / password. (wrk requests GET /bench;
+#: the opa-path policy is Gloo's guide policy with /bench for /api/pets.)
+BENCH_APR = ("TYiryv0/", "8BvzLUO9IfGPGGsPnAgSu1")
+BENCH_POLICY = """package test
+
+default allow = false
+allow {
+    startswith(input.http_request.path, "/bench")
+    input.http_request.method == "GET"
+}
+"""
+
+
+Expectations = list[tuple[str, dict[str, str], int]]
+
+
+def authtypes_options(name: str, backend_port: int) -> tuple[str, str, Expectations, list[str]]:
+    """(options, extra resources, expectations, wrk headers) of the authtypes scenarios."""
+    options = """    options:
+      extauth: {configRef: {name: bench, namespace: default}}
+"""
+    head = """---
+apiVersion: enterprise.gateway.vendor.io/v1
+kind: AuthConfig
+metadata: {name: bench, namespace: default}
+spec:
+  configs:
+"""
+    if name == "apikey":
+        secrets = "".join(f"""---
+apiVersion: v1
+kind: Secret
+type: extauth.solo.io/apikey
+metadata: {{name: key-{i:03d}, namespace: default, labels: {{bench: "yes"}}}}
+stringData: {{api-key: bench-key-{i:04d}-5b1d7e}}
+""" for i in range(100))
+        extra = head + "  - apiKeyAuth: {labelSelector: {bench: \"yes\"}}\n" + secrets
+        return options, extra, [("no key", {}, 401), ("wrong key", {"api-key": "nope"}, 401),
+                                ("good key", {"api-key": BENCH_API_KEY}, 200)], [f"api-key: {BENCH_API_KEY}"]
+    if name == "basic-cache":
+        extra = head + f"""  - basicAuth:
+      apr: {{users: {{user: {{salt: "{BENCH_APR[0]}", hashedPassword: "{BENCH_APR[1]}"}}}}}}
+"""
+        good = basic("user", "password")
+        expect = [("no credentials", {}, 401), ("wrong password", {"Authorization": basic("user", "x")}, 401),
+                  ("good credentials", {"Authorization": good}, 200)]
+        return options, extra, expect, [f"Authorization: {good}"]
+    if name == "opa-path":
+        extra = head + """  - opaAuth: {modules: [{name: policy}], query: "data.test.allow == true"}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: policy, namespace: default}
+data:
+  policy.rego: """ + _yaml_block(BENCH_POLICY, 4)
+        return options, extra, [("GET /bench", {}, 200)], []
+    extra = head + f"""  - passThroughAuth: {{http: {{url: "http://127.0.0.1:{backend_port}/auth"}}}}
+"""
+    return options, extra, [("GET /", {}, 200)], []
+
+
 def jwt_expectations(mat: JwtMaterial, rbac: bool) -> list[tuple[str, dict[str, str], int]]:
     """What a JWT scenario (twistgw's or HAProxy's) must answer before it is measured."""
     expect = [("no token", {}, 401), ("valid token", {"Authorization": f"Bearer {mat.alice}"}, 200),
@@ -882,6 +950,9 @@ class Bench:
             extra = ratelimit_settings(self.redis_port) if name == "ratelimit-redis" and self.redis_port else ""
             gateway_config(directory, self.backend_port, RATELIMIT_OPTIONS[name], extra)
             expect = [("GET /", {}, 200)]
+        elif name in ("apikey", "basic-cache", "opa-path", "passthrough"):
+            options, extra, expect, headers = authtypes_options(name, self.backend_port)
+            gateway_config(directory, self.backend_port, options, extra)
         else:
             raise Skip(f"unknown scenario {name!r}")
         admin = free_port()
@@ -1295,6 +1366,8 @@ def report(bench: Bench, elapsed: float) -> str:
     lines.append(ceiling("JWT + RBAC, same token / HAProxy jwt_verify", cpu_times(res.get("jwt-rbac"), res.get("haproxy-jwt")), 1.5))
     lines.append(ceiling("JWT fresh token − plain route", cpu_extra(res.get("jwt-fresh"), plain), 90, unit="µs"))
     lines.append(ceiling("LDAP, decision cache / plain route", cpu_times(res.get("ldap-cache"), plain), 1.3))
+    lines.append(ceiling("API key − plain route", cpu_extra(res.get("apikey"), plain), 5, unit="µs"))
+    lines.append(ceiling("Basic, memo warm − plain route", cpu_extra(res.get("basic-cache"), plain), 10, unit="µs"))
     lines.append(ceiling("plain route, access log on / --no-access-log", cpu_times(plain, res.get("plain-nolog")), 1.1))
     if nc and nc.runs:
         lines.append(f"| LDAP uncached, req/s | {nc.rps():,.0f} | ≥ 3,000 | {verdict(nc.rps(), 3000)} |")

@@ -56,7 +56,7 @@ INCREMENTS = twistgw.counter(
     " by server.", ["server"])
 
 
-class _Factory(txredisapi.RedisFactory):  # type: ignore[misc]  # txredisapi has no type hints
+class _Factory(txredisapi.RedisFactory):  # txredisapi has no type hints: a subclass of Any
     """txredisapi's factory with a short reconnect back-off: a Redis that
     returns is used again within a second."""
 

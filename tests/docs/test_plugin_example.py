@@ -96,7 +96,7 @@ def _pytest_count(out) -> int:
 
 
 def test_trial_style_module_counts_the_same_under_both_runners(installed):
-    trial = _trial_count(_runner(installed, "trial", "tests/test_apikey_trial.py"))
+    trial = _trial_count(_runner(installed, "python", "-m", "twisted.trial", "tests"))
     pytest_ = _pytest_count(_runner(installed, "pytest", "-q", "-p", "no:cacheprovider",
                                     "tests/test_apikey_trial.py"))
     assert trial == pytest_ == 7

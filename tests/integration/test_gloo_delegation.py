@@ -88,7 +88,7 @@ def test_the_gateway_logs_each_skipped_document_once(config_dir, gateway):
         "apiVersion: gateway.solo.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec:\n"
         "  virtualHost: {routes: [{directResponseAction: {status: 200}}]}\n"
         "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {}\n"
-        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: conf}\ndata: {}\n")
+        "---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: conf}\n")
     globalLogPublisher.addObserver(observe)
     try:
         gateway(directory)
@@ -96,4 +96,4 @@ def test_the_gateway_logs_each_skipped_document_once(config_dir, gateway):
         globalLogPublisher.removeObserver(observe)
     notes = [line for line in seen if "not an API group twistgw serves" in line]
     assert len(notes) == 2, seen
-    assert "skipped Deployment (apps/v1)" in notes[0] and "skipped ConfigMap (v1)" in notes[1]
+    assert "skipped Deployment (apps/v1)" in notes[0] and "skipped ServiceAccount (v1)" in notes[1]

@@ -143,11 +143,11 @@ class GlooLoaderTests(TestCase):
         assert ("gloo-system", "ldap") in config.auth_configs
         assert ("gloo-system", "json-server") in config.upstreams
         assert ("petstore", "petstore") in config.services  # v1 Service is ours
+        assert config.of_kind("ConfigMap")[("petstore", "settings")].data == {"a": "b"}  # so is v1 ConfigMap
         assert config.skipped == (
             "gloo.yaml: document 1 (line 1): skipped Namespace (v1): not an API group twistgw serves",
             "gloo.yaml: document 2 (line 5): skipped Deployment (apps/v1): not an API group twistgw serves",
             "gloo.yaml: document 3 (line 10): skipped ServiceAccount (v1): not an API group twistgw serves",
-            "gloo.yaml: document 4 (line 14): skipped ConfigMap (v1): not an API group twistgw serves",
         )
         # read for the rate-limit plugins (docs/ratelimit.md), no longer skipped
         assert ("default", "limits") in config.resources["RateLimitConfig"]

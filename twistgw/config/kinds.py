@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from twistgw.config import gloo
+from twistgw.config.configmaps import read_config_map
 from twistgw.config.envelope import Kind
 from twistgw.config.ratelimits import read_rate_limit_config
 from twistgw.config.routetables import read_route_table
@@ -43,6 +44,8 @@ KINDS: Mapping[str, Kind] = {kind.name: kind for kind in (
     Kind("Service", gloo.CORE_GROUP, read_service),
     Kind("Endpoints", gloo.CORE_GROUP, read_endpoints, top_level=frozenset({"subsets"}), needs_spec=False),
     Kind("Pod", gloo.CORE_GROUP, read_pod, needs_spec=False),
+    Kind("ConfigMap", gloo.CORE_GROUP, read_config_map, top_level=frozenset({"data", "binaryData", "immutable"}),
+         needs_spec=False),
     Kind("Settings", gloo.OURS_ONLY, read_settings, singleton=True),
     Kind("RateLimitConfig", gloo.RATELIMIT, read_rate_limit_config),
 )}

@@ -12,9 +12,8 @@ from typing import Any, Mapping
 
 import attrs
 
-from twistgw.api.headers import InvalidHeaderName, canonical_name
 from twistgw.api.plugin import Placement
-from twistgw.api.types import Endpoint, InvalidResource, OptionsError, OptionsScope, ResourceView, UpstreamInfo
+from twistgw.api.types import Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
 from twistgw.api.types import path_text
 from twistgw.config.errors import ConfigError, ConfigIssue
 from twistgw.config.resolution import Config

@@ -8,19 +8,14 @@ when both styles share one pytest session (see docs/plugins.md).
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import pytest_twisted
 import treq
 
 import twistgw
-import twistgw_apikey
 from twistgw.testing import ChainTester, start_gateway
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "example-config")
-PLUGINS = [("apikey", twistgw_apikey)]
-HOST = "http://partners.example.com"
+from tests.apikey_support import CONFIG_DIR, HOST, PLUGINS
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 The same module runs, with the same result and the same test count, under
 both runners (from ``examples/apikey-plugin``)::
 
-    trial tests/test_apikey_trial.py
+    python -m twisted.trial tests     # every TestCase under tests/
     pytest tests/test_apikey_trial.py
 
 In memory, :class:`twistgw.testing.ChainTester` compiles the configuration
@@ -16,19 +16,14 @@ made with treq's default (keep-alive) pool.
 
 from __future__ import annotations
 
-import os
-
 import treq
 from twisted.trial import unittest
 from twisted.web.http_headers import Headers
 
 import twistgw
-import twistgw_apikey
 from twistgw.testing import ChainTester, start_gateway
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "example-config")
-PLUGINS = [("apikey", twistgw_apikey)]  # only this plugin takes part, whatever else is installed
-HOST = "http://partners.example.com"
+from tests.apikey_support import CONFIG_DIR, HOST, PLUGINS
 
 
 class InMemoryTests(unittest.TestCase):

@@ -1,0 +1,48 @@
+"""AuthConfig config types beside ``ldap``: Gloo's ``apiKeyAuth``,
+``basicAuth``, ``opaAuth``, ``passThroughAuth`` and the inline
+``customAuth``, added to the ``extauth`` plugin through the public
+``twistgw_extauth_config_types`` hook, exactly as a third party's type is.
+
+One module per type (``apikey``, ``basic``, ``opa``, ``passthrough``,
+``custom``); ``_http`` is the HTTP client ``passThroughAuth`` and
+``customAuth`` share, ``_rego`` and ``_passwords`` wrap the libraries
+(regopy, passlib). See ``docs/extauth.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from twistgw import ExtAuthConfigType, OptionsError, OptionsScope, PluginInfo, hookimpl
+
+from twistgw_authtypes.apikey import ApiKeyAuth
+from twistgw_authtypes.basic import BasicAuth
+from twistgw_authtypes.custom import CustomAuth
+from twistgw_authtypes.opa import OpaAuth
+from twistgw_authtypes.passthrough import PassThroughAuth
+
+__all__ = ["ApiKeyAuth", "AuthTypesPlugin", "BasicAuth", "CustomAuth", "OpaAuth", "PassThroughAuth"]
+
+
+class AuthTypesPlugin:
+    """The plugin (entry point ``authtypes = "twistgw_authtypes:AuthTypesPlugin"``):
+    one instance per gateway, holding one instance of each config type (their
+    HTTP connection pools live there, across reloads)."""
+
+    def __init__(self) -> None:
+        self.types: list[ExtAuthConfigType] = [ApiKeyAuth(), BasicAuth(), OpaAuth(), PassThroughAuth(),
+                                               CustomAuth()]
+
+    @hookimpl
+    def twistgw_plugin_info(self) -> PluginInfo:
+        return PluginInfo(order=1000, description="AuthConfig types apiKeyAuth, basicAuth, opaAuth,"
+                                                  " passThroughAuth and customAuth (used through options.extauth)")
+
+    @hookimpl
+    def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:
+        return self.types
+
+    @hookimpl
+    def twistgw_compile_options(self, options: Mapping[str, Any], scope: OptionsScope) -> Any:
+        raise OptionsError((), "authtypes has no options of its own: name an AuthConfig in options.extauth"
+                               " (configRef), or write options.extauth.customAuth")

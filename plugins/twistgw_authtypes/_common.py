@@ -1,0 +1,167 @@
+"""Small pieces the config types share: field readers that raise located
+:class:`twistgw.OptionsError`, header names, durations, Secret references,
+and the ``Authorization: Basic`` reader."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Any, Iterable, Mapping, Sequence
+
+from twistgw import OptionsError, RequestContext
+from twistgw.options import check_fields, parse_duration, type_name
+
+Path = tuple[str | int, ...]
+
+#: RFC 9110 token: what a header name may be.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+#: Headers the gateway or HTTP itself owns: never set by an auth service.
+RESERVED_HEADERS = frozenset({
+    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te",
+    "trailer", "proxy-connection", "x-forwarded-for", "x-forwarded-proto", "x-real-ip",
+})
+
+
+def mapping(value: Any, path: Path, allowed: Iterable[str] | None = None) -> Mapping[str, Any]:
+    """``value`` as a mapping (None counts as empty), its unknown keys refused."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise OptionsError(path, f"must be a mapping, got {type_name(value)}")
+    if allowed is not None:
+        check_fields(value, tuple(allowed), path)
+    return value
+
+
+def string(value: Any, path: Path, nonempty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise OptionsError(path, f"must be a string, got {type_name(value)}")
+    if nonempty and not value:
+        raise OptionsError(path, "must not be empty")
+    return value
+
+
+def boolean(value: Any, path: Path) -> bool:
+    if not isinstance(value, bool):
+        raise OptionsError(path, f"must be true or false, got {type_name(value)}")
+    return value
+
+
+def sequence(value: Any, path: Path) -> Sequence[Any]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise OptionsError(path, f"must be a list, got {type_name(value)}")
+    return value
+
+
+def duration(value: Any, path: Path, default: float, lo: float = 0.001, hi: float = 300.0) -> float:
+    """Seconds of a Gloo duration (``3s``, ``250ms``) within [lo, hi]."""
+    if value is None:
+        return default
+    seconds = parse_duration(value)
+    if seconds is None:
+        raise OptionsError(path, f"must be a duration such as '3s' or '500ms', got {value!r}")
+    if not lo <= seconds <= hi:
+        raise OptionsError(path, f"must be between {lo:g}s and {hi:g}s, got {value!r}")
+    return seconds
+
+
+def header_name(value: Any, path: Path, settable: bool = False) -> bytes:
+    """A header name, lower-cased bytes. ``settable``: the gateway will set
+    it on forwarded requests, so HTTP's and the gateway's own are refused."""
+    name = string(value, path)
+    if not _TOKEN.fullmatch(name):
+        raise OptionsError(path, f"{name!r} is not a valid HTTP header name")
+    lowered = name.lower()
+    if settable and (lowered in RESERVED_HEADERS or lowered == "authorization"):
+        raise OptionsError(path, f"{name!r} is a header HTTP or the gateway owns; pick another name")
+    return lowered.encode("ascii")
+
+
+def header_names(value: Any, path: Path, settable: bool = False) -> tuple[bytes, ...]:
+    names = [header_name(v, path + (i,), settable) for i, v in enumerate(sequence(value, path))]
+    return tuple(dict.fromkeys(names))
+
+
+def header_value(value: Any, path: Path) -> bytes:
+    text = string(value, path, nonempty=False)
+    try:
+        raw = text.encode("latin-1")
+    except UnicodeEncodeError:
+        raise OptionsError(path, "header values must be Latin-1 text") from None
+    if any(c in raw for c in b"\r\n\x00"):
+        raise OptionsError(path, "header values may not contain CR, LF or NUL")
+    return raw
+
+
+def resource_ref(value: Any, path: Path, namespace: str) -> tuple[str, str]:
+    """``{name, namespace}`` (Gloo's ResourceRef) as (namespace, name)."""
+    ref = mapping(value, path, ("name", "namespace"))
+    if "name" not in ref:
+        raise OptionsError(path, "is required: {name: NAME, namespace: NAMESPACE}")
+    return string(ref.get("namespace", namespace), path + ("namespace",)), string(ref["name"], path + ("name",))
+
+
+def safe_header_bytes(value: bytes) -> bool:
+    """Whether ``value`` may go in a header as it is (no CR, LF, NUL)."""
+    return not any(c in value for c in b"\r\n\x00")
+
+
+# --------------------------------------------------------------------------
+# Authorization: Basic
+# --------------------------------------------------------------------------
+
+#: Longest base64 credentials read (user + password, encoded).
+MAX_BASIC_TOKEN = 4096
+
+
+def read_basic(values: Sequence[bytes] | None) -> tuple[str, bytes] | str:
+    """(user name, password) from the ``Authorization`` header's values, or
+    the reason (never containing the password) why there are none. The
+    password is everything after the *first* colon, so it may hold ``:``."""
+    if not values:
+        return "no Authorization header"
+    if len(values) > 1:
+        return "more than one Authorization header"
+    scheme, _, token = values[0].strip().partition(b" ")
+    if scheme.lower() != b"basic":
+        return "Authorization scheme is not Basic"
+    token = token.strip()
+    if not token:
+        return "Basic credentials are empty"
+    if len(token) > MAX_BASIC_TOKEN:
+        return f"Basic credentials longer than {MAX_BASIC_TOKEN} bytes"
+    try:
+        decoded = base64.b64decode(token, validate=True)
+    except (binascii.Error, ValueError):
+        return "Basic credentials are not valid base64"
+    user_raw, colon, password = decoded.partition(b":")
+    if not colon:
+        return "Basic credentials have no ':' between user and password"
+    try:
+        user = user_raw.decode("utf-8")
+        password.decode("utf-8")
+    except UnicodeDecodeError:
+        return "Basic credentials are not UTF-8"
+    return user, password
+
+
+# --------------------------------------------------------------------------
+# The ext-auth state configs share
+# --------------------------------------------------------------------------
+
+
+def shared_state(ctx: RequestContext) -> dict[str, Any]:
+    """The ext-auth state the configs that ran before this one left
+    (``ctx.state["extauth"]["state"]``, by config name), as one object."""
+    found = ctx.state.get("extauth")
+    state = found.get("state") if isinstance(found, Mapping) else None
+    merged: dict[str, Any] = {}
+    if isinstance(state, Mapping):
+        for value in state.values():
+            if isinstance(value, Mapping):
+                merged.update(value)
+    return merged

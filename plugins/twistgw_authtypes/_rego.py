@@ -1,0 +1,178 @@
+"""Rego policies on ``regopy`` (the Python binding of rego-cpp, the OPA
+project's Rego interpreter in C++): the one module that touches it.
+
+A :class:`Policy` is compiled once per configuration snapshot (the modules
+parsed and checked, the query planned into a bundle) and evaluated per
+request with a fresh ``input``. Two properties of the engine shape this:
+
+* A call to a function the engine does not have (OPA's ``any()`` and
+  ``all()``, removed in OPA 1.0, are the ones Gloo's guides use) parses and
+  builds, and at run time makes the enclosing rule *undefined*: a policy
+  that loads and then silently denies what its author allowed. So every
+  function a module calls is checked when the policy compiles, and one the
+  engine lacks refuses the configuration, naming the built-in and, for the
+  OPA 0.x built-ins, their OPA 1.0 replacement.
+* Built-in errors are made strict (a division by zero, a bad ``to_number``):
+  they end the evaluation with an error, which the caller turns into a
+  refusal, rather than an undefined that might be negated.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping, Sequence
+
+import attrs
+from regopy import Input, Interpreter
+
+#: OPA 0.x built-ins that OPA 1.0 removed, with what replaces them.
+REMOVED_BUILTINS: Mapping[str, str] = {
+    "any": "membership, `x in {...}` (or `some x in s; x`)",
+    "all": "`every x in s { x }`",
+    "re_match": "regex.match",
+    "set_diff": "the set difference operator, `s1 - s2`",
+    "net.cidr_overlap": "net.cidr_contains",
+    "cast_array": "a type check and a comprehension",
+    "cast_set": "a set comprehension",
+    "cast_string": "is_string",
+    "cast_boolean": "is_boolean",
+    "cast_null": "is_null",
+    "cast_object": "is_object",
+}
+
+_KEYWORDS = frozenset({"not", "some", "every", "in", "if", "contains", "else", "with", "as", "default",
+                       "package", "import", "set", "true", "false", "null"})
+_STRINGS = re.compile(r'"(?:[^"\\\n]|\\.)*"|`[^`]*`')
+_COMMENT = re.compile(r"#[^\n]*")
+_CALL = re.compile(r"(?<![\w.\]])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\(")
+_IMPORT = re.compile(r"^\s*import\s+([\w.\[\]\"]+)(?:\s+as\s+(\w+))?", re.M)
+
+
+class PolicyError(Exception):
+    """A policy that cannot be compiled; the message says why, ``field``
+    whether the ``modules`` or the ``query`` is at fault."""
+
+    def __init__(self, message: str, field: str = "modules") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def code_only(text: str) -> str:
+    """The module with its strings emptied and its comments removed."""
+    text = _STRINGS.sub('""', text)
+    return _COMMENT.sub("", text)
+
+
+def _defined(code: str, name: str) -> bool:
+    """Whether ``code`` defines a function (or rule with arguments) ``name``."""
+    head = re.compile(r"^\s*" + re.escape(name) + r"\s*\([^()]*\)\s*(?:\{|:=|=(?!=)|if\b|contains\b)", re.M)
+    return head.search(code) is not None
+
+
+def missing_functions(modules: Sequence[tuple[str, str]], engine: Interpreter) -> list[tuple[str, str]]:
+    """(module id, function name) for each function the modules call that is
+    neither a built-in of the engine nor defined in the modules."""
+    codes = [(mid, code_only(text)) for mid, text in modules]
+    aliases = set()
+    for _, code in codes:
+        for m in _IMPORT.finditer(code):
+            aliases.add(m.group(2) or m.group(1).split(".")[-1])
+    found: list[tuple[str, str]] = []
+    for mid, code in codes:
+        for m in _CALL.finditer(code):
+            name = m.group(1)
+            first = name.split(".")[0]
+            if first in _KEYWORDS or first in ("data", "input") or first in aliases:
+                continue
+            if engine.is_builtin(name) or any(_defined(other, name) for _, other in codes):
+                continue
+            if (mid, name) not in found:
+                found.append((mid, name))
+    return found
+
+
+def explain_missing(mid: str, name: str) -> str:
+    why = f"module {mid} calls {name}(), which the Rego engine (regopy) does not have"
+    if name in REMOVED_BUILTINS:
+        why += f": it is an OPA 0.x built-in removed in OPA 1.0; use {REMOVED_BUILTINS[name]} instead"
+    return why
+
+
+@attrs.frozen
+class Outcome:
+    allowed: bool
+    reason: str
+    error: bool = False
+
+
+@attrs.define(eq=False)
+class Policy:
+    """Modules and a query, compiled; :meth:`evaluate` per request."""
+
+    query: str
+    module_ids: tuple[str, ...]
+    _bundle: Any  # regopy.Bundle (untyped library)
+    _run: Interpreter
+
+    @classmethod
+    def compile(cls, modules: Sequence[tuple[str, str]], query: str) -> "Policy":
+        builder = Interpreter()
+        for mid, text in modules:
+            try:
+                builder.add_module(mid, text)
+            except Exception as exc:  # regopy raises its RegoError with the parser's report
+                raise PolicyError(f"module {mid} does not parse: {_parse_report(exc, text)}") from None
+        missing = missing_functions(modules, builder)
+        if missing:
+            raise PolicyError("; ".join(explain_missing(mid, name) for mid, name in missing))
+        try:
+            bundle = builder.build(query, [])
+        except Exception as exc:
+            raise PolicyError(f"the query {query!r} does not compile: {_parse_report(exc, query)}",
+                              "query") from None
+        run = Interpreter()
+        run.strict_built_in_errors = True
+        return cls(query, tuple(mid for mid, _ in modules), bundle, run)
+
+    def evaluate(self, document: Mapping[str, Any]) -> Outcome:
+        """Gloo's rule: the first expression of the result must be ``true``,
+        or an array whose first element is ``true``; anything else (false,
+        undefined, another value) denies, and an error denies."""
+        try:
+            self._run.set_input(Input(document))
+            output = self._run.query_bundle(self._bundle)
+            text = str(output) if output.ok() else None
+        except Exception as exc:  # an evaluation error of any kind fails closed
+            return Outcome(False, f"policy error: {_first_line(exc)}", error=True)
+        if text is None:
+            return Outcome(False, "policy error (a built-in failed)", error=True)
+        if text == "undefined":
+            return Outcome(False, f"{self.query} is undefined")
+        try:
+            expressions = json.loads(text).get("expressions") or [None]
+        except (ValueError, AttributeError):
+            return Outcome(False, "policy error: unreadable result", error=True)
+        value = expressions[0]
+        if isinstance(value, list) and value:
+            value = value[0]
+        if value is True:
+            return Outcome(True, f"{self.query} is true")
+        return Outcome(False, f"{self.query} is {json.dumps(value)[:80]}")
+
+
+_ERROR = re.compile(r"\(error \d+:[^|]*\|(\d+)\|\d+\s*\(errormsg \d+:([^)]*)\)")
+
+
+def _parse_report(exc: BaseException, text: str) -> str:
+    """The parser's first message and line from regopy's S-expression report."""
+    m = _ERROR.search(str(exc))
+    if m is None:
+        return _first_line(exc)
+    line = text.count("\n", 0, int(m.group(1))) + 1
+    return f"{m.group(2).strip()} at line {line}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300]

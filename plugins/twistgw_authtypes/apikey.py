@@ -1,0 +1,252 @@
+"""``apiKeyAuth``: API keys held in Secrets of type ``extauth.solo.io/apikey``.
+
+::
+
+    spec:
+      configs:
+      - apiKeyAuth:
+          headerName: api-key                    # Gloo's default
+          labelSelector: {team: infrastructure}  # and/or
+          apiKeySecretRefs: [{name: infra-apikey, namespace: gloo-system}]
+          headersFromMetadataEntry:
+            x-user-email: {name: user-email, required: true}
+
+Each selected Secret holds one key in ``data.api-key``; its other data
+entries are the key's *metadata*. The key's owner (the principal) is the
+Secret's ``user`` entry when it has one, else the Secret's name (Gloo's user
+identity). Keys are looked up by a keyed BLAKE2b digest under a per-process
+random key, and the digest found is compared with ``hmac.compare_digest``:
+neither the time a lookup takes nor any log line tells anything about a key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+import attrs
+
+from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, OptionsError, RequestContext, SecretInfo
+from twistgw.options import Problems
+
+from twistgw_authtypes import _common as c
+
+#: The Secret type Gloo's API-key Secrets have.
+APIKEY_TYPE = "extauth.solo.io/apikey"
+#: The data entry holding the key.
+KEY_ENTRY = "api-key"
+#: The data entry naming the key's owner (else the Secret's name).
+USER_ENTRY = "user"
+DEFAULT_HEADER = "api-key"
+
+_FIELDS = ("headerName", "labelSelector", "apiKeySecretRefs", "headersFromMetadataEntry",
+           "k8sSecretApikeyStorage", "skipMetadataValidation")
+_REFUSED = {
+    "headersFromMetadata": "is Gloo's deprecated form; write headersFromMetadataEntry",
+    "aerospikeApikeyStorage": "is not supported by twistgw: keys live in Secrets (labelSelector, apiKeySecretRefs)",
+    "hmac": "is not supported by twistgw: keys are compared as written in the Secret",
+    "digest": "is not supported by twistgw: keys are compared as written in the Secret",
+    "match": "is not supported by twistgw (it needs digest)",
+}
+
+#: Per-process secret key of the digests; never leaves memory, never logged.
+_SALT = os.urandom(32)
+
+
+def key_digest(key: bytes) -> bytes:
+    return hashlib.blake2b(key, key=_SALT, digest_size=32).digest()
+
+
+@attrs.frozen
+class KeyOwner:
+    """Who a key belongs to, and what its metadata puts on the request."""
+
+    principal: str
+    secret: str  # namespace/name, for logs
+    digest: bytes = attrs.field(repr=False)
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    #: required metadata entries this key's Secret lacks: requests with it are refused
+    missing: tuple[str, ...] = ()
+    #: the verdict for this key, made once (immutable; a request costs no allocation)
+    allow: AuthAllow = AuthAllow()
+
+    @classmethod
+    def make(cls, principal: str, secret: str, digest: bytes, headers: tuple[tuple[bytes, bytes], ...],
+             missing: tuple[str, ...]) -> "KeyOwner":
+        state = {h.decode(): v.decode("latin-1") for h, v in headers} or None
+        allow = AuthAllow(principal=principal, headers=headers, reason=f"API key of Secret {secret}", state=state)
+        return cls(principal, secret, digest, headers, missing, allow)
+
+
+@attrs.frozen(eq=False)
+class KeyTable:
+    """Keyed digest of each key -> its owner."""
+
+    owners: Mapping[bytes, KeyOwner]
+
+    def lookup(self, presented: bytes) -> KeyOwner | None:
+        digest = key_digest(presented)
+        owner = self.owners.get(digest)
+        if owner is None or not hmac.compare_digest(owner.digest, digest):
+            return None
+        return owner
+
+    def __len__(self) -> int:
+        return len(self.owners)
+
+
+@attrs.frozen
+class MetadataHeader:
+    header: bytes
+    entry: str
+    required: bool
+
+
+def build_table(secrets: Iterable[SecretInfo], metadata: Sequence[MetadataHeader],
+                problems: Problems, path: c.Path) -> KeyTable:
+    """The key table of ``secrets``: a Secret without a key, two Secrets with
+    the same key, or metadata that cannot be a header value are problems
+    (reported without the key)."""
+    owners: dict[bytes, KeyOwner] = {}
+    for secret in secrets:
+        where = f"{secret.namespace}/{secret.name}"
+        key = secret.data.get(KEY_ENTRY)
+        if not key:
+            problems.add(path, f"Secret {where} has no {KEY_ENTRY!r} entry (the API key)")
+            continue
+        digest = key_digest(key)
+        if digest in owners:
+            problems.add(path, f"Secrets {owners[digest].secret} and {where} hold the same API key")
+            continue
+        headers, missing = [], []
+        for m in metadata:
+            value = secret.data.get(m.entry)
+            if value is None:
+                if m.required:
+                    missing.append(m.entry)
+                continue
+            if not c.safe_header_bytes(value):
+                problems.add(path, f"Secret {where}: entry {m.entry!r} cannot be a header value (CR, LF or NUL)")
+                continue
+            headers.append((m.header, value))
+        user = secret.data.get(USER_ENTRY)
+        principal = user.decode("utf-8", "replace") if user else secret.name
+        owners[digest] = KeyOwner.make(principal, where, digest, tuple(headers), tuple(missing))
+    return KeyTable(owners)
+
+
+@attrs.frozen
+class ApiKeyChecker:
+    """One compiled ``apiKeyAuth`` entry."""
+
+    header: bytes
+    table: KeyTable
+    owned_request_headers: tuple[bytes, ...]
+    credential_headers: tuple[bytes, ...]
+    description: str
+
+    def check(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
+        values = ctx.headers.getRawHeaders(self.header)
+        if not values:
+            return AuthDeny(401, reason=f"no {self.header.decode()} header")
+        if len(values) > 1:
+            return AuthDeny(401, reason=f"{len(values)} {self.header.decode()} headers")
+        owner = self.table.lookup(values[0]) if values[0] else None
+        if owner is None:
+            return AuthDeny(401, reason="the API key matches no key")
+        if owner.missing:
+            return AuthDeny(401, reason=f"the key of Secret {owner.secret} lacks required metadata"
+                                        f" {', '.join(owner.missing)}")
+        return owner.allow
+
+    def dry_run(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
+        return self.check(ctx)  # decided from the request and the snapshot alone
+
+
+def _metadata(raw: Any, path: c.Path, problems: Problems) -> list[MetadataHeader]:
+    out = []
+    for header, entry in c.mapping(raw, path).items():
+        p = path + (header,)
+        with problems.check():
+            name = c.header_name(header, p, settable=True)
+            e = c.mapping(entry, p, ("name", "required"))
+            if "name" not in e:
+                raise OptionsError(p, "is required: {name: ENTRY, required: BOOL}")
+            out.append(MetadataHeader(name, c.string(e["name"], p + ("name",)),
+                                      c.boolean(e.get("required", False), p + ("required",))))
+    return out
+
+
+def _selector(raw: Any, path: c.Path) -> dict[str, str]:
+    labels = c.mapping(raw, path)
+    for k, v in labels.items():
+        c.string(v, path + (k,), nonempty=False)
+    return dict(labels)
+
+
+def _select(scope: ConfigScope, selector: Mapping[str, str], refs: Sequence[tuple[str, str]],
+            path: c.Path, problems: Problems) -> list[SecretInfo]:
+    found: dict[tuple[str, str], SecretInfo] = {}
+    if selector:
+        for s in scope.resources.secrets():
+            if s.type == APIKEY_TYPE and all(s.labels.get(k) == v for k, v in selector.items()):
+                found[(s.namespace, s.name)] = s
+    for i, (ns, name) in enumerate(refs):
+        p = path + ("apiKeySecretRefs", i)
+        try:
+            s = scope.resources.secret(name, ns)
+        except KeyError as exc:
+            problems.add(p, f"dangling reference: {exc.args[0]}")
+            continue
+        if s.type != APIKEY_TYPE:
+            problems.add(p, f"Secret {ns}/{name} has type {s.type!r}; API key Secrets have type {APIKEY_TYPE!r}")
+            continue
+        found[(ns, name)] = s
+    return [found[k] for k in sorted(found)]
+
+
+class ApiKeyAuth(ExtAuthConfigType):
+    name = "apiKeyAuth"
+    description = "API keys in a request header, held in Secrets of type extauth.solo.io/apikey"
+
+    def compile(self, raw: Any, scope: ConfigScope) -> ApiKeyChecker:
+        problems = Problems()
+        for field, why in _REFUSED.items():
+            if isinstance(raw, Mapping) and field in raw:
+                problems.add((field,), why)  # reported with every other problem below
+        cfg: Mapping[str, Any] = {k: v for k, v in c.mapping(raw, ()).items() if k not in _REFUSED}
+        with problems.check():
+            c.mapping(cfg, (), _FIELDS)
+        if cfg.get("skipMetadataValidation"):
+            problems.add(("skipMetadataValidation",), "is not supported by twistgw: metadata is always checked"
+                                                      " when the configuration loads")
+        header = DEFAULT_HEADER.encode()
+        with problems.check():
+            header = c.header_name(cfg.get("headerName", DEFAULT_HEADER), ("headerName",), settable=True)
+        storage: Mapping[str, Any] = cfg
+        base: c.Path = ()
+        if "k8sSecretApikeyStorage" in cfg:
+            if "labelSelector" in cfg or "apiKeySecretRefs" in cfg:
+                problems.add(("k8sSecretApikeyStorage",), "write labelSelector and apiKeySecretRefs either here"
+                                                          " or at the top of apiKeyAuth, not both")
+            base = ("k8sSecretApikeyStorage",)
+            with problems.check():
+                storage = c.mapping(cfg["k8sSecretApikeyStorage"], base, ("labelSelector", "apiKeySecretRefs"))
+        selector: dict[str, str] = {}
+        refs: list[tuple[str, str]] = []
+        with problems.check():
+            selector = _selector(storage.get("labelSelector"), base + ("labelSelector",))
+        with problems.check():
+            for i, ref in enumerate(c.sequence(storage.get("apiKeySecretRefs"), base + ("apiKeySecretRefs",))):
+                with problems.check():
+                    refs.append(c.resource_ref(ref, base + ("apiKeySecretRefs", i), scope.namespace))
+        if not selector and not refs and not problems:
+            problems.add(base or (), "set labelSelector (non-empty) or apiKeySecretRefs: which Secrets hold the keys")
+        metadata = _metadata(cfg.get("headersFromMetadataEntry"), ("headersFromMetadataEntry",), problems)
+        secrets = _select(scope, selector, refs, base, problems)
+        table = build_table(secrets, metadata, problems, base or ("apiKeySecretRefs",))
+        problems.raise_if_any()
+        return ApiKeyChecker(header, table, tuple(m.header for m in metadata), (header,),
+                             f"API key in {header.decode()} ({len(table)} keys)")

@@ -1,0 +1,236 @@
+"""``customAuth``: your own authorization server, over Envoy's HTTP
+``ext_authz`` contract (Gloo's custom auth).
+
+Written inline on a virtual host or route, not in an AuthConfig::
+
+    options:
+      extauth:
+        customAuth: {}                 # or {name: second} for Settings.spec.namedExtauth.second
+
+with the server in ``Settings.spec.extauth`` (or under
+``Settings.spec.namedExtauth.<name>``)::
+
+    extauth:
+      extauthzServerRef: {name: auth-server, namespace: gloo-system}   # an Upstream
+      httpService:
+        pathPrefix: /check
+        request:
+          allowedHeaders: [x-foo]
+          headersToAdd: {x-gateway: twistgw}
+        response:
+          allowedUpstreamHeaders: [x-user-id]
+          allowedClientHeaders: [www-authenticate]
+      requestTimeout: 0.5s             # default 200ms
+
+The gateway sends the client's method and ``pathPrefix`` + path (with its
+query) to the server, with ``Host``, ``Authorization`` and the allowed
+headers (then ``headersToAdd``), and an empty body. A ``2xx`` answer
+admits, with ``allowedUpstreamHeaders`` copied to the forwarded request.
+Any other answer is sent back to the client: its status, body and headers
+(``allowedClientHeaders`` when set, else all but the hop-by-hop ones). No
+answer within ``requestTimeout``, or no server, is an error: 403, or
+``statusOnError``, or admitted under ``failureModeAllow``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+from twisted.internet.defer import Deferred
+from twisted.web.http_headers import Headers as TxHeaders
+
+from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, GatewayInfo, NotChecked, OptionsError
+from twistgw import RequestContext
+from twistgw.api.types import path_text
+from twistgw.options import Problems
+
+from twistgw_authtypes import _common as c
+from twistgw_authtypes._http import CallFailed, ClientHolder, Reply, copy_headers, reply_headers
+
+_INLINE = ("contextExtensions", "name")
+_SERVER = ("extauthzServerRef", "httpService", "grpcService", "requestTimeout", "failureModeAllow",
+           "statusOnError", "requestBody", "userIdHeader", "clearRouteCache", "transportApiVersion",
+           "statPrefix")
+SETTINGS_FIELDS = ("extauthzServerRef", "httpService", "grpcService", "requestBody", "userIdHeader",
+                   "clearRouteCache", "transportApiVersion", "statPrefix", "namedExtauth")
+_HTTP_SERVICE = ("pathPrefix", "request", "response")
+_REQUEST = ("allowedHeaders", "headersToAdd", "allowedHeadersRegex")
+_RESPONSE = ("allowedUpstreamHeaders", "allowedClientHeaders", "allowedUpstreamHeadersToAppend")
+_REFUSED = {
+    "grpcService": "is not supported by twistgw: only the HTTP ext_authz contract (httpService) is",
+    "requestBody": "is not supported by twistgw: the request body is not buffered before the chain runs",
+    "userIdHeader": "is not supported by twistgw",
+    "clearRouteCache": "is not supported by twistgw: routes with header matchers are always chosen again"
+                       " after the chain",
+    "statPrefix": "is not supported by twistgw",
+}
+#: Headers of a refusing answer never copied to the client.
+_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host", b"te",
+                  b"trailer", b"upgrade", b"proxy-connection", b"date", b"server"})
+_DEFAULT_TIMEOUT = 0.2
+
+
+@attrs.frozen
+class Server:
+    """One ext_authz server of the Settings, compiled."""
+
+    base: bytes  # http://host:port
+    path_prefix: str
+    allowed_headers: tuple[bytes, ...]
+    headers_to_add: tuple[tuple[bytes, bytes], ...]
+    upstream_headers: tuple[bytes, ...]
+    client_headers: tuple[bytes, ...] | None
+    timeout: float
+
+
+@attrs.frozen
+class CustomChecker:
+    server: Server
+    clients: ClientHolder = attrs.field(eq=False, repr=False)
+    owned_request_headers: tuple[bytes, ...]
+    description: str
+
+    def request_for(self, ctx: RequestContext) -> tuple[bytes, TxHeaders]:
+        target = self.server.path_prefix + ctx.path + ("?" + ctx.query.decode("latin-1") if ctx.query else "")
+        headers = TxHeaders()
+        copy_headers(ctx.headers, (b"authorization",) + self.server.allowed_headers, headers)
+        headers.setRawHeaders(b"host", [ctx.host.encode("latin-1") if ctx.host else b"localhost"])
+        for name, value in self.server.headers_to_add:
+            headers.setRawHeaders(name, [value])
+        return self.server.base + target.encode("utf-8"), headers
+
+    async def check(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
+        url, headers = self.request_for(ctx)
+        client = self.clients.get(ctx.reactor)
+        try:
+            reply = await client.call(ctx.method.encode("ascii"), url, headers, None, self.server.timeout)
+        except CallFailed as exc:
+            return AuthDeny.failure(f"ext_authz server {exc}", 403)
+        return self.decide(reply)
+
+    def decide(self, reply: Reply) -> AuthAllow | AuthDeny:
+        if 200 <= reply.status < 300:
+            return AuthAllow(headers=reply_headers(reply, self.server.upstream_headers),
+                             reason=f"ext_authz server answered {reply.status}")
+        if self.server.client_headers is not None:
+            names = self.server.client_headers
+        else:
+            names = tuple(n.lower() for n, _ in reply.headers.getAllRawHeaders() if n.lower() not in _HOP)
+        headers = tuple((n, v) for n, v in reply_headers(reply, names) if n != b"content-type")
+        ctype = reply.headers.getRawHeaders(b"content-type") or [b""]
+        status = reply.status if 300 <= reply.status <= 599 else 403
+        return AuthDeny(status, reply.body, headers=headers, content_type=ctype[0],
+                        reason=f"ext_authz server answered {reply.status}")
+
+    def dry_run(self, ctx: RequestContext) -> NotChecked:
+        url, _ = self.request_for(ctx)
+        return NotChecked(f"would ask {ctx.method} {url.decode('latin-1')}")
+
+
+def _server(raw: Mapping[str, Any], path: c.Path, scope: ConfigScope, problems: Problems) -> Server | None:
+    cfg = c.mapping(raw, path, _SERVER)
+    for key, why in _REFUSED.items():
+        if cfg.get(key) not in (None, False, {}):
+            problems.add(path + (key,), why)
+    if "extauthzServerRef" not in cfg:
+        problems.add(path + ("extauthzServerRef",), "is required for customAuth: the Upstream of the server")
+        return None
+    ns, name = c.resource_ref(cfg["extauthzServerRef"], path + ("extauthzServerRef",), "default")
+    try:
+        upstream = scope.resources.upstream(name, ns)
+    except KeyError as exc:
+        problems.add(path + ("extauthzServerRef",), f"dangling reference: {exc.args[0]}")
+        return None
+    if not upstream.endpoints:
+        problems.add(path + ("extauthzServerRef",), f"Upstream {ns}/{name} has no static endpoint")
+        return None
+    ep = upstream.endpoints[0]
+    host = f"[{ep.host}]" if ":" in ep.host else ep.host
+    hp = path + ("httpService",)
+    http = c.mapping(cfg.get("httpService"), hp, _HTTP_SERVICE)
+    req = c.mapping(http.get("request"), hp + ("request",), _REQUEST)
+    resp = c.mapping(http.get("response"), hp + ("response",), _RESPONSE)
+    if req.get("allowedHeadersRegex"):
+        problems.add(hp + ("request", "allowedHeadersRegex"), "is not supported by twistgw; list allowedHeaders")
+    if resp.get("allowedUpstreamHeadersToAppend"):
+        problems.add(hp + ("response", "allowedUpstreamHeadersToAppend"),
+                     "is not supported by twistgw; use allowedUpstreamHeaders (they replace)")
+    prefix = c.string(http.get("pathPrefix", ""), hp + ("pathPrefix",), nonempty=False)
+    if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
+        problems.add(hp + ("pathPrefix",), "must start with '/' and not end with one, e.g. /check")
+    add = tuple((c.header_name(k, hp + ("request", "headersToAdd", k)),
+                 c.header_value(v, hp + ("request", "headersToAdd", k)))
+                for k, v in c.mapping(req.get("headersToAdd"), hp + ("request", "headersToAdd")).items())
+    client = resp.get("allowedClientHeaders")
+    return Server(
+        base=f"http://{host}:{ep.port}".encode("ascii", "replace"),
+        path_prefix=prefix,
+        allowed_headers=c.header_names(req.get("allowedHeaders"), hp + ("request", "allowedHeaders")),
+        headers_to_add=add,
+        upstream_headers=c.header_names(resp.get("allowedUpstreamHeaders"),
+                                        hp + ("response", "allowedUpstreamHeaders"), True),
+        client_headers=None if client is None else c.header_names(client, hp + ("response", "allowedClientHeaders")),
+        timeout=c.duration(cfg.get("requestTimeout"), path + ("requestTimeout",), _DEFAULT_TIMEOUT),
+    )
+
+
+def check_server_settings(settings: Mapping[str, Any]) -> None:
+    """The customAuth fields of ``Settings.spec.extauth`` whose shape can be
+    checked without the snapshot (refused ones, namedExtauth's shape)."""
+    problems = Problems()
+    for key, why in _REFUSED.items():
+        if settings.get(key) not in (None, False, {}):
+            problems.add((key,), why)
+    for name, server in c.mapping(settings.get("namedExtauth"), ("namedExtauth",)).items():
+        with problems.check():
+            c.mapping(server, ("namedExtauth", name), _SERVER)
+    problems.raise_if_any()
+
+
+class CustomAuth(ExtAuthConfigType):
+    name = "customAuth"
+    where = "inline"
+    settings_fields = SETTINGS_FIELDS
+    description = "your own server over Envoy's HTTP ext_authz contract (Settings.spec.extauth)"
+
+    def __init__(self) -> None:
+        self.clients = ClientHolder()
+
+    def configure(self, gateway: GatewayInfo) -> None:
+        self.clients.reactor = gateway.reactor
+
+    def unconfigure(self) -> Deferred[None] | None:
+        return self.clients.close()
+
+    def check_settings(self, settings: Mapping[str, Any], config_dir: str) -> None:
+        check_server_settings(settings)
+
+    def compile(self, raw: Any, scope: ConfigScope) -> CustomChecker:
+        cfg = c.mapping(raw, (), _INLINE)
+        problems = Problems()
+        if cfg.get("contextExtensions"):
+            problems.add(("contextExtensions",), "is not supported by twistgw: the HTTP ext_authz contract has"
+                                                 " no place for them (they are a gRPC CheckRequest field)")
+        settings = scope.settings()
+        name = cfg.get("name")
+        where: tuple[str, ...] = ("Settings", "spec", "extauth")
+        server_raw: Any = settings
+        if name is not None:
+            c.string(name, ("name",))
+            named = c.mapping(settings.get("namedExtauth"), ("namedExtauth",))
+            if name not in named:
+                raise OptionsError(("name",), f"no Settings.spec.extauth.namedExtauth.{name}")
+            server_raw, where = named[name], where + ("namedExtauth", name)
+        server = None
+        try:
+            server = _server(server_raw, (), scope, problems)
+        except OptionsError as exc:
+            problems.errors.extend(exc.problems)
+        if problems.errors:  # Settings problems are told at the customAuth that needs them
+            raise OptionsError.several([p if p.path[:1] == ("contextExtensions",) else
+                                        OptionsError((), f"{path_text(where + p.path)}: {p.reason}")
+                                        for p in problems.errors])
+        assert server is not None
+        return CustomChecker(server, self.clients, server.upstream_headers,
+                             f"ext_authz server {server.base.decode()}{server.path_prefix}")

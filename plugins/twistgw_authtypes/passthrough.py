@@ -1,0 +1,274 @@
+"""``passThroughAuth``: an HTTP authorization service decides (Gloo's
+``passThroughAuth.http``).
+
+::
+
+    - passThroughAuth:
+        http:
+          url: http://auth.internal:9001/auth
+          connectionTimeout: 3s                  # the whole call; default 5s
+          request:
+            allowedHeaders: [authorization]      # copied from the client's request
+            headersToAdd: {x-gateway: twistgw}   # override copied ones
+            passThroughState: true               # JSON body {"state": ...}
+            passThroughFilterMetadata: true      # JSON body {"filterMetadata": {}}
+          response:
+            allowedUpstreamHeaders: [x-user-id]            # from an admitting answer, to the backend
+            allowedUpstreamHeadersToOverwrite: [x-tenant]
+            allowedClientHeadersOnDenied: [www-authenticate]  # from a refusing answer, to the client
+            readStateFromResponse: true          # {"state": {...}} of an admitting answer
+        config: {tier: gold}                     # JSON body {"config": ...}
+        failureModeAllow: false
+
+The gateway POSTs to ``url`` whatever the client's method and path. The body
+is empty unless one of ``passThroughState``, ``passThroughFilterMetadata``
+or ``config`` asks for the JSON object. ``200`` admits; ``401`` answers
+``401``; every other status ``403``, with ``allowedClientHeadersOnDenied``.
+A ``5xx`` answer, no answer within ``connectionTimeout``, or a service that
+cannot be reached is an *error* (``503``), unless ``failureModeAllow: true``
+admits the request (Gloo's rule).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+import attrs
+from twisted.internet.defer import Deferred
+from twisted.web.http_headers import Headers as TxHeaders
+
+from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, GatewayInfo, OptionsError, RequestContext
+from twistgw.api.types import NotChecked
+from twistgw.options import Problems
+
+from twistgw_authtypes import _common as c
+from twistgw_authtypes._http import CallFailed, ClientHolder, Reply, copy_headers, reply_headers
+
+_TOP = ("http", "grpc", "config", "failureModeAllow")
+_HTTP = ("url", "request", "response", "connectionTimeout", "tlsConfig", "responseHeaderTimeout",
+         "connectionPool")
+_REQUEST = ("allowedHeaders", "headersToAdd", "passThroughState", "passThroughFilterMetadata",
+            "passThroughBody")
+_RESPONSE = ("allowedUpstreamHeaders", "allowedUpstreamHeadersToOverwrite", "allowedClientHeadersOnDenied",
+             "readStateFromResponse", "allowedClientHeadersOnSuccess")
+_REFUSED = {
+    ("grpc",): "is not supported by twistgw: grpcio's client runs its own completion-queue threads; its"
+               " blocking calls would stall the reactor, and its asyncio API needs an asyncio event loop, which"
+               " twistgw's reactor is not; use http",
+    ("http", "tlsConfig"): "is not supported by twistgw: an https url is verified against the system trust"
+                           " store, by name",
+    ("http", "responseHeaderTimeout"): "is not supported by twistgw: connectionTimeout bounds the whole call",
+    ("http", "connectionPool"): "is not supported by twistgw: connections are pooled per gateway (32 idle per"
+                                " service)",
+    ("http", "request", "passThroughBody"): "is not supported by twistgw: the request body is not buffered"
+                                            " before the chain runs",
+}
+
+#: What this gateway's AuthAllow carries (response headers arrive with a later contract).
+_ALLOW_FIELDS = frozenset(a.name for a in attrs.fields(AuthAllow))
+_NO_RESPONSE_HEADERS = ("is not supported by this gateway version: the extauth plugin cannot add headers to the"
+                        " response of an admitted request")
+
+
+@attrs.frozen
+class Call:
+    """What is sent and read, compiled."""
+
+    url: bytes
+    timeout: float
+    allowed_headers: tuple[bytes, ...]
+    headers_to_add: tuple[tuple[bytes, bytes], ...]
+    send_state: bool
+    send_metadata: bool
+    config: Any  # the ``config`` Struct as plain JSON data, or None
+    upstream_headers: tuple[bytes, ...]
+    denied_headers: tuple[bytes, ...]
+    read_state: bool
+    success_headers: tuple[bytes, ...] = ()
+
+    def headers(self, ctx: RequestContext) -> TxHeaders:
+        out = TxHeaders()
+        copy_headers(ctx.headers, self.allowed_headers, out)
+        for name, value in self.headers_to_add:
+            out.setRawHeaders(name, [value])
+        return out
+
+    def body(self, ctx: RequestContext) -> bytes | None:
+        doc: dict[str, Any] = {}
+        if self.send_state:
+            doc["state"] = c.shared_state(ctx)
+        if self.send_metadata:
+            doc["filterMetadata"] = {}  # twistgw has no Envoy filter metadata
+        if self.config is not None:
+            doc["config"] = self.config
+        return json.dumps(doc, separators=(",", ":"), default=str).encode() if doc else None
+
+
+@attrs.frozen
+class PassThroughChecker:
+    call: Call
+    failure_mode_allow: bool
+    clients: ClientHolder = attrs.field(eq=False, repr=False)
+    owned_request_headers: tuple[bytes, ...]
+    description: str
+
+    async def check(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
+        client = self.clients.get(ctx.reactor)
+        headers = self.call.headers(ctx)
+        body = self.call.body(ctx)
+        if body is not None:
+            headers.setRawHeaders(b"content-type", [b"application/json"])
+        try:
+            reply = await client.call(b"POST", self.call.url, headers, body or b"", self.call.timeout)
+        except CallFailed as exc:
+            return self._failed(f"auth service {exc}")
+        return self.decide(reply)
+
+    def decide(self, reply: Reply) -> AuthAllow | AuthDeny:
+        if reply.status >= 500:
+            return self._failed(f"auth service answered {reply.status}")
+        if reply.status != 200:
+            status = 401 if reply.status == 401 else 403
+            return AuthDeny(status, headers=reply_headers(reply, self.call.denied_headers),
+                            content_type=b"", reason=f"auth service answered {reply.status}")
+        state = None
+        if self.call.read_state:
+            state = _read_state(reply.body)
+            if state is None:
+                return AuthDeny(401, content_type=b"",
+                                reason="auth service admitted, but its body is not {\"state\": {...}}")
+        extra: dict[str, Any] = {}
+        if self.call.success_headers:
+            extra["response_headers"] = reply_headers(reply, self.call.success_headers)
+        return AuthAllow(headers=reply_headers(reply, self.call.upstream_headers),
+                         reason="auth service answered 200", state=state, **extra)
+
+    def _failed(self, reason: str) -> AuthAllow | AuthDeny:
+        if self.failure_mode_allow:
+            return AuthAllow(reason=f"{reason}; admitted by failureModeAllow")
+        return AuthDeny.failure(reason, 503)
+
+    def dry_run(self, ctx: RequestContext) -> NotChecked:
+        return NotChecked(f"would POST to {self.call.url.decode()}")
+
+
+def _read_state(body: bytes) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    state = doc.get("state") if isinstance(doc, dict) else None
+    return state if isinstance(state, dict) else None
+
+
+def _url(value: Any, path: c.Path) -> bytes:
+    url = c.string(value, path)
+    if not url.isascii() or any(ch.isspace() for ch in url):
+        raise OptionsError(path, f"must be an ASCII URL without spaces (percent-encode the rest), got {url!r}")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise OptionsError(path, f"must be an http:// or https:// URL with a host, got {url!r}")
+    try:
+        _ = parts.port
+    except ValueError:
+        raise OptionsError(path, f"has an invalid port: {url!r}") from None
+    return url.encode("ascii")
+
+
+def _json_data(value: Any, path: c.Path) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        raise OptionsError(path, "must be plain JSON data (mappings, lists, strings, numbers)") from None
+    return value
+
+
+def compile_call(http: Mapping[str, Any], config: Any, problems: Problems) -> Call:
+    req = c.mapping(http.get("request"), ("http", "request"), _REQUEST)
+    resp = c.mapping(http.get("response"), ("http", "response"), _RESPONSE)
+    p_req, p_resp = ("http", "request"), ("http", "response")
+    add = []
+    for name, value in c.mapping(req.get("headersToAdd"), p_req + ("headersToAdd",)).items():
+        with problems.check():
+            p = p_req + ("headersToAdd", name)
+            add.append((c.header_name(name, p), c.header_value(value, p)))
+    upstream = c.header_names(resp.get("allowedUpstreamHeaders"), p_resp + ("allowedUpstreamHeaders",), True)
+    overwrite = c.header_names(resp.get("allowedUpstreamHeadersToOverwrite"),
+                               p_resp + ("allowedUpstreamHeadersToOverwrite",), True)
+    both = set(upstream) & set(overwrite)
+    if both:
+        problems.add(p_resp, f"{sorted(h.decode() for h in both)} are in both allowedUpstreamHeaders and"
+                             " allowedUpstreamHeadersToOverwrite (Gloo's rule)")
+    if "url" not in http:
+        raise OptionsError(("http", "url"), "is required: the service's http:// or https:// URL")
+    return Call(
+        url=_url(http["url"], ("http", "url")),
+        timeout=c.duration(http.get("connectionTimeout"), ("http", "connectionTimeout"), 5.0),
+        allowed_headers=c.header_names(req.get("allowedHeaders"), p_req + ("allowedHeaders",)),
+        headers_to_add=tuple(add),
+        send_state=c.boolean(req.get("passThroughState", False), p_req + ("passThroughState",)),
+        send_metadata=c.boolean(req.get("passThroughFilterMetadata", False), p_req + ("passThroughFilterMetadata",)),
+        config=config,
+        upstream_headers=upstream + overwrite,
+        denied_headers=c.header_names(resp.get("allowedClientHeadersOnDenied"),
+                                      p_resp + ("allowedClientHeadersOnDenied",)),
+        read_state=c.boolean(resp.get("readStateFromResponse", False), p_resp + ("readStateFromResponse",)),
+        success_headers=_success_headers(resp.get("allowedClientHeadersOnSuccess"),
+                                         p_resp + ("allowedClientHeadersOnSuccess",)),
+    )
+
+
+def _success_headers(value: Any, path: c.Path) -> tuple[bytes, ...]:
+    names = c.header_names(value, path, settable=True)
+    if names and "response_headers" not in _ALLOW_FIELDS:
+        raise OptionsError(path, _NO_RESPONSE_HEADERS)
+    return names
+
+
+def _refusals(cfg: Mapping[str, Any], problems: Problems) -> None:
+    for path, why in _REFUSED.items():
+        node: Any = cfg
+        for key in path:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        if node is not None and node is not False:
+            problems.add(path, why)
+
+
+class PassThroughAuth(ExtAuthConfigType):
+    name = "passThroughAuth"
+    description = "an HTTP authorization service decides (POST, 200 admits)"
+
+    def __init__(self) -> None:
+        self.clients = ClientHolder()
+
+    def configure(self, gateway: GatewayInfo) -> None:
+        self.clients.reactor = gateway.reactor
+
+    def unconfigure(self) -> Deferred[None] | None:
+        return self.clients.close()
+
+    def compile(self, raw: Any, scope: ConfigScope) -> PassThroughChecker:
+        problems = Problems()
+        cfg = c.mapping(raw, (), _TOP)
+        _refusals(cfg, problems)
+        if "http" not in cfg:
+            if "grpc" not in cfg:
+                problems.add((), "set http: {url: ...}")
+            problems.raise_if_any()
+        http = c.mapping(cfg["http"], ("http",), _HTTP)
+        config = None
+        with problems.check():
+            if cfg.get("config") is not None:
+                config = _json_data(c.mapping(cfg["config"], ("config",)), ("config",))
+        fma = False
+        with problems.check():
+            fma = c.boolean(cfg.get("failureModeAllow", False), ("failureModeAllow",))
+        call = None
+        with problems.check():
+            call = compile_call(http, config, problems)
+        problems.raise_if_any()
+        assert call is not None
+        return PassThroughChecker(call, fma, self.clients, call.upstream_headers,
+                                  f"HTTP auth service {call.url.decode()}")
