@@ -23,6 +23,7 @@ from typing import Mapping
 
 from twistgw.config import gloo
 from twistgw.config.envelope import Kind
+from twistgw.config.optionkinds import read_route_option, read_upstream_group, read_virtual_host_option
 from twistgw.config.routetables import read_route_table
 from twistgw.config.secrets import read_auth_config, read_secret
 from twistgw.config.settings import read_settings
@@ -36,6 +37,9 @@ KINDS: Mapping[str, Kind] = {kind.name: kind for kind in (
     Kind("VirtualService", gloo.GATEWAY, read_virtual_service),
     Kind("RouteTable", gloo.GATEWAY, read_route_table),
     Kind("Upstream", gloo.UPSTREAMS, read_upstream),
+    Kind("UpstreamGroup", gloo.UPSTREAMS, read_upstream_group),
+    Kind("VirtualHostOption", gloo.GATEWAY, read_virtual_host_option),
+    Kind("RouteOption", gloo.GATEWAY, read_route_option),
     Kind("AuthConfig", gloo.ENTERPRISE, read_auth_config),
     Kind("Secret", gloo.CORE_GROUP, read_secret, top_level=frozenset({"data", "stringData", "type", "immutable"}),
          needs_spec=False),

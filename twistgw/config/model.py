@@ -8,12 +8,20 @@ import attrs
 
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
 from twistgw.config.matchers import Matcher, RequestView, any_matches
+from twistgw.config.traffic import Redirect
 
 __all__ = [
     "OPERATORS",
     "AuthConfigInfo",
     "Delegate",
+    "Destination",
     "DirectResponse",
+    "GroupRef",
+    "Multi",
+    "OptionsResource",
+    "Redirect",
+    "UpstreamGroup",
+    "WeightedDestination",
     "Endpoint",
     "EndpointsResource",
     "KubeRef",
@@ -90,6 +98,45 @@ class UpstreamRef:
 
 
 @attrs.frozen
+class WeightedDestination:
+    """One of ``routeAction.multi.destinations`` (or an UpstreamGroup's)."""
+
+    destination: KubeRef | UpstreamRef
+    weight: int
+    #: WeightedDestinationOptions as read (``headerManipulation``)
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Multi:
+    """``routeAction.multi``: a destination picked at random by weight."""
+
+    destinations: tuple[WeightedDestination, ...]
+
+
+@attrs.frozen
+class GroupRef:
+    """``routeAction.upstreamGroup``: the destinations of an UpstreamGroup."""
+
+    name: str
+    namespace: str
+
+
+@attrs.frozen
+class UpstreamGroup:
+    """An ``UpstreamGroup`` (gloo.solo.io/v1): weighted destinations shared by routes."""
+
+    namespace: str
+    name: str
+    destinations: tuple[WeightedDestination, ...]
+
+
+#: What a route does besides delegating: forward (one, weighted, a group),
+#: answer directly, or redirect.
+Destination = KubeRef | UpstreamRef | Multi | GroupRef
+
+
+@attrs.frozen
 class DirectResponse:
     status: int
     body: bytes = b""
@@ -137,7 +184,7 @@ class Route:
     name: str
     index: int
     matchers: tuple[Matcher, ...]
-    action: KubeRef | UpstreamRef | DirectResponse | Delegate
+    action: KubeRef | UpstreamRef | Multi | GroupRef | DirectResponse | Redirect | Delegate
     options: Mapping[str, Any] = attrs.field(factory=dict)
     prefix_rewrite: str | None = None
     timeout: float | None = None
@@ -147,6 +194,8 @@ class Route:
     #: ``inheritableMatchers`` / ``inheritablePathMatchers`` (None: as the parent)
     inherit_matchers: bool | None = None
     inherit_path_matchers: bool | None = None
+    #: ``optionsConfigRefs.delegateOptions``: RouteOption (namespace, name) in order
+    options_refs: tuple[tuple[str, str], ...] = ()
     #: whether any matcher reads headers or query parameters (not just method and path)
     reads_request: bool = attrs.field(init=False, eq=False)
     #: (exact, prefix, methods) per matcher when every matcher reads only the
@@ -222,6 +271,20 @@ class VirtualService(_Named):
     routes: tuple[Route, ...]
     options: Mapping[str, Any] = attrs.field(factory=dict)
     display_name: str = ""
+    source: Source | None = None
+    #: ``virtualHost.optionsConfigRefs.delegateOptions``: VirtualHostOption (namespace, name) in order
+    options_refs: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.frozen
+class OptionsResource:
+    """A ``VirtualHostOption`` or ``RouteOption``: options a virtual host or
+    route takes by ``optionsConfigRefs.delegateOptions``."""
+
+    kind: str
+    namespace: str
+    name: str
+    options: Mapping[str, Any]
     source: Source | None = None
 
 

@@ -167,7 +167,14 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     """An ``Upstream``: static hosts, or a Kubernetes Service port (with subsets)."""
     ns, name, source = res.namespace, res.name, res.source
     spec = r.mapping(res.spec, ("spec",))
-    spec = r.mapping(unsupported(r, spec, ("spec",), "upstreamSpec"), ("spec",), {"kube", "static"})
+    spec = r.mapping(unsupported(r, spec, ("spec",), "upstreamSpec"), ("spec",),
+                     {"kube", "static", "discoveryMetadata"})
+    if spec.get("discoveryMetadata") is not None:
+        # What Gloo's discovery wrote (labels of the Service): kept as
+        # metadata only, as Gloo does; routing never reads it.
+        with r.part():
+            dm = r.mapping(spec["discoveryMetadata"], ("spec", "discoveryMetadata"), {"labels"})
+            r.labels(dm.get("labels"), ("spec", "discoveryMetadata", "labels"))
     if len([k for k in spec if k in ("kube", "static")]) != 1:
         raise r.fail(("spec",), "set exactly one of kube or static")
     if "static" in spec:

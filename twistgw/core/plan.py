@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from twistgw.api.headers import Headers
 from twistgw.api.types import Deny, Endpoint, UpstreamInfo
 
@@ -50,9 +52,14 @@ class Forward:
     :ivar timeout: seconds to wait for the response head once the request
         body is sent (the route's ``timeout``, else the gateway's).
     :ivar upstream: the upstream ``endpoint`` belongs to.
+    :ivar response_edit: what to change in the upstream's response head
+        (``headerManipulation``'s response headers, CORS headers for an
+        allowed origin): a :class:`twistgw.core.traffic.ResponseEdit`, or None
+        (the plain route). The engine applies ``response_edit.apply_to_lines``
+        to the end-to-end header lines of the response head.
     """
 
-    __slots__ = ("endpoint", "method", "target", "headers", "timeout", "upstream")
+    __slots__ = ("endpoint", "method", "target", "headers", "timeout", "upstream", "response_edit")
 
     def __init__(self, endpoint: Endpoint, method: bytes, target: bytes, headers: Headers,
                  timeout: float, upstream: UpstreamInfo) -> None:
@@ -62,6 +69,7 @@ class Forward:
         self.headers = headers
         self.timeout = timeout
         self.upstream = upstream
+        self.response_edit: Any = None  # a core.traffic.ResponseEdit (core.traffic imports this module)
 
     def __repr__(self) -> str:
         return f"Forward({self.method!r} {self.target!r} to {self.endpoint.host}:{self.endpoint.port})"

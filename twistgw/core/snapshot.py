@@ -17,6 +17,7 @@ from twistgw.api.types import InvalidResource, Endpoint, OptionsError, OptionsSc
 from twistgw.api.types import path_text
 from twistgw.config.errors import ConfigError, ConfigIssue
 from twistgw.config.gloo import CORE_OPTION_KEYS
+from twistgw.config.routeoptions import GLOO_PLUGIN_KEYS, KNOWN_OPTION_KEYS
 from twistgw.config.resolution import Config
 from twistgw.config.model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
 from twistgw.core.chain import Call, ChainStep, flatten_chain
@@ -24,6 +25,8 @@ from twistgw.core.plan import LocalResponse
 from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
+from twistgw.core.policies import compile_policy, header_names
+from twistgw.core.traffic import RoutePolicy
 
 
 class Balancer:
@@ -53,6 +56,9 @@ class RouteRuntime:
     #: routes matching headers or query parameters, which plugins may write:
     #: JWT claimsToHeaders; see docs/decisions.md "claim-based routing")
     reselect: bool = False
+    #: the route's traffic options (cors, faults, headers, weighted
+    #: destinations...), None when it has none: the plain route's cost is one test
+    policy: RoutePolicy | None = None
     #: the chain flattened into (step, phase, callable), once per snapshot
     calls: tuple[Call, ...] = attrs.field(init=False, eq=False)
     #: the answer of a direct-response route, made once per snapshot
@@ -104,6 +110,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     _check_settings_sections(build)
     for vs in config.virtual_services:
         _HostCompiler(build, vs).run()
+    _check_forged_headers(build)
     if build.issues or config.issues:
         raise ConfigError(list(config.issues) + build.issues)
     return Snapshot(config, build.routes, generation, build.compiled_by_plugin, tuple(sorted(build.owned)))
@@ -173,6 +180,25 @@ def _compile_defaults(build: _Build) -> None:
             continue
         if value is not None:
             build.defaults[name] = value
+
+
+def _check_forged_headers(build: _Build) -> None:
+    """headerManipulation may not set or remove a request header a plugin
+    owns (an identity header it vouches for): refused where it is written."""
+    if not build.owned:
+        return
+    for runtime in build.routes.values():
+        if runtime.policy is None:
+            continue
+        forged = sorted(header_names(runtime.policy) & build.owned)
+        if forged:
+            route, vs = runtime.route, runtime.virtual_service
+            names = ", ".join(n.decode() for n in forged)
+            _HostCompiler(build, vs).issue(
+                route.path + ("options", "headerManipulation"),
+                f"headerManipulation (of this route, its virtual host or a weighted destination) names {names},"
+                " which a plugin owns (it sets it after authenticating): a configured value would forge it",
+                route)
 
 
 def _check_settings_sections(build: _Build) -> None:
@@ -294,10 +320,15 @@ class _HostCompiler:
         """The chain as (plugin, stage) pairs, in order; raises _Failed."""
         host = self.build.host
         unknown = [k for k in enabled if k not in host.infos]
+        installed = ', '.join(host.names()) or 'none'
         for key in unknown:
-            self.issue(enabled[key][1], f"no plugin named {key!r} is installed"
-                       f" (installed: {', '.join(host.names()) or 'none'}); refusing to serve"
-                       " a route whose protection cannot be enforced", route)
+            if key in GLOO_PLUGIN_KEYS:  # a Gloo option an add-on serves
+                self.issue(enabled[key][1], f"no plugin named {key!r} is installed (installed: {installed});"
+                           " refusing to serve a route whose protection cannot be enforced", route)
+            else:
+                self.issue(enabled[key][1], f"unknown field {key!r}; expected one of: {', '.join(KNOWN_OPTION_KEYS)},"
+                           f" or an installed plugin's name (no plugin named {key!r} is installed; installed:"
+                           f" {installed})", route)
         if unknown:
             raise _Failed()
         order_raw = route.options.get("pluginOrder", self.vs.options.get("pluginOrder"))
@@ -378,16 +409,25 @@ class _HostCompiler:
         return compiled
 
     def runtime(self, route: Route, steps: tuple[ChainStep, ...], reselect: bool) -> RouteRuntime | None:
-        """The route's runtime with its destination (a direct response or a
-        balancer); None when its upstream is missing (already reported)."""
+        """The route's runtime with its destination (a direct response, a
+        balancer, or weighted balancers in its policy); None when an
+        upstream is missing (already reported)."""
         action = route.action
+        try:
+            policy = compile_policy(self.vs, route, self.build.config, self.build.balancer)
+        except LookupError:  # a dangling destination or Secret, already reported
+            return None
+        except ValueError as exc:
+            self.issue(route.path + ("options",), str(exc), route)
+            raise _Failed() from None
         if isinstance(action, DirectResponse):
-            return RouteRuntime(self.vs, route, steps, action, None, reselect)
-        assert isinstance(action, (KubeRef, UpstreamRef))
+            return RouteRuntime(self.vs, route, steps, action, None, reselect, policy)
+        if not isinstance(action, (KubeRef, UpstreamRef)):  # a redirect, weighted destinations
+            return RouteRuntime(self.vs, route, steps, None, None, reselect, policy)
         key = action.upstream_key()
         if key not in self.build.config.upstreams:  # build_config already reported it
             return None
-        return RouteRuntime(self.vs, route, steps, None, self.build.balancer(key, action.subset), reselect)
+        return RouteRuntime(self.vs, route, steps, None, self.build.balancer(key, action.subset), reselect, policy)
 
     def compile_unrun(self, vh_plugins: Mapping[str, tuple[Any, stages.Where]]) -> None:
         """Options written on the virtual host but run by no route (every

@@ -1,0 +1,111 @@
+"""Compiling a route's traffic options (and its virtual host's) into its
+:class:`~twistgw.core.traffic.RoutePolicy`, once per snapshot.
+
+Precedence, as Gloo and Envoy apply it: ``cors``, ``csrf`` and
+``bufferPerRoute`` written on a route replace the virtual host's whole
+(``cors.disableForRoute`` turns CORS off on the route);
+``headerManipulation`` of every level applies (weighted destination, then
+route, then virtual host: Envoy's order, so for a header set on two levels
+the virtual host's value is the one sent).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import attrs
+
+from twistgw.config.model import GroupRef, KubeRef, Multi, Route, UpstreamGroup, UpstreamRef, VirtualService
+from twistgw.config.resolution import Config
+from twistgw.config.traffic import CorsPolicy, HeaderManipulation, Redirect, SecretHeaders
+from twistgw.core.traffic import HeaderLevel, ResponseEdit, RoutePolicy, Weighted, level_of
+
+__all__ = ["compile_policy", "header_names"]
+
+BalancerFor = Callable[[tuple[str, str], tuple[tuple[str, str], ...]], Any]
+
+
+def _secrets(hm: HeaderManipulation, config: Config) -> None:
+    for a in hm.request_add:
+        if isinstance(a, SecretHeaders) and (a.namespace, a.name) not in config.secrets:
+            if ("Secret", a.namespace, a.name) in config.invalid:
+                raise LookupError(a.name)
+            raise ValueError(f"headerManipulation: dangling reference: headerSecretRef names no Secret"
+                             f" {a.namespace}/{a.name}")
+
+
+def _levels(hms: list[HeaderManipulation], config: Config) -> tuple[tuple[HeaderLevel, ...], ResponseEdit | None]:
+    for hm in hms:
+        _secrets(hm, config)
+    request = tuple(level_of(hm, config.secrets, False) for hm in hms if hm.request_add or hm.request_remove)
+    response = tuple(level_of(hm, config.secrets, True) for hm in hms if hm.response_add or hm.response_remove)
+    return request, ResponseEdit(response) if response else None
+
+
+def _weighted(route: Route, config: Config, balancer: BalancerFor) -> Weighted | None:
+    action = route.action
+    if isinstance(action, GroupRef):
+        group = config.of_kind("UpstreamGroup").get((action.namespace, action.name))
+        if not isinstance(group, UpstreamGroup):
+            raise LookupError(action.name)  # reported as dangling
+        destinations = group.destinations
+    elif isinstance(action, Multi):
+        destinations = action.destinations
+    else:
+        return None
+    choices = []
+    for d in destinations:
+        dest = d.destination
+        assert isinstance(dest, (KubeRef, UpstreamRef))
+        key = dest.upstream_key()
+        if key not in config.upstreams:
+            raise LookupError(key)  # reported by check_references
+        hm = d.options.get("headerManipulation")
+        request: HeaderLevel | None = None
+        response: ResponseEdit | None = None
+        if isinstance(hm, HeaderManipulation):
+            req, response = _levels([hm], config)
+            request = req[0] if req else None
+        choices.append((d.weight, balancer(key, dest.subset), request, response))
+    return Weighted(choices)
+
+
+def _pick(key: str, route: Mapping[str, Any], host: Mapping[str, Any]) -> Any:
+    return route[key] if key in route else host.get(key)
+
+
+def compile_policy(vs: VirtualService, route: Route, config: Config, balancer: BalancerFor) -> RoutePolicy | None:
+    """The route's policy, or None when it has no traffic option at all.
+    Raises LookupError for a destination already reported as dangling and
+    ValueError for a problem to report at the route's options."""
+    ro, vo = route.options, vs.options
+    weighted = _weighted(route, config, balancer)
+    redirect = route.action if isinstance(route.action, Redirect) else None
+    cors = _pick("cors", ro, vo)
+    if isinstance(cors, CorsPolicy) and cors.disable_for_route:
+        cors = None
+    hms = [hm for hm in (ro.get("headerManipulation"), vo.get("headerManipulation"))
+           if isinstance(hm, HeaderManipulation)]
+    request, response = _levels(hms, config)
+    found = dict(cors=cors, csrf=_pick("csrf", ro, vo), faults=ro.get("faults"), buffer=_pick("bufferPerRoute", ro, vo),
+                 redirect=redirect, regex_rewrite=ro.get("regexRewrite"), host_rewrite=ro.get("hostRewrite"),
+                 auto_host=bool(ro.get("autoHostRewrite")), request_levels=request, response=response,
+                 weighted=weighted)
+    if not any(found.values()):
+        return None
+    rewrite = None
+    if redirect is not None and redirect.prefix is not None:
+        rewrite = attrs.evolve(route, prefix_rewrite=redirect.prefix).rewrite
+    return RoutePolicy(**found, redirect_rewrite=rewrite)
+
+
+def header_names(policy: RoutePolicy) -> set[bytes]:
+    """The request header names a policy sets or removes (canonical)."""
+    names: set[bytes] = set()
+    levels = list(policy.request_levels)
+    if policy.weighted is not None:
+        levels += [req for _, req, _ in policy.weighted.choices if req is not None]
+    for level in levels:
+        names.update(level.remove)
+        names.update(name for name, _, _ in level.add)
+    return names
