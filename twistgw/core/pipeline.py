@@ -34,7 +34,7 @@ from twistgw.core.paths import BadPath, normalise_path
 from twistgw.core.plan import Forward, LocalResponse, Plan
 from twistgw.core.routing import first_route
 from twistgw.core.snapshot import Balancer, RouteRuntime, Snapshot
-from twistgw.core.traffic import ResponseEdit, RoutePolicy
+from twistgw.core.traffic import PREFLIGHT, ResponseEdit, RoutePolicy
 
 
 
@@ -240,7 +240,7 @@ class Pipeline:
         """A route with traffic options: what runs before the chain (faults,
         a CORS preflight, csrf, the body bound), the chain, and CORS headers
         on the gateway's own answers."""
-        early = policy.before_chain(ctx) if policy.early else None
+        early = policy.before_chain(ctx, head.headers) if policy.early else None
         result: Plan | Deferred[Plan]
         if early is None:
             result = self._run(runtime.calls, head, ctx, runtime, reselect_in, trace)
@@ -358,7 +358,7 @@ def _with_cors(plan: Plan, policy: RoutePolicy, ctx: RequestContext) -> Plan:
     """The CORS headers of an allowed origin on the gateway's own answers
     (a refusal by a plugin, a direct response...); a Forward carries them
     in its response_edit already."""
-    if isinstance(plan, LocalResponse):
+    if isinstance(plan, LocalResponse) and plan.reason != PREFLIGHT:
         edit = policy.response_for(ctx, None)
         if edit is not None:
             return edit.apply_to_local(plan)

@@ -184,27 +184,30 @@ class RoutePolicy:
 
     # -- before the chain ---------------------------------------------------
 
-    def before_chain(self, ctx: RequestContext) -> LocalResponse | Deferred[LocalResponse | None] | None:
+    def before_chain(self, ctx: RequestContext, received: Any) -> LocalResponse | Deferred[LocalResponse | None] | None:
         """An answer that ends the request before the chain, a Deferred of
-        one (a fault delay), or None to go on."""
+        one (a fault delay), or None to go on.
+
+        :param received: the request headers as received (framing headers
+            such as Content-Length included)."""
         faults = self.faults
         if faults is not None:
             if faults.delay_percent and ctx.reactor is not None and not ctx.dry_run and \
                     self.random() * 100 < faults.delay_percent:
                 d: Deferred[LocalResponse | None] = Deferred()
                 ctx.reactor.callLater(faults.delay, d.callback, None)
-                return d.addCallback(lambda _: self._after_delay(ctx))
+                return d.addCallback(lambda _: self._after_delay(ctx, received))
             if faults.abort_percent and self.random() * 100 < faults.abort_percent:
                 return _abort(faults.abort_status)
-        return self._after_faults(ctx)
+        return self._after_faults(ctx, received)
 
-    def _after_delay(self, ctx: RequestContext) -> LocalResponse | None:
+    def _after_delay(self, ctx: RequestContext, received: Any) -> LocalResponse | None:
         faults = self.faults
         if faults is not None and faults.abort_percent and self.random() * 100 < faults.abort_percent:
             return _abort(faults.abort_status)
-        return self._after_faults(ctx)
+        return self._after_faults(ctx, received)
 
-    def _after_faults(self, ctx: RequestContext) -> LocalResponse | None:
+    def _after_faults(self, ctx: RequestContext, received: Any) -> LocalResponse | None:
         if self.cors is not None and ctx.method == "OPTIONS":
             answer = preflight(self.cors, ctx.headers)
             if answer is not None:
@@ -215,7 +218,7 @@ class RoutePolicy:
                 return answer
         buffer = self.buffer
         if buffer is not None and buffer.max_bytes is not None:
-            length = ctx.headers.getRawHeaders(b"content-length")
+            length = received.getRawHeaders(b"content-length")
             if length and length[0].isdigit() and int(length[0]) > buffer.max_bytes:
                 return LocalResponse(413, b"Payload Too Large", reason=f"the request body is over bufferPerRoute's"
                                      f" maxRequestBytes ({buffer.max_bytes})")
@@ -288,9 +291,11 @@ def preflight(cors: CorsPolicy, headers: Headers) -> LocalResponse | None:
         out.append((b"Access-Control-Allow-Headers", cors.headers.encode("latin-1")))
     if cors.max_age:
         out.append((b"Access-Control-Max-Age", cors.max_age.encode("ascii")))
-    return LocalResponse(200, b"", tuple(out), reason="CORS preflight (cors)")
+    return LocalResponse(200, b"", tuple(out), reason=PREFLIGHT)
 
 
+#: the reason of a preflight the gateway answered
+PREFLIGHT = "CORS preflight (cors)"
 _MODIFYING = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 
 
