@@ -46,6 +46,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         _err(str(exc))
         return EXIT_INVALID
     vs = snapshot.config.virtual_services
+    for v in vs:
+        if not v.routes:
+            print(f"note: VirtualService {v.key} has no routes: it serves nothing (Gloo accepts such"
+                  " partial resources)", file=sys.stderr)
     print(f"{args.directory}: OK: {len(vs)} virtual service(s), {len(snapshot.routes)} route(s),"
           f" {len(snapshot.config.upstreams)} upstream(s)")
     if args.verbose:

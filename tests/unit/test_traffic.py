@@ -525,3 +525,26 @@ class ResponseEditTests(TestCase):
         assert edit.apply_to_lines([b"server: x\r\n", b"X-A: 0\r\n"]) == [b"X-A: 2\r\n", b"X-B: 3\r\n"]
         local = edit.apply_to_local(LocalResponse(200, b"", ((b"X-A", b"0"),)))
         assert local.headers == ((b"X-A", b"2"), (b"X-B", b"3"))
+
+
+class MatcherAndOverrideTests(TestCase):
+    async def test_csrf_additional_origin_matchers(self):
+        t = gateway_plan(vs(f"- matchers: [{{prefix: /}}]\n  {TO_BLUE}\n", """\
+            csrf:
+              filterEnabled: {defaultValue: {numerator: 100}}
+              additionalOrigins:
+              - {exact: "https://one.example"}
+              - {prefix: "https://two.", ignoreCase: true}
+              - {safeRegex: {regex: "https://three[0-9]+\\\\.example"}}
+            """))
+        for origin, status in (("https://one.example", 200), ("https://ONE.example", 403),
+                               ("https://TWO.example", 200), ("https://three42.example", 200),
+                               ("https://three.example", 403)):
+            r = await t.request("POST", "http://api.example.com/x", {"origin": origin})
+            assert r.status == status, origin
+
+    async def test_buffer_disabled_on_a_route(self):
+        t = gateway_plan(vs(f"- matchers: [{{prefix: /}}]\n  {TO_BLUE}\n  options: {{bufferPerRoute: {{disabled: true}}}}\n",
+                            "bufferPerRoute: {buffer: {maxRequestBytes: 10}}\n"))
+        r = await t.request("POST", "http://api.example.com/x", {"content-length": "100000"})
+        assert r.status == 200

@@ -32,11 +32,12 @@ def read_upstream_group(r: FieldReader, res: Envelope) -> UpstreamGroup:
 
 def _options_kind(kind: str, on_route: bool) -> Callable[[FieldReader, Envelope], OptionsResource]:
     def read(r: FieldReader, res: Envelope) -> OptionsResource:
-        spec = r.mapping(res.spec, ("spec",), {"options", "targetRefs", "targetRef"})
+        spec = dict(r.mapping(res.spec, ("spec",)))
         for key in ("targetRefs", "targetRef"):
-            if key in spec:
+            if spec.pop(key, None) is not None:
                 r.issue(("spec", key), "is not supported by twistgw: attach the options with"
                         " optionsConfigRefs.delegateOptions on the virtual service or route")
+        spec = r.mapping(spec, ("spec",), {"options"})
         options = read_options(r, spec.get("options") or {}, ("spec", "options"), res.namespace, on_route=on_route)
         return OptionsResource(kind, res.namespace, res.name, options, res.source)
     read.__name__ = f"read_{kind}"

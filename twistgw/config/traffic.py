@@ -285,7 +285,7 @@ def _origin_matcher(r: FieldReader, value: Any, path: Path) -> OriginMatcher:
         raise r.fail(path, "set exactly one of exact, prefix, suffix or safeRegex")
     ignore = r.boolean(m["ignoreCase"], path + ("ignoreCase",)) if m.get("ignoreCase") is not None else False
     if kinds[0] == "safeRegex":
-        sr = r.mapping(m["safeRegex"], path + ("safeRegex",), {"regex", "googleRe2"}, required=("regex",))
+        sr = r.mapping(m["safeRegex"], path + ("safeRegex",), {"regex"}, required=("regex",))
         return OriginMatcher(regex=_regex(r, sr["regex"], path + ("safeRegex", "regex")))
     text = r.string(m[kinds[0]], path + (kinds[0],))
     if kinds[0] == "exact":
@@ -343,7 +343,7 @@ def _rewrite_path(r: FieldReader, value: Any, path: Path) -> str:
 def read_regex_rewrite(r: FieldReader, value: Any, path: Path, ns: str) -> RegexRewrite:
     m = r.mapping(value, path, {"pattern", "substitution"}, required=("pattern", "substitution"))
     pp = path + ("pattern",)
-    pat = r.mapping(m["pattern"], pp, {"regex", "googleRe2"}, required=("regex",))
+    pat = r.mapping(m["pattern"], pp, {"regex"}, required=("regex",))
     try:
         rx = RewriteRegex(r.string(pat["regex"], pp + ("regex",)), max_program_size=None)
     except UnsafePattern as exc:
@@ -393,11 +393,12 @@ def read_traffic_option(r: FieldReader, key: str, value: Any, path: Path, ns: st
 
 
 def read_redirect(r: FieldReader, value: Any, path: Path) -> Redirect:
-    m = r.mapping(value, path, {"hostRedirect", "portRedirect", "pathRedirect", "prefixRewrite", "regexRewrite",
-                                "httpsRedirect", "responseCode", "stripQuery"})
-    if "regexRewrite" in m:
-        raise r.fail(path + ("regexRewrite",), "is not supported by twistgw: redirect with pathRedirect or"
-                     " prefixRewrite")
+    m = dict(r.mapping(value, path))
+    if m.pop("regexRewrite", None) is not None:
+        r.issue(path + ("regexRewrite",), "is not supported by twistgw: redirect with pathRedirect or"
+                " prefixRewrite")
+    m = r.mapping(m, path, {"hostRedirect", "portRedirect", "pathRedirect", "prefixRewrite", "httpsRedirect",
+                            "responseCode", "stripQuery"})
     if "pathRedirect" in m and "prefixRewrite" in m:
         raise r.fail(path, "set pathRedirect or prefixRewrite, not both (as in Gloo)")
     host = _host_rewrite(r, m["hostRedirect"], path + ("hostRedirect",), "") if "hostRedirect" in m else ""
