@@ -1,0 +1,208 @@
+"""Gloo's traffic options end to end through ``twist twistgw`` (a real
+gateway process, real backends on loopback), in the shapes of Gloo's guides:
+a CORS preflight from a browser origin on a JWT-protected route, redirects,
+a weighted canary split over thousands of requests, fault injection, header
+manipulation and host rewrites as the backend sees them, an UpstreamGroup,
+and delegated options."""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import jwt as pyjwt
+import pytest_twisted
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from twisted.internet import defer
+
+from support.http import http_request, static_upstream_yaml
+from test_core_twist import start_twist, stop_process
+
+ISSUER = "https://issuer.traffic.test"
+
+
+def _key() -> tuple[Any, str]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                        serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    return key, pem
+
+
+def config(primary: int, canary: int, pem: str) -> str:
+    key_block = "\n".join("                  " + line for line in pem.strip().splitlines())
+    return (static_upstream_yaml("primary", [primary]) + "---\n" + static_upstream_yaml("canary", [canary])
+            + f"""---
+apiVersion: gloo.solo.io/v1
+kind: UpstreamGroup
+metadata: {{name: halves}}
+spec:
+  destinations:
+  - destination: {{upstream: {{name: primary}}}}
+    weight: 50
+  - destination: {{upstream: {{name: canary}}}}
+    weight: 50
+---
+apiVersion: gateway.solo.io/v1
+kind: RouteOption
+metadata: {{name: slow}}
+spec:
+  options:
+    faults: {{delay: {{percentage: 100, fixedDelay: 300ms}}}}
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {{name: app}}
+spec:
+  virtualHost:
+    domains: [api.example.com]
+    options:
+      cors:
+        allowOrigin: [https://app.example.com]
+        allowMethods: [GET, POST]
+        allowHeaders: [authorization, content-type]
+        maxAge: "3600"
+        allowCredentials: true
+      headerManipulation:
+        requestHeadersToAdd: [{{header: {{key: x-gateway, value: twistgw}}, append: false}}]
+        requestHeadersToRemove: [x-internal-debug]
+        responseHeadersToAdd: [{{header: {{key: x-served-by, value: twistgw}}}}]
+      jwt:
+        providers:
+          local:
+            issuer: {ISSUER}
+            jwks:
+              local:
+                key: |
+{key_block}
+    routes:
+    - matchers: [{{prefix: /old}}]
+      redirectAction: {{hostRedirect: new.example.com, prefixRewrite: /new, responseCode: FOUND}}
+      options: {{jwt: {{disable: true}}}}
+    - matchers: [{{prefix: /canary}}]
+      options:
+        jwt: {{disable: true}}
+        regexRewrite: {{pattern: {{regex: "^/canary/(.*)"}}, substitution: "/v2/\\\\1"}}
+        hostRewrite: backend.internal
+      routeAction:
+        multi:
+          destinations:
+          - destination: {{upstream: {{name: primary}}}}
+            weight: 90
+          - destination: {{upstream: {{name: canary}}}}
+            weight: 10
+            options:
+              headerManipulation:
+                requestHeadersToAdd: [{{header: {{key: x-canary, value: "true"}}}}]
+    - matchers: [{{prefix: /group}}]
+      options: {{jwt: {{disable: true}}}}
+      routeAction: {{upstreamGroup: {{name: halves}}}}
+    - matchers: [{{prefix: /broken}}]
+      options:
+        jwt: {{disable: true}}
+        faults: {{abort: {{percentage: 100, httpStatus: 503}}}}
+      routeAction: {{single: {{upstream: {{name: primary}}}}}}
+    - matchers: [{{prefix: /slow}}]
+      optionsConfigRefs: {{delegateOptions: [{{name: slow}}]}}
+      options: {{jwt: {{disable: true}}}}
+      routeAction: {{single: {{upstream: {{name: primary}}}}}}
+    - matchers: [{{prefix: /hello}}]
+      options: {{jwt: {{disable: true}}}}
+      directResponseAction: {{status: 200, body: hello}}
+    - matchers: [{{prefix: /api}}]
+      routeAction: {{single: {{upstream: {{name: primary}}}}}}
+""")
+
+
+async def _gateway(tmp_path: Path, backend_factory: Any, config_dir: Any) -> Any:
+    primary, canary = backend_factory("primary"), backend_factory("canary")
+    key, pem = _key()
+    d = config_dir(config(primary.port, canary.port, pem))
+    proc, port, log_path, log = await start_twist(tmp_path, d)
+    return proc, port, log, primary, canary, key
+
+
+def _url(port: int, path: str) -> str:
+    return f"http://127.0.0.1:{port}{path}"
+
+
+HOST = {"host": "api.example.com"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_gloo_traffic_guides_through_twist(tmp_path: Path, backend_factory: Any, config_dir: Any) -> None:
+    proc, port, log, primary, canary, key = await _gateway(tmp_path, backend_factory, config_dir)
+    try:
+        # -- CORS on a JWT-protected route (Gloo's CORS guide) -------------------
+        pre = await http_request("OPTIONS", _url(port, "/api/pets"), {
+            **HOST, "origin": "https://app.example.com", "access-control-request-method": "POST",
+            "access-control-request-headers": "authorization"})
+        assert pre.status == 200  # answered before authentication: no token needed
+        assert pre.header("access-control-allow-origin") == "https://app.example.com"
+        assert pre.header("access-control-allow-methods") == "GET,POST"
+        assert pre.header("access-control-allow-headers") == "authorization,content-type"
+        assert pre.header("access-control-max-age") == "3600"
+        assert pre.header("access-control-allow-credentials") == "true"
+        assert primary.requests == []  # the backend never saw the preflight
+        denied = await http_request("GET", _url(port, "/api/pets"), {**HOST, "origin": "https://app.example.com"})
+        assert denied.status == 401
+        assert denied.header("access-control-allow-origin") == "https://app.example.com"  # the browser can read it
+        evil = await http_request("OPTIONS", _url(port, "/api/pets"), {
+            **HOST, "origin": "https://evil.example", "access-control-request-method": "POST"})
+        assert evil.header("access-control-allow-origin") is None
+        token = pyjwt.encode({"iss": ISSUER, "sub": "alice", "exp": int(time.time()) + 600}, key, algorithm="ES256")
+        ok = await http_request("GET", _url(port, "/api/pets"), {
+            **HOST, "origin": "https://app.example.com", "authorization": f"Bearer {token}",
+            "x-internal-debug": "1", "x-gateway": "forged"})
+        assert ok.status == 200
+        seen = primary.requests[-1]
+        assert seen.header(b"x-gateway") == [b"twistgw"]
+        assert seen.header(b"x-internal-debug") is None
+
+        # -- redirects (Gloo's redirect guide) ------------------------------------
+        moved = await http_request("GET", _url(port, "/old/list?page=2"), HOST)
+        assert moved.status == 302
+        assert moved.header("location") == "http://new.example.com/new/list?page=2"
+
+        # -- a direct response with the virtual host's response headers ----------
+        hello = await http_request("GET", _url(port, "/hello"), HOST)
+        assert (hello.status, hello.body, hello.header("x-served-by")) == (200, b"hello", "twistgw")
+
+        # -- faults (Gloo's fault injection guide) --------------------------------
+        broken = await http_request("GET", _url(port, "/broken"), HOST)
+        assert (broken.status, broken.body) == (503, b"fault filter abort")
+        started = time.monotonic()
+        slow = await http_request("GET", _url(port, "/slow"), HOST)  # delay from a RouteOption
+        assert slow.status == 200 and time.monotonic() - started >= 0.3
+
+        # -- a weighted canary split, rewrites and per-destination headers ---------
+        before_p, before_c = len(primary.requests), len(canary.requests)
+        counts: collections.Counter[str] = collections.Counter()
+        for _ in range(40):
+            batch = await defer.gatherResults([defer.ensureDeferred(
+                http_request("GET", _url(port, "/canary/items?x=1"), HOST)) for _ in range(50)])
+            for r in batch:
+                assert r.status == 200
+                counts[r.json()["server"]] += 1
+        assert sum(counts.values()) == 2000
+        assert abs(counts["canary"] / 2000 - 0.10) < 0.03, counts
+        new_c = canary.requests[before_c:]
+        new_p = primary.requests[before_p:]
+        assert {r.uri for r in new_c + new_p} == {b"/v2/items?x=1"}
+        assert {tuple(r.header(b"host")) for r in new_c + new_p} == {(b"backend.internal",)}
+        assert all(r.header(b"x-canary") == [b"true"] for r in new_c)
+        assert all(r.header(b"x-canary") is None for r in new_p)
+
+        # -- an UpstreamGroup ------------------------------------------------------
+        group: collections.Counter[str] = collections.Counter()
+        for _ in range(10):
+            batch = await defer.gatherResults([defer.ensureDeferred(
+                http_request("GET", _url(port, "/group"), HOST)) for _ in range(40)])
+            group.update(json.loads(r.body)["server"] for r in batch)
+        assert abs(group["primary"] / 400 - 0.5) < 0.1, group
+    finally:
+        await stop_process(proc)
+        log.close()
