@@ -64,7 +64,7 @@ def test_each_unsupported_gloo_field_is_documented_and_refused(where, field):
 
 @pytest.mark.parametrize("api, kind", [
     ("gateway.solo.io/v1", "Gateway"), ("gateway.solo.io/v1", "MatchableHttpGateway"),
-    ("gloo.solo.io/v1", "Proxy"), ("gloo.solo.io/v1", "Settings"),
+    ("gloo.solo.io/v1", "Proxy"),
 ])
 def test_gloo_kinds_twistgw_does_not_read_are_refused(api, kind):
     assert f"`{kind}`" in SECTION

@@ -167,7 +167,8 @@ class GlooLoaderTests(TestCase):
         ("gateway.vendor.io/v1", "VirtualServic", "unknown kind 'VirtualServic'"),
         ("gloo.solo.io/v1", "VirtualService", "VirtualService needs apiVersion 'gateway.vendor.io/v1' or"
                                               " 'gateway.solo.io/v1', got 'gloo.solo.io/v1'"),
-        ("gloo.solo.io/v1", "Settings", "Settings needs apiVersion 'gateway.vendor.io/v1'"),
+        ("enterprise.gloo.solo.io/v1", "Settings", "Settings needs apiVersion 'gateway.vendor.io/v1' or"
+                                                   " 'gloo.solo.io/v1'"),
     ])
     def test_unknown_kind_in_our_groups_is_an_error(self, api, kind, reason):
         with pytest.raises(ConfigError) as info:

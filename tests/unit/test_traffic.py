@@ -548,3 +548,41 @@ class MatcherAndOverrideTests(TestCase):
                             "bufferPerRoute: {buffer: {maxRequestBytes: 10}}\n"))
         r = await t.request("POST", "http://api.example.com/x", {"content-length": "100000"})
         assert r.status == 200
+
+
+GLOO_SETTINGS = """\
+apiVersion: gloo.solo.io/v1
+kind: Settings
+metadata: {name: default, namespace: gloo-system}
+spec:
+  discoveryNamespace: gloo-system
+  kubernetesArtifactSource: {}
+  kubernetesConfigSource: {}
+  kubernetesSecretSource: {}
+  refreshRate: 60s
+  gloo: {xdsBindAddr: "0.0.0.0:9977", regexMaxProgramSize: %d%s}
+  gateway: {readGatewaysFromAllNamespaces: false, validation: {proxyValidationServerAddr: "gloo:9988"}}
+%s---
+"""
+
+
+class GlooSettingsTests(TestCase):
+    ROUTE = "- matchers: [{regex: '/[a-z0-9]{60}x'}]\n  directResponseAction: {status: 200}\n"
+
+    def test_served_fields_apply(self):
+        # the route's regex is over Envoy's default program size (100): Gloo's setting raises the limit
+        assert any("program size" in r for _, r in problems(vs(self.ROUTE)))
+        assert problems(vs(self.ROUTE, extra=GLOO_SETTINGS % (1000, "", ""))) == []
+
+    async def test_plugin_sections_reach_their_plugin(self):
+        # Gloo's Settings spec.rbac.requireRbac: a route without an RBAC policy is refused
+        t = ChainTester.from_yaml(vs(self.ROUTE, extra=GLOO_SETTINGS % (1000, "", "  rbac: {requireRbac: true}\n")),
+                                  ["rbac"])
+        r = await t.request("GET", "http://api.example.com/" + "a" * 60 + "x")
+        assert r.status == 403
+
+    def test_the_rest_is_refused_by_name(self):
+        found = problems(vs(self.ROUTE, extra=GLOO_SETTINGS % (1000, ", invalidConfigPolicy: {}",
+                                                               "  linkerd: true\n")))
+        assert [f for f, _ in found] == ["spec.gloo.invalidConfigPolicy", "spec.linkerd"]
+        assert all("is not supported by twistgw" in r for _, r in found)

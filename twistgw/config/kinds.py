@@ -26,7 +26,7 @@ from twistgw.config.envelope import Kind
 from twistgw.config.optionkinds import read_route_option, read_upstream_group, read_virtual_host_option
 from twistgw.config.routetables import read_route_table
 from twistgw.config.secrets import read_auth_config, read_secret
-from twistgw.config.settings import read_settings
+from twistgw.config.gloosettings import read_any_settings
 from twistgw.config.upstreams import read_endpoints, read_pod, read_service, read_upstream
 from twistgw.config.virtualservices import read_virtual_service
 
@@ -46,7 +46,8 @@ KINDS: Mapping[str, Kind] = {kind.name: kind for kind in (
     Kind("Service", gloo.CORE_GROUP, read_service),
     Kind("Endpoints", gloo.CORE_GROUP, read_endpoints, top_level=frozenset({"subsets"}), needs_spec=False),
     Kind("Pod", gloo.CORE_GROUP, read_pod, needs_spec=False),
-    Kind("Settings", gloo.OURS_ONLY, read_settings, singleton=True),
+    # twistgw's own Settings, or Gloo's (gloo.solo.io/v1), read into the same sections
+    Kind("Settings", gloo.OURS_ONLY + ("gloo.solo.io/v1",), read_any_settings, singleton=True),
 )}
 
 #: kind → the apiVersions it is read under.
