@@ -63,7 +63,7 @@ DOCS = os.path.join(ROOT, "docs", "performance.md")
 # Scenario names, in the order of the table.
 REFERENCES = ["backend-direct", "nginx-proxy", "haproxy-proxy", "haproxy-jwt", "bare-twisted", "probe-floor"]
 GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
-           "ldap-nocache", "ldap-search-cache", "ldap-search-nocache"]
+           "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "traffic"]
 ALL = REFERENCES + GATEWAY
 #: Run only when named in --scenarios (the --workers measurement).
 OPTIONAL = ["plain-textlog", "plain-w2", "plain-w2-free"]
@@ -87,7 +87,24 @@ DESCRIPTIONS = {
     "ldap-nocache": "twistgw, LDAP (slapd), decision cache off",
     "ldap-search-cache": "twistgw, LDAP userSearch + nested groupSearch (slapd), decision cache on",
     "ldap-search-nocache": "twistgw, LDAP userSearch + nested groupSearch (slapd), decision cache off",
+    "traffic": "twistgw, one route with headerManipulation (request and response) and cors, a CORS origin"
+               " on every request (goal: plain + 5 us)",
 }
+
+#: The traffic scenario's virtual-host options (retries are not served yet).
+TRAFFIC_OPTIONS = """    options:
+      headerManipulation:
+        requestHeadersToAdd: [{header: {key: x-gateway, value: twistgw}, append: false}]
+        requestHeadersToRemove: [x-debug]
+        responseHeadersToAdd: [{header: {key: x-served-by, value: twistgw}}]
+        responseHeadersToRemove: [server]
+      cors:
+        allowOrigin: [https://app.example.com]
+        allowMethods: [GET, POST]
+        allowHeaders: [authorization]
+        exposeHeaders: [x-request-id]
+        allowCredentials: true
+"""
 
 
 class Skip(Exception):
@@ -798,6 +815,10 @@ class Bench:
         if name in ("plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free"):
             gateway_config(directory, self.backend_port)
             expect = [("GET /", {}, 200)]
+        elif name == "traffic":
+            gateway_config(directory, self.backend_port, TRAFFIC_OPTIONS)
+            expect = [("GET / from the allowed origin", {"Origin": "https://app.example.com"}, 200)]
+            headers = ["Origin: https://app.example.com"]
         elif name in ("jwt", "jwt-fresh", "jwt-rbac"):
             assert mat is not None
             gateway_config(directory, self.backend_port, jwt_options(mat, rbac=name == "jwt-rbac"))

@@ -302,9 +302,9 @@ class CorsTests(TestCase):
         r = await self.t().request("GET", "http://api.example.com/x", {"origin": "https://shop.partner.example"})
         lines = r.plan.response_edit.apply_to_lines([b"Content-Type: text/plain\r\n"])
         assert lines == [b"Content-Type: text/plain\r\n",
-                         b"Access-Control-Allow-Origin: https://shop.partner.example\r\n",
                          b"Access-Control-Allow-Credentials: true\r\n",
-                         b"Access-Control-Expose-Headers: x-request-id\r\n"]
+                         b"Access-Control-Expose-Headers: x-request-id\r\n",
+                         b"Access-Control-Allow-Origin: https://shop.partner.example\r\n"]
 
     async def test_disable_for_route(self):
         r = await self.t("  options: {cors: {disableForRoute: true}}\n").request(
@@ -520,8 +520,8 @@ class LoadingTests(TestCase):
 
 class ResponseEditTests(TestCase):
     def test_levels_apply_in_order(self):
-        edit = ResponseEdit((HeaderLevel((b"Server",), ((b"X-A", b"1", False),)),
-                             HeaderLevel((), ((b"X-A", b"2", False), (b"X-B", b"3", True)))))
+        edit = ResponseEdit.of_level((b"Server",), ((b"X-A", b"1", False),)).then(
+            ResponseEdit.of_level((), ((b"X-A", b"2", False), (b"X-B", b"3", True))))
         assert edit.apply_to_lines([b"server: x\r\n", b"X-A: 0\r\n"]) == [b"X-A: 2\r\n", b"X-B: 3\r\n"]
         local = edit.apply_to_local(LocalResponse(200, b"", ((b"X-A", b"0"),)))
         assert local.headers == ((b"X-A", b"2"), (b"X-B", b"3"))
@@ -544,7 +544,8 @@ class MatcherAndOverrideTests(TestCase):
             assert r.status == status, origin
 
     async def test_buffer_disabled_on_a_route(self):
-        t = gateway_plan(vs(f"- matchers: [{{prefix: /}}]\n  {TO_BLUE}\n  options: {{bufferPerRoute: {{disabled: true}}}}\n",
+        t = gateway_plan(vs(f"- matchers: [{{prefix: /}}]\n  {TO_BLUE}\n"
+                            "  options: {bufferPerRoute: {disabled: true}}\n",
                             "bufferPerRoute: {buffer: {maxRequestBytes: 10}}\n"))
         r = await t.request("POST", "http://api.example.com/x", {"content-length": "100000"})
         assert r.status == 200
@@ -586,3 +587,16 @@ class GlooSettingsTests(TestCase):
                                                                "  linkerd: true\n")))
         assert [f for f, _ in found] == ["spec.gloo.invalidConfigPolicy", "spec.linkerd"]
         assert all("is not supported by twistgw" in r for _, r in found)
+
+
+class RequestLevelTests(TestCase):
+    def test_composed_levels_keep_envoys_sequence(self):
+        from twistgw.api.headers import Headers
+
+        route = HeaderLevel((b"X-Drop",), ((b"X-A", b"route", False), (b"X-B", b"route", True)))
+        vhost = HeaderLevel((b"X-B",), ((b"X-A", b"vhost", False),))
+        h = Headers({b"x-drop": [b"1"], b"x-b": [b"client"]})
+        route.then(vhost).on_request(h)
+        # the virtual host removes what the route added, and its value replaces the route's
+        found = (h.getRawHeaders(b"x-drop"), h.getRawHeaders(b"x-a"), h.getRawHeaders(b"x-b"))
+        assert found == (None, [b"vhost"], None)

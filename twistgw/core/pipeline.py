@@ -34,7 +34,7 @@ from twistgw.core.paths import BadPath, normalise_path
 from twistgw.core.plan import Forward, LocalResponse, Plan
 from twistgw.core.routing import first_route
 from twistgw.core.snapshot import Balancer, RouteRuntime, Snapshot
-from twistgw.core.traffic import PREFLIGHT, ResponseEdit, RoutePolicy
+from twistgw.core.traffic import PREFLIGHT, RoutePolicy, preflight
 
 
 
@@ -240,7 +240,11 @@ class Pipeline:
         """A route with traffic options: what runs before the chain (faults,
         a CORS preflight, csrf, the body bound), the chain, and CORS headers
         on the gateway's own answers."""
-        early = policy.before_chain(ctx, head.headers) if policy.early else None
+        early: LocalResponse | Deferred[LocalResponse | None] | None = None
+        if policy.early:
+            early = policy.before_chain(ctx, head.headers)
+        elif policy.cors is not None and ctx.method == "OPTIONS":
+            early = preflight(policy.cors, ctx.headers)
         result: Plan | Deferred[Plan]
         if early is None:
             result = self._run(runtime.calls, head, ctx, runtime, reselect_in, trace)
@@ -330,8 +334,7 @@ class Pipeline:
         if policy.weighted is not None:
             balancer, request_level, dest_response = policy.weighted.pick(policy.random())
             if dest_response is not None:
-                route_response = (ResponseEdit(dest_response.levels + route_response.levels)
-                                  if route_response is not None else dest_response)
+                route_response = dest_response.then(route_response) if route_response is not None else dest_response
         else:
             balancer = runtime.balancer
         endpoint = balancer.pick()

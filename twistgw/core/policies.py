@@ -18,7 +18,7 @@ import attrs
 from twistgw.config.model import GroupRef, KubeRef, Multi, Route, UpstreamGroup, UpstreamRef, VirtualService
 from twistgw.config.resolution import Config
 from twistgw.config.traffic import CorsPolicy, HeaderManipulation, Redirect, SecretHeaders
-from twistgw.core.traffic import HeaderLevel, ResponseEdit, RoutePolicy, Weighted, level_of
+from twistgw.core.traffic import HeaderLevel, ResponseEdit, RoutePolicy, Weighted, request_level, response_edit
 
 __all__ = ["compile_policy", "header_names"]
 
@@ -34,12 +34,19 @@ def _secrets(hm: HeaderManipulation, config: Config) -> None:
                              f" {a.namespace}/{a.name}")
 
 
-def _levels(hms: list[HeaderManipulation], config: Config) -> tuple[tuple[HeaderLevel, ...], ResponseEdit | None]:
+def _levels(hms: list[HeaderManipulation], config: Config) -> tuple[HeaderLevel | None, ResponseEdit | None]:
+    """The levels (most specific first) composed: request ops, response edit."""
+    request: HeaderLevel | None = None
+    response: ResponseEdit | None = None
     for hm in hms:
         _secrets(hm, config)
-    request = tuple(level_of(hm, config.secrets, False) for hm in hms if hm.request_add or hm.request_remove)
-    response = tuple(level_of(hm, config.secrets, True) for hm in hms if hm.response_add or hm.response_remove)
-    return request, ResponseEdit(response) if response else None
+        if hm.request_add or hm.request_remove:
+            level = request_level(hm, config.secrets)
+            request = level if request is None else request.then(level)
+        if hm.response_add or hm.response_remove:
+            edit = response_edit(hm)
+            response = edit if response is None else response.then(edit)
+    return request, response
 
 
 def _weighted(route: Route, config: Config, balancer: BalancerFor) -> Weighted | None:
@@ -64,8 +71,7 @@ def _weighted(route: Route, config: Config, balancer: BalancerFor) -> Weighted |
         request: HeaderLevel | None = None
         response: ResponseEdit | None = None
         if isinstance(hm, HeaderManipulation):
-            req, response = _levels([hm], config)
-            request = req[0] if req else None
+            request, response = _levels([hm], config)
         choices.append((d.weight, balancer(key, dest.subset), request, response))
     return Weighted(choices)
 
@@ -89,7 +95,7 @@ def compile_policy(vs: VirtualService, route: Route, config: Config, balancer: B
     request, response = _levels(hms, config)
     found = dict(cors=cors, csrf=_pick("csrf", ro, vo), faults=ro.get("faults"), buffer=_pick("bufferPerRoute", ro, vo),
                  redirect=redirect, regex_rewrite=ro.get("regexRewrite"), host_rewrite=ro.get("hostRewrite"),
-                 auto_host=bool(ro.get("autoHostRewrite")), request_levels=request, response=response,
+                 auto_host=bool(ro.get("autoHostRewrite")), request=request, response=response,
                  weighted=weighted)
     if not any(found.values()):
         return None
@@ -102,10 +108,9 @@ def compile_policy(vs: VirtualService, route: Route, config: Config, balancer: B
 def header_names(policy: RoutePolicy) -> set[bytes]:
     """The request header names a policy sets or removes (canonical)."""
     names: set[bytes] = set()
-    levels = list(policy.request_levels)
+    levels = [policy.request] if policy.request is not None else []
     if policy.weighted is not None:
         levels += [req for _, req, _ in policy.weighted.choices if req is not None]
     for level in levels:
-        names.update(level.remove)
-        names.update(name for name, _, _ in level.add)
+        names.update(level.names)
     return names

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping
 
 from twisted.internet.defer import Deferred
 
-from twistgw.api.headers import Headers
+from twistgw.api.headers import Headers, canonical_name
 from twistgw.api.types import RequestContext
 from twistgw.config.traffic import (
     CorsPolicy,
@@ -47,78 +47,87 @@ from twistgw.config.traffic import (
 )
 from twistgw.core.plan import LocalResponse
 
-__all__ = ["HeaderLevel", "ResponseEdit", "RoutePolicy", "Weighted"]
+__all__ = ["HeaderLevel", "ResponseEdit", "RoutePolicy", "Weighted", "request_level", "response_edit"]
 
 #: (canonical name, value, append)
 Add = tuple[bytes, bytes, bool]
 
 
 class HeaderLevel:
-    """One level of headerManipulation (virtual host, route or weighted
-    destination), Secrets resolved: removals first, then additions (Envoy)."""
+    """headerManipulation's request side, every level (weighted destination,
+    route, virtual host) composed into one list of operations at compile
+    time, Secrets resolved: each level removes, then adds (Envoy's order)."""
 
-    __slots__ = ("remove", "add", "_remove_lower")
+    __slots__ = ("ops", "names")
 
     def __init__(self, remove: tuple[bytes, ...], add: tuple[Add, ...]) -> None:
-        self.remove = remove
-        self.add = add
-        self._remove_lower = frozenset(n.lower() for n in remove) | frozenset(
-            n.lower() for n, _, append in add if not append)
+        #: (canonical name, value or None to remove, append)
+        self.ops: tuple[tuple[bytes, bytes | None, bool], ...] = tuple(
+            [(n, None, False) for n in remove] + [(n, v, a) for n, v, a in add])
+        self.names = frozenset(n for n, _, _ in self.ops)
+
+    def then(self, other: "HeaderLevel") -> "HeaderLevel":
+        out = HeaderLevel((), ())
+        out.ops = self.ops + other.ops
+        out.names = self.names | other.names
+        return out
 
     def on_request(self, headers: Headers) -> None:
-        for name in self.remove:
-            headers.removeHeader(name)
-        for name, value, append in self.add:
-            if append:
-                headers.addRawHeader(name, value)
+        for name, value, append in self.ops:
+            if value is None:
+                headers.remove_canonical(name)
+            elif append:
+                headers.add_canonical(name, value)
             else:
-                headers.setRawHeaders(name, [value])
-
-    def on_lines(self, lines: list[bytes]) -> list[bytes]:
-        """A response head's ``b"Name: value\\r\\n"`` lines changed."""
-        if self._remove_lower:
-            drop = self._remove_lower
-            lines = [line for line in lines if line.split(b":", 1)[0].strip().lower() not in drop]
-        return lines + [b"%s: %s\r\n" % (name, value) for name, value, _ in self.add]
-
-    def on_pairs(self, pairs: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[bytes, bytes], ...]:
-        drop = self._remove_lower
-        kept = tuple(p for p in pairs if p[0].lower() not in drop)
-        return kept + tuple((name, value) for name, value, _ in self.add)
+                headers.set_canonical(name, value)
 
 
 class ResponseEdit:
-    """What the gateway changes in a response head, level by level.
+    """What the gateway changes in a response head: the response side of
+    every level composed into one (the lines to drop, the lines to add),
+    so a response is passed over once.
 
     The engine calls :meth:`apply_to_lines` on an upstream's response head
     (its end-to-end header lines); the pipeline applies it to the gateway's
     own answers (:meth:`apply_to_local`)."""
 
-    __slots__ = ("levels",)
+    __slots__ = ("drop", "adds", "lines")
 
-    def __init__(self, levels: tuple[HeaderLevel, ...]) -> None:
-        self.levels = levels
+    def __init__(self, drop: frozenset[bytes], adds: tuple[tuple[bytes, bytes], ...],
+                 lines: list[bytes] | None = None) -> None:
+        #: lower-case names whose received lines are dropped
+        self.drop = drop
+        #: (name, value) added, in order
+        self.adds = adds
+        #: ``adds`` as header lines
+        self.lines = lines if lines is not None else [b"%s: %s\r\n" % (n, v) for n, v in adds]
+
+    @classmethod
+    def of_level(cls, remove: tuple[bytes, ...], add: tuple[Add, ...]) -> "ResponseEdit":
+        drop = frozenset(n.lower() for n in remove) | frozenset(n.lower() for n, _, a in add if not a)
+        return cls(drop, tuple((n, v) for n, v, _ in add))
+
+    def then(self, other: "ResponseEdit") -> "ResponseEdit":
+        """This edit, then ``other`` (an add of this one that ``other``
+        drops is gone)."""
+        kept = tuple(p for p in self.adds if p[0].lower() not in other.drop)
+        return ResponseEdit(self.drop | other.drop, kept + other.adds)
 
     def apply_to_lines(self, lines: list[bytes]) -> list[bytes]:
-        for level in self.levels:
-            lines = level.on_lines(lines)
-        return lines
+        drop = self.drop
+        if drop:
+            lines = [line for line in lines if line[:line.find(b":")].strip().lower() not in drop]
+        return lines + self.lines
 
     def apply_to_local(self, answer: LocalResponse) -> LocalResponse:
-        headers = answer.headers
-        for level in self.levels:
-            headers = level.on_pairs(headers)
+        drop = self.drop
+        headers = tuple(p for p in answer.headers if p[0].lower() not in drop) + self.adds
         return LocalResponse(answer.status, answer.body, headers, answer.content_type, answer.reason)
 
-    def plus(self, level: HeaderLevel) -> "ResponseEdit":
-        return ResponseEdit(self.levels + (level,))
 
-
-def level_of(hm: HeaderManipulation, secrets: Mapping[tuple[str, str], Any], response: bool) -> HeaderLevel:
-    """A HeaderManipulation's request (or response) side as a level;
-    ``headerSecretRef`` resolved from ``secrets`` (the caller checked they exist)."""
-    if response:
-        return HeaderLevel(hm.response_remove, tuple((a.name, a.value, a.append) for a in hm.response_add))
+def request_level(hm: HeaderManipulation, secrets: Mapping[tuple[str, str], Any]) -> HeaderLevel:
+    """A HeaderManipulation's request side; ``headerSecretRef`` resolved
+    from ``secrets`` (the caller checked they exist)."""
     adds: list[Add] = []
     for a in hm.request_add:
         if isinstance(a, HeaderAdd):
@@ -126,8 +135,12 @@ def level_of(hm: HeaderManipulation, secrets: Mapping[tuple[str, str], Any], res
             continue
         secret = secrets[(a.namespace, a.name)]
         for key, value in sorted(secret.data.items()):
-            adds.append((key.encode("ascii").title(), value, a.append))
+            adds.append((canonical_name(key), value, a.append))
     return HeaderLevel(hm.request_remove, tuple(adds))
+
+
+def response_edit(hm: HeaderManipulation) -> ResponseEdit:
+    return ResponseEdit.of_level(hm.response_remove, tuple((a.name, a.value, a.append) for a in hm.response_add))
 
 
 class Weighted:
@@ -157,12 +170,13 @@ class RoutePolicy:
     compiled; see the module's docstring for where each runs."""
 
     __slots__ = ("cors", "csrf", "faults", "buffer", "redirect", "regex_rewrite", "host_rewrite", "auto_host",
-                 "request_levels", "response", "weighted", "early", "random", "redirect_rewrite")
+                 "request", "response", "weighted", "early", "random", "redirect_rewrite", "_cors_tail",
+                 "_by_origin")
 
     def __init__(self, *, cors: CorsPolicy | None = None, csrf: CsrfPolicy | None = None,
                  faults: Faults | None = None, buffer: RequestBuffer | None = None, redirect: Redirect | None = None,
                  regex_rewrite: RegexRewrite | None = None, host_rewrite: str | None = None, auto_host: bool = False,
-                 request_levels: tuple[HeaderLevel, ...] = (), response: ResponseEdit | None = None,
+                 request: HeaderLevel | None = None, response: ResponseEdit | None = None,
                  weighted: Weighted | None = None, rand: Any = random.random,
                  redirect_rewrite: Any = None) -> None:
         self.cors = cors
@@ -173,14 +187,24 @@ class RoutePolicy:
         self.regex_rewrite = regex_rewrite
         self.host_rewrite = host_rewrite
         self.auto_host = auto_host
-        self.request_levels = request_levels
+        self.request = request
         self.response = response
         self.weighted = weighted
         #: something runs before the chain
-        self.early = bool(cors or csrf or faults or (buffer and buffer.max_bytes is not None))
+        self.early = bool(csrf or faults or (buffer and buffer.max_bytes is not None))
         self.random = rand
         #: the redirect's prefixRewrite as the route's matchers apply it (path → path)
         self.redirect_rewrite = redirect_rewrite
+        #: the route's response edit then the CORS headers every allowed
+        #: origin gets (all but its own Allow-Origin), composed once
+        tail: list[tuple[bytes, bytes]] = []
+        if cors is not None and cors.credentials:
+            tail.append((b"Access-Control-Allow-Credentials", b"true"))
+        if cors is not None and cors.expose:
+            tail.append((b"Access-Control-Expose-Headers", cors.expose.encode("latin-1")))
+        self._cors_tail = self.cors_after(response, tail)
+        #: origin → this route's response edit for it (allowed origins only; bounded)
+        self._by_origin: dict[bytes, ResponseEdit] = {}
 
     # -- before the chain ---------------------------------------------------
 
@@ -243,28 +267,42 @@ class RoutePolicy:
             headers.setRawHeaders(b"Host", [endpoint_host.encode("ascii")])
         if extra is not None:
             extra.on_request(headers)
-        for level in self.request_levels:
-            level.on_request(headers)
+        if self.request is not None:
+            self.request.on_request(headers)
+
+    @staticmethod
+    def cors_after(base: ResponseEdit | None, tail: list[tuple[bytes, bytes]]) -> ResponseEdit:
+        edit = ResponseEdit(_CORS_DROP, tuple(tail))
+        return base.then(edit) if base is not None else edit
 
     def response_for(self, ctx: RequestContext, base: ResponseEdit | None) -> ResponseEdit | None:
-        """The response edit of this request: the route's levels, plus the
-        CORS headers for an allowed origin."""
+        """The response edit of this request: ``base`` (the route's, or a
+        weighted destination's then the route's), then the CORS headers for
+        an allowed origin."""
         cors = self.cors
         if cors is None:
             return base
-        origins = ctx.headers.getRawHeaders(b"origin")
+        origins = ctx.headers.get_canonical(b"Origin")
         if not origins:
             return base
-        origin = origins[0].decode("latin-1")
-        if not cors.allows(origin):
+        origin = origins[0]
+        if base is self.response:
+            found = self._by_origin.get(origin)
+            if found is not None:
+                return found
+        if not cors.allows(origin.decode("latin-1")):
             return base  # a disallowed origin gets no CORS headers
-        adds: list[Add] = [(b"Access-Control-Allow-Origin", origins[0], False)]
-        if cors.credentials:
-            adds.append((b"Access-Control-Allow-Credentials", b"true", False))
-        if cors.expose:
-            adds.append((b"Access-Control-Expose-Headers", cors.expose.encode("latin-1"), False))
-        level = HeaderLevel((), tuple(adds))
-        return base.plus(level) if base is not None else ResponseEdit((level,))
+        composed = self._cors_tail if base is self.response else self.cors_after(base, list(self._cors_tail.adds))
+        edit = ResponseEdit(composed.drop, composed.adds + ((b"Access-Control-Allow-Origin", origin),),
+                            composed.lines + [b"Access-Control-Allow-Origin: %s\r\n" % origin])
+        if base is self.response and len(self._by_origin) < 256:
+            self._by_origin[origin] = edit  # immutable, shared by the requests of one origin
+        return edit
+
+
+#: the CORS headers the gateway sets (replacing any the backend sent)
+_CORS_DROP = frozenset({b"access-control-allow-origin", b"access-control-allow-credentials",
+                        b"access-control-expose-headers"})
 
 
 def _abort(status: int) -> LocalResponse:
