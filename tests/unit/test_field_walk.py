@@ -165,6 +165,31 @@ metadata: {{name: discovered, resourceVersion: "1"}}
 spec:
   discoveryMetadata: {{labels: {{app: svc}}}}
   static: {{hosts: [{{addr: 127.0.0.1, port: 9001}}]}}
+  loadBalancerConfig:
+    ringHash:
+      ringHashConfig: {{minimumRingSize: 64, maximumRingSize: 1024}}
+      useHostnameForHashing: false
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: hashed}}
+spec:
+  static: {{hosts: [{{addr: 127.0.0.1, port: 9002}}]}}
+  loadBalancerConfig: {{maglev: {{useHostnameForHashing: true}}}}
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: shuffled}}
+spec:
+  static: {{hosts: [{{addr: 127.0.0.1, port: 9003}}]}}
+  loadBalancerConfig: {{random: {{}}}}
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: circular}}
+spec:
+  static: {{hosts: [{{addr: 127.0.0.1, port: 9004}}]}}
+  loadBalancerConfig: {{roundRobin: {{}}}}
 ---
 apiVersion: gloo.solo.io/v1
 kind: UpstreamGroup
@@ -317,6 +342,14 @@ spec:
             options: {{headerManipulation: {{requestHeadersToAdd: [{{header: {{key: x-dest, value: a}}}}]}}}}
           - destination: {{upstream: {{name: discovered}}}}
             weight: 1
+    - matchers: [{{prefix: /hashed}}]
+      options:
+        lbHash:
+          hashPolicies:
+          - {{header: x-user, terminal: true}}
+          - {{cookie: {{name: session}}}}
+          - {{sourceIp: true}}
+      routeAction: {{single: {{upstream: {{name: hashed}}}}}}
     - matchers: [{{prefix: /group}}]
       options: {{autoHostRewrite: true}}
       routeAction: {{upstreamGroup: {{name: group, namespace: default}}}}
@@ -398,7 +431,7 @@ def walk(tmp_path, monkeypatch) -> set[str]:
                                                     key2=textwrap.indent(pem, " " * 22)))
     config = load_directory(str(tmp_path), keep_going=True)
     snapshot = build_snapshot(config, PluginHost.create())
-    assert len(snapshot.routes) == 12  # the walk loaded whole, every route compiled
+    assert len(snapshot.routes) == 13  # the walk loaded whole, every route compiled
     return seen
 
 
@@ -675,6 +708,22 @@ TRAFFIC_FIELDS = """
     VirtualService:spec.virtualHost.optionsConfigRefs.delegateOptions
     VirtualService:spec.virtualHost.optionsConfigRefs.delegateOptions[].name
     VirtualService:spec.virtualHost.optionsConfigRefs.delegateOptions[].namespace
+    Route:options.lbHash.hashPolicies
+    Route:options.lbHash.hashPolicies[].cookie
+    Route:options.lbHash.hashPolicies[].cookie.name
+    Route:options.lbHash.hashPolicies[].header
+    Route:options.lbHash.hashPolicies[].sourceIp
+    Route:options.lbHash.hashPolicies[].terminal
+    Upstream:spec.loadBalancerConfig
+    Upstream:spec.loadBalancerConfig.maglev
+    Upstream:spec.loadBalancerConfig.maglev.useHostnameForHashing
+    Upstream:spec.loadBalancerConfig.random
+    Upstream:spec.loadBalancerConfig.ringHash
+    Upstream:spec.loadBalancerConfig.ringHash.ringHashConfig
+    Upstream:spec.loadBalancerConfig.ringHash.ringHashConfig.maximumRingSize
+    Upstream:spec.loadBalancerConfig.ringHash.ringHashConfig.minimumRingSize
+    Upstream:spec.loadBalancerConfig.ringHash.useHostnameForHashing
+    Upstream:spec.loadBalancerConfig.roundRobin
 """
 FIELDS.update({field: (T, TRAFFIC) for field in TRAFFIC_FIELDS.split()})
 FIELDS.update({f"Route:options.{k}": (T, TRAFFIC) for k in CORE_TRAFFIC_KEYS})

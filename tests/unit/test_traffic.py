@@ -600,3 +600,85 @@ class RequestLevelTests(TestCase):
         # the virtual host removes what the route added, and its value replaces the route's
         found = (h.getRawHeaders(b"x-drop"), h.getRawHeaders(b"x-a"), h.getRawHeaders(b"x-b"))
         assert found == (None, [b"vhost"], None)
+
+
+def lb_upstream(lb: str, name: str = "pool", hosts: int = 4) -> str:
+    addrs = ", ".join(f"{{addr: 127.0.0.{i + 1}, port: 8080}}" for i in range(hosts))
+    return (f"apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {{name: {name}}}\n"
+            f"spec:\n  static: {{hosts: [{addrs}]}}\n  loadBalancerConfig: {lb}\n---\n")
+
+
+TO_POOL = "routeAction: {single: {upstream: {name: pool}}}"
+
+
+class LoadBalancerTests(TestCase):
+    @pytest.mark.parametrize("lb", ["{ringHash: {ringHashConfig: {minimumRingSize: 512, maximumRingSize: '4096'}}}",
+                                    "{maglev: {}}", "{ringHash: {useHostnameForHashing: true}}"])
+    async def test_the_same_key_sticks_to_one_endpoint(self, lb):
+        t = gateway_plan(vs(f"""\
+            - matchers: [{{prefix: /}}]
+              {TO_POOL}
+              options:
+                lbHash:
+                  hashPolicies:
+                  - {{header: x-user, terminal: true}}
+                  - {{cookie: {{name: session}}}}
+                  - {{sourceIp: true}}
+            """, extra=lb_upstream(lb)))
+        picked = collections.defaultdict(set)
+        for user in ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"):
+            for _ in range(5):
+                r = await t.request("GET", "http://api.example.com/x", {"x-user": user, "cookie": "session=s1"})
+                picked[user].add(r.plan.endpoint.host)
+        assert all(len(hosts) == 1 for hosts in picked.values()), picked  # sticky
+        assert len(set().union(*picked.values())) > 1  # and spread
+        # without the header, the cookie (then the source IP) is hashed: one endpoint again
+        seen = set()
+        for _ in range(10):
+            r = await t.request("GET", "http://api.example.com/x", {"cookie": "a=1; session=s2"})
+            seen.add(r.plan.endpoint.host)
+        assert len(seen) == 1
+
+    async def test_random_and_hash_without_a_key_spread(self):
+        for lb in ("{random: {}}", "{maglev: {}}"):
+            t = gateway_plan(vs(f"- matchers: [{{prefix: /}}]\n  {TO_POOL}\n", extra=lb_upstream(lb)))
+            hosts: collections.Counter[str] = collections.Counter()
+            for _ in range(400):
+                hosts[(await t.request("GET", "http://api.example.com/x")).plan.endpoint.host] += 1
+            assert len(hosts) == 4 and min(hosts.values()) > 50, hosts
+
+    def test_ring_moves_little_when_an_endpoint_goes(self):
+        from twistgw.api.types import Endpoint, UpstreamInfo
+        from twistgw.config.model import LoadBalancer
+        from twistgw.core.balancers import Maglev, RingHash, stable_hash
+
+        eps = tuple(Endpoint(f"10.0.0.{i}", 80) for i in range(5))
+        for cls in (RingHash, Maglev):
+            full = cls(UpstreamInfo("d", "u", eps), LoadBalancer())
+            less = cls(UpstreamInfo("d", "u", eps[:4]), LoadBalancer())
+            keys = [stable_hash(b"k%d" % i) for i in range(2000)]
+            moved = sum(1 for k in keys if full.pick_hash(k) != eps[4] and full.pick_hash(k) != less.pick_hash(k))
+            # a modulo hash would move about 80% of the keys; consistent hashing moves few
+            # (the remaining endpoints get more points, so a few keys change hands)
+            assert moved < 2000 * 0.15, (cls, moved)
+
+    @pytest.mark.parametrize("lb, field", [
+        ("{leastRequest: {}}", "spec.loadBalancerConfig.leastRequest"),
+        ("{healthyPanicThreshold: 50}", "spec.loadBalancerConfig.healthyPanicThreshold"),
+        ("{roundRobin: {}, random: {}}", "spec.loadBalancerConfig"),
+    ])
+    def test_refusals(self, lb, field):
+        found = problems(lb_upstream(lb) + vs(f"- matchers: [{{prefix: /}}]\n  {TO_POOL}\n"))
+        assert [f for f, _ in found] == [field]
+
+    def test_lb_hash_needs_a_hashing_upstream(self):
+        found = problems(lb_upstream("{roundRobin: {}}") + vs(
+            f"- matchers: [{{prefix: /}}]\n  {TO_POOL}\n  options: {{lbHash: {{hashPolicies: [{{sourceIp: true}}]}}}}\n"))
+        assert found == [("spec.virtualHost.routes[0].options", "lbHash: upstream default/pool does not balance by hash:"
+                          " give it loadBalancerConfig ringHash or maglev (Envoy ignores hash policies otherwise)")]
+
+    def test_generated_cookies_refused(self):
+        found = problems(lb_upstream("{maglev: {}}") + vs(
+            f"- matchers: [{{prefix: /}}]\n  {TO_POOL}\n"
+            "  options: {lbHash: {hashPolicies: [{cookie: {name: s, ttl: 1s}}]}}\n"))
+        assert [f for f, _ in found] == ["spec.virtualHost.routes[0].options.lbHash.hashPolicies[0].cookie.ttl"]

@@ -61,7 +61,6 @@ GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
     "upstreamSpec": {
         "sslConfig": "TLS to upstreams is not supported",
         "healthChecks": "active health checks are not supported",
-        "loadBalancerConfig": "load balancer settings are not supported: endpoints are used round robin",
         "connectionConfig": "connection settings are not supported",
         "circuitBreakers": "circuit breakers are not supported",
         "outlierDetection": "outlier detection is not supported",

@@ -25,6 +25,7 @@ __all__ = [
     "Endpoint",
     "EndpointsResource",
     "KubeRef",
+    "LoadBalancer",
     "Pod",
     "Matcher",
     "RequestView",
@@ -356,3 +357,17 @@ class UpstreamResource:
     #: ``spec.kube.selector``: accepted only when it is the Service's own
     selector: Mapping[str, str] | None = None
     subset_spec: SubsetSpec | None = None
+    #: ``spec.loadBalancerConfig``: None for round robin
+    load_balancer: "LoadBalancer | None" = None
+
+
+@attrs.frozen
+class LoadBalancer:
+    """An Upstream's ``loadBalancerConfig``: ``roundRobin``, ``random``,
+    ``ringHash`` (ring sizes) or ``maglev``."""
+
+    kind: str = "roundRobin"
+    min_ring: int = 1024
+    max_ring: int = 8 * 1024 * 1024
+    #: hash endpoints by hostname (``useHostnameForHashing``) rather than address:port
+    by_hostname: bool = False

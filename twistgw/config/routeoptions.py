@@ -31,7 +31,6 @@ _OUT = "out of twistgw's scope"
 UNSUPPORTED_OPTIONS: dict[str, str] = {
     "retries": f"retries are {_LATER}",
     "shadowing": f"shadowing is {_LATER}",
-    "lbHash": f"hash policies (lbHash) are {_LATER}",
     "upgrades": "per-route upgrade settings are not supported: WebSocket upgrades are always proxied",
     "tracing": "tracing is not supported",
     "transformations": f"transformations are {_OUT}: set headers with headerManipulation, rewrite paths"

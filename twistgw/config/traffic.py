@@ -23,7 +23,7 @@ from twistgw.regex import RewriteRegex, SafeRegex, UnsafePattern
 
 __all__ = [
     "CORE_ROUTE_ONLY", "CORE_TRAFFIC_KEYS", "CorsPolicy", "CsrfPolicy", "Faults", "HeaderAdd",
-    "HeaderManipulation", "OriginMatcher", "Redirect", "RegexRewrite", "RequestBuffer", "SecretHeaders",
+    "HashPolicy", "HeaderManipulation", "LbHash", "OriginMatcher", "Redirect", "RegexRewrite", "RequestBuffer", "SecretHeaders",
     "read_header_manipulation", "read_redirect", "read_traffic_option",
 ]
 
@@ -133,6 +133,54 @@ class RequestBuffer:
     """``bufferPerRoute``: the largest request body (``None``: disabled)."""
 
     max_bytes: int | None
+
+
+@attrs.frozen
+class HashPolicy:
+    """One of ``lbHash.hashPolicies``: what the request's hash is made of."""
+
+    kind: str  # "header", "cookie" or "sourceIp"
+    name: str = ""
+    terminal: bool = False
+
+
+@attrs.frozen
+class LbHash:
+    """``lbHash``: the hash policies of a route (for ringHash/maglev upstreams)."""
+
+    policies: tuple[HashPolicy, ...]
+
+
+def read_lb_hash(r: FieldReader, value: Any, path: Path, ns: str) -> LbHash:
+    m = r.mapping(value, path, {"hashPolicies"}, required=("hashPolicies",))
+    out = []
+    for i, raw in enumerate(r.sequence(m["hashPolicies"], path + ("hashPolicies",), nonempty=True)):
+        p = path + ("hashPolicies", i)
+        with r.part():
+            h = r.mapping(raw, p, {"header", "cookie", "sourceIp", "terminal"})
+            kinds = [k for k in ("header", "cookie", "sourceIp") if k in h]
+            if len(kinds) != 1:
+                raise r.fail(p, "set exactly one of header, cookie or sourceIp")
+            terminal = r.boolean(h["terminal"], p + ("terminal",)) if h.get("terminal") is not None else False
+            if kinds[0] == "header":
+                text = r.string(h["header"], p + ("header",))
+                try:
+                    name = canonical_name(text)
+                except InvalidHeaderName:
+                    raise r.fail(p + ("header",), f"{text!r} is not an HTTP header name") from None
+                out.append(HashPolicy("header", name.decode("ascii"), terminal))
+            elif kinds[0] == "cookie":
+                c = dict(r.mapping(h["cookie"], p + ("cookie",)))
+                for key in ("ttl", "path"):
+                    if c.pop(key, None) is not None:
+                        r.issue(p + ("cookie", key), "is not supported by twistgw: the gateway does not generate"
+                                " hash cookies; hash on a cookie the client already sends")
+                c = r.mapping(c, p + ("cookie",), {"name"}, required=("name",))
+                out.append(HashPolicy("cookie", r.string(c["name"], p + ("cookie", "name")), terminal))
+            else:
+                if r.boolean(h["sourceIp"], p + ("sourceIp",)):
+                    out.append(HashPolicy("sourceIp", "", terminal))
+    return LbHash(tuple(out))
 
 
 #: Gloo's RedirectResponseCode names → status (MOVED_PERMANENTLY is the default).
@@ -380,11 +428,11 @@ Reader = Callable[[FieldReader, Any, Path, str], Any]
 READERS: dict[str, Reader] = {
     "headerManipulation": read_header_manipulation, "cors": read_cors, "csrf": read_csrf, "faults": read_faults,
     "hostRewrite": _host_rewrite, "autoHostRewrite": _auto_host, "regexRewrite": read_regex_rewrite,
-    "bufferPerRoute": read_buffer,
+    "bufferPerRoute": read_buffer, "lbHash": read_lb_hash,
 }
 CORE_TRAFFIC_KEYS = frozenset(READERS)
 #: Of those, the ones Gloo has on routes only (a virtual host refuses them).
-CORE_ROUTE_ONLY = frozenset({"faults", "hostRewrite", "autoHostRewrite", "regexRewrite"})
+CORE_ROUTE_ONLY = frozenset({"faults", "hostRewrite", "autoHostRewrite", "regexRewrite", "lbHash"})
 
 
 def read_traffic_option(r: FieldReader, key: str, value: Any, path: Path, ns: str) -> Any:

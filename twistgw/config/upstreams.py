@@ -16,6 +16,7 @@ from twistgw.config.model import (
     EndpointsResource,
     EndpointSubset,
     KubeRef,
+    LoadBalancer,
     Pod,
     Service,
     ServicePort,
@@ -168,7 +169,11 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     ns, name, source = res.namespace, res.name, res.source
     spec = r.mapping(res.spec, ("spec",))
     spec = r.mapping(unsupported(r, spec, ("spec",), "upstreamSpec"), ("spec",),
-                     {"kube", "static", "discoveryMetadata"})
+                     {"kube", "static", "discoveryMetadata", "loadBalancerConfig"})
+    lb = None
+    if spec.get("loadBalancerConfig") is not None:
+        with r.part():
+            lb = read_load_balancer(r, spec["loadBalancerConfig"], ("spec", "loadBalancerConfig"))
     if spec.get("discoveryMetadata") is not None:
         # What Gloo's discovery wrote (labels of the Service): kept as
         # metadata only, as Gloo does; routing never reads it.
@@ -187,7 +192,7 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
             hp = ("spec", "static", "hosts", i)
             h = r.mapping(h, hp, {"addr", "port"}, required=("addr", "port"))
             hosts.append(Endpoint(r.string(h["addr"], hp + ("addr",)), r.port(h["port"], hp + ("port",))))
-        return UpstreamResource(ns, name, static=tuple(hosts), source=source)
+        return UpstreamResource(ns, name, static=tuple(hosts), source=source, load_balancer=lb)
     kp = ("spec", "kube")
     k = r.mapping(spec["kube"], kp)
     k = r.mapping(unsupported(r, k, kp, "upstreamSpec"), kp,
@@ -199,4 +204,46 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     selector = r.labels(k["selector"], kp + ("selector",)) if "selector" in k else None
     subset_spec = read_subset_spec(r, k["subsetSpec"], kp + ("subsetSpec",)) if "subsetSpec" in k else None
     return UpstreamResource(ns, name, kube=KubeRef(sname, sns, port), source=source, selector=selector,
-                            subset_spec=subset_spec)
+                            subset_spec=subset_spec, load_balancer=lb)
+
+
+_LB_LATER = "is not supported by twistgw yet (it needs the upstream side: active requests and health)"
+
+
+def read_load_balancer(r: FieldReader, value: Any, path: Path) -> LoadBalancer:
+    """``loadBalancerConfig`` (Gloo's LoadBalancerConfig, Envoy's lb_policy)."""
+    m = dict(r.mapping(value, path))
+    for key in ("leastRequest", "healthyPanicThreshold", "localityWeightedLbConfig", "updateMergeWindow"):
+        if m.pop(key, None) is not None:
+            r.issue(path + (key,), _LB_LATER)
+    m = r.mapping(m, path, {"roundRobin", "random", "ringHash", "maglev"})
+    kinds = [k for k in ("roundRobin", "random", "ringHash", "maglev") if k in m]
+    if len(kinds) > 1:
+        raise r.fail(path, "set one of roundRobin, random, ringHash or maglev")
+    if not kinds:
+        return LoadBalancer()
+    kind = kinds[0]
+    body = dict(r.mapping(m[kind] or {}, path + (kind,)))
+    if kind == "roundRobin" and body.pop("slowStartConfig", None) is not None:
+        r.issue(path + (kind, "slowStartConfig"), _LB_LATER)
+    allowed = {"ringHash": {"ringHashConfig", "useHostnameForHashing"}, "maglev": {"useHostnameForHashing"}}
+    body = r.mapping(body, path + (kind,), allowed.get(kind, set()))
+    by_hostname = False
+    if body.get("useHostnameForHashing") is not None:
+        by_hostname = r.boolean(body["useHostnameForHashing"], path + (kind, "useHostnameForHashing"))
+    lo, hi = 1024, 8 * 1024 * 1024
+    if body.get("ringHashConfig") is not None:
+        cp = path + (kind, "ringHashConfig")
+        c = r.mapping(body["ringHashConfig"], cp, {"minimumRingSize", "maximumRingSize"})
+        lo = _ring_size(r, c.get("minimumRingSize", lo), cp + ("minimumRingSize",))
+        hi = _ring_size(r, c.get("maximumRingSize", hi), cp + ("maximumRingSize",))
+        if lo > hi:
+            raise r.fail(cp, "minimumRingSize is above maximumRingSize")
+    return LoadBalancer(kind, lo, hi, by_hostname)
+
+
+def _ring_size(r: FieldReader, value: Any, path: Path) -> int:
+    """A uint64 as Gloo writes it: an integer, or digits in a string (proto JSON)."""
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    return r.integer(value, path, 1, 8 * 1024 * 1024)

@@ -33,7 +33,8 @@ from twistgw.core.headers import copy_request_headers
 from twistgw.core.paths import BadPath, normalise_path
 from twistgw.core.plan import Forward, LocalResponse, Plan
 from twistgw.core.routing import first_route
-from twistgw.core.snapshot import Balancer, RouteRuntime, Snapshot
+from twistgw.core.balancers import hash_of
+from twistgw.core.snapshot import RouteRuntime, Snapshot
 from twistgw.core.traffic import PREFLIGHT, RoutePolicy, preflight
 
 
@@ -315,7 +316,7 @@ class Pipeline:
         return Forward(endpoint, ctx.method.encode("latin-1"), target, headers,
                        route.timeout or self.upstream_timeout, balancer.upstream)
 
-    def _no_endpoint(self, ctx: RequestContext, balancer: Balancer) -> LocalResponse:
+    def _no_endpoint(self, ctx: RequestContext, balancer: Any) -> LocalResponse:
         ups = balancer.upstream
         if not ups.subset:
             return NO_UPSTREAM
@@ -337,7 +338,8 @@ class Pipeline:
                 route_response = dest_response.then(route_response) if route_response is not None else dest_response
         else:
             balancer = runtime.balancer
-        endpoint = balancer.pick()
+        h = hash_of(policy.lb_hash, ctx) if policy.lb_hash is not None else None
+        endpoint = balancer.pick() if h is None else balancer.pick_hash(h)
         if endpoint is None:
             return self._no_endpoint(ctx, balancer)
         route = runtime.route

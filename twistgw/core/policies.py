@@ -18,6 +18,7 @@ import attrs
 from twistgw.config.model import GroupRef, KubeRef, Multi, Route, UpstreamGroup, UpstreamRef, VirtualService
 from twistgw.config.resolution import Config
 from twistgw.config.traffic import CorsPolicy, HeaderManipulation, Redirect, SecretHeaders
+from twistgw.core.balancers import HashBalancer
 from twistgw.core.traffic import HeaderLevel, ResponseEdit, RoutePolicy, Weighted, request_level, response_edit
 
 __all__ = ["compile_policy", "header_names"]
@@ -93,16 +94,36 @@ def compile_policy(vs: VirtualService, route: Route, config: Config, balancer: B
     hms = [hm for hm in (ro.get("headerManipulation"), vo.get("headerManipulation"))
            if isinstance(hm, HeaderManipulation)]
     request, response = _levels(hms, config)
+    lb_hash = ro.get("lbHash")
+    if lb_hash is not None:
+        _check_hashing(route, config, balancer, weighted)
     found = dict(cors=cors, csrf=_pick("csrf", ro, vo), faults=ro.get("faults"), buffer=_pick("bufferPerRoute", ro, vo),
                  redirect=redirect, regex_rewrite=ro.get("regexRewrite"), host_rewrite=ro.get("hostRewrite"),
                  auto_host=bool(ro.get("autoHostRewrite")), request=request, response=response,
-                 weighted=weighted)
+                 weighted=weighted, lb_hash=lb_hash)
     if not any(found.values()):
         return None
     rewrite = None
     if redirect is not None and redirect.prefix is not None:
         rewrite = attrs.evolve(route, prefix_rewrite=redirect.prefix).rewrite
     return RoutePolicy(**found, redirect_rewrite=rewrite)
+
+
+def _check_hashing(route: Route, config: Config, balancer: BalancerFor, weighted: Weighted | None) -> None:
+    """lbHash only means something for a ringHash or maglev upstream (Envoy
+    ignores it otherwise): refuse it rather than accept and ignore it."""
+    balancers = [b for b, _, _ in weighted.choices] if weighted is not None else []
+    action = route.action
+    if isinstance(action, (KubeRef, UpstreamRef)):
+        key = action.upstream_key()
+        if key not in config.upstreams:
+            raise LookupError(key)
+        balancers.append(balancer(key, action.subset))
+    for b in balancers:
+        if not isinstance(b, HashBalancer):
+            up = b.upstream
+            raise ValueError(f"lbHash: upstream {up.namespace}/{up.name} does not balance by hash: give it"
+                             " loadBalancerConfig ringHash or maglev (Envoy ignores hash policies otherwise)")
 
 
 def header_names(policy: RoutePolicy) -> set[bytes]:

@@ -25,6 +25,7 @@ from twistgw.core.plan import LocalResponse
 from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
+from twistgw.core.balancers import make_balancer
 from twistgw.core.policies import compile_policy, header_names
 from twistgw.core.traffic import RoutePolicy
 
@@ -51,7 +52,8 @@ class RouteRuntime:
     route: Route
     chain: tuple[ChainStep, ...]
     direct: DirectResponse | None
-    balancer: Balancer | None
+    #: a Balancer (round robin) or one of core.balancers' (random, ring hash, maglev)
+    balancer: Any
     #: route selection is repeated after the chain (its virtual service has
     #: routes matching headers or query parameters, which plugins may write:
     #: JWT claimsToHeaders; see docs/decisions.md "claim-based routing")
@@ -155,11 +157,13 @@ class _Build:
             line=src.line_of(field) if src and with_line else None, resource="Settings",
             field=path_text(field)))
 
-    def balancer(self, key: tuple[str, str], subset: tuple[tuple[str, str], ...]) -> Balancer:
+    def balancer(self, key: tuple[str, str], subset: tuple[tuple[str, str], ...]) -> Any:
         """One balancer per upstream and subset, shared by the routes to it."""
         found = self.balancers.get((key, subset))
         if found is None:
-            found = self.balancers[(key, subset)] = Balancer(self.config.select(key, subset))
+            res = self.config.upstream_resources.get(key)
+            lb = res.load_balancer if res is not None else None
+            found = self.balancers[(key, subset)] = make_balancer(self.config.select(key, subset), lb, Balancer)
         return found
 
 

@@ -41,6 +41,7 @@ from twistgw.config.traffic import (
     Faults,
     HeaderAdd,
     HeaderManipulation,
+    LbHash,
     Redirect,
     RegexRewrite,
     RequestBuffer,
@@ -171,14 +172,14 @@ class RoutePolicy:
 
     __slots__ = ("cors", "csrf", "faults", "buffer", "redirect", "regex_rewrite", "host_rewrite", "auto_host",
                  "request", "response", "weighted", "early", "random", "redirect_rewrite", "_cors_tail",
-                 "_by_origin")
+                 "_by_origin", "lb_hash")
 
     def __init__(self, *, cors: CorsPolicy | None = None, csrf: CsrfPolicy | None = None,
                  faults: Faults | None = None, buffer: RequestBuffer | None = None, redirect: Redirect | None = None,
                  regex_rewrite: RegexRewrite | None = None, host_rewrite: str | None = None, auto_host: bool = False,
                  request: HeaderLevel | None = None, response: ResponseEdit | None = None,
                  weighted: Weighted | None = None, rand: Any = random.random,
-                 redirect_rewrite: Any = None) -> None:
+                 redirect_rewrite: Any = None, lb_hash: LbHash | None = None) -> None:
         self.cors = cors
         self.csrf = csrf
         self.faults = faults
@@ -190,6 +191,8 @@ class RoutePolicy:
         self.request = request
         self.response = response
         self.weighted = weighted
+        #: the route's hash policies (its upstreams balance by hash)
+        self.lb_hash = lb_hash
         #: something runs before the chain
         self.early = bool(csrf or faults or (buffer and buffer.max_bytes is not None))
         self.random = rand
