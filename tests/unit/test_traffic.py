@@ -673,9 +673,11 @@ class LoadBalancerTests(TestCase):
 
     def test_lb_hash_needs_a_hashing_upstream(self):
         found = problems(lb_upstream("{roundRobin: {}}") + vs(
-            f"- matchers: [{{prefix: /}}]\n  {TO_POOL}\n  options: {{lbHash: {{hashPolicies: [{{sourceIp: true}}]}}}}\n"))
-        assert found == [("spec.virtualHost.routes[0].options", "lbHash: upstream default/pool does not balance by hash:"
-                          " give it loadBalancerConfig ringHash or maglev (Envoy ignores hash policies otherwise)")]
+            f"- matchers: [{{prefix: /}}]\n  {TO_POOL}\n"
+            "  options: {lbHash: {hashPolicies: [{sourceIp: true}]}}\n"))
+        assert found == [("spec.virtualHost.routes[0].options",
+                          "lbHash: upstream default/pool does not balance by hash: give it loadBalancerConfig"
+                          " ringHash or maglev (Envoy ignores hash policies otherwise)")]
 
     def test_generated_cookies_refused(self):
         found = problems(lb_upstream("{maglev: {}}") + vs(

@@ -23,7 +23,8 @@ from twistgw.regex import RewriteRegex, SafeRegex, UnsafePattern
 
 __all__ = [
     "CORE_ROUTE_ONLY", "CORE_TRAFFIC_KEYS", "CorsPolicy", "CsrfPolicy", "Faults", "HeaderAdd",
-    "HashPolicy", "HeaderManipulation", "LbHash", "OriginMatcher", "Redirect", "RegexRewrite", "RequestBuffer", "SecretHeaders",
+    "HashPolicy", "HeaderManipulation", "LbHash", "OriginMatcher", "Redirect", "RegexRewrite", "RequestBuffer",
+    "SecretHeaders",
     "read_header_manipulation", "read_redirect", "read_traffic_option",
 ]
 
