@@ -1,5 +1,5 @@
 """How a request picks one endpoint of an upstream: round robin (the
-default, :class:`twistgw.core.snapshot.Balancer`), ``random``, or consistent
+default, :class:`Balancer`), ``random``, or consistent
 hashing (``ringHash``, ``maglev``) on the hash a route's ``lbHash`` makes of
 the request (Envoy's load balancers, as Gloo's ``loadBalancerConfig`` names
 them). Tables are built once per snapshot; hashes are stable across
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import random
 from typing import Any, Callable
 
@@ -17,7 +18,8 @@ from twistgw.api.types import Endpoint, RequestContext, UpstreamInfo
 from twistgw.config.model import LoadBalancer
 from twistgw.config.traffic import LbHash
 
-__all__ = ["HashBalancer", "Maglev", "RandomBalancer", "RingHash", "hash_of", "make_balancer", "stable_hash"]
+__all__ = ["Balancer", "HashBalancer", "Maglev", "RandomBalancer", "RingHash", "hash_of", "make_balancer",
+           "stable_hash"]
 
 _MASK = (1 << 64) - 1
 #: Maglev's lookup table size (Envoy's default, a prime)
@@ -30,6 +32,22 @@ def stable_hash(data: bytes) -> int:
 
 def _key(ep: Endpoint, by_hostname: bool) -> bytes:
     return (ep.host if by_hostname else f"{ep.host}:{ep.port}").encode("utf-8")
+
+
+class Balancer:
+    """Round robin over an upstream's endpoints (the default)."""
+
+    __slots__ = ("upstream", "_counter")
+
+    def __init__(self, upstream: UpstreamInfo) -> None:
+        self.upstream = upstream
+        self._counter = itertools.count()
+
+    def pick(self) -> Endpoint | None:
+        eps = self.upstream.endpoints
+        if not eps:
+            return None
+        return eps[next(self._counter) % len(eps)]
 
 
 class RandomBalancer:
@@ -119,11 +137,10 @@ class Maglev(HashBalancer):
         return self.upstream.endpoints[self._table[h % len(self._table)]]
 
 
-def make_balancer(upstream: UpstreamInfo, lb: LoadBalancer | None,
-                  round_robin: Callable[[UpstreamInfo], Any]) -> Any:
-    """The balancer ``lb`` names (``round_robin(upstream)`` for the default)."""
+def make_balancer(upstream: UpstreamInfo, lb: LoadBalancer | None) -> Any:
+    """The balancer ``lb`` names (round robin by default)."""
     if lb is None or lb.kind == "roundRobin":
-        return round_robin(upstream)
+        return Balancer(upstream)
     if lb.kind == "random":
         return RandomBalancer(upstream)
     if lb.kind == "ringHash":

@@ -11,7 +11,7 @@ the virtual host's value is the one sent).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import attrs
 
@@ -21,7 +21,7 @@ from twistgw.config.traffic import CorsPolicy, HeaderManipulation, Redirect, Sec
 from twistgw.core.balancers import HashBalancer
 from twistgw.core.traffic import HeaderLevel, ResponseEdit, RoutePolicy, Weighted, request_level, response_edit
 
-__all__ = ["compile_policy", "header_names"]
+__all__ = ["compile_policy", "forged_headers", "header_names"]
 
 BalancerFor = Callable[[tuple[str, str], tuple[tuple[str, str], ...]], Any]
 
@@ -135,3 +135,21 @@ def header_names(policy: RoutePolicy) -> set[bytes]:
     for level in levels:
         names.update(level.names)
     return names
+
+
+def forged_headers(runtimes: Iterable[Any], owned: set[bytes]) -> list[tuple[Any, str]]:
+    """(route runtime, reason) for each route whose headerManipulation (its
+    own, its virtual host's or a weighted destination's) names a request
+    header a plugin owns (it sets it after authenticating): a configured
+    value would forge it."""
+    out = []
+    for runtime in runtimes if owned else ():
+        if runtime.policy is None:
+            continue
+        forged = sorted(header_names(runtime.policy) & owned)
+        if forged:
+            names = ", ".join(n.decode() for n in forged)
+            out.append((runtime, f"headerManipulation (of this route, its virtual host or a weighted destination)"
+                                 f" names {names}, which a plugin owns (it sets it after authenticating): a"
+                                 " configured value would forge it"))
+    return out

@@ -6,14 +6,13 @@ all-or-nothing, so a bad edit never half-applies.
 
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Any, Iterable, Mapping
 
 import attrs
 
 from twistgw.api.headers import InvalidHeaderName, canonical_name
-from twistgw.api.types import InvalidResource, Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
+from twistgw.api.types import InvalidResource, OptionsError, OptionsScope, ResourceView
 from twistgw.api.types import path_text
 from twistgw.config.errors import ConfigError, ConfigIssue
 from twistgw.config.gloo import CORE_OPTION_KEYS
@@ -25,25 +24,9 @@ from twistgw.core.plan import LocalResponse
 from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
-from twistgw.core.balancers import make_balancer
-from twistgw.core.policies import compile_policy, header_names
+from twistgw.core.balancers import Balancer, make_balancer
+from twistgw.core.policies import compile_policy, forged_headers
 from twistgw.core.traffic import RoutePolicy
-
-
-class Balancer:
-    """Round robin over an upstream's endpoints."""
-
-    __slots__ = ("upstream", "_counter")
-
-    def __init__(self, upstream: UpstreamInfo) -> None:
-        self.upstream = upstream
-        self._counter = itertools.count()
-
-    def pick(self) -> Endpoint | None:
-        eps = self.upstream.endpoints
-        if not eps:
-            return None
-        return eps[next(self._counter) % len(eps)]
 
 
 @attrs.frozen
@@ -163,7 +146,7 @@ class _Build:
         if found is None:
             res = self.config.upstream_resources.get(key)
             lb = res.load_balancer if res is not None else None
-            found = self.balancers[(key, subset)] = make_balancer(self.config.select(key, subset), lb, Balancer)
+            found = self.balancers[(key, subset)] = make_balancer(self.config.select(key, subset), lb)
         return found
 
 
@@ -187,22 +170,10 @@ def _compile_defaults(build: _Build) -> None:
 
 
 def _check_forged_headers(build: _Build) -> None:
-    """headerManipulation may not set or remove a request header a plugin
-    owns (an identity header it vouches for): refused where it is written."""
-    if not build.owned:
-        return
-    for runtime in build.routes.values():
-        if runtime.policy is None:
-            continue
-        forged = sorted(header_names(runtime.policy) & build.owned)
-        if forged:
-            route, vs = runtime.route, runtime.virtual_service
-            names = ", ".join(n.decode() for n in forged)
-            _HostCompiler(build, vs).issue(
-                route.path + ("options", "headerManipulation"),
-                f"headerManipulation (of this route, its virtual host or a weighted destination) names {names},"
-                " which a plugin owns (it sets it after authenticating): a configured value would forge it",
-                route)
+    """headerManipulation may not name a request header a plugin owns."""
+    for runtime, reason in forged_headers(build.routes.values(), build.owned):
+        _HostCompiler(build, runtime.virtual_service).issue(
+            runtime.route.path + ("options", "headerManipulation"), reason, runtime.route)
 
 
 def _check_settings_sections(build: _Build) -> None:
