@@ -17,9 +17,10 @@ import jwt as pyjwt
 import pytest_twisted
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from twisted.internet import defer
+from twisted.internet import defer, reactor
+from twisted.web import resource, server
 
-from support.http import http_request, static_upstream_yaml
+from support.http import http_request, sleep, static_upstream_yaml
 from test_core_twist import start_twist, stop_process
 
 ISSUER = "https://issuer.traffic.test"
@@ -206,3 +207,88 @@ async def test_gloo_traffic_guides_through_twist(tmp_path: Path, backend_factory
     finally:
         await stop_process(proc)
         log.close()
+
+
+class _Flaky(resource.Resource):
+    """A backend whose /healthz answers 200 or 503 as the test says; every
+    other path answers its name."""
+
+    isLeaf = True
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name.encode()
+        self.healthy = True
+        self.checks = 0
+
+    def render_GET(self, request: Any) -> bytes:
+        if request.path == b"/healthz":
+            self.checks += 1
+            assert request.getHeader(b"host") == b"checked.internal"
+            request.setResponseCode(200 if self.healthy else 503)
+            return b"ok" if self.healthy else b"down"
+        return self.name
+
+
+async def _counts(port: int, n: int) -> collections.Counter[bytes]:
+    batch = await defer.gatherResults([defer.ensureDeferred(
+        http_request("GET", _url(port, "/work"), HOST)) for _ in range(n)])
+    assert all(r.status == 200 for r in batch)
+    return collections.Counter(r.body for r in batch)
+
+
+async def _until(predicate: Any, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await sleep(0.05)
+
+
+@pytest_twisted.ensureDeferred
+async def test_health_checks_take_an_endpoint_out_and_back(tmp_path: Path, config_dir: Any) -> None:
+    backends = [_Flaky("a"), _Flaky("b")]
+    ports = [reactor.listenTCP(0, server.Site(b), interface="127.0.0.1") for b in backends]
+    d = config_dir(static_upstream_yaml("pool", [p.getHost().port for p in ports]) + """\
+  healthChecks:
+  - timeout: 1s
+    interval: 0.1s
+    unhealthyThreshold: 2
+    healthyThreshold: 2
+    httpHealthCheck: {path: /healthz, host: checked.internal}
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {name: app}
+spec:
+  virtualHost:
+    domains: [api.example.com]
+    routes:
+    - matchers: [{prefix: /}]
+      routeAction: {single: {upstream: {name: pool}}}
+""")
+    proc, port, log_path, log = await start_twist(tmp_path, d)
+    try:
+        a, b = backends
+        await _until(lambda: a.checks >= 2 and b.checks >= 2)
+        assert set(await _counts(port, 40)) == {b"a", b"b"}
+        b.healthy = False  # b fails its checks: it leaves the rotation
+        seen = b.checks
+        await _until(lambda: b.checks >= seen + 3)
+        assert await _counts(port, 40) == {b"a": 40}
+        b.healthy = True  # and comes back after two passed checks
+        seen = b.checks
+        await _until(lambda: b.checks >= seen + 3)
+        assert set(await _counts(port, 40)) == {b"a", b"b"}
+        a.healthy = b.healthy = False  # none healthy: Envoy's panic, every endpoint takes traffic
+        seen = a.checks
+        await _until(lambda: a.checks >= seen + 3)
+        assert set(await _counts(port, 40)) == {b"a", b"b"}
+        text = log_path.read_text()  # twist logs JSON events
+        assert "is unhealthy and leaves the rotation ({what})" in text and '"what": "status 503"' in text
+        assert "is healthy again ({what})" in text and '"what": "status 200"' in text
+        assert text.count("Starting factory") <= 10  # the checks keep their connections (not one per check)
+    finally:
+        await stop_process(proc)
+        log.close()
+        for p in ports:
+            await p.stopListening()

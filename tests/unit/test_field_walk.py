@@ -176,6 +176,12 @@ metadata: {{name: hashed}}
 spec:
   static: {{hosts: [{{addr: 127.0.0.1, port: 9002}}]}}
   loadBalancerConfig: {{maglev: {{useHostnameForHashing: true}}}}
+  healthChecks:
+  - timeout: 1s
+    interval: 10s
+    unhealthyThreshold: 2
+    healthyThreshold: 2
+    httpHealthCheck: {{path: /healthz, host: h.internal, expectedStatuses: [{{start: 200, end: 300}}]}}
 ---
 apiVersion: gloo.solo.io/v1
 kind: Upstream
@@ -724,6 +730,17 @@ TRAFFIC_FIELDS = """
     Upstream:spec.loadBalancerConfig.ringHash.ringHashConfig.minimumRingSize
     Upstream:spec.loadBalancerConfig.ringHash.useHostnameForHashing
     Upstream:spec.loadBalancerConfig.roundRobin
+    Upstream:spec.healthChecks
+    Upstream:spec.healthChecks[].timeout
+    Upstream:spec.healthChecks[].interval
+    Upstream:spec.healthChecks[].unhealthyThreshold
+    Upstream:spec.healthChecks[].healthyThreshold
+    Upstream:spec.healthChecks[].httpHealthCheck
+    Upstream:spec.healthChecks[].httpHealthCheck.path
+    Upstream:spec.healthChecks[].httpHealthCheck.host
+    Upstream:spec.healthChecks[].httpHealthCheck.expectedStatuses
+    Upstream:spec.healthChecks[].httpHealthCheck.expectedStatuses[].start
+    Upstream:spec.healthChecks[].httpHealthCheck.expectedStatuses[].end
 """
 FIELDS.update({field: (T, TRAFFIC) for field in TRAFFIC_FIELDS.split()})
 FIELDS.update({f"Route:options.{k}": (T, TRAFFIC) for k in CORE_TRAFFIC_KEYS})

@@ -684,3 +684,56 @@ class LoadBalancerTests(TestCase):
             f"- matchers: [{{prefix: /}}]\n  {TO_POOL}\n"
             "  options: {lbHash: {hashPolicies: [{cookie: {name: s, ttl: 1s}}]}}\n"))
         assert [f for f, _ in found] == ["spec.virtualHost.routes[0].options.lbHash.hashPolicies[0].cookie.ttl"]
+
+
+HEALTHY = """  healthChecks:
+  - timeout: 1s
+    interval: 5s
+    unhealthyThreshold: 2
+    healthyThreshold: 3
+    httpHealthCheck:
+      path: /healthz
+      host: checked.internal
+      expectedStatuses: [{start: 200, end: 300}]
+---
+"""
+
+
+class HealthTests(TestCase):
+    def t(self, hosts: int = 4) -> ChainTester:
+        return gateway_plan(lb_upstream("{roundRobin: {}}", hosts=hosts).replace("---\n", HEALTHY)
+                            + vs(f"- matchers: [{{prefix: /}}]\n  {TO_POOL}\n"))
+
+    async def hosts(self, t: ChainTester, n: int = 40) -> set[str]:
+        return {(await t.request("GET", "http://api.example.com/x")).plan.endpoint.host for _ in range(n)}
+
+    async def test_thresholds_and_panic(self):
+        t = self.t()
+        (state,) = t.snapshot.health.values()
+        check = state.check
+        assert (check.path, check.host, check.passes(204), check.passes(503)) == ("/healthz", "checked.internal",
+                                                                                  True, False)
+        eps = state.upstream.endpoints
+        assert state.report(eps[0], False) is None  # one failure: still in
+        assert await self.hosts(t) == {e.host for e in eps}
+        assert state.report(eps[0], False) is False  # unhealthyThreshold reached
+        assert await self.hosts(t) == {e.host for e in eps[1:]}
+        assert [state.report(eps[0], True) for _ in range(3)] == [None, None, True]  # healthyThreshold
+        assert await self.hosts(t) == {e.host for e in eps}
+        for ep in eps[:3]:  # 1 of 4 healthy, under Envoy's 50% panic threshold: all take traffic
+            state.report(ep, False)
+            state.report(ep, False)
+        assert await self.hosts(t) == {e.host for e in eps}
+
+    @pytest.mark.parametrize("check, field", [
+        ("{tcpHealthCheck: {}, timeout: 1s, interval: 1s, unhealthyThreshold: 1, healthyThreshold: 1,"
+         " httpHealthCheck: {path: /}}", "spec.healthChecks[0].tcpHealthCheck"),
+        ("{timeout: 1s, interval: 1s, unhealthyThreshold: 1, healthyThreshold: 1, httpHealthCheck: {path: x}}",
+         "spec.healthChecks[0].httpHealthCheck.path"),
+        ("{timeout: 1s, interval: 0s, unhealthyThreshold: 1, healthyThreshold: 1, httpHealthCheck: {path: /}}",
+         "spec.healthChecks[0].interval"),
+    ])
+    def test_refusals(self, check, field):
+        text = lb_upstream("{roundRobin: {}}").replace("---\n", f"  healthChecks: [{check}]\n---\n")
+        found = problems(text + vs(f"- matchers: [{{prefix: /}}]\n  {TO_POOL}\n"))
+        assert [f for f, _ in found] == [field]

@@ -60,7 +60,6 @@ GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
     },
     "upstreamSpec": {
         "sslConfig": "TLS to upstreams is not supported",
-        "healthChecks": "active health checks are not supported",
         "connectionConfig": "connection settings are not supported",
         "circuitBreakers": "circuit breakers are not supported",
         "outlierDetection": "outlier detection is not supported",

@@ -24,6 +24,7 @@ __all__ = [
     "WeightedDestination",
     "Endpoint",
     "EndpointsResource",
+    "HealthCheck",
     "KubeRef",
     "LoadBalancer",
     "Pod",
@@ -359,6 +360,25 @@ class UpstreamResource:
     subset_spec: SubsetSpec | None = None
     #: ``spec.loadBalancerConfig``: None for round robin
     load_balancer: "LoadBalancer | None" = None
+    #: ``spec.healthChecks``: active HTTP checks (at most one)
+    health_check: "HealthCheck | None" = None
+
+
+@attrs.frozen
+class HealthCheck:
+    """An Upstream's active HTTP health check (Envoy's HealthCheck)."""
+
+    interval: float
+    timeout: float
+    unhealthy_threshold: int
+    healthy_threshold: int
+    path: str
+    host: str = ""
+    #: [start, end) status ranges that pass (default: 200 only, as Envoy)
+    statuses: tuple[tuple[int, int], ...] = ((200, 201),)
+
+    def passes(self, status: int) -> bool:
+        return any(lo <= status < hi for lo, hi in self.statuses)
 
 
 @attrs.frozen

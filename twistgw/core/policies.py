@@ -120,7 +120,7 @@ def _check_hashing(route: Route, config: Config, balancer: BalancerFor, weighted
             raise LookupError(key)
         balancers.append(balancer(key, action.subset))
     for b in balancers:
-        if not isinstance(b, HashBalancer):
+        if not (isinstance(b, HashBalancer) or getattr(b, "hashes", False)):
             up = b.upstream
             raise ValueError(f"lbHash: upstream {up.namespace}/{up.name} does not balance by hash: give it"
                              " loadBalancerConfig ringHash or maglev (Envoy ignores hash policies otherwise)")

@@ -24,7 +24,8 @@ from twistgw.core.plan import LocalResponse
 from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
-from twistgw.core.balancers import Balancer, make_balancer
+from twistgw.core.balancers import make_balancer
+from twistgw.core.health import CheckedBalancer, HealthState
 from twistgw.core.policies import compile_policy, forged_headers
 from twistgw.core.traffic import RoutePolicy
 
@@ -65,8 +66,11 @@ class Snapshot:
 
     def __init__(self, config: Config, routes: dict[tuple[str, int], RouteRuntime],
                  generation: int, plugin_compiled: dict[str, list[Any]],
-                 owned_headers: tuple[bytes, ...] = ()) -> None:
+                 owned_headers: tuple[bytes, ...] = (),
+                 health: dict[tuple[str, str], HealthState] | None = None) -> None:
         self.config = config
+        #: upstream → its active health, for the runtime's checker (healthChecks)
+        self.health = health or {}
         #: canonical names of the request headers plugins own
         #: (:class:`twistgw.OwnsRequestHeaders`): a client's copies are removed
         #: from every request before routing and before the chain
@@ -98,7 +102,8 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     _check_forged_headers(build)
     if build.issues or config.issues:
         raise ConfigError(list(config.issues) + build.issues)
-    return Snapshot(config, build.routes, generation, build.compiled_by_plugin, tuple(sorted(build.owned)))
+    return Snapshot(config, build.routes, generation, build.compiled_by_plugin, tuple(sorted(build.owned)),
+                    build.health)
 
 
 #: The key of one upstream's balancer: (namespace, name) and the route's subset.
@@ -125,7 +130,9 @@ class _Build:
         self.staged_keys = frozenset(key for decl in self.staged.values() for key in decl.keys)
         self.routes: dict[tuple[str, int], RouteRuntime] = {}
         self.compiled_by_plugin: dict[str, list[Any]] = {name: [] for name in host.infos}
-        self.balancers: dict[_BalancerKey, Balancer] = {}
+        self.balancers: dict[_BalancerKey, Any] = {}
+        #: upstream → its active health (upstreams with healthChecks)
+        self.health: dict[tuple[str, str], HealthState] = {}
         #: request headers the compiled options own (OwnsRequestHeaders)
         self.owned: set[bytes] = set()
         #: (virtual service, id(raw options), plugin) already reported
@@ -146,7 +153,15 @@ class _Build:
         if found is None:
             res = self.config.upstream_resources.get(key)
             lb = res.load_balancer if res is not None else None
-            found = self.balancers[(key, subset)] = make_balancer(self.config.select(key, subset), lb)
+            info = self.config.select(key, subset)
+            if res is not None and res.health_check is not None:
+                state = self.health.get(key)
+                if state is None:
+                    state = self.health[key] = HealthState(self.config.upstreams[key], res.health_check)
+                found = CheckedBalancer(info, lb, state)
+            else:
+                found = make_balancer(info, lb)
+            self.balancers[(key, subset)] = found
         return found
 
 
