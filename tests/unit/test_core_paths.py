@@ -301,6 +301,12 @@ class CorePathsTests(TestCase):
         (b"/a#b", b"GET", b"api.example.com", 400),
         (b"http://user@api.example.com/admin", b"GET", b"api.example.com", 400),
         (b"/admin", b"GET", b"api.example.com\xff", 400),
+        # issue 23 item 7: two trailing dots are an empty label, with or without a port
+        (b"/admin", b"GET", b"api.example.com..", 400),
+        (b"/admin", b"GET", b"api.example.com..:8080", 400),
+        (b"http://api.example.com../admin", b"GET", b"api.example.com", 400),
+        (b"/admin", b"GET", b".", 400),
+        (b"/admin", b"GET", b".:80", 400),
     ])
     def test_prepare_refusals(self, snapshot, target, method, host, status) -> None:
         p = run(snapshot, target, host, method)

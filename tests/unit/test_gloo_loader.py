@@ -176,6 +176,36 @@ class GlooLoaderTests(TestCase):
         (issue,) = info.value.issues
         assert reason in issue.reason
 
+    def test_check_refuses_a_misspelt_group(self, tmp_path):
+        (tmp_path / "vs.yaml").write_text(GLOO_STYLE.replace("gateway.solo.io/v1", "gateway.vendr.io/v1"))
+        out = subprocess.run([sys.executable, "-m", "twistgw", "check", str(tmp_path)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "did you mean gateway.vendor.io/v1?" in out.stdout + out.stderr
+        assert "OK:" not in out.stdout
+
+    @pytest.mark.parametrize("api, kind, reason", [
+        # issue 23 item 24: a misspelt group made the gateway serve nothing (404 to everything)
+        ("gateway.vendr.io/v1", "VirtualService", "did you mean gateway.vendor.io/v1?"),
+        ("gateway.solo.oi/v1", "VirtualService", "did you mean gateway.solo.io/v1?"),
+        ("glo.solo.io/v1", "Upstream", "did you mean gloo.solo.io/v1?"),
+        ("enterprise.glo.solo.io/v1", "AuthConfig", "did you mean enterprise.gloo.solo.io/v1?"),
+        ("example.com/v1", "RouteTable", "twistgw reads RouteTable as gateway.vendor.io/v1 or gateway.solo.io/v1"),
+        ("apps/v1", "Secret", "twistgw reads Secret as v1"),
+    ])
+    def test_a_kind_we_read_under_another_group_is_an_error(self, api, kind, reason):
+        with pytest.raises(ConfigError) as info:
+            load_text(f"apiVersion: {api}\nkind: {kind}\nmetadata: {{name: x}}\nspec: {{}}\n", "k.yaml")
+        (issue,) = info.value.issues
+        assert issue.field == "apiVersion" and issue.line == 1
+        assert reason in issue.reason, issue.reason
+
+    def test_other_projects_kinds_of_the_same_name_are_skipped(self):
+        config = load_text("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: x}\n"
+                           "spec: {hosts: [a]}\n---\napiVersion: serving.knative.dev/v1\nkind: Service\n"
+                           "metadata: {name: y}\nspec: {}\n", "k.yaml")
+        assert len(config.skipped) == 2 and not config.virtual_services and not config.services
+
     @pytest.mark.parametrize("kube", ["{ref: {name: s, port: 80}}", "{ref: {name: s}, port: 80}",
                                       "{ref: {name: s, port: 80}, port: 80}"])
     def test_kube_port_inside_or_beside_ref(self, kube):

@@ -117,6 +117,23 @@ class RouteMatchersTests(TestCase):
         assert await chosen(t, "GET", "/", {"x-role": "adm" + "n" * 5000}) == "hdr"
         assert await chosen(t, "GET", "/?u=adm" + "n" * 5000) == "q"
 
+    async def test_headers_the_gateway_strips_still_match(self):
+        # issue 23 item 3: a route guarded by a hop-by-hop header never
+        # matched, and the next open route served (spliced) the request
+        guarded = [("upgrade", "websocket"), ("connection", "upgrade"), ("content-length", "0"),
+                   ("transfer-encoding", "chunked"), ("expect", "100-continue"),
+                   ("proxy-authorization", "Basic eA=="), ("te", "trailers"), ("keep-alive", "timeout=5")]
+        routes = "".join(route_yaml(name, f"[{{prefix: /, headers: [{{name: {name}, value: '{value}'}}]}}]")
+                         for name, value in guarded)
+        t = make_tester(routes + route_yaml("open", "[{prefix: /}]"))
+        for name, value in guarded:
+            assert await chosen(t, "GET", "/", {name: value}) == name, name
+        assert await chosen(t, "GET", "/", {"upgrade": "h2c"}) == "open"
+        # a header Connection names is dropped at run time: it matches too
+        t = make_tester(route_yaml("admin", "[{prefix: /, headers: [{name: x-role, value: admin}]}]")
+                        + route_yaml("open", "[{prefix: /}]"))
+        assert await chosen(t, "GET", "/", {"x-role": "admin", "connection": "x-role"}) == "admin"
+
     async def test_a_hostile_pattern_is_cheap_or_refused(self):
         # Issue 23 item 2: '/dfa/.*a.{2400}' loaded and cost seconds per 4 KB path.
         with pytest.raises(ConfigError) as info:
@@ -161,6 +178,12 @@ class RouteMatchersTests(TestCase):
         ("[{queryParameters: [{name: q, value: '(', regex: true}]}]",
          "matchers[0].queryParameters[0].value", "invalid regular expression"),
         ("[{methods: [get]}]", "matchers[0].methods[0]", "in capitals"),
+        ("[{headers: [{name: 'x-é', value: a}]}]", "matchers[0].headers[0].name", "is not a valid header name"),
+        # a client's forwarding facts and method overrides are never trusted: refused, not skipped
+        ("[{headers: [{name: X-Forwarded-For, value: 10.0.0.1}]}]", "matchers[0].headers[0].name",
+         "never takes from a client"),
+        ("[{headers: [{name: x-http-method-override, value: DELETE}]}]", "matchers[0].headers[0].name",
+         "never takes from a client"),
         ("[{prefx: /a}]", "matchers[0].prefx", "unknown field 'prefx'"),
     ])
     def test_matcher_errors(self, matchers, field, reason):

@@ -119,6 +119,25 @@ class RouteTablesTests(TestCase):
         assert (fast.prefix_rewrite, fast.timeout) == ("/v2", 1.0)
         assert await served(t, "/shop/x") == "all"
 
+    async def test_a_child_never_matches_outside_the_delegated_prefix(self):
+        # issue 23 item 5: a child regex '/team/.*|/admin/.*' starts with the
+        # delegated prefix, passed check, and served /admin/x
+        text = vs("""\
+        - matchers: [{prefix: /team/}]
+          delegateAction: {ref: {name: team, namespace: gloo-system}}
+        - matchers: [{prefix: /admin/}]
+          directResponseAction: {status: 403, body: admin}
+        - matchers: [{prefix: /Team/}]
+          directResponseAction: {status: 200, body: upper}
+        """) + table("team", "gloo-system",
+                     direct("{regex: '/team/.*|/admin/.*'}", "team")
+                     + direct("{prefix: /team/ci/, caseSensitive: false}", "ci"))
+        t = ChainTester.from_yaml(text, [])
+        assert await served(t, "/team/x") == "team"
+        assert await served(t, "/admin/x") == "admin"  # the table's regex does not reach outside /team/
+        assert await served(t, "/TEAM/CI/x") is None  # nor does its case-insensitive route
+        assert await served(t, "/Team/x") == "upper"
+
     def test_child_must_keep_the_parent_prefix(self):
         text = vs("""\
         - matchers: [{prefix: /api}]

@@ -342,6 +342,12 @@ class RequestContext:
     :ivar dry_run: ``True`` under ``twistgw explain`` without ``--live``:
         contact nothing; return :class:`NotChecked` where the answer would
         need the network.
+    :ivar received_headers: the request headers as the client sent them
+        (hop-by-hop ones included), or None. Route matchers read a header
+        the gateway removed before routing (``Upgrade``, ``Connection``, a
+        header ``Connection`` names...) from here; plugins use ``headers``.
+    :ivar owned_headers: canonical names of the headers plugins own: never
+        read from ``received_headers`` (a client's copy is a forgery).
     """
 
     __slots__ = (
@@ -362,6 +368,8 @@ class RequestContext:
         "decided_by",
         "scheme",
         "dry_run",
+        "received_headers",
+        "owned_headers",
     )
 
     def __init__(
@@ -395,6 +403,8 @@ class RequestContext:
         self.reactor = reactor
         self.decided_by: str | None = None
         self.dry_run = False
+        self.received_headers: Any = None
+        self.owned_headers: tuple[bytes, ...] = ()
 
     # Headers ---------------------------------------------------------------
 

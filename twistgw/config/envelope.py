@@ -5,6 +5,7 @@ reads (:mod:`twistgw.config.kinds`).
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Callable, Mapping
 
 import attrs
@@ -63,6 +64,23 @@ class Kind:
     singleton: bool = False
 
 
+#: API groups of other projects that define kinds with the names of ours
+#: (Istio's VirtualService, Knative's Service and Route): such a document is
+#: someone else's resource, skipped with a note like any other group's.
+FOREIGN_TWINS = frozenset({"networking.istio.io", "serving.knative.dev"})
+
+
+def _foreign_group(kind: str, api: str, versions: tuple[str, ...]) -> str:
+    """Why a kind twistgw reads, under an API group it does not, is an error
+    (a typo: the gateway would otherwise serve without it), with the
+    nearest apiVersion it reads."""
+    close = difflib.get_close_matches(api, versions, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return (f"{api!r} is not an API group twistgw reads, and {kind} is a kind it reads: {hint}(twistgw reads"
+            f" {kind} as {' or '.join(versions)}; a {kind} of another project's group is skipped only for"
+            f" {', '.join(sorted(FOREIGN_TWINS))})")
+
+
 class Skipped(Exception):
     """A document of an API group the gateway does not serve (the argument
     says what it is, for the note ``check`` prints)."""
@@ -91,6 +109,8 @@ def read_envelope(r: ResourceReader, data: Any, kinds: Mapping[str, Kind],
     if not isinstance(kind, str) or not kind:
         raise r.fail(("kind",), f"is required (a string such as 'VirtualService'), got {kind!r}")
     if group not in groups and not (group == "" and kind in kinds):
+        if kind in kinds and group not in FOREIGN_TWINS:
+            raise r.fail(("apiVersion",), _foreign_group(kind, api, kinds[kind].api_versions))
         raise Skipped(f"{kind} ({api})")
     if kind not in kinds:
         ours = sorted(k.name for k in kinds.values()

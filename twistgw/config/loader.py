@@ -125,6 +125,7 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
                           issue, partial)
     config = attrs.evolve(config, virtual_services=tuple(
         attrs.evolve(vs, routes=flattener.flatten(vs)) for vs in config.virtual_services))
+    config = attrs.evolve(config, route_tables_used=frozenset(flattener.used))
     check_references(config, issue, read.invalid)
     check_upstream_groups(config, issue, read.invalid)
     if issues and not keep_going:

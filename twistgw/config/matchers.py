@@ -26,6 +26,9 @@ from urllib.parse import parse_qsl
 import attrs
 
 from twistgw.api.fields import FieldReader, Path
+from twistgw.api.headers import canonical_name
+from twistgw.api.types import RequestContext
+from twistgw.config.names import FORWARDING, METHOD_OVERRIDE
 from twistgw.regex import SafeRegex, UnsafePattern
 
 __all__ = ["HeaderMatch", "Matcher", "QueryMatch", "RequestView", "parse_matcher"]
@@ -46,27 +49,43 @@ class RequestView:
     query: bytes = b""
     host: str = ""
     scheme: str = "http"
+    #: the headers as the client sent them (see RequestContext.received_headers)
+    received_headers: Any = None
+    owned_headers: tuple[bytes, ...] = ()
 
 
 @attrs.frozen
 class HeaderMatch:
+    """One header condition. The header is read from the request as it
+    will be forwarded (plugins may have set it), else as the client sent it:
+    a header the gateway strips before routing (``Upgrade``, ``Connection``,
+    ``Content-Length``, one ``Connection`` names...) still matches, so a
+    route guarded by it is never skipped. Plugin-owned headers are read only
+    as the plugin set them."""
+
     name: str
     value: str | None = None
     regex: SafeRegex | None = attrs.field(default=None, eq=False)
     invert: bool = False
+    #: the name in canonical case (compared with the owned headers)
+    canonical: bytes = attrs.field(init=False, eq=False)
 
-    def _actual(self, req: RequestView) -> str | None:
+    @canonical.default
+    def _canonical(self) -> bytes:
+        return canonical_name(self.name) if not self.name.startswith(":") else b""
+
+    def _actual(self, req: RequestView | RequestContext) -> str | None:
         if self.name in _PSEUDO:
             return {":authority": req.host, ":method": req.method, ":path": req.path,
                     ":scheme": req.scheme}[self.name]
-        if req.headers is None:
-            return None
-        values = req.headers.getRawHeaders(self.name)
+        values = req.headers.getRawHeaders(self.name) if req.headers is not None else None
+        if not values and req.received_headers is not None and self.canonical not in req.owned_headers:
+            values = req.received_headers.getRawHeaders(self.name)
         if not values:
             return None
         return ",".join(v.decode("latin-1") if isinstance(v, bytes) else v for v in values)
 
-    def matches(self, req: RequestView) -> bool:
+    def matches(self, req: RequestView | RequestContext) -> bool:
         actual = self._actual(req)
         if actual is None:
             found = False
@@ -258,10 +277,14 @@ def _value_and_regex(r: FieldReader, m: dict[str, Any], p: Path) -> tuple[str | 
 def _header(r: FieldReader, raw: Any, p: Path) -> HeaderMatch:
     h = r.mapping(raw, p, {"name", "value", "regex", "invertMatch"}, required=("name",))
     name = r.string(h["name"], p + ("name",)).lower()
-    if not name.startswith(":") and not all(c.isalnum() or c in "-_.!#$%&'*+^`|~" for c in name):
+    if not name.startswith(":") and not all(c.isascii() and (c.isalnum() or c in "-_.!#$%&'*+^`|~") for c in name):
         raise r.fail(p + ("name",), f"{name!r} is not a valid header name")
     if name.startswith(":") and name not in _PSEUDO:
         raise r.fail(p + ("name",), f"unknown pseudo-header {name!r} (known: {', '.join(sorted(_PSEUDO))})")
+    if name.encode("ascii") in FORWARDING or name.encode("ascii") in METHOD_OVERRIDE:
+        raise r.fail(p + ("name",), f"{name!r} is a header the gateway never takes from a client (it"
+                     " states forwarding facts itself, and judges the request's real method): a route"
+                     " cannot match on it; match on :authority, the method, or a header a plugin sets")
     value, regex = _value_and_regex(r, h, p)
     invert = r.boolean(h.get("invertMatch", False), p + ("invertMatch",))
     return HeaderMatch(name, value, regex, invert)

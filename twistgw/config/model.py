@@ -198,6 +198,11 @@ class Route:
     inherit_path_matchers: bool | None = None
     #: ``optionsConfigRefs.delegateOptions``: RouteOption (namespace, name) in order
     options_refs: tuple[tuple[str, str], ...] = ()
+    #: the delegating routes' matchers a route written in a RouteTable must
+    #: also match (its own path condition does not imply them: a regex, or
+    #: a case-insensitive child of a case-sensitive prefix), so a child never
+    #: escapes the prefix delegated to its table
+    guard: tuple[Matcher, ...] = ()
     #: whether any matcher reads headers or query parameters (not just method and path)
     reads_request: bool = attrs.field(init=False, eq=False)
     #: (exact, prefix, methods) per matcher when every matcher reads only the
@@ -210,7 +215,8 @@ class Route:
 
     @plain.default
     def _plain(self) -> tuple[tuple[str | None, str, tuple[str, ...]], ...] | None:
-        if any(m.headers or m.query or m.regex is not None or not m.case_sensitive for m in self.matchers):
+        if self.guard or any(m.headers or m.query or m.regex is not None or not m.case_sensitive
+                             for m in self.matchers):
             return None
         return tuple((m.exact, m.prefix or "/", m.methods) for m in self.matchers)
 
@@ -236,9 +242,11 @@ class Route:
 
     def matches(self, method: str, path: str) -> bool:
         """Method and path only (header and query conditions fail)."""
-        return any_matches(self.matchers, RequestView(method, path))
+        return self.matches_request(RequestView(method, path))
 
     def matches_request(self, req: RequestView) -> bool:
+        if self.guard and not all(g.matches_path(req.path) for g in self.guard):
+            return False
         return any_matches(self.matchers, req)
 
 

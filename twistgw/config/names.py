@@ -14,6 +14,19 @@ _REG_NAME = re.compile(r"[a-z0-9._~-]+")
 _PORT = re.compile(r"[0-9]{0,5}")
 
 
+#: Ask a backend to run another method than the one authorization judged
+#: (never forwarded: see core/headers.py).
+METHOD_OVERRIDE = frozenset({b"x-http-method-override", b"x-method-override", b"x-http-method"})
+
+#: Forwarding facts only the gateway may state (a client's are lies or noise;
+#: never forwarded, and never matched by a route).
+FORWARDING = frozenset({
+    b"forwarded", b"x-real-ip", b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host",
+    b"x-forwarded-port", b"x-forwarded-prefix", b"x-forwarded-server", b"x-forwarded-ssl",
+    b"x-forwarded-scheme",
+})
+
+
 def host_without_port(host: str) -> str:
     """A configured domain, lower-cased, without its port (an IPv6 literal
     keeps its brackets) and without a trailing dot."""
@@ -59,8 +72,8 @@ def parse_host(value: bytes) -> str | None:
         return None
     if host.endswith("."):
         host = host[:-1]
-    if not _REG_NAME.fullmatch(host) or ".." in host or host.startswith("."):
-        return None
+    if not _REG_NAME.fullmatch(host) or ".." in host or host.startswith(".") or host.endswith("."):
+        return None  # an empty label (``a..b``, ``.a``, ``a..``): no DNS name has one
     return host
 
 

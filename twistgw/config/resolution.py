@@ -72,6 +72,8 @@ class Config:
     #: above have their own typed fields too; a kind added to
     #: :data:`twistgw.config.kinds.KINDS` is found here
     resources: Mapping[str, Mapping[tuple[str, str], object]] = attrs.field(factory=dict)
+    #: (namespace, name) of the RouteTables some virtual service delegates to
+    route_tables_used: frozenset[tuple[str, str]] = frozenset()
 
     def of_kind(self, kind: str) -> Mapping[tuple[str, str], object]:
         """Every resource of ``kind`` read, keyed by (namespace, name)."""

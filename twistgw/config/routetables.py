@@ -103,12 +103,58 @@ def _specificity(route: Route) -> tuple[int, int]:
 
 
 def _merge_options(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+    """A child route's options: the delegating route's, with the child's own
+    on top (a plugin key replaces the parent's entry wholesale; the JWT keys
+    merge stage by stage, see :func:`_merge_jwt_stages`)."""
     out = dict(parent)
-    if _JWT_KEYS & child.keys():
+    if _JWT_KEYS & child.keys() and _JWT_KEYS & parent.keys():
+        merged = _merge_jwt_stages(parent, child)
         for k in _JWT_KEYS:
             out.pop(k, None)
+        out.update({k: v for k, v in child.items() if k not in _JWT_KEYS})
+        out.update(merged)
+        return out
     out.update(child)
     return out
+
+
+#: Gloo's JWT stages, in the order they run.
+_STAGES = ("beforeExtAuth", "afterExtAuth")
+_OFF: Mapping[str, Any] = {"disable": True}
+
+
+def _jwt_stages(options: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A route's JWT keys as {stage: options}, the way docs/jwt.md's table
+    reads them (``jwt`` is the afterExtAuth stage); None when ``jwt: {disable:
+    true}`` turns every stage off. A shape the checks will refuse is kept as
+    it is (its own key reports it)."""
+    jwt = options.get("jwt")
+    if isinstance(jwt, Mapping) and jwt.get("disable") is True:
+        return None
+    stages: dict[str, Any] = {}
+    if jwt is not None:
+        stages["afterExtAuth"] = jwt
+    for key in ("jwtStaged", "jwtProvidersStaged"):
+        staged = options.get(key)
+        if isinstance(staged, Mapping):
+            stages.update(staged)
+    return stages
+
+
+def _merge_jwt_stages(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+    """The JWT keys of a child route under a delegating route that sets JWT
+    too, stage by stage (docs/jwt.md, "Stages"): a stage the child names
+    replaces (or, with ``{disable: true}``, turns off) the parent's at that
+    stage, the parent's other stage stays; ``jwt: {disable: true}`` on the
+    child turns every stage off. Written back as one route-level staged key."""
+    mine = _jwt_stages(child)
+    if mine is None:
+        return {"jwt": dict(_OFF)}
+    inherited = _jwt_stages(parent)
+    stages = {s: _OFF for s in _STAGES} if inherited is None else dict(inherited)
+    stages.update(mine)
+    key = "jwtStaged" if "jwtStaged" in child else "jwtProvidersStaged"
+    return {key: {s: stages[s] for s in _STAGES if s in stages}}
 
 
 class Flattener:
@@ -132,12 +178,13 @@ class Flattener:
         out: list[Route] = []
         owner = f"VirtualService {vs.key}"
         routes: list[tuple[RouteTable | None, Route]] = [(None, r) for r in vs.routes]
-        self._walk(routes, vs.namespace, None, {}, owner, vs.source, [owner], out, (False, False))
+        self._walk(routes, vs.namespace, None, {}, owner, vs.source, [owner], out, (False, False), ())
         return tuple(attrs.evolve(r, index=i) for i, r in enumerate(out))
 
     def _walk(self, routes: list[tuple[RouteTable | None, Route]], namespace: str, parent: Matcher | None,
               parent_options: Mapping[str, Any], owner: str, source: Any,
-              stack: list[str], out: list[Route], inherited: tuple[bool, bool]) -> None:
+              stack: list[str], out: list[Route], inherited: tuple[bool, bool],
+              guard: tuple[Matcher, ...]) -> None:
         """:param stack: the delegation chain down to the delegating resource.
         :param inherited: the parent's (inheritableMatchers, inheritablePathMatchers),
             which a route keeps unless it sets its own (Gloo's defaults)."""
@@ -148,7 +195,7 @@ class Flattener:
                 chain = stack + [owner]
             flags = (inherited[0] if route.inherit_matchers is None else route.inherit_matchers,
                      inherited[1] if route.inherit_path_matchers is None else route.inherit_path_matchers)
-            here = self._inherit(route, parent, parent_options, source, owner, flags)
+            here = self._inherit(route, parent, parent_options, source, owner, flags, guard)
             if here is None:
                 continue
             if not isinstance(here.action, Delegate):
@@ -166,10 +213,12 @@ class Flattener:
                     continue
                 self.used.add((target.namespace, target.name))
                 tables.append(target)
-            self._walk(_in_order(tables), namespace, prefix, here.options, owner, source, chain, out, flags)
+            self._walk(_in_order(tables), namespace, prefix, here.options, owner, source, chain, out, flags,
+                       here.guard)
 
     def _inherit(self, route: Route, parent: Matcher | None, parent_options: Mapping[str, Any],
-                 source: Any, owner: str, flags: tuple[bool, bool] = (False, False)) -> Route | None:
+                 source: Any, owner: str, flags: tuple[bool, bool] = (False, False),
+                 guard: tuple[Matcher, ...] = ()) -> Route | None:
         if parent is None:  # a virtual service's own route: no matchers means prefix "/"
             return route if route.matchers else attrs.evolve(route, matchers=(Matcher(prefix="/"),))
         matchers = route.matchers or (parent,)
@@ -206,8 +255,13 @@ class Flattener:
             return None
         options = _merge_options(parent_options, route.options)
         timeout = parse_duration(options["timeout"]) if "timeout" in options else None
+        # A regex (or a case-insensitive path under a case-sensitive prefix)
+        # can match paths outside the delegated prefix: the parent's matcher
+        # then guards the route too.
+        if any(m.regex is not None or (parent.case_sensitive and not m.case_sensitive) for m in matchers):
+            guard = guard + (_path_only(parent),)
         return attrs.evolve(route, matchers=matchers, options=options,
-                            prefix_rewrite=options.get("prefixRewrite"), timeout=timeout)
+                            prefix_rewrite=options.get("prefixRewrite"), timeout=timeout, guard=guard)
 
     def _delegating_matcher(self, route: Route, source: Any, owner: str) -> Matcher | None:
         if len(route.matchers) != 1:
@@ -241,6 +295,12 @@ class Flattener:
             return []
         chosen.sort(key=lambda t: (t.weight, t.namespace, t.name))
         return chosen
+
+
+def _path_only(m: Matcher) -> Matcher:
+    """The path condition of a delegating route's matcher (its other
+    conditions are repeated or inherited by each child)."""
+    return Matcher(prefix=m.prefix, case_sensitive=m.case_sensitive)
 
 
 def _in_order(tables: list[RouteTable]) -> list[tuple[RouteTable | None, Route]]:

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from twistgw.config.names import FORWARDING, METHOD_OVERRIDE
+
 #: Hop-by-hop headers (RFC 9110 §7.6.1) plus framing headers the proxy sets itself.
 HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
@@ -32,15 +34,9 @@ HOP_BY_HOP = frozenset({
     b"content-length", b"expect",
 })
 
-#: Ask a backend to run another method than the one authorization judged.
-METHOD_OVERRIDE = frozenset({b"x-http-method-override", b"x-method-override", b"x-http-method"})
-
-#: Forwarding facts only the gateway may state (a client's are lies or noise).
-FORWARDING = frozenset({
-    b"forwarded", b"x-real-ip", b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host",
-    b"x-forwarded-port", b"x-forwarded-prefix", b"x-forwarded-server", b"x-forwarded-ssl",
-    b"x-forwarded-scheme",
-})
+# METHOD_OVERRIDE (ask a backend to run another method than the one
+# authorization judged) and FORWARDING (facts only the gateway may state) are
+# defined in config.names: route matchers on them are refused at load.
 
 #: Never taken from a client's request.
 REQUEST_DROPPED = HOP_BY_HOP | METHOD_OVERRIDE | FORWARDING

@@ -152,6 +152,9 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
         method.decode("latin-1"), path, query, upstream_headers, host,
         head.client_address, vs.key, "", reactor, head.scheme, target,
     )
+    # Route matchers read a header the copy above dropped as the client sent it.
+    ctx.received_headers = headers
+    ctx.owned_headers = snapshot.owned_headers
     route = select_route(ctx, vs, route_hook)
     if route is None:
         return NOT_FOUND

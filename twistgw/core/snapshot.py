@@ -7,19 +7,26 @@ all-or-nothing, so a bad edit never half-applies.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import attrs
 
-from twistgw.api.headers import InvalidHeaderName, canonical_name
-from twistgw.api.types import InvalidResource, OptionsError, OptionsScope, ResourceView
+from twistgw.api.types import OptionsError, OptionsScope, ResourceView
 from twistgw.api.types import path_text
 from twistgw.config.errors import ConfigError, ConfigIssue
-from twistgw.config.gloo import CORE_OPTION_KEYS
 from twistgw.config.routeoptions import GLOO_PLUGIN_KEYS, KNOWN_OPTION_KEYS
 from twistgw.config.resolution import Config
 from twistgw.config.model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
 from twistgw.core.chain import Call, ChainStep, flatten_chain
+from twistgw.core.compiling import (
+    about_invalid_resource,
+    check_resources,
+    check_unused_route_tables,
+    compile_plugin,
+    owned_headers,
+    plugin_options,
+    written_on_host,
+)
 from twistgw.core.plan import LocalResponse
 from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
@@ -97,8 +104,10 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     build = _Build(config, host)
     _compile_defaults(build)
     _check_settings_sections(build)
+    check_resources(config, host, build.view, build.issues)
     for vs in config.virtual_services:
         _HostCompiler(build, vs).run()
+    check_unused_route_tables(config, host, build.view, build.staged, build.issues)
     _check_forged_headers(build)
     if build.issues or config.issues:
         raise ConfigError(list(config.issues) + build.issues)
@@ -233,7 +242,7 @@ class _HostCompiler:
         """Each problem of a plugin's OptionsError, located: below the
         options key, or in the resource the options refer to."""
         for p in exc.problems:
-            if _about_invalid_resource(p):
+            if about_invalid_resource(p):
                 continue
             if p.resource is None:
                 self.issue(where + p.path, p.reason, route)
@@ -260,7 +269,8 @@ class _HostCompiler:
         vh_options = self.VH_PATH + ("options",)
         if not self.stages_ok(vs.options, vh_options, None):
             return
-        vh_plugins = _plugin_options(vs.options, vh_options, self.build.staged_keys)
+        vh_plugins = plugin_options(vs.options, vh_options, self.build.staged_keys)
+        self.check_disabled(vh_plugins, None)
         reselect = any(r.reads_request for r in vs.routes)
         for route in vs.routes:
             try:
@@ -300,10 +310,20 @@ class _HostCompiler:
             effective[key] = (value, ("Settings", "spec", key), None)
         for key, (value, where) in vh_plugins.items():
             effective[key] = (value, where, None)
-        r_plugins = _plugin_options(route.options, route.path + ("options",), self.build.staged_keys)
+        r_plugins = plugin_options(route.options, route.path + ("options",), self.build.staged_keys)
+        self.check_disabled(r_plugins, route)
         for key, (value, where) in r_plugins.items():
             effective[key] = (value, where, route.name)
         return effective
+
+    def check_disabled(self, plugins: Mapping[str, tuple[Any, stages.Where]], route: Route | None) -> None:
+        """``{disable: true}`` turns a plugin off and takes no other field:
+        the others would be accepted and ignored."""
+        for raw, where in plugins.values():
+            if stages.is_disabled(raw) and len(raw) > 1:
+                others = ", ".join(sorted(str(k) for k in raw if k != "disable"))
+                self.issue(where + ("disable",), f"disable: true turns the plugin off here, so {others} would be"
+                           " ignored: write either disable: true alone or the options without it", route)
 
     def placed(self, route: Route, enabled: Mapping[str, _Entry],
                route_stages: Mapping[str, Mapping[str, _Entry]]) -> list[tuple[str, str]]:
@@ -383,8 +403,7 @@ class _HostCompiler:
         build, vs = self.build, self.vs
         scope = OptionsScope(vs.namespace, vs.key, route_name, build.view)
         try:
-            compiled = _compile(build.host, name, raw, scope)
-            build.owned.update(owned_headers(compiled))
+            compiled = compile_plugin(build.host, name, raw, scope)
         except OptionsError as exc:
             if (vs.key, id(raw), name) not in build.reported:
                 build.reported.add((vs.key, id(raw), name))
@@ -392,6 +411,11 @@ class _HostCompiler:
             raise _Failed() from None
         except Exception as exc:  # a plugin bug: reject, never serve unprotected
             self.issue(where, f"plugin {name!r} failed compiling its options: {exc!r}", route)
+            raise _Failed() from None
+        try:
+            build.owned.update(owned_headers(compiled))
+        except ValueError as exc:  # a plugin bug, named plainly: the header it declared
+            self.issue(where, f"plugin {name!r} declares its owned request headers wrongly: {exc}", route)
             raise _Failed() from None
         self.cache[cache_key] = compiled
         if runs:
@@ -425,77 +449,10 @@ class _HostCompiler:
         own still protected: a route turning a plugin off must not let a
         client forge what the plugin vouches for elsewhere."""
         vs, build = self.vs, self.build
-        for name, raw, where in _written_on_host(vs.options, self.VH_PATH + ("options",), vh_plugins, build.staged):
+        for name, raw, where in written_on_host(vs.options, self.VH_PATH + ("options",), vh_plugins, build.staged):
             if name not in build.host.infos or (vs.key, id(raw), name) in build.reported:
                 continue
             try:
                 self.compile(name, raw, where, None, None, runs=False)
             except _Failed:
                 pass
-
-
-def owned_headers(compiled: Any) -> tuple[bytes, ...]:
-    """The canonical names ``compiled`` declares in ``owned_request_headers``
-    (:class:`twistgw.OwnsRequestHeaders`); raises ValueError for a plugin
-    declaring something that is not a header name, or ``Host``."""
-    names = getattr(compiled, "owned_request_headers", None)
-    if names is None:
-        return ()
-    if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
-        raise ValueError(f"owned_request_headers must be a collection of header names, got {names!r}")
-    out = []
-    for name in names:
-        if not isinstance(name, (str, bytes)):
-            raise ValueError(f"owned_request_headers holds {name!r}, not a header name")
-        try:
-            canonical = canonical_name(name)
-        except InvalidHeaderName:
-            raise ValueError(f"owned_request_headers holds {name!r}, not an HTTP header name") from None
-        if canonical == b"Host":
-            raise ValueError("owned_request_headers may not name Host: the gateway routes by it")
-        out.append(canonical)
-    return tuple(out)
-
-
-def _written_on_host(options: Mapping[str, Any], path: stages.Where,
-                     plugins: Mapping[str, tuple[Any, stages.Where]],
-                     staged: Mapping[str, Any]) -> list[tuple[str, Any, stages.Where]]:
-    """Every plugin entry of a virtual host's ``options``, staged ones
-    (``jwtStaged: {beforeExtAuth: ...}``) each on its own: (plugin, raw, where)."""
-    out = [(name, raw, where) for name, (raw, where) in plugins.items() if not stages.is_disabled(raw)]
-    for name, decl in staged.items():
-        for key in decl.keys:
-            value = options.get(key)
-            if key in decl.route_only or not isinstance(value, Mapping):
-                continue
-            out.extend((name, raw, path + (key, stage)) for stage, raw in value.items()
-                       if isinstance(raw, Mapping) and not stages.is_disabled(raw))
-    return out
-
-
-def _plugin_options(options: Mapping[str, Any], path: stages.Where,
-                    staged_keys: frozenset[str]) -> dict[str, tuple[Any, stages.Where]]:
-    """The plugins' entries of an ``options`` mapping at ``path``:
-    ``{plugin: (raw options, where)}`` (staged keys are read by :mod:`stages`)."""
-    return {k: (v, path + (k,)) for k, v in options.items() if k not in CORE_OPTION_KEYS and k not in staged_keys}
-
-
-def _compile(host: PluginHost, name: str, raw: Any, scope: OptionsScope) -> Any:
-    fn = host.impl(name, "twistgw_compile_options")
-    if fn is None:
-        return raw
-    if not isinstance(raw, Mapping):
-        raise OptionsError((), f"must be a mapping, got {type(raw).__name__}")
-    return fn(options=raw, scope=scope)
-
-
-def _about_invalid_resource(error: BaseException) -> bool:
-    """Whether a plugin's OptionsError comes from looking up a resource that
-    is itself invalid (already reported where it is written)."""
-    seen = 0
-    cause: BaseException | None = error
-    while cause is not None and seen < 10:
-        if isinstance(cause, InvalidResource):
-            return True
-        cause, seen = cause.__cause__ or cause.__context__, seen + 1
-    return False
