@@ -158,7 +158,11 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
     if unchecked:
         print(f"Unless {' or '.join(dict.fromkeys(unchecked))} refuses it (not checked in a dry run):")
     if not isinstance(plan, Forward):
-        print(f"Result: direct response {result.status}")
+        assert plan is not None
+        what = "direct response" if plan.reason in ("", "direct response") else plan.reason
+        print(f"Result: {what} {result.status}")
+        for name, value in plan.headers:
+            print(f"  {name.decode('latin-1')}: {value.decode('latin-1')}")
     else:
         ups = plan.upstream
         chosen = f", subset {subset_text(ups.subset)}" if ups.subset else ""

@@ -18,17 +18,20 @@ class LocalResponse:
     :ivar headers: extra response headers, ``((b"name", b"value"), ...)``.
     :ivar content_type: sent with a non-empty body.
     :ivar reason: why, for logs and ``twistgw explain``; never sent.
+    :ivar answer: the route's own answer (a direct response, a redirect, a
+        CORS preflight), not a refusal.
     """
 
-    __slots__ = ("status", "body", "headers", "content_type", "reason")
+    __slots__ = ("status", "body", "headers", "content_type", "reason", "answer")
 
     def __init__(self, status: int, body: bytes = b"", headers: tuple[tuple[bytes, bytes], ...] = (),
-                 content_type: bytes = b"text/plain", reason: str = "") -> None:
+                 content_type: bytes = b"text/plain", reason: str = "", answer: bool = False) -> None:
         self.status = status
         self.body = body
         self.headers = headers
         self.content_type = content_type
         self.reason = reason
+        self.answer = answer
 
     @classmethod
     def refusal(cls, deny: Deny) -> "LocalResponse":

@@ -65,7 +65,7 @@ class RouteRuntime:
     def _answer(self) -> LocalResponse | None:
         if self.direct is None:
             return None
-        return LocalResponse(self.direct.status, self.direct.body, reason="direct response")
+        return LocalResponse(self.direct.status, self.direct.body, reason="direct response", answer=True)
 
 
 class Snapshot:

@@ -123,7 +123,7 @@ class ResponseEdit:
     def apply_to_local(self, answer: LocalResponse) -> LocalResponse:
         drop = self.drop
         headers = tuple(p for p in answer.headers if p[0].lower() not in drop) + self.adds
-        return LocalResponse(answer.status, answer.body, headers, answer.content_type, answer.reason)
+        return LocalResponse(answer.status, answer.body, headers, answer.content_type, answer.reason, answer.answer)
 
 
 def request_level(hm: HeaderManipulation, secrets: Mapping[tuple[str, str], Any]) -> HeaderLevel:
@@ -332,7 +332,7 @@ def preflight(cors: CorsPolicy, headers: Headers) -> LocalResponse | None:
         out.append((b"Access-Control-Allow-Headers", cors.headers.encode("latin-1")))
     if cors.max_age:
         out.append((b"Access-Control-Max-Age", cors.max_age.encode("ascii")))
-    return LocalResponse(200, b"", tuple(out), reason=PREFLIGHT)
+    return LocalResponse(200, b"", tuple(out), reason=PREFLIGHT, answer=True)
 
 
 #: the reason of a preflight the gateway answered
@@ -391,4 +391,4 @@ def redirect_response(rd: Redirect, ctx: RequestContext, prefix_rewrite: Any) ->
         path = ctx.path
     query = b"" if rd.strip_query or "?" in path else ctx.query
     location = f"{scheme}://{authority}{path}".encode("latin-1") + (b"?" + query if query else b"")
-    return LocalResponse(rd.code, b"", ((b"Location", location),), reason=f"redirect ({rd.code})")
+    return LocalResponse(rd.code, b"", ((b"Location", location),), reason=f"redirect ({rd.code})", answer=True)
