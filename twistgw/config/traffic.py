@@ -284,7 +284,14 @@ def read_header_manipulation(r: FieldReader, value: Any, path: Path, ns: str) ->
 
 
 def _strings(r: FieldReader, m: dict[str, Any], key: str, path: Path) -> list[str]:
-    return [r.string(v, path + (key, i)) for i, v in enumerate(r.sequence(m.get(key) or [], path + (key,)))]
+    """A list of strings that go into a header value: printable ASCII."""
+    out = []
+    for i, v in enumerate(r.sequence(m.get(key) or [], path + (key,))):
+        text = r.string(v, path + (key, i))
+        if not all(" " <= c <= "~" for c in text):
+            raise r.fail(path + (key, i), "must be printable ASCII (it is sent in a header)")
+        out.append(text)
+    return out
 
 
 def _regex(r: FieldReader, value: Any, path: Path) -> SafeRegex:
@@ -414,7 +421,7 @@ def read_buffer(r: FieldReader, value: Any, path: Path, ns: str) -> RequestBuffe
 
 def _host_rewrite(r: FieldReader, value: Any, path: Path, ns: str) -> str:
     text = r.string(value, path).strip()
-    if any(c in text for c in "/ \t\r\n@"):
+    if any(c in text for c in "/ \t\r\n@") or not text.isascii() or not text.isprintable():
         raise r.fail(path, f"must be a host[:port], got {text!r}")
     return text
 
