@@ -111,6 +111,12 @@ spec:
       optionsConfigRefs: {{delegateOptions: [{{name: slow}}]}}
       options: {{jwt: {{disable: true}}}}
       routeAction: {{single: {{upstream: {{name: primary}}}}}}
+    - matchers: [{{prefix: /forms}}]
+      options:
+        jwt: {{disable: true}}
+        csrf: {{filterEnabled: {{defaultValue: {{numerator: 100, denominator: HUNDRED}}}}}}
+        bufferPerRoute: {{buffer: {{maxRequestBytes: 64}}}}
+      routeAction: {{single: {{upstream: {{name: primary}}}}}}
     - matchers: [{{prefix: /hello}}]
       options: {{jwt: {{disable: true}}}}
       directResponseAction: {{status: 200, body: hello}}
@@ -179,6 +185,19 @@ async def test_gloo_traffic_guides_through_twist(tmp_path: Path, backend_factory
         started = time.monotonic()
         slow = await http_request("GET", _url(port, "/slow"), HOST)  # delay from a RouteOption
         assert slow.status == 200 and time.monotonic() - started >= 0.3
+
+        # -- CSRF and the request size bound (Envoy's csrf and buffer filters) -------
+        seen_before = len(primary.requests)
+        forged = await http_request("POST", _url(port, "/forms/save"), {**HOST, "origin": "https://evil.example"},
+                                    body=b"a=1")
+        assert (forged.status, forged.body) == (403, b"Invalid origin")
+        same = await http_request("POST", _url(port, "/forms/save"), {**HOST, "origin": "http://api.example.com"},
+                                  body=b"a=1")
+        assert same.status == 200
+        big = await http_request("POST", _url(port, "/forms/save"), {**HOST, "origin": "http://api.example.com"},
+                                 body=b"x" * 65)
+        assert big.status == 413
+        assert len(primary.requests) == seen_before + 1  # only the allowed one reached the backend
 
         # -- a weighted canary split, rewrites and per-destination headers ---------
         before_p, before_c = len(primary.requests), len(canary.requests)
