@@ -62,8 +62,8 @@ DOCS = os.path.join(ROOT, "docs", "performance.md")
 
 # Scenario names, in the order of the table.
 REFERENCES = ["backend-direct", "nginx-proxy", "haproxy-proxy", "haproxy-jwt", "bare-twisted", "probe-floor"]
-GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
-           "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "traffic"]
+GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac",
+           "ldap-cache", "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "traffic"]
 ALL = REFERENCES + GATEWAY
 #: Run only when named in --scenarios (the --workers measurement).
 OPTIONAL = ["plain-textlog", "plain-w2", "plain-w2-free"]
