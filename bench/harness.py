@@ -1251,6 +1251,9 @@ def report(bench: Bench, elapsed: float) -> str:
     lines.append(ceiling("JWT fresh token − plain route", cpu_extra(res.get("jwt-fresh"), plain), 90, unit="µs"))
     lines.append(ceiling("LDAP, decision cache / plain route", cpu_times(res.get("ldap-cache"), plain), 1.3))
     lines.append(ceiling("plain route, access log on / --no-access-log", cpu_times(plain, res.get("plain-nolog")), 1.1))
+    traffic = res.get("traffic")
+    if traffic and traffic.runs:  # issue 24: headerManipulation + cors on the route
+        lines.append(ceiling("headerManipulation + cors − plain route", cpu_extra(traffic, plain), 5, unit="µs"))
     if nc and nc.runs:
         lines.append(f"| LDAP uncached, req/s | {nc.rps():,.0f} | ≥ 3,000 | {verdict(nc.rps(), 3000)} |")
 
