@@ -65,6 +65,7 @@ REFERENCES = ["backend-direct", "nginx-proxy", "nginx-limit-req", "haproxy-proxy
               "probe-floor"]
 GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
            "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "ratelimit-local", "ratelimit-redis",
+           "traffic",
            "apikey", "basic-cache", "opa-path", "passthrough"]
 ALL = REFERENCES + GATEWAY
 #: Run only when named in --scenarios (the --workers measurement).
@@ -140,6 +141,25 @@ def redis_script_calls(port: int) -> int:
     out = subprocess.run(["redis-cli", "-p", str(port), "INFO", "commandstats"], capture_output=True,
                          text=True, timeout=10).stdout
     return sum(int(m.group(1)) for m in re.finditer(r"cmdstat_eval(?:sha)?:calls=(\d+)", out))
+
+    "traffic": "twistgw, one route with headerManipulation (request and response) and cors, a CORS origin"
+               " on every request (goal: plain + 5 us)",
+}
+
+#: The traffic scenario's virtual-host options (retries are not served yet).
+TRAFFIC_OPTIONS = """    options:
+      headerManipulation:
+        requestHeadersToAdd: [{header: {key: x-gateway, value: twistgw}, append: false}]
+        requestHeadersToRemove: [x-debug]
+        responseHeadersToAdd: [{header: {key: x-served-by, value: twistgw}}]
+        responseHeadersToRemove: [server]
+      cors:
+        allowOrigin: [https://app.example.com]
+        allowMethods: [GET, POST]
+        allowHeaders: [authorization]
+        exposeHeaders: [x-request-id]
+        allowCredentials: true
+"""
 
 
 class Skip(Exception):
@@ -923,6 +943,10 @@ class Bench:
         if name in ("plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free"):
             gateway_config(directory, self.backend_port)
             expect = [("GET /", {}, 200)]
+        elif name == "traffic":
+            gateway_config(directory, self.backend_port, TRAFFIC_OPTIONS)
+            expect = [("GET / from the allowed origin", {"Origin": "https://app.example.com"}, 200)]
+            headers = ["Origin: https://app.example.com"]
         elif name in ("jwt", "jwt-fresh", "jwt-rbac"):
             assert mat is not None
             gateway_config(directory, self.backend_port, jwt_options(mat, rbac=name == "jwt-rbac"))
@@ -1369,6 +1393,9 @@ def report(bench: Bench, elapsed: float) -> str:
     lines.append(ceiling("API key − plain route", cpu_extra(res.get("apikey"), plain), 5, unit="µs"))
     lines.append(ceiling("Basic, memo warm − plain route", cpu_extra(res.get("basic-cache"), plain), 10, unit="µs"))
     lines.append(ceiling("plain route, access log on / --no-access-log", cpu_times(plain, res.get("plain-nolog")), 1.1))
+    traffic = res.get("traffic")
+    if traffic and traffic.runs:  # issue 24: headerManipulation + cors on the route
+        lines.append(ceiling("headerManipulation + cors − plain route", cpu_extra(traffic, plain), 5, unit="µs"))
     if nc and nc.runs:
         lines.append(f"| LDAP uncached, req/s | {nc.rps():,.0f} | ≥ 3,000 | {verdict(nc.rps(), 3000)} |")
 

@@ -52,6 +52,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         _err(str(exc))
         return EXIT_INVALID
     vs = snapshot.config.virtual_services
+    for v in vs:
+        if not v.routes:
+            print(f"note: VirtualService {v.key} has no routes: it serves nothing (Gloo accepts such"
+                  " partial resources)", file=sys.stderr)
     print(f"{args.directory}: OK: {len(vs)} virtual service(s), {len(snapshot.routes)} route(s),"
           f" {len(snapshot.config.upstreams)} upstream(s)")
     if args.verbose:
@@ -187,7 +191,11 @@ def _print_plan(result: Any) -> None:
 
     plan = result.plan
     if not isinstance(plan, Forward):
-        print(f"Result: direct response {result.status}")
+        assert plan is not None
+        what = "direct response" if plan.reason in ("", "direct response") else plan.reason
+        print(f"Result: {what} {result.status}")
+        for name, value in plan.headers:
+            print(f"  {name.decode('latin-1')}: {value.decode('latin-1')}")
         return
     ups = plan.upstream
     chosen = f", subset {subset_text(ups.subset)}" if ups.subset else ""

@@ -30,7 +30,8 @@ from typing import Any, Mapping
 
 import re2
 
-__all__ = ["DEFAULT_MAX_PROGRAM_SIZE", "MAX_MEM", "SafeRegex", "UnsafePattern", "max_program_size", "too_large"]
+__all__ = ["DEFAULT_MAX_PROGRAM_SIZE", "MAX_MEM", "RewriteRegex", "SafeRegex", "UnsafePattern", "max_program_size",
+           "too_large"]
 
 #: Envoy's default ``re2.max_program_size.error_level``.
 DEFAULT_MAX_PROGRAM_SIZE = 100
@@ -124,3 +125,20 @@ def max_program_size(gateway_settings: Mapping[str, Any] | None) -> int:
     :data:`DEFAULT_MAX_PROGRAM_SIZE`. The loader has checked the value."""
     value = gateway_settings.get("regexMaxProgramSize") if isinstance(gateway_settings, Mapping) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else DEFAULT_MAX_PROGRAM_SIZE
+
+
+class RewriteRegex(SafeRegex):
+    """A pattern that also substitutes: :meth:`sub` replaces every
+    non-overlapping match (Envoy's ``regex_rewrite``, RE2's GlobalReplace),
+    ``\\1`` in the substitution naming a capture group. Linear time too."""
+
+    __slots__ = ("_sub",)
+
+    def __init__(self, pattern: str, max_program_size: int | None = DEFAULT_MAX_PROGRAM_SIZE) -> None:
+        super().__init__(pattern, max_program_size)
+        self._sub = re2.compile(pattern, _options()).sub
+
+    def sub(self, substitution: str, subject: str) -> str:
+        """``subject`` with every match of the pattern replaced."""
+        result: str = self._sub(substitution, subject)
+        return result

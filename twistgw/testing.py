@@ -210,8 +210,8 @@ class ChainTester:
         ctx, runtime = head.ctx, head.runtime
         if isinstance(plan, Forward):
             return ChainResult(200, b"", (), None, ctx, runtime, trace, None, plan)
-        if runtime is not None and plan is runtime.answer:  # a direct response
-            return ChainResult(plan.status, plan.body, (), None, ctx, runtime, trace, None, plan)
+        if runtime is not None and (plan is runtime.answer or plan.answer):  # a direct response, a redirect...
+            return ChainResult(plan.status, plan.body, plan.headers, None, ctx, runtime, trace, None, plan)
         return ChainResult(plan.status, plan.body, plan.headers, ctx.decided_by if ctx else None,
                            ctx, runtime, trace, plan, plan)
 

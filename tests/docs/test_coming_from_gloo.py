@@ -10,6 +10,7 @@ import re
 import pytest
 
 from twistgw.config.loader import GLOO_UNSUPPORTED, ConfigError, load_text
+from twistgw.config.routeoptions import UNSUPPORTED_OPTIONS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SECTION = (ROOT / "docs" / "configuration.md").read_text().split("## Coming from Gloo Edge", 1)[1]
@@ -63,8 +64,7 @@ def test_each_unsupported_gloo_field_is_documented_and_refused(where, field):
 
 @pytest.mark.parametrize("api, kind", [
     ("gateway.solo.io/v1", "Gateway"), ("gateway.solo.io/v1", "MatchableHttpGateway"),
-    ("gateway.solo.io/v1", "VirtualHostOption"), ("gateway.solo.io/v1", "RouteOption"),
-    ("gloo.solo.io/v1", "UpstreamGroup"), ("gloo.solo.io/v1", "Proxy"), ("gloo.solo.io/v1", "Settings"),
+    ("gloo.solo.io/v1", "Proxy"),
 ])
 def test_gloo_kinds_twistgw_does_not_read_are_refused(api, kind):
     assert f"`{kind}`" in SECTION
@@ -72,3 +72,38 @@ def test_gloo_kinds_twistgw_does_not_read_are_refused(api, kind):
         load_text(f"apiVersion: {api}\nkind: {kind}\nmetadata: {{name: x}}\nspec: {{}}\n")
     (issue,) = info.value.issues
     assert issue.field in ("kind", "apiVersion")
+
+
+OPTIONS_VS = """\
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {{name: v}}
+spec:
+  virtualHost:
+    routes:
+    - matchers: [{{prefix: /}}]
+      options: {{{key}: {{}}}}
+      directResponseAction: {{status: 200}}
+"""
+
+
+@pytest.mark.parametrize("key", sorted(UNSUPPORTED_OPTIONS))
+def test_each_unsupported_gloo_option_is_documented_and_refused(key):
+    assert re.search(rf"`{key}`", SECTION), f"{key} is missing from 'Coming from Gloo Edge'"
+    with pytest.raises(ConfigError) as info:
+        load_text(OPTIONS_VS.format(key=key), "gloo.yaml")
+    (issue,) = info.value.issues
+    assert issue.field == f"spec.virtualHost.routes[0].options.{key}"
+    assert issue.reason.startswith("is not supported by twistgw: "), issue
+
+
+def test_a_virtual_service_without_routes_is_noted_by_check(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "vs.yaml").write_text("apiVersion: gateway.solo.io/v1\nkind: VirtualService\n"
+                                      "metadata: {name: partial}\nspec: {virtualHost: {domains: [a.example]}}\n")
+    out = subprocess.run([sys.executable, "-m", "twistgw", "check", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "note: VirtualService default/partial has no routes: it serves nothing" in out.stderr

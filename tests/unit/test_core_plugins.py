@@ -286,7 +286,9 @@ class CorePluginsTests(TestCase):
     def test_unknown_plugin_key_rejected(self) -> None:
         (issue,) = issues_of(vs(route_options="{apikye: {}}"), three())
         assert issue.field == "spec.virtualHost.routes[0].options.apikye"
-        assert "no plugin named 'apikye' is installed (installed: apikey, extauth, jwt)" in issue.reason
+        # neither a Gloo option nor an installed plugin: an unknown field, with the known ones
+        assert issue.reason.startswith("unknown field 'apikye'; expected one of: autoHostRewrite,")
+        assert "no plugin named 'apikye' is installed; installed: apikey, extauth, jwt" in issue.reason
 
     def test_disabling_an_unknown_plugin_is_harmless(self) -> None:
         assert chain_of(vs(route_options="{ghost: {disable: true}}"), three()) == []

@@ -25,6 +25,7 @@ import twistgw_ldap._fields as ldap_fields
 import twistgw_rbac._policy as rbac_policy
 from twistgw.api.fields import FieldReader
 from twistgw.config.gloo import CORE_OPTION_KEYS
+from twistgw.config.traffic import CORE_ROUTE_ONLY, CORE_TRAFFIC_KEYS
 from twistgw.config.loader import load_directory
 from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
@@ -152,6 +153,70 @@ spec:
       groupsHeader: x-groups
       userHeader: x-user
 ---
+apiVersion: v1
+kind: Secret
+metadata: {{name: walk-headers}}
+type: gloo.solo.io/header
+stringData: {{x-walk-token: t}}
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: discovered, resourceVersion: "1"}}
+spec:
+  discoveryMetadata: {{labels: {{app: svc}}}}
+  static: {{hosts: [{{addr: 127.0.0.1, port: 9001}}]}}
+  loadBalancerConfig:
+    ringHash:
+      ringHashConfig: {{minimumRingSize: 64, maximumRingSize: 1024}}
+      useHostnameForHashing: false
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: hashed}}
+spec:
+  static: {{hosts: [{{addr: 127.0.0.1, port: 9002}}]}}
+  loadBalancerConfig: {{maglev: {{useHostnameForHashing: true}}}}
+  healthChecks:
+  - timeout: 1s
+    interval: 10s
+    unhealthyThreshold: 2
+    healthyThreshold: 2
+    httpHealthCheck: {{path: /healthz, host: h.internal, expectedStatuses: [{{start: 200, end: 300}}]}}
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: shuffled}}
+spec:
+  static: {{hosts: [{{addr: 127.0.0.1, port: 9003}}]}}
+  loadBalancerConfig: {{random: {{}}}}
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: circular}}
+spec:
+  static: {{hosts: [{{addr: 127.0.0.1, port: 9004}}]}}
+  loadBalancerConfig: {{roundRobin: {{}}}}
+---
+apiVersion: gloo.solo.io/v1
+kind: UpstreamGroup
+metadata: {{name: group}}
+spec:
+  destinations:
+  - destination: {{upstream: {{name: static}}}}
+    weight: 1
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualHostOption
+metadata: {{name: vho}}
+spec:
+  options: {{bufferPerRoute: {{buffer: {{maxRequestBytes: 1024}}}}}}
+---
+apiVersion: gateway.solo.io/v1
+kind: RouteOption
+metadata: {{name: ro}}
+spec:
+  options: {{hostRewrite: walk.internal}}
+---
 apiVersion: gateway.solo.io/v1
 kind: RouteTable
 metadata: {{name: table, labels: {{team: a}}}}
@@ -168,7 +233,30 @@ spec:
   displayName: The walk
   virtualHost:
     domains: [walk.example.com]
+    optionsConfigRefs: {{delegateOptions: [{{name: vho, namespace: default}}]}}
     options:
+      cors:
+        allowOrigin: [https://app.example.com]
+        allowOriginRegex: ['https://.*\\.example\\.org']
+        allowMethods: [GET]
+        allowHeaders: [authorization]
+        exposeHeaders: [x-request-id]
+        maxAge: "600"
+        allowCredentials: true
+        disableForRoute: false
+      csrf:
+        filterEnabled: {{defaultValue: {{numerator: 100, denominator: HUNDRED}}, runtimeKey: csrf.enabled}}
+        shadowEnabled: {{defaultValue: {{numerator: 100}}}}
+        additionalOrigins: [{{exact: a.example}}, {{prefix: b.}}, {{suffix: .c.example, ignoreCase: true}},
+                            {{safeRegex: {{regex: "d[0-9]+"}}}}]
+      headerManipulation:
+        requestHeadersToAdd:
+        - header: {{key: x-walk, value: "1"}}
+          append: false
+        - headerSecretRef: {{name: walk-headers, namespace: default}}
+        requestHeadersToRemove: [x-debug]
+        responseHeadersToAdd: [{{header: {{key: x-walked, value: "yes"}}}}]
+        responseHeadersToRemove: [server]
       pluginOrder: [extauth, jwt, rbac]
       extauth: {{configRef: {{name: by-template, namespace: default}}}}
       jwt:
@@ -244,6 +332,38 @@ spec:
           expressions: [{{key: team, operator: In, values: [a]}}]
     - matchers: [{{prefix: /t}}]
       delegateAction: {{name: table, namespace: default}}
+    - matchers: [{{prefix: /traffic}}]
+      optionsConfigRefs: {{delegateOptions: [{{name: ro}}]}}
+      options:
+        faults:
+          abort: {{percentage: 0, httpStatus: 503}}
+          delay: {{percentage: 0, fixedDelay: 1s}}
+        regexRewrite: {{pattern: {{regex: "^/traffic/(.*)"}}, substitution: '/\\1'}}
+        bufferPerRoute: {{disabled: true}}
+      routeAction:
+        multi:
+          destinations:
+          - destination: {{upstream: {{name: static}}}}
+            weight: 9
+            options: {{headerManipulation: {{requestHeadersToAdd: [{{header: {{key: x-dest, value: a}}}}]}}}}
+          - destination: {{upstream: {{name: discovered}}}}
+            weight: 1
+    - matchers: [{{prefix: /hashed}}]
+      options:
+        lbHash:
+          hashPolicies:
+          - {{header: x-user, terminal: true}}
+          - {{cookie: {{name: session}}}}
+          - {{sourceIp: true}}
+      routeAction: {{single: {{upstream: {{name: hashed}}}}}}
+    - matchers: [{{prefix: /group}}]
+      options: {{autoHostRewrite: true}}
+      routeAction: {{upstreamGroup: {{name: group, namespace: default}}}}
+    - matchers: [{{prefix: /moved}}]
+      redirectAction: {{hostRedirect: new.example.com, portRedirect: 8443, httpsRedirect: true, stripQuery: true,
+                        responseCode: PERMANENT_REDIRECT, prefixRewrite: /new}}
+    - matchers: [{{prefix: /gone}}]
+      redirectAction: {{pathRedirect: /elsewhere}}
     - directResponseAction: {{status: 200, body: ok}}
 """
 
@@ -317,7 +437,7 @@ def walk(tmp_path, monkeypatch) -> set[str]:
                                                     key2=textwrap.indent(pem, " " * 22)))
     config = load_directory(str(tmp_path), keep_going=True)
     snapshot = build_snapshot(config, PluginHost.create())
-    assert len(snapshot.routes) == 8  # the walk loaded whole, every route compiled
+    assert len(snapshot.routes) == 13  # the walk loaded whole, every route compiled
     return seen
 
 
@@ -493,6 +613,154 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "extauth:groupSearch.nested": (T, LDAP_SEARCH), "extauth:groupSearch.maxDepth": (T, LDAP_SEARCH),
 }
 
+TRAFFIC = "tests/unit/test_traffic.py"
+
+#: Gloo's traffic options, redirects, weighted destinations and the kinds
+#: that carry them: each field's behaviour is asserted in tests/unit/test_traffic.py.
+TRAFFIC_FIELDS = """
+    Route:options.bufferPerRoute.buffer
+    Route:options.bufferPerRoute.disabled
+    Route:options.faults.abort
+    Route:options.faults.abort.httpStatus
+    Route:options.faults.abort.percentage
+    Route:options.faults.delay
+    Route:options.faults.delay.fixedDelay
+    Route:options.faults.delay.percentage
+    Route:options.regexRewrite.pattern
+    Route:options.regexRewrite.pattern.regex
+    Route:options.regexRewrite.substitution
+    Route:optionsConfigRefs
+    Route:optionsConfigRefs.delegateOptions
+    Route:optionsConfigRefs.delegateOptions[].name
+    Route:optionsConfigRefs.delegateOptions[].namespace
+    Route:redirectAction
+    Route:redirectAction.hostRedirect
+    Route:redirectAction.httpsRedirect
+    Route:redirectAction.pathRedirect
+    Route:redirectAction.portRedirect
+    Route:redirectAction.prefixRewrite
+    Route:redirectAction.responseCode
+    Route:redirectAction.stripQuery
+    Route:routeAction.multi
+    Route:routeAction.multi.destinations
+    Route:routeAction.multi.destinations[].destination
+    Route:routeAction.multi.destinations[].destination.upstream
+    Route:routeAction.multi.destinations[].destination.upstream.name
+    Route:routeAction.multi.destinations[].destination.upstream.namespace
+    Route:routeAction.multi.destinations[].options
+    Route:routeAction.multi.destinations[].options.headerManipulation.requestHeadersToAdd
+    Route:routeAction.multi.destinations[].options.headerManipulation.requestHeadersToAdd[].append
+    Route:routeAction.multi.destinations[].options.headerManipulation.requestHeadersToAdd[].header
+    Route:routeAction.multi.destinations[].options.headerManipulation.requestHeadersToAdd[].header.key
+    Route:routeAction.multi.destinations[].options.headerManipulation.requestHeadersToAdd[].header.value
+    Route:routeAction.multi.destinations[].options.headerManipulation.requestHeadersToAdd[].headerSecretRef
+    Route:routeAction.multi.destinations[].options.headerManipulation.requestHeadersToRemove
+    Route:routeAction.multi.destinations[].options.headerManipulation.responseHeadersToAdd
+    Route:routeAction.multi.destinations[].options.headerManipulation.responseHeadersToRemove
+    Route:routeAction.multi.destinations[].weight
+    Route:routeAction.upstreamGroup
+    Route:routeAction.upstreamGroup.name
+    Route:routeAction.upstreamGroup.namespace
+    RouteOption:spec.options
+    UpstreamGroup:spec.destinations
+    UpstreamGroup:spec.destinations[].destination
+    UpstreamGroup:spec.destinations[].destination.upstream
+    UpstreamGroup:spec.destinations[].destination.upstream.name
+    UpstreamGroup:spec.destinations[].destination.upstream.namespace
+    UpstreamGroup:spec.destinations[].options
+    UpstreamGroup:spec.destinations[].weight
+    VirtualHostOption:spec.options
+    VirtualHostOption:spec.options.bufferPerRoute.buffer
+    VirtualHostOption:spec.options.bufferPerRoute.buffer.maxRequestBytes
+    VirtualHostOption:spec.options.bufferPerRoute.disabled
+    VirtualService:spec.virtualHost.options.cors.allowCredentials
+    VirtualService:spec.virtualHost.options.cors.allowHeaders
+    VirtualService:spec.virtualHost.options.cors.allowMethods
+    VirtualService:spec.virtualHost.options.cors.allowOrigin
+    VirtualService:spec.virtualHost.options.cors.allowOriginRegex
+    VirtualService:spec.virtualHost.options.cors.disableForRoute
+    VirtualService:spec.virtualHost.options.cors.exposeHeaders
+    VirtualService:spec.virtualHost.options.cors.maxAge
+    VirtualService:spec.virtualHost.options.csrf.additionalOrigins
+    VirtualService:spec.virtualHost.options.csrf.additionalOrigins[].exact
+    VirtualService:spec.virtualHost.options.csrf.additionalOrigins[].ignoreCase
+    VirtualService:spec.virtualHost.options.csrf.additionalOrigins[].prefix
+    VirtualService:spec.virtualHost.options.csrf.additionalOrigins[].safeRegex
+    VirtualService:spec.virtualHost.options.csrf.additionalOrigins[].safeRegex.regex
+    VirtualService:spec.virtualHost.options.csrf.additionalOrigins[].suffix
+    VirtualService:spec.virtualHost.options.csrf.filterEnabled
+    VirtualService:spec.virtualHost.options.csrf.filterEnabled.defaultValue
+    VirtualService:spec.virtualHost.options.csrf.filterEnabled.defaultValue.denominator
+    VirtualService:spec.virtualHost.options.csrf.filterEnabled.defaultValue.numerator
+    VirtualService:spec.virtualHost.options.csrf.shadowEnabled
+    VirtualService:spec.virtualHost.options.csrf.shadowEnabled.defaultValue
+    VirtualService:spec.virtualHost.options.csrf.shadowEnabled.defaultValue.denominator
+    VirtualService:spec.virtualHost.options.csrf.shadowEnabled.defaultValue.numerator
+    VirtualService:spec.virtualHost.options.headerManipulation.requestHeadersToAdd
+    VirtualService:spec.virtualHost.options.headerManipulation.requestHeadersToAdd[].append
+    VirtualService:spec.virtualHost.options.headerManipulation.requestHeadersToAdd[].header
+    VirtualService:spec.virtualHost.options.headerManipulation.requestHeadersToAdd[].header.key
+    VirtualService:spec.virtualHost.options.headerManipulation.requestHeadersToAdd[].header.value
+    VirtualService:spec.virtualHost.options.headerManipulation.requestHeadersToAdd[].headerSecretRef
+    VirtualService:spec.virtualHost.options.headerManipulation.requestHeadersToAdd[].headerSecretRef.name
+    VirtualService:spec.virtualHost.options.headerManipulation.requestHeadersToAdd[].headerSecretRef.namespace
+    VirtualService:spec.virtualHost.options.headerManipulation.requestHeadersToRemove
+    VirtualService:spec.virtualHost.options.headerManipulation.responseHeadersToAdd
+    VirtualService:spec.virtualHost.options.headerManipulation.responseHeadersToAdd[].append
+    VirtualService:spec.virtualHost.options.headerManipulation.responseHeadersToAdd[].header
+    VirtualService:spec.virtualHost.options.headerManipulation.responseHeadersToAdd[].header.key
+    VirtualService:spec.virtualHost.options.headerManipulation.responseHeadersToAdd[].header.value
+    VirtualService:spec.virtualHost.options.headerManipulation.responseHeadersToRemove
+    VirtualService:spec.virtualHost.optionsConfigRefs
+    VirtualService:spec.virtualHost.optionsConfigRefs.delegateOptions
+    VirtualService:spec.virtualHost.optionsConfigRefs.delegateOptions[].name
+    VirtualService:spec.virtualHost.optionsConfigRefs.delegateOptions[].namespace
+    Route:options.lbHash.hashPolicies
+    Route:options.lbHash.hashPolicies[].cookie
+    Route:options.lbHash.hashPolicies[].cookie.name
+    Route:options.lbHash.hashPolicies[].header
+    Route:options.lbHash.hashPolicies[].sourceIp
+    Route:options.lbHash.hashPolicies[].terminal
+    Upstream:spec.loadBalancerConfig
+    Upstream:spec.loadBalancerConfig.maglev
+    Upstream:spec.loadBalancerConfig.maglev.useHostnameForHashing
+    Upstream:spec.loadBalancerConfig.random
+    Upstream:spec.loadBalancerConfig.ringHash
+    Upstream:spec.loadBalancerConfig.ringHash.ringHashConfig
+    Upstream:spec.loadBalancerConfig.ringHash.ringHashConfig.maximumRingSize
+    Upstream:spec.loadBalancerConfig.ringHash.ringHashConfig.minimumRingSize
+    Upstream:spec.loadBalancerConfig.ringHash.useHostnameForHashing
+    Upstream:spec.loadBalancerConfig.roundRobin
+    Upstream:spec.healthChecks
+    Upstream:spec.healthChecks[].timeout
+    Upstream:spec.healthChecks[].interval
+    Upstream:spec.healthChecks[].unhealthyThreshold
+    Upstream:spec.healthChecks[].healthyThreshold
+    Upstream:spec.healthChecks[].httpHealthCheck
+    Upstream:spec.healthChecks[].httpHealthCheck.path
+    Upstream:spec.healthChecks[].httpHealthCheck.host
+    Upstream:spec.healthChecks[].httpHealthCheck.expectedStatuses
+    Upstream:spec.healthChecks[].httpHealthCheck.expectedStatuses[].start
+    Upstream:spec.healthChecks[].httpHealthCheck.expectedStatuses[].end
+"""
+FIELDS.update({field: (T, TRAFFIC) for field in TRAFFIC_FIELDS.split()})
+FIELDS.update({f"Route:options.{k}": (T, TRAFFIC) for k in CORE_TRAFFIC_KEYS})
+FIELDS.update({f"VirtualService:spec.virtualHost.options.{k}": (T, TRAFFIC)
+               for k in CORE_TRAFFIC_KEYS - CORE_ROUTE_ONLY})
+FIELDS.update({
+    # the same destination parser as routeAction.single (kube ports and subsets tested there)
+    "Route:routeAction.multi.destinations[].destination.kube": (T, TRAFFIC, GLOO),
+    "Route:routeAction.multi.destinations[].destination.subset": (T, SUBSETS, TRAFFIC),
+    "UpstreamGroup:spec.destinations[].destination.kube": (T, TRAFFIC, GLOO),
+    "UpstreamGroup:spec.destinations[].destination.subset": (T, SUBSETS, TRAFFIC),
+    # Envoy's runtime layer does not exist here: the key is only a name
+    "VirtualService:spec.virtualHost.options.csrf.filterEnabled.runtimeKey": (I, CONF_DOC),
+    "VirtualService:spec.virtualHost.options.csrf.shadowEnabled.runtimeKey": (I, CONF_DOC),
+    # what Gloo's discovery wrote on an Upstream: metadata only
+    "Upstream:spec.discoveryMetadata": (I, CONF_DOC), "Upstream:spec.discoveryMetadata.labels": (I, CONF_DOC),
+})
+
+
 #: Fields checked by hand-written code rather than a watched mapping (the
 #: resource envelope, Settings sections, the extauth options key): listed
 #: here so the comparison below knows they are accepted.
@@ -506,6 +774,9 @@ MANUAL = {
     # the core's own options keys (every other key names a plugin): loader.CORE_OPTION_KEYS
     "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder",
     "VirtualService:spec.virtualHost.options.pluginOrder",
+    # the traffic options keys (the fields inside them are watched)
+    *(f"Route:options.{k}" for k in CORE_TRAFFIC_KEYS),
+    *(f"VirtualService:spec.virtualHost.options.{k}" for k in CORE_TRAFFIC_KEYS - CORE_ROUTE_ONLY),
 }
 
 
@@ -520,8 +791,8 @@ class FieldWalkTests(TestCase):
         route_keys = {f.split(".", 1)[1] for f in MANUAL if f.startswith("Route:options.")}
         assert route_keys == set(CORE_OPTION_KEYS)
         host_keys = {f.rsplit(".", 1)[1] for f in MANUAL if f.startswith("VirtualService:spec.virtualHost.options.")}
-        # prefixRewrite and timeout are route options; a virtual host refuses them
-        assert host_keys == set(CORE_OPTION_KEYS) - {"prefixRewrite", "timeout"}
+        # prefixRewrite, timeout and the route-only traffic options; a virtual host refuses them
+        assert host_keys == set(CORE_OPTION_KEYS) - {"prefixRewrite", "timeout"} - CORE_ROUTE_ONLY
 
     def test_every_accepted_field_changes_behaviour_or_is_informational(self, tmp_path, monkeypatch):
         accepted = {_scope(f) for f in walk(tmp_path, monkeypatch)} | MANUAL

@@ -163,11 +163,12 @@ class GlooLoaderTests(TestCase):
 
     @pytest.mark.parametrize("api, kind, reason", [
         ("gateway.solo.io/v1", "Gateway", "unknown kind 'Gateway' in 'gateway.solo.io/v1'"),
-        ("gloo.solo.io/v1", "UpstreamGroup", "unknown kind 'UpstreamGroup' in 'gloo.solo.io/v1'"),
+        ("gloo.solo.io/v1", "Proxy", "unknown kind 'Proxy' in 'gloo.solo.io/v1'"),
         ("gateway.vendor.io/v1", "VirtualServic", "unknown kind 'VirtualServic'"),
         ("gloo.solo.io/v1", "VirtualService", "VirtualService needs apiVersion 'gateway.vendor.io/v1' or"
                                               " 'gateway.solo.io/v1', got 'gloo.solo.io/v1'"),
-        ("gloo.solo.io/v1", "Settings", "Settings needs apiVersion 'gateway.vendor.io/v1'"),
+        ("enterprise.gloo.solo.io/v1", "Settings", "Settings needs apiVersion 'gateway.vendor.io/v1' or"
+                                                   " 'gloo.solo.io/v1'"),
     ])
     def test_unknown_kind_in_our_groups_is_an_error(self, api, kind, reason):
         with pytest.raises(ConfigError) as info:
@@ -223,9 +224,13 @@ class GlooLoaderTests(TestCase):
         assert reason in issue.reason
 
     @pytest.mark.parametrize("snippet, field, reason", [
-        ("routeAction: {multi: {destinations: []}}", "routes[0].routeAction.multi",
-         "weighted destinations are not supported"),
-        ("redirectAction: {hostRedirect: x}", "routes[0].redirectAction", "redirects are not supported"),
+        ("graphqlApiRef: {name: g}", "routes[0].graphqlApiRef", "GraphQL is out of twistgw's scope"),
+        ("routeAction: {dynamicForwardProxy: {}}", "routes[0].routeAction.dynamicForwardProxy",
+         "the dynamic forward proxy is out of twistgw's scope"),
+        ("options: {transformations: {}}\n      routeAction: {single: {upstream: {name: u}}}",
+         "routes[0].options.transformations", "transformations are out of twistgw's scope"),
+        ("options: {retries: {numRetries: 2}}\n      routeAction: {single: {upstream: {name: u}}}",
+         "routes[0].options.retries", "retries are not supported by twistgw yet"),
     ])
     def test_unsupported_gloo_route_fields_are_named(self, snippet, field, reason):
         text = ("apiVersion: gateway.solo.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec:\n"
@@ -241,9 +246,9 @@ class GlooLoaderTests(TestCase):
         found = check(VS_V + """\
             domains: example.com
         """)
+        # Gloo accepts a virtual service without routes (it serves nothing)
         assert [(i.field, i.reason) for i in found] == [
             ("spec.virtualHost.domains", "must be a list, got a string"),
-            ("spec.virtualHost.routes", "is required"),
         ]
 
     def test_typo_beside_plugin_option_errors(self):
@@ -264,7 +269,8 @@ class GlooLoaderTests(TestCase):
             (14, "spec.virtualHost.routes[0].colour"),
         ]
         assert found[2].reason == "unknown field 'colour'; expected one of: delegateAction," \
-            " directResponseAction, inheritableMatchers, inheritablePathMatchers, matchers, name, options, routeAction"
+            " directResponseAction, inheritableMatchers, inheritablePathMatchers, matchers, name, options," \
+            " optionsConfigRefs, redirectAction, routeAction"
 
     def test_jwt_reports_every_provider_problem(self):
         found = check(VS_V + """\

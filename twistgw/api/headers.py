@@ -145,3 +145,15 @@ class Headers:
         """``setRawHeaders`` for a name already in canonical form and a value
         the gateway made itself (no line breaks): no re-encoding per request."""
         self._raw[canonical] = [value]
+
+    def get_canonical(self, canonical: bytes) -> list[bytes] | None:
+        """``getRawHeaders`` for a canonical name (bytes); None when absent."""
+        return self._raw.get(canonical) or None
+
+    def add_canonical(self, canonical: bytes, value: bytes) -> None:
+        """``addRawHeader`` for a canonical name and a checked value."""
+        self._raw.setdefault(canonical, []).append(value)
+
+    def remove_canonical(self, canonical: bytes) -> None:
+        """``removeHeader`` for a canonical name."""
+        self._raw.pop(canonical, None)

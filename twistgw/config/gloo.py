@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from twistgw.api.fields import FieldReader, Path
+from twistgw.config.traffic import CORE_TRAFFIC_KEYS
 
 __all__ = ["CORE_GROUP", "CORE_OPTION_KEYS", "ENTERPRISE", "GATEWAY", "GLOO_UNSUPPORTED", "OURS_ONLY",
            "RATELIMIT", "SOLO_GROUPS", "UPSTREAMS", "unsupported"]
@@ -40,7 +41,7 @@ SOLO_GROUPS = frozenset({
 })
 
 #: Options keys the core itself reads; every other key names a plugin.
-CORE_OPTION_KEYS = frozenset({"pluginOrder", "prefixRewrite", "timeout", "upgrades"})
+CORE_OPTION_KEYS = frozenset({"pluginOrder", "prefixRewrite", "timeout", "upgrades"}) | CORE_TRAFFIC_KEYS
 
 
 #: Gloo Edge fields twistgw does not implement, by where they are written,
@@ -48,15 +49,12 @@ CORE_OPTION_KEYS = frozenset({"pluginOrder", "prefixRewrite", "timeout", "upgrad
 GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
     "spec": {"sslConfig": "TLS is terminated by the --listen endpoint (e.g. 'ssl:8443:...'), not per virtual service"},
     "route": {
-        "redirectAction": "redirects are not supported; use a directResponseAction or let the backend redirect",
-        "graphqlApiRef": "GraphQL is not supported",
+        "graphqlApiRef": "GraphQL is out of twistgw's scope",
     },
     "routeAction": {
-        "multi": ("weighted destinations are not supported; route to one upstream"
-                  " (or one Service with several endpoints)"),
-        "upstreamGroup": "UpstreamGroups are not supported; route to one upstream",
         "clusterHeader": "routing by a cluster header is not supported",
-        "dynamicForwardProxy": "the dynamic forward proxy is not supported",
+        "dynamicForwardProxy": "the dynamic forward proxy is out of twistgw's scope (it forwards to any host a"
+                               " client names; route to declared upstreams)",
     },
     "single": {
         "destinationSpec": "destination specs (REST/gRPC function routing) are not supported",
@@ -64,18 +62,19 @@ GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
     },
     "upstreamSpec": {
         "sslConfig": "TLS to upstreams is not supported",
-        "healthChecks": "active health checks are not supported",
-        "loadBalancerConfig": "load balancer settings are not supported: endpoints are used round robin",
         "connectionConfig": "connection settings are not supported",
         "circuitBreakers": "circuit breakers are not supported",
         "outlierDetection": "outlier detection is not supported",
         "useHttp2": "HTTP/2 to upstreams is not supported",
-        "discoveryMetadata": "discovery metadata is not supported",
-        "aws": "AWS Lambda upstreams are not supported",
-        "azure": "Azure upstreams are not supported",
-        "consul": "Consul upstreams are not supported",
+        "aws": "AWS Lambda upstreams are out of twistgw's scope (cloud functions)",
+        "azure": "Azure function upstreams are out of twistgw's scope (cloud functions)",
+        "gcp": "Google Cloud upstreams are out of twistgw's scope (cloud functions)",
+        "consul": "Consul upstreams are out of twistgw's scope: list the hosts in a static upstream",
         "pipe": "unix-socket upstreams are not supported",
-        "awsEc2": "EC2 upstreams are not supported",
+        "awsEc2": "EC2 upstreams are out of twistgw's scope: list the hosts in a static upstream",
+        "grpcJsonTranscoder": "gRPC-JSON transcoding is out of twistgw's scope",
+        "httpProxyHostname": "tunnelling to upstreams through an HTTP proxy is not supported",
+        "proxyProtocolVersion": "the PROXY protocol to upstreams is not supported",
     },
 }
 

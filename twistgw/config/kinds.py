@@ -25,9 +25,10 @@ from twistgw.config import gloo
 from twistgw.config.configmaps import read_config_map
 from twistgw.config.envelope import Kind
 from twistgw.config.ratelimits import read_rate_limit_config
+from twistgw.config.optionkinds import read_route_option, read_upstream_group, read_virtual_host_option
 from twistgw.config.routetables import read_route_table
 from twistgw.config.secrets import read_auth_config, read_secret
-from twistgw.config.settings import read_settings
+from twistgw.config.gloosettings import read_any_settings
 from twistgw.config.upstreams import read_endpoints, read_pod, read_service, read_upstream
 from twistgw.config.virtualservices import read_virtual_service
 
@@ -38,6 +39,9 @@ KINDS: Mapping[str, Kind] = {kind.name: kind for kind in (
     Kind("VirtualService", gloo.GATEWAY, read_virtual_service),
     Kind("RouteTable", gloo.GATEWAY, read_route_table),
     Kind("Upstream", gloo.UPSTREAMS, read_upstream),
+    Kind("UpstreamGroup", gloo.UPSTREAMS, read_upstream_group),
+    Kind("VirtualHostOption", gloo.GATEWAY, read_virtual_host_option),
+    Kind("RouteOption", gloo.GATEWAY, read_route_option),
     Kind("AuthConfig", gloo.ENTERPRISE, read_auth_config),
     Kind("Secret", gloo.CORE_GROUP, read_secret, top_level=frozenset({"data", "stringData", "type", "immutable"}),
          needs_spec=False),
@@ -46,7 +50,8 @@ KINDS: Mapping[str, Kind] = {kind.name: kind for kind in (
     Kind("Pod", gloo.CORE_GROUP, read_pod, needs_spec=False),
     Kind("ConfigMap", gloo.CORE_GROUP, read_config_map, top_level=frozenset({"data", "binaryData", "immutable"}),
          needs_spec=False),
-    Kind("Settings", gloo.OURS_ONLY, read_settings, singleton=True),
+    # twistgw's own Settings, or Gloo's (gloo.solo.io/v1), read into the same sections
+    Kind("Settings", gloo.OURS_ONLY + ("gloo.solo.io/v1",), read_any_settings, singleton=True),
     Kind("RateLimitConfig", gloo.RATELIMIT, read_rate_limit_config),
 )}
 

@@ -36,11 +36,13 @@ from twistgw.config.resolution import (
     Config,
     Unresolvable,
     check_references,
+    check_upstream_groups,
     check_regex_sizes,
     locate,
     resolve_upstreams,
 )
 from twistgw.config.routetables import Flattener
+from twistgw.config.optionkinds import merge_delegated_options
 from twistgw.config.settings import regex_max_program_size
 from twistgw.config.yamlfiles import MAX_FLOW_NESTING, Document, parse_yaml_text, read_documents
 
@@ -114,6 +116,10 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
     config = attrs.evolve(config, upstreams=resolved.upstreams, subset_specs=resolved.subset_specs,
                           endpoint_labels=resolved.endpoint_labels)
     check_regex_sizes(config, issue, regex_max_program_size(config.settings))  # routes as written
+    # Gloo's delegated options (VirtualHostOption, RouteOption), before delegation.
+    merged_vs, merged_tables = merge_delegated_options(config.virtual_services, config.route_tables,
+                                                       config.resources, read.invalid, issue, partial)
+    config = attrs.evolve(config, virtual_services=merged_vs, route_tables=merged_tables)
     # Delegation: each virtual service's route tree, flattened.
     flattener = Flattener(config.route_tables, {(n, m) for k, n, m in read.invalid if k == "RouteTable"},
                           issue, partial)
@@ -121,6 +127,7 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
         attrs.evolve(vs, routes=flattener.flatten(vs)) for vs in config.virtual_services))
     config = attrs.evolve(config, route_tables_used=frozenset(flattener.used))
     check_references(config, issue, read.invalid)
+    check_upstream_groups(config, issue, read.invalid)
     if issues and not keep_going:
         raise ConfigError(issues)
     return attrs.evolve(config, issues=tuple(issues),

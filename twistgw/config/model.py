@@ -8,15 +8,25 @@ import attrs
 
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
 from twistgw.config.matchers import Matcher, RequestView, any_matches
+from twistgw.config.traffic import Redirect
 
 __all__ = [
     "OPERATORS",
     "AuthConfigInfo",
     "Delegate",
+    "Destination",
     "DirectResponse",
+    "GroupRef",
+    "Multi",
+    "OptionsResource",
+    "Redirect",
+    "UpstreamGroup",
+    "WeightedDestination",
     "Endpoint",
     "EndpointsResource",
+    "HealthCheck",
     "KubeRef",
+    "LoadBalancer",
     "Pod",
     "Matcher",
     "RequestView",
@@ -90,6 +100,45 @@ class UpstreamRef:
 
 
 @attrs.frozen
+class WeightedDestination:
+    """One of ``routeAction.multi.destinations`` (or an UpstreamGroup's)."""
+
+    destination: KubeRef | UpstreamRef
+    weight: int
+    #: WeightedDestinationOptions as read (``headerManipulation``)
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Multi:
+    """``routeAction.multi``: a destination picked at random by weight."""
+
+    destinations: tuple[WeightedDestination, ...]
+
+
+@attrs.frozen
+class GroupRef:
+    """``routeAction.upstreamGroup``: the destinations of an UpstreamGroup."""
+
+    name: str
+    namespace: str
+
+
+@attrs.frozen
+class UpstreamGroup:
+    """An ``UpstreamGroup`` (gloo.solo.io/v1): weighted destinations shared by routes."""
+
+    namespace: str
+    name: str
+    destinations: tuple[WeightedDestination, ...]
+
+
+#: What a route does besides delegating: forward (one, weighted, a group),
+#: answer directly, or redirect.
+Destination = KubeRef | UpstreamRef | Multi | GroupRef
+
+
+@attrs.frozen
 class DirectResponse:
     status: int
     body: bytes = b""
@@ -137,7 +186,7 @@ class Route:
     name: str
     index: int
     matchers: tuple[Matcher, ...]
-    action: KubeRef | UpstreamRef | DirectResponse | Delegate
+    action: KubeRef | UpstreamRef | Multi | GroupRef | DirectResponse | Redirect | Delegate
     options: Mapping[str, Any] = attrs.field(factory=dict)
     prefix_rewrite: str | None = None
     timeout: float | None = None
@@ -149,6 +198,8 @@ class Route:
     #: ``inheritableMatchers`` / ``inheritablePathMatchers`` (None: as the parent)
     inherit_matchers: bool | None = None
     inherit_path_matchers: bool | None = None
+    #: ``optionsConfigRefs.delegateOptions``: RouteOption (namespace, name) in order
+    options_refs: tuple[tuple[str, str], ...] = ()
     #: the delegating routes' matchers a route written in a RouteTable must
     #: also match (its own path condition does not imply them: a regex, or
     #: a case-insensitive child of a case-sensitive prefix), so a child never
@@ -233,6 +284,20 @@ class VirtualService(_Named):
     options: Mapping[str, Any] = attrs.field(factory=dict)
     display_name: str = ""
     source: Source | None = None
+    #: ``virtualHost.optionsConfigRefs.delegateOptions``: VirtualHostOption (namespace, name) in order
+    options_refs: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.frozen
+class OptionsResource:
+    """A ``VirtualHostOption`` or ``RouteOption``: options a virtual host or
+    route takes by ``optionsConfigRefs.delegateOptions``."""
+
+    kind: str
+    namespace: str
+    name: str
+    options: Mapping[str, Any]
+    source: Source | None = None
 
 
 @attrs.frozen
@@ -303,3 +368,36 @@ class UpstreamResource:
     #: ``spec.kube.selector``: accepted only when it is the Service's own
     selector: Mapping[str, str] | None = None
     subset_spec: SubsetSpec | None = None
+    #: ``spec.loadBalancerConfig``: None for round robin
+    load_balancer: "LoadBalancer | None" = None
+    #: ``spec.healthChecks``: active HTTP checks (at most one)
+    health_check: "HealthCheck | None" = None
+
+
+@attrs.frozen
+class HealthCheck:
+    """An Upstream's active HTTP health check (Envoy's HealthCheck)."""
+
+    interval: float
+    timeout: float
+    unhealthy_threshold: int
+    healthy_threshold: int
+    path: str
+    host: str = ""
+    #: [start, end) status ranges that pass (default: 200 only, as Envoy)
+    statuses: tuple[tuple[int, int], ...] = ((200, 201),)
+
+    def passes(self, status: int) -> bool:
+        return any(lo <= status < hi for lo, hi in self.statuses)
+
+
+@attrs.frozen
+class LoadBalancer:
+    """An Upstream's ``loadBalancerConfig``: ``roundRobin``, ``random``,
+    ``ringHash`` (ring sizes) or ``maglev``."""
+
+    kind: str = "roundRobin"
+    min_ring: int = 1024
+    max_ring: int = 8 * 1024 * 1024
+    #: hash endpoints by hostname (``useHostnameForHashing``) rather than address:port
+    by_hostname: bool = False

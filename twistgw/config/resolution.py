@@ -17,7 +17,9 @@ from twistgw.regex import SafeRegex, too_large
 from twistgw.config.model import (
     EndpointsResource,
     EndpointSubset,
+    GroupRef,
     KubeRef,
+    Multi,
     Pod,
     Route,
     RouteTable,
@@ -25,6 +27,7 @@ from twistgw.config.model import (
     ServicePort,
     Source,
     SubsetSpec,
+    UpstreamGroup,
     UpstreamRef,
     UpstreamResource,
     VirtualService,
@@ -247,9 +250,40 @@ def check_references(config: Config, issue: Locate, invalid: set[tuple[str, str,
                 issue(where, owner, route.path + ("options", "prefixRewrite"),
                       "cannot rewrite the prefix of a regex match (Envoy refuses it too): match by prefix"
                       " or exact, or let the backend see the path as it is")
-            reason, field = _destination_problem(config, route.action, invalid)
+            for at, dest in _destinations(config, route, invalid, issue, where, owner):
+                reason, field = _destination_problem(config, dest, invalid)
+                if reason:
+                    issue(where, owner, route.path + at + field, reason)
+
+
+def _destinations(config: Config, route: Route, invalid: set[tuple[str, str, str]], issue: Locate,
+                  where: Source | None, owner: str) -> list[tuple[Path, object]]:
+    """A route's destinations with the path of each (``routeAction.single``,
+    ``routeAction.multi.destinations[i].destination``); a dangling
+    UpstreamGroup reported here."""
+    action = route.action
+    if isinstance(action, Multi):
+        return [(("routeAction", "multi", "destinations", i, "destination"), d.destination)
+                for i, d in enumerate(action.destinations)]
+    if isinstance(action, GroupRef):
+        if (action.namespace, action.name) not in config.of_kind("UpstreamGroup"):
+            if ("UpstreamGroup", action.namespace, action.name) not in invalid:
+                issue(where, owner, route.path + ("routeAction", "upstreamGroup"),
+                      f"dangling reference: no UpstreamGroup {action.namespace}/{action.name}")
+        return []
+    return [(("routeAction", "single"), action)]
+
+
+def check_upstream_groups(config: Config, issue: Locate, invalid: set[tuple[str, str, str]]) -> None:
+    """Each UpstreamGroup's destinations exist (reported where the group is written)."""
+    for group in config.of_kind("UpstreamGroup").values():
+        assert isinstance(group, UpstreamGroup)
+        source = config.sources.get(("UpstreamGroup", group.namespace, group.name))
+        for i, d in enumerate(group.destinations):
+            reason, field = _destination_problem(config, d.destination, invalid)
             if reason:
-                issue(where, owner, route.path + ("routeAction", "single") + field, reason)
+                issue(source, f"UpstreamGroup {group.namespace}/{group.name}",
+                      ("spec", "destinations", i, "destination") + field, reason)
 
 
 def _destination_problem(config: Config, action: object,

@@ -12,10 +12,13 @@ from twistgw.api.fields import FieldReader, Path
 from twistgw.api.types import Endpoint
 from twistgw.config.envelope import Envelope
 from twistgw.config.gloo import unsupported
+from twistgw.options import parse_duration
 from twistgw.config.model import (
     EndpointsResource,
     EndpointSubset,
+    HealthCheck,
     KubeRef,
+    LoadBalancer,
     Pod,
     Service,
     ServicePort,
@@ -167,7 +170,21 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     """An ``Upstream``: static hosts, or a Kubernetes Service port (with subsets)."""
     ns, name, source = res.namespace, res.name, res.source
     spec = r.mapping(res.spec, ("spec",))
-    spec = r.mapping(unsupported(r, spec, ("spec",), "upstreamSpec"), ("spec",), {"kube", "static"})
+    spec = r.mapping(unsupported(r, spec, ("spec",), "upstreamSpec"), ("spec",),
+                     {"kube", "static", "discoveryMetadata", "loadBalancerConfig", "healthChecks"})
+    lb = hc = None
+    if spec.get("healthChecks") is not None:
+        with r.part():
+            hc = read_health_checks(r, spec["healthChecks"], ("spec", "healthChecks"))
+    if spec.get("loadBalancerConfig") is not None:
+        with r.part():
+            lb = read_load_balancer(r, spec["loadBalancerConfig"], ("spec", "loadBalancerConfig"))
+    if spec.get("discoveryMetadata") is not None:
+        # What Gloo's discovery wrote (labels of the Service): kept as
+        # metadata only, as Gloo does; routing never reads it.
+        with r.part():
+            dm = r.mapping(spec["discoveryMetadata"], ("spec", "discoveryMetadata"), {"labels"})
+            r.labels(dm.get("labels"), ("spec", "discoveryMetadata", "labels"))
     if len([k for k in spec if k in ("kube", "static")]) != 1:
         raise r.fail(("spec",), "set exactly one of kube or static")
     if "static" in spec:
@@ -180,7 +197,7 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
             hp = ("spec", "static", "hosts", i)
             h = r.mapping(h, hp, {"addr", "port"}, required=("addr", "port"))
             hosts.append(Endpoint(r.string(h["addr"], hp + ("addr",)), r.port(h["port"], hp + ("port",))))
-        return UpstreamResource(ns, name, static=tuple(hosts), source=source)
+        return UpstreamResource(ns, name, static=tuple(hosts), source=source, load_balancer=lb, health_check=hc)
     kp = ("spec", "kube")
     k = r.mapping(spec["kube"], kp)
     k = r.mapping(unsupported(r, k, kp, "upstreamSpec"), kp,
@@ -192,4 +209,97 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     selector = r.labels(k["selector"], kp + ("selector",)) if "selector" in k else None
     subset_spec = read_subset_spec(r, k["subsetSpec"], kp + ("subsetSpec",)) if "subsetSpec" in k else None
     return UpstreamResource(ns, name, kube=KubeRef(sname, sns, port), source=source, selector=selector,
-                            subset_spec=subset_spec)
+                            subset_spec=subset_spec, load_balancer=lb, health_check=hc)
+
+
+_LB_LATER = "is not supported by twistgw yet (it needs the upstream side: active requests and health)"
+
+
+def read_load_balancer(r: FieldReader, value: Any, path: Path) -> LoadBalancer:
+    """``loadBalancerConfig`` (Gloo's LoadBalancerConfig, Envoy's lb_policy)."""
+    m = dict(r.mapping(value, path))
+    for key in ("leastRequest", "healthyPanicThreshold", "localityWeightedLbConfig", "updateMergeWindow"):
+        if m.pop(key, None) is not None:
+            r.issue(path + (key,), _LB_LATER)
+    m = r.mapping(m, path, {"roundRobin", "random", "ringHash", "maglev"})
+    kinds = [k for k in ("roundRobin", "random", "ringHash", "maglev") if k in m]
+    if len(kinds) > 1:
+        raise r.fail(path, "set one of roundRobin, random, ringHash or maglev")
+    if not kinds:
+        return LoadBalancer()
+    kind = kinds[0]
+    body = dict(r.mapping(m[kind] or {}, path + (kind,)))
+    if kind == "roundRobin" and body.pop("slowStartConfig", None) is not None:
+        r.issue(path + (kind, "slowStartConfig"), _LB_LATER)
+    allowed = {"ringHash": {"ringHashConfig", "useHostnameForHashing"}, "maglev": {"useHostnameForHashing"}}
+    body = r.mapping(body, path + (kind,), allowed.get(kind, set()))
+    by_hostname = False
+    if body.get("useHostnameForHashing") is not None:
+        by_hostname = r.boolean(body["useHostnameForHashing"], path + (kind, "useHostnameForHashing"))
+    lo, hi = 1024, 8 * 1024 * 1024
+    if body.get("ringHashConfig") is not None:
+        cp = path + (kind, "ringHashConfig")
+        c = r.mapping(body["ringHashConfig"], cp, {"minimumRingSize", "maximumRingSize"})
+        lo = _ring_size(r, c.get("minimumRingSize", lo), cp + ("minimumRingSize",))
+        hi = _ring_size(r, c.get("maximumRingSize", hi), cp + ("maximumRingSize",))
+        if lo > hi:
+            raise r.fail(cp, "minimumRingSize is above maximumRingSize")
+    return LoadBalancer(kind, lo, hi, by_hostname)
+
+
+def _ring_size(r: FieldReader, value: Any, path: Path) -> int:
+    """A uint64 as Gloo writes it: an integer, or digits in a string (proto JSON)."""
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    return r.integer(value, path, 1, 8 * 1024 * 1024)
+
+
+_HC_LATER = "is not supported by twistgw: active checks are HTTP (httpHealthCheck)"
+
+
+def _duration(r: FieldReader, value: Any, path: Path) -> float:
+    found = parse_duration(value)
+    if not found:
+        raise r.fail(path, f"must be a duration above zero such as '5s', got {value!r}")
+    return found
+
+
+def read_health_checks(r: FieldReader, value: Any, path: Path) -> HealthCheck | None:
+    """``healthChecks``: one active HTTP check (Envoy's HealthCheck as Gloo writes it)."""
+    checks = r.sequence(value, path)
+    if not checks:
+        return None
+    if len(checks) > 1:
+        raise r.fail(path, "twistgw runs one health check per upstream: list one")
+    p = path + (0,)
+    m = dict(r.mapping(checks[0], p))
+    for key in ("tcpHealthCheck", "grpcHealthCheck", "customHealthCheck"):
+        if m.pop(key, None) is not None:
+            r.issue(p + (key,), _HC_LATER)
+    for key in ("noTrafficInterval", "unhealthyInterval", "unhealthyEdgeInterval", "healthyEdgeInterval",
+                "initialJitter", "intervalJitter", "intervalJitterPercent", "eventLogPath",
+                "alwaysLogHealthCheckFailures", "reuseConnection", "tlsOptions", "transportSocketMatchCriteria"):
+        if m.pop(key, None) is not None:
+            r.issue(p + (key,), "is not supported by twistgw (the check runs every interval on a kept-alive"
+                    " connection)")
+    m = r.mapping(m, p, {"timeout", "interval", "unhealthyThreshold", "healthyThreshold", "httpHealthCheck"},
+                  required=("timeout", "interval", "unhealthyThreshold", "healthyThreshold", "httpHealthCheck"))
+    timeout = _duration(r, m["timeout"], p + ("timeout",))
+    interval = _duration(r, m["interval"], p + ("interval",))
+    unhealthy = r.integer(m["unhealthyThreshold"], p + ("unhealthyThreshold",), 1, 1000)
+    healthy = r.integer(m["healthyThreshold"], p + ("healthyThreshold",), 1, 1000)
+    hp = p + ("httpHealthCheck",)
+    h = r.mapping(m["httpHealthCheck"], hp, {"path", "host", "expectedStatuses"}, required=("path",))
+    hpath = r.string(h["path"], hp + ("path",))
+    if not hpath.startswith("/"):
+        raise r.fail(hp + ("path",), "must start with '/'")
+    host = r.string(h["host"], hp + ("host",)) if "host" in h else ""
+    statuses: list[tuple[int, int]] = []
+    for i, rng in enumerate(r.sequence(h.get("expectedStatuses") or [], hp + ("expectedStatuses",))):
+        rp = hp + ("expectedStatuses", i)
+        rr = r.mapping(rng, rp, {"start", "end"}, required=("start", "end"))
+        lo, hi = r.integer(rr["start"], rp + ("start",), 100, 599), r.integer(rr["end"], rp + ("end",), 101, 600)
+        if lo >= hi:
+            raise r.fail(rp, "start must be below end (the range is [start, end))")
+        statuses.append((lo, hi))
+    return HealthCheck(interval, timeout, unhealthy, healthy, hpath, host, tuple(statuses) or ((200, 201),))

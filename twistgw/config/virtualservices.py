@@ -17,17 +17,24 @@ from twistgw.config.model import (
     OPERATORS,
     Delegate,
     DirectResponse,
+    GroupRef,
     KubeRef,
+    Multi,
+    Redirect,
     Route,
     Selector,
     UpstreamRef,
     VirtualService,
+    WeightedDestination,
 )
 from twistgw.config.names import host_without_port
 from twistgw.config.reader import reference
+from twistgw.config.routeoptions import read_destination_options, read_options, websocket_enabled
+from twistgw.config.traffic import read_redirect
 from twistgw.options import parse_duration
 
-__all__ = ["read_options", "read_routes", "read_virtual_service", "websocket_enabled"]
+__all__ = ["read_destination", "read_options", "read_options_refs", "read_routes", "read_virtual_service",
+           "read_weighted"]
 
 
 def read_virtual_service(r: FieldReader, res: Envelope) -> VirtualService:
@@ -40,7 +47,7 @@ def read_virtual_service(r: FieldReader, res: Envelope) -> VirtualService:
     with r.part():
         display = r.string(spec.get("displayName", ""), ("spec", "displayName"), nonempty=False)
     vh_path: Path = ("spec", "virtualHost")
-    vh = r.mapping(spec["virtualHost"], vh_path, {"domains", "options", "routes"})
+    vh = r.mapping(spec["virtualHost"], vh_path, {"domains", "options", "routes", "optionsConfigRefs"})
     domains: list[str] = []
     with r.part():
         for i, d in enumerate(r.sequence(vh.get("domains", ["*"]), vh_path + ("domains",), nonempty=True)):
@@ -51,12 +58,30 @@ def read_virtual_service(r: FieldReader, res: Envelope) -> VirtualService:
                 domains.append(d)
     options: dict[str, Any] = {}
     with r.part():
-        options = read_options(r, vh.get("options", {}), vh_path + ("options",))
-    routes = read_routes(r, ns, vh, vh_path, "routes")
+        options = read_options(r, vh.get("options", {}), vh_path + ("options",), ns, on_route=False)
+    refs: tuple[tuple[str, str], ...] = ()
+    with r.part():
+        refs = read_options_refs(r, vh.get("optionsConfigRefs"), vh_path + ("optionsConfigRefs",), ns)
+    # Gloo accepts a virtual service with options and no routes (its guides
+    # show such partial resources): it serves nothing; ``check`` says so.
+    routes = read_routes(r, ns, vh, vh_path, "routes") if "routes" in vh else ()
     # Kept even with problems (they are recorded and reject the
     # configuration) so the plugins still check its options: every problem
     # is reported at once.
-    return VirtualService(ns, name, tuple(domains), routes, options, display, source)
+    return VirtualService(ns, name, tuple(domains), routes, options, display, source, refs)
+
+
+def read_options_refs(r: FieldReader, value: Any, path: Path, ns: str) -> tuple[tuple[str, str], ...]:
+    """``optionsConfigRefs: {delegateOptions: [{name, namespace}, ...]}``."""
+    if value is None:
+        return ()
+    m = r.mapping(value, path, {"delegateOptions"})
+    out = []
+    for i, ref in enumerate(r.sequence(m.get("delegateOptions") or [], path + ("delegateOptions",))):
+        with r.part():
+            name_, ns_, _ = reference(r, ref, path + ("delegateOptions", i), ns)
+            out.append((ns_, name_))
+    return tuple(out)
 
 
 def read_routes(r: FieldReader, ns: str, parent: dict[str, Any], path: Path, key: str) -> tuple[Route, ...]:
@@ -72,71 +97,14 @@ def read_routes(r: FieldReader, ns: str, parent: dict[str, Any], path: Path, key
     return tuple(routes)
 
 
-def read_options(r: FieldReader, value: Any, path: Path) -> dict[str, Any]:
-    if value is None:
-        return {}
-    options = r.mapping(value, path)
-    bad = r.count()
-    if "routes" not in path:  # a virtual host's options
-        for key in ("prefixRewrite", "timeout", "upgrades"):
-            if key in options:
-                r.issue(path + (key,), "is a route option (as in Gloo): write it under the routes' options")
-    if "pluginOrder" in options:
-        with r.part():
-            order = r.sequence(options["pluginOrder"], path + ("pluginOrder",))
-            for i, n in enumerate(order):
-                r.string(n, path + ("pluginOrder", i))
-            if len(set(order)) != len(order):
-                raise r.fail(path + ("pluginOrder",), "lists a plugin twice")
-    if "prefixRewrite" in options:
-        with r.part():
-            rw = r.string(options["prefixRewrite"], path + ("prefixRewrite",), nonempty=False)
-            if rw and not rw.startswith("/"):
-                raise r.fail(path + ("prefixRewrite",), "must start with '/'")
-    if "upgrades" in options:
-        with r.part():
-            websocket_enabled(r, options["upgrades"], path + ("upgrades",))
-    if "timeout" in options and not parse_duration(options["timeout"]):
-        r.issue(path + ("timeout",), f"must be a duration above zero such as '15s' or '500ms',"
-                f" got {options['timeout']!r}")
-    if r.count() > bad:
-        raise r.invalid()
-    return options
-
-
-def websocket_enabled(r: FieldReader, value: Any, path: Path) -> bool:
-    """Gloo's route option ``upgrades: [{websocket: {enabled: bool}}]``:
-    whether WebSocket upgrades are forwarded on the route (``enabled``
-    defaults to true, as in Gloo; no entry: true, Gloo's default)."""
-    enabled = True
-    seen = False
-    for i, item in enumerate(r.sequence(value, path)):
-        at = path + (i,)
-        entry = r.mapping(item, at, {"websocket", "connect"})
-        if "connect" in entry:
-            r.issue(at + ("connect",), "CONNECT is not proxied (a reverse proxy has no tunnel target; answered 501)")
-            continue
-        if len(entry) != 1:
-            raise r.fail(at, "set one upgrade type: websocket")
-        if "websocket" not in entry:
-            raise r.invalid()  # the unknown type is reported already
-        if seen:
-            raise r.fail(at, "lists websocket twice")
-        seen = True
-        spec = r.mapping(entry["websocket"] if entry["websocket"] is not None else {}, at + ("websocket",),
-                         {"enabled"})
-        if "enabled" in spec:
-            enabled = r.boolean(spec["enabled"], at + ("websocket", "enabled"))
-    return enabled
-
-
-_ACTIONS = ("routeAction", "directResponseAction", "delegateAction")
+_ACTIONS = ("routeAction", "directResponseAction", "delegateAction", "redirectAction")
 
 
 def _route(r: FieldReader, ns: str, index: int, raw: Any, path: Path) -> Route:
     m = r.mapping(raw, path)
     m = r.mapping(unsupported(r, m, path, "route"), path,
-                  {"name", "matchers", "options", "inheritableMatchers", "inheritablePathMatchers"} | set(_ACTIONS))
+                  {"name", "matchers", "options", "inheritableMatchers", "inheritablePathMatchers",
+                   "optionsConfigRefs"} | set(_ACTIONS))
     inherit: dict[str, bool | None] = {}
     for key in ("inheritableMatchers", "inheritablePathMatchers"):
         inherit[key] = None
@@ -153,7 +121,7 @@ def _route(r: FieldReader, ns: str, index: int, raw: Any, path: Path) -> Route:
             with r.part():
                 matchers.append(parse_matcher(r, mm, path + ("matchers", j)))
     actions = [a for a in _ACTIONS if a in m]
-    action: KubeRef | UpstreamRef | DirectResponse | Delegate | None = None
+    action: KubeRef | UpstreamRef | Multi | GroupRef | DirectResponse | Redirect | Delegate | None = None
     if len(actions) != 1:
         r.issue(path, f"set exactly one of {', '.join(_ACTIONS)}"
                 + (f" (got {' and '.join(actions)})" if actions else ""))
@@ -162,7 +130,10 @@ def _route(r: FieldReader, ns: str, index: int, raw: Any, path: Path) -> Route:
             action = _action(r, ns, actions[0], m[actions[0]], path + (actions[0],))
     options: dict[str, Any] = {}
     with r.part():
-        options = read_options(r, m.get("options", {}), path + ("options",))
+        options = read_options(r, m.get("options", {}), path + ("options",), ns, on_route=True)
+    refs: tuple[tuple[str, str], ...] = ()
+    with r.part():
+        refs = read_options_refs(r, m.get("optionsConfigRefs"), path + ("optionsConfigRefs",), ns)
     if action is None:
         raise r.invalid()
     rewrite = options.get("prefixRewrite")
@@ -171,11 +142,11 @@ def _route(r: FieldReader, ns: str, index: int, raw: Any, path: Path) -> Route:
         else True
     return Route(name, index, tuple(matchers), action, options, rewrite, timeout, path=path, websocket=websocket,
                  inherit_matchers=inherit["inheritableMatchers"],
-                 inherit_path_matchers=inherit["inheritablePathMatchers"])
+                 inherit_path_matchers=inherit["inheritablePathMatchers"], options_refs=refs)
 
 
 def _action(r: FieldReader, ns: str, kind: str, value: Any,
-            ap: Path) -> KubeRef | UpstreamRef | DirectResponse | Delegate:
+            ap: Path) -> KubeRef | UpstreamRef | Multi | GroupRef | DirectResponse | Redirect | Delegate:
     if kind == "directResponseAction":
         d = r.mapping(value, ap, {"status", "body"}, required=("status",))
         status = r.integer(d["status"], ap + ("status",), 200, 599)
@@ -183,10 +154,43 @@ def _action(r: FieldReader, ns: str, kind: str, value: Any,
         return DirectResponse(status, body.encode("utf-8"))
     if kind == "delegateAction":
         return _delegate(r, ns, value, ap)
+    if kind == "redirectAction":
+        return read_redirect(r, value, ap)
     ra = r.mapping(value, ap)
-    ra = r.mapping(unsupported(r, ra, ap, "routeAction"), ap, {"single"}, required=("single",))
-    sp = ap + ("single",)
-    single = r.mapping(ra["single"], sp)
+    ra = r.mapping(unsupported(r, ra, ap, "routeAction"), ap, {"single", "multi", "upstreamGroup"})
+    forms = [k for k in ("single", "multi", "upstreamGroup") if k in ra]
+    if len(forms) != 1:
+        raise r.fail(ap, "set exactly one of single, multi or upstreamGroup")
+    if "multi" in ra:
+        mp = ap + ("multi",)
+        multi = r.mapping(ra["multi"], mp, {"destinations"}, required=("destinations",))
+        return Multi(read_weighted(r, ns, multi["destinations"], mp + ("destinations",)))
+    if "upstreamGroup" in ra:
+        name_, ns_, _ = reference(r, ra["upstreamGroup"], ap + ("upstreamGroup",), ns)
+        return GroupRef(name_, ns_)
+    return read_destination(r, ns, ra["single"], ap + ("single",))
+
+
+def read_weighted(r: FieldReader, ns: str, value: Any, path: Path) -> tuple[WeightedDestination, ...]:
+    """Weighted destinations (``multi.destinations``, an UpstreamGroup's
+    ``destinations``): each ``{destination, weight, options}``."""
+    out = []
+    for i, raw in enumerate(r.sequence(value, path, nonempty=True)):
+        p = path + (i,)
+        with r.part():
+            d = r.mapping(raw, p, {"destination", "weight", "options"}, required=("destination",))
+            weight = r.integer(d.get("weight", 1), p + ("weight",), 0, 1 << 32)
+            dest = read_destination(r, ns, d["destination"], p + ("destination",))
+            options = read_destination_options(r, d.get("options"), p + ("options",), ns)
+            out.append(WeightedDestination(dest, weight, options))
+    if out and not any(w.weight for w in out):
+        raise r.fail(path, "every weight is 0: at least one destination needs a weight above 0")
+    return tuple(out)
+
+
+def read_destination(r: FieldReader, ns: str, value: Any, sp: Path) -> KubeRef | UpstreamRef:
+    """One destination (``single``, or a weighted destination's ``destination``)."""
+    single = r.mapping(value, sp)
     single = r.mapping(unsupported(r, single, sp, "single"), sp, {"kube", "upstream", "subset"})
     if len([k for k in single if k in ("kube", "upstream")]) != 1:
         raise r.fail(sp, "set exactly one of kube or upstream")

@@ -33,7 +33,9 @@ from twistgw.core.headers import copy_request_headers
 from twistgw.core.paths import BadPath, normalise_path
 from twistgw.core.plan import Forward, LocalResponse, Plan
 from twistgw.core.routing import first_route
+from twistgw.core.balancers import hash_of
 from twistgw.core.snapshot import RouteRuntime, Snapshot
+from twistgw.core.traffic import PREFLIGHT, RoutePolicy, preflight
 
 
 
@@ -243,7 +245,37 @@ class Pipeline:
         if self.dry_run:
             ctx.dry_run = True
         runtime = head.runtime = prepared.runtime
-        return self._run(runtime.calls, head, ctx, runtime, snapshot if runtime.reselect else None, trace)
+        reselect_in = snapshot if runtime.reselect else None
+        if runtime.policy is not None:
+            return self._with_policy(runtime.policy, head, ctx, runtime, reselect_in, trace)
+        return self._run(runtime.calls, head, ctx, runtime, reselect_in, trace)
+
+    def _with_policy(self, policy: RoutePolicy, head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
+                     reselect_in: Snapshot | None, trace: Trace | None) -> Plan | Deferred[Plan]:
+        """A route with traffic options: what runs before the chain (faults,
+        a CORS preflight, csrf, the body bound), the chain, and CORS headers
+        on the gateway's own answers."""
+        early: LocalResponse | Deferred[LocalResponse | None] | None = None
+        if policy.early:
+            early = policy.before_chain(ctx, head.headers)
+        elif policy.cors is not None and ctx.method == "OPTIONS":
+            early = preflight(policy.cors, ctx.headers)
+        result: Plan | Deferred[Plan]
+        if early is None:
+            result = self._run(runtime.calls, head, ctx, runtime, reselect_in, trace)
+        elif isinstance(early, Deferred):
+            def after(answer: LocalResponse | None) -> Plan | Deferred[Plan]:
+                if answer is not None:
+                    return answer
+                return self._run(runtime.calls, head, ctx, runtime, reselect_in, trace)
+            result = early.addCallback(after)
+        else:
+            result = early
+        if policy.cors is None:
+            return result
+        if isinstance(result, Deferred):
+            return result.addCallback(_with_cors, policy, ctx)
+        return _with_cors(result, policy, ctx)
 
     def _run(self, calls: tuple[Call, ...], head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
              reselect_in: Snapshot | None, trace: Trace | None) -> Plan | Deferred[Plan]:
@@ -276,19 +308,15 @@ class Pipeline:
 
     def plan(self, ctx: RequestContext, runtime: RouteRuntime) -> Plan:
         """What to do with a request the chain admitted."""
+        if runtime.policy is not None:
+            return self._plan_policy(ctx, runtime, runtime.policy)
         if runtime.answer is not None:
             return runtime.answer
         balancer = runtime.balancer
         assert balancer is not None
         endpoint = balancer.pick()
         if endpoint is None:
-            ups = balancer.upstream
-            if not ups.subset:
-                return NO_UPSTREAM
-            reason = f"subset {subset_text(ups.subset)} of upstream {ups.namespace}/{ups.name} has no endpoints"
-            self._log.warn("No healthy upstream for {method} {path}: {reason}",
-                           method=ctx.method, path=ctx.path, reason=reason)
-            return LocalResponse(503, NO_UPSTREAM.body, reason=reason)
+            return self._no_endpoint(ctx, balancer)
         route = runtime.route
         path = ctx.path if route.prefix_rewrite is None else route.rewrite(ctx.path)
         target = path.encode("ascii")
@@ -301,3 +329,56 @@ class Pipeline:
         headers.set_canonical(b"X-Real-Ip", client)
         return Forward(endpoint, ctx.method.encode("latin-1"), target, headers,
                        route.timeout or self.upstream_timeout, balancer.upstream)
+
+    def _no_endpoint(self, ctx: RequestContext, balancer: Any) -> LocalResponse:
+        ups = balancer.upstream
+        if not ups.subset:
+            return NO_UPSTREAM
+        reason = f"subset {subset_text(ups.subset)} of upstream {ups.namespace}/{ups.name} has no endpoints"
+        self._log.warn("No healthy upstream for {method} {path}: {reason}",
+                       method=ctx.method, path=ctx.path, reason=reason)
+        return LocalResponse(503, NO_UPSTREAM.body, reason=reason)
+
+    def _plan_policy(self, ctx: RequestContext, runtime: RouteRuntime, policy: RoutePolicy) -> Plan:
+        """:meth:`plan` for a route with traffic options."""
+        route_response = policy.response
+        if runtime.answer is not None or policy.redirect is not None:
+            answer = runtime.answer if runtime.answer is not None else policy.redirect_answer(ctx)
+            return route_response.apply_to_local(answer) if route_response is not None else answer
+        request_level = None
+        if policy.weighted is not None:
+            balancer, request_level, dest_response = policy.weighted.pick(policy.random())
+            if dest_response is not None:
+                route_response = dest_response.then(route_response) if route_response is not None else dest_response
+        else:
+            balancer = runtime.balancer
+        h = hash_of(policy.lb_hash, ctx) if policy.lb_hash is not None else None
+        endpoint = balancer.pick() if h is None else balancer.pick_hash(h)
+        if endpoint is None:
+            return self._no_endpoint(ctx, balancer)
+        route = runtime.route
+        path = ctx.path if route.prefix_rewrite is None else route.rewrite(ctx.path)
+        target = policy.rewrite_path(path).encode("ascii")
+        if ctx.query:
+            target += b"?" + ctx.query
+        headers = ctx.headers
+        policy.on_request(headers, endpoint.host, request_level)
+        client = ctx.client_address.encode("ascii")
+        headers.set_canonical(b"X-Forwarded-For", client)
+        headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
+        headers.set_canonical(b"X-Real-Ip", client)
+        forward = Forward(endpoint, ctx.method.encode("latin-1"), target, headers,
+                          route.timeout or self.upstream_timeout, balancer.upstream)
+        forward.response_edit = policy.response_for(ctx, route_response)
+        return forward
+
+
+def _with_cors(plan: Plan, policy: RoutePolicy, ctx: RequestContext) -> Plan:
+    """The CORS headers of an allowed origin on the gateway's own answers
+    (a refusal by a plugin, a direct response...); a Forward carries them
+    in its response_edit already."""
+    if isinstance(plan, LocalResponse) and plan.reason != PREFLIGHT:
+        edit = policy.response_for(ctx, None)
+        if edit is not None:
+            return edit.apply_to_local(plan)
+    return plan

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from twistgw.api.headers import Headers
 from twistgw.api.types import Deny, Endpoint, UpstreamInfo
 
@@ -16,17 +18,20 @@ class LocalResponse:
     :ivar headers: extra response headers, ``((b"name", b"value"), ...)``.
     :ivar content_type: sent with a non-empty body.
     :ivar reason: why, for logs and ``twistgw explain``; never sent.
+    :ivar answer: the route's own answer (a direct response, a redirect, a
+        CORS preflight), not a refusal.
     """
 
-    __slots__ = ("status", "body", "headers", "content_type", "reason")
+    __slots__ = ("status", "body", "headers", "content_type", "reason", "answer")
 
     def __init__(self, status: int, body: bytes = b"", headers: tuple[tuple[bytes, bytes], ...] = (),
-                 content_type: bytes = b"text/plain", reason: str = "") -> None:
+                 content_type: bytes = b"text/plain", reason: str = "", answer: bool = False) -> None:
         self.status = status
         self.body = body
         self.headers = headers
         self.content_type = content_type
         self.reason = reason
+        self.answer = answer
 
     @classmethod
     def refusal(cls, deny: Deny) -> "LocalResponse":
@@ -50,9 +55,14 @@ class Forward:
     :ivar timeout: seconds to wait for the response head once the request
         body is sent (the route's ``timeout``, else the gateway's).
     :ivar upstream: the upstream ``endpoint`` belongs to.
+    :ivar response_edit: what to change in the upstream's response head
+        (``headerManipulation``'s response headers, CORS headers for an
+        allowed origin): a :class:`twistgw.core.traffic.ResponseEdit`, or None
+        (the plain route). The engine applies ``response_edit.apply_to_lines``
+        to the end-to-end header lines of the response head.
     """
 
-    __slots__ = ("endpoint", "method", "target", "headers", "timeout", "upstream")
+    __slots__ = ("endpoint", "method", "target", "headers", "timeout", "upstream", "response_edit")
 
     def __init__(self, endpoint: Endpoint, method: bytes, target: bytes, headers: Headers,
                  timeout: float, upstream: UpstreamInfo) -> None:
@@ -62,6 +72,7 @@ class Forward:
         self.headers = headers
         self.timeout = timeout
         self.upstream = upstream
+        self.response_edit: Any = None  # a core.traffic.ResponseEdit (core.traffic imports this module)
 
     def __repr__(self) -> str:
         return f"Forward({self.method!r} {self.target!r} to {self.endpoint.host}:{self.endpoint.port})"

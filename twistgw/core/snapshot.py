@@ -6,16 +6,16 @@ all-or-nothing, so a bad edit never half-applies.
 
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Any, Mapping
 
 import attrs
 
 from twistgw.api.plugin import Placement
-from twistgw.api.types import Endpoint, OptionsError, OptionsScope, ResourceView, UpstreamInfo
+from twistgw.api.types import OptionsError, OptionsScope, ResourceView
 from twistgw.api.types import path_text
 from twistgw.config.errors import ConfigError, ConfigIssue
+from twistgw.config.routeoptions import GLOO_PLUGIN_KEYS, KNOWN_OPTION_KEYS
 from twistgw.config.resolution import Config
 from twistgw.config.model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
 from twistgw.core.chain import Call, ChainStep, flatten_chain
@@ -32,22 +32,10 @@ from twistgw.core.plan import LocalResponse
 from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
-
-
-class Balancer:
-    """Round robin over an upstream's endpoints."""
-
-    __slots__ = ("upstream", "_counter")
-
-    def __init__(self, upstream: UpstreamInfo) -> None:
-        self.upstream = upstream
-        self._counter = itertools.count()
-
-    def pick(self) -> Endpoint | None:
-        eps = self.upstream.endpoints
-        if not eps:
-            return None
-        return eps[next(self._counter) % len(eps)]
+from twistgw.core.balancers import make_balancer
+from twistgw.core.health import CheckedBalancer, HealthState
+from twistgw.core.policies import compile_policy, forged_headers
+from twistgw.core.traffic import RoutePolicy
 
 
 @attrs.frozen
@@ -56,11 +44,15 @@ class RouteRuntime:
     route: Route
     chain: tuple[ChainStep, ...]
     direct: DirectResponse | None
-    balancer: Balancer | None
+    #: a Balancer (round robin) or one of core.balancers' (random, ring hash, maglev)
+    balancer: Any
     #: route selection is repeated after the chain (its virtual service has
     #: routes matching headers or query parameters, which plugins may write:
     #: JWT claimsToHeaders; see docs/decisions.md "claim-based routing")
     reselect: bool = False
+    #: the route's traffic options (cors, faults, headers, weighted
+    #: destinations...), None when it has none: the plain route's cost is one test
+    policy: RoutePolicy | None = None
     #: the chain flattened into (step, phase, callable), once per snapshot
     calls: tuple[Call, ...] = attrs.field(init=False, eq=False)
     #: the answer of a direct-response route, made once per snapshot
@@ -74,7 +66,7 @@ class RouteRuntime:
     def _answer(self) -> LocalResponse | None:
         if self.direct is None:
             return None
-        return LocalResponse(self.direct.status, self.direct.body, reason="direct response")
+        return LocalResponse(self.direct.status, self.direct.body, reason="direct response", answer=True)
 
 
 class Snapshot:
@@ -82,8 +74,11 @@ class Snapshot:
 
     def __init__(self, config: Config, routes: dict[tuple[str, int], RouteRuntime],
                  generation: int, plugin_compiled: dict[str, list[Any]],
-                 owned_headers: tuple[bytes, ...] = ()) -> None:
+                 owned_headers: tuple[bytes, ...] = (),
+                 health: dict[tuple[str, str], HealthState] | None = None) -> None:
         self.config = config
+        #: upstream → its active health, for the runtime's checker (healthChecks)
+        self.health = health or {}
         #: canonical names of the request headers plugins own
         #: (:class:`twistgw.OwnsRequestHeaders`): a client's copies are removed
         #: from every request before routing and before the chain
@@ -115,9 +110,11 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     for vs in config.virtual_services:
         _HostCompiler(build, vs).run()
     check_unused_route_tables(config, host, build.view, build.staged, build.issues)
+    _check_forged_headers(build)
     if build.issues or config.issues:
         raise ConfigError(list(config.issues) + build.issues)
-    return Snapshot(config, build.routes, generation, build.compiled_by_plugin, tuple(sorted(build.owned)))
+    return Snapshot(config, build.routes, generation, build.compiled_by_plugin, tuple(sorted(build.owned)),
+                    build.health)
 
 
 #: The key of one upstream's balancer: (namespace, name) and the route's subset.
@@ -144,7 +141,9 @@ class _Build:
         self.staged_keys = frozenset(key for decl in self.staged.values() for key in decl.keys)
         self.routes: dict[tuple[str, int], RouteRuntime] = {}
         self.compiled_by_plugin: dict[str, list[Any]] = {name: [] for name in host.infos}
-        self.balancers: dict[_BalancerKey, Balancer] = {}
+        self.balancers: dict[_BalancerKey, Any] = {}
+        #: upstream → its active health (upstreams with healthChecks)
+        self.health: dict[tuple[str, str], HealthState] = {}
         #: request headers the compiled options own (OwnsRequestHeaders)
         self.owned: set[bytes] = set()
         #: (virtual service, id(raw options), plugin) already reported
@@ -161,11 +160,21 @@ class _Build:
             line=src.line_of(field) if src and with_line else None, resource="Settings",
             field=path_text(field)))
 
-    def balancer(self, key: tuple[str, str], subset: tuple[tuple[str, str], ...]) -> Balancer:
+    def balancer(self, key: tuple[str, str], subset: tuple[tuple[str, str], ...]) -> Any:
         """One balancer per upstream and subset, shared by the routes to it."""
         found = self.balancers.get((key, subset))
         if found is None:
-            found = self.balancers[(key, subset)] = Balancer(self.config.select(key, subset))
+            res = self.config.upstream_resources.get(key)
+            lb = res.load_balancer if res is not None else None
+            info = self.config.select(key, subset)
+            if res is not None and res.health_check is not None:
+                state = self.health.get(key)
+                if state is None:
+                    state = self.health[key] = HealthState(self.config.upstreams[key], res.health_check)
+                found = CheckedBalancer(info, lb, state)
+            else:
+                found = make_balancer(info, lb)
+            self.balancers[(key, subset)] = found
         return found
 
 
@@ -207,6 +216,11 @@ def _placements(build: _Build) -> None:
                                  f" or None, got {placement!r}", with_line=False)
             continue
         build.placements[name] = placement
+def _check_forged_headers(build: _Build) -> None:
+    """headerManipulation may not name a request header a plugin owns."""
+    for runtime, reason in forged_headers(build.routes.values(), build.owned):
+        _HostCompiler(build, runtime.virtual_service).issue(
+            runtime.route.path + ("options", "headerManipulation"), reason, runtime.route)
 
 
 def _check_settings_sections(build: _Build) -> None:
@@ -339,10 +353,15 @@ class _HostCompiler:
         """The chain as (plugin, stage) pairs, in order; raises _Failed."""
         host = self.build.host
         unknown = [k for k in enabled if k not in host.infos]
+        installed = ', '.join(host.names()) or 'none'
         for key in unknown:
-            self.issue(enabled[key][1], f"no plugin named {key!r} is installed"
-                       f" (installed: {', '.join(host.names()) or 'none'}); refusing to serve"
-                       " a route whose protection cannot be enforced", route)
+            if key in GLOO_PLUGIN_KEYS:  # a Gloo option an add-on serves
+                self.issue(enabled[key][1], f"no plugin named {key!r} is installed (installed: {installed});"
+                           " refusing to serve a route whose protection cannot be enforced", route)
+            else:
+                self.issue(enabled[key][1], f"unknown field {key!r}; expected one of: {', '.join(KNOWN_OPTION_KEYS)},"
+                           f" or an installed plugin's name (no plugin named {key!r} is installed; installed:"
+                           f" {installed})", route)
         if unknown:
             raise _Failed()
         order_raw = route.options.get("pluginOrder", self.vs.options.get("pluginOrder"))
@@ -427,16 +446,25 @@ class _HostCompiler:
         return compiled
 
     def runtime(self, route: Route, steps: tuple[ChainStep, ...], reselect: bool) -> RouteRuntime | None:
-        """The route's runtime with its destination (a direct response or a
-        balancer); None when its upstream is missing (already reported)."""
+        """The route's runtime with its destination (a direct response, a
+        balancer, or weighted balancers in its policy); None when an
+        upstream is missing (already reported)."""
         action = route.action
+        try:
+            policy = compile_policy(self.vs, route, self.build.config, self.build.balancer)
+        except LookupError:  # a dangling destination or Secret, already reported
+            return None
+        except ValueError as exc:
+            self.issue(route.path + ("options",), str(exc), route)
+            raise _Failed() from None
         if isinstance(action, DirectResponse):
-            return RouteRuntime(self.vs, route, steps, action, None, reselect)
-        assert isinstance(action, (KubeRef, UpstreamRef))
+            return RouteRuntime(self.vs, route, steps, action, None, reselect, policy)
+        if not isinstance(action, (KubeRef, UpstreamRef)):  # a redirect, weighted destinations
+            return RouteRuntime(self.vs, route, steps, None, None, reselect, policy)
         key = action.upstream_key()
         if key not in self.build.config.upstreams:  # build_config already reported it
             return None
-        return RouteRuntime(self.vs, route, steps, None, self.build.balancer(key, action.subset), reselect)
+        return RouteRuntime(self.vs, route, steps, None, self.build.balancer(key, action.subset), reselect, policy)
 
     def compile_unrun(self, vh_plugins: Mapping[str, tuple[Any, stages.Where]]) -> None:
         """Options written on the virtual host but run by no route (every

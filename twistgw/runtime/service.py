@@ -31,6 +31,7 @@ from twistgw.engine.upstream import UpstreamPool
 from twistgw.runtime.admin import AdminRoot, quiet_site
 from twistgw.runtime.devecho import start_echo
 from twistgw.runtime.listeners import Listener, exit_after_stopping, open_all
+from twistgw.runtime.health import HealthChecker
 from twistgw.runtime.metrics import Metrics
 
 _METRICS: Metrics | None = None
@@ -100,6 +101,7 @@ class GatewayService(service.MultiService):
 
             reactor = default_reactor
         self.reactor = reactor
+        self.health = HealthChecker(reactor)
         self.config_dir = config_dir
         self.plugins = plugins or PluginHost.create()
         self.metrics = shared_metrics()
@@ -154,6 +156,7 @@ class GatewayService(service.MultiService):
         self.metrics.reload(True, snapshot.generation, snapshot.loaded_at)
         self.plugins.config_loaded(snapshot.plugin_compiled, snapshot.config.settings)
         self._sync_echo(snapshot)
+        self.health.sync(snapshot)  # upstreams' healthChecks
 
     def _sync_echo(self, snapshot: Snapshot) -> None:
         gateway_settings = snapshot.config.settings.get("gateway") or {}
@@ -253,6 +256,7 @@ class GatewayService(service.MultiService):
     @defer.inlineCallbacks
     def stopService(self) -> Any:
         self.gateway.draining = True
+        self.health.stop()
         self.stop_polling()
         # Stop accepting, then let in-flight requests finish (bounded).
         for listener in self.listeners:

@@ -1,0 +1,162 @@
+"""The ``options`` of a virtual host, a route, a weighted destination, a
+``VirtualHostOption`` or a ``RouteOption``: the core's own keys checked here
+(the traffic ones read into models by :mod:`twistgw.config.traffic`), Gloo's
+options twistgw does not implement refused by name, and every other key left
+to the plugin it names (checked when the snapshot is built).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twistgw.api.fields import FieldReader, Path
+from twistgw.config.traffic import CORE_ROUTE_ONLY, CORE_TRAFFIC_KEYS, read_header_manipulation, read_traffic_option
+from twistgw.options import parse_duration
+
+__all__ = ["GLOO_PLUGIN_KEYS", "KNOWN_OPTION_KEYS", "UNSUPPORTED_OPTIONS", "read_destination_options",
+           "read_options", "websocket_enabled"]
+
+#: Gloo options that an add-on (a twistgw plugin) reads: when none is
+#: installed under the name, the route is refused as unprotected.
+GLOO_PLUGIN_KEYS = frozenset({
+    "extauth", "jwt", "jwtStaged", "jwtProvidersStaged", "rbac", "ratelimit", "ratelimitBasic",
+    "ratelimitEarly", "ratelimitRegular", "ratelimitEarlyBasic", "ratelimitRegularBasic", "rateLimitConfigs",
+    "rateLimitEarlyConfigs", "rateLimitRegularConfigs",
+})
+
+_LATER = "not supported by twistgw yet (upstream-side traffic policy); remove it, or keep it on Gloo"
+_OUT = "out of twistgw's scope"
+
+#: Gloo route and virtual-host options twistgw refuses, with the reason.
+UNSUPPORTED_OPTIONS: dict[str, str] = {
+    "retries": f"retries are {_LATER}",
+    "shadowing": f"shadowing is {_LATER}",
+    "tracing": "tracing is not supported",
+    "transformations": f"transformations are {_OUT}: set headers with headerManipulation, rewrite paths"
+                       " with prefixRewrite or regexRewrite",
+    "stagedTransformations": f"transformations are {_OUT}: set headers with headerManipulation, rewrite"
+                             " paths with prefixRewrite or regexRewrite",
+    "dlp": f"data loss prevention (DLP) is {_OUT}",
+    "waf": f"the web application firewall (WAF) is {_OUT}",
+    "extProc": f"external processing (extProc) is {_OUT}",
+    "ai": f"the AI gateway is {_OUT}",
+    "envoyMetadata": "Envoy metadata has no meaning in twistgw (there is no Envoy)",
+    "maxStreamDuration": "maxStreamDuration is not supported: use timeout",
+    "idleTimeout": "a per-route idle timeout is not supported: use timeout",
+    "closeConnection": "closeConnection is not supported",
+    "hostRewritePathRegex": "hostRewritePathRegex is not supported: use hostRewrite",
+    "hostRewriteHeader": "hostRewriteHeader is not supported: use hostRewrite",
+    "appendXForwardedHost": "appendXForwardedHost is not supported",
+    "stats": "virtual cluster statistics are not supported (twistgw's metrics are per route)",
+    "includeRequestAttemptCount": "retry attempt counts are not supported (retries are not)",
+    "includeAttemptCountInResponse": "retry attempt counts are not supported (retries are not)",
+    "corsPolicyMergeSettings": "corsPolicyMergeSettings is not supported: a route's cors replaces the"
+                               " virtual host's whole",
+    "extensions": "Gloo's extensions field is not supported",
+}
+
+#: Core keys besides the traffic ones.
+_CORE = ("pluginOrder", "prefixRewrite", "timeout", "upgrades")
+#: Every key the core knows (for "unknown field" messages).
+KNOWN_OPTION_KEYS = tuple(sorted(set(_CORE) | CORE_TRAFFIC_KEYS))
+
+
+def read_options(r: FieldReader, value: Any, path: Path, ns: str = "default",
+                 on_route: bool | None = None) -> dict[str, Any]:
+    """An ``options`` mapping: the core's keys checked (traffic ones
+    replaced by their models), Gloo's unimplemented ones refused, plugin
+    keys kept raw for their plugins.
+
+    :param on_route: whether these are a route's options (default: read
+        from the path: a virtual host's are at ``spec.virtualHost.options``).
+    """
+    if value is None:
+        return {}
+    options = dict(r.mapping(value, path))
+    bad = r.count()
+    route = ("routes" in path) if on_route is None else on_route
+    for key in options:
+        if key in UNSUPPORTED_OPTIONS:
+            r.issue(path + (key,), f"is not supported by twistgw: {UNSUPPORTED_OPTIONS[key]}")
+    if not route:
+        for key in ("prefixRewrite", "timeout", "upgrades", *sorted(CORE_ROUTE_ONLY)):
+            if key in options:
+                r.issue(path + (key,), "is a route option (as in Gloo): write it under the routes' options")
+    if "pluginOrder" in options:
+        with r.part():
+            order = r.sequence(options["pluginOrder"], path + ("pluginOrder",))
+            for i, n in enumerate(order):
+                r.string(n, path + ("pluginOrder", i))
+            if len(set(order)) != len(order):
+                raise r.fail(path + ("pluginOrder",), "lists a plugin twice")
+    if "prefixRewrite" in options:
+        with r.part():
+            rw = r.string(options["prefixRewrite"], path + ("prefixRewrite",), nonempty=False)
+            if rw and not rw.startswith("/"):
+                raise r.fail(path + ("prefixRewrite",), "must start with '/'")
+    if "upgrades" in options:
+        with r.part():
+            websocket_enabled(r, options["upgrades"], path + ("upgrades",))
+    if "timeout" in options and not parse_duration(options["timeout"]):
+        r.issue(path + ("timeout",), f"must be a duration above zero such as '15s' or '500ms',"
+                f" got {options['timeout']!r}")
+    rewrites = [k for k in ("prefixRewrite", "regexRewrite") if k in options]
+    if len(rewrites) > 1:
+        r.issue(path + ("regexRewrite",), "set prefixRewrite or regexRewrite, not both (as in Gloo)")
+    hosts = [k for k in ("hostRewrite", "autoHostRewrite") if k in options]
+    if len(hosts) > 1:
+        r.issue(path + ("autoHostRewrite",), "set hostRewrite or autoHostRewrite, not both (as in Gloo)")
+    for key in CORE_TRAFFIC_KEYS & options.keys():
+        if options[key] is None:
+            del options[key]
+            continue
+        with r.part():
+            options[key] = read_traffic_option(r, key, options[key], path + (key,), ns)
+    if r.count() > bad:
+        raise r.invalid()
+    return {k: v for k, v in options.items() if k not in UNSUPPORTED_OPTIONS}
+
+
+def read_destination_options(r: FieldReader, value: Any, path: Path, ns: str) -> dict[str, Any]:
+    """A weighted destination's ``options`` (Gloo's
+    WeightedDestinationOptions): ``headerManipulation`` is served; the rest
+    refused by name."""
+    m = r.mapping(value or {}, path)
+    out: dict[str, Any] = {}
+    for key, v in m.items():
+        if key == "headerManipulation":
+            with r.part():
+                out[key] = read_header_manipulation(r, v, path + (key,), ns)
+        elif key in ("transformations", "stagedTransformations"):
+            r.issue(path + (key,), f"is not supported by twistgw: {UNSUPPORTED_OPTIONS[key]}")
+        elif key in ("extauth", "bufferPerRoute"):
+            r.issue(path + (key,), f"is not supported by twistgw on a weighted destination: set {key} on the route")
+        else:
+            r.issue(path + (key,), f"unknown field {key!r}; expected one of: headerManipulation")
+    return out
+
+
+def websocket_enabled(r: FieldReader, value: Any, path: Path) -> bool:
+    """Gloo's route option ``upgrades: [{websocket: {enabled: bool}}]``:
+    whether WebSocket upgrades are forwarded on the route (``enabled``
+    defaults to true, as in Gloo; no entry: true, Gloo's default)."""
+    enabled = True
+    seen = False
+    for i, item in enumerate(r.sequence(value, path)):
+        at = path + (i,)
+        entry = r.mapping(item, at, {"websocket", "connect"})
+        if "connect" in entry:
+            r.issue(at + ("connect",), "CONNECT is not proxied (a reverse proxy has no tunnel target; answered 501)")
+            continue
+        if len(entry) != 1:
+            raise r.fail(at, "set one upgrade type: websocket")
+        if "websocket" not in entry:
+            raise r.invalid()  # the unknown type is reported already
+        if seen:
+            raise r.fail(at, "lists websocket twice")
+        seen = True
+        spec = r.mapping(entry["websocket"] if entry["websocket"] is not None else {}, at + ("websocket",),
+                         {"enabled"})
+        if "enabled" in spec:
+            enabled = r.boolean(spec["enabled"], at + ("websocket", "enabled"))
+    return enabled
