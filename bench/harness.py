@@ -97,6 +97,8 @@ DESCRIPTIONS = {
     "basic-cache": "twistgw, basicAuth (apr1 hash), the verified-credentials memo warm",
     "opa-path": "twistgw, opaAuth: Gloo's allow-GET-by-path policy on regopy",
     "passthrough": "twistgw, passThroughAuth.http to the nginx backend (200), one pooled POST per request",
+    "traffic": "twistgw, one route with headerManipulation (request and response) and cors, a CORS origin"
+               " on every request (goal: plain + 5 us)",
 }
 
 #: a rate no benchmark reaches: the rate-limit scenarios price the counting, never refuse
@@ -142,9 +144,6 @@ def redis_script_calls(port: int) -> int:
                          text=True, timeout=10).stdout
     return sum(int(m.group(1)) for m in re.finditer(r"cmdstat_eval(?:sha)?:calls=(\d+)", out))
 
-    "traffic": "twistgw, one route with headerManipulation (request and response) and cors, a CORS origin"
-               " on every request (goal: plain + 5 us)",
-}
 
 #: The traffic scenario's virtual-host options (retries are not served yet).
 TRAFFIC_OPTIONS = """    options:

@@ -754,10 +754,10 @@ FIELDS.update({
     "UpstreamGroup:spec.destinations[].destination.kube": (T, TRAFFIC, GLOO),
     "UpstreamGroup:spec.destinations[].destination.subset": (T, SUBSETS, TRAFFIC),
     # Envoy's runtime layer does not exist here: the key is only a name
-    "VirtualService:spec.virtualHost.options.csrf.filterEnabled.runtimeKey": (I, CONF_DOC),
-    "VirtualService:spec.virtualHost.options.csrf.shadowEnabled.runtimeKey": (I, CONF_DOC),
+    "VirtualService:spec.virtualHost.options.csrf.filterEnabled.runtimeKey": (INFO, CONF_DOC),
+    "VirtualService:spec.virtualHost.options.csrf.shadowEnabled.runtimeKey": (INFO, CONF_DOC),
     # what Gloo's discovery wrote on an Upstream: metadata only
-    "Upstream:spec.discoveryMetadata": (I, CONF_DOC), "Upstream:spec.discoveryMetadata.labels": (I, CONF_DOC),
+    "Upstream:spec.discoveryMetadata": (INFO, CONF_DOC), "Upstream:spec.discoveryMetadata.labels": (INFO, CONF_DOC),
 })
 
 
