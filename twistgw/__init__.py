@@ -6,6 +6,7 @@ for the hooks and ``docs/plugins.md`` for a complete example.
 
 from twistgw.api.commands import Commands
 from twistgw.api.counters import counter
+from twistgw.api.extauth import AuthAllow, AuthDecision, AuthDeny, ConfigScope, ExtAuthChecker, ExtAuthConfigType
 from twistgw.api.headers import Headers
 from twistgw.api.plugin import GatewayInfo, OwnsRequestHeaders, Placement, PluginInfo, StagedOptions, hookimpl
 from twistgw.api.types import (
@@ -29,13 +30,19 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Allow",
+    "AuthAllow",
     "AuthConfigInfo",
+    "AuthDecision",
+    "AuthDeny",
     "Commands",
     "ConfigError",
     "ConfigIssue",
+    "ConfigScope",
     "Decision",
     "Deny",
     "Endpoint",
+    "ExtAuthChecker",
+    "ExtAuthConfigType",
     "GatewayInfo",
     "Headers",
     "NotChecked",

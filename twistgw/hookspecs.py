@@ -45,6 +45,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from twistgw.api.commands import Commands
+    from twistgw.api.extauth import ExtAuthConfigType
     from twistgw.api.types import Decision, OptionsScope, RequestContext
     from twistgw.config.model import Route, VirtualService
     from twistgw.api.plugin import GatewayInfo, PluginInfo
@@ -170,6 +171,60 @@ def twistgw_config_loaded(compiled: Sequence[object], settings: Mapping[str, Any
     :return: may be a Deferred; the gateway does not wait for it before
         serving, but logs its failure.
     """
+
+
+@hookspec
+def twistgw_extauth_config_types() -> Sequence[ExtAuthConfigType]:
+    """AuthConfig config types this plugin adds to the ``extauth`` plugin
+    (broadcast: the ``extauth`` plugin collects every plugin's answer the
+    first time it needs them, once per gateway).
+
+    A config type is the YAML key of one entry of an AuthConfig's
+    ``spec.configs`` (``ldap``, ``apiKeyAuth``, ``basicAuth``, ``opaAuth``,
+    ``passThroughAuth``, ``oauth2``, or your own ``myAuth``), with its
+    validation and its check. The shipped ``ldap`` type is provided through
+    this hook by the ``twistgw_ldap`` plugin, exactly as yours would be::
+
+        class MyAuthPlugin:                    # [project.entry-points."twistgw.plugins"]
+            @twistgw.hookimpl                  # myauth = "my_pkg:MyAuthPlugin"
+            def twistgw_extauth_config_types(self):
+                return [MyAuth()]              # a twistgw.ExtAuthConfigType
+
+    How the ``extauth`` plugin uses them, per AuthConfig entry
+    ``spec.configs[i].<name>: raw``:
+
+    * when the configuration loads: ``type.compile(raw, scope)`` with a
+      :class:`twistgw.ConfigScope` (the AuthConfig's namespace, Secrets,
+      ConfigMaps, ``Settings.spec.extauth``, the configuration directory).
+      It returns a checker (:class:`twistgw.ExtAuthChecker`) or raises
+      :class:`twistgw.OptionsError` with paths **relative to the entry**;
+      the problem is reported at ``spec.configs[i].<name>.<path>`` with the
+      AuthConfig's file and line. ``type.check_settings`` checks the type's
+      ``settings_fields`` of ``Settings.spec.extauth`` at every load;
+    * on each request: ``checker.check(ctx)`` returns (or resolves to)
+      :class:`twistgw.AuthAllow` (principal, request headers to set) or
+      :class:`twistgw.AuthDeny` (the answer; ``error=True`` for an outage or
+      a misconfiguration, to which ``Settings.spec.extauth``'s
+      ``failureModeAllow`` / ``statusOnError`` apply). The configs run in
+      order and all must admit, or as the AuthConfig's ``booleanExpr``
+      says; the first denial's answer is returned. Under ``twistgw
+      explain`` without ``--live`` it calls ``checker.dry_run(ctx)``
+      instead, which contacts nothing;
+    * lifecycle: ``type.configure(gateway)`` at start-up,
+      ``type.config_loaded(checkers, settings)`` when a configuration
+      serves (each checker of this type in it: warm pools, drop stale
+      state), ``type.unconfigure()`` at shutdown.
+
+    A plugin that only provides config types needs no other hook; it never
+    gets an options key of its own (``options.<its name>`` is refused with a
+    pointer to ``options.extauth``) if it implements
+    ``twistgw_compile_options`` to say so, as ``twistgw_ldap`` does.
+
+    :return: a sequence of config type objects (:class:`twistgw.ExtAuthConfigType`
+        instances). Two plugins providing the same ``name`` are a
+        configuration error naming both.
+    """
+    return ()
 
 
 # ---------------------------------------------------------------------------

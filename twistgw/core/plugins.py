@@ -44,9 +44,20 @@ def place(order: list[str], placements: Mapping[str, Placement]) -> list[str]:
     return order
 
 
-def _instance(plugin: object) -> object:
-    """A plugin class becomes an instance (one per host); anything else is the plugin."""
-    return plugin() if isinstance(plugin, type) else plugin
+def _instance(plugin: object, hook: Any) -> object:
+    """A plugin class becomes an instance (one per host); anything else is the plugin.
+
+    A class whose constructor takes a ``hook`` keyword gets the host's hook
+    relay (pluggy's ``pm.hook``), to call a hook it defines for other
+    plugins, as the ``extauth`` plugin calls ``twistgw_extauth_config_types``
+    (pytest's ``config.hook`` pattern)."""
+    if not isinstance(plugin, type):
+        return plugin
+    try:
+        takes_hook = "hook" in inspect.signature(plugin).parameters
+    except (TypeError, ValueError):  # a builtin or extension type: no signature to read
+        takes_hook = False
+    return plugin(hook=hook) if takes_hook else plugin()
 
 
 def _load_entry_points(pm: pluggy.PluginManager) -> None:
@@ -55,7 +66,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         for ep in dist.entry_points:
             if ep.group != ENTRY_POINT_GROUP or pm.get_plugin(ep.name) or pm.is_blocked(ep.name):
                 continue
-            pm.register(_instance(ep.load()), name=ep.name)
+            pm.register(_instance(ep.load(), pm.hook), name=ep.name)
 
 
 class PluginError(Exception):
@@ -123,7 +134,7 @@ class PluginHost:
         for name, plugin in extra:
             if pm.get_plugin(name) is not None:
                 pm.unregister(name=name)
-            pm.register(_instance(plugin), name=name)
+            pm.register(_instance(plugin, pm.hook), name=name)
         pm.check_pending()
         return cls(pm)
 
