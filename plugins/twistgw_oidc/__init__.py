@@ -21,7 +21,6 @@ from typing import Any, Mapping, Sequence
 
 from twistgw import ConfigScope, ExtAuthConfigType, GatewayInfo, hookimpl
 from twistgw.options import Problems
-from twistgw_jwt._keys import KeyProblem, parse_local_key
 from twistgw_oidc._access import AccessTokenChecker
 from twistgw_oidc._compile import compile_access_token, compile_oidc
 from twistgw_oidc._flow import OidcChecker
@@ -61,18 +60,14 @@ class OAuth2Type(ExtAuthConfigType):
             return OidcChecker(spec, self.runtime, store, owned, f"oauth2 OIDC login at {spec.issuer_url}"
                                f" (client {spec.client_id}, {spec.session.kind} sessions)")
         at = compile_access_token(body, read, scope.source, scope.namespace, scope.secret)
-        local = remote = None
-        if at is not None and at.jwt is not None:
-            if at.jwt.local_jwks is not None:
-                try:
-                    local = parse_local_key(at.jwt.local_jwks, "inlineString").keys
-                except KeyProblem as exc:
-                    problems.add((kind, "jwt", "localJwks", "inlineString"), str(exc))
-            elif at.jwt.remote_url is not None and not problems:
-                remote = UrlKeySet(at.jwt.remote_url, self.runtime.client, self.runtime.now, at.jwt.refresh_interval,
-                                   5.0, at.timeout)
         problems.raise_if_any()
         assert at is not None
+        local = remote = None
+        if at.jwt is not None:
+            local = at.jwt.local_keys
+            if at.jwt.remote_url is not None:
+                remote = UrlKeySet(at.jwt.remote_url, self.runtime.client, self.runtime.now, at.jwt.refresh_interval,
+                                   5.0, at.timeout)
         what = "introspection" if at.introspection_url else "JWT"
         return AccessTokenChecker(at, self.runtime, local, remote, tuple(c.header for c in at.claims_to_headers),
                                   f"oauth2 access token by {what}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from twistgw.options import Problems
+from twistgw_jwt._keys import KeyProblem, parse_local_key
 from twistgw_oidc._cookies import CookieOptions
 from twistgw_oidc._options import (
     DEFAULT_CACHE_TIMEOUT,
@@ -336,7 +337,12 @@ def _jwt(read: Reader, raw: Any) -> JwtSpec:
         refresh = rr.duration(r, "refreshInterval", 300.0)
     if "localJwks" in raw:
         lr = read.sub("localJwks")
-        local = lr.string(lr.mapping(raw["localJwks"], ("inlineString",)), "inlineString", required=True)
+        text = lr.string(lr.mapping(raw["localJwks"], ("inlineString",)), "inlineString", required=True)
+        if text is not None:
+            try:
+                local = parse_local_key(text, "inlineString").keys
+            except KeyProblem as exc:
+                lr.fail("inlineString", str(exc))
     audiences = read.strings(raw, "audiences")
     return JwtSpec(read.string(raw, "issuer"), frozenset(audiences) or None, remote, refresh, local)
 

@@ -132,7 +132,7 @@ class JwtSpec:
     audiences: frozenset[str] | None
     remote_url: str | None
     refresh_interval: float
-    local_jwks: str | None
+    local_keys: tuple[Any, ...] | None  # twistgw_jwt VerifyKeys, parsed from localJwks.inlineString
 
 
 @attrs.frozen
