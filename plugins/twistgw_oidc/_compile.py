@@ -218,7 +218,7 @@ def compile_session(read: Reader, raw: Any, namespace: str, secret: SecretLookup
         if read.problems:
             return None
         return SessionSpec(cookie, "cookie", f"{prefix}_session" if prefix else "__session", key, None, prefix,
-                           cr.boolean(c, "allowRefreshing", False), DEFAULT_PRE_EXPIRY)
+                           cr.boolean(c, "allowRefreshing", False), 0.0)
     rr = read.sub("redis")
     r = rr.mapping(raw["redis"], ("options", "keyPrefix", "cookieName", "allowRefreshing", "preExpiryBuffer",
                                   "targetDomain", "headerName"))

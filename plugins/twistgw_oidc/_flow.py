@@ -88,7 +88,8 @@ class OidcChecker:
         max_age = self.spec.session.cookie.max_age
         if max_age and self.runtime.now() > session.created + max_age:
             return False
-        return not self.runtime.is_revoked(self.spec.binding, session.sid)
+        revoked = self.runtime.is_revoked
+        return not (revoked(self.spec.binding, session.sid) or revoked(self.spec.binding, session.token_id))
 
     def needs_refresh(self, session: Session) -> bool:
         return self.runtime.now() >= session.expires_at - self.spec.session.pre_expiry_buffer
@@ -130,7 +131,8 @@ class OidcChecker:
                               cookies)
         if CAN_SET_RESPONSE_HEADERS:
             return self.allow(ctx, fresh, tuple((b"set-cookie", line) for line in lines))
-        if _login.can_redirect(self.spec, ctx):  # carry the new cookie with a redirect to the same URL
+        if _login.can_redirect(self.spec, ctx) and not self.needs_refresh(fresh):
+            # carry the new cookie with a redirect to the same URL (never a loop: the fresh session is usable)
             return AuthDeny(302, b"", headers=((b"location", _login.same_url(ctx).encode("latin-1")),
                                                (b"cache-control", b"no-store"),
                                                *((b"set-cookie", line) for line in lines)),

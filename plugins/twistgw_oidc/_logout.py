@@ -58,8 +58,11 @@ async def logout(ch: "OidcChecker", ctx: RequestContext) -> AuthDeny:
         session = ch.store.open(value) if value else None
         if session is not None and session.binding == spec.binding:
             id_token = session.id_token
-            if session.sid:  # this cookie value stays refused even if replayed
-                ch.runtime.revoke(spec.binding, session.sid, session.created + (spec.session.cookie.max_age or 86400))
+            # a copy of this cookie stays refused by this process (the cookie store keeps no server state)
+            until = session.created + (spec.session.cookie.max_age or 86400)
+            for name_ in (session.sid, session.token_id):
+                if name_:
+                    ch.runtime.revoke(spec.binding, name_, until)
         lines = delete_split(name, spec.session.cookie, cookies)
     headers = [NO_STORE, *((b"set-cookie", line) for line in lines)]
     doc = ch.runtime.discovery(spec).doc_now()

@@ -64,6 +64,11 @@ class Session:
         sid = self.claims.get("sid")
         return sid if isinstance(sid, str) else None
 
+    @property
+    def token_id(self) -> str:
+        """Names this login's ID token (to refuse a copied cookie after logout)."""
+        return "t:" + hashlib.sha256(self.id_token.encode("ascii", "replace")).hexdigest()[:32]
+
     def to_bytes(self) -> bytes:
         return json.dumps({"b": self.binding, "i": self.id_token, "a": self.access_token, "r": self.refresh_token,
                            "e": self.expires_at, "c": self.created}, separators=(",", ":")).encode("utf-8")

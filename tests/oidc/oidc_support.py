@@ -57,6 +57,7 @@ def new_ec_key() -> ec.EllipticCurvePrivateKey:
 def private_jwk(key: Any, kid: str) -> dict[str, Any]:
     alg = RSAAlgorithm if isinstance(key, rsa.RSAPrivateKey) else ECAlgorithm
     jwk = json.loads(alg.to_jwk(key))
+    jwk.pop("key_ops", None)  # PyJWT writes ["sign"]: a published key must not say so
     jwk.update(kid=kid, use="sig", alg="RS256" if alg is RSAAlgorithm else "ES256")
     return jwk
 
@@ -90,6 +91,9 @@ def client(client_id: str, secret: str, redirect_uris: list[str], post_logout: l
         "post_logout_redirect_uris": list(post_logout), "token_endpoint_auth_method": auth_method,
         "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
         "scope": "openid offline_access email profile groups",
+        # never called by the provider in these tests; with session_required, ID tokens carry "sid"
+        "backchannel_logout_uri": redirect_uris[0].rsplit("/", 1)[0] + "/backchannel",
+        "backchannel_logout_session_required": True,
     }
 
 
@@ -123,7 +127,14 @@ class Idp:
         self.log_path = self.directory / "idp.log"
 
     def start(self) -> "Idp":
-        log = open(self.log_path, "wb")
+        """Start; after a :meth:`stop`, again on the same ports (a fresh
+        provider: its sessions and codes are gone, its keys are the same)."""
+        if self.issuers:
+            config = json.loads(self.config_path.read_text())
+            for issuer in config["issuers"]:
+                issuer["port"] = urlsplit(self.issuers[issuer["name"]]).port
+            self.config_path.write_text(json.dumps(config))
+        log = open(self.log_path, "ab")
         self.process = subprocess.Popen([self.node, str(IDP_DIR / "idp.mjs"), str(self.config_path)],
                                         cwd=IDP_DIR, stdout=subprocess.PIPE, stderr=log)
         assert self.process.stdout is not None

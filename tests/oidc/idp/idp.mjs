@@ -8,6 +8,8 @@
 //                            "clients": [oidc-provider client metadata...]}],
 //               "users": {"alice": {"password": "...", "claims": {...}}}}
 //
+// An issuer may carry "port" (a restart on the same address); else port 0.
+//
 // Prints one line of JSON when every issuer listens:
 //   {"ready": true, "issuers": {"a": "http://127.0.0.1:PORT", ...}}
 //
@@ -74,6 +76,8 @@ function makeProvider(issuer, spec) {
       devInteractions: { enabled: false },
       introspection: { enabled: true },
       revocation: { enabled: true },
+      // registered only so that ID tokens carry "sid" (front-channel logout tests)
+      backchannelLogout: { enabled: true },
       userinfo: { enabled: true },
       rpInitiatedLogout: {
         enabled: true,
@@ -159,7 +163,7 @@ function makeProvider(issuer, spec) {
 const listening = {};
 await Promise.all(config.issuers.map((spec) => new Promise((resolve) => {
   const server = http.createServer();
-  server.listen(0, '127.0.0.1', () => {
+  server.listen(spec.port || 0, '127.0.0.1', () => {
     const issuer = `http://127.0.0.1:${server.address().port}`;
     const provider = makeProvider(issuer, spec);
     server.on('request', provider.callback());
