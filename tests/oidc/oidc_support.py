@@ -311,6 +311,8 @@ class TokenTamperer:
         self.token_endpoint = token_endpoint
         self.rewrite: Callable[[dict[str, Any], dict[str, Any]], str] | None = None
         self.seen: list[dict[str, Any]] = []
+        #: answer 502 instead of forwarding (the provider behind is broken)
+        self.down = False
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -321,7 +323,7 @@ class TokenTamperer:
                 length = int(self.headers.get("content-length", "0"))
                 body = self.rfile.read(length)
                 owner.seen.append({"headers": dict(self.headers), "form": dict(parse_qsl(body.decode()))})
-                status, data = owner._forward(body, dict(self.headers))
+                status, data = (502, b"{}") if owner.down else owner._forward(body, dict(self.headers))
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))

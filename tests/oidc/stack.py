@@ -105,7 +105,8 @@ def _route(prefix: str, auth: str, extra: str = "") -> str:
 {extra}"""
 
 
-def config_yaml(gw: str, issuers: dict[str, str], tamper_url: str, backend: int, redis: str, key: bytes) -> str:
+def config_yaml(gw: str, issuers: dict[str, str], tamper_url: str, backend: int, redis: str, key: bytes,
+                introspect_url: str) -> str:
     cookie = """          cookie: {keyPrefix: %s, allowRefreshing: true}
           cipherConfig: {keyRef: {name: session-key, namespace: default}}
 """
@@ -151,14 +152,14 @@ spec:
   - oauth2:
       accessTokenValidation:
         introspection:
-          introspectionUrl: {a}/token/introspection
+          introspectionUrl: {introspect_url}
           clientId: app
           clientSecretRef: {{name: app-secret, namespace: default}}
           userIdAttributeName: sub
         userinfoUrl: {a}/me
         cacheTimeout: 30s
         requiredScopes: {{scope: [email]}}
-        dynamicMetadataFromClaims: {{x-token-sub: sub}}
+        dynamicMetadataFromClaims: {{x-token-sub: sub, x-token-email: email}}
 ---
 apiVersion: enterprise.gloo.solo.io/v1
 kind: AuthConfig
@@ -208,9 +209,12 @@ class Stack:
                           auth_method="client_secret_post")]),
         ]).start()
         self.tamperer = TokenTamperer(self.idp.issuers["a"] + "/token")
+        #: counts introspection requests on their way to the provider
+        self.introspection = TokenTamperer(self.idp.issuers["a"] + "/token/introspection")
         self.key = os.urandom(32)
         (self.config_dir / "config.yaml").write_text(config_yaml(
-            self.gw, self.idp.issuers, self.tamperer.url, self.backend.port, self.redis.address, self.key))
+            self.gw, self.idp.issuers, self.tamperer.url, self.backend.port, self.redis.address, self.key,
+            self.introspection.url))
         self.gateway.__enter__()
 
     def url(self, path: str) -> str:
@@ -225,7 +229,7 @@ class Stack:
 
     def close(self) -> None:
         for step in (lambda: self.gateway.__exit__(None, None, None), self.idp.stop, self.tamperer.close,
-                     self.backend.close, self.redis.stop):
+                     self.introspection.close, self.backend.close, self.redis.stop):
             try:
                 step()
             except Exception:  # noqa: BLE001 (teardown goes on)
