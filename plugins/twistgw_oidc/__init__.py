@@ -35,6 +35,8 @@ __all__ = ["AccessTokenChecker", "OAuth2Type", "OidcChecker", "OidcPlugin"]
 class OAuth2Type(ExtAuthConfigType):
     name = "oauth2"
     description = "OpenID Connect login (authorization code + PKCE) and OAuth2 access-token validation"
+    #: AuthConfig fields this type gives a meaning to (the extauth plugin refuses them otherwise)
+    auth_config_fields = ("failOnRedirect",)
 
     def __init__(self) -> None:
         self.runtime = Runtime()
