@@ -59,8 +59,11 @@ class OAuth2Type(ExtAuthConfigType):
                 else RedisStore(spec.session, self.runtime.redis, self.runtime.get_reactor)
             owned = tuple(h for h in (spec.id_token_header, spec.access_token_header) if h is not None) \
                 + tuple(c.header for c in spec.claims_to_headers)
-            return OidcChecker(spec, self.runtime, store, owned, f"oauth2 OIDC login at {spec.issuer_url}"
-                               f" (client {spec.client_id}, {spec.session.kind} sessions)")
+            # the provider (discovery document, keys) is shared by every config naming it, across reloads,
+            # while a compiled config holds it
+            return OidcChecker(spec, self.runtime, self.runtime.discovery(spec), store, owned,
+                               f"oauth2 OIDC login at {spec.issuer_url} (client {spec.client_id},"
+                               f" {spec.session.kind} sessions)")
         at = compile_access_token(body, read, scope.source, scope.namespace, scope.secret)
         problems.raise_if_any()
         assert at is not None
@@ -78,7 +81,7 @@ class OAuth2Type(ExtAuthConfigType):
         """Fetch each provider's discovery document now, so the first login does not wait."""
         for checker in checkers:
             if isinstance(checker, OidcChecker):
-                self.runtime.discovery(checker.spec).doc_now() or self.runtime.discovery(checker.spec)._start()
+                checker.provider.doc_now() or checker.provider.prefetch()
         return None
 
     def unconfigure(self) -> Any:

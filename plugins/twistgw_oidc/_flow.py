@@ -23,6 +23,7 @@ from twistgw_jwt._authn import _claim_text
 from twistgw_oidc import _login, _logout
 from twistgw_oidc._cookies import joined_value, parse_cookie_header, split_cookies, without_cookies
 from twistgw_oidc._options import OidcSpec
+from twistgw_oidc._provider import Discovery
 from twistgw_oidc._runtime import Runtime
 from twistgw_oidc._session import CookieStore, RedisStore, Session, StoreDown
 
@@ -48,6 +49,7 @@ class OidcChecker:
 
     spec: OidcSpec
     runtime: Runtime = attrs.field(repr=False)
+    provider: Discovery = attrs.field(repr=False)
     store: CookieStore | RedisStore = attrs.field(repr=False)
     owned_request_headers: tuple[bytes, ...]
     description: str

@@ -64,7 +64,7 @@ async def start(ch: "OidcChecker", ctx: RequestContext, cookies: Mapping[str, st
     if not can_redirect(spec, ctx):
         return _deny(401, b"Login required", "no session, and this request cannot follow a redirect to log in",
                      (b"www-authenticate", f'Bearer realm="{spec.app_origin}"'.encode("latin-1")))
-    doc = await ch.runtime.discovery(spec).get()
+    doc = await ch.provider.get()
     if doc is None:
         return AuthDeny.failure(f"oidc: discovery of {spec.issuer_url} failed", 503)
     state, nonce, verifier = new_id(), new_id(), new_id() + new_id()
@@ -135,7 +135,7 @@ async def _finish(ch: "OidcChecker", login: Mapping[str, Any], params: Mapping[s
                   cookies: Mapping[str, str], clear: tuple[bytes, bytes]) -> AuthDeny:
     spec = ch.spec
     code = params.get("code")
-    discovery = ch.runtime.discovery(spec)
+    discovery = ch.provider
     doc = await discovery.get()
     if doc is None:
         return AuthDeny.failure(f"oidc: discovery of {spec.issuer_url} failed", 503)
@@ -214,7 +214,7 @@ async def refresh(ch: "OidcChecker", session: Session) -> Session | None:
 
     :raise ProviderDown: the provider could not be asked."""
     spec = ch.spec
-    discovery = ch.runtime.discovery(spec)
+    discovery = ch.provider
     doc = await discovery.get()
     if doc is None or discovery.keys is None:
         raise ProviderDown(f"discovery of {spec.issuer_url} failed")

@@ -65,7 +65,7 @@ async def logout(ch: "OidcChecker", ctx: RequestContext) -> AuthDeny:
                     ch.runtime.revoke(spec.binding, name_, until)
         lines = delete_split(name, spec.session.cookie, cookies)
     headers = [NO_STORE, *((b"set-cookie", line) for line in lines)]
-    doc = ch.runtime.discovery(spec).doc_now()
+    doc = ch.provider.doc_now()
     end = doc.get("end_session_endpoint") if doc else None
     if not end:
         return AuthDeny(302, b"", headers=((b"location", spec.after_logout_url.encode("latin-1")), *headers),
@@ -91,7 +91,7 @@ async def front_channel(ch: "OidcChecker", ctx: RequestContext) -> AuthDeny:
     spec = ch.spec
     params = dict(ctx.query_params())
     iss, sid = params.get("iss"), params.get("sid")
-    doc = ch.runtime.discovery(spec).doc_now()
+    doc = ch.provider.doc_now()
     issuer = doc["issuer"] if doc else spec.issuer_url
     if iss is not None and iss != issuer:
         return AuthDeny(400, b"Logout for another provider", headers=(NO_STORE,), reason="oidc: front-channel iss")

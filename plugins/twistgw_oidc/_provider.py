@@ -91,6 +91,10 @@ class Discovery:
             await waiter
         return self.doc
 
+    def prefetch(self) -> Deferred[None] | None:
+        """Fetch the document now unless one is known or being fetched."""
+        return None if self.doc is not None else self._start()
+
     def _start(self) -> Deferred[None] | None:
         if self._inflight is None and self._now() >= self.next_allowed:
             d = Deferred.fromCoroutine(self._fetch())
