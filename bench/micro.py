@@ -143,16 +143,21 @@ def build_bare(reactor: Any) -> Any:
 def fill_ldap_cache(snapshot: Any) -> None:
     """Alice's admission in the decision cache, with the groups the bench
     directory gives her (staff through managers), as a check would leave it."""
-    from twistgw_ldap import _flow
+    from twistgw_ldap._answers import Group
+    from twistgw_ldap._credentials import password_digest
+    from twistgw_ldap._directory import make_verdict
     from twistgw_ldap._dn import parse_dn
 
-    groups = {parse_dn(dn): _flow.Group(dn, name, level) for dn, name, level in (
+    groups = {parse_dn(dn): Group(dn, name, level) for dn, name, level in (
         ("cn=managers,ou=groups,dc=example,dc=org", "managers", 1),
         ("cn=staff,ou=groups,dc=example,dc=org", "staff", 2))}
     for compiled in snapshot.plugin_compiled.get("extauth", []):
-        for cfg in compiled.configs:
-            verdict = _flow._verdict(cfg, "alice", "allowed", "filled by bench/micro.py", groups)
-            compiled.state.cache(cfg).put(("alice", _flow.password_digest(b"alicepw")), verdict)
+        for entry in compiled.entries:
+            cfg, cache = entry.checker.cfg, entry.checker.state.cache(entry.checker.cfg)
+            cache.put(("alice", password_digest(b"alicepw")),
+                      make_verdict(cfg, "alice", "allowed", "filled by bench/micro.py", groups))
+            if cfg.user_search is not None:  # the directory's name for what was typed
+                cache.learn_name("alice", "alice")
 
 
 def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:

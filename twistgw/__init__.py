@@ -6,7 +6,15 @@ for the hooks and ``docs/plugins.md`` for a complete example.
 
 from twistgw.api.commands import Commands
 from twistgw.api.counters import counter
-from twistgw.api.extauth import AuthAllow, AuthDecision, AuthDeny, ConfigScope, ExtAuthChecker, ExtAuthConfigType
+from twistgw.api.extauth import (
+    AuthAllow,
+    AuthDecision,
+    AuthDeny,
+    ConfigScope,
+    ConfigWarning,
+    ExtAuthChecker,
+    ExtAuthConfigType,
+)
 from twistgw.api.headers import Headers
 from twistgw.api.plugin import GatewayInfo, OwnsRequestHeaders, Placement, PluginInfo, StagedOptions, hookimpl
 from twistgw.api.types import (
@@ -38,6 +46,7 @@ __all__ = [
     "ConfigError",
     "ConfigIssue",
     "ConfigScope",
+    "ConfigWarning",
     "Decision",
     "Deny",
     "Endpoint",

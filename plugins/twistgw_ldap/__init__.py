@@ -1,113 +1,66 @@
-"""The ``extauth`` plugin: LDAP authentication and group authorization.
+"""The ``ldap`` AuthConfig config type, for the ``extauth`` plugin.
 
-A virtual host or route enables it with::
+An AuthConfig entry ``spec.configs[i].ldap`` binds a request's Basic
+credentials against a directory and checks the user's groups (see
+``docs/ldap.md``). This plugin provides the type through the
+``twistgw_extauth_config_types`` hook, as any third-party type would (see
+``docs/plugins.md``); the ``extauth`` plugin (``twistgw_extauth``) runs it.
+Written only against the public ``twistgw`` API. The entry point
+``ldap = "twistgw_ldap:LdapPlugin"`` names :class:`LdapPlugin`.
 
-    options:
-      extauth: {configRef: {name: ldap, namespace: default}}
-
-naming an ``AuthConfig`` whose ``spec.configs[*].ldap`` entries are checked
-in order (see ``docs/ldap.md``). Written only against the public ``twistgw``
-API; :class:`ExtAuthPlugin` is the plugin (the entry point
-``extauth = "twistgw_ldap:ExtAuthPlugin"`` names it).
+Layout, bottom up: ``_model`` (the validated entry), ``_answers``,
+``_metrics``, ``_credentials``, ``_cache``, ``_client`` (the directory
+protocol and pool), ``_state``, ``_directory`` (one check against the
+directory), ``_flow`` (the checker: cache, then directory), ``_options``
+(validation), ``_type`` (the config type); ``_devdir`` serves a
+development directory, ``secret`` writes service-account Secrets.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-from twisted.internet import defer
-import attrs
-from twistgw import Allow, Commands, GatewayInfo, OptionsError, OptionsScope, PluginInfo, RequestContext, hookimpl
+from twistgw import Commands, ExtAuthConfigType, OptionsError, OptionsScope, PluginInfo, hookimpl
+from twistgw_extauth import ExtAuthPlugin as _ExtAuthPlugin
 
-from twistgw_ldap import _flow
-from twistgw_ldap._devdir import DevDirectory, DevDirectoryError, check_settings
-from twistgw_ldap._expr import check_expression
-from twistgw_ldap._options import CompiledExtAuth, LdapConfig, compile_options
-from twistgw_ldap._settings import NO_POLICY, guard, read_policy
+from twistgw_ldap import secret
+from twistgw_ldap._flow import LdapChecker
+from twistgw_ldap._model import LdapConfig
+from twistgw_ldap._type import LdapConfigType
 
-__all__ = ["CompiledExtAuth", "ExtAuthPlugin", "LdapConfig"]
+__all__ = ["ExtAuthPlugin", "LdapChecker", "LdapConfig", "LdapConfigType", "LdapPlugin"]
 
-NAME = "extauth"
 
-class ExtAuthPlugin:
-    """The plugin: one instance per gateway (the entry point names the class,
-    and the gateway makes the instance), holding its state: the directory
-    connection pools and decision caches (``state``, kept across reloads),
-    the development directory and the configuration directory it reads.
-    """
+class LdapPlugin:
+    """The plugin: one instance per gateway, holding its config type."""
 
     def __init__(self) -> None:
-        self.state = _flow.State()
-        self.dev_directory = DevDirectory()
-        #: the configuration directory seen at the last compile (for devDirectory.ldif)
-        self.config_dir = ""
-        #: ``twistgw explain`` without ``--live``: no connection pools, bind nothing
-        self.dry_run = False
-        #: False under ``twistgw explain``: never start the development directory
-        self.may_listen = True
+        self.config_type = LdapConfigType()
 
     @hookimpl
     def twistgw_plugin_info(self) -> PluginInfo:
-        return PluginInfo(order=100, description="LDAP: Basic credentials bound against a directory,"
-                                                 " group membership authorization (AuthConfig)")
+        return PluginInfo(description="the 'ldap' AuthConfig config type (run by the extauth plugin)")
+
+    @hookimpl
+    def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:
+        return [self.config_type]
 
     @hookimpl
     def twistgw_add_commands(self, commands: Commands) -> None:
-        from twistgw_ldap import secret
-
         secret.add_commands(commands)
 
     @hookimpl
-    def twistgw_configure(self, gateway: GatewayInfo) -> None:
-        self.state.reactor = gateway.reactor
-        self.dry_run, self.may_listen = gateway.dry_run, gateway.may_listen
+    def twistgw_compile_options(self, options: Mapping[str, Any], scope: OptionsScope) -> None:
+        raise OptionsError((), "ldap is an AuthConfig config type, not a route option: write the ldap"
+                           " settings in an AuthConfig (spec.configs[].ldap) and name it with"
+                           " options.extauth: {configRef: {name: ...}}")
 
-    @hookimpl
-    def twistgw_unconfigure(self) -> Any:
-        self.state.close()
-        return defer.Deferred.fromCoroutine(self.dev_directory.stop())
 
-    @hookimpl
-    def twistgw_default_options(self, settings: Mapping[str, Any], config_dir: str) -> None:
-        """No default options; checks ``Settings.spec.extauth`` when the
-        configuration loads, so ``twistgw check`` reports its mistakes, including
-        a development directory it could not serve (a missing LDIF file)."""
-        read_policy(settings)
-        try:
-            check_settings(settings, config_dir)
-        except DevDirectoryError as exc:
-            raise OptionsError(exc.path, str(exc)) from None
-        return None
+class ExtAuthPlugin(_ExtAuthPlugin):
+    """The ``extauth`` plugin with the ``ldap`` type built in: for tests and
+    embedding code that register one plugin object (``[("extauth",
+    twistgw_ldap.ExtAuthPlugin)]``). Installed, the two entry points
+    (``extauth`` and ``ldap``) do the same."""
 
-    @hookimpl
-    def twistgw_compile_options(self, options: Mapping[str, Any], scope: OptionsScope) -> CompiledExtAuth:
-        if scope.resources.config_dir:
-            self.config_dir = scope.resources.config_dir
-        compiled = compile_options(options, scope)
-        try:
-            policy = read_policy(scope.resources.settings(NAME))
-        except OptionsError:  # already reported against Settings by twistgw_default_options
-            policy = NO_POLICY
-        return attrs.evolve(compiled, on_error=policy, state=self.state)
-
-    @hookimpl
-    def twistgw_config_loaded(self, compiled: Sequence[object], settings: Mapping[str, Any]) -> Any:
-        if self.dry_run:
-            return None  # no connection pools, no development directory
-        self.state.config_loaded(list(compiled))
-        if not self.may_listen:
-            return None
-        return defer.Deferred.fromCoroutine(
-            self.dev_directory.apply(self.state.get_reactor(), settings, self.config_dir))
-
-    @hookimpl
-    def twistgw_authenticate(self, ctx: RequestContext, options: CompiledExtAuth) -> Any:
-        if ctx.dry_run:
-            return _flow.dry_run(ctx, options)
-        if options.expression is not None:
-            result = defer.Deferred.fromCoroutine(check_expression(ctx, options))
-        else:
-            result = _flow.authenticate(ctx, options)
-            if result.__class__ is Allow:
-                return result  # the error policy acts only on errors
-        return guard(result, options.on_error, ctx, self.state.get_reactor(ctx))
+    def __init__(self, hook: Any = None) -> None:
+        super().__init__(hook, [LdapConfigType()])

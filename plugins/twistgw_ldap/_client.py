@@ -29,7 +29,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from twistgw_ldap import _ber
-from twistgw_ldap._options import Target
+from twistgw_ldap._model import Target
 
 #: Result codes that mean "the directory cannot answer now", not "no".
 FAULT_CODES = frozenset({

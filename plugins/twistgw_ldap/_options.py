@@ -1,39 +1,48 @@
-"""Validating and compiling ``options.extauth`` and the AuthConfig it names.
+"""Validating one ``spec.configs[i].ldap`` entry into an :class:`LdapConfig`.
 
 Pure: reads files named in the options (CA certificates) but does no network
-I/O and never touches the reactor. The result is immutable.
+I/O and never touches the reactor. Problems are located relative to the
+entry (``address``, ``userSearch.filter``); the extauth plugin places them
+in the AuthConfig.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import os
 import re
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 from urllib.parse import urlsplit
 
-import attrs
 from twistgw_ldap._ldaptor import parse_filter
-from twistgw.options import Problems, is_token, parse_duration, type_name, unknown_field
-from twistgw import OptionsError, OptionsScope
+from twistgw.options import is_token, type_name
+
+from twistgw import ConfigScope
 
 from twistgw_ldap._ber import SCOPE_ONE, SCOPE_SUB
 from twistgw_ldap._dn import InvalidDN, NormalDN, format_dn, parse_dn
+from twistgw_ldap._fields import _Checker
 from twistgw_ldap._filter import SearchFilter, compile_filter
+from twistgw_ldap._model import (
+    DEFAULT_CACHE_TTL,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_GROUP_FILTER,
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MEMBERSHIP_ATTRIBUTE,
+    DEFAULT_NAME_ATTRIBUTE,
+    DEFAULT_POOL_INITIAL,
+    DEFAULT_POOL_MAX,
+    DEFAULT_REALM,
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_SEARCH_FILTER,
+    DEFAULT_USERNAME_ATTRIBUTES,
+    GroupSearch,
+    LdapConfig,
+    ServiceAccount,
+    Target,
+    UserSearch,
+)
 
-DEFAULT_SEARCH_FILTER = "(uid=*)"
-DEFAULT_MEMBERSHIP_ATTRIBUTE = "memberOf"
-DEFAULT_POOL_MAX = 5
-DEFAULT_POOL_INITIAL = 2
-DEFAULT_CONNECT_TIMEOUT = 2.0
-DEFAULT_REQUEST_TIMEOUT = 3.0
-DEFAULT_CACHE_TTL = 60.0
-DEFAULT_REALM = "twistgw"
-DEFAULT_GROUP_FILTER = "(member=%s)"
-DEFAULT_NAME_ATTRIBUTE = "cn"
-DEFAULT_MAX_DEPTH = 8
-SECRET_TYPE = "extauth.vendor.io/accountcredentials"
+__all__ = ["LdapConfig", "_Checker", "compile_ldap", "parse_address"]
 
 _LDAP_FIELDS = {
     "address", "userDnTemplate", "userSearch", "membershipAttributeName", "allowedGroups",
@@ -51,199 +60,7 @@ _RESERVED_HEADERS = frozenset({
 })
 _ATTRIBUTE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 
-
-@attrs.frozen
-class Target:
-    """Where and how to connect; the key of a connection pool."""
-
-    host: str
-    port: int
-    scheme: str  # "ldap" or "ldaps"
-    start_tls: bool = False
-    ca_pem: bytes | None = None  # None: the platform's trust store
-    server_name: str = ""  # the name the certificate must carry
-    insecure_skip_verify: bool = False
-
-    def describe(self) -> str:
-        tls = " (StartTLS)" if self.start_tls else ""
-        return f"{self.scheme}://{self.host}:{self.port}{tls}"
-
-
-@attrs.frozen
-class ServiceAccount:
-    dn: str
-    password: bytes = attrs.field(repr=False)
-    secret: str  # namespace/name, for messages
-
-
-@attrs.frozen
-class UserSearch:
-    """``userSearch``: find the user's entry instead of computing its DN."""
-
-    base: str
-    filter: SearchFilter
-    scope: int  # _ber.SCOPE_ONE or SCOPE_SUB
-    account: ServiceAccount | None  # None: search anonymously
-
-    def describe(self, user: str) -> str:
-        scope = "one" if self.scope == SCOPE_ONE else "sub"
-        return f"userSearch {self.filter.show(user)} under {self.base} (scope {scope})"
-
-
-@attrs.frozen
-class GroupSearch:
-    """``groupSearch``: the user's groups are the entries that list them."""
-
-    base: str
-    filter: SearchFilter
-    name_attribute: str
-    nested: bool
-    max_depth: int
-
-
-@attrs.frozen(cache_hash=True)
-class LdapConfig:
-    """One ``spec.configs[i].ldap`` entry, validated. Hashable: equal configs
-    share a decision cache across routes and reloads (the hash, over every
-    field, is computed once: the cache is looked up on every request)."""
-
-    source: str  # "AuthConfig ns/name configs[i]"
-    target: Target
-    user_dn_template: str  # "" with user_search
-    membership_attribute: str
-    allowed_groups: frozenset[NormalDN]
-    search_filter: str
-    disable_group_checking: bool
-    service_account: ServiceAccount | None
-    pool_max: int
-    pool_initial: int
-    connect_timeout: float
-    request_timeout: float
-    cache_ttl: float
-    realm: str
-    user_search: UserSearch | None = None
-    group_search: GroupSearch | None = None
-    groups_header: bytes = b""  # b"": not sent
-    user_header: bytes = b""
-    keep_credentials: bool = False
-    filter_object: Any = attrs.field(eq=False, repr=False, default=None)
-    #: the filter's BER encoding, computed once
-    filter_ber: bytes = attrs.field(init=False, eq=False, repr=False)
-
-    @filter_ber.default
-    def _encode_filter(self) -> bytes:
-        return self.filter_object.toWire() if self.filter_object is not None else b""
-
-    def user_dn(self, cleaned_name: str) -> str:
-        return self.user_dn_template.replace("%s", cleaned_name)
-
-
-@attrs.frozen
-class CompiledExtAuth:
-    """What ``twistgw_compile_options`` returns for ``extauth``."""
-
-    auth_config: str  # namespace/name
-    configs: tuple[LdapConfig, ...]
-    #: the Authorization header is forwarded only when every config keeps it
-    keep_credentials: bool = attrs.field(init=False)
-    #: the parsed booleanExpr (``_expr.Node``); None: every config must admit, in order
-    expression: Any = None
-    #: Settings spec.extauth's requestTimeout/failureModeAllow/statusOnError
-    #: (a ``_settings.ErrorPolicy``; None: SPEC's statuses, no overall bound)
-    on_error: Any = None
-    #: the plugin instance's pools and caches (``_flow.State``)
-    state: Any = attrs.field(default=None, eq=False, repr=False)
-
-    @keep_credentials.default
-    def _keep(self) -> bool:
-        return all(c.keep_credentials for c in self.configs)
-
-    @property
-    def owned_request_headers(self) -> frozenset[bytes]:
-        """Every config's ``groupsHeader`` and ``userHeader``: the gateway
-        removes a client's copies from every request (twistgw.OwnsRequestHeaders),
-        on routes where this check is off too."""
-        return frozenset(h for c in self.configs for h in (c.groups_header, c.user_header) if h)
-
-
-# ---------------------------------------------------------------------------
-
-
 _type_name = type_name
-
-
-class _Checker:
-    """Makes OptionsErrors located in the AuthConfig itself (its file, line
-    and field, e.g. ``spec.configs[0].ldap.address``), and collects them in a
-    :class:`twistgw.options.Problems`: each ``with c.checking():`` block
-    records its first problem and the next block still runs, so
-    ``twistgw check`` lists (and counts) every problem of an AuthConfig."""
-
-    def __init__(self, resource: tuple[str, str, str], base: tuple[str | int, ...] = ()) -> None:
-        self.resource = resource
-        self.base = base
-        self.problems = Problems()
-        self.checking = self.problems.check
-
-    def raise_problems(self) -> None:
-        """One OptionsError carrying everything recorded."""
-        self.problems.raise_if_any()
-
-    def fail(self, field: str | tuple[str | int, ...], reason: str) -> OptionsError:
-        """The problem at ``field`` below this checker's base (``"pool.maxSize"``,
-        ``"allowedGroups[0]"``, or a path tuple)."""
-        return OptionsError(self.base + (_field_path(field) if isinstance(field, str) else field), reason,
-                            self.resource)
-
-    def record(self, field: str | tuple[str | int, ...], reason: str) -> None:
-        self.problems.errors.append(self.fail(field, reason))
-
-    def mapping(self, value: Any, field: str, allowed: set[str]) -> Mapping[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(field, f"must be a mapping, got {_type_name(value)}")
-        unknown = [self.fail(_field_path(field) + (str(key),), unknown_field(key, sorted(allowed)))
-                   for key in value if key not in allowed]
-        if unknown:
-            raise OptionsError.several(unknown)
-        return value
-
-    def string(self, value: Any, field: str) -> str:
-        if not isinstance(value, str):
-            raise self.fail(field, f"must be a string, got {_type_name(value)}")
-        if not value.strip():
-            raise self.fail(field, "must not be empty")
-        return value
-
-    def boolean(self, value: Any, field: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.fail(field, f"must be true or false, got {value!r}")
-        return value
-
-    def integer(self, value: Any, field: str, lo: int, hi: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(field, f"must be an integer, got {_type_name(value)}")
-        if not lo <= value <= hi:
-            raise self.fail(field, f"must be between {lo} and {hi}, got {value}")
-        return value
-
-    def duration(self, value: Any, field: str, lo: float, hi: float) -> float:
-        seconds = parse_duration(value)
-        if seconds is None:
-            raise self.fail(field, f"must be a duration such as '3s' or '500ms', got {value!r}")
-        if not lo <= seconds <= hi:
-            raise self.fail(field, f"must be between {lo:g}s and {hi:g}s, got {seconds:g}s")
-        return seconds
-
-
-def _field_path(field: str) -> tuple[str | int, ...]:
-    """``"allowedGroups[0]"`` → ``("allowedGroups", 0)``; ``"pool.maxSize"`` → ``("pool", "maxSize")``."""
-    out: list[str | int] = []
-    for part in field.split(".") if field else ():
-        name, *indexes = part.split("[")
-        if name:
-            out.append(name)
-        out.extend(int(i.rstrip("]")) for i in indexes)
-    return tuple(out)
 
 
 def parse_address(value: str) -> tuple[str, str, int]:
@@ -316,18 +133,13 @@ def _read_ca(c: _Checker, tls: Mapping[str, Any], config_dir: str) -> bytes | No
     return pem
 
 
-def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope,
-                 resource: tuple[str, str, str] = ("AuthConfig", "", ""),
-                 path: tuple[str | int, ...] = ()) -> LdapConfig:
+def compile_ldap(raw: Any, scope: ConfigScope) -> LdapConfig:
     """Validate one ``configs[i].ldap`` entry.
 
-    :param where: ``AuthConfig ns/name: spec.configs[i].ldap``, for reasons.
-    :param resource: the AuthConfig as ``(kind, namespace, name)``, and
-    :param path: the entry's path in it (``("spec", "configs", i, "ldap")``),
-        where each problem is located.
-    :raise OptionsError: listing every problem found in the entry.
+    :raise OptionsError: listing every problem found in the entry, each at
+        its path below the entry.
     """
-    c = _Checker(resource, path)
+    c = _Checker(None)
     with c.checking():  # unknown fields are reported, and the known ones still checked
         c.mapping(raw, "", _LDAP_FIELDS)
     if not isinstance(raw, dict):
@@ -336,7 +148,22 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope,
     target: Target | None = None
     with c.checking():
         target = _target(c, spec, scope)
+    template, user_search = _user_part(c, spec, scope)
+    groups = _group_part(c, spec, scope)
+    headers = _headers(c, spec, groups)
+    limits = _limits(c, spec)
+    c.raise_problems()
+    assert target is not None and groups is not None and headers is not None and limits is not None
+    return LdapConfig(
+        scope.source, target, template, groups["attribute"], frozenset(groups["allowed"]), groups["filter_text"],
+        groups["disable"], groups["account"], limits["pool_max"], limits["pool_initial"], limits["connectTimeout"],
+        limits["requestTimeout"], limits["cacheTtl"], limits["realm"], user_search, groups["search"],
+        headers[0], headers[1], headers[2], groups["filter_object"],
+    )
 
+
+def _user_part(c: _Checker, spec: Mapping[str, Any], scope: ConfigScope) -> tuple[str, UserSearch | None]:
+    """``userDnTemplate`` or ``userSearch`` (exactly one)."""
     template, user_search = "", None
     with c.checking():
         if ("userDnTemplate" in spec) == ("userSearch" in spec):
@@ -348,59 +175,70 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope,
             template = c.string(spec["userDnTemplate"], "userDnTemplate").strip()
             _check_template(c, template)
     if "userSearch" in spec and "userDnTemplate" not in spec:
-        user_search = _user_search(c, spec["userSearch"], default_ns, scope)
+        user_search = _user_search(c, spec["userSearch"], scope)
+    return template, user_search
 
-    disable = False
-    with c.checking():
-        disable = c.boolean(spec.get("disableGroupChecking", False), "disableGroupChecking")
-    groups: set[NormalDN] = set()
-    with c.checking():
-        groups = _allowed_groups(c, spec.get("allowedGroups", []), disable)
 
-    group_search = None
+def _group_part(c: _Checker, spec: Mapping[str, Any], scope: ConfigScope) -> dict[str, Any]:
+    """How the groups are found and which are allowed, by name; the values
+    of fields with problems are left at their defaults (the problems are
+    recorded)."""
+    found: dict[str, Any] = {"disable": False, "allowed": set(), "search": None,
+                             "attribute": DEFAULT_MEMBERSHIP_ATTRIBUTE, "filter_text": DEFAULT_SEARCH_FILTER,
+                             "filter_object": None, "account": None}
+    with c.checking():
+        found["disable"] = c.boolean(spec.get("disableGroupChecking", False), "disableGroupChecking")
+    with c.checking():
+        found["allowed"] = _allowed_groups(c, spec.get("allowedGroups", []), found["disable"])
     if "groupSearch" in spec:
-        group_search = _group_search(c, spec["groupSearch"])
+        found["search"] = _group_search(c, spec["groupSearch"])
         for field in ("membershipAttributeName", "searchFilter"):
             if field in spec:
                 c.record(field, "applies only to the membership-attribute lookup; with"
                          " groupSearch the groups come from the search (remove it)")
-
-    attribute = DEFAULT_MEMBERSHIP_ATTRIBUTE
     with c.checking():
         attribute = c.string(spec.get("membershipAttributeName", DEFAULT_MEMBERSHIP_ATTRIBUTE),
                              "membershipAttributeName").strip()
         if not _ATTRIBUTE.match(attribute):
             raise c.fail("membershipAttributeName", f"is not an attribute name: {attribute!r}")
-
-    filter_text, filter_object = DEFAULT_SEARCH_FILTER, None
+        found["attribute"] = attribute
     with c.checking():
-        filter_text = c.string(spec.get("searchFilter", DEFAULT_SEARCH_FILTER), "searchFilter").strip()
-        if not (filter_text.startswith("(") and filter_text.endswith(")")):
+        text = c.string(spec.get("searchFilter", DEFAULT_SEARCH_FILTER), "searchFilter").strip()
+        if not (text.startswith("(") and text.endswith(")")):
             raise c.fail("searchFilter", f"must be an LDAP filter in parentheses, e.g. (objectClass=*);"
-                         f" got {filter_text!r}")
+                         f" got {text!r}")
         try:
-            filter_object = parse_filter(filter_text)
+            found["filter_object"] = parse_filter(text)
         except Exception as exc:
-            raise c.fail("searchFilter", f"is not a valid LDAP filter (RFC 4515): {filter_text!r}"
+            raise c.fail("searchFilter", f"is not a valid LDAP filter (RFC 4515): {text!r}"
                          f" ({type(exc).__name__})") from None
-
-    account = None
+        found["filter_text"] = text
     with c.checking():
-        gls = c.mapping(spec.get("groupLookupSettings", {}), "groupLookupSettings",
-                        {"checkGroupsWithServiceAccount", "credentialsSecretRef"})
-        use_sa = c.boolean(gls.get("checkGroupsWithServiceAccount", False),
-                           "groupLookupSettings.checkGroupsWithServiceAccount")
-        if "credentialsSecretRef" in gls:
-            account = _service_account(c, gls["credentialsSecretRef"], default_ns, scope,
-                                       "groupLookupSettings.credentialsSecretRef")
-        if use_sa and account is None:
-            raise c.fail("groupLookupSettings.credentialsSecretRef",
-                         "is required when checkGroupsWithServiceAccount is true")
-        if not use_sa and account is not None:
-            raise c.fail("groupLookupSettings.credentialsSecretRef",
-                         "is used only with checkGroupsWithServiceAccount: true (the groups are otherwise"
-                         " looked up as the user); set that, or remove the reference")
+        found["account"] = _lookup_account(c, spec, scope)
+    return found
 
+
+def _lookup_account(c: _Checker, spec: Mapping[str, Any], scope: ConfigScope) -> ServiceAccount | None:
+    """``groupLookupSettings``: the service account that reads the groups, or None."""
+    account = None
+    gls = c.mapping(spec.get("groupLookupSettings", {}), "groupLookupSettings",
+                    {"checkGroupsWithServiceAccount", "credentialsSecretRef"})
+    use_sa = c.boolean(gls.get("checkGroupsWithServiceAccount", False),
+                       "groupLookupSettings.checkGroupsWithServiceAccount")
+    if "credentialsSecretRef" in gls:
+        account = _service_account(c, gls["credentialsSecretRef"], scope, "groupLookupSettings.credentialsSecretRef")
+    if use_sa and account is None:
+        raise c.fail("groupLookupSettings.credentialsSecretRef",
+                     "is required when checkGroupsWithServiceAccount is true")
+    if not use_sa and account is not None:
+        raise c.fail("groupLookupSettings.credentialsSecretRef",
+                     "is used only with checkGroupsWithServiceAccount: true (the groups are otherwise"
+                     " looked up as the user); set that, or remove the reference")
+    return account
+
+
+def _headers(c: _Checker, spec: Mapping[str, Any], groups: dict[str, Any]) -> tuple[bytes, bytes, bool]:
+    """(groupsHeader, userHeader, keepCredentials)."""
     groups_header, user_header = b"", b""
     with c.checking():
         groups_header = _header_name(c, spec, "groupsHeader")
@@ -408,42 +246,38 @@ def compile_ldap(raw: Any, where: str, default_ns: str, scope: OptionsScope,
         user_header = _header_name(c, spec, "userHeader")
         if user_header and user_header == groups_header:
             raise c.fail("userHeader", "must differ from groupsHeader")
-    if disable and group_search is not None and not groups_header:
+    if groups["disable"] and groups["search"] is not None and not groups_header:
         c.record("groupSearch", "is never used: disableGroupChecking is true and no"
                  " groupsHeader asks for the groups (remove one of them)")
     keep = False
     with c.checking():
         keep = c.boolean(spec.get("keepCredentials", False), "keepCredentials")
+    return groups_header, user_header, keep
 
-    pool_max, pool_initial = DEFAULT_POOL_MAX, DEFAULT_POOL_INITIAL
+
+def _limits(c: _Checker, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The pool, the timeouts, the cache's lifetime and the realm, by name."""
+    found: dict[str, Any] = {"pool_max": DEFAULT_POOL_MAX, "pool_initial": DEFAULT_POOL_INITIAL,
+                             "connectTimeout": DEFAULT_CONNECT_TIMEOUT, "requestTimeout": DEFAULT_REQUEST_TIMEOUT,
+                             "cacheTtl": DEFAULT_CACHE_TTL, "realm": DEFAULT_REALM}
     with c.checking():
         pool = c.mapping(spec.get("pool", {}), "pool", {"maxSize", "initialSize"})
-        pool_max = c.integer(pool.get("maxSize", DEFAULT_POOL_MAX), "pool.maxSize", 1, 1000)
-        pool_initial = c.integer(pool.get("initialSize", min(DEFAULT_POOL_INITIAL, pool_max)),
-                                 "pool.initialSize", 0, pool_max)
-
-    timeouts = {"connectTimeout": DEFAULT_CONNECT_TIMEOUT, "requestTimeout": DEFAULT_REQUEST_TIMEOUT,
-                "cacheTtl": DEFAULT_CACHE_TTL}
-    for field, default in timeouts.items():
+        found["pool_max"] = c.integer(pool.get("maxSize", DEFAULT_POOL_MAX), "pool.maxSize", 1, 1000)
+        found["pool_initial"] = c.integer(pool.get("initialSize", min(DEFAULT_POOL_INITIAL, found["pool_max"])),
+                                          "pool.initialSize", 0, found["pool_max"])
+    for field in ("connectTimeout", "requestTimeout", "cacheTtl"):
         with c.checking():
-            timeouts[field] = c.duration(spec.get(field, default), field, 0 if field == "cacheTtl" else 0.01,
-                                         3600 if field == "cacheTtl" else 60)
-    realm = DEFAULT_REALM
+            found[field] = c.duration(spec.get(field, found[field]), field, 0 if field == "cacheTtl" else 0.01,
+                                      3600 if field == "cacheTtl" else 60)
     with c.checking():
         realm = c.string(spec.get("realm", DEFAULT_REALM), "realm")
         if any(ch in realm for ch in '"\\') or not realm.isprintable():
             raise c.fail("realm", "must be printable and contain no quote or backslash")
-
-    c.raise_problems()
-    assert target is not None
-    return LdapConfig(
-        where, target, template, attribute, frozenset(groups), filter_text, disable, account,
-        pool_max, pool_initial, timeouts["connectTimeout"], timeouts["requestTimeout"], timeouts["cacheTtl"],
-        realm, user_search, group_search, groups_header, user_header, keep, filter_object,
-    )
+        found["realm"] = realm
+    return found
 
 
-def _target(c: _Checker, spec: Mapping[str, Any], scope: OptionsScope) -> Target:
+def _target(c: _Checker, spec: Mapping[str, Any], scope: ConfigScope) -> Target:
     if "address" not in spec:
         raise c.fail("address", "is required (e.g. ldap://ldap.example.org:389)")
     address = c.string(spec["address"], "address")
@@ -457,7 +291,7 @@ def _target(c: _Checker, spec: Mapping[str, Any], scope: OptionsScope) -> Target
     tls = c.mapping(spec.get("tls", {}), "tls", {"caFile", "caPem", "serverName", "insecureSkipVerify"})
     if tls and scheme != "ldaps" and not start_tls:
         raise c.fail("tls", "TLS settings need an ldaps:// address or startTLS: true")
-    ca_pem = _read_ca(c, tls, scope.resources.config_dir)
+    ca_pem = _read_ca(c, tls, scope.config_dir)
     server_name = c.string(tls["serverName"], "tls.serverName") if "serverName" in tls else ""
     insecure = c.boolean(tls.get("insecureSkipVerify", False), "tls.insecureSkipVerify")
     if insecure and ca_pem is not None:
@@ -503,11 +337,12 @@ def _search_filter(c: _Checker, value: Any, field: str) -> SearchFilter:
         raise c.fail(field, str(exc)) from None
 
 
-def _user_search(c: _Checker, raw: Any, default_ns: str, scope: OptionsScope) -> UserSearch | None:
+def _user_search(c: _Checker, raw: Any, scope: ConfigScope) -> UserSearch | None:
     """``userSearch``; None (with the problems recorded) when invalid."""
     spec: Mapping[str, Any] = {}
     with c.checking():
-        spec = c.mapping(raw, "userSearch", {"baseDn", "filter", "scope", "credentialsSecretRef"})
+        spec = c.mapping(raw, "userSearch", {"baseDn", "filter", "scope", "credentialsSecretRef",
+                                             "usernameAttribute"})
     found: dict[str, Any] = {}
     with c.checking():
         found["base"] = _base_dn(c, spec, "userSearch.baseDn", "where users are searched (e.g. dc=example,dc=org)")
@@ -525,11 +360,18 @@ def _user_search(c: _Checker, raw: Any, default_ns: str, scope: OptionsScope) ->
     found["account"] = None
     with c.checking():
         if "credentialsSecretRef" in spec:
-            found["account"] = _service_account(c, spec["credentialsSecretRef"], default_ns, scope,
+            found["account"] = _service_account(c, spec["credentialsSecretRef"], scope,
                                                 "userSearch.credentialsSecretRef")
-    if len(found) != 4:
+    found["names"] = DEFAULT_USERNAME_ATTRIBUTES
+    with c.checking():
+        if "usernameAttribute" in spec:
+            name = c.string(spec["usernameAttribute"], "userSearch.usernameAttribute").strip()
+            if not _ATTRIBUTE.match(name):
+                raise c.fail("userSearch.usernameAttribute", f"is not an attribute name: {name!r}")
+            found["names"] = (name,)
+    if len(found) != 5:
         return None
-    return UserSearch(found["base"], found["filter"], found["scope"], found["account"])
+    return UserSearch(found["base"], found["filter"], found["scope"], found["account"], found["names"])
 
 
 def _group_search(c: _Checker, raw: Any) -> GroupSearch | None:
@@ -600,14 +442,14 @@ def _rejoin_flow_split(c: _Checker, groups: list[NormalDN]) -> list[NormalDN]:
     return [joined]
 
 
-def _service_account(c: _Checker, ref: Any, default_ns: str, scope: OptionsScope, field: str) -> ServiceAccount:
+def _service_account(c: _Checker, ref: Any, scope: ConfigScope, field: str) -> ServiceAccount:
     ref = c.mapping(ref, field, {"name", "namespace"})
     if "name" not in ref:
         raise c.fail(f"{field}.name", "is required")
     name = c.string(ref["name"], f"{field}.name")
-    ns = c.string(ref.get("namespace", default_ns), f"{field}.namespace")
+    ns = c.string(ref.get("namespace", scope.namespace), f"{field}.namespace")
     try:
-        secret = scope.resources.secret(name, ns)
+        secret = scope.secret(name, ns)
     except KeyError as exc:
         raise c.fail(field, f"dangling reference: {exc.args[0]}") from None
     where = f"Secret {ns}/{name}"
@@ -623,79 +465,3 @@ def _service_account(c: _Checker, ref: Any, default_ns: str, scope: OptionsScope
                      " (e.g. cn=admin,dc=example,dc=org)") from None
     return ServiceAccount(username.strip(), secret.data["password"], f"{ns}/{name}")
 
-
-def compile_options(options: Mapping[str, Any], scope: OptionsScope) -> CompiledExtAuth:
-    """The body of ``twistgw_compile_options`` for ``extauth``."""
-    unknown = [OptionsError((key,), unknown_field(key, ("configRef", "disable")))
-               for key in options if key != "configRef"]
-    if unknown:
-        raise OptionsError.several(unknown)
-    if "configRef" not in options:
-        raise OptionsError(("configRef",), "is required: {configRef: {name: NAME, namespace: NS}}")
-    ref = options["configRef"]
-    if not isinstance(ref, dict):
-        raise OptionsError(("configRef",), f"must be a mapping {{name, namespace}}, got {_type_name(ref)}")
-    unknown = [OptionsError(("configRef", key), unknown_field(key, ("name", "namespace")))
-               for key in ref if key not in ("name", "namespace")]
-    if unknown:
-        raise OptionsError.several(unknown)
-    name = ref.get("name")
-    if not isinstance(name, str) or not name:
-        raise OptionsError(("configRef", "name"), "is required: the name of an AuthConfig")
-    ns = ref.get("namespace", scope.namespace)
-    if not isinstance(ns, str) or not ns:
-        raise OptionsError(("configRef", "namespace"), "must be a non-empty string")
-    try:
-        info = scope.resources.auth_config(name, ns)
-    except KeyError as exc:
-        raise OptionsError(("configRef",), f"dangling reference: {exc.args[0]}") from None
-    compiled = []
-    names: dict[str, int] = {}
-    resource = ("AuthConfig", info.namespace, info.name)
-    everything = _Checker(resource, ("spec",))  # every entry's problems, together, each where it is written
-    for i, entry in enumerate(info.configs):
-        if not isinstance(entry, Mapping) or set(entry) - {"name"} != {"ldap"}:
-            kinds = ", ".join(sorted(set(entry) - {"name"})) if isinstance(entry, Mapping) else _type_name(entry)
-            everything.record(("configs", i), f"only 'ldap' configs are supported by the extauth plugin,"
-                              f" got {kinds}")
-            continue
-        with everything.checking():
-            names[_config_name(everything, entry, i, names)] = i
-        with everything.checking():
-            compiled.append(compile_ldap(entry["ldap"], f"AuthConfig {ns}/{name}: spec.configs[{i}].ldap",
-                                         info.namespace, scope, resource, ("spec", "configs", i, "ldap")))
-    if info.fail_on_redirect:
-        everything.record("failOnRedirect", "applies to OAuth2/OIDC redirects; an LDAP check never"
-                          " redirects, so there is nothing for it to do: remove it")
-    expression = None
-    if info.boolean_expr is not None and len(names) == len(info.configs):
-        from twistgw_ldap._expr import ExprError, parse, references
-
-        with everything.checking():
-            try:
-                expression = parse(info.boolean_expr, names)
-            except ExprError as exc:
-                raise everything.fail("booleanExpr", f"{info.boolean_expr!r}: {exc}") from None
-            unused = [n for n, i in names.items() if i not in references(expression)]
-            if unused:
-                raise everything.fail("booleanExpr", f"does not use the config(s) {', '.join(unused)};"
-                                      " use them in it or remove them")
-    everything.raise_problems()
-    return CompiledExtAuth(f"{ns}/{name}", tuple(compiled), expression=expression)
-
-
-def _config_name(c: _Checker, entry: Mapping[str, Any], index: int, seen: Mapping[str, int]) -> str:
-    """``spec.configs[i].name``, or Gloo's generated ``config_<i>``."""
-    from twistgw_ldap._expr import NAME
-
-    name = entry.get("name", f"config_{index}")
-    if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise c.fail(("configs", index, "name"), "must be a name of letters, digits, '_', '-' and '.',"
-                     f" starting with a letter or '_'; got {name!r}")
-    if name in seen:
-        raise c.fail(("configs", index, "name"), f"{name!r} is also the name of spec.configs[{seen[name]}]")
-    return name
-
-
-def fingerprint(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:12]

@@ -18,7 +18,7 @@ from twistgw.api.commands import EXIT_OK, EXIT_USAGE
 from twistgw.options import is_kubernetes_name
 
 from twistgw_ldap._dn import InvalidDN, parse_dn
-from twistgw_ldap._options import SECRET_TYPE
+from twistgw_ldap._model import SECRET_TYPE
 
 __all__ = ["SECRET_TYPE", "secret_yaml"]
 

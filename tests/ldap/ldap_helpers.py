@@ -12,7 +12,7 @@ from slapd import SERVICE_DN, SERVICE_PW
 from twistgw.config.loader import load_text
 from twistgw.core.snapshot import build_snapshot
 from twistgw.testing import ChainTester
-from twistgw_ldap import _flow
+from twistgw_ldap._state import State
 
 PLUGINS = [("extauth", twistgw_ldap.ExtAuthPlugin)]
 MANAGERS_DN = "cn=managers,ou=groups,dc=example,dc=org"
@@ -91,9 +91,14 @@ SA_SETTINGS = {"checkGroupsWithServiceAccount": True,
                "credentialsSecretRef": {"name": "ldap-sa", "namespace": "default"}}
 
 
-def ldap_state(tester: ChainTester) -> _flow.State:
-    """The extauth plugin's connection pools and decision caches in ``tester``."""
-    return tester.host.plugin("extauth").state  # type: ignore[attr-defined, no-any-return]
+def ldap_state(tester: ChainTester) -> State:
+    """The ldap config type's connection pools and decision caches in ``tester``."""
+    return tester.host.plugin("extauth").registry.types()["ldap"].state  # type: ignore[attr-defined, no-any-return]
+
+
+def ldap_configs(tester: ChainTester) -> tuple[Any, ...]:
+    """The compiled LdapConfigs of the first ``options.extauth`` in ``tester``."""
+    return tuple(e.checker.cfg for e in tester.snapshot.plugin_compiled["extauth"][0].entries)
 
 
 def reloaded(tester: ChainTester, text: str) -> ChainTester:

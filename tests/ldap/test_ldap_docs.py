@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest_twisted
 import yaml
-from ldap_helpers import basic, make_tester
+from ldap_helpers import basic, ldap_configs, make_tester
 from slapd import SERVICE_DN, SERVICE_PW
 
 from twistgw_ldap.secret import secret_yaml
@@ -140,7 +140,7 @@ def test_active_directory_example_loads_and_sends_the_in_chain_filter() -> None:
           "  virtualHost:\n    domains: ['*']\n    options: {extauth: {configRef: {name: corp-ad}}}\n"
           "    routes: [{matchers: [{prefix: /}], directResponseAction: {status: 200}}]\n")
     tester = make_tester(marked_block("ldap-active-directory") + "---\n" + reader + "---\n" + vs)
-    (cfg,) = tester.snapshot.plugin_compiled["extauth"][0].configs
+    (cfg,) = ldap_configs(tester)
     assert cfg.target.scheme == "ldaps" and cfg.user_search.account is not None
     assert not cfg.group_search.nested
     user_dn = "CN=Doe\\, John (IT),OU=Staff,DC=corp,DC=example,DC=com"

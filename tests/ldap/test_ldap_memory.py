@@ -73,9 +73,9 @@ def reloaded(tester: ChainTester, directory: Path) -> ChainTester:
 
 
 def dev_directory(tester: Any) -> Any:
-    """The extauth plugin's development directory in a tester or gateway."""
+    """The ldap config type's development directory in a tester or gateway."""
     host = tester.host if hasattr(tester, "host") else tester.service.plugins
-    return host.plugin("extauth").dev_directory
+    return host.plugin("extauth").registry.types()["ldap"].dev_directory
 
 
 def settings_yaml(ldif: str, port: int) -> str:

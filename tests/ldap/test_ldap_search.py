@@ -18,7 +18,7 @@ from ldap_helpers import PLUGINS, SA_SETTINGS, basic, ldap_config, ldap_state, m
 from slapd import ALL_STAFF, CONTRACTORS, DEVELOPERS, ENGINEERING, LOOP_A, LOOP_B, MANAGERS, SERVICE_DN
 from twisted.internet import reactor, task
 
-from twistgw_ldap import _flow
+from twistgw_ldap import _credentials
 
 
 URL = "http://api.example.com/pets"
@@ -336,7 +336,7 @@ async def test_escaping_reaches_the_directory_as_a_literal_value(slapd_open: Any
 
     from twistgw_ldap._client import bind, connect, search
     from twistgw_ldap._filter import compile_filter
-    from twistgw_ldap._options import Target
+    from twistgw_ldap._model import Target
 
     client = await connect(reactor, Target("127.0.0.1", slapd_open.port, "ldap"), 2)
     try:
@@ -376,12 +376,12 @@ async def test_long_names_up_to_the_limit_are_asked_longer_ones_refused_without_
     tester = make_tester(ldap_config(slapd_open.url, cacheTtl=0, userSearch=EVERYONE,
                                      disableGroupChecking=True, allowedGroups=[]))
     mark = len(slapd_open.log_text())
-    at_limit = await tester.request("GET", URL, headers=basic("a" * _flow.MAX_USERNAME, "x"))
+    at_limit = await tester.request("GET", URL, headers=basic("a" * _credentials.MAX_USERNAME, "x"))
     assert at_limit.status == 401 and "no entry matches" in at_limit.deny.reason
     await sleep(0.05)
     assert len(searches(slapd_open, mark)) == 1
     mark = len(slapd_open.log_text())
-    for user in ("a" * (_flow.MAX_USERNAME + 1), "é" * 200 + "a" * 100, "a" * 10_000):
+    for user in ("a" * (_credentials.MAX_USERNAME + 1), "é" * 200 + "a" * 100, "a" * 10_000):
         result = await tester.request("GET", URL, headers=basic(user, "x"))
         assert result.status == 401 and result.body == b"", user
     await sleep(0.05)

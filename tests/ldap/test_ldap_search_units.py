@@ -9,14 +9,14 @@ from urllib.parse import unquote
 
 import pytest
 from hypothesis import given, settings, strategies as st
-from ldap_helpers import ldap_config, make_tester
+from ldap_helpers import ldap_config, ldap_configs, make_tester
 from twistgw_ldap._ldaptor import parse_filter, pureldap
 
 from twistgw import ConfigError
 from twistgw_ldap import _ber
 from twistgw_ldap._dn import InvalidDN, first_value
 from twistgw_ldap._filter import compile_filter
-from twistgw_ldap._flow import header_text
+from twistgw_ldap._answers import header_text
 
 from support.trial import TestCase
 
@@ -109,25 +109,24 @@ class LdapSearchUnitsTests(TestCase):
     def test_defaults_of_the_new_fields(self) -> None:
         tester = make_tester(ldap_config(ADDR, userSearch=SEARCH, groupSearch=GROUPS))
         (compiled,) = tester.snapshot.plugin_compiled["extauth"]
-        (cfg,) = compiled.configs
+        (cfg,) = tuple(e.checker.cfg for e in compiled.entries)
         assert cfg.user_dn_template == "" and cfg.user_search.scope == _ber.SCOPE_SUB
         assert cfg.user_search.account is None
         gs = cfg.group_search
         assert (gs.filter.text, gs.name_attribute, gs.nested, gs.max_depth) == ("(member=%s)", "cn", False, 8)
         assert (cfg.groups_header, cfg.user_header, cfg.keep_credentials) == (b"", b"", False)
-        assert compiled.keep_credentials is False
+        assert compiled.credential_headers == (b"authorization",)
 
     def test_credentials_are_kept_only_when_every_config_keeps_them(self) -> None:
         one = make_tester(ldap_config(ADDR, keepCredentials=True)).snapshot.plugin_compiled["extauth"][0]
-        assert one.keep_credentials is True
+        assert one.credential_headers == ()
         two = make_tester(ldap_config(ADDR, {"keepCredentials": False}, keepCredentials=True))
-        assert two.snapshot.plugin_compiled["extauth"][0].keep_credentials is False
+        assert two.snapshot.plugin_compiled["extauth"][0].credential_headers == (b"authorization",)
 
     def test_a_changed_search_is_another_cache(self) -> None:
-        a = make_tester(ldap_config(ADDR, userSearch=SEARCH)).snapshot.plugin_compiled["extauth"][0].configs[0]
-        b = make_tester(ldap_config(ADDR, userSearch=SEARCH)).snapshot.plugin_compiled["extauth"][0].configs[0]
-        c = make_tester(ldap_config(ADDR, userSearch={**SEARCH, "filter": "(cn=%s)"})) \
-            .snapshot.plugin_compiled["extauth"][0].configs[0]
+        a = ldap_configs(make_tester(ldap_config(ADDR, userSearch=SEARCH)))[0]
+        b = ldap_configs(make_tester(ldap_config(ADDR, userSearch=SEARCH)))[0]
+        c = ldap_configs(make_tester(ldap_config(ADDR, userSearch={**SEARCH, "filter": "(cn=%s)"})))[0]
         assert a == b and hash(a) == hash(b)
         assert a != c
 

@@ -46,7 +46,8 @@ async def test_member_of_allowed_group_is_admitted(slapd_open: Any) -> None:
     result = await tester.request("GET", URL, headers=basic("alice", "alice-pw"))
     assert result.status == 200 and result.forwarded
     assert result.ctx.principal == "alice"
-    assert result.ctx.state["extauth"] == {"user": "alice", "authConfig": "default/ldap"}
+    assert result.ctx.state["extauth"] == {"user": "alice", "authConfig": "default/ldap",
+                                           "identities": {"config_0": "alice"}, "state": {}}
     assert result.decided_by is None
 
 
@@ -187,7 +188,7 @@ async def test_the_permissive_directory_would_admit_an_empty_password(slapd_open
 
 
 def _target(server: Any) -> Any:
-    from twistgw_ldap._options import Target
+    from twistgw_ldap._model import Target
 
     return Target("127.0.0.1", server.port, "ldap")
 
@@ -402,11 +403,10 @@ async def test_cache_holds_no_plaintext_password(slapd_open: Any) -> None:
     for (user, digest), _ in cache._entries.items():
         assert user == "alice" and b"alice-pw" not in digest and len(digest) == 32
     # nor does the memo of parsed Authorization values (keyed by a keyed hash of the value)
-    from twistgw_ldap._flow import _CREDENTIALS
-
     header = basic("alice", "alice-pw")["Authorization"].encode()
-    memo = repr(_CREDENTIALS).encode()
-    assert _CREDENTIALS and b"alice-pw" not in memo and header not in memo and header.split()[1] not in memo
+    entries = ldap_state(tester).memos[True]._entries
+    memo = repr(entries).encode()
+    assert entries and b"alice-pw" not in memo and header not in memo and header.split()[1] not in memo
 
 
 @pytest_twisted.ensureDeferred
@@ -440,7 +440,7 @@ async def test_150_concurrent_mixed_requests_all_correct(slapd_strict: Any) -> N
     ])
     got = [r.status for r in results]
     assert got == [want for _, want in plan]
-    pool = ldap_state(tester).pools[tester.snapshot.plugin_compiled["extauth"][0].configs[0].target]
+    pool = ldap_state(tester).pools[tester.snapshot.plugin_compiled["extauth"][0].entries[0].checker.cfg.target]
     assert pool.size <= 4
 
 
@@ -492,7 +492,7 @@ async def test_reload_shrinking_the_pool_mid_flight(slapd_open: Any) -> None:
         results = await defer.gatherResults(pending)
         assert [r.status for r in results] == [200] * 48
         assert (await small.request("GET", URL, headers=basic("bob", "bob-pw"))).status == 403
-        pool = ldap_state(small).pools[small.snapshot.plugin_compiled["extauth"][0].configs[0].target]
+        pool = ldap_state(small).pools[small.snapshot.plugin_compiled["extauth"][0].entries[0].checker.cfg.target]
         assert pool.max_size == 2 and pool.size <= 2
     finally:
         globalLogPublisher.removeObserver(observer)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
-from ldap_helpers import PLUGINS, SA_SETTINGS, basic, ldap_config, make_tester
+from ldap_helpers import PLUGINS, SA_SETTINGS, basic, ldap_config, ldap_configs, make_tester
 
 from twistgw import RequestContext
 from twistgw import ConfigError
@@ -19,8 +19,10 @@ from twistgw.config.loader import load_text
 from twistgw.testing import ChainTester, make_headers
 from twistgw_ldap._devdir import DevDirectoryError, check_loopback, read_settings
 from twistgw_ldap._dn import InvalidDN, clean_username, format_dn, parse_dn
-from twistgw_ldap._flow import DecisionCache, password_digest, read_basic
-from twistgw_ldap._options import parse_address, parse_duration
+from twistgw_ldap._cache import DecisionCache
+from twistgw_ldap._credentials import password_digest, read_basic
+from twistgw_ldap._options import parse_address
+from twistgw.options import parse_duration
 from twistgw_ldap.secret import SECRET_TYPE, secret_yaml
 
 from support.trial import TestCase
@@ -194,7 +196,9 @@ class LdapUnitsTests(TestCase):
 
     def test_non_ldap_config_kind_is_refused(self) -> None:
         text = ldap_config(ADDR).replace('configs: [{"ldap":', 'configs: [{"apiKeyAuth":')
-        assert "only 'ldap' configs are supported" in config_error(text)
+        # the extauth plugin knows config types only through the hook: here only ldap is installed
+        assert ("spec.configs[0].apiKeyAuth: 'apiKeyAuth' is not an AuthConfig config type any installed plugin"
+                " provides (installed: ldap)") in config_error(text)
 
     def test_service_account_secret_must_have_both_keys(self) -> None:
         text = ldap_config(ADDR, groupLookupSettings=SA_SETTINGS)
@@ -208,7 +212,7 @@ class LdapUnitsTests(TestCase):
         # A dry run: the compiled options only, no connection to ldap.example.org.
         tester = ChainTester.from_yaml(ldap_config("ldaps://ldap.example.org"), PLUGINS, dry_run=True)
         (compiled,) = tester.snapshot.plugin_compiled["extauth"]
-        (cfg,) = compiled.configs
+        (cfg,) = tuple(e.checker.cfg for e in compiled.entries)
         assert (cfg.target.scheme, cfg.target.host, cfg.target.port) == ("ldaps", "ldap.example.org", 636)
         assert cfg.membership_attribute == "memberOf" and cfg.search_filter == "(uid=*)"
         assert (cfg.pool_max, cfg.pool_initial, cfg.cache_ttl, cfg.realm) == (5, 2, 60.0, "twistgw")
@@ -235,7 +239,7 @@ class LdapUnitsTests(TestCase):
 
         tester = ChainTester.from_directory(str(tmp_path), plugins=[("extauth", twistgw_ldap.ExtAuthPlugin)],
                                             load_entry_points=False)
-        (cfg,) = tester.snapshot.plugin_compiled["extauth"][0].configs
+        (cfg,) = ldap_configs(tester)
         assert cfg.target.start_tls and cfg.target.ca_pem and cfg.target.server_name == "ldap.local"
 
     @pytest.mark.parametrize("text,expected", [
@@ -325,7 +329,7 @@ class LdapUnitsTests(TestCase):
         docs = text.split("---\n")
         docs[-1] = secret_yaml("ldap-sa", "default", "cn=svc,dc=example,dc=org", "s3cret")
         tester = make_tester("---\n".join(docs))
-        (cfg,) = tester.snapshot.plugin_compiled["extauth"][0].configs
+        (cfg,) = ldap_configs(tester)
         assert cfg.service_account.dn == "cn=svc,dc=example,dc=org" and cfg.service_account.password == b"s3cret"
 
     @pytest.mark.parametrize("args,message", [
@@ -346,7 +350,7 @@ class LdapUnitsTests(TestCase):
     def test_unquoted_dn_in_flow_list_is_one_group(self) -> None:
         text = _groups_of("[cn=managers,ou=groups,dc=example,dc=org]")
         assert yaml.safe_load_all(text)  # YAML itself splits it into four items
-        (cfg,) = make_tester(text).snapshot.plugin_compiled["extauth"][0].configs
+        (cfg,) = ldap_configs(make_tester(text))
         assert cfg.allowed_groups == {parse_dn("cn=managers,ou=groups,dc=example,dc=org")}
 
     @pytest.mark.parametrize("groups_yaml,reason", [
@@ -359,5 +363,5 @@ class LdapUnitsTests(TestCase):
 
     def test_quoted_dns_in_flow_list(self) -> None:
         text = _groups_of('["cn=a,ou=groups,dc=example,dc=org", "cn=b,ou=groups,dc=example,dc=org"]')
-        (cfg,) = make_tester(text).snapshot.plugin_compiled["extauth"][0].configs
+        (cfg,) = ldap_configs(make_tester(text))
         assert len(cfg.allowed_groups) == 2

@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 from twisted.internet.defer import Deferred
 from twisted.web.http_headers import Headers
 
+import twistgw_ldap
 import twistgw_ldap._flow as flow
-from twistgw import Deny, RequestContext
+from twistgw import AuthDeny, RequestContext
 from twistgw.testing import ChainTester
+from twistgw_ldap._client import DirectoryFault
 from twistgw_ldap._dn import clean_username
 
 from support.trial import TestCase
@@ -58,6 +60,30 @@ def _now(coro: Any) -> Any:
     return out[0]
 
 
+_LDAP_CONFIG = """
+apiVersion: gateway.vendor.io/v1
+kind: VirtualService
+metadata: {name: l}
+spec:
+  virtualHost:
+    domains: ["*"]
+    options: {extauth: {configRef: {name: l}}}
+    routes:
+    - matchers: [{prefix: /}]
+      directResponseAction: {status: 200, body: admitted}
+---
+apiVersion: enterprise.gateway.vendor.io/v1
+kind: AuthConfig
+metadata: {name: l, namespace: default}
+spec:
+  configs:
+  - ldap: {address: "ldap://127.0.0.1:1", userDnTemplate: "uid=%s,ou=people,dc=example,dc=org",
+           disableGroupChecking: true, cacheTtl: 0s, realm: t}
+"""
+_ldap_checker = ChainTester.from_yaml(_LDAP_CONFIG, [("extauth", twistgw_ldap.ExtAuthPlugin)]) \
+    .snapshot.plugin_compiled["extauth"][0].entries[0].checker
+
+
 class PropertiesTests(TestCase):
     @settings(max_examples=300, deadline=None)
     @given(_HEADER_BYTES)
@@ -84,29 +110,27 @@ class PropertiesTests(TestCase):
     def test_basic_header_refused_or_bound_only_with_usable_credentials(self, value: bytes) -> None:
         reached: list[tuple[str, bytes]] = []
 
-        async def fake_directory(state: Any, cfg: Any, ctx: Any, user: str, password: bytes) -> Deny:
+        async def fake_directory(cfg: Any, pool: Any, user: str, password: bytes, reactor: Any) -> Any:
             # stands in for the directory (tested for real against slapd in tests/ldap)
             reached.append((user, password))
-            return Deny(503, reason="test directory")
+            raise DirectoryFault("test directory")
 
-        # cache_ttl 0: no decision cache, so every usable credential goes to check_one
-        compiled = type("C", (), {"configs": (type("Cfg", (), {"realm": "t", "cache_ttl": 0})(),),
-                                  "auth_config": "t", "state": None})()
+        # cacheTtl 0: no decision cache, so every usable credential goes to the directory
         headers = Headers({b"authorization": [value]})
         ctx = RequestContext("GET", "/", headers=headers)
-        original = flow.check_one
-        flow.check_one = fake_directory
+        original = flow.against_directory
+        flow.against_directory = fake_directory
         try:
-            outcome = flow.authenticate(ctx, compiled)
+            outcome = _ldap_checker.check(ctx)
             out: list[Any] = []
             if isinstance(outcome, Deferred):
                 outcome.addBoth(out.append)
             else:
                 out.append(outcome)
         finally:
-            flow.check_one = original
+            flow.against_directory = original
         result = out[0]
-        assert isinstance(result, Deny), result
+        assert isinstance(result, AuthDeny), result
         if reached:
             (user, password), = reached
             assert user and password

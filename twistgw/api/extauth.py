@@ -71,6 +71,7 @@ __all__ = [
     "AuthDeny",
     "ConfigScope",
     "ConfigTypes",
+    "ConfigWarning",
     "ExtAuthChecker",
     "ExtAuthConfigType",
     "relocate",
@@ -292,6 +293,14 @@ class ConfigScope:
         return relocate(OptionsError(path, reason), self)
 
 
+class ConfigWarning(UserWarning):
+    """A configuration the gateway serves, but probably not as its author
+    meant (a ``booleanExpr`` that admits requests no config
+    authenticated). Give it with ``warnings.warn(msg, twistgw.ConfigWarning)``
+    while compiling: ``twistgw check`` prints it as ``warning: ...`` and
+    exits 0; the gateway logs it."""
+
+
 def relocate(error: OptionsError, scope: ConfigScope) -> OptionsError:
     """``error`` (paths relative to the entry) located in the AuthConfig:
     each problem without a ``resource`` of its own gets ``scope.path``
@@ -324,12 +333,18 @@ class ExtAuthConfigType:
         ``customAuth``.
     :cvar settings_fields: keys of ``Settings.spec.extauth`` this type
         reads (``devDirectory`` for ``ldap``); others are refused as unknown.
+    :cvar auth_config_fields: fields of the AuthConfig's ``spec`` beside
+        ``configs`` and ``booleanExpr`` that this type reads from
+        ``scope.auth_config`` (``("failOnRedirect",)`` for ``oauth2``);
+        written in an AuthConfig with no config of such a type, they are
+        refused (nothing accepted and ignored).
     :cvar description: one line for ``twistgw plugins`` and the docs.
     """
 
     name: str = ""
     where: Literal["authConfig", "inline"] = "authConfig"
     settings_fields: Collection[str] = ()
+    auth_config_fields: Collection[str] = ()
     description: str = ""
 
     def compile(self, raw: Any, scope: ConfigScope) -> ExtAuthChecker:

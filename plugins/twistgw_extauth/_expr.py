@@ -1,19 +1,18 @@
 """Gloo's ``booleanExpr``: named configs of one AuthConfig combined with
 ``&&``, ``||``, ``!`` and parentheses, e.g. ``managers || (staff && !contractors)``.
 
-Pure parsing (done when the configuration loads) and a small evaluator:
-left to right, ``!`` binds tighter than ``&&``, which binds tighter than
-``||``, with short-circuiting, so a config whose answer cannot change the
-result is never asked.
+Pure parsing, done when the configuration loads: ``!`` binds tighter than
+``&&``, which binds tighter than ``||``; both are read left to right. The
+evaluation (short-circuiting, so a config whose answer cannot change the
+result is never asked) is in :mod:`twistgw_extauth._flow`.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Awaitable, Callable, Union
+from typing import Callable, Mapping, Union
 
 import attrs
-from twistgw import Allow, Deny
 
 #: A config name as Gloo writes them (``ldap-managers``, ``config_0``, ``basic1``).
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
@@ -50,7 +49,7 @@ class ExprError(ValueError):
     pass
 
 
-def parse(text: str, names: dict[str, int]) -> Node:
+def parse(text: str, names: Mapping[str, int]) -> Node:
     """The expression as a tree of config indexes.
 
     :param names: config name → index in ``spec.configs``.
@@ -79,7 +78,7 @@ def parse(text: str, names: dict[str, int]) -> Node:
 
 
 class _Parser:
-    def __init__(self, tokens: list[str], names: dict[str, int]) -> None:
+    def __init__(self, tokens: list[str], names: Mapping[str, int]) -> None:
         self.tokens = tokens
         self.names = names
         self.i = 0
@@ -132,66 +131,26 @@ def references(node: Node) -> set[int]:
     return references(node.left) | references(node.right)
 
 
-class Abort(Exception):
-    """A config ended in an error (not a decision): the evaluation stops."""
-
-    def __init__(self, result: Any) -> None:
-        super().__init__(result)
-        self.result = result
-
-
-async def evaluate(node: Node, check: Callable[[int], Awaitable[tuple[bool, Any]]]) -> bool:
-    """``check(index)`` → (admitted, its refusal or None); it raises
-    :class:`Abort` for an error, which ends the evaluation."""
+def value(node: Node, known: Callable[[int], bool | None]) -> bool | None:
+    """The expression's value when each config's is ``known(index)``
+    (True, False, or None for "not known"): Kleene's three-valued logic, so
+    ``a || b`` is True when a is, whatever b is."""
     if isinstance(node, Ref):
-        return (await check(node.index))[0]
+        return known(node.index)
     if isinstance(node, Not):
-        return not await evaluate(node.operand, check)
+        inner = value(node.operand, known)
+        return None if inner is None else not inner
+    left, right = value(node.left, known), value(node.right, known)
     if isinstance(node, And):
-        return await evaluate(node.left, check) and await evaluate(node.right, check)
-    return await evaluate(node.left, check) or await evaluate(node.right, check)
+        if left is False or right is False:
+            return False
+        return None if left is None or right is None else True
+    if left is True or right is True:
+        return True
+    return None if left is None or right is None else False
 
 
-# ---------------------------------------------------------------------------
-# The extauth check of an AuthConfig with a booleanExpr
-# ---------------------------------------------------------------------------
-
-
-async def check_expression(ctx: Any, compiled: Any) -> Any:
-    """Evaluate ``compiled.expression`` over its LDAP configs for this request.
-
-    Each config asked is a full LDAP check (bind, group search, its decision
-    cache). Its 401/403 is "false"; an error (5xx: the directory, the service
-    account) stops the evaluation and is the answer, so a failing directory
-    never makes ``!config`` true. When the expression is false the answer is
-    the last refusal seen (or 403 when a ``!`` made it false).
-    """
-    from twistgw_ldap import _flow
-
-    creds = _flow.credentials(ctx, compiled.configs[0].realm)
-    refusals: list[Any] = []
-    admissions: list[Any] = []  # the verdicts of the configs that admitted (their headers apply)
-
-    async def check(index: int) -> tuple[bool, Any]:
-        if isinstance(creds, tuple):
-            result = await _flow.check_one(compiled.state, compiled.configs[index], ctx, *creds)
-        else:
-            result = creds  # no usable credentials: every config refuses (401)
-        if not isinstance(result, Deny):
-            admissions.append(result)
-            return True, None
-        if result.status >= 500:
-            raise Abort(result)
-        refusals.append(result)
-        return False, result
-
-    try:
-        admitted = await evaluate(compiled.expression, check)
-    except Abort as abort:
-        return abort.result
-    if not admitted:
-        return refusals[-1] if refusals else _flow.forbidden(
-            f"AuthConfig {compiled.auth_config}: booleanExpr is false")
-    if isinstance(creds, tuple):
-        return _flow._admit(ctx, compiled, creds[0], admissions, False)
-    return Allow(f"LDAP: AuthConfig {compiled.auth_config} booleanExpr is true without credentials")
+def admits_with_no_config_admitting(node: Node) -> bool:
+    """Whether the expression is true when every config refuses (``!staff``,
+    ``a || !b``): a request no config authenticated can then pass."""
+    return value(node, lambda _index: False) is True

@@ -1,0 +1,207 @@
+"""One extauth check: the configs of an AuthConfig in order (all must admit,
+Gloo's rule) or its ``booleanExpr``; the admission (principal, headers,
+consumed credentials removed); ``Settings.spec.extauth``'s error policy.
+
+Each config answers with a :class:`twistgw.AuthAllow` or
+:class:`twistgw.AuthDeny`, at once or through a Deferred. When every config
+answers at once (a warm decision cache), the check makes no Deferred.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Awaitable, Callable
+
+import attrs
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from twistgw import Allow, AuthAllow, AuthDeny, Deny, RequestContext
+from twistgw_extauth._expr import And, Node, Not, Ref
+from twistgw_extauth._options import CompiledExtAuth
+from twistgw_extauth._settings import ErrorPolicy
+
+_log = Logger(namespace="twistgw_extauth")
+
+#: What a check ends with: the admitting configs' answers (config index,
+#: answer) and the principal of a refused config that authenticated one;
+#: or the refusal.
+Admitted = tuple[list[tuple[int, AuthAllow]], "str | None"]
+
+
+def authenticate(ctx: RequestContext, compiled: CompiledExtAuth, reactor: Any) -> Allow | Deny | Deferred[Any]:
+    """The check of ``compiled`` for ``ctx``: synchronous when every config
+    answers at once."""
+    if compiled.expression is not None:
+        return _guard(Deferred.fromCoroutine(_expression(ctx, compiled, compiled.expression)), ctx, compiled,
+                      reactor)
+    admitted: list[tuple[int, AuthAllow]] = []
+    for index, entry in enumerate(compiled.entries):
+        answer = entry.check(ctx)
+        cls = answer.__class__
+        if cls is AuthAllow:
+            admitted.append((index, answer))
+        elif cls is AuthDeny:
+            return _refused(ctx, compiled, answer)
+        else:
+            pending = Deferred.fromCoroutine(_sequence(ctx, compiled, admitted, index, answer))
+            return _guard(pending, ctx, compiled, reactor)
+    return admit(ctx, compiled, admitted, None)
+
+
+async def _resolve(answer: Any) -> Any:
+    if isinstance(answer, Deferred) or inspect.isawaitable(answer):
+        return await answer
+    return answer
+
+
+def _answer(answer: Any, where: str) -> AuthAllow | AuthDeny:
+    if answer.__class__ is AuthAllow or answer.__class__ is AuthDeny:
+        return answer  # type: ignore[no-any-return]  # checked just above
+    raise TypeError(f"{where}: check() must give twistgw.AuthAllow or twistgw.AuthDeny, got {answer!r}")
+
+
+async def _sequence(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[int, AuthAllow]],
+                    index: int, pending: Any) -> Admitted | AuthDeny:
+    """The configs from ``index`` (whose answer is ``pending``) on."""
+    entries = compiled.entries
+    while True:
+        answer = _answer(await _resolve(pending), entries[index].source)
+        if isinstance(answer, AuthDeny):
+            return answer
+        admitted.append((index, answer))
+        index += 1
+        if index == len(entries):
+            return admitted, None
+        pending = entries[index].check(ctx)
+
+
+class _Abort(Exception):
+    """A config ended in an error (not a decision): the evaluation stops."""
+
+    def __init__(self, deny: AuthDeny) -> None:
+        super().__init__(deny.reason)
+        self.deny = deny
+
+
+async def evaluate(node: Node, ask: Callable[[int], Awaitable[bool]]) -> bool:
+    """The expression, left to right with short-circuiting: a config whose
+    answer cannot change the result is never asked."""
+    if isinstance(node, Ref):
+        return await ask(node.index)
+    if isinstance(node, Not):
+        return not await evaluate(node.operand, ask)
+    if isinstance(node, And):
+        return await evaluate(node.left, ask) and await evaluate(node.right, ask)
+    return await evaluate(node.left, ask) or await evaluate(node.right, ask)
+
+
+async def _expression(ctx: RequestContext, compiled: CompiledExtAuth, expression: Node) -> Admitted | AuthDeny:
+    """``booleanExpr``: each config asked at most once; its decision (401,
+    403) is "false"; an error stops the evaluation and is the answer, so a
+    failing dependency never makes ``!config`` true. When the expression is
+    false the answer is the last refusal seen (403 when a ``!`` made it
+    false). Only a config that authenticated someone names the principal."""
+    answers: dict[int, AuthAllow | AuthDeny] = {}
+
+    async def ask(index: int) -> bool:
+        if index not in answers:
+            entry = compiled.entries[index]
+            answer = answers[index] = _answer(await _resolve(entry.check(ctx)), entry.source)
+            if isinstance(answer, AuthDeny) and answer.error:
+                raise _Abort(answer)
+        return answers[index].__class__ is AuthAllow
+
+    try:
+        admitted = await evaluate(expression, ask)
+    except _Abort as abort:
+        return abort.deny
+    refusals = [a for a in answers.values() if isinstance(a, AuthDeny)]
+    if not admitted:
+        return refusals[-1] if refusals else AuthDeny(
+            403, b"", content_type=b"", reason=f"AuthConfig {compiled.auth_config}: booleanExpr is false")
+    allowed = [(i, a) for i, a in answers.items() if isinstance(a, AuthAllow)]
+    refused_principal = next((a.principal for a in refusals if a.principal), None)
+    return allowed, refused_principal
+
+
+def _guard(pending: Deferred[Any], ctx: RequestContext, compiled: CompiledExtAuth, reactor: Any) -> Deferred[Any]:
+    policy = compiled.on_error
+    if policy.timeout is not None:
+        pending.addTimeout(policy.timeout, reactor, onTimeoutCancel=lambda _r, _t: _timed_out(policy))
+    return pending.addCallback(_finish, ctx, compiled)
+
+
+def _timed_out(policy: ErrorPolicy) -> AuthDeny:
+    return AuthDeny.failure(f"extauth: no decision within Settings spec.extauth.requestTimeout {policy.timeout:g}s")
+
+
+def _finish(outcome: Admitted | AuthDeny, ctx: RequestContext, compiled: CompiledExtAuth) -> Allow | Deny:
+    if isinstance(outcome, AuthDeny):
+        return _refused(ctx, compiled, outcome)
+    return admit(ctx, compiled, *outcome)
+
+
+def _refused(ctx: RequestContext, compiled: CompiledExtAuth, deny: AuthDeny) -> Allow | Deny:
+    """The client's answer for a refusal; an error goes through the policy."""
+    policy = compiled.on_error
+    if deny.error and policy.failure_mode_allow:
+        _log.warn("extauth failed ({reason}); admitting {method} {path} WITHOUT authentication because"
+                  " Settings spec.extauth.failureModeAllow is true", reason=deny.reason,
+                  method=ctx.method, path=ctx.path)
+        _remove(ctx, compiled.credential_headers)
+        return Allow(f"failureModeAllow: admitted despite an extauth error ({deny.reason})")
+    if deny.error and policy.status_on_error is not None:
+        deny = attrs.evolve(deny, status=policy.status_on_error,
+                            reason=f"{deny.reason} (statusOnError {policy.status_on_error})")
+    return Deny(deny.status, deny.body, deny.headers, deny.content_type, deny.reason)
+
+
+def _remove(ctx: RequestContext, names: tuple[bytes, ...]) -> None:
+    headers = ctx.headers
+    for name in names:
+        headers.removeHeader(name)
+
+
+def admit(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[int, AuthAllow]],
+          refused_principal: str | None) -> Allow:
+    """Apply the admitting configs' answers, in the order they ran: the
+    first principal named is the request's; consumed credentials go."""
+    headers = ctx.headers
+    for name in compiled.credential_headers:
+        headers.removeHeader(name)
+    entries = compiled.entries
+    principal = None
+    identities: dict[str, str] = {}
+    state: dict[str, Any] = {}
+    for index, answer in admitted:
+        for name, value in answer.headers:
+            if value is None:
+                headers.removeHeader(name)
+            else:
+                headers.setRawHeaders(name, [value])
+        if answer.principal is not None:
+            identities[entries[index].name] = answer.principal
+            if principal is None:
+                principal = answer.principal
+        if answer.state is not None:
+            state[entries[index].name] = answer.state
+    if principal is None:
+        principal = refused_principal
+    if principal is not None:
+        ctx.principal = principal
+    ctx.state["extauth"] = {"user": principal, "authConfig": compiled.auth_config, "identities": identities,
+                            "state": state}
+    if len(admitted) == 1:
+        return _allow(admitted[0][1].reason)
+    if not admitted:
+        return _allow(f"extauth: AuthConfig {compiled.auth_config} booleanExpr is true with no config admitting")
+    return _allow(" | ".join(answer.reason for _, answer in admitted))
+
+
+@functools.lru_cache(maxsize=1024)
+def _allow(reason: str) -> Allow:
+    # One Allow per reason (config types keep their admissions' reasons with
+    # their cached answers), not one per request.
+    return Allow(reason)

@@ -1,0 +1,109 @@
+"""Gateway-wide extauth settings (``Settings.spec.extauth``), Gloo's way.
+
+Gloo keeps these in its ``Settings`` resource and Envoy applies them to the
+call to the external auth server. Here the "auth server" is this plugin,
+in process, so they apply to one extauth check (every config of the
+AuthConfig, connection waits included)::
+
+    spec:
+      extauth:
+        requestTimeout: 2s       # the whole check; past it, the check is an error
+        failureModeAllow: false  # true: an error admits the request (fail OPEN)
+        statusOnError: 503       # the status an error answers with
+        devDirectory: {...}      # a config type's own field (ldap's)
+
+An *error* is an :class:`twistgw.AuthDeny` with ``error=True`` (a directory
+that refuses, resets or does not answer in time, a service account that
+cannot bind, a policy that failed) and the ``requestTimeout`` running out.
+Decisions (401, 403) are never errors. Without these settings a config's
+own error status applies unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Collection, Mapping
+
+import attrs
+from twistgw.options import parse_duration, type_name, unknown_field
+
+from twistgw import OptionsError
+
+#: What ``Settings.spec.extauth`` accepts, besides the config types' own fields.
+FIELDS = ("failureModeAllow", "requestTimeout", "statusOnError")
+#: Gloo's extauth Settings fields about reaching a separate auth server;
+#: refused unless an installed config type reads them (``customAuth``).
+SERVER_FIELDS = ("extauthzServerRef", "httpService", "grpcService", "userIdHeader", "requestBody",
+                 "clearRouteCache", "transportApiVersion", "statPrefix", "namedExtauth")
+#: The statuses Gloo accepts for statusOnError, less those that cannot end
+#: an exchange with an answer of their own: 1xx are not final (the client
+#: would pair the next answer with this request) and 204, 205 and 304 carry
+#: no body by definition.
+STATUSES = frozenset({200, 201, 202, 203, 206, 207, 208, 226,
+                      300, 301, 302, 303, 305, 307, 308,
+                      *range(400, 418), 421, 422, 423, 424, 426, 428, 429, 431,
+                      500, 501, 502, 503, 504, 505, 506, 507, 508, 510, 511})
+_NO_BODY = {204: "204 No Content", 205: "205 Reset Content", 304: "304 Not Modified"}
+
+
+@attrs.frozen
+class ErrorPolicy:
+    """How an extauth check that fails with an error (not a decision) ends."""
+
+    timeout: float | None = None
+    failure_mode_allow: bool = False
+    status_on_error: int | None = None
+
+    @property
+    def inactive(self) -> bool:
+        return self == NO_POLICY
+
+
+NO_POLICY = ErrorPolicy()
+
+
+def read_policy(settings: Mapping[str, Any], type_fields: Collection[str] = ()) -> ErrorPolicy:
+    """The policy of ``Settings.spec.extauth``; ``type_fields`` are the keys
+    config types read (checked by them).
+
+    :raise OptionsError: every problem, located below ``Settings.spec.extauth``.
+    """
+    problems = []
+    for key in settings:
+        if key in type_fields or key in FIELDS:
+            continue
+        if key in SERVER_FIELDS:
+            problems.append(OptionsError((key,), "is Gloo's setting for reaching a separate external auth"
+                                         " server; twistgw runs extauth inside the gateway (the extauth"
+                                         " plugin) and no installed config type reads it: remove it"))
+        else:
+            problems.append(OptionsError((key,), unknown_field(key, sorted({*FIELDS, *type_fields}))))
+    timeout = None
+    if "requestTimeout" in settings:
+        timeout = parse_duration(settings["requestTimeout"])
+        if timeout is None or not 0.001 <= timeout <= 60:
+            problems.append(OptionsError(("requestTimeout",), "must be a duration from 1ms to 60s, such as"
+                                         f" '2s' or '500ms'; got {settings['requestTimeout']!r}"))
+    allow = settings.get("failureModeAllow", False)
+    if not isinstance(allow, bool):
+        problems.append(OptionsError(("failureModeAllow",), f"must be true or false, got {allow!r}"))
+    status = settings.get("statusOnError")
+    if status is not None:
+        reason = _status_problem(status)
+        if reason:
+            problems.append(OptionsError(("statusOnError",), reason))
+    if problems:
+        raise OptionsError.several(problems)
+    return ErrorPolicy(timeout, allow, status)
+
+
+def _status_problem(status: Any) -> str:
+    if isinstance(status, bool) or not isinstance(status, int):
+        return f"must be an HTTP status code such as 403 or 503, got {status!r} ({type_name(status)})"
+    if 100 <= status < 200:
+        return (f"{status} is not a final status: the client would take the next answer on the connection"
+                " for this request's; use a status such as 403 or 503")
+    if status in _NO_BODY:
+        return f"{_NO_BODY[status]} is a status without a body that admits nothing; use 403 or 503"
+    if status not in STATUSES:
+        return f"must be an HTTP status code such as 403 or 503, got {status}"
+    return ""
