@@ -536,7 +536,7 @@ class CorePluginsTests(TestCase):
     async def test_third_party_plugin_loaded_from_entry_point(self, apikey_dist: Any) -> None:
         assert "acme_apikey" not in sys.modules
         # Block the shipped plugins: this proves *our* distribution's entry point loads.
-        host = PluginHost.create(load_entry_points=True, blocked=["jwt", "rbac", "extauth", "ldap"])
+        host = PluginHost.create(load_entry_points=True, blocked=["jwt", "rbac", "extauth", "ldap", "oidc"])
         assert host.names() == ["apikey"]
         assert host.infos["apikey"].order == 400
         assert sys.modules["acme_apikey"].__file__.startswith(str(apikey_dist))
@@ -561,4 +561,4 @@ class CorePluginsTests(TestCase):
         monkeypatch.syspath_prepend(str(site))
         importlib.invalidate_caches()
         with pytest.raises(PluginError, match="no_such_module_xyz"):
-            PluginHost.create(load_entry_points=True, blocked=["jwt", "rbac", "extauth", "ldap"])
+            PluginHost.create(load_entry_points=True, blocked=["jwt", "rbac", "extauth", "ldap", "oidc"])
