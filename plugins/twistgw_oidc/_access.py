@@ -18,7 +18,7 @@ from urllib.parse import quote
 import attrs
 from twisted.internet.defer import Deferred
 
-from twistgw import AuthDeny, RequestContext
+from twistgw import AuthDeny, NotChecked, RequestContext
 from twistgw_jwt import _token as T
 from twistgw_jwt._authn import _claim_text
 from twistgw_jwt._keys import VerifyKey
@@ -86,6 +86,21 @@ class AccessTokenChecker:
         if hit:
             return self.decide(claims, cached=True)
         return Deferred.fromCoroutine(self._validate(token))
+
+    def dry_run(self, ctx: RequestContext) -> Any:
+        """``twistgw explain``: a missing token or a cached result decides; else say what would be asked."""
+        decision = self.check(ctx) if not ctx.headers.hasHeader(b"authorization") else None
+        if decision is not None:
+            return decision
+        values = ctx.headers.getRawHeaders(b"authorization") or []
+        tokens = [v[7:].strip() for v in values if v[:7].lower() == b"bearer "]
+        if len(values) == 1 and len(tokens) == 1 and tokens[0]:
+            hit, claims = self.cache.get(tokens[0].decode("latin-1"), self.runtime.now())
+            if hit:
+                return self.decide(claims, cached=True)
+            where = self.spec.introspection_url or (self.spec.jwt.remote_url if self.spec.jwt else None) or "local keys"
+            return NotChecked(f"would validate the access token at {where}")
+        return self.check(ctx)
 
     async def _validate(self, token: str) -> Any:
         spec = self.spec

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 from twisted.internet.defer import Deferred
 
-from twistgw import AuthAllow, AuthDeny, RequestContext
+from twistgw import AuthAllow, AuthDeny, NotChecked, RequestContext
 from twistgw_jwt._authn import _claim_text
 from twistgw_oidc import _login, _logout
 from twistgw_oidc._cookies import joined_value, parse_cookie_header, split_cookies, without_cookies
@@ -80,6 +80,25 @@ class OidcChecker:
             if spec.session.allow_refreshing and session.refresh_token:
                 return Deferred.fromCoroutine(self._refresh(ctx, session, None, cookies))
         return Deferred.fromCoroutine(_login.start(self, ctx, cookies))
+
+    def dry_run(self, ctx: RequestContext) -> Any:
+        """``twistgw explain``: decide from the request alone, contact nothing."""
+        spec = self.spec
+        issuer = spec.issuer_url
+        if ctx.path in (spec.callback_path, spec.logout_path, spec.front_channel_logout_path):
+            return NotChecked(f"would answer the OIDC {ctx.path} endpoint (contacts {issuer})")
+        cookies = parse_cookie_header(ctx.headers.getRawHeaders(b"cookie") or ())
+        if isinstance(self.store, RedisStore):
+            if cookies.get(spec.session.cookie_name):
+                return NotChecked(f"would look the session up in Redis {spec.session.redis}")
+        else:
+            value = joined_value(cookies, spec.session.cookie_name)
+            session = self.store.open(value) if value else None
+            if session is not None and self.usable(session) and not self.needs_refresh(session):
+                return self.allow(ctx, session)
+        if not _login.can_redirect(spec, ctx):
+            return _login.login_required(spec)
+        return NotChecked(f"no session: would redirect the browser to {issuer}'s login")
 
     # -- sessions ---------------------------------------------------------
 

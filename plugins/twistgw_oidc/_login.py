@@ -58,12 +58,16 @@ def _login_cookie_options(ch: "OidcChecker") -> CookieOptions:
     return CookieOptions(LOGIN_TTL, c.secure, True, ch.spec.callback_path, c.domain, "Lax")
 
 
+def login_required(spec: OidcSpec) -> AuthDeny:
+    return _deny(401, b"Login required", "no session, and this request cannot follow a redirect to log in",
+                 (b"www-authenticate", f'Bearer realm="{spec.app_origin}"'.encode("latin-1")))
+
+
 async def start(ch: "OidcChecker", ctx: RequestContext, cookies: Mapping[str, str]) -> AuthDeny:
     """No usable session: send a browser to the provider; 401 otherwise."""
     spec = ch.spec
     if not can_redirect(spec, ctx):
-        return _deny(401, b"Login required", "no session, and this request cannot follow a redirect to log in",
-                     (b"www-authenticate", f'Bearer realm="{spec.app_origin}"'.encode("latin-1")))
+        return login_required(spec)
     doc = await ch.provider.get()
     if doc is None:
         return AuthDeny.failure(f"oidc: discovery of {spec.issuer_url} failed", 503)

@@ -261,3 +261,35 @@ class OptionsTests(unittest.TestCase):
         got = problems({"accessTokenValidation": {"jwt": {"localJwks": {"inlineString": "{}"}}, "userinfoUrl": "x"}})
         self.assertEqual(set(got), {"accessTokenValidation.jwt.localJwks.inlineString",
                                     "accessTokenValidation.userinfoUrl"})
+
+
+# ---------------------------------------------------------------------------
+# The worked example of docs/oidc.md, through the real extauth plugin
+# ---------------------------------------------------------------------------
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "oidc")
+
+
+class WorkedExampleTests(unittest.TestCase):
+    def setUp(self) -> None:
+        import twistgw_extauth
+        import twistgw_rbac
+        from twistgw.testing import ChainTester
+        from twistgw_oidc import OidcPlugin
+
+        self.tester = ChainTester.from_directory(
+            EXAMPLE, [("extauth", twistgw_extauth.ExtAuthPlugin), ("oidc", OidcPlugin), ("rbac", twistgw_rbac)],
+            dry_run=True)
+
+    async def test_a_script_without_a_session_gets_401(self) -> None:
+        r = await self.tester.request("POST", "http://shop.example.com/orders", {"Accept": "application/json"})
+        self.assertEqual((r.status, r.body), (401, b"Login required"))
+        self.assertIn((b"www-authenticate", b'Bearer realm="https://shop.example.com"'), r.response_headers)
+
+    async def test_the_id_token_and_email_headers_are_the_gateways(self) -> None:
+        r = await self.tester.request("POST", "http://shop.example.com/orders",
+                                      {"Accept": "application/json", "X-Id-Token": "forged", "x-user-email": "x"})
+        self.assertIsNotNone(r.ctx)
+        assert r.ctx is not None
+        self.assertFalse(r.ctx.headers.hasHeader(b"x-id-token"))
+        self.assertFalse(r.ctx.headers.hasHeader(b"x-user-email"))
