@@ -154,7 +154,7 @@ class OidcChecker:
             return self.allow(ctx, fresh, tuple((b"set-cookie", line) for line in lines))
         if _login.can_redirect(self.spec, ctx) and not self.needs_refresh(fresh):
             # carry the new cookie with a redirect to the same URL (never a loop: the fresh session is usable)
-            return AuthDeny(302, b"", headers=((b"location", _login.same_url(ctx).encode("latin-1")),
+            return AuthDeny(302, b"", headers=((b"location", _login.path_and_query(ctx).encode("latin-1")),
                                                (b"cache-control", b"no-store"),
                                                *((b"set-cookie", line) for line in lines)),
                             content_type=b"", reason="oidc: session refreshed")

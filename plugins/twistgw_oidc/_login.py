@@ -14,7 +14,7 @@ import base64
 import hashlib
 import hmac
 from typing import TYPE_CHECKING, Any, Mapping
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from twistgw import AuthDeny, RequestContext
 from twistgw_oidc import _idtoken
@@ -39,10 +39,20 @@ def can_redirect(spec: OidcSpec, ctx: RequestContext) -> bool:
     return any(b"text/html" in v.lower() for v in ctx.headers.getRawHeaders(b"accept") or ())
 
 
-def same_url(ctx: RequestContext) -> str:
-    host = ctx.header("host") or ctx.host
+def path_and_query(ctx: RequestContext) -> str:
+    """The request's (normalised) path and query, as a URL path: it starts
+    with one ``/`` (slashes are merged), so it is never a network-path reference."""
     query = "?" + ctx.query.decode("latin-1") if ctx.query else ""
-    return f"{ctx.scheme}://{host}{quote(ctx.path, safe='/:@!$&()*+,;=-._~')}{query}"
+    return quote(ctx.path, safe="/:@!$&()*+,;=-._~") + query
+
+
+def original_url(spec: OidcSpec, ctx: RequestContext) -> str:
+    """Where to come back after the login: this path on ``appUrl``'s origin
+    when the request was for ``appUrl``'s host (a TLS-terminating proxy in
+    front may make the scheme differ), else ``appUrl`` itself."""
+    if ctx.host != (urlsplit(spec.app_url).hostname or "").lower():
+        return spec.app_url
+    return spec.app_origin + path_and_query(ctx)
 
 
 def _b64(data: bytes) -> str:
@@ -72,9 +82,8 @@ async def start(ch: "OidcChecker", ctx: RequestContext, cookies: Mapping[str, st
     if doc is None:
         return AuthDeny.failure(f"oidc: discovery of {spec.issuer_url} failed", 503)
     state, nonce, verifier = new_id(), new_id(), new_id() + new_id()
-    original = same_url(ctx)
     login = {"s": state, "n": nonce, "v": verifier, "b": spec.binding, "x": ch.runtime.now() + LOGIN_TTL,
-             "u": original if origin(original) == spec.app_origin else spec.app_url}
+             "u": original_url(spec, ctx)}
     if isinstance(ch.store, RedisStore):
         value = new_id()
         try:
