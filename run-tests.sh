@@ -28,6 +28,17 @@ if ! command -v curl >/dev/null 2>&1; then
   fi
 fi
 
+if ! command -v samba-tool >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
+  echo "run-tests: Samba's AD DC is required: the LDAP tests run a real Active Directory." >&2
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq samba smbclient ldb-tools iproute2 >/dev/null
+  else
+    echo "run-tests: install it with: sudo apt-get install samba smbclient ldb-tools iproute2" >&2
+    exit 1
+  fi
+fi
+
 # The OIDC tests (tests/oidc) run a real OpenID provider (oidc-provider under
 # Node.js), a real Redis and headless Chromium: missing, they fail the suite.
 for tool in node:nodejs npm:npm redis-server:redis-server chromium:chromium chromedriver:chromium-driver; do

@@ -52,6 +52,7 @@ MODULES = (
     "rbac/test_rbac_semantics.py",
     "rbac/test_rbac_shadow_regex.py",
     "extauth/test_extauth_contract.py",
+    "extauth/test_extauth_dispatcher.py",
     "oidc/test_oidc_units.py",
     "ldap/test_ldap_ber.py",
     "ldap/test_ldap_search_units.py",

@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import warnings
 from typing import Any, Sequence
 
 from twistgw.api.commands import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Commands
+from twistgw.api.extauth import ConfigWarning
 
 
 def _err(message: str) -> None:
@@ -36,7 +38,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         config = load_directory(args.directory, keep_going=True)
         for note in config.skipped:
             print(f"note: {note}", file=sys.stderr)
-        snapshot = build_snapshot(config, host)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConfigWarning)
+            snapshot = build_snapshot(config, host)
+        for warning in _config_warnings(caught):
+            print(f"warning: {warning}")
     except ConfigError as exc:
         print(f"{args.directory}: INVALID, {len(exc.issues)} problem(s):")
         for issue in exc.issues:
@@ -56,6 +62,19 @@ def cmd_check(args: argparse.Namespace) -> int:
                 chain = " -> ".join(s.label for s in rt.chain) or "(no auth)"
                 print(f"    {route.name}: {_describe_matchers(route)} chain: {chain}")
     return EXIT_OK
+
+
+def _config_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    """The texts of the ConfigWarnings plugins gave (``twistgw.ConfigWarning``),
+    each once; other warnings are shown as Python shows them."""
+    texts: list[str] = []
+    for w in caught:
+        if issubclass(w.category, ConfigWarning):
+            if str(w.message) not in texts:
+                texts.append(str(w.message))
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return texts
 
 
 def _describe_matchers(route: Any) -> str:

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from twistgw import (
     ExtAuthConfigType,
@@ -141,7 +142,10 @@ def _each(kinds: Mapping[str, ExtAuthConfigType], what: str, call: Any) -> Any:
     results = []
     for name, kind in kinds.items():
         d = defer.maybeDeferred(call, kind)
-        d.addErrback(lambda f, n=name: _log.failure("extauth config type {name} failed in {what}",
-                                                     failure=f, name=n, what=what))
+        d.addErrback(_log_failure, name, what)
         results.append(d)
     return defer.gatherResults(results) if results else None
+
+
+def _log_failure(failure: Failure, name: str, what: str) -> None:
+    _log.failure("extauth config type {name} failed in {what}", failure=failure, name=name, what=what)

@@ -66,15 +66,14 @@ def _expression(ctx: RequestContext, compiled: CompiledExtAuth) -> Allow | Deny 
         return None if isinstance(verdict, NotChecked) or (isinstance(verdict, AuthDeny) and verdict.error) \
             else isinstance(verdict, AuthAllow)
 
-    result = value(compiled.expression, known)
-    if result is True and not any(isinstance(v, NotChecked) for _, v in verdicts):
+    result = value(compiled.expression, known)  # settled whatever the unknown configs would say
+    if result is True:
         allowed = [(i, v) for i, (_, v) in enumerate(verdicts) if isinstance(v, AuthAllow)]
         refused = next((v.principal for _, v in verdicts if isinstance(v, AuthDeny) and v.principal), None)
         return admit(ctx, compiled, allowed, refused)
-    if result is False and not any(isinstance(v, NotChecked) for _, v in verdicts):
-        refusals = [v for _, v in verdicts if isinstance(v, AuthDeny)]
-        if refusals:
-            return _deny(refusals[-1])
+    refusals = [v for _, v in verdicts if isinstance(v, AuthDeny)]
+    if result is False and refusals:
+        return _deny(refusals[-1])
     shown = "; ".join(_show(e, v, True) for e, v in verdicts)
     outcome = {True: "true", False: "false", None: "not known without the network"}[result]
     return NotChecked(f"AuthConfig {compiled.auth_config} booleanExpr {compiled.expression_text!r} is"

@@ -42,6 +42,8 @@ def authenticate(ctx: RequestContext, compiled: CompiledExtAuth, reactor: Any) -
         cls = answer.__class__
         if cls is AuthAllow:
             admitted.append((index, answer))
+            if answer.state is not None:
+                share(ctx, compiled, index, answer)
         elif cls is AuthDeny:
             return _refused(ctx, compiled, answer)
         else:
@@ -57,8 +59,8 @@ async def _resolve(answer: Any) -> Any:
 
 
 def _answer(answer: Any, where: str) -> AuthAllow | AuthDeny:
-    if answer.__class__ is AuthAllow or answer.__class__ is AuthDeny:
-        return answer  # type: ignore[no-any-return]  # checked just above
+    if isinstance(answer, (AuthAllow, AuthDeny)):
+        return answer
     raise TypeError(f"{where}: check() must give twistgw.AuthAllow or twistgw.AuthDeny, got {answer!r}")
 
 
@@ -71,6 +73,8 @@ async def _sequence(ctx: RequestContext, compiled: CompiledExtAuth, admitted: li
         if isinstance(answer, AuthDeny):
             return answer
         admitted.append((index, answer))
+        if answer.state is not None:
+            share(ctx, compiled, index, answer)
         index += 1
         if index == len(entries):
             return admitted, None
@@ -111,6 +115,8 @@ async def _expression(ctx: RequestContext, compiled: CompiledExtAuth, expression
             answer = answers[index] = _answer(await _resolve(entry.check(ctx)), entry.source)
             if isinstance(answer, AuthDeny) and answer.error:
                 raise _Abort(answer)
+            if isinstance(answer, AuthAllow) and answer.state is not None:
+                share(ctx, compiled, index, answer)
         return answers[index].__class__ is AuthAllow
 
     try:
@@ -167,14 +173,41 @@ def _remove(ctx: RequestContext, names: tuple[bytes, ...]) -> None:
 def admit(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[int, AuthAllow]],
           refused_principal: str | None) -> Allow:
     """Apply the admitting configs' answers, in the order they ran: the
-    first principal named is the request's; consumed credentials go."""
+    first principal named is the request's, the first claims are
+    ``ctx.claims``; consumed credentials go."""
     headers = ctx.headers
     for name in compiled.credential_headers:
         headers.removeHeader(name)
-    entries = compiled.entries
+    if len(admitted) == 1 and refused_principal is None:  # the common case, kept short
+        index, answer = admitted[0]
+        for name, value in answer.headers:
+            if value is None:
+                headers.removeHeader(name)
+            else:
+                headers.setRawHeaders(name, [value])
+        principal = answer.principal
+        if principal is not None:
+            ctx.principal = principal
+        if answer.claims is not None:
+            ctx.claims, ctx.claims_provider = dict(answer.claims), answer.claims_provider
+        _record(ctx, compiled, principal, {compiled.entries[index].name: principal} if principal is not None else {})
+        return _allow(answer.reason)
+    principal = _apply_all(ctx, compiled, admitted) or refused_principal
+    if principal is not None:
+        ctx.principal = principal
+    ctx.state["extauth"]["user"] = principal
+    if not admitted:
+        return _allow(f"extauth: AuthConfig {compiled.auth_config} booleanExpr is true with no config admitting")
+    return _allow(" | ".join(answer.reason for _, answer in admitted))
+
+
+def _apply_all(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[int, AuthAllow]]) -> str | None:
+    """Every admitting config's headers, identity and claims, in order; the
+    first principal named."""
+    headers = ctx.headers
     principal = None
     identities: dict[str, str] = {}
-    state: dict[str, Any] = {}
+    claimed = False
     for index, answer in admitted:
         for name, value in answer.headers:
             if value is None:
@@ -182,22 +215,31 @@ def admit(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[i
             else:
                 headers.setRawHeaders(name, [value])
         if answer.principal is not None:
-            identities[entries[index].name] = answer.principal
-            if principal is None:
-                principal = answer.principal
-        if answer.state is not None:
-            state[entries[index].name] = answer.state
-    if principal is None:
-        principal = refused_principal
-    if principal is not None:
-        ctx.principal = principal
+            identities[compiled.entries[index].name] = answer.principal
+            principal = answer.principal if principal is None else principal
+        if answer.claims is not None and not claimed:
+            ctx.claims, ctx.claims_provider, claimed = dict(answer.claims), answer.claims_provider, True
+    _record(ctx, compiled, principal, identities)
+    return principal
+
+
+def _record(ctx: RequestContext, compiled: CompiledExtAuth, principal: str | None, identities: dict[str, str]) -> None:
+    """``ctx.state["extauth"]``, keeping the state the configs shared on the way."""
+    shared = ctx.state.get("extauth")
+    state = shared["state"] if shared is not None and shared.get("authConfig") == compiled.auth_config else {}
     ctx.state["extauth"] = {"user": principal, "authConfig": compiled.auth_config, "identities": identities,
                             "state": state}
-    if len(admitted) == 1:
-        return _allow(admitted[0][1].reason)
-    if not admitted:
-        return _allow(f"extauth: AuthConfig {compiled.auth_config} booleanExpr is true with no config admitting")
-    return _allow(" | ".join(answer.reason for _, answer in admitted))
+
+
+def share(ctx: RequestContext, compiled: CompiledExtAuth, index: int, answer: AuthAllow) -> None:
+    """An admitting config's ``state``, visible at once to the configs that
+    run after it in this check (Gloo's shared state), under
+    ``ctx.state["extauth"]["state"][config name]``."""
+    shared = ctx.state.get("extauth")
+    if shared is None or shared.get("authConfig") != compiled.auth_config:
+        shared = ctx.state["extauth"] = {"user": None, "authConfig": compiled.auth_config, "identities": {},
+                                         "state": {}}
+    shared["state"][compiled.entries[index].name] = answer.state
 
 
 @functools.lru_cache(maxsize=1024)

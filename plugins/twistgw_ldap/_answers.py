@@ -1,5 +1,5 @@
 """What one LDAP config answers: the refusals (empty bodies, content-length
-0, as SPEC'd for the plugin), the verdict kept in the decision cache, and
+0), the verdict kept in the decision cache, and
 the header values that carry names."""
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ from twisted.internet.endpoints import (
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from twistgw.tls import client_tls, describe_tls_failure
+
 from twistgw_ldap import _ber
 from twistgw_ldap._model import Target
 
@@ -59,6 +61,9 @@ class Client(LDAPClient):
 
     def __init__(self) -> None:
         super().__init__()
+        # ldaptor's own attributes, typed here (ldaptor has no annotations)
+        self.buffer: bytes = self.buffer
+        self.onwire: dict[int, Any] = self.onwire
         self.reused = False
         self.lost: defer.Deferred[None] = defer.Deferred()
         self._last_id = 0
@@ -126,7 +131,9 @@ class Client(LDAPClient):
         if done:
             self.onwire.pop(msg_id, None)
 
-    def connectionLost(self, reason: Failure = Failure(error.ConnectionDone())) -> None:
+    def connectionLost(self, reason: Failure | None = None) -> None:
+        if reason is None:
+            reason = Failure(error.ConnectionDone())
         self.connected = 0
         pending, self.onwire = self.onwire, {}
         for d, *_ in pending.values():
@@ -147,6 +154,9 @@ class Client(LDAPClient):
 
 
 def _fault_from(failure: Failure, what: str, timeout: float) -> DirectoryFault:
+    tls = describe_tls_failure(failure.value) if failure.value is not None else None
+    if tls is not None:  # the directory's certificate (or handshake) is refused: never retried
+        return DirectoryFault(f"{what}: {tls}")
     if failure.check(defer.TimeoutError, defer.CancelledError):
         return DirectoryFault(f"{what}: no answer within {timeout:g}s")
     if failure.check(error.ConnectionRefusedError):
@@ -155,7 +165,8 @@ def _fault_from(failure: Failure, what: str, timeout: float) -> DirectoryFault:
         return DirectoryFault(f"{what}: host name not found")
     if failure.check(error.ConnectionLost, error.ConnectionDone, error.ConnectionClosed):
         return DirectoryFault(f"{what}: connection closed by the directory", connection_lost=True)
-    return DirectoryFault(f"{what}: {failure.type.__name__}: {failure.getErrorMessage()}",
+    kind = failure.type.__name__ if failure.type is not None else "error"
+    return DirectoryFault(f"{what}: {kind}: {failure.getErrorMessage()}",
                           connection_lost=bool(failure.check(error.ConnectError)))
 
 
@@ -171,14 +182,14 @@ async def _bounded(d: defer.Deferred[Any], client: Client | None, timeout: float
 
 
 def tls_options(target: Target) -> Any:
-    hostname = target.server_name or target.host
+    """The connection creator for ldaps:// and StartTLS: the gateway's one
+    TLS client (:func:`twistgw.tls.client_tls`), which checks the chain and
+    the name by subjectAltName (a certificate with none is refused), unless
+    the config says ``insecureSkipVerify``. (``Any``: an
+    ``IOpenSSLClientConnectionCreator`` or Twisted's options.)"""
     if target.insecure_skip_verify:
         return ssl.CertificateOptions(verify=False)
-    if target.ca_pem is not None:
-        certs = [ssl.Certificate.loadPEM(b + b"-----END CERTIFICATE-----\n")
-                 for b in target.ca_pem.split(b"-----END CERTIFICATE-----") if b"-----BEGIN CERTIFICATE-----" in b]
-        return ssl.optionsForClientTLS(hostname, trustRoot=ssl.trustRootFromCertificates(certs))
-    return ssl.optionsForClientTLS(hostname)
+    return client_tls(target.server_name or target.host, ca_pem=target.ca_pem)
 
 
 def _is_ip(host: str, family: int) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from io import BytesIO
 from typing import Any, Mapping
 
 from twistgw_ldap._ldaptor import LDAPServer, inmemory, interfaces
@@ -27,6 +28,7 @@ from twistgw.options import loopback_problem, unknown_field
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.python.components import registerAdapter
 
 DEFAULT_LISTEN = "tcp:3389:interface=127.0.0.1"
@@ -108,11 +110,10 @@ def read_ldif(ldif: str) -> bytes:
         raise DevDirectoryError(f"cannot read {ldif}: {exc.strerror}", ("devDirectory", "ldif")) from None
 
 
-def _parse_ldif(data: bytes) -> defer.Deferred:
-    from io import BytesIO
-
+def _parse_ldif(data: bytes) -> defer.Deferred[Any]:
     # ldaptor wants a blank line after the last entry; many files lack it
-    return inmemory.fromLDIFFile(BytesIO(data.rstrip(b"\r\n") + b"\n\n"))
+    parsed: defer.Deferred[Any] = inmemory.fromLDIFFile(BytesIO(data.rstrip(b"\r\n") + b"\n\n"))
+    return parsed
 
 
 def check_settings(settings: Mapping[str, Any], config_dir: str) -> None:
@@ -125,10 +126,13 @@ def check_settings(settings: Mapping[str, Any], config_dir: str) -> None:
     ldif, _ = wanted
     data = read_ldif(ldif)
     problems: list[str] = []
+
+    def failed(failure: Failure) -> None:
+        problems.append(failure.getErrorMessage() or repr(failure.value))
+
     try:
         d = _parse_ldif(data)
-        # an in-memory file is parsed synchronously
-        d.addErrback(lambda f: problems.append(f.getErrorMessage() or f.type.__name__))
+        d.addErrback(failed)  # an in-memory file is parsed synchronously
     except Exception as exc:  # ldaptor raises some parse errors directly
         problems.append(str(exc) or type(exc).__name__)
     if problems:

@@ -36,6 +36,17 @@ _HEX = "0123456789abcdefABCDEF"
 _SPECIAL_AFTER_BACKSLASH = ' "#+,;<=>\\'
 
 
+#: The names Active Directory also accepts in a simple bind: DOMAIN\\name (the
+#: down-level logon name) and name@realm (the user principal name).
+_AD_LOGON_NAME = re.compile(r"^[^\\@\s=,]+\\[^\\@\s]+$|^[^\\@\s=,]+@[^\\@\s]+\.[^\\@\s]+$")
+
+
+def is_ad_logon_name(text: str) -> bool:
+    """``CORP\\svc-reader`` or ``svc-reader@corp.example.org``: a bind name
+    Active Directory takes besides a DN."""
+    return _AD_LOGON_NAME.match(text) is not None
+
+
 class InvalidDN(ValueError):
     """The text is not a distinguished name (RFC 4514)."""
 
@@ -89,58 +100,8 @@ def _parse(text: str, normal: Callable[[str], str]) -> NormalDN:
     if not text.strip():
         return ()
     while True:
-        # attribute type
-        while i < n and text[i] == " ":
-            i += 1
-        start = i
-        while i < n and text[i] not in "=,+;":
-            i += 1
-        if i >= n or text[i] != "=":
-            raise InvalidDN(f"expected 'type=value' at position {start} in {text!r}")
-        atype = text[start:i].strip().lower()
-        if atype.startswith("oid."):
-            atype = atype[4:]
-        if not atype or not re.fullmatch(r"[a-z][a-z0-9-]*|[0-9]+(\.[0-9]+)*", atype):
-            raise InvalidDN(f"invalid attribute type {text[start:i]!r} in {text!r}")
-        atype = _OID_NAMES.get(atype, atype)
-        i += 1
-        # attribute value
-        while i < n and text[i] == " ":
-            i += 1
-        raw = bytearray()
-        if i < n and text[i] == "#":
-            start = i
-            i += 1
-            while i < n and text[i] in _HEX:
-                i += 1
-            if (i - start - 1) % 2 or i == start + 1:
-                raise InvalidDN(f"invalid hex value in {text!r}")
-            value = text[start:i].lower()
-            while i < n and text[i] == " ":
-                i += 1
-        else:
-            while i < n and text[i] not in ",+;":
-                c = text[i]
-                if c == "\\":
-                    if i + 1 >= n:
-                        raise InvalidDN(f"dangling escape at the end of {text!r}")
-                    if text[i + 1] in _HEX and i + 2 < n and text[i + 2] in _HEX:
-                        raw.append(int(text[i + 1: i + 3], 16))
-                        i += 3
-                        continue
-                    if text[i + 1] in _SPECIAL_AFTER_BACKSLASH:
-                        raw.extend(text[i + 1].encode("utf-8"))
-                        i += 2
-                        continue
-                    raise InvalidDN(f"invalid escape '\\{text[i + 1]}' in {text!r}")
-                if c in '"<>\x00':
-                    raise InvalidDN(f"character {c!r} must be escaped in {text!r}")
-                raw.extend(c.encode("utf-8"))
-                i += 1
-            try:
-                value = normal(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                raise InvalidDN(f"escaped bytes are not UTF-8 in {text!r}") from None
+        atype, i = _attribute_type(text, i)
+        value, i = _attribute_value(text, i, normal)
         avas.append((atype, value))
         if i >= n:
             rdns.append(tuple(sorted(avas)))
@@ -153,6 +114,65 @@ def _parse(text: str, normal: Callable[[str], str]) -> NormalDN:
         if i >= n:
             raise InvalidDN(f"{text!r} ends with a separator")
     return tuple(rdns)
+
+
+def _skip_spaces(text: str, i: int) -> int:
+    while i < len(text) and text[i] == " ":
+        i += 1
+    return i
+
+
+def _attribute_type(text: str, i: int) -> tuple[str, int]:
+    """The normalised attribute type at ``i`` and the index after its ``=``."""
+    n = len(text)
+    start = i = _skip_spaces(text, i)
+    while i < n and text[i] not in "=,+;":
+        i += 1
+    if i >= n or text[i] != "=":
+        raise InvalidDN(f"expected 'type=value' at position {start} in {text!r}")
+    atype = text[start:i].strip().lower()
+    if atype.startswith("oid."):
+        atype = atype[4:]
+    if not atype or not re.fullmatch(r"[a-z][a-z0-9-]*|[0-9]+(\.[0-9]+)*", atype):
+        raise InvalidDN(f"invalid attribute type {text[start:i]!r} in {text!r}")
+    return _OID_NAMES.get(atype, atype), i + 1
+
+
+def _attribute_value(text: str, i: int, normal: Callable[[str], str]) -> tuple[str, int]:
+    """The normalised attribute value at ``i`` and the index of what ends it."""
+    n = len(text)
+    i = _skip_spaces(text, i)
+    if i < n and text[i] == "#":
+        start = i
+        i += 1
+        while i < n and text[i] in _HEX:
+            i += 1
+        if (i - start - 1) % 2 or i == start + 1:
+            raise InvalidDN(f"invalid hex value in {text!r}")
+        return text[start:i].lower(), _skip_spaces(text, i)
+    raw = bytearray()
+    while i < n and text[i] not in ",+;":
+        c = text[i]
+        if c == "\\":
+            if i + 1 >= n:
+                raise InvalidDN(f"dangling escape at the end of {text!r}")
+            if text[i + 1] in _HEX and i + 2 < n and text[i + 2] in _HEX:
+                raw.append(int(text[i + 1: i + 3], 16))
+                i += 3
+                continue
+            if text[i + 1] in _SPECIAL_AFTER_BACKSLASH:
+                raw.extend(text[i + 1].encode("utf-8"))
+                i += 2
+                continue
+            raise InvalidDN(f"invalid escape '\\{text[i + 1]}' in {text!r}")
+        if c in '"<>\x00':
+            raise InvalidDN(f"character {c!r} must be escaped in {text!r}")
+        raw.extend(c.encode("utf-8"))
+        i += 1
+    try:
+        return normal(raw.decode("utf-8")), i
+    except UnicodeDecodeError:
+        raise InvalidDN(f"escaped bytes are not UTF-8 in {text!r}") from None
 
 
 def format_dn(dn: NormalDN) -> str:

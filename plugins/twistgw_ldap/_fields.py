@@ -15,7 +15,7 @@ from twistgw import OptionsError
 _type_name = type_name
 
 
-class _Checker:
+class FieldChecker:
     """Makes OptionsErrors located in the AuthConfig itself (its file, line
     and field, e.g. ``spec.configs[0].ldap.address``), and collects them in a
     :class:`twistgw.options.Problems`: each ``with c.checking():`` block

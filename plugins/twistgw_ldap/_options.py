@@ -17,10 +17,11 @@ from twistgw_ldap._ldaptor import parse_filter
 from twistgw.options import is_token, type_name
 
 from twistgw import ConfigScope
+from twistgw.tls import TLSSettingsError, client_tls
 
 from twistgw_ldap._ber import SCOPE_ONE, SCOPE_SUB
-from twistgw_ldap._dn import InvalidDN, NormalDN, format_dn, parse_dn
-from twistgw_ldap._fields import _Checker
+from twistgw_ldap._dn import InvalidDN, NormalDN, format_dn, is_ad_logon_name, parse_dn
+from twistgw_ldap._fields import FieldChecker as _Checker
 from twistgw_ldap._filter import SearchFilter, compile_filter
 from twistgw_ldap._model import (
     DEFAULT_CACHE_TTL,
@@ -296,6 +297,11 @@ def _target(c: _Checker, spec: Mapping[str, Any], scope: ConfigScope) -> Target:
     insecure = c.boolean(tls.get("insecureSkipVerify", False), "tls.insecureSkipVerify")
     if insecure and ca_pem is not None:
         raise c.fail("tls.insecureSkipVerify", "makes the CA setting pointless; choose one")
+    if (scheme == "ldaps" or start_tls) and not insecure:
+        try:  # what the connections will use, built once to check the settings
+            client_tls(server_name or host, ca_pem=ca_pem)
+        except TLSSettingsError as exc:
+            raise c.fail("tls", str(exc)) from None
     return Target(host, port, scheme, start_tls, ca_pem, server_name, insecure)
 
 
@@ -422,7 +428,7 @@ _QUOTE_HINT = ("in a YAML flow list [a,b] every comma separates items, so an unq
 def _rejoin_flow_split(c: _Checker, groups: list[NormalDN]) -> list[NormalDN]:
     """Undo YAML's split of ``allowedGroups: [cn=managers,ou=groups,dc=example,dc=org]``.
 
-    SPEC.md writes the list that way; YAML reads it as four one-RDN items.
+    Written that way, YAML reads it as four one-RDN items.
     When *every* item has a single RDN and they join into one plausible DN
     (nothing after its dc/o/c suffix), they are read as that one DN. Mixed
     or ambiguous lists are refused with a hint to quote.
@@ -458,10 +464,12 @@ def _service_account(c: _Checker, ref: Any, scope: ConfigScope, field: str) -> S
             raise c.fail(field, f"{where} has no non-empty data.{key} (create it with"
                          " `twistgw create secret authcredentials`)")
     try:
-        username = secret.data["username"].decode("utf-8")
-        parse_dn(username)
+        username = secret.data["username"].decode("utf-8").strip()
+        if not is_ad_logon_name(username):
+            parse_dn(username)
     except (UnicodeDecodeError, InvalidDN):
         raise c.fail(field, f"{where}: data.username must be the service account's DN"
-                     " (e.g. cn=admin,dc=example,dc=org)") from None
-    return ServiceAccount(username.strip(), secret.data["password"], f"{ns}/{name}")
+                     " (e.g. cn=admin,dc=example,dc=org), or for Active Directory DOMAIN\\name or"
+                     " name@realm") from None
+    return ServiceAccount(username, secret.data["password"], f"{ns}/{name}")
 

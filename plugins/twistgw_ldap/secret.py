@@ -17,7 +17,7 @@ from twistgw import Commands
 from twistgw.api.commands import EXIT_OK, EXIT_USAGE
 from twistgw.options import is_kubernetes_name
 
-from twistgw_ldap._dn import InvalidDN, parse_dn
+from twistgw_ldap._dn import InvalidDN, is_ad_logon_name, parse_dn
 from twistgw_ldap._model import SECRET_TYPE
 
 __all__ = ["SECRET_TYPE", "secret_yaml"]
@@ -30,7 +30,8 @@ def _b64(text: str) -> str:
 def secret_yaml(name: str, namespace: str, username: str, password: str) -> str:
     """A ``v1`` Secret of type ``extauth.vendor.io/accountcredentials`` as YAML.
 
-    :param username: the service account's DN, e.g. ``cn=admin,dc=example,dc=org``.
+    :param username: the service account's DN, e.g. ``cn=admin,dc=example,dc=org``
+        (Active Directory also takes ``CORP\\svc-reader`` and ``svc-reader@corp.example.org``).
     :raise ValueError: with a message for the command line when an argument
         is unusable (a bad Kubernetes name, a user name that is not a DN, an
         empty password -- which many directories treat as an anonymous bind).
@@ -40,11 +41,12 @@ def secret_yaml(name: str, namespace: str, username: str, password: str) -> str:
             raise ValueError(f"--{label} {value!r} is not a valid Kubernetes name"
                              " (lower-case letters, digits, '-', '.')")
     try:
-        if not parse_dn(username):
+        if not is_ad_logon_name(username) and not parse_dn(username):
             raise InvalidDN("empty")
     except InvalidDN:
         raise ValueError(f"--username must be the service account's DN, e.g."
-                         f" cn=admin,dc=example,dc=org; got {username!r}") from None
+                         f" cn=admin,dc=example,dc=org (or for Active Directory DOMAIN\\name or name@realm);"
+                         f" got {username!r}") from None
     if not password:
         raise ValueError("--password must not be empty (an empty password is an anonymous bind)")
     doc = {

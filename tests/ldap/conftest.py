@@ -3,7 +3,7 @@
 ``slapd_open``    session-wide permissive slapd (accepts unauthenticated binds).
 ``slapd_strict``  session-wide slapd whose ACL hides ``memberOf`` from users
                   (only the service account reads it).
-``slapd_factory`` ``slapd_factory(permissive=True)`` a private slapd for tests
+``slapd_factory`` ``slapd_factory(permissive=True, tls=False, san=True)`` a private slapd for tests
                   that stop, kill or freeze it; stopped at teardown.
 
 A missing ``slapd`` binary FAILS these fixtures (it does not skip): the LDAP
@@ -48,9 +48,9 @@ def slapd_strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slapd]:
 def slapd_factory(tmp_path: Path) -> Iterator[Any]:
     started: list[Slapd] = []
 
-    def make(permissive: bool = True, tls: bool = False) -> Slapd:
+    def make(permissive: bool = True, tls: bool = False, san: bool = True) -> Slapd:
         try:
-            server = Slapd(tmp_path / f"slapd{len(started)}", permissive=permissive, tls=tls).start()
+            server = Slapd(tmp_path / f"slapd{len(started)}", permissive=permissive, tls=tls, san=san).start()
         except SlapdMissing as exc:
             pytest.fail(str(exc), pytrace=False)
         started.append(server)

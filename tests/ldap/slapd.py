@@ -13,6 +13,9 @@ The directory (suffix ``dc=example,dc=org``):
 * ``ou=people``: inetOrgPerson users ``alice`` (managers, developers),
   ``bob`` (developers), ``carol`` (no group), ``eve`` (password with colons,
   managers); every password is ``<uid>-pw`` except eve's ``pa:ss:wd``.
+* ``SPECIAL_USERS`` in ``ou=people``: ``qa(lead)``, ``ops#1`` and ``x,y=z``
+  (legal names with filter and DN specials; passwords as listed there; in
+  no group).
 * ``ou=contractors``: ``dave`` (contractors) and a second ``sam``; ``sam``
   is also in ``ou=people``, so a search over both OUs finds two entries.
 * ``ou=groups``: groupOfNames ``managers``, ``developers``, ``contractors``;
@@ -61,6 +64,8 @@ USERS = {
     "eve": ("pa:ss:wd", ("managers",)),
     "sam": ("sam-pw", ()),
 }
+#: users of ou=people whose legal names hold filter or DN specials (no group)
+SPECIAL_USERS = {"qa(lead)": "qa-pw", "ops#1": "ops-pw", "x,y=z": "xyz-pw"}
 #: users of ou=contractors: uid: (password, groups)
 CONTRACTORS = {
     "dave": ("dave-pw", ("contractors",)),
@@ -108,6 +113,10 @@ def _ldif_people() -> str:
         for uid, (pw, _) in users.items():
             out.append(f"dn: uid={uid},ou={ou},{SUFFIX}\nobjectClass: inetOrgPerson\nuid: {uid}\n"
                        f"cn: {uid.title()}\nsn: {uid.title()}\nuserPassword: {pw}\n")
+    for uid, pw in SPECIAL_USERS.items():
+        rdn = uid.replace(",", "\\,").replace("=", "\\=")
+        out.append(f"dn: uid={rdn},ou=people,{SUFFIX}\nobjectClass: inetOrgPerson\nuid: {uid}\n"
+                   f"cn: special\nsn: special\nuserPassword: {pw}\n")
     return "\n".join(out)
 
 
@@ -128,9 +137,11 @@ def _ldif_groups() -> str:
     return "\n".join(out)
 
 
-def write_tls_files(directory: Path, hostname: str = "localhost") -> None:
+def write_tls_files(directory: Path, hostname: str = "localhost", san: bool = True) -> None:
     """A CA (``ca.pem``) and a server certificate for ``hostname`` and
-    127.0.0.1 (``server.pem`` / ``server-key.pem``)."""
+    127.0.0.1 (``server.pem`` / ``server-key.pem``); with ``san=False`` the
+    certificate names ``hostname`` only as its subject's CN (no
+    subjectAltName), as some directories' self-made certificates do."""
     import datetime
     import ipaddress
 
@@ -151,14 +162,15 @@ def write_tls_files(directory: Path, hostname: str = "localhost") -> None:
                                        crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
           .sign(ca_key, hashes.SHA256()))
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostname)]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(hostname),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    builder = (x509.CertificateBuilder()
+               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostname)]))
+               .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=5))
+               .not_valid_after(now + datetime.timedelta(days=2)))
+    if san:
+        builder = builder.add_extension(x509.SubjectAlternativeName(
+            [x509.DNSName(hostname), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
     (directory / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (directory / "server.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     (directory / "server-key.pem").write_bytes(key.private_bytes(
@@ -205,7 +217,7 @@ class Slapd:
     """One slapd process and its files."""
 
     def __init__(self, directory: Path, permissive: bool = True, port: int | None = None,
-                 tls: bool = False) -> None:
+                 tls: bool = False, san: bool = True) -> None:
         self.slapd = find_slapd()
         self.directory = Path(directory)
         self.permissive = permissive
@@ -218,7 +230,7 @@ class Slapd:
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "db").mkdir(exist_ok=True)
         if tls:
-            write_tls_files(self.directory)
+            write_tls_files(self.directory, san=san)
         (self.directory / "slapd.conf").write_text(_config(self.directory, permissive, tls))
         (self.directory / "people.ldif").write_text(_ldif_people())
         (self.directory / "groups.ldif").write_text(_ldif_groups())

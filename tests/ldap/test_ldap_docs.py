@@ -32,7 +32,7 @@ def test_documented_secret_is_what_the_utility_writes() -> None:
     command, secret, _ = example_blocks()
     args = shlex.split(command.replace("\\\n", " ").split(">")[0])
     assert args[:4] == ["twistgw", "create", "secret", "authcredentials"]
-    opts = dict(zip(args[4::2], args[5::2]))
+    opts = dict(zip(args[4::2], args[5::2], strict=True))
     assert opts["--username"] == SERVICE_DN and opts["--password"] == SERVICE_PW
     assert secret == secret_yaml(opts["--name"], opts["--namespace"], opts["--username"], opts["--password"])
 

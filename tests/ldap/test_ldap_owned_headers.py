@@ -7,7 +7,6 @@ and in another virtual service (twistgw.OwnsRequestHeaders; docs/plugins.md,
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from pathlib import Path

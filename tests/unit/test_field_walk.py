@@ -483,6 +483,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "extauth:userSearch.baseDn": (T, LDAP_SEARCH), "extauth:userSearch.filter": (T, LDAP_SEARCH),
     "extauth:userSearch.scope": (T, LDAP_SEARCH), "extauth:userSearch.credentialsSecretRef": (T, LDAP_SEARCH,
                                                                                             "tests/ldap/test_ldap_search.py"),
+    "extauth:userSearch.usernameAttribute": (T, "tests/ldap/test_ldap_attacks.py"),
     "extauth:userSearch.credentialsSecretRef.name": (T, LDAP_SEARCH, "tests/ldap/ldap_helpers.py"),
     "extauth:userSearch.credentialsSecretRef.namespace": (T, LDAP_SEARCH, "tests/ldap/ldap_helpers.py"),
     "extauth:groupSearch": (T, LDAP_SEARCH), "extauth:groupSearch.baseDn": (T, LDAP_SEARCH),

@@ -28,7 +28,7 @@ PACKAGE = Path(twistgw.__file__).resolve().parent
 
 #: In order; a module may import its own layer and the ones before it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("api", ("twistgw.api", "twistgw.hookspecs", "twistgw.options", "twistgw.regex")),
+    ("api", ("twistgw.api", "twistgw.hookspecs", "twistgw.options", "twistgw.regex", "twistgw.tls")),
     ("config", ("twistgw.config",)),
     ("core", ("twistgw.core",)),
     ("engine", ("twistgw.engine",)),

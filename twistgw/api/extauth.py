@@ -99,15 +99,23 @@ class AuthAllow:
         every header you set in the checker's ``owned_request_headers`` so a
         client's copy never reaches the backend.
     :ivar reason: for logs and ``twistgw explain``; never sent.
-    :ivar state: anything for later plugins, kept in
-        ``ctx.state["extauth"]["state"][config name]`` when the AuthConfig
-        admits (Gloo's ``readStateFromResponse``); None for nothing.
+    :ivar state: anything for the configs after this one and for later
+        plugins, in ``ctx.state["extauth"]["state"][config name]`` as soon
+        as this config admits (Gloo's shared state, ``readStateFromResponse``);
+        None for nothing.
+    :ivar claims: verified claims (an OIDC ID token's), or None. When the
+        AuthConfig admits, the first admitting config with claims sets
+        ``ctx.claims`` (a copy) and ``ctx.claims_provider`` (below), as the
+        jwt plugin does: rbac and ``claimsToHeaders`` work on them.
+    :ivar claims_provider: who verified ``claims`` (the issuer).
     """
 
     principal: str | None = None
     headers: tuple[tuple[bytes, bytes | None], ...] = ()
     reason: str = ""
     state: Mapping[str, Any] | None = None
+    claims: Mapping[str, Any] | None = None
+    claims_provider: str | None = None
 
 
 @attrs.frozen
@@ -281,11 +289,15 @@ class ConfigScope:
 
         :raise KeyError: when there is none, or this gateway reads no
             ConfigMap resources."""
-        lookup = getattr(self.options.resources, "config_map", None)
-        if lookup is None:
-            raise KeyError(f"no ConfigMap {namespace or self.namespace}/{name}: this gateway version"
-                           " reads no ConfigMap resources")
-        return lookup(name, namespace or self.namespace)
+        namespace = namespace or self.namespace
+        resources = self.options.resources
+        lookup = getattr(resources, "config_map", None)
+        if lookup is not None:
+            return lookup(name, namespace)
+        generic = getattr(resources, "resource", None)  # the core's lookup of any kind, where it has one
+        if generic is not None:
+            return generic("ConfigMap", name, namespace)
+        raise KeyError(f"no ConfigMap {namespace}/{name}: this gateway version reads no ConfigMap resources")
 
     def error(self, path: Sequence[str | int] | str, reason: str) -> OptionsError:
         """An OptionsError at ``path`` below the entry, already located

@@ -1,0 +1,152 @@
+"""The LDAP config type against a real Active Directory (Samba's, started by
+:mod:`samba_ad` in a network namespace of its own). :func:`run` makes each
+request below through the extauth plugin in memory (``ChainTester``, the
+real LDAP client, the real directory) and reports what came of it;
+``test_ldap_active_directory.py`` holds the expectations."""
+
+from __future__ import annotations
+
+import base64
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from samba_ad import BASE, DOMAIN, PASSWORDS, REALM, USERS_DN
+from twisted.internet import defer, task
+
+import twistgw_ldap
+from twistgw.testing import ChainTester
+
+URL = "http://ad.example.com/x"
+SEARCH = {"baseDn": USERS_DN, "filter": "(sAMAccountName=%s)"}
+STAFF = f"CN=staff,{USERS_DN}"
+DOMAIN_USERS = f"CN=Domain Users,{USERS_DN}"
+LDAPS = "ldaps://127.0.0.1:636"
+#: Samba's own certificate is self-signed with no subjectAltName: most checks do not verify it
+UNVERIFIED = {"insecureSkipVerify": True}
+
+
+def config(ldap: dict[str, Any], account: str = "") -> str:
+    """A VirtualService protected by an AuthConfig with the one ldap entry
+    ``ldap``, and the Secret ``svc`` whose username is ``account``."""
+    secret = {"username": base64.b64encode(account.encode()).decode(),
+              "password": base64.b64encode(PASSWORDS["svc-reader"].encode()).decode()}
+    return textwrap.dedent(f"""\
+        apiVersion: gateway.vendor.io/v1
+        kind: VirtualService
+        metadata: {{name: vs}}
+        spec:
+          virtualHost:
+            domains: ["*"]
+            options: {{extauth: {{configRef: {{name: ad}}}}}}
+            routes:
+            - matchers: [{{prefix: /}}]
+              directResponseAction: {{status: 200, body: admitted}}
+        ---
+        apiVersion: enterprise.gateway.vendor.io/v1
+        kind: AuthConfig
+        metadata: {{name: ad, namespace: default}}
+        spec:
+          configs: [{json.dumps({"ldap": {"connectTimeout": "5s", "requestTimeout": "5s", "cacheTtl": "0s",
+                                           **ldap}})}]
+        ---
+        apiVersion: v1
+        kind: Secret
+        metadata: {{name: svc, namespace: default}}
+        type: extauth.vendor.io/accountcredentials
+        data: {json.dumps(secret)}
+        """)
+
+
+def ref() -> dict[str, str]:
+    return {"name": "svc"}
+
+
+def checks(directory: Path) -> dict[str, tuple[dict[str, Any], str, str, str]]:
+    """name -> (ldap entry, service account name, user, password)."""
+    ca = str(directory / "private" / "tls" / "ca.pem")
+    backslash, upn = f"{DOMAIN}\\svc-reader", f"svc-reader@{REALM.lower()}"
+    with_account = {**SEARCH, "credentialsSecretRef": ref()}
+    member_of = {"address": LDAPS, "tls": UNVERIFIED, "userSearch": with_account}
+    return {
+        # 18: AD accepts the anonymous bind, then refuses the anonymous search (operationsError)
+        "anonymous_search": ({"address": LDAPS, "tls": UNVERIFIED, "userSearch": SEARCH,
+                              "disableGroupChecking": True}, "", "alice", PASSWORDS["alice"]),
+        # 19: Samba's default refuses simple binds on plain LDAP (strongAuthRequired)
+        "plain_ldap_user_bind": ({"address": "ldap://127.0.0.1:389",
+                                  "userDnTemplate": f"CN=%s,{USERS_DN}", "disableGroupChecking": True},
+                                 "", "alice", PASSWORDS["alice"]),
+        "plain_ldap_service_bind": ({"address": "ldap://127.0.0.1:389", "disableGroupChecking": True,
+                                     "userSearch": with_account}, backslash, "alice", PASSWORDS["alice"]),
+        # 21: service-account names need not be DNs
+        "account_backslash": ({"address": LDAPS, "tls": UNVERIFIED, "userSearch": with_account,
+                               "disableGroupChecking": True, "userHeader": "X-User"},
+                              backslash, "ALICE", PASSWORDS["alice"]),
+        "account_upn": ({"address": LDAPS, "tls": UNVERIFIED, "userSearch": with_account,
+                         "disableGroupChecking": True}, upn, "alice", PASSWORDS["alice"]),
+        "wrong_password": ({"address": LDAPS, "tls": UNVERIFIED, "userSearch": with_account,
+                            "disableGroupChecking": True}, backslash, "alice", "not-it"),
+        # 21: memberOf with the default searchFilter (uid=*) matches no AD user...
+        "member_of_default_filter": ({**member_of, "allowedGroups": [STAFF]}, backslash,
+                                     "alice", PASSWORDS["alice"]),
+        # ...(objectClass=user) does
+        "member_of_user_filter": ({**member_of, "allowedGroups": [STAFF], "searchFilter": "(objectClass=user)"},
+                                  backslash, "alice", PASSWORDS["alice"]),
+        "member_of_not_member": ({**member_of, "allowedGroups": [STAFF], "searchFilter": "(objectClass=user)"},
+                                 backslash, "bob", PASSWORDS["bob"]),
+        # 21: the primary group is in neither memberOf nor member
+        "primary_group": ({**member_of, "allowedGroups": [DOMAIN_USERS], "searchFilter": "(objectClass=user)"},
+                          backslash, "alice", PASSWORDS["alice"]),
+        # nested groups by groupSearch: engineering lists the group staff
+        "nested_group_search": ({**member_of, "allowedGroups": [f"CN=engineering,{USERS_DN}"],
+                                 "groupSearch": {"baseDn": BASE, "nested": True}},
+                                backslash, "alice", PASSWORDS["alice"]),
+        # AD's own transitive walk (LDAP_MATCHING_RULE_IN_CHAIN), as docs/ldap.md advises
+        "in_chain_filter": ({**member_of, "allowedGroups": [f"CN=engineering,{USERS_DN}"],
+                             "groupSearch": {"baseDn": BASE, "filter": "(member:1.2.840.113556.1.4.1941:=%s)"}},
+                            backslash, "alice", PASSWORDS["alice"]),
+        # 20: legal AD names with filter specials
+        "name_with_parentheses": ({**member_of, "disableGroupChecking": True, "userHeader": "X-User"},
+                                  backslash, "qa(lead)", PASSWORDS["qa(lead)"]),
+        "name_with_hash": ({**member_of, "disableGroupChecking": True}, backslash, "ops#1", PASSWORDS["ops#1"]),
+        # 17: the CA is trusted, the certificate carries only a CN: refused for ldaps and StartTLS
+        "ldaps_cert_without_san": ({"address": LDAPS, "tls": {"caFile": ca, "serverName": "dc1.corp.example.test"},
+                                    "userSearch": with_account, "disableGroupChecking": True},
+                                   backslash, "alice", PASSWORDS["alice"]),
+        "starttls_cert_without_san": ({"address": "ldap://127.0.0.1:389", "startTLS": True,
+                                       "tls": {"caFile": ca, "serverName": "dc1.corp.example.test"},
+                                       "userSearch": with_account, "disableGroupChecking": True},
+                                      backslash, "alice", PASSWORDS["alice"]),
+    }
+
+
+async def _one(ldap: dict[str, Any], account: str, user: str, password: str) -> dict[str, Any]:
+    try:
+        tester = ChainTester.from_yaml(config(ldap, account), [("extauth", twistgw_ldap.ExtAuthPlugin)])
+    except Exception as exc:  # a configuration the plugin refuses is a result too
+        return {"config_error": str(exc)}
+    auth = base64.b64encode(f"{user}:{password}".encode()).decode()
+    try:
+        result = await tester.request("GET", URL, headers={"Authorization": f"Basic {auth}"})
+        headers = result.forwarded_headers
+        return {"status": result.status, "principal": result.ctx.principal,
+                "reason": result.deny.reason if result.deny is not None else str(result.trace[-1][2]),
+                "x_user": [v.decode() for v in (headers.getRawHeaders(b"x-user") or [])] if headers else []}
+    finally:
+        await tester.host.unconfigure()
+
+
+def run(directory: Path) -> dict[str, Any]:
+    report: dict[str, Any] = {}
+
+    async def main(_reactor: Any) -> None:
+        for name, (ldap, account, user, password) in checks(directory).items():
+            report[name] = await _one(ldap, account, user, password)
+
+    try:
+        task.react(lambda reactor: defer.ensureDeferred(main(reactor)))
+    except SystemExit as exit_:
+        if exit_.code not in (0, None):
+            raise
+    return report
