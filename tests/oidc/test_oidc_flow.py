@@ -403,3 +403,27 @@ def test_redis_down_fails_closed(stack: Stack) -> None:
     finally:
         stack.redis.thaw()
     assert seen(b.get(stack.url("/redis/x")))["x-user-email"] == ["alice@example.org"]
+
+
+def test_redis_stopped_then_back(stack: Stack) -> None:
+    b = Browser()
+    login(b, stack.url("/redis/x"), stack.host)
+    stack.redis.stop()
+    try:
+        assert b.get(stack.url("/redis/x")).status == 503  # refused connections: closed, not open
+    finally:
+        stack.redis.start()  # the same port, empty (no persistence)
+    wait_for_status(b, stack.url("/redis/x"), 302)  # reconnected; the session is gone: a new login
+    # still logged in at the provider: the login goes through without a form, to a new session
+    final = b.follow(b.get(stack.url("/redis/x")))
+    assert seen(final)["x-user-email"] == ["alice@example.org"]
+
+
+def wait_for_status(b: Browser, url: str, status: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = b.get(url).status
+        if got == status:
+            return
+        assert time.monotonic() < deadline, f"still {got}"
+        time.sleep(0.2)
