@@ -13,16 +13,12 @@ A missing ``node`` or a missing ``tests/oidc/idp/node_modules`` raises
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import http.client
 import json
-import os
 import re
 import shutil
 import subprocess
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
@@ -34,7 +30,8 @@ from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 IDP_DIR = Path(__file__).resolve().parent / "idp"
 
-__all__ = ["Browser", "Idp", "IdpMissing", "TokenTamperer", "new_rsa_key", "private_jwk", "public_jwks"]
+__all__ = ["Browser", "Idp", "IdpMissing", "TokenTamperer", "login", "new_ec_key", "new_rsa_key", "private_jwk",
+           "public_jwks", "seen"]
 
 
 class IdpMissing(RuntimeError):
@@ -289,10 +286,13 @@ def login(browser: Browser, url: str, gateway_host: str, user: str = "alice") ->
     return back, final
 
 
-def pkce_pair() -> tuple[str, str]:
-    verifier = base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode()
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-    return verifier, challenge
+def seen(response: Response) -> dict[str, list[str]]:
+    """What the echo backend received, header by header (the answer must be its 200)."""
+    assert response.status == 200, (response, response.body[:300])
+    out: dict[str, list[str]] = {}
+    for k, v in response.json()["headers"]:
+        out.setdefault(k, []).append(v)
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -355,10 +355,3 @@ class TokenTamperer:
         self.server.shutdown()
         self.server.server_close()
 
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)

@@ -11,9 +11,8 @@ from typing import Any, Iterator
 
 import jwt
 import pytest
-from oidc_support import Browser, login, new_rsa_key
+from oidc_support import Browser, login, new_rsa_key, seen
 from stack import Stack
-from test_oidc_flow import seen
 
 API = {"Accept": "application/json"}
 

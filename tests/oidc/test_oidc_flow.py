@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import jwt
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from oidc_support import Browser, Response, login, new_ec_key, new_rsa_key
+from oidc_support import Browser, Response, login, new_ec_key, new_rsa_key, seen
 from stack import Stack
 
 
@@ -33,15 +33,6 @@ def no_tampering(stack: Stack) -> Iterator[None]:
     stack.tamperer.rewrite = None
     yield
     stack.tamperer.rewrite = None
-
-
-def seen(response: Response) -> dict[str, list[str]]:
-    """What the backend received, header by header."""
-    assert response.status == 200, (response, response.body[:300])
-    out: dict[str, list[str]] = {}
-    for k, v in response.json()["headers"]:
-        out.setdefault(k, []).append(v)
-    return out
 
 
 def start(stack: Stack, browser: Browser, path: str) -> tuple[Response, dict[str, list[str]]]:

@@ -9,9 +9,8 @@ import subprocess
 from typing import Any, Iterator
 
 import pytest
-from oidc_support import Browser, login
+from oidc_support import Browser, login, seen
 from stack import Stack
-from test_oidc_flow import seen
 
 
 @pytest.fixture(scope="module")
