@@ -7,6 +7,7 @@ Gloo's that twistgw does not implement are refused by name, with the reason.
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit
 
 from twistgw.options import Problems
 from twistgw_jwt._keys import KeyProblem, parse_local_key
@@ -106,6 +107,10 @@ def compile_oidc(raw: Any, read: Reader, source: str, namespace: str, secret: Se
         es.fail("methodType", "must be GetMethod or PostMethod")
     if read.problems or session is None or not (issuer and client_id and app_url and callback):
         return None
+    # the paths are relative to appUrl (Gloo): under https://host/app, /callback is /app/callback
+    base = urlsplit(app_url).path.rstrip("/")
+    callback, logout, front = (base + p if p else None for p in (callback, logout, front))
+    assert callback is not None
     return OidcSpec(
         source=source, binding=binding_of(issuer, client_id, app_url, callback), issuer_url=issuer,
         client_id=client_id, client_secret=client_secret, app_url=app_url, app_origin=origin(app_url),

@@ -93,7 +93,7 @@ async def start(ch: "OidcChecker", ctx: RequestContext, cookies: Mapping[str, st
     else:
         value = ch.store.seal_login(ch.login_cookie, login)
     params = [("response_type", "code"), ("client_id", spec.client_id),
-              ("redirect_uri", spec.app_url.rstrip("/") + spec.callback_path), ("scope", " ".join(spec.scopes)),
+              ("redirect_uri", spec.redirect_uri), ("scope", " ".join(spec.scopes)),
               ("state", state), ("nonce", nonce),
               ("code_challenge", _b64(hashlib.sha256(verifier.encode("ascii")).digest())),
               ("code_challenge_method", "S256"), *spec.auth_params]
@@ -158,7 +158,7 @@ async def _finish(ch: "OidcChecker", login: Mapping[str, Any], params: Mapping[s
         return _deny(400, b"Bad login callback", "no code", clear)
     try:
         answer = await exchange(ch, doc, {"grant_type": "authorization_code", "code": code,
-                                          "redirect_uri": spec.app_url.rstrip("/") + spec.callback_path,
+                                          "redirect_uri": spec.redirect_uri,
                                           "code_verifier": str(login["v"])})
     except ProviderDown as exc:
         return AuthDeny.failure(f"oidc: token endpoint unreachable: {exc}", 503)

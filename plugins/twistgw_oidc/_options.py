@@ -106,6 +106,7 @@ class OidcSpec:
     client_secret: bytes | None = attrs.field(repr=False)
     app_url: str
     app_origin: str
+    #: the request paths of the callback, logout and front-channel logout (appUrl's path prefixed)
     callback_path: str
     logout_path: str | None
     after_logout_url: str
@@ -124,6 +125,10 @@ class OidcSpec:
     fail_on_redirect: bool
     end_session_post: bool
     timeout: float = DEFAULT_HTTP_TIMEOUT
+
+    @property
+    def redirect_uri(self) -> str:
+        return self.app_origin + self.callback_path
 
 
 @attrs.frozen

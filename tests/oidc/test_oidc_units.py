@@ -293,3 +293,12 @@ class WorkedExampleTests(unittest.TestCase):
         assert r.ctx is not None
         self.assertFalse(r.ctx.headers.hasHeader(b"x-id-token"))
         self.assertFalse(r.ctx.headers.hasHeader(b"x-user-email"))
+
+
+class AppPathTests(unittest.TestCase):
+    def test_paths_are_relative_to_app_url(self) -> None:
+        spec = compile_oidc_checker(appUrl="https://app.example/shop/", logoutPath="/logout").spec
+        self.assertEqual((spec.callback_path, spec.logout_path), ("/shop/callback", "/shop/logout"))
+        self.assertEqual(spec.redirect_uri, "https://app.example/shop/callback")
+        spec = compile_oidc_checker(appUrl="https://app.example:8443").spec
+        self.assertEqual(spec.redirect_uri, "https://app.example:8443/callback")
