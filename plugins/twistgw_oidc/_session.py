@@ -186,6 +186,7 @@ class RedisStore:
         self.pools = pools
         self.reactor = reactor
         self.prefix = spec.key_prefix
+        self._parsed: OrderedDict[bytes, Session] = OrderedDict()
 
     @property
     def ttl(self) -> int:
@@ -202,10 +203,20 @@ class RedisStore:
             raise StoreDown(f"Redis {where}: {type(exc).__name__}: {exc}") from None
 
     async def load(self, session_id: str) -> Session | None:
+        """The session Redis holds now (one GET). What Redis returned is
+        parsed once: the last 4096 values are remembered by their bytes."""
         data = await self._do("get", _key(self.prefix, "session", session_id))
         if data is None:
             return None
-        return Session.from_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        parsed = self._parsed.get(raw)
+        if parsed is None:
+            parsed = Session.from_bytes(raw)
+            if parsed is not None:
+                self._parsed[raw] = parsed
+                if len(self._parsed) > 4096:
+                    self._parsed.popitem(last=False)
+        return parsed
 
     async def save(self, session_id: str, session: Session) -> None:
         key = _key(self.prefix, "session", session_id)
