@@ -196,6 +196,8 @@ class RedisStore:
         try:
             assert self.spec.redis is not None
             d = getattr(self.pools.get(self.spec.redis), method)(*args, **kw)
+            # txredisapi's replyTimeout bounds a silent server, but a command sent while the pool
+            # reconnects (Redis refused) waits for the connection: this bounds both
             d.addTimeout(REDIS_TIMEOUT, self.reactor())
             return await d
         except Exception as exc:  # refused, reset, timeout, "not connected"
