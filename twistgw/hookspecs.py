@@ -59,7 +59,7 @@ hookspec = pluggy.HookspecMarker("twistgw")
 
 
 @hookspec(firstresult=True)
-def twistgw_plugin_info() -> PluginInfo:
+def twistgw_plugin_info() -> PluginInfo | None:
     """Describe the plugin: its default position in the chain and a summary.
 
     Called once per plugin when it is registered (per-plugin).

@@ -18,13 +18,12 @@ import ipaddress
 import re
 from typing import Any, Iterable, Iterator, Mapping
 
+from twistgw.api.fields import FieldReader, Invalid, Path, type_name, unknown_field
 from twistgw.api.headers import is_token
 from twistgw.api.types import OptionsError
 
-Path = tuple[str | int, ...]
-
-__all__ = ["DURATION_UNITS", "Path", "Problems", "check_fields", "is_kubernetes_name", "is_token", "loopback_problem", "parse_duration",
-           "require_mapping", "type_name", "unknown_field"]
+__all__ = ["DURATION_UNITS", "FieldReader", "Invalid", "Path", "Problems", "check_fields", "is_kubernetes_name",
+           "is_token", "loopback_problem", "parse_duration", "require_mapping", "type_name", "unknown_field"]
 
 #: A Kubernetes object name (RFC 1123 subdomain): lower-case letters, digits, '-' and '.'.
 _KUBERNETES_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
@@ -89,20 +88,6 @@ def parse_duration(value: Any, units: Mapping[str, float] = DURATION_UNITS) -> f
     return None if factor is None else float(m.group(1)) * factor
 
 
-def type_name(value: Any) -> str:
-    """``a string``, ``an integer``, ``a list``, ``null``... for error messages."""
-    if value is None:
-        return "null"
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
-
-
-def unknown_field(key: Any, allowed: Iterable[str]) -> str:
-    """The one wording of an unknown-field problem, shared by the core and
-    the plugins: ``unknown field 'colour'; expected one of: name, options``."""
-    return f"unknown field {str(key)!r}; expected one of: {', '.join(allowed)}"
-
-
 def require_mapping(value: Any, path: Path, what: str = "this field") -> Mapping[str, Any]:
     """``value`` if it is a mapping, else OptionsError at ``path``."""
     if not isinstance(value, Mapping):
@@ -119,29 +104,61 @@ def check_fields(value: Mapping[str, Any], allowed: Iterable[str], path: Path) -
         raise OptionsError.several(errors)
 
 
-class Problems:
-    """Collects a plugin's option problems so all of them are reported::
+class Problems(FieldReader):
+    """Collects a plugin's option problems so all of them are reported: the
+    located field reader (:class:`twistgw.api.fields.FieldReader`) with
+    :class:`~twistgw.api.types.OptionsError` as its sink, so a plugin reads
+    its options with the same checks and wording as the core::
 
         problems = Problems()
-        for name, raw in options["providers"].items():
-            with problems.check():      # an OptionsError inside is kept, and
-                compile_provider(raw)   # checking goes on with the next one
+        with problems.part():           # a problem inside is kept, and checking
+            m = problems.mapping(options, (), {"mode", "providers"})  # goes on
+        for name, raw in m.get("providers", {}).items():
+            with problems.check():      # an OptionsError raised inside is kept too
+                compile_provider(raw)
         problems.add(("mode",), "must be strict or lenient")
         problems.raise_if_any()         # one OptionsError carrying them all
+
+    ``raise problems.fail(path, reason)`` outside any ``part`` raises an
+    OptionsError carrying every problem recorded so far.
     """
 
     def __init__(self) -> None:
         self.errors: list[OptionsError] = []
+        super().__init__(self._record)
+
+    def _record(self, path: Path, reason: str) -> None:
+        self.errors.append(OptionsError(path, reason))
 
     def add(self, path: Path | str, reason: str, resource: tuple[str, str, str] | None = None) -> None:
+        """Record a problem; ``resource`` for one inside another resource
+        the options refer to (see :class:`~twistgw.api.types.OptionsError`)."""
+        self._count += 1
         self.errors.append(OptionsError(path, reason, resource))
+
+    def invalid(self) -> Exception:
+        # An OptionsError carrying the problems so far: caught by part() or
+        # check() (which keep each problem once), or reported by the core
+        # when a plugin lets it escape.
+        if not self.errors:
+            return Invalid()
+        return OptionsError.several(self.errors)
 
     @contextlib.contextmanager
     def check(self) -> Iterator[None]:
+        """Keep the problems of an OptionsError raised inside, and go on."""
         try:
             yield
+        except Invalid:
+            pass
         except OptionsError as exc:
-            self.errors.extend(exc.problems)
+            kept = {id(e) for e in self.errors}
+            for p in exc.problems:
+                if id(p) not in kept:
+                    self._count += 1
+                    self.errors.append(p)
+
+    part = check
 
     def __bool__(self) -> bool:
         return bool(self.errors)

@@ -15,7 +15,7 @@ from twistgw.config.loader import load_text
 from twistgw.config.model import Route, VirtualService
 from twistgw.core.paths import _ALREADY_NORMAL, BadPath, normalise_path, normalise_slowly
 from twistgw.core.plugins import PluginHost
-from twistgw.core.pipeline import Prepared, prepare, split_target
+from twistgw.core.pipeline import Prepared, RequestHead, prepare, split_target
 from twistgw.config.names import host_without_port, parse_host
 from twistgw.core.routing import HostTable
 from twistgw.core.snapshot import build_snapshot
@@ -159,7 +159,7 @@ def run(snapshot, target: bytes, host: bytes | list[bytes] | None = b"api.exampl
         h.setRawHeaders(b"host", host if isinstance(host, list) else [host])
     for n, v in extra:
         h.addRawHeader(n, v)
-    return prepare(snapshot, None, method, target, h, "192.0.2.9")
+    return prepare(snapshot, RequestHead(method, target, h, "192.0.2.9"))
 
 
 class CorePathsTests(TestCase):

@@ -58,7 +58,7 @@ def run(snapshot, host: bytes | None, target: bytes = b"/x", version: bytes = b"
         h.setRawHeaders(b"host", [host])
     for n, v in extra:
         h.addRawHeader(n, v)
-    return prepare(snapshot, None, b"GET", target, h, "192.0.2.9", version=version)
+    return prepare(snapshot, RequestHead(b"GET", target, h, "192.0.2.9", version=version))
 
 
 # ---------------------------------------------------------------------------

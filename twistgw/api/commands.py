@@ -4,7 +4,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    # argparse's sub-parsers action (a private class of argparse).
+    _SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 #: Help of the command groups plugins add to (``twistgw create secret TYPE``):
 #: Secrets are resources the core reads, so the core names the group.
@@ -28,8 +34,8 @@ class Commands:
             p.set_defaults(func=run)      # run(args) -> exit code (int)
     """
 
-    def __init__(self, subparsers: Any) -> None:
-        self._groups: dict[tuple[str, ...], Any] = {(): subparsers}
+    def __init__(self, subparsers: _SubParsers) -> None:
+        self._groups: dict[tuple[str, ...], _SubParsers] = {(): subparsers}
 
     def add(self, *path: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
         """A new sub-command at ``path`` (``"token"``, or ``"create",
@@ -41,7 +47,7 @@ class Commands:
         *group, name = path
         return self._group(tuple(group)).add_parser(name, help=help, description=description or help)
 
-    def _group(self, path: tuple[str, ...]) -> Any:
+    def _group(self, path: tuple[str, ...]) -> _SubParsers:
         found = self._groups.get(path)
         if found is None:
             parent = self._group(path[:-1])

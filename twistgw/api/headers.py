@@ -87,7 +87,7 @@ class Headers:
             return self._raw == other._raw
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]  (mutable)
+    __hash__ = None  # type: ignore[assignment]  # mutable: not hashable
 
     def copy(self) -> "Headers":
         return Headers.of_pairs(self._raw.items())

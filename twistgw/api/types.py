@@ -167,6 +167,8 @@ class SecretInfo:
     name: str
     type: str
     data: Mapping[str, bytes]
+    #: ``metadata.labels`` (Gloo's apiKeyAuth picks Secrets by label)
+    labels: Mapping[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -225,7 +227,10 @@ class ResourceView:
         settings: Mapping[str, Any] | None = None,
         config_dir: str = "",
         invalid: Any = frozenset(),
+        resources: Mapping[str, Mapping[tuple[str, str], object]] | None = None,
     ) -> None:
+        #: every resource read, by kind, then (namespace, name)
+        self._resources = resources or {}
         #: (kind, namespace, name) of resources declared but invalid
         self._invalid = invalid
         self._settings = settings or {}
@@ -245,13 +250,31 @@ class ResourceView:
 
     def kube_service(self, name: str, namespace: str, port: int) -> UpstreamInfo:
         """Resolve a Kubernetes ``Service`` port to its endpoint addresses."""
-        return self._kube_resolver(name, namespace, port)
+        info: UpstreamInfo = self._kube_resolver(name, namespace, port)
+        return info
 
     def secret(self, name: str, namespace: str = "default") -> SecretInfo:
         try:
             return self._secrets[(namespace, name)]
         except KeyError:
             self._missing("Secret", namespace, name)
+
+    def secrets(self, namespace: str | None = None) -> tuple[SecretInfo, ...]:
+        """Every Secret (of ``namespace`` when given), in (namespace, name) order."""
+        return tuple(s for key, s in sorted(self._secrets.items()) if namespace is None or key[0] == namespace)
+
+    def resource(self, kind: str, name: str, namespace: str = "default") -> object:
+        """Any resource read, by kind (a kind added to the configuration's
+        table of kinds, such as ``RateLimitConfig``, is found here): the
+        object its reader returned."""
+        try:
+            return self._resources[kind][(namespace, name)]
+        except KeyError:
+            self._missing(kind, namespace, name)
+
+    def resources(self, kind: str) -> Mapping[tuple[str, str], object]:
+        """Every resource of ``kind`` read, keyed by (namespace, name)."""
+        return self._resources.get(kind, {})
 
     def _missing(self, kind: str, namespace: str, name: str) -> NoReturn:
         if (kind, namespace, name) in self._invalid:

@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl
 
 import attrs
 
+from twistgw.api.fields import FieldReader, Path
 from twistgw.regex import SafeRegex, UnsafePattern
 
 __all__ = ["HeaderMatch", "Matcher", "QueryMatch", "RequestView", "parse_matcher"]
@@ -39,7 +40,9 @@ class RequestView:
 
     method: str
     path: str
-    headers: Any = None  # twisted Headers, or None when there are no header matchers
+    # Any object with ``getRawHeaders`` (twistgw's or Twisted's Headers: the
+    # engine's type is not the config layer's to name), or None.
+    headers: Any = None
     query: bytes = b""
     host: str = ""
     scheme: str = "http"
@@ -176,18 +179,18 @@ def any_matches(matchers: Iterable[Matcher], req: RequestView) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# Reading matchers from YAML (``r`` is the loader's located reader)
+# Reading matchers from YAML (``r``: the located field reader)
 # ---------------------------------------------------------------------------
 
 
-def _safe_regex(r: Any, pattern: str, path: tuple[str | int, ...]) -> SafeRegex:
+def _safe_regex(r: FieldReader, pattern: str, path: Path) -> SafeRegex:
     try:
         return SafeRegex(pattern)
     except UnsafePattern as exc:
-        raise r.fail(path, f"{exc} (matchers use a linear-time regular expression engine, like Envoy's RE2)")
+        raise r.fail(path, f"{exc} (matchers use a linear-time regular expression engine, like Envoy's RE2)") from None
 
 
-def parse_matcher(r: Any, raw: Any, mp: tuple[str | int, ...]) -> Matcher:
+def parse_matcher(r: FieldReader, raw: Any, mp: Path) -> Matcher:
     """One matcher; every problem in it is recorded before giving up."""
     mm = r.mapping(raw, mp, set(MATCHER_FIELDS))
     bad = r.count()
@@ -238,7 +241,7 @@ def parse_matcher(r: Any, raw: Any, mp: tuple[str | int, ...]) -> Matcher:
     return Matcher(prefix, exact, regex, source, case, tuple(methods), tuple(headers), tuple(query))
 
 
-def _value_and_regex(r: Any, m: dict, p: tuple[str | int, ...]) -> tuple[str | None, SafeRegex | None]:
+def _value_and_regex(r: FieldReader, m: dict[str, Any], p: Path) -> tuple[str | None, SafeRegex | None]:
     value = None
     if "value" in m:
         value = r.string(m["value"], p + ("value",), nonempty=False)
@@ -250,7 +253,7 @@ def _value_and_regex(r: Any, m: dict, p: tuple[str | int, ...]) -> tuple[str | N
     return (value if value != "" else None), None
 
 
-def _header(r: Any, raw: Any, p: tuple[str | int, ...]) -> HeaderMatch:
+def _header(r: FieldReader, raw: Any, p: Path) -> HeaderMatch:
     h = r.mapping(raw, p, {"name", "value", "regex", "invertMatch"}, required=("name",))
     name = r.string(h["name"], p + ("name",)).lower()
     if not name.startswith(":") and not all(c.isalnum() or c in "-_.!#$%&'*+^`|~" for c in name):
@@ -262,7 +265,7 @@ def _header(r: Any, raw: Any, p: tuple[str | int, ...]) -> HeaderMatch:
     return HeaderMatch(name, value, regex, invert)
 
 
-def _query(r: Any, raw: Any, p: tuple[str | int, ...]) -> QueryMatch:
+def _query(r: FieldReader, raw: Any, p: Path) -> QueryMatch:
     q = r.mapping(raw, p, {"name", "value", "regex"}, required=("name",))
     name = r.string(q["name"], p + ("name",))
     value, regex = _value_and_regex(r, q, p)

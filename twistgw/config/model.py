@@ -10,6 +10,7 @@ from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
 from twistgw.config.matchers import Matcher, RequestView, any_matches
 
 __all__ = [
+    "OPERATORS",
     "AuthConfigInfo",
     "Delegate",
     "DirectResponse",
@@ -92,6 +93,11 @@ class UpstreamRef:
 class DirectResponse:
     status: int
     body: bytes = b""
+
+
+#: Operators of ``selector.expressions`` (Kubernetes label selector semantics).
+OPERATORS = ("Equals", "DoubleEquals", "NotEquals", "In", "NotIn", "Exists", "DoesNotExist",
+             "GreaterThan", "LessThan")
 
 
 @attrs.frozen

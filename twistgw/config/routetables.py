@@ -34,16 +34,32 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
+from twistgw.api.fields import FieldReader
+from twistgw.config.envelope import Envelope
 from twistgw.config.matchers import Matcher
+from twistgw.config.model import OPERATORS, Delegate, Route, RouteTable, Selector, VirtualService
+from twistgw.config.virtualservices import read_routes
 from twistgw.options import parse_duration
-from twistgw.config.model import Delegate, Route, RouteTable, Selector, VirtualService
+
+__all__ = ["OPERATORS", "Flattener", "read_route_table", "selects"]
+
+
+def read_route_table(r: FieldReader, res: Envelope) -> RouteTable:
+    """A ``RouteTable``: its routes (reported where they are written) and weight."""
+    ns, name, source = res.namespace, res.name, res.source
+    spec = r.mapping(res.spec, ("spec",), {"routes", "weight"})
+    weight = 0
+    with r.part():
+        weight = r.integer(spec.get("weight", 0), ("spec", "weight"), -(2**31), 2**31 - 1)
+    routes = read_routes(r, ns, spec, ("spec",), "routes")
+    routes = tuple(attrs.evolve(rt, source=source, owner=f"RouteTable {ns}/{name}",
+                                name=rt.name if not rt.name.startswith("routes[") else
+                                f"RouteTable {ns}/{name} {rt.name}") for rt in routes)
+    return RouteTable(ns, name, routes, dict(res.labels), weight, source)
 
 #: Options keys that replace each other as a group when a child sets one.
 _JWT_KEYS = frozenset({"jwt", "jwtStaged", "jwtProvidersStaged"})
 
-#: Operators of ``selector.expressions`` (Kubernetes label selector semantics).
-OPERATORS = ("Equals", "DoubleEquals", "NotEquals", "In", "NotIn", "Exists", "DoesNotExist",
-             "GreaterThan", "LessThan")
 
 def selects(selector: Selector, owner_ns: str, table: RouteTable) -> bool:
     namespaces = selector.namespaces or (owner_ns,)
@@ -95,15 +111,6 @@ def _merge_options(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[
     return out
 
 
-@attrs.define
-class _Where:
-    """Where a route was written, for error messages."""
-
-    source: Any
-    path: tuple[str | int, ...]
-    owner: str
-
-
 class Flattener:
     """Resolves delegation for every virtual service of one configuration."""
 
@@ -124,7 +131,7 @@ class Flattener:
     def flatten(self, vs: VirtualService) -> tuple[Route, ...]:
         out: list[Route] = []
         owner = f"VirtualService {vs.key}"
-        routes = [(None, r) for r in vs.routes]
+        routes: list[tuple[RouteTable | None, Route]] = [(None, r) for r in vs.routes]
         self._walk(routes, vs.namespace, None, {}, owner, vs.source, [owner], out, (False, False))
         return tuple(attrs.evolve(r, index=i) for i, r in enumerate(out))
 

@@ -93,7 +93,12 @@ _log = Logger(namespace="twistgw")
 
 #: JSON string literals, non-ASCII escaped as ``twist``'s JSON observer does (a
 #: lone surrogate from a claim can then never make the write fail).
-_encode = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_encode: Callable[[str], str] = json.encoder.encode_basestring_ascii
+
+
+#: One request kept for the next batch: (client, method, path, status,
+#: virtual_service, route, upstream, decided_by, principal, duration, time).
+_Record = tuple[str, str, str, int, str, str, str, str, str, float, float]
 
 
 #: The characters a field may hold and be written as it is, in a text line
@@ -115,10 +120,10 @@ def _json_text(value: str) -> str:
     return _encode(value)[1:-1]
 
 
-def _text_lines(records: list[tuple]) -> list[str]:
+def _text_lines(records: list[_Record]) -> list[str]:
     """twist's text lines (its RFC 3339 time, made once a second) of
     ``records``, fields as they are."""
-    lines = []
+    lines: list[str] = []
     add = lines.append
     second, stamp = -1, ""
     for c, m, p, s, v, ro, u, d, pr, du, t in records:
@@ -132,7 +137,7 @@ def _text_lines(records: list[tuple]) -> list[str]:
 # Numbers as fixed-point text (milliseconds to the microsecond, the time to
 # the microsecond): the same values as before to JSON readers, at a third of
 # the cost of repr(float).
-def _json_lines(records: list[tuple]) -> list[str]:
+def _json_lines(records: list[_Record]) -> list[str]:
     """JSON records in twist's framing of ``records``, fields as they are."""
     return [f'\x1e{{"client": "{c}", "method": "{m}", "path": "{p}", "status": {s},'
             f' "virtual_service": "{v}", "route": "{ro}", "upstream": "{u}", "decided_by": "{d}",'
@@ -150,7 +155,7 @@ _TEXT_OWN = _own(_text_lines(_EMPTY))  # two quotes and the newline
 _JSON_OWN = _own(_json_lines(_EMPTY))  # the quotes, the record separator and the newline
 
 
-def _batch(records: list[tuple], make: Callable[[list[tuple]], list[str]], own: int,
+def _batch(records: list[_Record], make: Callable[[list[_Record]], list[str]], own: int,
            escape: Callable[[str], str]) -> tuple[list[str], str]:
     """The lines of a batch of records and their text joined. The lines are
     made from the fields as they are, then checked all at once
@@ -195,7 +200,7 @@ class AccessLog:
         self.chunk = chunk
         #: (client, method, path, status, virtual_service, route, upstream,
         #: decided_by, principal, duration, time) of requests not yet written
-        self._records: list[tuple] = []
+        self._records: list[_Record] = []
         self._pending = False
         #: write each line at once (no scheduler, or closed)
         self._direct = schedule is None

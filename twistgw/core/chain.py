@@ -11,11 +11,12 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
+import attrs
+
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from twistgw.api.types import Allow, Deny, NotChecked, RequestContext
-from twistgw.core.snapshot import ChainStep, flatten_chain
 
 _log = Logger(namespace="twistgw.chain")
 
@@ -24,7 +25,39 @@ PLUGIN_FAILED = Deny(500, b"Internal Server Error", reason="a plugin failed")
 #: ``trace(plugin, phase, decision)`` receives every step's outcome.
 Trace = Callable[[str, str, Any], None]
 
-_Call = tuple[ChainStep, str, Callable[..., Any]]
+@attrs.frozen
+class ChainStep:
+    """One plugin in a route's chain, with its compiled options."""
+
+    plugin: str
+    options: Any
+    authenticate: Callable[..., Any] | None
+    authorize: Callable[..., Any] | None
+    #: ``beforeExtAuth``/``afterExtAuth`` when a route runs two JWT stages
+    stage: str = ""
+
+    @property
+    def label(self) -> str:
+        """The plugin's name, with its stage when it runs twice (``jwt[beforeExtAuth]``)."""
+        return f"{self.plugin}[{self.stage}]" if self.stage else self.plugin
+
+
+def flatten_chain(steps: tuple[ChainStep, ...]) -> tuple[Call, ...]:
+    """Each plugin's authenticate then authorize, in chain order, as
+    (step, phase, callable)."""
+    out: list[Call] = []
+    for step in steps:
+        if step.authenticate is not None:
+            out.append((step, "authenticate", step.authenticate))
+        if step.authorize is not None:
+            out.append((step, "authorize", step.authorize))
+    return tuple(out)
+
+
+
+
+#: One call of a flattened chain: (step, "authenticate" or "authorize", the callable).
+Call = tuple[ChainStep, str, Callable[..., Any]]
 
 
 def _failed(step: ChainStep, phase: str, exc: BaseException, ctx: RequestContext, trace: Trace | None) -> Deny:
@@ -59,25 +92,20 @@ def _judge(step: ChainStep, phase: str, result: Any, ctx: RequestContext, trace:
     return PLUGIN_FAILED
 
 
-def start_chain(steps: tuple[ChainStep, ...], ctx: RequestContext,
-                trace: Trace | None = None) -> Deny | None | Deferred:
-    """Call each plugin's authenticate then authorize, in order.
+def start_calls(calls: tuple[Call, ...], ctx: RequestContext,
+                trace: Trace | None = None) -> Deny | None | Deferred[Deny | None]:
+    """Call each step's callable in order (:attr:`RouteRuntime.calls`, the
+    chain flattened once per snapshot): what the gateway runs per request.
 
     Returns the first Deny (and sets ``ctx.decided_by``), None to admit, or
     a Deferred firing with one of those once an asynchronous plugin answers.
     Any exception, or a result that is not Allow/Deny/None, fails closed (500).
     """
-    return start_calls(flatten_chain(steps), ctx, trace)
-
-
-def start_calls(calls: tuple[_Call, ...], ctx: RequestContext,
-                trace: Trace | None = None) -> Deny | None | Deferred:
-    """:func:`start_chain` over a chain already flattened
-    (:attr:`RouteRuntime.calls`): what the gateway runs per request."""
     return _run(calls, 0, ctx, trace)
 
 
-def _run(calls: tuple[_Call, ...], start: int, ctx: RequestContext, trace: Trace | None) -> Deny | None | Deferred:
+def _run(calls: tuple[Call, ...], start: int, ctx: RequestContext,
+         trace: Trace | None) -> Deny | None | Deferred[Deny | None]:
     for i in range(start, len(calls)):
         step, phase, fn = calls[i]
         try:
@@ -94,7 +122,8 @@ def _run(calls: tuple[_Call, ...], start: int, ctx: RequestContext, trace: Trace
     return None
 
 
-async def _resume(calls: tuple[_Call, ...], i: int, pending: Any, ctx: RequestContext, trace: Trace | None) -> Deny | None:
+async def _resume(calls: tuple[Call, ...], i: int, pending: Any, ctx: RequestContext,
+                  trace: Trace | None) -> Deny | None:
     step, phase, _ = calls[i]
     try:
         result = await pending
@@ -105,18 +134,6 @@ async def _resume(calls: tuple[_Call, ...], i: int, pending: Any, ctx: RequestCo
         return deny
     rest = _run(calls, i + 1, ctx, trace)
     if isinstance(rest, Deferred):
-        return await rest
+        later: Deny | None = await rest
+        return later
     return rest
-
-
-async def run_chain(steps: tuple[ChainStep, ...], ctx: RequestContext, trace: Trace | None = None) -> Deny | None:
-    """:func:`start_chain`, awaited (for ``explain`` and tests)."""
-    return await run_calls(flatten_chain(steps), ctx, trace)
-
-
-async def run_calls(calls: tuple[_Call, ...], ctx: RequestContext, trace: Trace | None = None) -> Deny | None:
-    """:func:`start_calls`, awaited."""
-    result = start_calls(calls, ctx, trace)
-    if isinstance(result, Deferred):
-        return await result
-    return result

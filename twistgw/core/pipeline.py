@@ -28,7 +28,7 @@ from twistgw.api.headers import Headers
 from twistgw.api.types import Allow, Deny, RequestContext
 from twistgw.config.defaults import UPSTREAM_TIMEOUT
 from twistgw.config.model import Route, VirtualService
-from twistgw.core.chain import Trace, start_calls
+from twistgw.core.chain import Call, Trace, start_calls
 from twistgw.core.headers import copy_request_headers
 from twistgw.core.paths import BadPath, normalise_path
 from twistgw.core.plan import Forward, LocalResponse, Plan
@@ -103,16 +103,19 @@ def split_target(target: bytes) -> tuple[bytes | None, bytes, bytes]:
     return authority, path, query
 
 
-def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, headers: Any,
-            client_address: str = "", reactor: Any = None, route_hook: Any = None,
-            scheme: str = "http", version: bytes = b"HTTP/1.1") -> Prepared | LocalResponse:
+def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
+            route_hook: Any = None) -> Prepared | LocalResponse:
     """Normalise, find the virtual service and route, and build the context.
 
-    :param headers: the request headers as received (any object with
-        ``getRawHeaders`` and ``getAllRawHeaders``, names in canonical case).
-    :param version: the request's HTTP version: an HTTP/1.0 request without
-        ``Host`` goes to the ``*`` virtual service (HTTP/1.1 needs ``Host``).
+    An HTTP/1.0 request (``head.version``) without ``Host`` goes to the
+    ``*`` virtual service (HTTP/1.1 needs ``Host``).
+
+    :param reactor: handed to plugins as ``ctx.reactor`` (any reactor: the
+        core does no I/O and names no reactor type).
+    :param route_hook: the ``twistgw_route_match`` hook when a plugin
+        implements it (a pluggy hook caller), else None.
     """
+    method, target, headers, version = head.method, head.target, head.headers, head.version
     try:
         authority, raw_path, query = split_target(target)
         path = normalise_path(raw_path)
@@ -145,7 +148,7 @@ def prepare(snapshot: Snapshot, plugins: Any, method: bytes, target: bytes, head
         upstream_headers.setRawHeaders(b"host", [authority])
     ctx = RequestContext(
         method.decode("latin-1"), path, query, upstream_headers, host,
-        client_address, vs.key, "", reactor, scheme, target,
+        head.client_address, vs.key, "", reactor, head.scheme, target,
     )
     route = select_route(ctx, vs, route_hook)
     if route is None:
@@ -167,7 +170,7 @@ def select_route(ctx: RequestContext, vs: VirtualService, route_hook: Any = None
 
 
 def reroute(snapshot: Snapshot, ctx: RequestContext, runtime: RouteRuntime,
-            route_hook: Any = None) -> tuple[RouteRuntime, tuple[Any, ...]] | LocalResponse:
+            route_hook: Any = None) -> tuple[RouteRuntime, tuple[Call, ...]] | LocalResponse:
     """Select the route again after the chain admitted the request, as Envoy
     does when a filter clears the route cache (Gloo's claim-based routing:
     the JWT plugin copies claims into headers that routes match).
@@ -212,16 +215,15 @@ class Pipeline:
         self.route_hook = hook if len(hook.get_hookimpls()) > 1 else None
 
     def handle(self, head: RequestHead, snapshot: Snapshot | None,
-               trace: Trace | None = None) -> Plan | Deferred:
+               trace: Trace | None = None) -> Plan | Deferred[Plan]:
         """The plan for ``head``, or a Deferred firing with it once an
         asynchronous plugin has answered. ``trace(plugin, phase, decision)``
         sees every plugin's decision. Raises only for a broken
         ``twistgw_route_match`` plugin (the caller answers 500)."""
         if snapshot is None:
             return NOT_READY
-        prepared = prepare(snapshot, self.plugins, head.method, head.target, head.headers,
-                           head.client_address, self.reactor, self.route_hook, head.scheme, head.version)
-        if type(prepared) is LocalResponse:
+        prepared = prepare(snapshot, head, self.reactor, self.route_hook)
+        if isinstance(prepared, LocalResponse):
             return prepared
         ctx = head.ctx = prepared.ctx
         if self.dry_run:
@@ -229,8 +231,8 @@ class Pipeline:
         runtime = head.runtime = prepared.runtime
         return self._run(runtime.calls, head, ctx, runtime, snapshot if runtime.reselect else None, trace)
 
-    def _run(self, calls: tuple[Any, ...], head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
-             reselect_in: Snapshot | None, trace: Trace | None) -> Plan | Deferred:
+    def _run(self, calls: tuple[Call, ...], head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
+             reselect_in: Snapshot | None, trace: Trace | None) -> Plan | Deferred[Plan]:
         """Run chain steps, then :meth:`_chain_done`."""
         if calls:
             outcome = start_calls(calls, ctx, trace)
@@ -241,14 +243,14 @@ class Pipeline:
         return self._chain_done(None, head, ctx, runtime, reselect_in, trace)
 
     def _chain_done(self, deny: Deny | None, head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
-                    reselect_in: Snapshot | None, trace: Trace | None) -> Plan | Deferred:
+                    reselect_in: Snapshot | None, trace: Trace | None) -> Plan | Deferred[Plan]:
         if deny is not None:
             return LocalResponse.refusal(deny)
         if reselect_in is not None:
             # Plugins may have written headers routes match on (claim-based
             # routing): select again, and run what the new route adds.
             found = reroute(reselect_in, ctx, runtime, self.route_hook)
-            if type(found) is LocalResponse:
+            if isinstance(found, LocalResponse):
                 return found
             new, remaining = found
             if trace is not None and new is not runtime:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 import pluggy
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from twistgw import hookspecs
 from twistgw.api.plugin import DEFAULT_ORDER, GatewayInfo, Placement, PluginInfo, hookimpl
@@ -227,6 +228,13 @@ class PluginHost:
                 self._log.failure("Plugin {plugin} failed in twistgw_config_loaded", plugin=name)
                 continue
             if isinstance(result, Deferred) or inspect.isawaitable(result):
-                d = result if isinstance(result, Deferred) else Deferred.fromCoroutine(result)
-                d.addErrback(lambda f, n=name: self._log.failure(
-                    "Plugin {plugin} failed in twistgw_config_loaded", failure=f, plugin=n))
+                d = result if isinstance(result, Deferred) else Deferred.fromCoroutine(_awaited(result))
+                d.addErrback(self._loaded_failed, name)
+
+    def _loaded_failed(self, failure: Failure, name: str) -> None:
+        self._log.failure("Plugin {plugin} failed in twistgw_config_loaded", failure=failure, plugin=name)
+
+
+async def _awaited(awaitable: Awaitable[object]) -> object:
+    """Any awaitable as a coroutine (``Deferred.fromCoroutine`` takes only those)."""
+    return await awaitable

@@ -1,0 +1,88 @@
+"""Gloo Edge's tables: the API groups and kinds twistgw reads, the option
+keys the core reads itself, and the Gloo fields it does not implement.
+
+The kinds themselves (which reader reads each) are listed in
+:mod:`twistgw.config.kinds`; this module holds only data, so every resource
+reader may import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twistgw.api.fields import FieldReader, Path
+
+__all__ = ["CORE_GROUP", "CORE_OPTION_KEYS", "ENTERPRISE", "GATEWAY", "GLOO_UNSUPPORTED", "OURS_ONLY",
+           "SOLO_GROUPS", "UPSTREAMS", "unsupported"]
+
+# The apiVersions each family of kinds is read under: ours first, then Gloo
+# Edge's own group as an alias, so Gloo manifests load unchanged.
+
+#: VirtualService, RouteTable (Gloo: ``gateway.solo.io/v1``)
+GATEWAY = ("gateway.vendor.io/v1", "gateway.solo.io/v1")
+#: Upstream (Gloo: ``gloo.solo.io/v1``)
+UPSTREAMS = ("core.vendor.io/v1", "gloo.solo.io/v1")
+#: AuthConfig (Gloo Enterprise: ``enterprise.gloo.solo.io/v1``)
+ENTERPRISE = ("enterprise.gateway.vendor.io/v1", "enterprise.gloo.solo.io/v1")
+#: Kubernetes' core group: Secret, Service, Endpoints, Pod
+CORE_GROUP = ("v1",)
+#: twistgw's own kinds with no Gloo twin (Settings: Gloo's Settings is a
+#: different resource, read by Gloo's control plane)
+OURS_ONLY = ("gateway.vendor.io/v1",)
+
+#: Gloo's API groups (solo.io), read or not: a document of one of them is a
+#: Gloo resource, so a near-miss of one of their names is a typo.
+SOLO_GROUPS = frozenset({
+    "gateway.solo.io", "gloo.solo.io", "enterprise.gloo.solo.io", "ratelimit.solo.io",
+    "graphql.gloo.solo.io", "fed.solo.io", "fed.gateway.solo.io", "fed.gloo.solo.io",
+})
+
+#: Options keys the core itself reads; every other key names a plugin.
+CORE_OPTION_KEYS = frozenset({"pluginOrder", "prefixRewrite", "timeout"})
+
+
+#: Gloo Edge fields twistgw does not implement, by where they are written,
+#: with the reason given instead of a bare "unknown field".
+GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
+    "spec": {"sslConfig": "TLS is terminated by the --listen endpoint (e.g. 'ssl:8443:...'), not per virtual service"},
+    "route": {
+        "redirectAction": "redirects are not supported; use a directResponseAction or let the backend redirect",
+        "graphqlApiRef": "GraphQL is not supported",
+    },
+    "routeAction": {
+        "multi": ("weighted destinations are not supported; route to one upstream"
+                  " (or one Service with several endpoints)"),
+        "upstreamGroup": "UpstreamGroups are not supported; route to one upstream",
+        "clusterHeader": "routing by a cluster header is not supported",
+        "dynamicForwardProxy": "the dynamic forward proxy is not supported",
+    },
+    "single": {
+        "destinationSpec": "destination specs (REST/gRPC function routing) are not supported",
+        "consul": "Consul destinations are not supported",
+    },
+    "upstreamSpec": {
+        "sslConfig": "TLS to upstreams is not supported",
+        "healthChecks": "active health checks are not supported",
+        "loadBalancerConfig": "load balancer settings are not supported: endpoints are used round robin",
+        "connectionConfig": "connection settings are not supported",
+        "circuitBreakers": "circuit breakers are not supported",
+        "outlierDetection": "outlier detection is not supported",
+        "useHttp2": "HTTP/2 to upstreams is not supported",
+        "discoveryMetadata": "discovery metadata is not supported",
+        "aws": "AWS Lambda upstreams are not supported",
+        "azure": "Azure upstreams are not supported",
+        "consul": "Consul upstreams are not supported",
+        "pipe": "unix-socket upstreams are not supported",
+        "awsEc2": "EC2 upstreams are not supported",
+    },
+}
+
+
+def unsupported(r: FieldReader, m: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
+    """Report Gloo fields written here that twistgw does not implement;
+    return the mapping without them (so they are reported once)."""
+    known = GLOO_UNSUPPORTED[where]
+    for key in m:
+        if key in known:
+            r.issue(path + (key,), f"is not supported by twistgw: {known[key]}")
+    return {k: v for k, v in m.items() if k not in known}

@@ -1,0 +1,217 @@
+"""VirtualService and the routes it (and a RouteTable) lists: matchers,
+actions (``routeAction``, ``directResponseAction``, ``delegateAction``) and
+the core's own route options (``prefixRewrite``, ``timeout``,
+``pluginOrder``). Every other options key names a plugin and is checked by
+it when the snapshot is built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twistgw.api.fields import FieldReader, Path
+from twistgw.config.envelope import Envelope
+from twistgw.config.gloo import unsupported
+from twistgw.config.matchers import Matcher, parse_matcher
+from twistgw.config.model import (
+    OPERATORS,
+    Delegate,
+    DirectResponse,
+    KubeRef,
+    Route,
+    Selector,
+    UpstreamRef,
+    VirtualService,
+)
+from twistgw.config.names import host_without_port
+from twistgw.config.reader import reference
+from twistgw.options import parse_duration
+
+__all__ = ["read_options", "read_routes", "read_virtual_service"]
+
+
+def read_virtual_service(r: FieldReader, res: Envelope) -> VirtualService:
+    """A ``VirtualService``: its domains, options and routes."""
+    ns, name, source = res.namespace, res.name, res.source
+    spec = r.mapping(res.spec, ("spec",))
+    spec = r.mapping(unsupported(r, spec, ("spec",), "spec"), ("spec",), {"displayName", "virtualHost"},
+                     required=("virtualHost",))
+    display = ""
+    with r.part():
+        display = r.string(spec.get("displayName", ""), ("spec", "displayName"), nonempty=False)
+    vh_path: Path = ("spec", "virtualHost")
+    vh = r.mapping(spec["virtualHost"], vh_path, {"domains", "options", "routes"})
+    domains: list[str] = []
+    with r.part():
+        for i, d in enumerate(r.sequence(vh.get("domains", ["*"]), vh_path + ("domains",), nonempty=True)):
+            with r.part():
+                d = host_without_port(r.string(d, vh_path + ("domains", i)).strip().lower())
+                if d in domains:
+                    raise r.fail(vh_path + ("domains", i), f"domain {d!r} is listed twice")
+                domains.append(d)
+    options: dict[str, Any] = {}
+    with r.part():
+        options = read_options(r, vh.get("options", {}), vh_path + ("options",))
+    routes = read_routes(r, ns, vh, vh_path, "routes")
+    # Kept even with problems (they are recorded and reject the
+    # configuration) so the plugins still check its options: every problem
+    # is reported at once.
+    return VirtualService(ns, name, tuple(domains), routes, options, display, source)
+
+
+def read_routes(r: FieldReader, ns: str, parent: dict[str, Any], path: Path, key: str) -> tuple[Route, ...]:
+    """``routes`` of a virtual host or route table: every route checked."""
+    if key not in parent:
+        r.issue(path + (key,), "is required")
+        return ()
+    routes = []
+    with r.part():
+        for i, raw in enumerate(r.sequence(parent[key], path + (key,))):
+            with r.part():
+                routes.append(_route(r, ns, i, raw, path + (key, i)))
+    return tuple(routes)
+
+
+def read_options(r: FieldReader, value: Any, path: Path) -> dict[str, Any]:
+    if value is None:
+        return {}
+    options = r.mapping(value, path)
+    bad = r.count()
+    if "routes" not in path:  # a virtual host's options
+        for key in ("prefixRewrite", "timeout"):
+            if key in options:
+                r.issue(path + (key,), "is a route option (as in Gloo): write it under the routes' options")
+    if "pluginOrder" in options:
+        with r.part():
+            order = r.sequence(options["pluginOrder"], path + ("pluginOrder",))
+            for i, n in enumerate(order):
+                r.string(n, path + ("pluginOrder", i))
+            if len(set(order)) != len(order):
+                raise r.fail(path + ("pluginOrder",), "lists a plugin twice")
+    if "prefixRewrite" in options:
+        with r.part():
+            rw = r.string(options["prefixRewrite"], path + ("prefixRewrite",), nonempty=False)
+            if rw and not rw.startswith("/"):
+                raise r.fail(path + ("prefixRewrite",), "must start with '/'")
+    if "timeout" in options and not parse_duration(options["timeout"]):
+        r.issue(path + ("timeout",), f"must be a duration above zero such as '15s' or '500ms',"
+                f" got {options['timeout']!r}")
+    if r.count() > bad:
+        raise r.invalid()
+    return options
+
+
+_ACTIONS = ("routeAction", "directResponseAction", "delegateAction")
+
+
+def _route(r: FieldReader, ns: str, index: int, raw: Any, path: Path) -> Route:
+    m = r.mapping(raw, path)
+    m = r.mapping(unsupported(r, m, path, "route"), path,
+                  {"name", "matchers", "options", "inheritableMatchers", "inheritablePathMatchers"} | set(_ACTIONS))
+    inherit: dict[str, bool | None] = {}
+    for key in ("inheritableMatchers", "inheritablePathMatchers"):
+        inherit[key] = None
+        with r.part():
+            if m.get(key) is not None:
+                inherit[key] = r.boolean(m[key], path + (key,))
+    name = f"routes[{index}]"
+    with r.part():
+        if "name" in m:
+            name = r.string(m["name"], path + ("name",))
+    matchers: list[Matcher] = []
+    with r.part():
+        for j, mm in enumerate(r.sequence(m.get("matchers", []), path + ("matchers",))):
+            with r.part():
+                matchers.append(parse_matcher(r, mm, path + ("matchers", j)))
+    actions = [a for a in _ACTIONS if a in m]
+    action: KubeRef | UpstreamRef | DirectResponse | Delegate | None = None
+    if len(actions) != 1:
+        r.issue(path, f"set exactly one of {', '.join(_ACTIONS)}"
+                + (f" (got {' and '.join(actions)})" if actions else ""))
+    else:
+        with r.part():
+            action = _action(r, ns, actions[0], m[actions[0]], path + (actions[0],))
+    options: dict[str, Any] = {}
+    with r.part():
+        options = read_options(r, m.get("options", {}), path + ("options",))
+    if action is None:
+        raise r.invalid()
+    rewrite = options.get("prefixRewrite")
+    timeout = parse_duration(options["timeout"]) if "timeout" in options else None
+    return Route(name, index, tuple(matchers), action, options, rewrite, timeout, path=path,
+                 inherit_matchers=inherit["inheritableMatchers"],
+                 inherit_path_matchers=inherit["inheritablePathMatchers"])
+
+
+def _action(r: FieldReader, ns: str, kind: str, value: Any,
+            ap: Path) -> KubeRef | UpstreamRef | DirectResponse | Delegate:
+    if kind == "directResponseAction":
+        d = r.mapping(value, ap, {"status", "body"}, required=("status",))
+        status = r.integer(d["status"], ap + ("status",), 200, 599)
+        body = r.string(d.get("body", ""), ap + ("body",), nonempty=False)
+        return DirectResponse(status, body.encode("utf-8"))
+    if kind == "delegateAction":
+        return _delegate(r, ns, value, ap)
+    ra = r.mapping(value, ap)
+    ra = r.mapping(unsupported(r, ra, ap, "routeAction"), ap, {"single"}, required=("single",))
+    sp = ap + ("single",)
+    single = r.mapping(ra["single"], sp)
+    single = r.mapping(unsupported(r, single, sp, "single"), sp, {"kube", "upstream", "subset"})
+    if len([k for k in single if k in ("kube", "upstream")]) != 1:
+        raise r.fail(sp, "set exactly one of kube or upstream")
+    subset: tuple[tuple[str, str], ...] = ()
+    if "subset" in single:
+        sub = r.mapping(single["subset"], sp + ("subset",), {"values"}, required=("values",))
+        subset = tuple(sorted(r.labels(sub["values"], sp + ("subset", "values")).items()))
+    if "kube" in single:
+        # Gloo writes the port beside the ref; the seed format inside it. Both are read.
+        kp = sp + ("kube",)
+        kube = r.mapping(single["kube"], kp, {"ref", "port"}, required=("ref",))
+        name_, ns_, inner = reference(r, kube["ref"], kp + ("ref",), ns, with_port=True)
+        outer = r.port(kube["port"], kp + ("port",)) if "port" in kube else 0
+        if inner and outer and inner != outer:
+            raise r.fail(kp + ("port",), f"differs from ref.port ({inner}); write the port once")
+        if not (inner or outer):
+            raise r.fail(kp + ("port",), "is required (the Service port, beside ref as Gloo writes it)")
+        return KubeRef(name_, ns_, inner or outer, subset)
+    name_, ns_, _ = reference(r, single["upstream"], sp + ("upstream",), ns)
+    return UpstreamRef(name_, ns_, subset)
+
+
+def _delegate(r: FieldReader, ns: str, value: Any, dp: Path) -> Delegate:
+    d = r.mapping(value, dp, {"ref", "selector", "name", "namespace"})
+    forms = [k for k in ("ref", "selector") if k in d] + (["name"] if "name" in d else [])
+    if len(forms) != 1:
+        raise r.fail(dp, "set exactly one of ref or selector")
+    if "namespace" in d and "name" not in d:
+        raise r.fail(dp + ("namespace",), "goes with name (or write ref: {name, namespace})")
+    if "selector" not in d:
+        # ``delegateAction: {name, namespace}`` is Gloo's older spelling of ref.
+        name_, ns_, _ = reference(r, d.get("ref", {k: d[k] for k in ("name", "namespace") if k in d}),
+                             dp + (("ref",) if "ref" in d else ()), ns)
+        return Delegate(ref=(ns_, name_))
+    sp = dp + ("selector",)
+    sel = r.mapping(d["selector"], sp, {"labels", "expressions", "namespaces"})
+    if "labels" in sel and "expressions" in sel:
+        raise r.fail(sp, "set labels or expressions, not both (as in Gloo)")
+    labels = r.labels(sel.get("labels"), sp + ("labels",))
+    expressions = []
+    for i, e in enumerate(r.sequence(sel.get("expressions", []) or [], sp + ("expressions",))):
+        ep = sp + ("expressions", i)
+        e = r.mapping(e, ep, {"key", "operator", "values"}, required=("key", "operator"))
+        key = r.string(e["key"], ep + ("key",))
+        op = r.string(e["operator"], ep + ("operator",))
+        if op not in OPERATORS:
+            raise r.fail(ep + ("operator",), f"unknown operator {op!r} (expected one of: {', '.join(OPERATORS)})")
+        values = tuple(r.string(v, ep + ("values", j), nonempty=False)
+                       for j, v in enumerate(r.sequence(e.get("values", []) or [], ep + ("values",))))
+        if op in ("Exists", "DoesNotExist") and values:
+            raise r.fail(ep + ("values",), f"must be empty for {op}")
+        if op not in ("Exists", "DoesNotExist") and not values:
+            raise r.fail(ep + ("values",), f"{op} needs values")
+        if op in ("GreaterThan", "LessThan") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
+            raise r.fail(ep + ("values",), f"{op} needs exactly one integer value")
+        expressions.append((key, op, values))
+    namespaces = tuple(r.string(n, sp + ("namespaces", j))
+                       for j, n in enumerate(r.sequence(sel.get("namespaces", []) or [], sp + ("namespaces",))))
+    return Delegate(selector=Selector(dict(labels), tuple(expressions), namespaces))
