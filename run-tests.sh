@@ -51,6 +51,20 @@ if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; 
     echo "run-tests: install it with: sudo apt-get install redis-server" >&2
     exit 1
   fi
+  fi
+fi
+
+# The OIDC tests (tests/oidc) run a real OpenID provider (oidc-provider under
+# Node.js), a real Redis and headless Chromium: missing, they fail the suite.
+for tool in node:nodejs npm:npm redis-server:redis-server chromium:chromium chromedriver:chromium-driver; do
+  if ! command -v "${tool%%:*}" >/dev/null 2>&1 && [ ! -x "/usr/bin/${tool%%:*}" ]; then
+    echo "run-tests: ${tool%%:*} is required by the OIDC tests: sudo apt-get install ${tool##*:}" >&2
+    exit 1
+  fi
+done
+if [ ! -d tests/oidc/idp/node_modules/oidc-provider ]; then
+  echo "run-tests: installing the test OpenID provider (npm ci in tests/oidc/idp)" >&2
+  (cd tests/oidc/idp && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 PYTHON=${PYTHON:-python3}

@@ -47,6 +47,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import oidc_bench
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
@@ -66,7 +68,8 @@ REFERENCES = ["backend-direct", "nginx-proxy", "nginx-limit-req", "haproxy-proxy
 GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
            "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "ratelimit-local", "ratelimit-redis",
            "traffic",
-           "apikey", "basic-cache", "opa-path", "passthrough"]
+           "apikey", "basic-cache", "opa-path", "passthrough",
+           *oidc_bench.SCENARIOS]
 ALL = REFERENCES + GATEWAY
 #: Run only when named in --scenarios (the --workers measurement).
 OPTIONAL = ["plain-textlog", "plain-w2", "plain-w2-free"]
@@ -99,6 +102,7 @@ DESCRIPTIONS = {
     "passthrough": "twistgw, passThroughAuth.http to the nginx backend (200), one pooled POST per request",
     "traffic": "twistgw, one route with headerManipulation (request and response) and cors, a CORS origin"
                " on every request (goal: plain + 5 us)",
+    **oidc_bench.DESCRIPTIONS,
 }
 
 #: a rate no benchmark reaches: the rate-limit scenarios price the counting, never refuse
@@ -976,6 +980,8 @@ class Bench:
         elif name in ("apikey", "basic-cache", "opa-path", "passthrough"):
             options, extra, expect, headers = authtypes_options(name, self.backend_port)
             gateway_config(directory, self.backend_port, options, extra)
+        elif name in oidc_bench.SCENARIOS:
+            headers, expect = self.oauth2_material(name, directory)
         else:
             raise Skip(f"unknown scenario {name!r}")
         admin = free_port()
@@ -998,6 +1004,30 @@ class Bench:
             self.procs.stop(proc)
             raise
         return Target(name, port, proc.pid, headers, script, fresh=name == "jwt-fresh")
+
+    def oauth2_material(self, name: str, directory: str) -> tuple[list[str], list[tuple[str, dict[str, str], int]]]:
+        """The oidc-* and oauth2-* scenarios (bench/oidc_bench.py): the config, the header every request
+        carries, and what must be answered before measuring."""
+        redis_port = introspection_port = 0
+        if name == "oidc-redis":
+            if not shutil.which("redis-server"):
+                raise Skip("redis-server is not installed (apt-get install redis-server)")
+            redis_port = free_port()
+            proc = self.procs.start("redis", oidc_bench.redis_argv(redis_port, self.prefix), LOAD_CPU)
+            wait_port(redis_port, proc, self.procs, "redis")
+        if name == "oauth2-introspect":
+            introspection_port = oidc_bench.Introspection().port
+        options, extra = oidc_bench.options(name, redis_port, introspection_port)
+        gateway_config(directory, self.backend_port, options, extra)
+        if name == "oauth2-introspect":
+            header = f"Authorization: Bearer {oidc_bench.TOKEN}"
+            expect = [("no token", {}, 401), ("unknown token", {"Authorization": "Bearer nope"}, 401)]
+        else:
+            header = oidc_bench.redis_session(redis_port) if name == "oidc-redis" else oidc_bench.cookie_header()
+            expect = [("no session", {"Accept": "application/json"}, 401)]
+        key, _, value = header.partition(": ")
+        expect.append(("a valid session or token", {key: value}, 200))
+        return [header], expect
 
     # -- load -------------------------------------------------------------
 

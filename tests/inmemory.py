@@ -63,6 +63,7 @@ MODULES = (
     "authtypes/test_services_loopback.py",
     "authtypes/test_authtypes_gateway.py",
     "authtypes/test_examples_extauth.py",
+    "oidc/test_oidc_units.py",
     "ldap/test_ldap_ber.py",
     "ldap/test_ldap_search_units.py",
     "ldap/test_ldap_units.py",

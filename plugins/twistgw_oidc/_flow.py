@@ -1,0 +1,190 @@
+"""``oidcAuthorizationCode`` on each request: the checker.
+
+* the callback, logout and front-channel logout paths are answered here
+  (:mod:`._login`, :mod:`._logout`);
+* a request with a valid session is admitted (synchronously with the cookie
+  store: one dictionary lookup, or one AES-GCM decryption) with the ID
+  token's claims for RBAC and the configured headers; the session cookies
+  are taken out of the forwarded ``Cookie`` header;
+* an expired session is refreshed with the refresh token when allowed; a
+  failed refresh, or no session, starts a login: a 302 to the provider for
+  a browser navigation, 401 for anything that cannot follow one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from twisted.internet.defer import Deferred
+
+from twistgw import AuthAllow, AuthDeny, NotChecked, RequestContext
+from twistgw_jwt._authn import _claim_text
+from twistgw_oidc import _login, _logout
+from twistgw_oidc._cookies import joined_value, parse_cookie_header, split_cookies, without_cookies
+from twistgw_oidc._options import OidcSpec
+from twistgw_oidc._provider import Discovery
+from twistgw_oidc._runtime import Runtime
+from twistgw_oidc._session import CookieStore, RedisStore, Session, StoreDown
+
+_ALLOW_FIELDS = frozenset(a.name for a in attrs.fields(AuthAllow))
+
+
+def make_allow(**fields: Any) -> AuthAllow:
+    """An AuthAllow with the fields this gateway's contract has (``claims``
+    and ``response_headers`` when the extauth plugin carries them)."""
+    return AuthAllow(**{k: v for k, v in fields.items() if k in _ALLOW_FIELDS})
+
+
+CAN_SET_RESPONSE_HEADERS = "response_headers" in _ALLOW_FIELDS
+
+
+def unavailable(reason: str) -> AuthDeny:
+    return AuthDeny.failure(reason, 503)
+
+
+@attrs.frozen(eq=False)
+class OidcChecker:
+    """One compiled ``oidcAuthorizationCode`` (an ``ExtAuthChecker``)."""
+
+    spec: OidcSpec
+    runtime: Runtime = attrs.field(repr=False)
+    provider: Discovery = attrs.field(repr=False)
+    store: CookieStore | RedisStore = attrs.field(repr=False)
+    owned_request_headers: tuple[bytes, ...]
+    description: str
+    credential_headers: tuple[bytes, ...] = ()
+
+    @property
+    def login_cookie(self) -> str:
+        return f"{self.spec.session.cookie_name}_login_{self.spec.binding[:8]}"
+
+    def check(self, ctx: RequestContext) -> Any:
+        spec = self.spec
+        path = ctx.path
+        if path == spec.callback_path:
+            return Deferred.fromCoroutine(_login.callback(self, ctx))
+        if path == spec.logout_path:
+            return Deferred.fromCoroutine(_logout.logout(self, ctx))
+        if path == spec.front_channel_logout_path:
+            return Deferred.fromCoroutine(_logout.front_channel(self, ctx))
+        cookies = parse_cookie_header(ctx.headers.getRawHeaders(b"cookie") or ())
+        store = self.store
+        if isinstance(store, RedisStore):
+            return Deferred.fromCoroutine(self._redis_request(ctx, cookies, store))
+        value = joined_value(cookies, spec.session.cookie_name)
+        session = store.open(value) if value else None
+        if session is not None and self.usable(session):
+            if not self.needs_refresh(session):
+                return self.allow(ctx, session)
+            if spec.session.allow_refreshing and session.refresh_token:
+                return Deferred.fromCoroutine(self._refresh(ctx, session, None, cookies))
+        return Deferred.fromCoroutine(_login.start(self, ctx, cookies))
+
+    def dry_run(self, ctx: RequestContext) -> Any:
+        """``twistgw explain``: decide from the request alone, contact nothing."""
+        spec = self.spec
+        issuer = spec.issuer_url
+        if ctx.path in (spec.callback_path, spec.logout_path, spec.front_channel_logout_path):
+            return NotChecked(f"would answer the OIDC {ctx.path} endpoint (contacts {issuer})")
+        cookies = parse_cookie_header(ctx.headers.getRawHeaders(b"cookie") or ())
+        if isinstance(self.store, RedisStore):
+            if cookies.get(spec.session.cookie_name):
+                return NotChecked(f"would look the session up in Redis {spec.session.redis}")
+        else:
+            value = joined_value(cookies, spec.session.cookie_name)
+            session = self.store.open(value) if value else None
+            if session is not None and self.usable(session) and not self.needs_refresh(session):
+                return self.allow(ctx, session)
+        if not _login.can_redirect(spec, ctx):
+            return _login.login_required(spec)
+        return NotChecked(f"no session: would redirect the browser to {issuer}'s login")
+
+    # -- sessions ---------------------------------------------------------
+
+    def usable(self, session: Session) -> bool:
+        """Made by this config, not logged out by the provider, not older than the cookie may be."""
+        if session.binding != self.spec.binding:
+            return False
+        max_age = self.spec.session.cookie.max_age
+        if max_age and self.runtime.now() > session.created + max_age:
+            return False
+        revoked = self.runtime.is_revoked
+        return not (revoked(self.spec.binding, session.sid) or revoked(self.spec.binding, session.token_id))
+
+    def needs_refresh(self, session: Session) -> bool:
+        return self.runtime.now() >= session.expires_at - self.spec.session.pre_expiry_buffer
+
+    async def _redis_request(self, ctx: RequestContext, cookies: dict[str, str], store: RedisStore) -> Any:
+        session_id = cookies.get(self.spec.session.cookie_name)
+        try:
+            session = await store.load(session_id) if session_id else None
+        except StoreDown as exc:
+            return unavailable(f"oidc: session store unreachable: {exc}")
+        if session is not None and session_id and self.usable(session):
+            if not self.needs_refresh(session):
+                return self.allow(ctx, session)
+            if self.spec.session.allow_refreshing and session.refresh_token:
+                return await self._refresh(ctx, session, session_id, cookies)
+        return await _login.start(self, ctx, cookies)
+
+    async def _refresh(self, ctx: RequestContext, session: Session, session_id: str | None,
+                       cookies: dict[str, str]) -> Any:
+        try:
+            fresh = await _login.refresh(self, session)
+        except _login.ProviderDown as exc:
+            return unavailable(f"oidc: refreshing the session failed: {exc}")
+        if fresh is None:  # refused by the provider: log in again
+            if isinstance(self.store, RedisStore) and session_id:
+                try:
+                    await self.store.delete(session_id)
+                except StoreDown as exc:
+                    return unavailable(f"oidc: session store unreachable: {exc}")
+            return await _login.start(self, ctx, cookies)
+        if isinstance(self.store, RedisStore):
+            assert session_id is not None
+            try:
+                await self.store.save(session_id, fresh)
+            except StoreDown as exc:
+                return unavailable(f"oidc: session store unreachable: {exc}")
+            return self.allow(ctx, fresh)
+        lines = split_cookies(self.spec.session.cookie_name, self.store.seal(fresh), self.spec.session.cookie,
+                              cookies)
+        if CAN_SET_RESPONSE_HEADERS:
+            return self.allow(ctx, fresh, tuple((b"set-cookie", line) for line in lines))
+        if _login.can_redirect(self.spec, ctx) and not self.needs_refresh(fresh):
+            # carry the new cookie with a redirect to the same URL (never a loop: the fresh session is usable)
+            return AuthDeny(302, b"", headers=((b"location", _login.path_and_query(ctx).encode("latin-1")),
+                                               (b"cache-control", b"no-store"),
+                                               *((b"set-cookie", line) for line in lines)),
+                            content_type=b"", reason="oidc: session refreshed")
+        return self.allow(ctx, fresh)
+
+    def allow(self, ctx: RequestContext, session: Session,
+              response_headers: tuple[tuple[bytes, bytes], ...] = ()) -> AuthAllow:
+        spec = self.spec
+        headers: list[tuple[bytes, bytes | None]] = []
+        raw = ctx.headers.getRawHeaders(b"cookie")
+        if raw:
+            headers.append((b"cookie", without_cookies(raw, frozenset((spec.session.cookie_name,
+                                                                       self.login_cookie)))))
+        if spec.id_token_header is not None:
+            headers.append((spec.id_token_header, session.id_token.encode("ascii")))
+        if spec.access_token_header is not None and session.access_token:
+            value = session.access_token.encode("ascii")
+            headers.append((spec.access_token_header, b"Bearer " + value if spec.bearer else value))
+        claims = session.claims
+        for ch in spec.claims_to_headers:
+            data = _claim_text(claims.get(ch.claim))
+            if data is None:
+                continue
+            if ch.append:
+                before = [v for k, v in headers if k == ch.header and v is not None] \
+                    or ctx.headers.getRawHeaders(ch.header) or []
+                data = b",".join([*before, data])
+            headers.append((ch.header, data))
+        sub = claims.get("sub")
+        return make_allow(principal=sub if isinstance(sub, str) else None, headers=tuple(headers),
+                          reason=f"oidc: session of {sub!r} from {spec.issuer_url}",
+                          state={"claims": dict(claims), "issuer": spec.issuer_url},
+                          claims=dict(claims), claims_provider=spec.issuer_url, response_headers=response_headers)

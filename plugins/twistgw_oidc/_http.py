@@ -1,0 +1,95 @@
+"""Side calls to the identity provider (discovery, key sets, the token,
+introspection, userinfo and revocation endpoints) with treq.
+
+Every call has a timeout and a size bound, follows no redirect, and over
+https verifies the provider's certificate by name (Twisted's default
+browser-like policy). URLs come from configuration or the provider's
+discovery document, never from a request.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import attrs
+from twisted.internet.defer import Deferred
+
+MAX_BODY = 1024 * 1024
+
+
+class CallFailed(Exception):
+    """The provider could not be reached or did not answer in time."""
+
+
+@attrs.frozen
+class Answer:
+    status: int
+    body: bytes
+
+    def json(self) -> Any:
+        """The body as a JSON object, or None when it is not one."""
+        try:
+            doc = json.loads(self.body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+
+class _Body:
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def __call__(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > MAX_BODY:
+            raise CallFailed(f"answer larger than {MAX_BODY} bytes")
+        self.parts.append(data)
+
+
+class Client:
+    """One treq client per gateway, with a persistent connection pool."""
+
+    def __init__(self, reactor: Any) -> None:
+        from treq.client import HTTPClient
+        from twisted.web import client as web
+
+        # Any: twisted.web.client's Agent and pool are untyped
+        webclient: Any = web
+        self.reactor = reactor
+        self.pool: Any = webclient.HTTPConnectionPool(reactor, persistent=True)
+        self.pool.maxPersistentPerHost = 8
+        self.pool.cachedConnectionTimeout = 30
+        self._client = HTTPClient(webclient.Agent(reactor, pool=self.pool))
+
+    async def call(self, method: str, url: str, timeout: float, form: Mapping[str, str] | None = None,
+                   headers: Mapping[bytes, bytes] | None = None) -> Answer:
+        d = Deferred.fromCoroutine(self._call(method, url, form, headers))
+        d.addTimeout(timeout, self.reactor)
+        try:
+            return await d
+        except CallFailed:
+            raise
+        except Exception as exc:  # refused, reset, DNS, TLS, timeout: all one thing to the caller
+            name = "no answer within %gs" % timeout if type(exc).__name__ in ("TimeoutError", "CancelledError") \
+                else f"{type(exc).__name__}: {exc}"
+            raise CallFailed(f"{method} {url}: {name}") from None
+
+    async def _call(self, method: str, url: str, form: Mapping[str, str] | None,
+                    headers: Mapping[bytes, bytes] | None) -> Answer:
+        import treq
+
+        hdrs = {b"Accept": [b"application/json"]}
+        for k, v in (headers or {}).items():
+            hdrs[k] = [v]
+        kwargs: dict[str, Any] = {"headers": hdrs, "allow_redirects": False}
+        if form is not None:
+            kwargs["data"] = dict(form)
+        response = await self._client.request(method, url, **kwargs)
+        body = _Body()
+        await treq.collect(response, body)
+        return Answer(response.code, b"".join(body.parts))
+
+    def close(self) -> Any:
+        return self.pool.closeCachedConnections()

@@ -1,0 +1,351 @@
+"""Validating one ``spec.configs[i].oauth2`` entry of an AuthConfig.
+
+Pure: reads Secrets from the configuration snapshot, does no network I/O.
+Gloo's field names (``extauth.proto``: ``OAuth2``, ``OidcAuthorizationCode``,
+``UserSession``, ``AccessTokenValidation``). Every field is either enforced
+or refused with the reason; every problem of an entry is reported at once.
+Paths are relative to the entry (``oidcAuthorizationCode.appUrl``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit
+
+import attrs
+
+from twistgw import OptionsError
+from twistgw.options import Problems, is_token, parse_duration, type_name, unknown_field
+from twistgw_oidc._cookies import CookieOptions
+
+Path = tuple[str | int, ...]
+
+DEFAULT_POLL_INTERVAL = 1800.0  # Gloo: 30 minutes
+DEFAULT_CACHE_TIMEOUT = 600.0  # Gloo: 10 minutes
+DEFAULT_HTTP_TIMEOUT = 5.0
+DEFAULT_REDIS_COOKIE = "__session"
+DEFAULT_PRE_EXPIRY = 2.0
+SAME_SITE = {"DefaultMode": None, "LaxMode": "Lax", "StrictMode": "Strict", "NoneMode": "None"}
+#: headers a token or claim may never be written into
+RESERVED_HEADERS = frozenset({
+    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade",
+    "proxy-authorization", "proxy-connection", "expect", "cookie", "x-forwarded-for", "x-forwarded-proto",
+    "forwarded", "x-real-ip",
+})
+OAUTH_SECRET_KEY = "client-secret"
+ENCRYPTION_SECRET_KEY = "key"
+
+
+# ---------------------------------------------------------------------------
+# Compiled forms (immutable)
+# ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ClaimHeader:
+    claim: str
+    header: bytes
+    append: bool = False
+
+
+@attrs.frozen
+class RedisSpec:
+    """Where sessions live with ``session.redis``; equal specs share a pool."""
+
+    host: str
+    port: int
+    db: int
+    pool_size: int
+
+
+@attrs.frozen
+class SessionSpec:
+    cookie: CookieOptions
+    #: ``cookie`` (tokens sealed in the cookie) or ``redis`` (a session id in it)
+    kind: str
+    cookie_name: str
+    key: bytes | None = attrs.field(repr=False)  # cipherConfig's key (cookie store: required)
+    redis: RedisSpec | None
+    key_prefix: str
+    allow_refreshing: bool
+    pre_expiry_buffer: float
+
+
+@attrs.frozen
+class Override:
+    """``discoveryOverride``: values that win over the discovery document."""
+
+    values: tuple[tuple[str, Any], ...] = ()
+
+    def apply(self, doc: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(doc)
+        out.update(self.values)
+        return out
+
+
+#: discoveryOverride field → discovery document member
+OVERRIDE_FIELDS = {
+    "authEndpoint": "authorization_endpoint", "tokenEndpoint": "token_endpoint", "jwksUri": "jwks_uri",
+    "scopes": "scopes_supported", "responseTypes": "response_types_supported",
+    "subjects": "subject_types_supported", "idTokenAlgs": "id_token_signing_alg_values_supported",
+    "authMethods": "token_endpoint_auth_methods_supported", "claims": "claims_supported",
+    "revocationEndpoint": "revocation_endpoint", "endSessionEndpoint": "end_session_endpoint",
+}
+_URL_OVERRIDES = {"authEndpoint", "tokenEndpoint", "jwksUri", "revocationEndpoint", "endSessionEndpoint"}
+
+
+@attrs.frozen
+class OidcSpec:
+    """``oauth2.oidcAuthorizationCode``, validated."""
+
+    source: str
+    binding: str  # a short digest of (issuer, client): sessions are never taken across configs
+    issuer_url: str
+    client_id: str
+    client_secret: bytes | None = attrs.field(repr=False)
+    app_url: str
+    app_origin: str
+    #: the request paths of the callback, logout and front-channel logout (appUrl's path prefixed)
+    callback_path: str
+    logout_path: str | None
+    after_logout_url: str
+    front_channel_logout_path: str | None
+    scopes: tuple[str, ...]
+    auth_params: tuple[tuple[str, str], ...]
+    token_params: tuple[tuple[str, str], ...]
+    override: Override
+    poll_interval: float
+    refetch_interval: float
+    session: SessionSpec
+    id_token_header: bytes | None
+    access_token_header: bytes | None
+    bearer: bool
+    claims_to_headers: tuple[ClaimHeader, ...]
+    fail_on_redirect: bool
+    end_session_post: bool
+    timeout: float = DEFAULT_HTTP_TIMEOUT
+
+    @property
+    def redirect_uri(self) -> str:
+        return self.app_origin + self.callback_path
+
+
+@attrs.frozen
+class JwtSpec:
+    issuer: str | None
+    audiences: frozenset[str] | None
+    remote_url: str | None
+    refresh_interval: float
+    local_keys: tuple[Any, ...] | None  # twistgw_jwt VerifyKeys, parsed from localJwks.inlineString
+
+
+@attrs.frozen
+class AccessTokenSpec:
+    """``oauth2.accessTokenValidation``, validated."""
+
+    source: str
+    introspection_url: str | None
+    client_id: str | None
+    client_secret: bytes | None = attrs.field(repr=False)
+    user_id_attribute: str | None
+    jwt: JwtSpec | None
+    userinfo_url: str | None
+    cache_timeout: float
+    required_scopes: frozenset[str]
+    claims_to_headers: tuple[ClaimHeader, ...]
+    timeout: float = DEFAULT_HTTP_TIMEOUT
+
+
+# ---------------------------------------------------------------------------
+# A located field reader
+# ---------------------------------------------------------------------------
+
+
+class Reader:
+    """Reads fields of one mapping, collecting problems at their paths."""
+
+    def __init__(self, problems: Problems, path: Path) -> None:
+        self.problems = problems
+        self.path = path
+
+    def fail(self, field: str | Path, reason: str) -> None:
+        sub = (field,) if isinstance(field, (str, int)) else field
+        self.problems.add(self.path + tuple(sub), reason)
+
+    def mapping(self, value: Any, allowed: tuple[str, ...], field: str | None = None) -> Mapping[str, Any]:
+        path = self.path + ((field,) if field else ())
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            self.problems.add(path, f"must be a mapping, got {type_name(value)}")
+            return {}
+        for key in value:
+            if key not in allowed:
+                self.problems.add(path + (str(key),), unknown_field(key, allowed))
+        return value
+
+    def sub(self, field: str | int) -> "Reader":
+        return Reader(self.problems, self.path + (field,))
+
+    def string(self, raw: Mapping[str, Any], field: str, required: bool = False,
+               default: str | None = None) -> str | None:
+        if field not in raw or raw[field] is None:
+            if required:
+                self.fail(field, "is required")
+            return default
+        value = raw[field]
+        if not isinstance(value, str) or (required and not value.strip()):
+            self.fail(field, f"must be a non-empty string, got {type_name(value)}")
+            return default
+        return value
+
+    def boolean(self, raw: Mapping[str, Any], field: str, default: bool) -> bool:
+        value = raw.get(field, default)
+        if not isinstance(value, bool):
+            self.fail(field, f"must be true or false, got {type_name(value)}")
+            return default
+        return value
+
+    def duration(self, raw: Mapping[str, Any], field: str, default: float, allow_zero: bool = False) -> float:
+        if field not in raw:
+            return default
+        value = raw[field]
+        seconds = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            else parse_duration(value) if isinstance(value, str) else None
+        if seconds is None or seconds < 0 or (seconds == 0 and not allow_zero):
+            self.fail(field, f"must be a duration such as 30s or 10m, got {value!r}")
+            return default
+        return seconds
+
+    def url(self, raw: Mapping[str, Any], field: str, required: bool = False) -> str | None:
+        value = self.string(raw, field, required)
+        if value is None:
+            return None
+        problem = url_problem(value)
+        if problem:
+            self.fail(field, problem)
+            return None
+        return value
+
+    def strings(self, raw: Mapping[str, Any], field: str) -> tuple[str, ...]:
+        value = raw.get(field) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            self.fail(field, "must be a list of non-empty strings")
+            return ()
+        return tuple(value)
+
+    def string_map(self, raw: Mapping[str, Any], field: str) -> tuple[tuple[str, str], ...]:
+        value = raw.get(field) or {}
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                     for k, v in value.items()):
+            self.fail(field, "must be a mapping of strings to strings")
+            return ()
+        return tuple(value.items())
+
+    def header(self, value: Any, field: str | Path) -> bytes | None:
+        if not isinstance(value, str) or not is_token(value):
+            self.fail(field, f"must be an HTTP header name, got {value!r}")
+            return None
+        if value.lower() in RESERVED_HEADERS:
+            self.fail(field, f"{value!r} is a header the gateway or HTTP owns; pick another")
+            return None
+        return value.lower().encode("ascii")
+
+
+def url_problem(value: str) -> str | None:
+    if any(ord(c) <= 32 or ord(c) >= 127 for c in value):
+        return "must be a URL without spaces or control characters"
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"must be an absolute http(s) URL, got {value!r}"
+    if parts.username is not None or parts.password is not None:
+        return "must not contain credentials (use a Secret)"
+    return None
+
+
+def origin(url: str) -> str:
+    parts = urlsplit(url)
+    default = 443 if parts.scheme == "https" else 80
+    port = parts.port or default
+    host = (parts.hostname or "").lower()
+    return f"{parts.scheme}://{host}" + ("" if port == default else f":{port}")
+
+
+def secret_value(read: Reader, ref: Any, field: str, key: str, namespace: str,
+                 lookup: Callable[[str, str], Any]) -> bytes | None:
+    """``data[key]`` of the Secret ``ref`` names."""
+    ref = read.mapping(ref, ("name", "namespace"), field)
+    name = ref.get("name")
+    if not isinstance(name, str) or not name:
+        read.fail(field, "must name a Secret: {name: NAME, namespace: NS}")
+        return None
+    ns = ref.get("namespace") or namespace
+    try:
+        secret = lookup(name, ns)
+    except KeyError as exc:
+        read.fail(field, f"dangling reference: {exc.args[0] if exc.args else f'no Secret {ns}/{name}'}")
+        return None
+    value = secret.data.get(key)
+    if not value:
+        read.fail(field, f"Secret {ns}/{name} has no non-empty data.{key}")
+        return None
+    return bytes(value)
+
+
+def claim_headers(read: Reader, raw: Any, field: str) -> tuple[ClaimHeader, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        read.fail(field, "must be a list of {claim, header, append}")
+        return ()
+    out = []
+    for i, item in enumerate(raw):
+        r = read.sub(field).sub(i)
+        item = r.mapping(item, ("claim", "header", "append"))
+        claim = r.string(item, "claim", required=True)
+        header = r.header(item.get("header"), "header")
+        append = r.boolean(item, "append", False)
+        if claim and header:
+            out.append(ClaimHeader(claim, header, append))
+    return tuple(out)
+
+
+def metadata_headers(read: Reader, raw: Any, field: str) -> tuple[ClaimHeader, ...]:
+    """``dynamicMetadataFromClaims: {key: claim}``: with no Envoy dynamic
+    metadata in twistgw, each key is the name of an upstream header."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        read.fail(field, "must be a mapping of metadata key (here: header name) to claim")
+        return ()
+    out = []
+    for key, claim in raw.items():
+        header = read.header(key, (field, str(key)))
+        if not isinstance(claim, str) or not claim:
+            read.fail((field, str(key)), "must name a claim")
+            continue
+        if header:
+            out.append(ClaimHeader(claim, header))
+    return tuple(out)
+
+
+def binding_of(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:16]
+
+
+def check_entry(raw: Any) -> tuple[str, Any]:
+    """``oauth2`` holds exactly one of ``oidcAuthorizationCode`` or
+    ``accessTokenValidation``."""
+    if not isinstance(raw, Mapping):
+        raise OptionsError((), f"must be a mapping, got {type_name(raw)}")
+    known = ("oidcAuthorizationCode", "accessTokenValidation")
+    problems = [OptionsError((str(k),), "Gloo's plain OAuth2 flow (oauth2.oauth2) is not supported by twistgw:"
+                             " use oidcAuthorizationCode, which validates an ID token" if k == "oauth2"
+                             else unknown_field(k, known)) for k in raw if k not in known]
+    if problems:
+        raise OptionsError.several(problems)
+    present = [k for k in known if k in raw]
+    if len(present) != 1:
+        raise OptionsError((), "set exactly one of oidcAuthorizationCode or accessTokenValidation")
+    return present[0], raw[present[0]]
