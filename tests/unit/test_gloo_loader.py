@@ -158,7 +158,7 @@ class GlooLoaderTests(TestCase):
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
         assert "OK: 1 virtual service(s), 2 route(s)" in out.stdout
-        assert out.stderr.count("note: ") == 4
+        assert out.stderr.count("note: ") == 3  # ConfigMap and RateLimitConfig are read now: see above
         assert "skipped Deployment (apps/v1)" in out.stderr
 
     @pytest.mark.parametrize("api, kind, reason", [
