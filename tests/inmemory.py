@@ -52,6 +52,7 @@ MODULES = (
     "jwt/test_jwt_options.py",
     "jwt/test_jwt_security.py",
     "jwt/test_jwt_tools.py",
+    "jwt/test_jwt_verify_api.py",
     "rbac/test_rbac_config.py",
     "rbac/test_rbac_semantics.py",
     "rbac/test_rbac_shadow_regex.py",
