@@ -115,7 +115,7 @@ spec:
   - ldap:
       address: ldap://127.0.0.1:389
       startTLS: true
-      tls: {{serverName: ldap.example.org, insecureSkipVerify: true}}
+      tls: {{serverName: ldap.example.org}}
       userDnTemplate: uid=%s,ou=people,dc=example,dc=org
       membershipAttributeName: memberOf
       allowedGroups: ["cn=a,ou=groups,dc=example,dc=org"]
@@ -592,7 +592,6 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "extauth:configRef": (T, LDAP), "extauth:configRef.name": (T, LDAP), "extauth:configRef.namespace": (T, LDAP),
     "extauth:address": (T, LDAP), "extauth:startTLS": (T, LDAP_SLAPD), "extauth:tls": (T, LDAP_SLAPD),
     "extauth:tls.caFile": (T, LDAP_SLAPD), "extauth:tls.caPem": (T, LDAP), "extauth:tls.serverName": (T, LDAP_SLAPD),
-    "extauth:tls.insecureSkipVerify": (T, LDAP),
     "extauth:userDnTemplate": (T, LDAP), "extauth:membershipAttributeName": (T, LDAP),
     "extauth:allowedGroups": (T, LDAP), "extauth:searchFilter": (T, LDAP),
     "extauth:disableGroupChecking": (T, LDAP), "extauth:groupLookupSettings": (T, LDAP),
