@@ -40,6 +40,7 @@ MODULES = (
     "unit/test_header_policy.py",
     "unit/test_headers.py",
     "unit/test_layers.py",
+    "unit/test_code_size.py",
     "unit/test_metrics.py",
     "unit/test_options_helpers.py",
     "unit/test_pipeline.py",
