@@ -13,6 +13,7 @@ informational. A new field without an entry fails this test.
 
 from __future__ import annotations
 
+import base64
 import pathlib
 import re
 import textwrap
@@ -31,6 +32,7 @@ from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
 
+from support.pki import TestCA
 from support.trial import TestCase
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -86,6 +88,30 @@ kind: Upstream
 metadata: {{name: static}}
 spec:
   static: {{hosts: [{{addr: 127.0.0.1, port: 9000}}], useTls: false, autoSniRewrite: false}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: upstream-tls}}
+type: kubernetes.io/tls
+data: {{ca.crt: {ca_b64}}}
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: tls-secret}}
+spec:
+  static: {{hosts: [{{addr: 127.0.0.1, port: 9443, sniAddr: backend.test}}], useTls: true, autoSniRewrite: true}}
+  sslConfig:
+    secretRef: {{name: upstream-tls, namespace: default}}
+    sni: backend.test
+    verifySubjectAltName: [backend.test]
+    parameters: {{minimumProtocolVersion: TLSv1_2, maximumProtocolVersion: TLSv1_3, cipherSuites: [ECDHE-ECDSA-AES128-GCM-SHA256]}}
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: tls-files}}
+spec:
+  static: {{hosts: [{{addr: 127.0.0.1, port: 9444}}]}}
+  sslConfig: {{sslFiles: {{tlsCert: client.crt, tlsKey: client.key, rootCa: ca.crt}}}}
 ---
 apiVersion: gloo.solo.io/v1
 kind: Upstream
@@ -433,8 +459,12 @@ def walk(tmp_path, monkeypatch) -> set[str]:
 
     pem = _public_pem()
     (tmp_path / "users.ldif").write_text(LDIF)
+    ca = TestCA()
+    (tmp_path / "ca.crt").write_bytes(ca.pem)
+    ca.issue("gateway.test", dns=["gateway.test"], client=True).write(tmp_path, "client")
     (tmp_path / "walk.yaml").write_text(WALK.format(key=textwrap.indent(pem, " " * 18),
-                                                    key2=textwrap.indent(pem, " " * 22)))
+                                                    key2=textwrap.indent(pem, " " * 22),
+                                                    ca_b64=base64.b64encode(ca.pem).decode()))
     config = load_directory(str(tmp_path), keep_going=True)
     snapshot = build_snapshot(config, PluginHost.create())
     assert len(snapshot.routes) == 13  # the walk loaded whole, every route compiled
@@ -467,6 +497,7 @@ LDAP = "tests/ldap/test_ldap_units.py"
 LDAP_SLAPD = "tests/ldap/test_ldap_slapd.py"
 LDAP_SEARCH = "tests/ldap/test_ldap_search_units.py"
 SUBSETS = "tests/unit/test_subsets.py"
+UPSTREAM_TLS = "tests/integration/test_upstream_tls_e2e.py"
 
 #: field -> ("test", test file[, file that sets the field]) or ("info", doc saying so).
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -500,6 +531,11 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "Upstream:spec.static": (T, PROXY), "Upstream:spec.static.hosts": (T, PROXY),
     "Upstream:spec.static.hosts[].addr": (T, PROXY), "Upstream:spec.static.hosts[].port": (T, PROXY),
     "Upstream:spec.static.useTls": (T, GLOO), "Upstream:spec.static.autoSniRewrite": (T, GLOO, CONF_DOC),
+    "Upstream:spec.static.hosts[].sniAddr": (T, UPSTREAM_TLS),
+    **{f"Upstream:spec.sslConfig{k}": (T, UPSTREAM_TLS) for k in (
+        "", ".secretRef", ".secretRef.name", ".secretRef.namespace", ".sni", ".verifySubjectAltName",
+        ".sslFiles", ".sslFiles.tlsCert", ".sslFiles.tlsKey", ".sslFiles.rootCa", ".parameters",
+        ".parameters.minimumProtocolVersion", ".parameters.maximumProtocolVersion", ".parameters.cipherSuites")},
     "Upstream:spec.kube": (T, CORE), "Upstream:spec.kube.serviceName": (T, CORE),
     "Upstream:spec.kube.serviceNamespace": (T, CORE), "Upstream:spec.kube.servicePort": (T, CORE),
     "Upstream:spec.kube.selector": (T, GLOO),
@@ -527,6 +563,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "Route:inheritableMatchers": (T, TABLES), "Route:inheritablePathMatchers": (T, TABLES),
     "Route:options.prefixRewrite": (T, MATCH), "Route:options.timeout": (T, PROXY),
     "Route:options.pluginOrder": (T, PLUGINS),
+    "Route:options.upgrades": (T, "tests/unit/test_engine_upgrades_option.py"),
     "VirtualService:spec.virtualHost.options.pluginOrder": (T, PLUGINS),
     "Route:options.jwtStaged.beforeExtAuth": (T, PLUGINS), "Route:options.jwtStaged.afterExtAuth": (T, PLUGINS),
     "Route:matchers": (T, MATCH), "Route:matchers[].prefix": (T, MATCH), "Route:matchers[].exact": (T, MATCH),
@@ -772,7 +809,7 @@ MANUAL = {
     "Settings:spec.extauth.devDirectory.ldif", "Settings:spec.extauth.devDirectory.listen",
     "extauth:configRef", "extauth:configRef.name", "extauth:configRef.namespace",
     # the core's own options keys (every other key names a plugin): loader.CORE_OPTION_KEYS
-    "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder",
+    "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder", "Route:options.upgrades",
     "VirtualService:spec.virtualHost.options.pluginOrder",
     # the traffic options keys (the fields inside them are watched)
     *(f"Route:options.{k}" for k in CORE_TRAFFIC_KEYS),
@@ -792,7 +829,7 @@ class FieldWalkTests(TestCase):
         assert route_keys == set(CORE_OPTION_KEYS)
         host_keys = {f.rsplit(".", 1)[1] for f in MANUAL if f.startswith("VirtualService:spec.virtualHost.options.")}
         # prefixRewrite, timeout and the route-only traffic options; a virtual host refuses them
-        assert host_keys == set(CORE_OPTION_KEYS) - {"prefixRewrite", "timeout"} - CORE_ROUTE_ONLY
+        assert host_keys == set(CORE_OPTION_KEYS) - {"prefixRewrite", "timeout", "upgrades"} - CORE_ROUTE_ONLY
 
     def test_every_accepted_field_changes_behaviour_or_is_informational(self, tmp_path, monkeypatch):
         accepted = {_scope(f) for f in walk(tmp_path, monkeypatch)} | MANUAL

@@ -370,8 +370,14 @@ class GlooLoaderTests(TestCase):
         ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {type: ExternalName, externalName: x.example}\n",
          "spec.type", "ExternalName Services are not supported"),
         ("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
-         "spec: {static: {hosts: [{addr: 1.2.3.4, port: 443}], useTls: true}}\n",
-         "spec.static.useTls", "TLS to upstreams is not supported"),
+         "spec: {static: {hosts: [{addr: 1.2.3.4, port: 443}], useTls: true, autoSniRewrite: false}}\n",
+         "spec.static.autoSniRewrite", "the name verified is always sent as SNI"),
+        ("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+         "spec: {static: {hosts: [{addr: 1.2.3.4, port: 443}], useTls: false}, sslConfig: {sni: a.test}}\n",
+         "spec.static.useTls", "is false while sslConfig is set"),
+        ("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+         "spec: {static: {hosts: [{addr: 1.2.3.4, port: 80, sniAddr: a.test}]}}\n",
+         "spec.static.hosts", "sniAddr is set but the upstream is plain HTTP"),
         ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {selector: {app: s}, ports: [{port: 80}]}\n---\n"
          "apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
          "spec: {kube: {serviceName: s, servicePort: 80, selector: {app: s, version: v2}}}\n",

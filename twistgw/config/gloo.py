@@ -61,7 +61,6 @@ GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
         "consul": "Consul destinations are not supported",
     },
     "upstreamSpec": {
-        "sslConfig": "TLS to upstreams is not supported",
         "connectionConfig": "connection settings are not supported",
         "circuitBreakers": "circuit breakers are not supported",
         "outlierDetection": "outlier detection is not supported",

@@ -93,7 +93,7 @@ class CheckedBalancer:
             self._current = self._all  # all healthy, or panic: every endpoint
             return
         up = self.upstream
-        self._current = make_balancer(UpstreamInfo(up.namespace, up.name, healthy, up.subset), self._lb)
+        self._current = make_balancer(UpstreamInfo(up.namespace, up.name, healthy, up.subset, up.tls), self._lb)
 
     def pick(self) -> Endpoint | None:
         found: Endpoint | None = self._current.pick()

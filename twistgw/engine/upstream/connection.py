@@ -23,6 +23,7 @@ from twistgw.engine import framing, wire
 from twistgw.engine.timers import LazyTimer
 from twistgw.engine.upstream import policy
 from twistgw.engine.upstream.tunnel import Tunnel
+from twistgw.tls import describe_tls_failure
 
 if TYPE_CHECKING:
     from twistgw.engine.upstream.pool import UpstreamPool
@@ -75,7 +76,7 @@ class UpstreamConnection(Protocol):
     #: Protocol declares (producers, abortConnection)
     transport: Any
 
-    def __init__(self, pool: "UpstreamPool", key: tuple[str, int]) -> None:
+    def __init__(self, pool: "UpstreamPool", key: Any) -> None:  # Any: the pool's key, (host, port[, UpstreamTls])
         self.pool = pool
         self.key = key
         self.state = _CONNECTING
@@ -125,8 +126,13 @@ class UpstreamConnection(Protocol):
             return
         error = reason.getErrorMessage() if reason else "closed"
         if state < _BODY:
-            if state is _SENT and self.reused and req.retry_after_stale():
-                return
+            if state is _SENT:
+                why = describe_tls_failure(reason.value) if reason is not None and len(self.key) == 3 else None
+                if why is not None:  # the TLS handshake failed: never retried, logged with its reason
+                    req.fail(policy.TLS_FAILURE, why)
+                    return
+                if self.reused and req.retry_after_stale():
+                    return
             req.fail(policy.MALFORMED if state is _HEAD else policy.RESET, error)
         elif self.close_delimited:
             req.done()  # the body ends with the connection (RFC 9112 §6.3)

@@ -12,15 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint
+from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint, wrapClientTLS
 from twisted.internet.protocol import Factory
 
+from twistgw.api.types import UpstreamTls
 from twistgw.config.defaults import CONNECT_TIMEOUT, IDLE_TIMEOUT
 from twistgw.core.plan import Forward
 from twistgw.engine.seams import Downstream
 from twistgw.engine.upstream.connection import State, UpstreamConnection
 from twistgw.engine.upstream.request import UpstreamRequest
 from twistgw.engine.upstream.tunnel import TUNNEL_IDLE_TIMEOUT
+from twistgw.tls import client_tls
 
 __all__ = ["UpstreamPool"]
 
@@ -51,16 +53,20 @@ class UpstreamPool:
         self.max_per_host = max_per_host
         self.idle_timeout = idle_timeout
         self.tunnel_idle_timeout = tunnel_idle_timeout
-        self.idle: dict[tuple[str, int], list[UpstreamConnection]] = {}
-        self._endpoints: dict[tuple[str, int], Any] = {}
-        self._labels: dict[tuple[str, int], str] = {}
+        self.idle: dict[Any, list[UpstreamConnection]] = {}  # Any: (host, port) or (host, port, UpstreamTls)
+        self._endpoints: dict[Any, Any] = {}
+        self._labels: dict[Any, str] = {}
         self._all: set[UpstreamConnection] = set()
 
     def forward(self, ex: Downstream, plan: Forward) -> UpstreamRequest:
         """Send ``plan`` on an idle connection to its endpoint, or a new
         one; the outcome is reported to ``ex``."""
         endpoint = plan.endpoint
-        key = (endpoint.host, endpoint.port)
+        tls = plan.upstream.tls
+        # A TLS upstream's connections are kept apart from plain ones to
+        # the same address (and from other TLS settings): its key has a third
+        # part. A plain route reads one attribute more, nothing else.
+        key: Any = (endpoint.host, endpoint.port) if tls is None else (endpoint.host, endpoint.port, tls)
         label = self._labels.get(key)
         if label is None:
             label = self.label(key)
@@ -77,17 +83,17 @@ class UpstreamPool:
             req.client_body_done()
         return req
 
-    def label(self, key: tuple[str, int]) -> str:
-        """``host:port`` of an endpoint (the access log's ``upstream``, logs),
+    def label(self, key: Any) -> str:
+        """``host:port`` (``https://host:port`` over TLS) of an endpoint (the access log's ``upstream``, logs),
         remembered for at most 4,096 endpoints."""
         label = self._labels.get(key)
         if label is None:
-            label = f"{key[0]}:{key[1]}"
+            label = f"{key[0]}:{key[1]}" if len(key) == 2 else f"https://{key[0]}:{key[1]}"
             if len(self._labels) < 4096:
                 self._labels[key] = label
         return label
 
-    def new_connection(self, key: tuple[str, int]) -> UpstreamConnection:
+    def new_connection(self, key: Any) -> UpstreamConnection:
         conn = UpstreamConnection(self, key)
         self._all.add(conn)
         return conn
@@ -98,15 +104,28 @@ class UpstreamPool:
         endpoint = self._endpoints.get(key)
         if endpoint is None:
             endpoint = self._endpoints[key] = self._endpoint(*key)
+            if len(self._endpoints) > 4096:  # addresses come and go with the config: bounded
+                self._endpoints.clear()
+                self._endpoints[key] = endpoint
         d: Deferred[UpstreamConnection] = endpoint.connect(_Once(conn))
         return d
 
-    def _endpoint(self, host: str, port: int) -> Any:
+    def _endpoint(self, host: str, port: int, tls: UpstreamTls | None = None) -> Any:
         if ":" in host:
-            return TCP6ClientEndpoint(self.reactor, host.strip("[]"), port, timeout=self.connect_timeout)
-        if host.replace(".", "").isdigit():
-            return TCP4ClientEndpoint(self.reactor, host, port, timeout=self.connect_timeout)
-        return HostnameEndpoint(self.reactor, host, port, timeout=self.connect_timeout)
+            plain: Any = TCP6ClientEndpoint(self.reactor, host.strip("[]"), port, timeout=self.connect_timeout)
+        elif host.replace(".", "").isdigit():
+            plain = TCP4ClientEndpoint(self.reactor, host, port, timeout=self.connect_timeout)
+        else:
+            plain = HostnameEndpoint(self.reactor, host, port, timeout=self.connect_timeout)
+        if tls is None:
+            return plain
+        # Settings were checked when the configuration loaded; the peer is
+        # verified by name (twistgw.tls), always.
+        creator = client_tls(tls.server_name(host.strip("[]")), ca_pem=tls.ca_pem, client_cert_pem=tls.cert_pem,
+                             client_key_pem=tls.key_pem, min_version=tls.min_version,
+                             max_version=tls.max_version, ciphers=tls.ciphers or None,
+                             alpn=(b"http/1.1",), verify_names=tls.verify_names)
+        return wrapClientTLS(creator, plain)
 
     def release(self, conn: UpstreamConnection) -> None:
         """A connection that finished a keep-alive exchange (or was made for

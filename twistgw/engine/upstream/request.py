@@ -36,7 +36,7 @@ class UpstreamRequest:
 
     __slots__ = ("pool", "ex", "plan", "key", "label", "conn", "connecting", "retried", "finished", "timing")
 
-    def __init__(self, pool: "UpstreamPool", ex: Downstream, plan: Forward, key: tuple[str, int],
+    def __init__(self, pool: "UpstreamPool", ex: Downstream, plan: Forward, key: Any,
                  label: str) -> None:
         self.pool = pool
         self.ex = ex
