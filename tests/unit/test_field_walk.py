@@ -112,6 +112,7 @@ metadata: {{name: tls-files}}
 spec:
   static: {{hosts: [{{addr: 127.0.0.1, port: 9444}}]}}
   sslConfig: {{sslFiles: {{tlsCert: client.crt, tlsKey: client.key, rootCa: ca.crt}}}}
+  circuitBreakers: {{maxConnections: 10, maxPendingRequests: 5, maxRequests: 20, maxRetries: 2}}
 ---
 apiVersion: gloo.solo.io/v1
 kind: Upstream
@@ -261,6 +262,8 @@ spec:
     domains: [walk.example.com]
     optionsConfigRefs: {{delegateOptions: [{{name: vho, namespace: default}}]}}
     options:
+      retries: {{retryOn: gateway-error, numRetries: 1, perTryTimeout: 2s, retriableStatusCodes: [],
+                retryBackOff: {{baseInterval: 10ms, maxInterval: 100ms}}}}
       cors:
         allowOrigin: [https://app.example.com]
         allowOriginRegex: ['https://.*\\.example\\.org']
@@ -383,7 +386,14 @@ spec:
           - {{sourceIp: true}}
       routeAction: {{single: {{upstream: {{name: hashed}}}}}}
     - matchers: [{{prefix: /group}}]
-      options: {{autoHostRewrite: true}}
+      options:
+        autoHostRewrite: true
+        retries:
+          retryOn: "5xx,retriable-status-codes"
+          numRetries: 2
+          perTryTimeout: 1s
+          retriableStatusCodes: [418]
+          retryBackOff: {{baseInterval: 25ms, maxInterval: 250ms}}
       routeAction: {{upstreamGroup: {{name: group, namespace: default}}}}
     - matchers: [{{prefix: /moved}}]
       redirectAction: {{hostRedirect: new.example.com, portRedirect: 8443, httpsRedirect: true, stripQuery: true,
@@ -497,6 +507,8 @@ LDAP = "tests/ldap/test_ldap_units.py"
 LDAP_SLAPD = "tests/ldap/test_ldap_slapd.py"
 LDAP_SEARCH = "tests/ldap/test_ldap_search_units.py"
 SUBSETS = "tests/unit/test_subsets.py"
+RETRIES = "tests/integration/test_retries_e2e.py"
+BREAKERS = "tests/integration/test_breakers_e2e.py"
 UPSTREAM_TLS = "tests/integration/test_upstream_tls_e2e.py"
 
 #: field -> ("test", test file[, file that sets the field]) or ("info", doc saying so).
@@ -532,6 +544,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "Upstream:spec.static.hosts[].addr": (T, PROXY), "Upstream:spec.static.hosts[].port": (T, PROXY),
     "Upstream:spec.static.useTls": (T, GLOO), "Upstream:spec.static.autoSniRewrite": (T, GLOO, CONF_DOC),
     "Upstream:spec.static.hosts[].sniAddr": (T, UPSTREAM_TLS),
+    **{f"Upstream:spec.circuitBreakers{k}": (T, BREAKERS) for k in (
+        "", ".maxConnections", ".maxPendingRequests", ".maxRequests", ".maxRetries")},
     **{f"Upstream:spec.sslConfig{k}": (T, UPSTREAM_TLS) for k in (
         "", ".secretRef", ".secretRef.name", ".secretRef.namespace", ".sni", ".verifySubjectAltName",
         ".sslFiles", ".sslFiles.tlsCert", ".sslFiles.tlsKey", ".sslFiles.rootCa", ".parameters",
@@ -784,6 +798,9 @@ FIELDS.update({field: (T, TRAFFIC) for field in TRAFFIC_FIELDS.split()})
 FIELDS.update({f"Route:options.{k}": (T, TRAFFIC) for k in CORE_TRAFFIC_KEYS})
 FIELDS.update({f"VirtualService:spec.virtualHost.options.{k}": (T, TRAFFIC)
                for k in CORE_TRAFFIC_KEYS - CORE_ROUTE_ONLY})
+FIELDS.update({f"{scope}.retries{k}": (T, RETRIES) for scope in ("Route:options", "VirtualService:spec.virtualHost.options")
+               for k in ("", ".retryOn", ".numRetries", ".perTryTimeout", ".retriableStatusCodes", ".retryBackOff",
+                         ".retryBackOff.baseInterval", ".retryBackOff.maxInterval")})
 FIELDS.update({
     # the same destination parser as routeAction.single (kube ports and subsets tested there)
     "Route:routeAction.multi.destinations[].destination.kube": (T, TRAFFIC, GLOO),

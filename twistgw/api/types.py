@@ -11,6 +11,7 @@ from urllib.parse import parse_qsl, urlencode
 import attrs
 
 from twistgw.api.headers import Headers
+from twistgw.api.upstreampolicy import CircuitBreakers, UpstreamTls
 
 
 # --------------------------------------------------------------------------
@@ -145,38 +146,6 @@ class Endpoint:
     port: int
 
 
-@attrs.frozen(cache_hash=True)
-class UpstreamTls:
-    """TLS to an upstream's endpoints (Gloo's ``sslConfig``, or
-    ``static.useTls``), resolved: PEM bytes read from the Secret or files.
-    The engine builds one :func:`twistgw.tls.client_tls` creator per
-    endpoint from it; the peer is always verified by name.
-    """
-
-    #: the name sent as SNI and verified (``sslConfig.sni``); "" → the
-    #: endpoint's ``sniAddr``, else its address
-    sni: str = ""
-    #: trusted CAs (PEM); None: the system's store
-    ca_pem: bytes | None = None
-    #: client certificate and key (PEM) for mutual TLS
-    cert_pem: bytes | None = None
-    key_pem: bytes | None = None
-    #: ``verifySubjectAltName``: names one of which the certificate must carry
-    verify_names: tuple[str, ...] = ()
-    min_version: str | None = None
-    max_version: str | None = None
-    ciphers: tuple[str, ...] = ()
-    #: per-host ``sniAddr`` of static hosts: (address, name) pairs
-    host_sni: tuple[tuple[str, str], ...] = ()
-
-    def server_name(self, host: str) -> str:
-        """The name sent as SNI and verified for endpoint ``host``."""
-        for addr, name in self.host_sni:
-            if addr == host:
-                return name
-        return self.sni or host
-
-
 @attrs.frozen
 class UpstreamInfo:
     """A resolved upstream: its name and the addresses traffic goes to."""
@@ -189,6 +158,8 @@ class UpstreamInfo:
     subset: tuple[tuple[str, str], ...] = ()
     #: TLS to the endpoints (``sslConfig``); None: plain HTTP
     tls: UpstreamTls | None = None
+    #: ``circuitBreakers``; None: no limits (nothing counted)
+    breakers: CircuitBreakers | None = None
 
 
 @attrs.frozen

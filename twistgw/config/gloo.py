@@ -62,7 +62,6 @@ GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
     },
     "upstreamSpec": {
         "connectionConfig": "connection settings are not supported",
-        "circuitBreakers": "circuit breakers are not supported",
         "outlierDetection": "outlier detection is not supported",
         "useHttp2": "HTTP/2 to upstreams is not supported",
         "aws": "AWS Lambda upstreams are out of twistgw's scope (cloud functions)",

@@ -12,6 +12,7 @@ import attrs
 
 from twistgw.api.fields import FieldReader, Path
 from twistgw.api.types import Endpoint
+from twistgw.api.upstreampolicy import CircuitBreakers
 from twistgw.config.envelope import Envelope
 from twistgw.config.gloo import unsupported
 from twistgw.config.upstreamtls import SslSpec, read_ssl_config
@@ -174,8 +175,12 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     ns, name, source = res.namespace, res.name, res.source
     spec = r.mapping(res.spec, ("spec",))
     spec = r.mapping(unsupported(r, spec, ("spec",), "upstreamSpec"), ("spec",),
-                     {"kube", "static", "discoveryMetadata", "loadBalancerConfig", "healthChecks", "sslConfig"})
-    lb = hc = ssl = None
+                     {"kube", "static", "discoveryMetadata", "loadBalancerConfig", "healthChecks", "sslConfig",
+                      "circuitBreakers"})
+    lb = hc = ssl = breakers = None
+    if spec.get("circuitBreakers") is not None:
+        with r.part():
+            breakers = read_circuit_breakers(r, spec["circuitBreakers"], ("spec", "circuitBreakers"))
     if spec.get("healthChecks") is not None:
         with r.part():
             hc = read_health_checks(r, spec["healthChecks"], ("spec", "healthChecks"))
@@ -199,7 +204,8 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
         r.issue(("spec", "healthChecks"), "is not supported by twistgw on a TLS upstream yet (the checks speak"
                 " plain HTTP): remove healthChecks or the TLS settings")
     if "static" in spec:
-        return UpstreamResource(ns, name, static=hosts, source=source, load_balancer=lb, health_check=hc, ssl=ssl)
+        return UpstreamResource(ns, name, static=hosts, source=source, load_balancer=lb, health_check=hc, ssl=ssl,
+                                breakers=breakers)
     kp = ("spec", "kube")
     k = r.mapping(spec["kube"], kp)
     k = r.mapping(unsupported(r, k, kp, "upstreamSpec"), kp,
@@ -211,7 +217,25 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     selector = r.labels(k["selector"], kp + ("selector",)) if "selector" in k else None
     subset_spec = read_subset_spec(r, k["subsetSpec"], kp + ("subsetSpec",)) if "subsetSpec" in k else None
     return UpstreamResource(ns, name, kube=KubeRef(sname, sns, port), source=source, selector=selector,
-                            subset_spec=subset_spec, load_balancer=lb, health_check=hc, ssl=ssl)
+                            subset_spec=subset_spec, load_balancer=lb, health_check=hc, ssl=ssl,
+                            breakers=breakers)
+
+
+def read_circuit_breakers(r: FieldReader, value: Any, path: Path) -> CircuitBreakers:
+    """``circuitBreakers`` (Gloo's CircuitBreakerConfig); an unset threshold
+    is Envoy's default."""
+    m = dict(r.mapping(value or {}, path))
+    if m.pop("trackRemaining", None) is not None:
+        r.issue(path + ("trackRemaining",), "is not supported by twistgw (there are no Envoy stats)")
+    m = r.mapping(m, path, {"maxConnections", "maxPendingRequests", "maxRequests", "maxRetries"})
+    d = CircuitBreakers()
+    values = {key: r.integer(m[key], path + (key,), 0, 1 << 31) if m.get(key) is not None else default
+              for key, default in (("maxConnections", d.max_connections), ("maxPendingRequests", d.max_pending),
+                                   ("maxRequests", d.max_requests), ("maxRetries", d.max_retries))}
+    if values["maxConnections"] == 0 or values["maxRequests"] == 0:
+        raise r.fail(path, "maxConnections and maxRequests must be at least 1 (0 would refuse every request)")
+    return CircuitBreakers(values["maxConnections"], values["maxPendingRequests"], values["maxRequests"],
+                           values["maxRetries"])
 
 
 def _read_static(r: FieldReader, value: Any, ssl: SslSpec | None) -> tuple[tuple[Endpoint, ...], SslSpec | None]:

@@ -13,12 +13,15 @@ from typing import Any, Mapping
 import attrs
 
 from twistgw.api.fields import FieldReader, Path
-from twistgw.api.types import SecretInfo, UpstreamTls
-from twistgw.tls import TLS_VERSIONS, TLSSettingsError, client_tls
+from twistgw.api.types import SecretInfo
+from twistgw.api.upstreampolicy import UpstreamTls
 
 __all__ = ["SslSpec", "read_ssl_config", "resolve_tls"]
 
-_VERSIONS = ("TLS_AUTO", *TLS_VERSIONS)
+#: Gloo's protocol version names (twistgw.tls.TLS_VERSIONS, and TLS_AUTO);
+#: the config layer imports no Twisted, so twistgw.tls is imported where a
+#: creator is built to check the settings
+_VERSIONS = ("TLS_AUTO", "TLSv1_0", "TLSv1_1", "TLSv1_2", "TLSv1_3")
 _NOT_SUPPORTED = {
     "sds": "secret discovery (SDS) is not supported: use secretRef or sslFiles",
     "alpnProtocols": "ALPN to upstreams is not supported (twistgw speaks HTTP/1.1 to upstreams)",
@@ -91,6 +94,8 @@ def read_ssl_config(r: FieldReader, value: Any, path: Path, ns: str) -> SslSpec:
         ciphers = tuple(r.string(c, pp + ("cipherSuites", i))
                         for i, c in enumerate(r.sequence(p.get("cipherSuites") or [], pp + ("cipherSuites",))))
     spec = SslSpec(secret, files, sni, names, lo, hi, ciphers)
+    from twistgw.tls import TLSSettingsError, client_tls
+
     try:  # settings that can never work are reported here, with their field
         client_tls(sni or "settings.check", min_version=lo, max_version=hi, ciphers=ciphers or None,
                    verify_names=names)
@@ -134,6 +139,8 @@ def resolve_tls(spec: SslSpec, secrets: Mapping[tuple[str, str], SecretInfo], ba
     elif spec.files is not None:
         cert, key, ca = (_read_file(base, n, w) for n, w in zip(spec.files, ("tlsCert", "tlsKey", "rootCa"),
                                                                 strict=True))
+    from twistgw.tls import TLSSettingsError, client_tls
+
     tls = UpstreamTls(spec.sni, ca, cert, key, spec.verify_names, spec.min_version, spec.max_version,
                       spec.ciphers, spec.host_sni)
     try:

@@ -127,12 +127,15 @@ class UpstreamConnection(Protocol):
         error = reason.getErrorMessage() if reason else "closed"
         if state < _BODY:
             if state is _SENT:
-                why = describe_tls_failure(reason.value) if reason is not None and len(self.key) == 3 else None
+                why = describe_tls_failure(reason.value) if reason is not None and len(self.key) > 2 \
+                    and self.key[2] is not None else None
                 if why is not None:  # the TLS handshake failed: never retried, logged with its reason
                     req.fail(policy.TLS_FAILURE, why)
                     return
                 if self.reused and req.retry_after_stale():
                     return
+            if req.retrying and req.again_on_reset():  # a route with retries (a class attribute otherwise)
+                return
             req.fail(policy.MALFORMED if state is _HEAD else policy.RESET, error)
         elif self.close_delimited:
             req.done()  # the body ends with the connection (RFC 9112 §6.3)
@@ -301,6 +304,8 @@ class UpstreamConnection(Protocol):
         req = self.req
         if req is None or req.finished:
             return
+        if req.retrying and status != 101 and req.again_on_status(status):
+            return  # dropped with this connection; the request is tried again
         ex = req.ex
         if status == 101 and ex.upgrade is None:
             # never spliced: a 502 (the state is still HEAD: _malformed answers)

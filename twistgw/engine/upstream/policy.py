@@ -28,6 +28,9 @@ CONNECT_TIMEOUT: Answer = (503, _BEFORE_HEADERS + b"connection timeout", "connec
 #: misnamed certificate, a refused client certificate).
 TLS_FAILURE: Answer = (503, _BEFORE_HEADERS + b"connection failure, transport failure reason: TLS error:"
                        b" CERTIFICATE_VERIFY_FAILED", "TLS failure")
+#: Envoy's answer when a circuit breaker overflows (with ``x-envoy-overloaded: true``).
+OVERFLOW: Answer = (503, _BEFORE_HEADERS + b"overflow", "overflow")
+OVERLOADED = ((b"X-Envoy-Overloaded", b"true"),)
 TIMEOUT: Answer = (504, b"upstream request timeout", "timeout")
 MALFORMED: Answer = (502, b"upstream sent a malformed response", "malformed response")
 
