@@ -98,10 +98,13 @@ class RetryingRequest(UpstreamRequest):
         return breaker is None or breaker.may_retry(self)  # circuitBreakers' maxRetries
 
     def _drop_connection(self) -> None:
-        conn, self.conn = self.conn, None
+        """Give up the current try's connection (or the attempt to make one)."""
+        conn = self.conn
         if conn is not None:
-            conn.timer.stop()
-            conn.abandon()
+            conn.timer.stop()  # its deadline calls us: never for a later try
+        self.finished = True  # the CancelledError of a connection attempt is ours
+        self._abandon()
+        self.finished = False
 
     def again_on_status(self, status: int) -> bool:
         """The response head of a try came: True if it is dropped (its
@@ -148,8 +151,15 @@ class RetryingRequest(UpstreamRequest):
 
     def _try_again(self) -> None:
         self.waiting = None
-        if not self.finished:
-            self.connect()
+        if self.finished:
+            return
+        body = self.ex.body
+        if body is not None and not body.replayable:
+            # the client kept sending meanwhile, past the bound: never a
+            # body with a part missing
+            self.fail(policy.RESET, "the request body went past the retry buffer while waiting to retry")
+            return
+        self.connect()
 
     def _deadline_passed(self) -> None:
         self.waiting = None
