@@ -439,7 +439,9 @@ class RequestContext:
         ``principal``: ``identities[plugin] = principal``, and ``principal``
         becomes :attr:`principal` unless an earlier plugin in the chain
         already set it (the first authenticating plugin owns it)."""
-        self.identities = {**self.identities, plugin: principal}
+        identities = self.identities
+        # the first identity: a one-entry dict; later ones copy (rare, small)
+        self.identities = {plugin: principal} if identities is _NO_IDENTITIES else {**identities, plugin: principal}
         if self.principal is None:
             self.principal = principal
 
