@@ -6,6 +6,7 @@ clean reactor)."""
 from __future__ import annotations
 
 import os
+import tempfile
 
 import treq
 from twisted.trial import unittest
@@ -106,14 +107,20 @@ class GatewayFromDataTests(unittest.TestCase):
         with self.assertRaises(TypeError):
             start_gateway("/nonexistent", [], backend=self.backend)
 
-    def test_bad_resources_are_a_config_error_and_leave_no_directory(self) -> None:
+    async def test_bad_resources_are_a_config_error_and_leave_no_directory(self) -> None:
         bad = dict(VS, spec={"virtualHost": {"domains": ["*"], "routes": [
             {"matchers": [{"prefix": "/"}], "routeAction": {"single": {"upstream": {"name": "nowhere"}}}}]}})
-        before = set(os.listdir(_tmp()))
+        private = os.path.abspath(self.mktemp())  # temporary directories go here, seen by this test alone
+        os.makedirs(private)
+        self.patch(tempfile, "tempdir", private)
         with self.assertRaises(twistgw.ConfigError) as caught:
             start_gateway([bad], [])
         self.assertIn("nowhere", str(caught.exception))
-        self.assertEqual({n for n in os.listdir(_tmp()) if n.startswith("twistgw-test-")} - before, set())
+        self.assertEqual(os.listdir(private), [])
+        gw = start_gateway([VS], [], backend=self.backend)  # the control: data is written there
+        self.assertEqual(os.path.dirname(gw.config_dir), private)
+        await gw.stop()
+        self.assertEqual(os.listdir(private), [])
 
     def test_a_resource_of_another_type_is_refused(self) -> None:
         with self.assertRaises(TypeError) as caught:
@@ -129,8 +136,3 @@ class ChainTesterFromDataTests(unittest.TestCase):
         result = await tester.request("GET", "http://any/x")
         self.assertEqual((result.status, result.body), (200, b"hi"))
 
-
-def _tmp() -> str:
-    import tempfile
-
-    return tempfile.gettempdir()
