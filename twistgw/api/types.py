@@ -12,6 +12,7 @@ from urllib.parse import parse_qsl, urlencode
 import attrs
 
 from twistgw.api.headers import Headers
+from twistgw.api.upstreampolicy import CircuitBreakers, UpstreamTls
 
 #: ``RequestContext.identities`` before any plugin authenticated (read-only, shared)
 _NO_IDENTITIES: Mapping[str, str] = MappingProxyType({})
@@ -159,6 +160,10 @@ class UpstreamInfo:
     #: the subset a route chose (``single.subset.values``, as sorted (key,
     #: value) pairs): ``endpoints`` are then that subset's (or the fallback's)
     subset: tuple[tuple[str, str], ...] = ()
+    #: TLS to the endpoints (``sslConfig``); None: plain HTTP
+    tls: UpstreamTls | None = None
+    #: ``circuitBreakers``; None: no limits (nothing counted)
+    breakers: CircuitBreakers | None = None
 
 
 @attrs.frozen
