@@ -73,6 +73,8 @@ MODULES = (
     "ratelimit/test_ratelimit_units.py",
     "reliability/test_properties.py",
     "integration/test_testing_stop.py",
+    "integration/test_testing_backend.py",
+    "extauth/test_principal_owner.py",
 )
 
 

@@ -305,8 +305,10 @@ def twistgw_route_match(
 def twistgw_authenticate(ctx: RequestContext, options: object) -> Decision | None:
     """Establish who sent the request (per-plugin, in chain order).
 
-    Verify credentials; on success record the identity on ``ctx`` (e.g.
-    ``ctx.claims``, ``ctx.principal``, ``ctx.state[NAME]``) and return
+    Verify credentials; on success record the identity on ``ctx``
+    (``ctx.authenticated(NAME, principal)``: ``ctx.identities[NAME]``, and
+    ``ctx.principal`` if no earlier plugin set it; ``ctx.claims``,
+    ``ctx.state[NAME]`` for anything else) and return
     :class:`twistgw.Allow` (or None). Return :class:`twistgw.Deny` to refuse
     the request with that response.
 

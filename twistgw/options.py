@@ -8,7 +8,8 @@ gateway reports file, line, resource and field like its own errors;
 
     def twistgw_compile_options(options, scope):
         check_fields(options, ("header", "keysSecretRef"), ())
-        ref = require_mapping(options.get("keysSecretRef"), ("keysSecretRef",), "keysSecretRef")
+        ref = require_mapping(options.get("keysSecretRef"), ("keysSecretRef",))
+        # a string there: "keysSecretRef: must be a mapping, got a string"
 """
 
 from __future__ import annotations
@@ -88,9 +89,18 @@ def parse_duration(value: Any, units: Mapping[str, float] = DURATION_UNITS) -> f
     return None if factor is None else float(m.group(1)) * factor
 
 
-def require_mapping(value: Any, path: Path, what: str = "this field") -> Mapping[str, Any]:
-    """``value`` if it is a mapping, else OptionsError at ``path``."""
+def require_mapping(value: Any, path: Path, what: str | None = None) -> Mapping[str, Any]:
+    """``value`` if it is a mapping, else OptionsError at ``path``:
+    ``keysSecretRef: must be a mapping, got a string``, the core's wording.
+
+    ``what`` names the value where its path does not (an item of a list:
+    ``require_mapping(v, ("rules", 2), "rule")`` gives ``rules[2]: rule must
+    be a mapping, got a list``); it is left out when it only repeats the
+    field's own name or the path is empty (the caller's location names it).
+    """
     if not isinstance(value, Mapping):
+        if what is None or not path or what == str(path[-1]):
+            raise OptionsError(path, f"must be a mapping, got {type_name(value)}")
         raise OptionsError(path, f"{what} must be a mapping, got {type_name(value)}")
     return value
 

@@ -17,8 +17,10 @@ to the upstream".
 
 from __future__ import annotations
 
-import sys
-from typing import Any, Iterable, Mapping, Sequence
+import os
+import shutil
+import tempfile
+from typing import Any, Iterable, Mapping, Sequence, Union
 
 import attrs
 
@@ -33,8 +35,36 @@ from twistgw.core.plan import Forward, LocalResponse, Plan
 from twistgw.core.plugins import GatewayInfo, PluginHost
 from twistgw.core.snapshot import RouteRuntime, Snapshot, build_snapshot
 
-__all__ = ["ChainResult", "ChainTester", "RunningGateway", "make_headers", "resolve_plugins", "start_gateway",
-           "trial_tests_first"]
+from twistgw._recording import (BackendResponse, RecordedRequest, RecordingBackend, close_treq_idle_connections,
+                                start_recording_backend)
+
+__all__ = ["BackendResponse", "ChainResult", "ChainTester", "RecordedRequest", "RecordingBackend", "Resources",
+           "RunningGateway", "make_headers", "resolve_plugins", "resources_yaml", "start_gateway",
+           "start_recording_backend", "trial_tests_first"]
+
+#: Resources as Python data: YAML text (one or more ``---``-separated
+#: documents), or a sequence whose items are resource mappings or YAML texts.
+Resources = Union[str, Sequence[Union[Mapping[str, Any], str]]]
+
+
+def resources_yaml(resources: Resources, backend: RecordingBackend | None = None) -> str:
+    """The YAML text of ``resources`` (see :data:`Resources`); with
+    ``backend``, a static ``Upstream`` named ``backend`` in namespace
+    ``default`` that sends to it is added (:meth:`RecordingBackend.upstream`)."""
+    import yaml
+
+    items: list[Mapping[str, Any] | str] = [resources] if isinstance(resources, str) else list(resources)
+    if backend is not None:
+        items.append(backend.upstream())
+    texts = []
+    for item in items:
+        if isinstance(item, str):
+            texts.append(item)
+        elif isinstance(item, Mapping):
+            texts.append(yaml.safe_dump(dict(item), sort_keys=False))
+        else:
+            raise TypeError(f"a resource is a mapping or YAML text, not {type(item).__name__}")
+    return "\n---\n".join(t.strip("\n") for t in texts) + "\n"
 
 
 def make_headers(headers: Mapping[str, str | Sequence[str]] | Iterable[tuple[str, str]] | None) -> Headers:
@@ -124,6 +154,16 @@ def resolve_plugins(plugins: Iterable[tuple[str, object] | str]) -> list[tuple[s
     return out
 
 
+def _chosen_host(plugins: Iterable[tuple[str, object] | str], load_entry_points: bool, whose: str) -> PluginHost:
+    """A host of the given plugins; a configuration naming an installed
+    plugin left out of them is told so (``PluginHost.selection``)."""
+    chosen = resolve_plugins(plugins)
+    host = PluginHost.create(extra=chosen, load_entry_points=load_entry_points)
+    if not load_entry_points:
+        host.selection = f"{whose} plugins=[{', '.join(repr(name) for name, _ in chosen)}]"
+    return host
+
+
 def _configured_host(plugins: Iterable[tuple[str, object] | str], load_entry_points: bool, reactor: Any,
                      dry_run: bool = False, may_listen: bool = True) -> PluginHost:
     from prometheus_client import REGISTRY
@@ -133,7 +173,7 @@ def _configured_host(plugins: Iterable[tuple[str, object] | str], load_entry_poi
         from twisted.internet import reactor as default_reactor
 
         reactor = default_reactor
-    host = PluginHost.create(extra=resolve_plugins(plugins), load_entry_points=load_entry_points)
+    host = _chosen_host(plugins, load_entry_points, "this ChainTester's")
     host.configure(GatewayInfo(reactor, REGISTRY, Logger(namespace="twistgw.testing"),
                                dry_run=dry_run, may_listen=may_listen))
     return host
@@ -178,6 +218,15 @@ class ChainTester:
         return cls(build_snapshot(load_text(text, keep_going=True), host), host, reactor, dry_run)
 
     @classmethod
+    def from_resources(cls, resources: Resources, plugins: Iterable[tuple[str, object] | str], *,
+                       load_entry_points: bool = False, reactor: Any = None,
+                       dry_run: bool = False) -> "ChainTester":
+        """Compile resources given as Python data (:data:`Resources`: a list
+        of mappings and YAML texts); otherwise as :meth:`from_yaml`."""
+        return cls.from_yaml(resources_yaml(resources), plugins, load_entry_points=load_entry_points,
+                             reactor=reactor, dry_run=dry_run)
+
+    @classmethod
     def from_directory(cls, directory: str, plugins: Iterable[tuple[str, object] | str], *,
                        load_entry_points: bool = False, reactor: Any = None,
                        dry_run: bool = False, may_listen: bool = True) -> "ChainTester":
@@ -219,8 +268,12 @@ class ChainTester:
 class RunningGateway:
     """A gateway serving on loopback in this process (see :func:`start_gateway`)."""
 
-    def __init__(self, service: Any, port: Any, admin_port: Any) -> None:
+    def __init__(self, service: Any, port: Any, admin_port: Any, config_dir: str, temporary: bool = False) -> None:
         self.service = service
+        #: the configuration directory it serves (a temporary one, removed
+        #: by :meth:`stop`, when :func:`start_gateway` was given resources)
+        self.config_dir = config_dir
+        self._temporary = temporary
         self._port = port
         self._admin_port = admin_port
         self.port: int = port.getHost().port
@@ -244,33 +297,28 @@ class RunningGateway:
         ports = [p for p in (self._port, self._admin_port) if p is not None]
         await gatherResults([maybeDeferred(p.stopListening) for p in ports])
         await self.service.factory.close_connections()
-        await _close_treq_idle_connections()
+        await close_treq_idle_connections()
         await self.service.gateway.forwarder.close()
         await self.service.plugins.unconfigure()
         if self.service.gateway.access_log is not None:
             self.service.gateway.access_log.close()
+        if self._temporary:
+            shutil.rmtree(self.config_dir, ignore_errors=True)
 
 
-async def _close_treq_idle_connections() -> None:
-    """Close the idle connections of treq's default pool, if treq is in use.
-
-    When the gateway closes a keep-alive connection, Twisted's
-    ``HTTPConnectionPool`` still holds it, with a timer of up to four
-    minutes, until it is reused or that timer fires: a test that called
-    ``treq.get(gw.url(...))`` would leave that timer behind (trial's
-    ``DirtyReactorAggregateError``). Idle connections only; requests in
-    flight are not affected.
-    """
-    treq_api = sys.modules.get("treq.api")
-    pool = treq_api.get_global_pool() if treq_api is not None else None
-    if pool is not None:
-        await pool.closeCachedConnections()
-
-
-def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object] | str], *,
-                  load_entry_points: bool = False, reactor: Any = None,
+def start_gateway(config: str | os.PathLike[str] | Resources, plugins: Iterable[tuple[str, object] | str], *,
+                  backend: RecordingBackend | None = None, load_entry_points: bool = False, reactor: Any = None,
                   poll_interval: float = 0.0, **service_options: Any) -> RunningGateway:
-    """Load ``config_dir`` and serve it on a free loopback port (and an admin port).
+    """Serve a configuration on a free loopback port (and an admin port).
+
+    ``config`` is a configuration directory, or the resources themselves as
+    Python data (:data:`Resources`: YAML text, or a list of mappings and
+    YAML texts), which are written to a temporary directory
+    (``gw.config_dir``, removed by ``stop()``). A string is YAML text when it
+    holds a line break, else a directory. ``backend`` (a
+    :class:`RecordingBackend`) adds a static ``Upstream`` named ``backend``
+    in namespace ``default`` that sends to it, so routes can say
+    ``routeAction: {single: {upstream: {name: backend}}}``.
 
     ``plugins`` as for :meth:`ChainTester.from_yaml`. Raises
     :class:`twistgw.ConfigError` if the configuration is invalid. Call
@@ -286,18 +334,39 @@ def start_gateway(config_dir: str, plugins: Iterable[tuple[str, object] | str], 
         from twisted.internet import reactor as default_reactor
 
         reactor = default_reactor
-    host = PluginHost.create(extra=resolve_plugins(plugins), load_entry_points=load_entry_points)
+    temporary = not isinstance(config, os.PathLike) and (not isinstance(config, str) or "\n" in config)
+    if temporary:
+        config_dir = _write_resources(resources_yaml(config, backend))  # type: ignore[arg-type]  # not a path: checked above
+    elif backend is not None:
+        raise TypeError("start_gateway(backend=...) needs the resources as data, not a directory:"
+                        " add backend.upstream() to the directory's resources yourself")
+    else:
+        config_dir = os.fspath(config)  # type: ignore[arg-type]  # a path: checked above
+    host = _chosen_host(plugins, load_entry_points, "start_gateway's")
     service_options.setdefault("access_log", False)
-    svc = GatewayService(config_dir, listen=(), admin=None, reactor=reactor, plugins=host,
-                         poll_interval=poll_interval, **service_options)
-    svc.load_initial()
+    try:
+        svc = GatewayService(config_dir, listen=(), admin=None, reactor=reactor, plugins=host,
+                             poll_interval=poll_interval, **service_options)
+        svc.load_initial()
+    except BaseException:
+        if temporary:
+            shutil.rmtree(config_dir, ignore_errors=True)
+        raise
     port = reactor.listenTCP(0, svc.factory, backlog=BACKLOG, interface="127.0.0.1")
     from twistgw.runtime.admin import AdminRoot, quiet_site
 
     admin_port = reactor.listenTCP(0, quiet_site(AdminRoot(svc)), interface="127.0.0.1")
     if poll_interval:
         svc.start_polling(poll_interval)
-    return RunningGateway(svc, port, admin_port)
+    return RunningGateway(svc, port, admin_port, config_dir, temporary)
+
+
+def _write_resources(text: str) -> str:
+    """A new temporary configuration directory holding ``text`` as ``resources.yaml``."""
+    directory = tempfile.mkdtemp(prefix="twistgw-test-")
+    with open(os.path.join(directory, "resources.yaml"), "w", encoding="utf-8") as f:
+        f.write(text)
+    return directory
 
 
 def trial_tests_first(items: list[Any]) -> None:

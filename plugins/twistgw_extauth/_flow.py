@@ -193,7 +193,7 @@ def admit(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[i
         return _admit_one(ctx, compiled, admitted[0][1], False)
     principal = _apply_all(ctx, compiled, admitted) or refused_principal
     if principal is not None:
-        ctx.principal = principal
+        ctx.authenticated("extauth", principal)
     ctx.state["extauth"]["user"] = principal
     if not admitted:
         return _allow(f"extauth: AuthConfig {compiled.auth_config} booleanExpr is true with no config admitting")
@@ -214,7 +214,7 @@ def _admit_one(ctx: RequestContext, compiled: CompiledExtAuth, answer: AuthAllow
             headers.setRawHeaders(header, [value])
     principal = answer.principal
     if principal is not None:
-        ctx.principal = principal
+        ctx.authenticated("extauth", principal)
     if answer.claims is not None:
         ctx.claims, ctx.claims_provider = dict(answer.claims), answer.claims_provider
     name = compiled.entries[0].name

@@ -6,7 +6,9 @@ context for later plugins (RBAC, third parties):
 
 * ``ctx.claims`` — the token's payload (a ``dict``),
 * ``ctx.claims_provider`` — the name of the provider that verified it,
-* ``ctx.principal`` — the ``sub`` claim.
+* ``ctx.principal`` — the ``sub`` claim, unless a plugin earlier in the
+  chain authenticated the request (``ctx.identities["jwt"]`` is the
+  ``sub`` either way).
 
 :class:`JwtPlugin` is the plugin: the entry point ``jwt =
 "twistgw_jwt:JwtPlugin"`` names it, and each gateway makes an instance of it

@@ -178,7 +178,8 @@ def succeed(ctx: RequestContext, opts: CompiledJwt, provider: Provider,
     ctx.claims = _copy_json(claims)
     ctx.claims_provider = provider.name
     sub = claims.get("sub")
-    ctx.principal = sub if isinstance(sub, str) else None
+    if isinstance(sub, str):
+        ctx.authenticated("jwt", sub)
     if not provider.keep_token:
         for idx in where:
             src = opts.sources[idx]

@@ -99,11 +99,11 @@ def test_trial_style_module_counts_the_same_under_both_runners(installed):
     trial = _trial_count(_runner(installed, "python", "-m", "twisted.trial", "tests"))
     pytest_ = _pytest_count(_runner(installed, "pytest", "-q", "-p", "no:cacheprovider",
                                     "tests/test_apikey_trial.py"))
-    assert trial == pytest_ == 7
+    assert trial == pytest_ == 9
 
 
 def test_both_styles_in_one_pytest_session(installed):
     out = _runner(installed, "pytest", "-q", "-p", "no:cacheprovider", "-W", "error::DeprecationWarning",
                   "tests")
-    assert _pytest_count(out) == 12  # 7 trial-style + 5 pytest-twisted-style
+    assert _pytest_count(out) == 15  # 9 trial-style + 6 pytest-twisted-style
     assert "warning" not in out.stdout.lower(), out.stdout

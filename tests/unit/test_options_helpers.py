@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from twistgw.config.names import is_loopback_endpoint
-from twistgw.options import DURATION_UNITS, is_kubernetes_name, is_token, loopback_problem, parse_duration
+from twistgw import OptionsError
+from twistgw.options import (DURATION_UNITS, check_fields, is_kubernetes_name, is_token, loopback_problem, parse_duration,
+                             require_mapping)
 
 from support.trial import TestCase
 
@@ -48,3 +50,31 @@ class OptionsHelpersTests(TestCase):
         assert (loopback_problem(listen) is None) is unix_ok
         assert (loopback_problem(listen, allow_unix=False) is None) is tcp_only_ok
         assert is_loopback_endpoint(listen) is tcp_only_ok  # the echo server's rule: tcp only
+
+
+class RequireMappingTests(TestCase):
+    """``require_mapping``'s wording: the path names the field; ``what`` only
+    where the path does not (docs/plugins.md)."""
+
+    @pytest.mark.parametrize("path, what, text", [
+        (("keysSecretRef",), None, "keysSecretRef: must be a mapping, got a string"),
+        (("keysSecretRef",), "keysSecretRef", "keysSecretRef: must be a mapping, got a string"),  # not doubled
+        (("rules", 2), "rule", "rules[2]: rule must be a mapping, got a string"),
+        ((), "headerToken", "must be a mapping, got a string"),  # the caller's location names it
+    ])
+    def test_wording(self, path, what, text) -> None:
+        with pytest.raises(OptionsError) as caught:
+            require_mapping("x", path, what)
+        assert str(caught.value) == text
+        assert caught.value.path == path
+
+    def test_a_mapping_is_returned(self) -> None:
+        value = {"name": "keys"}
+        assert require_mapping(value, ("keysSecretRef",)) is value
+
+    def test_check_fields_reports_each_unknown_key_under_the_path(self) -> None:
+        with pytest.raises(OptionsError) as caught:
+            check_fields({"name": 1, "nmae": 2, "ns": 3}, ("name", "namespace"), ("keysSecretRef",))
+        assert [(p.path, p.reason) for p in caught.value.problems] == [
+            (("keysSecretRef", "nmae"), "unknown field 'nmae'; expected one of: name, namespace"),
+            (("keysSecretRef", "ns"), "unknown field 'ns'; expected one of: name, namespace")]

@@ -92,9 +92,11 @@ class AuthAllow:
     :ivar principal: who the config authenticated (a user name, a key's
         owner, a token's subject), or None when it authenticated nobody (a
         policy that allows by path). When the whole AuthConfig admits, the
-        first config (in the order they ran) that names one sets
-        ``ctx.principal`` (the access log's ``principal``); every config's is
-        kept in ``ctx.state["extauth"]["identities"]`` by config name.
+        first config (in the order they ran) that names one is the extauth
+        plugin's identity (``ctx.identities["extauth"]``, and
+        ``ctx.principal``, the access log's, unless a plugin earlier in the
+        chain authenticated the request); every config's is kept in
+        ``ctx.state["extauth"]["identities"]`` by config name.
     :ivar headers: request headers to set on the forwarded request,
         ``((b"x-user", b"alice"), ...)``, or to remove (value ``None``);
         applied only when the whole AuthConfig admits, in config order. Name

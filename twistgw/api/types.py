@@ -5,6 +5,7 @@ Everything here is re-exported from :mod:`twistgw`; import it from there.
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any, Iterable, Mapping, NoReturn, Sequence
 from urllib.parse import parse_qsl, urlencode
 
@@ -12,6 +13,9 @@ import attrs
 
 from twistgw.api.headers import Headers
 from twistgw.api.upstreampolicy import CircuitBreakers, UpstreamTls
+
+#: ``RequestContext.identities`` before any plugin authenticated (read-only, shared)
+_NO_IDENTITIES: Mapping[str, str] = MappingProxyType({})
 
 
 # --------------------------------------------------------------------------
@@ -350,6 +354,12 @@ class RequestContext:
         verified them.
     :ivar principal: ``str | None``: who the request is from, once a plugin
         knows (the JWT ``sub`` or the LDAP user); shown in the access log.
+        Set through :meth:`authenticated`, it is the identity of the **first**
+        plugin in chain order that authenticated the request.
+    :ivar identities: ``Mapping[str, str]``: every authenticated identity,
+        plugin name to principal, in the order the plugins authenticated
+        (``{"extauth": "alice", "jwt": "svc-42"}``); filled by
+        :meth:`authenticated`. Read-only: write through that method.
     :ivar state: ``dict``: free for plugins to share values; key by plugin
         name.
     :ivar reactor: the reactor, for plugins that do I/O.
@@ -380,6 +390,7 @@ class RequestContext:
         "claims",
         "claims_provider",
         "principal",
+        "identities",
         "state",
         "reactor",
         "decided_by",
@@ -418,12 +429,26 @@ class RequestContext:
         self.claims: dict[str, Any] | None = None
         self.claims_provider: str | None = None
         self.principal: str | None = None
+        self.identities: Mapping[str, str] = _NO_IDENTITIES  # shared until a plugin authenticates: no dict per request
         self.state: dict[str, Any] = {}
         self.reactor = reactor
         self.decided_by: str | None = None
         self.dry_run = False
         self.received_headers: Any = None
         self.owned_headers: tuple[bytes, ...] = ()
+
+    # Identity --------------------------------------------------------------
+
+    def authenticated(self, plugin: str, principal: str) -> None:
+        """Record that ``plugin`` (its name, e.g. ``"apikey"``) authenticated
+        ``principal``: ``identities[plugin] = principal``, and ``principal``
+        becomes :attr:`principal` unless an earlier plugin in the chain
+        already set it (the first authenticating plugin owns it)."""
+        identities = self.identities
+        # the first identity: a one-entry dict; later ones copy (rare, small)
+        self.identities = {plugin: principal} if identities is _NO_IDENTITIES else {**identities, plugin: principal}
+        if self.principal is None:
+            self.principal = principal
 
     # Headers ---------------------------------------------------------------
 

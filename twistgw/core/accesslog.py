@@ -202,6 +202,9 @@ class AccessLog:
         #: decided_by, principal, duration, time) of requests not yet written
         self._records: list[_Record] = []
         self._pending = False
+        #: what ``schedule`` returned for the pending flush (a reactor's
+        #: ``IDelayedCall``: cancelled by :meth:`close`), or None
+        self._scheduled: Any = None
         #: write each line at once (no scheduler, or closed)
         self._direct = schedule is None
         #: lines lost because the writer failed (disk full, closed pipe)
@@ -228,7 +231,7 @@ class AccessLog:
             self.flush()
         elif not self._pending:
             self._pending = True
-            self._schedule(self._turn_ended)  # type: ignore[misc]
+            self._scheduled = self._schedule(self._turn_ended)  # type: ignore[misc]
 
     def _event(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
                upstream: str, decided_by: str, principal: str, duration: float) -> None:
@@ -240,7 +243,7 @@ class AccessLog:
     # -- the buffer ----------------------------------------------------------
 
     def _turn_ended(self) -> None:
-        self._pending = False
+        self._pending, self._scheduled = False, None
         self.flush()
 
     def flush(self) -> None:
@@ -284,6 +287,10 @@ class AccessLog:
     def close(self) -> None:
         """Flush; lines that still come (late requests) are written at once."""
         self._direct = True
+        scheduled, self._scheduled = self._scheduled, None
+        if self._pending and scheduled is not None and getattr(scheduled, "active", lambda: False)():
+            scheduled.cancel()  # no timer left behind (trial's clean reactor)
+        self._pending = False
         self.flush()
 
     @property

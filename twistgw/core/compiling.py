@@ -78,8 +78,7 @@ def check_unused_route_tables(config: Config, host: PluginHost, view: ResourceVi
                 if stages.is_disabled(raw):
                     continue
                 if name not in host.infos:
-                    reason = f"no plugin named {name!r} is installed (installed: {', '.join(host.names()) or 'none'})"
-                    problem = OptionsError(where, reason)
+                    problem = OptionsError(where, host.missing(name))
                 else:
                     try:
                         compile_plugin(host, name, raw, OptionsScope(table.namespace, "", route.name, view))

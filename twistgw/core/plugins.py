@@ -92,6 +92,10 @@ class PluginHost:
         self.pm = pm
         self._per_plugin: dict[tuple[str, str], Callable[..., Any] | None] = {}
         self.infos: dict[str, PluginInfo] = {}
+        #: set when only chosen plugins take part (``twistgw.testing``: "this
+        #: ChainTester's plugins=[...]"): :meth:`missing` then tells an
+        #: installed plugin that was left out from one that is not installed.
+        self.selection: str | None = None
         for name, plugin in pm.list_name_plugin():
             if name is None or plugin is None or name.startswith("_"):
                 continue
@@ -163,6 +167,20 @@ class PluginHost:
 
     def names(self) -> list[str]:
         return sorted(self.infos)
+
+    def missing(self, name: str, nested: bool = False) -> str:
+        """Why no plugin is registered under ``name``, in one phrase:
+        ``no plugin named 'jwt' is installed (installed: ...)``, or, on a host
+        of chosen plugins (:attr:`selection`), ``plugin 'jwt' is installed
+        but not in this ChainTester's plugins=[...]``. ``nested``: for a
+        phrase already in parentheses (``...; installed: ...``)."""
+        if self.selection is not None and any(
+                ep.name == name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)):
+            return f"plugin {name!r} is installed but not in {self.selection}"
+        installed = ", ".join(self.names()) or "none"
+        if nested:
+            return f"no plugin named {name!r} is installed; installed: {installed}"
+        return f"no plugin named {name!r} is installed (installed: {installed})"
 
     def impl(self, plugin_name: str, hook_name: str) -> Callable[..., Any] | None:
         """The plugin's implementation of a hook as a plain callable taking

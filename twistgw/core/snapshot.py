@@ -229,7 +229,7 @@ def _check_settings_sections(build: _Build) -> None:
     for key in build.config.settings:
         if key not in build.host.infos and key != "gateway":
             build.issues.append(ConfigIssue(
-                f"no plugin named {key!r} is installed (installed: {', '.join(build.host.names()) or 'none'})",
+                build.host.missing(key),
                 file=src.file if src else "", document=src.document if src else None,
                 line=src.line if src else None, resource="Settings", field=f"spec.{key}"))
 
@@ -353,15 +353,13 @@ class _HostCompiler:
         """The chain as (plugin, stage) pairs, in order; raises _Failed."""
         host = self.build.host
         unknown = [k for k in enabled if k not in host.infos]
-        installed = ', '.join(host.names()) or 'none'
         for key in unknown:
             if key in GLOO_PLUGIN_KEYS:  # a Gloo option an add-on serves
-                self.issue(enabled[key][1], f"no plugin named {key!r} is installed (installed: {installed});"
+                self.issue(enabled[key][1], f"{host.missing(key)};"
                            " refusing to serve a route whose protection cannot be enforced", route)
             else:
                 self.issue(enabled[key][1], f"unknown field {key!r}; expected one of: {', '.join(KNOWN_OPTION_KEYS)},"
-                           f" or an installed plugin's name (no plugin named {key!r} is installed; installed:"
-                           f" {installed})", route)
+                           f" or an installed plugin's name ({host.missing(key, nested=True)})", route)
         if unknown:
             raise _Failed()
         order_raw = route.options.get("pluginOrder", self.vs.options.get("pluginOrder"))

@@ -13,9 +13,9 @@ import pytest_twisted
 import treq
 
 import twistgw
-from twistgw.testing import ChainTester, start_gateway
+from twistgw.testing import ChainTester, start_gateway, start_recording_backend
 
-from tests.apikey_support import CONFIG_DIR, HOST, PLUGINS
+from tests.apikey_support import CONFIG_DIR, HOST, PLUGINS, resources
 
 
 @pytest.fixture
@@ -55,3 +55,26 @@ async def test_end_to_end(gateway):
                               headers={"Host": "partners.example.com", "X-Api-Key": "globex-key-5678"})
     assert response.code == 200
     assert await response.content() == b"hello partner\n"
+
+
+@pytest_twisted.async_yield_fixture
+async def backend():
+    recorder = start_recording_backend()
+    yield recorder
+    await recorder.close()
+
+
+@pytest_twisted.async_yield_fixture
+async def gateway_to_backend(backend):
+    gw = start_gateway(resources(header="X-Partner-Key"), PLUGINS, backend=backend)
+    yield gw
+    await gw.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_backend_gets_the_request_without_the_key(gateway_to_backend, backend):
+    response = await treq.get(gateway_to_backend.url("/orders"),
+                              headers={"Host": "partners.example.com", "X-Partner-Key": "acme-key-1234"})
+    assert (response.code, await response.content()) == (200, b"ok")
+    assert (backend.last.method, backend.last.path) == ("GET", "/orders")
+    assert backend.last.header("x-partner-key") is None

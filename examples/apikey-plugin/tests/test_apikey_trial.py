@@ -21,9 +21,9 @@ from twisted.trial import unittest
 from twisted.web.http_headers import Headers
 
 import twistgw
-from twistgw.testing import ChainTester, start_gateway
+from twistgw.testing import BackendResponse, ChainTester, start_gateway, start_recording_backend
 
-from tests.apikey_support import CONFIG_DIR, HOST, PLUGINS
+from tests.apikey_support import CONFIG_DIR, HOST, PLUGINS, resources
 
 
 class InMemoryTests(unittest.TestCase):
@@ -46,6 +46,7 @@ class InMemoryTests(unittest.TestCase):
         self.assertEqual(ok.status, 200)
         assert ok.ctx is not None
         self.assertEqual(ok.ctx.principal, "acme")
+        self.assertEqual(dict(ok.ctx.identities), {"apikey": "acme"})
         self.assertIsNone(ok.forwarded_headers.getRawHeaders(b"x-api-key"))
 
     async def test_status_route_is_open(self) -> None:
@@ -88,3 +89,30 @@ class EndToEndTests(unittest.TestCase):
                                   headers=Headers({"Host": ["partners.example.com"], "X-Api-Key": ["acme-key-1234"]}))
         self.assertEqual(response.code, 200)
         self.assertEqual(await response.content(), b"hello partner\n")
+
+
+class RecordedBackendTests(unittest.TestCase):
+    """The configuration given as data, forwarding to a recording backend:
+    what the backend received is the assertion."""
+
+    def setUp(self) -> None:
+        self.backend = start_recording_backend(BackendResponse(200, b"orders", {"content-type": "text/plain"}))
+        self.addCleanup(self.backend.close)  # cleanups run last-in first-out: the gateway stops first
+        self.gw = start_gateway(resources(), PLUGINS, backend=self.backend)
+        self.addCleanup(self.gw.stop)
+
+    async def test_the_key_is_not_forwarded(self) -> None:
+        response = await treq.post(self.gw.url("/orders?page=2"), data=b"{}",
+                                   headers=Headers({"Host": ["partners.example.com"], "X-Api-Key": ["acme-key-1234"]}))
+        self.assertEqual((response.code, await response.content()), (200, b"orders"))
+        seen = self.backend.last
+        self.assertEqual((seen.method, seen.target, seen.body), ("POST", "/orders?page=2", b"{}"))
+        self.assertIsNone(seen.header("x-api-key"))
+        self.assertEqual(seen.header("x-forwarded-for"), "127.0.0.1")
+
+    async def test_a_refused_request_never_reaches_the_backend(self) -> None:
+        response = await treq.get(self.gw.url("/orders"),
+                                  headers=Headers({"Host": ["partners.example.com"], "X-Api-Key": ["nope"]}))
+        self.assertEqual(response.code, 403)
+        await response.content()
+        self.assertEqual(self.backend.requests, [])

@@ -8,7 +8,8 @@ Options (under ``options.apikey`` of a virtual host or route)::
 
 A request without the header gets 401; a wrong key gets 403. The header is
 removed before the request is forwarded, and the key's name in the Secret
-becomes ``ctx.principal``.
+is the identity this plugin authenticated (``ctx.identities["apikey"]``,
+and ``ctx.principal`` unless a plugin earlier in the chain set it).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def twistgw_authenticate(ctx: twistgw.RequestContext, options: Compiled) -> twis
     presented = values[0].encode("latin-1")
     for name, key in options.keys:
         if hmac.compare_digest(presented, key):
-            ctx.principal = name
+            ctx.authenticated("apikey", name)  # ctx.identities["apikey"]; ctx.principal unless set earlier
             ctx.headers.removeHeader(options.header.encode("ascii"))
             return twistgw.Allow(f"key {name!r}")
     return twistgw.Deny(403, b"API key is not valid", reason="no key matches")
