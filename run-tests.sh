@@ -51,7 +51,6 @@ if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; 
     echo "run-tests: install it with: sudo apt-get install redis-server" >&2
     exit 1
   fi
-  fi
 fi
 
 # The OIDC tests (tests/oidc) run a real OpenID provider (oidc-provider under
