@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import jwt as pyjwt
-import pytest
 import pytest_twisted
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec

@@ -180,7 +180,7 @@ def test_draft_headers_on_admitted_and_refused_responses(tmp_path: Path, backend
             fresh_hour()
             answers = [head(gw.port) for _ in range(3)]
     assert [status for status, _ in answers] == [200, 200, 429]
-    for (_, headers), left in zip(answers, (["from-the-backend", "1"], ["from-the-backend", "0"], ["0"])):
+    for (_, headers), left in zip(answers, (["from-the-backend", "1"], ["from-the-backend", "0"], ["0"]), strict=True):
         assert headers["x-ratelimit-limit"] == ["2, 2;w=3600"]
         assert headers["x-ratelimit-remaining"] == left
         assert 0 < int(headers["x-ratelimit-reset"][0]) <= 3600
