@@ -81,7 +81,15 @@ class StubbornClient:
 
 
 def _fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+    """The gateway's open sockets (other descriptors come and go: logs)."""
+    fds = f"/proc/{pid}/fd"
+    count = 0
+    for fd in os.listdir(fds):
+        try:
+            count += os.readlink(f"{fds}/{fd}").startswith("socket:")
+        except OSError:
+            pass  # closed meanwhile
+    return count
 
 
 @pytest.fixture

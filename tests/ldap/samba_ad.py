@@ -68,8 +68,11 @@ def provision(directory: Path) -> None:
          "--dns-backend=NONE", "--use-rfc2307", "--host-name=dc1", f"--targetdir={directory}",
          f"--adminpass={ADMIN_PW}", "--option=interfaces=lo", "--option=bind interfaces only=yes", log=log)
     conf = directory / "etc" / "smb.conf"
-    lines = [line for line in conf.read_text().splitlines() if not line.strip().startswith("server services")]
-    conf.write_text("\n".join(lines).replace("[global]", "[global]\n\tserver services = ldap", 1) + "\n")
+    # only the LDAP server, and its logs in DIR (not /var/log/samba: the test may run unprivileged)
+    lines = [line for line in conf.read_text().splitlines()
+             if not line.strip().startswith(("server services", "log file"))]
+    conf.write_text("\n".join(lines).replace(
+        "[global]", f"[global]\n\tserver services = ldap\n\tlog file = {directory}/log.%m", 1) + "\n")
     sam = f"--URL={directory / 'private' / 'sam.ldb'}"
     for user, password in PASSWORDS.items():
         _run(tool, "user", "create", user, password, sam, f"--configfile={conf}", log=log)

@@ -302,6 +302,7 @@ spec:
       - regex: /c[0-9]+
       options:
         timeout: 5s
+        upgrades: [{{websocket: {{enabled: true}}}}]
         extauth: {{configRef: {{name: by-search}}}}
       routeAction: {{single: {{kube: {{ref: {{name: svc, namespace: default, port: 80}}, port: 80}}}}}}
     - matchers: [{{prefix: /u}}]
@@ -527,6 +528,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "Route:inheritableMatchers": (T, TABLES), "Route:inheritablePathMatchers": (T, TABLES),
     "Route:options.prefixRewrite": (T, MATCH), "Route:options.timeout": (T, PROXY),
     "Route:options.pluginOrder": (T, PLUGINS),
+    "Route:options.upgrades": (T, "tests/unit/test_engine_upgrades_option.py"),
+    "Route:options.upgrades[].websocket": (T, "tests/unit/test_engine_upgrades_option.py"),
+    "Route:options.upgrades[].websocket.enabled": (T, "tests/unit/test_engine_upgrades_option.py"),
     "VirtualService:spec.virtualHost.options.pluginOrder": (T, PLUGINS),
     "Route:options.jwtStaged.beforeExtAuth": (T, PLUGINS), "Route:options.jwtStaged.afterExtAuth": (T, PLUGINS),
     "Route:matchers": (T, MATCH), "Route:matchers[].prefix": (T, MATCH), "Route:matchers[].exact": (T, MATCH),
@@ -772,7 +776,7 @@ MANUAL = {
     "Settings:spec.extauth.devDirectory.ldif", "Settings:spec.extauth.devDirectory.listen",
     "extauth:configRef", "extauth:configRef.name", "extauth:configRef.namespace",
     # the core's own options keys (every other key names a plugin): loader.CORE_OPTION_KEYS
-    "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder",
+    "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder", "Route:options.upgrades",
     "VirtualService:spec.virtualHost.options.pluginOrder",
     # the traffic options keys (the fields inside them are watched)
     *(f"Route:options.{k}" for k in CORE_TRAFFIC_KEYS),
@@ -791,8 +795,8 @@ class FieldWalkTests(TestCase):
         route_keys = {f.split(".", 1)[1] for f in MANUAL if f.startswith("Route:options.")}
         assert route_keys == set(CORE_OPTION_KEYS)
         host_keys = {f.rsplit(".", 1)[1] for f in MANUAL if f.startswith("VirtualService:spec.virtualHost.options.")}
-        # prefixRewrite, timeout and the route-only traffic options; a virtual host refuses them
-        assert host_keys == set(CORE_OPTION_KEYS) - {"prefixRewrite", "timeout"} - CORE_ROUTE_ONLY
+        # prefixRewrite, timeout, upgrades and the route-only traffic options; a virtual host refuses them
+        assert host_keys == set(CORE_OPTION_KEYS) - {"prefixRewrite", "timeout", "upgrades"} - CORE_ROUTE_ONLY
 
     def test_every_accepted_field_changes_behaviour_or_is_informational(self, tmp_path, monkeypatch):
         accepted = {_scope(f) for f in walk(tmp_path, monkeypatch)} | MANUAL

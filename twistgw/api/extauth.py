@@ -18,6 +18,7 @@ answers for it, one request at a time.
 A minimal type (a header must carry a fixed value)::
 
     import attrs, hmac, twistgw
+    from twistgw.options import check_fields
 
     @attrs.frozen
     class _Checker:
@@ -35,7 +36,7 @@ A minimal type (a header must carry a fixed value)::
         name = "myAuth"                        # spec.configs[i].myAuth
 
         def compile(self, raw, scope):
-            twistgw.options.check_fields(raw, ("header", "secretRef"), ())
+            check_fields(raw, ("header", "secretRef"), ())
             if "secretRef" not in raw:
                 raise twistgw.OptionsError(("secretRef",), "is required: {name: SECRET}")
             secret = scope.secret(raw["secretRef"]["name"])   # KeyError: dangling
@@ -43,6 +44,7 @@ A minimal type (a header must carry a fixed value)::
             return _Checker(header, secret.data["token"], (header,))
 
     class MyAuthPlugin:                        # entry point: myauth = "my_pkg:MyAuthPlugin"
+        # (tests/extauth/headertoken.py is a complete, tested example)
         @twistgw.hookimpl
         def twistgw_extauth_config_types(self):
             return [MyAuth()]

@@ -144,10 +144,10 @@ def websocket_enabled(r: FieldReader, value: Any, path: Path) -> bool:
     seen = False
     for i, item in enumerate(r.sequence(value, path)):
         at = path + (i,)
-        entry = r.mapping(item, at, {"websocket", "connect"})
-        if "connect" in entry:
+        if "connect" in r.mapping(item, at):
             r.issue(at + ("connect",), "CONNECT is not proxied (a reverse proxy has no tunnel target; answered 501)")
             continue
+        entry = r.mapping(item, at, {"websocket"})
         if len(entry) != 1:
             raise r.fail(at, "set one upgrade type: websocket")
         if "websocket" not in entry:

@@ -85,6 +85,13 @@ class Exchange:
         self.phase = _HANDLING
         self.proto.gateway.handle(self)
 
+    def drop_upgrade(self) -> None:
+        """The route does not allow the upgrade: forward the request as a
+        plain one; the connection closes after the answer (what follows the
+        request on it was sent for the other protocol)."""
+        self.upgrade = None
+        self.keep_alive = False
+
     # -- the response ----------------------------------------------------------
 
     def send_head(self, status: int, reason: bytes, lines: list[bytes], length: bytes | None,

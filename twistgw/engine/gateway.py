@@ -85,6 +85,10 @@ class Gateway:
             if ex.expect_continue and not ex.body_complete:
                 # Only now, after the chain admitted it, invite the body.
                 wire.write(ex.proto.transport, framing.CONTINUE)
+            if ex.upgrade is not None:
+                runtime = ex.head.runtime if ex.head is not None else None
+                if runtime is None or not runtime.route.websocket:
+                    ex.drop_upgrade()  # the route's upgrades: [{websocket: {enabled: false}}]
             ex.upstream_started = self.reactor.seconds()
             req = ex.upstream = self.forwarder.forward(ex, plan)
             ex.upstream_label = req.label

@@ -30,10 +30,11 @@ MALFORMED: Answer = (502, b"upstream sent a malformed response", "malformed resp
 
 def connect_failure(failure: Failure) -> Answer:
     """Map a failure to connect to Envoy's answer."""
-    if failure.check(ierror.TimeoutError):
+    error = failure.value
+    if isinstance(error, ierror.TimeoutError):
         return CONNECT_TIMEOUT
-    if failure.check(ierror.ConnectionRefusedError, ierror.ConnectError, ierror.ConnectionLost,
-                     ierror.ConnectionClosed, ierror.DNSLookupError):
+    if isinstance(error, (ierror.ConnectError, ierror.ConnectionLost, ierror.ConnectionClosed,
+                          ierror.DNSLookupError)):
         return REFUSED
     return 502, b"upstream error", f"unexpected: {type(failure.value).__name__}"
 
