@@ -57,8 +57,9 @@ class Forward:
     :ivar upstream: the upstream ``endpoint`` belongs to.
     :ivar response_edit: what to change in the upstream's response head
         (``headerManipulation``'s response headers, CORS headers for an
-        allowed origin): a :class:`twistgw.core.traffic.ResponseEdit`, or None
-        (the plain route). The engine applies ``response_edit.apply_to_lines``
+        allowed origin, then the headers plugins added with
+        ``ctx.add_response_header``): a
+        :class:`twistgw.core.traffic.ResponseEdit`, or None (the plain route). The engine applies ``response_edit.apply_to_lines``
         to the end-to-end header lines of the response head.
     """
 
