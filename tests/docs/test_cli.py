@@ -208,7 +208,7 @@ spec:
     out = run("explain", str(tmp_path), "GET", "http://localhost/x")
     assert out.returncode == 0, out.stdout + out.stderr
     added = out.stdout.split("Headers added to the response:")[1]
-    assert "x-served-by: twistgw" in added
-    assert "set-cookie: (redacted)" in added and "s3cr3t" not in out.stdout
+    assert "X-Served-By: twistgw" in added
+    assert "Set-Cookie: (redacted)" in added and "s3cr3t" not in out.stdout
     plain = run("explain", str(ETC), "GET", "http://localhost/hello")
     assert "Headers added to the response" not in plain.stdout
