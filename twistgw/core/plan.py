@@ -59,8 +59,9 @@ class Forward:
         (``headerManipulation``'s response headers, CORS headers for an
         allowed origin, then the headers plugins added with
         ``ctx.add_response_header``): a
-        :class:`twistgw.core.traffic.ResponseEdit`, or None (the plain route). The engine applies ``response_edit.apply_to_lines``
-        to the end-to-end header lines of the response head.
+        :class:`twistgw.core.traffic.ResponseEdit`, or None (the plain route).
+        The engine applies ``response_edit.apply_to_lines`` to the end-to-end
+        header lines of the response head.
     """
 
     __slots__ = ("endpoint", "method", "target", "headers", "timeout", "upstream", "response_edit")
