@@ -19,6 +19,8 @@ from twisted.web.iweb import IBodyProducer
 
 import treq
 
+from twistgw.tls import verifying_https_policy
+
 #: The most of an authorization service's answer that is read.
 MAX_REPLY_BODY = 64 * 1024
 
@@ -70,7 +72,10 @@ class AuthHttpClient:
         self.pool = HTTPConnectionPool(reactor, persistent=True)
         self.pool.maxPersistentPerHost = max_per_host
         self.pool.retryAutomatically = False  # an auth call is never sent twice
-        self.agent = Agent(reactor, pool=self.pool, connectTimeout=connect_timeout)
+        # https URLs: the service's certificate checked against the URL's host
+        # by subjectAltName (Twisted's default policy accepts one without)
+        self.agent = Agent(reactor, contextFactory=verifying_https_policy(), pool=self.pool,
+                           connectTimeout=connect_timeout)
 
     async def call(self, method: bytes, url: bytes, headers: TxHeaders, body: bytes | None,
                    timeout: float) -> Reply:

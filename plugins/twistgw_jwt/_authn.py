@@ -130,7 +130,12 @@ def deny(ctx: RequestContext, opts: CompiledJwt, failure: Failure) -> Deny | All
                 reason=f"jwt: {failure.message}")
 
 
-def _claim_text(value: Any) -> bytes | None:
+def claim_text(value: Any) -> bytes | None:
+    """A claim's value as a request header's bytes (``claimsToHeaders``):
+    a string as is, a number or boolean as JSON, a list as its items'
+    texts joined with ``,``, an object as compact JSON with sorted keys.
+    None for a missing claim and for one whose text holds a control
+    character (never a header line injected by a claim)."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -140,7 +145,7 @@ def _claim_text(value: Any) -> bytes | None:
     elif isinstance(value, (int, float)):
         text = json.dumps(value)
     elif isinstance(value, list):
-        parts = [_claim_text(v) for v in value]
+        parts = [claim_text(v) for v in value]
         return b",".join(p for p in parts if p is not None)
     else:
         text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
@@ -182,7 +187,7 @@ def succeed(ctx: RequestContext, opts: CompiledJwt, provider: Provider,
             else:
                 ctx.remove_query_param(src.param)
     for c in provider.claims_to_headers:
-        data = _claim_text(claims.get(c.claim))
+        data = claim_text(claims.get(c.claim))
         if data is None:
             continue
         if c.append:

@@ -257,11 +257,20 @@ class RemoteKeySet:
         return False
 
     async def _get_with_timeout(self, reactor: Any, host: str, port: int) -> bytes:
-        d = Deferred.fromCoroutine(self._get(reactor, host, port))
+        d = Deferred.fromCoroutine(self.fetch_document(reactor, host, port))
         d.addTimeout(self.spec.timeout, reactor)
         return await d
 
-    async def _get(self, reactor: Any, host: str, port: int) -> bytes:
+    async def fetch_document(self, reactor: Any, host: str, port: int) -> bytes:
+        """The key-set document's bytes, from one address of the spec (with
+        treq; over TLS, verifying ``spec.tls_server_name``, for an https URL).
+
+        The one method a subclass may override to fetch from elsewhere (the
+        OIDC plugin fetches a provider's ``jwks_uri``). It raises
+        :class:`FetchError` with a reason for a failure it recognises;
+        the caller bounds it by ``spec.timeout``, then parses, caches,
+        counts, logs and backs off as described above.
+        """
         import treq
         from treq.client import HTTPClient
         from twisted.web.client import Agent, HTTPConnectionPool

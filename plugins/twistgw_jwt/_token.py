@@ -104,8 +104,14 @@ _STANDARD = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 
 def _checked_a2b(data: bytes) -> bytes:
-    """Python 3.10's way (no strict mode): refuse what ``a2b_base64`` would skip."""
-    if data.rstrip(b"=").translate(None, _STANDARD):
+    """Python 3.10's way (no strict mode): refuse what strict mode refuses and
+    ``a2b_base64`` would skip: a character outside the alphabet, padding
+    first, anything but padding after it, and more padding than completes
+    the last group."""
+    head, _, tail = data.partition(b"=")
+    rest = len(head) % 4
+    if (data[:1] == b"=" or head.translate(None, _STANDARD) or tail.strip(b"=")
+            or (rest >= 2 and len(data) > len(head) + 4 - rest)):
         raise binascii.Error("not base64url")
     return binascii.a2b_base64(data)
 

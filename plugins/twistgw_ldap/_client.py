@@ -17,7 +17,7 @@ from collections import deque
 from typing import Any
 
 from twistgw_ldap._ldaptor import LDAPClient, pureber, pureldap
-from twisted.internet import defer, error, ssl
+from twisted.internet import defer, error
 from twisted.internet.endpoints import (
     HostnameEndpoint,
     TCP4ClientEndpoint,
@@ -184,11 +184,9 @@ async def _bounded(d: defer.Deferred[Any], client: Client | None, timeout: float
 def tls_options(target: Target) -> Any:
     """The connection creator for ldaps:// and StartTLS: the gateway's one
     TLS client (:func:`twistgw.tls.client_tls`), which checks the chain and
-    the name by subjectAltName (a certificate with none is refused), unless
-    the config says ``insecureSkipVerify``. (``Any``: an
-    ``IOpenSSLClientConnectionCreator`` or Twisted's options.)"""
-    if target.insecure_skip_verify:
-        return ssl.CertificateOptions(verify=False)
+    the name by subjectAltName (a certificate with none is refused); there
+    is no way to skip that. (``Any``: an ``IOpenSSLClientConnectionCreator``,
+    which Twisted's endpoints and ``startTLS`` take untyped.)"""
     return client_tls(target.server_name or target.host, ca_pem=target.ca_pem)
 
 

@@ -39,7 +39,6 @@ class Target:
     start_tls: bool = False
     ca_pem: bytes | None = None  # None: the platform's trust store
     server_name: str = ""  # the name the certificate must carry
-    insecure_skip_verify: bool = False
 
     def describe(self) -> str:
         tls = " (StartTLS)" if self.start_tls else ""

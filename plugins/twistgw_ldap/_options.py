@@ -52,6 +52,9 @@ _LDAP_FIELDS = {
     "cacheTtl", "realm",
 }
 _SCOPES = {"one": SCOPE_ONE, "sub": SCOPE_SUB}
+#: Why ``tls.insecureSkipVerify`` is refused (TLS peers are verified by name, always).
+NO_SKIP_VERIFY = ("is not supported; twistgw always verifies the directory's certificate by name: give the CA"
+                  " with tls.caFile or tls.caPem, and tls.serverName if the address is not the certificate's name")
 #: RFC 9110 token characters (a header field name)
 #: Headers the gateway or HTTP itself owns: never a place for the user or groups.
 _RESERVED_HEADERS = frozenset({
@@ -289,20 +292,21 @@ def _target(c: LdapReader, spec: Mapping[str, Any], scope: ConfigScope) -> Targe
     start_tls = c.boolean(spec.get("startTLS", False), "startTLS")
     if start_tls and scheme == "ldaps":
         raise c.fail("startTLS", "ldaps:// is already TLS; use startTLS only with ldap://")
-    tls = c.mapping(spec.get("tls", {}), "tls", {"caFile", "caPem", "serverName", "insecureSkipVerify"})
+    raw_tls = spec.get("tls", {})
+    if isinstance(raw_tls, Mapping) and "insecureSkipVerify" in raw_tls:
+        c.add("tls.insecureSkipVerify", NO_SKIP_VERIFY)  # whatever its value; the other settings still checked
+        raw_tls = {k: v for k, v in raw_tls.items() if k != "insecureSkipVerify"}
+    tls = c.mapping(raw_tls, "tls", {"caFile", "caPem", "serverName"})
     if tls and scheme != "ldaps" and not start_tls:
         raise c.fail("tls", "TLS settings need an ldaps:// address or startTLS: true")
     ca_pem = _read_ca(c, tls, scope.config_dir)
     server_name = c.string(tls["serverName"], "tls.serverName") if "serverName" in tls else ""
-    insecure = c.boolean(tls.get("insecureSkipVerify", False), "tls.insecureSkipVerify")
-    if insecure and ca_pem is not None:
-        raise c.fail("tls.insecureSkipVerify", "makes the CA setting pointless; choose one")
-    if (scheme == "ldaps" or start_tls) and not insecure:
+    if scheme == "ldaps" or start_tls:
         try:  # what the connections will use, built once to check the settings
             client_tls(server_name or host, ca_pem=ca_pem)
         except TLSSettingsError as exc:
             raise c.fail("tls", str(exc)) from None
-    return Target(host, port, scheme, start_tls, ca_pem, server_name, insecure)
+    return Target(host, port, scheme, start_tls, ca_pem, server_name)
 
 
 def _allowed_groups(c: LdapReader, groups_raw: Any, disable: bool) -> set[NormalDN]:

@@ -1,6 +1,6 @@
 """``oauth2.accessTokenValidation``: a bearer access token, checked by
 introspection (RFC 7662), as a JWT (remote or local key set, with the JWT
-plugin's parser, key rules and key-set cache), and optionally against the
+plugin's parser, key rules and key-set cache from :mod:`twistgw_jwt.verify`), and optionally against the
 userinfo endpoint.
 
 Results are cached per token for ``cacheTimeout`` (Gloo's default 10
@@ -19,9 +19,8 @@ import attrs
 from twisted.internet.defer import Deferred
 
 from twistgw import AuthDeny, NotChecked, RequestContext
-from twistgw_jwt import _token as T
-from twistgw_jwt._authn import _claim_text
-from twistgw_jwt._keys import VerifyKey
+from twistgw_jwt.verify import Failure as TokenFailure
+from twistgw_jwt.verify import VerifyKey, candidate_keys, check_claims, claim_text, parse_token, verify_signature
 from twistgw_oidc._flow import make_allow
 from twistgw_oidc._http import CallFailed
 from twistgw_oidc._options import AccessTokenSpec
@@ -136,7 +135,7 @@ class AccessTokenChecker:
             principal = claims["sub"]
         headers = []
         for ch in spec.claims_to_headers:
-            data = _claim_text(claims.get(ch.claim))
+            data = claim_text(claims.get(ch.claim))
             if data is not None:
                 headers.append((ch.header, data))
         return make_allow(principal=principal, headers=tuple(headers), state={"claims": claims},
@@ -168,8 +167,8 @@ class AccessTokenChecker:
     async def _jwt(self, token: str) -> dict[str, Any] | None:
         jwt = self.spec.jwt
         assert jwt is not None
-        parsed = T.parse_token(token)
-        if isinstance(parsed, T.Failure):
+        parsed = parse_token(token)
+        if isinstance(parsed, TokenFailure):
             return None
         if self.remote_keys is not None:
             keys = await self.remote_keys.get_keys()
@@ -177,15 +176,15 @@ class AccessTokenChecker:
                 raise CallFailed(f"key set {jwt.remote_url}: {self.remote_keys.last_error}")
         else:
             keys = self.local_keys or ()
-        candidates = T.candidate_keys(keys, parsed)
+        candidates = candidate_keys(keys, parsed)
         if not candidates and self.remote_keys is not None:
-            candidates = T.candidate_keys(await self.remote_keys.refetch_unknown() or (), parsed)
-        if not any(T.verify_signature(k, parsed) for k in candidates):
+            candidates = candidate_keys(await self.remote_keys.refetch_unknown() or (), parsed)
+        if not any(verify_signature(k, parsed) for k in candidates):
             return None
         payload = dict(parsed.payload)
         if jwt.issuer is not None and payload.get("iss") != jwt.issuer:
             return None
-        if T.check_claims(payload, self.runtime.now(), 60, jwt.audiences) is not None:
+        if check_claims(payload, self.runtime.now(), 60, jwt.audiences) is not None:
             return None
         return payload
 

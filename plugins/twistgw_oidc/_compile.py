@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 from twistgw.options import Problems
-from twistgw_jwt._keys import KeyProblem, parse_local_key
+from twistgw_jwt.verify import KeyProblem, parse_local_key
 from twistgw_oidc._cookies import CookieOptions
 from twistgw_oidc._options import (
     DEFAULT_CACHE_TIMEOUT,
@@ -28,7 +28,7 @@ from twistgw_oidc._options import (
     Reader,
     RedisSpec,
     SessionSpec,
-    _URL_OVERRIDES,
+    URL_OVERRIDES,
     binding_of,
     claim_headers,
     metadata_headers,
@@ -164,7 +164,7 @@ def _override(read: Reader, raw: Any) -> Override:
     for field, member in OVERRIDE_FIELDS.items():
         if field not in raw:
             continue
-        if field in _URL_OVERRIDES:
+        if field in URL_OVERRIDES:
             url = r.url(raw, field)
             if url:
                 values.append((member, url))

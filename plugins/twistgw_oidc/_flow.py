@@ -19,13 +19,14 @@ import attrs
 from twisted.internet.defer import Deferred
 
 from twistgw import AuthAllow, AuthDeny, NotChecked, RequestContext
-from twistgw_jwt._authn import _claim_text
+from twistgw_jwt.verify import claim_text
 from twistgw_oidc import _login, _logout
 from twistgw_oidc._cookies import joined_value, parse_cookie_header, split_cookies, without_cookies
 from twistgw_oidc._options import OidcSpec
 from twistgw_oidc._provider import Discovery
 from twistgw_oidc._runtime import Runtime
 from twistgw_oidc._session import CookieStore, RedisStore, Session, StoreDown
+
 
 def make_allow(**fields: Any) -> AuthAllow:
     """An AuthAllow (kept as the one place the plugin builds one)."""
@@ -163,7 +164,7 @@ class OidcChecker:
             headers.append((spec.access_token_header, b"Bearer " + value if spec.bearer else value))
         claims = session.claims
         for ch in spec.claims_to_headers:
-            data = _claim_text(claims.get(ch.claim))
+            data = claim_text(claims.get(ch.claim))
             if data is None:
                 continue
             if ch.append:

@@ -15,6 +15,8 @@ from typing import Any, Mapping
 import attrs
 from twisted.internet.defer import Deferred
 
+from twistgw.tls import verifying_https_policy
+
 MAX_BODY = 1024 * 1024
 
 
@@ -61,7 +63,9 @@ class Client:
         self.pool: Any = webclient.HTTPConnectionPool(reactor, persistent=True)
         self.pool.maxPersistentPerHost = 8
         self.pool.cachedConnectionTimeout = 30
-        self._client = HTTPClient(webclient.Agent(reactor, pool=self.pool))
+        # https: the provider's certificate checked against the URL's host by
+        # subjectAltName (Twisted's default policy accepts one without)
+        self._client = HTTPClient(webclient.Agent(reactor, contextFactory=verifying_https_policy(), pool=self.pool))
 
     async def call(self, method: str, url: str, timeout: float, form: Mapping[str, str] | None = None,
                    headers: Mapping[bytes, bytes] | None = None) -> Answer:

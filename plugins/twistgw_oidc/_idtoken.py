@@ -1,5 +1,5 @@
 """Validating an ID token (OpenID Connect Core 3.1.3.7) with the JWT
-plugin's parser and signature check: the key decides the algorithm (never
+plugin's parser and signature check (its public :mod:`twistgw_jwt.verify`): the key decides the algorithm (never
 ``none``, never HMAC), ``crit`` refused, ``jku``/``x5u``/``jwk`` ignored,
 strict base64url and JSON. Then ``iss`` (exact), ``aud`` (holds the client;
 ``azp`` when there are several), ``exp`` and ``iat`` (required, 60 s skew),
@@ -11,8 +11,8 @@ from __future__ import annotations
 import hmac
 from typing import Any, Mapping
 
-from twistgw_jwt import _token as T
-from twistgw_jwt._remote import RemoteKeySet
+from twistgw_jwt.verify import RemoteKeySet, candidate_keys, parse_token, verifies, verify_signature
+from twistgw_jwt.verify import Failure as TokenFailure
 
 SKEW = 60.0
 
@@ -36,18 +36,17 @@ async def validate(raw: Any, keys: RemoteKeySet, issuer: str, client_id: str, no
     """
     if not isinstance(raw, str):
         raise Invalid("no id_token in the token endpoint's answer")
-    parsed = T.parse_token(raw)
-    if isinstance(parsed, T.Failure):
+    parsed = parse_token(raw)
+    if isinstance(parsed, TokenFailure):
         raise Invalid(parsed.message)
     known = await keys.get_keys()
     if known is None:
         raise KeysUnavailable(keys.last_error or "no keys")
-    candidates = T.candidate_keys(known, parsed)
-    if not candidates or not any(T.verify_signature(k, parsed) for k in candidates):
+    if not verifies(parsed, known):
         generation = keys.generation
         fresh = await keys.refetch_unknown()  # a rotated key: at most once per refetch interval
-        candidates = T.candidate_keys(fresh or (), parsed) if keys.generation != generation else []
-        if not any(T.verify_signature(k, parsed) for k in candidates):
+        candidates = candidate_keys(fresh or (), parsed) if keys.generation != generation else []
+        if not any(verify_signature(k, parsed) for k in candidates):
             raise Invalid("the ID token's signature does not verify with the provider's keys"
                           f" (alg {parsed.alg}, kid {parsed.kid!r})")
     claims = dict(parsed.payload)

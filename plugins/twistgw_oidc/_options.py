@@ -17,6 +17,7 @@ import attrs
 
 from twistgw import OptionsError
 from twistgw.options import Problems, is_token, parse_duration, type_name, unknown_field
+from twistgw_jwt.verify import VerifyKey
 from twistgw_oidc._cookies import CookieOptions
 
 Path = tuple[str | int, ...]
@@ -92,7 +93,8 @@ OVERRIDE_FIELDS = {
     "authMethods": "token_endpoint_auth_methods_supported", "claims": "claims_supported",
     "revocationEndpoint": "revocation_endpoint", "endSessionEndpoint": "end_session_endpoint",
 }
-_URL_OVERRIDES = {"authEndpoint", "tokenEndpoint", "jwksUri", "revocationEndpoint", "endSessionEndpoint"}
+#: discoveryOverride fields whose value must be an absolute http(s) URL (checked by compile)
+URL_OVERRIDES = {"authEndpoint", "tokenEndpoint", "jwksUri", "revocationEndpoint", "endSessionEndpoint"}
 
 
 @attrs.frozen
@@ -137,7 +139,7 @@ class JwtSpec:
     audiences: frozenset[str] | None
     remote_url: str | None
     refresh_interval: float
-    local_keys: tuple[Any, ...] | None  # twistgw_jwt VerifyKeys, parsed from localJwks.inlineString
+    local_keys: tuple[VerifyKey, ...] | None  # parsed from localJwks.inlineString
 
 
 @attrs.frozen

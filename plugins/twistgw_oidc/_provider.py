@@ -2,7 +2,7 @@
 (fetched from ``issuerUrl``, re-read every ``discoveryPollInterval``,
 ``discoveryOverride`` applied) and its signing keys.
 
-The keys are the JWT plugin's remote key set (:class:`twistgw_jwt._remote.RemoteKeySet`:
+The keys are the JWT plugin's remote key set (:class:`twistgw_jwt.verify.RemoteKeySet`:
 cached, refreshed in the background, last good keys kept when a fetch fails,
 backoff, rate-limited refetch on an unknown ``kid``), here fetching the
 ``jwks_uri`` of the discovery document instead of an upstream's address.
@@ -16,7 +16,7 @@ from typing import Any, Callable
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from twistgw_jwt._remote import FetchError, RemoteKeySet, RemoteSpec
+from twistgw_jwt.verify import FetchError, RemoteKeySet, RemoteSpec
 from twistgw_oidc._http import CallFailed, Client
 from twistgw_oidc._options import Override, url_problem
 
@@ -36,7 +36,7 @@ class UrlKeySet(RemoteKeySet):
         super().__init__(spec, lambda: client().reactor, clock)
         self._client = client
 
-    async def _get(self, reactor: Any, host: str, port: int) -> bytes:
+    async def fetch_document(self, reactor: Any, host: str, port: int) -> bytes:
         try:
             answer = await self._client().call("GET", self.spec.url, self.spec.timeout)
         except CallFailed as exc:

@@ -141,3 +141,23 @@ async def test_plain_chunked_still_passes(eng: Any, te: str) -> None:
                              body=b"5\r\nhello\r\n0\r\n\r\n", close=True))
     assert [r.status for r in res.responses()] == [200], res.data
     assert eng.rec.requests[0].body == b"hello"
+
+
+def test_the_tunnel_idle_timeout_is_an_option_of_twist_twistgw(tmp_path: Any) -> None:
+    """``--tunnel-idle-timeout`` (one of the timing options) reaches the pool
+    that splices tunnels; the default is 300 s, 0 turns it off."""
+    from twistgw.config.defaults import TUNNEL_IDLE_TIMEOUT
+    from twistgw.runtime.service import GatewayService
+    from twistgw.tap import Options
+
+    options = Options()
+    options.parseOptions(["--config", str(tmp_path), "--tunnel-idle-timeout", "0.5"])
+    assert options["tunnel-idle-timeout"] == 0.5
+    defaults = Options()
+    defaults.parseOptions(["--config", str(tmp_path)])
+    assert defaults["tunnel-idle-timeout"] == TUNNEL_IDLE_TIMEOUT == 300.0
+    svc = GatewayService(str(tmp_path), listen=[], admin=None, tunnel_idle_timeout=0.5)
+    assert svc.gateway.forwarder.tunnel_idle_timeout == 0.5
+    with pytest.raises(SystemExit) as exited:  # a usage error: one line, exit 2
+        Options().parseOptions(["--config", str(tmp_path), "--tunnel-idle-timeout", "soon"])
+    assert exited.value.code == 2

@@ -305,7 +305,11 @@ spec:
         text = log_path.read_text()  # twist logs JSON events
         assert "is unhealthy and leaves the rotation ({what})" in text and '"what": "status 503"' in text
         assert "is healthy again ({what})" in text and '"what": "status 200"' in text
-        assert text.count("Starting factory") <= 10  # the checks keep their connections (not one per check)
+        # the checks keep their connections: far fewer connections than checks (one per check would
+        # start a factory for each; a loaded machine may time a few checks out and reconnect)
+        checks = a.checks + b.checks
+        assert checks >= 20
+        assert text.count("Starting factory") <= checks // 3, (text.count("Starting factory"), checks)
     finally:
         await stop_process(proc)
         log.close()

@@ -2,7 +2,13 @@
 :mod:`samba_ad` in a network namespace of its own). :func:`run` makes each
 request below through the extauth plugin in memory (``ChainTester``, the
 real LDAP client, the real directory) and reports what came of it;
-``test_ldap_active_directory.py`` holds the expectations."""
+``test_ldap_active_directory.py`` holds the expectations.
+
+Two rounds: :func:`own_certificate_checks` while Samba serves the
+certificate it made itself (no subjectAltName: refused), then, once Samba
+serves the test CA's certificate, :func:`checks`, which verify it by name
+like any directory (``tls.caFile``; the address 127.0.0.1 is in its
+subjectAltName)."""
 
 from __future__ import annotations
 
@@ -10,10 +16,11 @@ import base64
 import json
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from samba_ad import BASE, DOMAIN, PASSWORDS, REALM, USERS_DN
-from twisted.internet import defer, task
+from samba_ad import BASE, DC_NAME, DOMAIN, PASSWORDS, REALM, TEST_TLS, USERS_DN
+from twisted.internet import defer, task, threads
+from twisted.logger import formatEvent, globalLogPublisher
 
 import twistgw_ldap
 from twistgw.testing import ChainTester
@@ -23,8 +30,7 @@ SEARCH = {"baseDn": USERS_DN, "filter": "(sAMAccountName=%s)"}
 STAFF = f"CN=staff,{USERS_DN}"
 DOMAIN_USERS = f"CN=Domain Users,{USERS_DN}"
 LDAPS = "ldaps://127.0.0.1:636"
-#: Samba's own certificate is self-signed with no subjectAltName: most checks do not verify it
-UNVERIFIED = {"insecureSkipVerify": True}
+Check = tuple[dict[str, Any], str, str, str]
 
 
 def config(ldap: dict[str, Any], account: str = "") -> str:
@@ -63,15 +69,34 @@ def ref() -> dict[str, str]:
     return {"name": "svc"}
 
 
-def checks(directory: Path) -> dict[str, tuple[dict[str, Any], str, str, str]]:
-    """name -> (ldap entry, service account name, user, password)."""
+def own_certificate_checks(directory: Path) -> dict[str, Check]:
+    """While Samba serves the certificate it made itself: name -> (ldap
+    entry, service account name, user, password)."""
+    # 17: Samba's own CA is trusted, its certificate carries only a CN: refused for ldaps and StartTLS
     ca = str(directory / "private" / "tls" / "ca.pem")
+    with_account = {**SEARCH, "credentialsSecretRef": ref()}
+    backslash = f"{DOMAIN}\\svc-reader"
+    return {
+        "ldaps_cert_without_san": ({"address": LDAPS, "tls": {"caFile": ca, "serverName": DC_NAME},
+                                    "userSearch": with_account, "disableGroupChecking": True},
+                                   backslash, "alice", PASSWORDS["alice"]),
+        "starttls_cert_without_san": ({"address": "ldap://127.0.0.1:389", "startTLS": True,
+                                       "tls": {"caFile": ca, "serverName": DC_NAME},
+                                       "userSearch": with_account, "disableGroupChecking": True},
+                                      backslash, "alice", PASSWORDS["alice"]),
+    }
+
+
+def checks(directory: Path) -> dict[str, Check]:
+    """Once Samba serves the test CA's certificate: name -> (ldap entry,
+    service account name, user, password)."""
+    verified = {"caFile": str(directory / TEST_TLS / "ca.pem")}
     backslash, upn = f"{DOMAIN}\\svc-reader", f"svc-reader@{REALM.lower()}"
     with_account = {**SEARCH, "credentialsSecretRef": ref()}
-    member_of = {"address": LDAPS, "tls": UNVERIFIED, "userSearch": with_account}
+    member_of = {"address": LDAPS, "tls": verified, "userSearch": with_account}
     return {
         # 18: AD accepts the anonymous bind, then refuses the anonymous search (operationsError)
-        "anonymous_search": ({"address": LDAPS, "tls": UNVERIFIED, "userSearch": SEARCH,
+        "anonymous_search": ({"address": LDAPS, "tls": verified, "userSearch": SEARCH,
                               "disableGroupChecking": True}, "", "alice", PASSWORDS["alice"]),
         # 19: Samba's default refuses simple binds on plain LDAP (strongAuthRequired)
         "plain_ldap_user_bind": ({"address": "ldap://127.0.0.1:389",
@@ -80,12 +105,12 @@ def checks(directory: Path) -> dict[str, tuple[dict[str, Any], str, str, str]]:
         "plain_ldap_service_bind": ({"address": "ldap://127.0.0.1:389", "disableGroupChecking": True,
                                      "userSearch": with_account}, backslash, "alice", PASSWORDS["alice"]),
         # 21: service-account names need not be DNs
-        "account_backslash": ({"address": LDAPS, "tls": UNVERIFIED, "userSearch": with_account,
+        "account_backslash": ({"address": LDAPS, "tls": verified, "userSearch": with_account,
                                "disableGroupChecking": True, "userHeader": "X-User"},
                               backslash, "ALICE", PASSWORDS["alice"]),
-        "account_upn": ({"address": LDAPS, "tls": UNVERIFIED, "userSearch": with_account,
+        "account_upn": ({"address": LDAPS, "tls": verified, "userSearch": with_account,
                          "disableGroupChecking": True}, upn, "alice", PASSWORDS["alice"]),
-        "wrong_password": ({"address": LDAPS, "tls": UNVERIFIED, "userSearch": with_account,
+        "wrong_password": ({"address": LDAPS, "tls": verified, "userSearch": with_account,
                             "disableGroupChecking": True}, backslash, "alice", "not-it"),
         # 21: memberOf with the default searchFilter (uid=*) matches no AD user...
         "member_of_default_filter": ({**member_of, "allowedGroups": [STAFF]}, backslash,
@@ -110,14 +135,14 @@ def checks(directory: Path) -> dict[str, tuple[dict[str, Any], str, str, str]]:
         "name_with_parentheses": ({**member_of, "disableGroupChecking": True, "userHeader": "X-User"},
                                   backslash, "qa(lead)", PASSWORDS["qa(lead)"]),
         "name_with_hash": ({**member_of, "disableGroupChecking": True}, backslash, "ops#1", PASSWORDS["ops#1"]),
-        # 17: the CA is trusted, the certificate carries only a CN: refused for ldaps and StartTLS
-        "ldaps_cert_without_san": ({"address": LDAPS, "tls": {"caFile": ca, "serverName": "dc1.corp.example.test"},
-                                    "userSearch": with_account, "disableGroupChecking": True},
-                                   backslash, "alice", PASSWORDS["alice"]),
-        "starttls_cert_without_san": ({"address": "ldap://127.0.0.1:389", "startTLS": True,
-                                       "tls": {"caFile": ca, "serverName": "dc1.corp.example.test"},
-                                       "userSearch": with_account, "disableGroupChecking": True},
-                                      backslash, "alice", PASSWORDS["alice"]),
+        # the certificate verified by its DNS name (tls.serverName), over StartTLS
+        "starttls_by_dns_name": ({"address": "ldap://127.0.0.1:389", "startTLS": True,
+                                  "tls": {**verified, "serverName": DC_NAME},
+                                  "userSearch": with_account, "disableGroupChecking": True},
+                                 backslash, "alice", PASSWORDS["alice"]),
+        # a trusted certificate for another name is refused
+        "ldaps_wrong_name": ({**member_of, "tls": {**verified, "serverName": "evil.example.org"},
+                              "disableGroupChecking": True}, backslash, "alice", PASSWORDS["alice"]),
     }
 
 
@@ -127,20 +152,32 @@ async def _one(ldap: dict[str, Any], account: str, user: str, password: str) -> 
     except Exception as exc:  # a configuration the plugin refuses is a result too
         return {"config_error": str(exc)}
     auth = base64.b64encode(f"{user}:{password}".encode()).decode()
+    logged: list[str] = []
+
+    def observer(event: dict[str, Any]) -> None:
+        logged.append(formatEvent(event) or "")
+
+    globalLogPublisher.addObserver(observer)
     try:
         result = await tester.request("GET", URL, headers={"Authorization": f"Basic {auth}"})
         headers = result.forwarded_headers
         return {"status": result.status, "principal": result.ctx.principal,
                 "reason": result.deny.reason if result.deny is not None else str(result.trace[-1][2]),
-                "x_user": [v.decode() for v in (headers.getRawHeaders(b"x-user") or [])] if headers else []}
+                "x_user": [v.decode() for v in (headers.getRawHeaders(b"x-user") or [])] if headers else [],
+                "log": [line for line in logged if "unavailable" in line]}
     finally:
+        globalLogPublisher.removeObserver(observer)
         await tester.host.unconfigure()
 
 
-def run(directory: Path) -> dict[str, Any]:
+def run(directory: Path, restart_with_test_ca: Callable[[], None]) -> dict[str, Any]:
+    """Every check, ``restart_with_test_ca`` (blocking, in a thread) between the two rounds."""
     report: dict[str, Any] = {}
 
     async def main(_reactor: Any) -> None:
+        for name, (ldap, account, user, password) in own_certificate_checks(directory).items():
+            report[name] = await _one(ldap, account, user, password)
+        await threads.deferToThread(restart_with_test_ca)
         for name, (ldap, account, user, password) in checks(directory).items():
             report[name] = await _one(ldap, account, user, password)
 

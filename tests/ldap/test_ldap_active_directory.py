@@ -3,8 +3,9 @@ provisioned fresh in a network namespace of its own (it needs the fixed
 LDAP ports), with the requests of ``ad_checks.py`` made through the extauth
 plugin in the same namespace (``samba_ad.py`` runs it all; about 40 s).
 
-Issue 23 items 17 (a certificate without subjectAltName is refused, for
-ldaps and StartTLS), 18 (an anonymous search AD refuses is a configuration
+Issue 23 items 17 (Samba's own certificate, which has no subjectAltName, is
+refused for ldaps and StartTLS though its CA is trusted; the checks after it
+run against a certificate from a test CA, verified by name), 18 (an anonymous search AD refuses is a configuration
 problem: 500, saying to give userSearch.credentialsSecretRef), 19
 (strongAuthRequired says to use ldaps or StartTLS), 20 (legal names with
 filter specials log in with userSearch) and 21 (what docs/ldap.md's Active
@@ -102,7 +103,16 @@ def test_legal_ad_names_with_filter_specials_log_in(report: dict[str, Any], chec
 
 
 @pytest.mark.parametrize("check", ["ldaps_cert_without_san", "starttls_cert_without_san"])
-def test_a_certificate_without_subject_alt_name_is_refused(report: dict[str, Any], check: str) -> None:
+def test_sambas_own_certificate_without_subject_alt_name_is_refused(report: dict[str, Any], check: str) -> None:
     r = report[check]
     assert r["status"] == 503, r
     assert "subjectAltName" in r["reason"]
+    assert [line for line in r["log"] if "subjectAltName" in line], r  # and logged
+
+
+def test_the_test_cas_certificate_is_verified_by_name(report: dict[str, Any]) -> None:
+    # every check above used ldaps://127.0.0.1 with tls.caFile only: the IP address is in the subjectAltName
+    assert (report["starttls_by_dns_name"]["status"], report["starttls_by_dns_name"]["principal"]) == (200, "alice")
+    wrong = report["ldaps_wrong_name"]
+    assert wrong["status"] == 503 and "evil.example.org" in wrong["reason"], wrong
+    assert [line for line in wrong["log"] if "evil.example.org" in line], wrong

@@ -157,7 +157,12 @@ class LdapUnitsTests(TestCase):
         ({"requestTimeout": "soon"}, "requestTimeout", "must be a duration"),
         ({"cacheTtl": "2h"}, "cacheTtl", "between 0s and 3600s"),
         ({"startTLS": True, "address": "ldaps://h"}, "startTLS", "already TLS"),
-        ({"tls": {"insecureSkipVerify": True}}, "tls", "need an ldaps:// address or startTLS"),
+        ({"tls": {"serverName": "ldap.example.org"}}, "tls", "need an ldaps:// address or startTLS"),
+        # TLS peers are verified by name, always: no way to turn it off, whatever the value
+        ({"tls": {"insecureSkipVerify": True}, "startTLS": True}, "tls.insecureSkipVerify",
+         "always verifies the directory's certificate by name: give the CA with tls.caFile or tls.caPem"),
+        ({"tls": {"insecureSkipVerify": False}, "address": "ldaps://h"}, "tls.insecureSkipVerify",
+         "and tls.serverName if the address is not the certificate's name"),
         ({"tls": {"caFile": "/nonexistent/ca.pem"}, "startTLS": True}, "tls.caFile", "cannot read"),
         ({"tls": {"caPem": "garbage"}, "startTLS": True}, "tls", "no PEM certificate"),
         ({"groupLookupSettings": {"checkGroupsWithServiceAccount": True}},
@@ -176,6 +181,14 @@ class LdapUnitsTests(TestCase):
     def test_invalid_ldap_fields(self, fields: dict[str, Any], where: str, reason: str) -> None:
         text = config_error(ldap_config(fields.pop("address", ADDR), **fields))
         assert f"{AC}.{where}: " in text and reason in text, text
+
+    def test_insecure_skip_verify_is_refused_beside_the_other_tls_problems(self) -> None:
+        with pytest.raises(ConfigError) as info:
+            make_tester(ldap_config(ADDR, startTLS=True,
+                                    tls={"insecureSkipVerify": True, "caFile": "/nonexistent/ca.pem"}))
+        assert [(i.field, i.reason.split(";")[0].split(":")[0]) for i in info.value.issues] == [
+            ("spec.configs[0].ldap.tls.insecureSkipVerify", "is not supported"),
+            ("spec.configs[0].ldap.tls.caFile", "cannot read /nonexistent/ca.pem")], str(info.value)
 
     def test_missing_required_fields(self) -> None:
         text = ldap_config(ADDR).replace('"userDnTemplate": "uid=%s,ou=people,dc=example,dc=org", ', "")

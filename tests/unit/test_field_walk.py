@@ -13,6 +13,7 @@ informational. A new field without an entry fails this test.
 
 from __future__ import annotations
 
+import base64
 import pathlib
 import re
 import textwrap
@@ -31,6 +32,7 @@ from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
 
+from support.pki import TestCA
 from support.trial import TestCase
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -87,6 +89,31 @@ metadata: {{name: static}}
 spec:
   static: {{hosts: [{{addr: 127.0.0.1, port: 9000}}], useTls: false, autoSniRewrite: false}}
 ---
+apiVersion: v1
+kind: Secret
+metadata: {{name: upstream-tls}}
+type: kubernetes.io/tls
+data: {{ca.crt: {ca_b64}}}
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: tls-secret}}
+spec:
+  static: {{hosts: [{{addr: 127.0.0.1, port: 9443, sniAddr: backend.test}}], useTls: true, autoSniRewrite: true}}
+  sslConfig:
+    secretRef: {{name: upstream-tls, namespace: default}}
+    sni: backend.test
+    verifySubjectAltName: [backend.test]
+    parameters: {{minimumProtocolVersion: TLSv1_2, maximumProtocolVersion: TLSv1_3, cipherSuites: [ECDHE-ECDSA-AES128-GCM-SHA256]}}
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: tls-files}}
+spec:
+  static: {{hosts: [{{addr: 127.0.0.1, port: 9444}}]}}
+  sslConfig: {{sslFiles: {{tlsCert: client.crt, tlsKey: client.key, rootCa: ca.crt}}}}
+  circuitBreakers: {{maxConnections: 10, maxPendingRequests: 5, maxRequests: 20, maxRetries: 2}}
+---
 apiVersion: gloo.solo.io/v1
 kind: Upstream
 metadata: {{name: kube}}
@@ -115,7 +142,7 @@ spec:
   - ldap:
       address: ldap://127.0.0.1:389
       startTLS: true
-      tls: {{serverName: ldap.example.org, insecureSkipVerify: true}}
+      tls: {{serverName: ldap.example.org}}
       userDnTemplate: uid=%s,ou=people,dc=example,dc=org
       membershipAttributeName: memberOf
       allowedGroups: ["cn=a,ou=groups,dc=example,dc=org"]
@@ -235,6 +262,8 @@ spec:
     domains: [walk.example.com]
     optionsConfigRefs: {{delegateOptions: [{{name: vho, namespace: default}}]}}
     options:
+      retries: {{retryOn: gateway-error, numRetries: 1, perTryTimeout: 2s, retriableStatusCodes: [],
+                retryBackOff: {{baseInterval: 10ms, maxInterval: 100ms}}}}
       cors:
         allowOrigin: [https://app.example.com]
         allowOriginRegex: ['https://.*\\.example\\.org']
@@ -358,7 +387,14 @@ spec:
           - {{sourceIp: true}}
       routeAction: {{single: {{upstream: {{name: hashed}}}}}}
     - matchers: [{{prefix: /group}}]
-      options: {{autoHostRewrite: true}}
+      options:
+        autoHostRewrite: true
+        retries:
+          retryOn: "5xx,retriable-status-codes"
+          numRetries: 2
+          perTryTimeout: 1s
+          retriableStatusCodes: [418]
+          retryBackOff: {{baseInterval: 25ms, maxInterval: 250ms}}
       routeAction: {{upstreamGroup: {{name: group, namespace: default}}}}
     - matchers: [{{prefix: /moved}}]
       redirectAction: {{hostRedirect: new.example.com, portRedirect: 8443, httpsRedirect: true, stripQuery: true,
@@ -434,8 +470,12 @@ def walk(tmp_path, monkeypatch) -> set[str]:
 
     pem = _public_pem()
     (tmp_path / "users.ldif").write_text(LDIF)
+    ca = TestCA()
+    (tmp_path / "ca.crt").write_bytes(ca.pem)
+    ca.issue("gateway.test", dns=["gateway.test"], client=True).write(tmp_path, "client")
     (tmp_path / "walk.yaml").write_text(WALK.format(key=textwrap.indent(pem, " " * 18),
-                                                    key2=textwrap.indent(pem, " " * 22)))
+                                                    key2=textwrap.indent(pem, " " * 22),
+                                                    ca_b64=base64.b64encode(ca.pem).decode()))
     config = load_directory(str(tmp_path), keep_going=True)
     snapshot = build_snapshot(config, PluginHost.create())
     assert len(snapshot.routes) == 13  # the walk loaded whole, every route compiled
@@ -468,6 +508,9 @@ LDAP = "tests/ldap/test_ldap_units.py"
 LDAP_SLAPD = "tests/ldap/test_ldap_slapd.py"
 LDAP_SEARCH = "tests/ldap/test_ldap_search_units.py"
 SUBSETS = "tests/unit/test_subsets.py"
+RETRIES = "tests/integration/test_retries_e2e.py"
+BREAKERS = "tests/integration/test_breakers_e2e.py"
+UPSTREAM_TLS = "tests/integration/test_upstream_tls_e2e.py"
 
 #: field -> ("test", test file[, file that sets the field]) or ("info", doc saying so).
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -501,6 +544,13 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "Upstream:spec.static": (T, PROXY), "Upstream:spec.static.hosts": (T, PROXY),
     "Upstream:spec.static.hosts[].addr": (T, PROXY), "Upstream:spec.static.hosts[].port": (T, PROXY),
     "Upstream:spec.static.useTls": (T, GLOO), "Upstream:spec.static.autoSniRewrite": (T, GLOO, CONF_DOC),
+    "Upstream:spec.static.hosts[].sniAddr": (T, UPSTREAM_TLS),
+    **{f"Upstream:spec.circuitBreakers{k}": (T, BREAKERS) for k in (
+        "", ".maxConnections", ".maxPendingRequests", ".maxRequests", ".maxRetries")},
+    **{f"Upstream:spec.sslConfig{k}": (T, UPSTREAM_TLS) for k in (
+        "", ".secretRef", ".secretRef.name", ".secretRef.namespace", ".sni", ".verifySubjectAltName",
+        ".sslFiles", ".sslFiles.tlsCert", ".sslFiles.tlsKey", ".sslFiles.rootCa", ".parameters",
+        ".parameters.minimumProtocolVersion", ".parameters.maximumProtocolVersion", ".parameters.cipherSuites")},
     "Upstream:spec.kube": (T, CORE), "Upstream:spec.kube.serviceName": (T, CORE),
     "Upstream:spec.kube.serviceNamespace": (T, CORE), "Upstream:spec.kube.servicePort": (T, CORE),
     "Upstream:spec.kube.selector": (T, GLOO),
@@ -592,7 +642,6 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "extauth:configRef": (T, LDAP), "extauth:configRef.name": (T, LDAP), "extauth:configRef.namespace": (T, LDAP),
     "extauth:address": (T, LDAP), "extauth:startTLS": (T, LDAP_SLAPD), "extauth:tls": (T, LDAP_SLAPD),
     "extauth:tls.caFile": (T, LDAP_SLAPD), "extauth:tls.caPem": (T, LDAP), "extauth:tls.serverName": (T, LDAP_SLAPD),
-    "extauth:tls.insecureSkipVerify": (T, LDAP),
     "extauth:userDnTemplate": (T, LDAP), "extauth:membershipAttributeName": (T, LDAP),
     "extauth:allowedGroups": (T, LDAP), "extauth:searchFilter": (T, LDAP),
     "extauth:disableGroupChecking": (T, LDAP), "extauth:groupLookupSettings": (T, LDAP),
@@ -751,6 +800,9 @@ FIELDS.update({field: (T, TRAFFIC) for field in TRAFFIC_FIELDS.split()})
 FIELDS.update({f"Route:options.{k}": (T, TRAFFIC) for k in CORE_TRAFFIC_KEYS})
 FIELDS.update({f"VirtualService:spec.virtualHost.options.{k}": (T, TRAFFIC)
                for k in CORE_TRAFFIC_KEYS - CORE_ROUTE_ONLY})
+FIELDS.update({f"{scope}.retries{k}": (T, RETRIES) for scope in ("Route:options", "VirtualService:spec.virtualHost.options")
+               for k in ("", ".retryOn", ".numRetries", ".perTryTimeout", ".retriableStatusCodes", ".retryBackOff",
+                         ".retryBackOff.baseInterval", ".retryBackOff.maxInterval")})
 FIELDS.update({
     # the same destination parser as routeAction.single (kube ports and subsets tested there)
     "Route:routeAction.multi.destinations[].destination.kube": (T, TRAFFIC, GLOO),

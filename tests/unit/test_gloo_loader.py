@@ -158,7 +158,7 @@ class GlooLoaderTests(TestCase):
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
         assert "OK: 1 virtual service(s), 2 route(s)" in out.stdout
-        assert out.stderr.count("note: ") == 4
+        assert out.stderr.count("note: ") == 3  # ConfigMap and RateLimitConfig are read now: see above
         assert "skipped Deployment (apps/v1)" in out.stderr
 
     @pytest.mark.parametrize("api, kind, reason", [
@@ -229,8 +229,8 @@ class GlooLoaderTests(TestCase):
          "the dynamic forward proxy is out of twistgw's scope"),
         ("options: {transformations: {}}\n      routeAction: {single: {upstream: {name: u}}}",
          "routes[0].options.transformations", "transformations are out of twistgw's scope"),
-        ("options: {retries: {numRetries: 2}}\n      routeAction: {single: {upstream: {name: u}}}",
-         "routes[0].options.retries", "retries are not supported by twistgw yet"),
+        ("options: {shadowing: {upstream: {name: u}}}\n      routeAction: {single: {upstream: {name: u}}}",
+         "routes[0].options.shadowing", "shadowing is not supported by twistgw yet"),
     ])
     def test_unsupported_gloo_route_fields_are_named(self, snippet, field, reason):
         text = ("apiVersion: gateway.solo.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec:\n"
@@ -241,6 +241,28 @@ class GlooLoaderTests(TestCase):
             load_text(text)
         found = [i for i in info.value.issues if i.field == "spec.virtualHost." + field]
         assert found and found[0].reason.startswith("is not supported by twistgw: " + reason), info.value.issues
+
+
+    @pytest.mark.parametrize("retries, field, reason", [
+        ("{retryOn: refused-stream}", "retryOn", "'refused-stream' is not supported by twistgw: an HTTP/2 condition"),
+        ("{retryOn: 5xx, retriableStatusCodes: [418]}", "retriableStatusCodes",
+         "needs 'retriable-status-codes' in retryOn"),
+        ("{numRetries: 2}", "retryOn", "is required"),
+        ("{retryOn: sometimes}", "retryOn", "unknown retry condition 'sometimes'"),
+        ("{retryOn: 5xx, perTryTimeout: soon}", "perTryTimeout", "must be a duration"),
+        ("{retryOn: 5xx, retryBackOff: {baseInterval: 1s, maxInterval: 10ms}}", "retryBackOff.maxInterval",
+         "must not be below baseInterval"),
+    ])
+    def test_retries_problems_are_located(self, retries, field, reason):
+        text = ("apiVersion: gateway.solo.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec:\n"
+                "  virtualHost:\n    routes:\n    - matchers: [{prefix: /}]\n"
+                f"      options: {{retries: {retries}}}\n      routeAction: {{single: {{upstream: {{name: u}}}}}}\n"
+                "---\napiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+                "spec: {static: {hosts: [{addr: 127.0.0.1, port: 1}]}}\n")
+        with pytest.raises(ConfigError) as info:
+            load_text(text)
+        found = [i for i in info.value.issues if i.field == "spec.virtualHost.routes[0].options.retries." + field]
+        assert found and reason in found[0].reason, info.value.issues
 
     def test_wrong_domains_beside_missing_routes(self):
         found = check(VS_V + """\
@@ -370,8 +392,17 @@ class GlooLoaderTests(TestCase):
         ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {type: ExternalName, externalName: x.example}\n",
          "spec.type", "ExternalName Services are not supported"),
         ("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
-         "spec: {static: {hosts: [{addr: 1.2.3.4, port: 443}], useTls: true}}\n",
-         "spec.static.useTls", "TLS to upstreams is not supported"),
+         "spec: {static: {hosts: [{addr: 1.2.3.4, port: 443}], useTls: true, autoSniRewrite: false}}\n",
+         "spec.static.autoSniRewrite", "the name verified is always sent as SNI"),
+        ("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+         "spec: {static: {hosts: [{addr: 1.2.3.4, port: 443}], useTls: false}, sslConfig: {sni: a.test}}\n",
+         "spec.static.useTls", "is false while sslConfig is set"),
+        ("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+         "spec: {static: {hosts: [{addr: 1.2.3.4, port: 80}]}, circuitBreakers: {maxRequests: 0}}\n",
+         "spec.circuitBreakers", "must be at least 1"),
+        ("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+         "spec: {static: {hosts: [{addr: 1.2.3.4, port: 80, sniAddr: a.test}]}}\n",
+         "spec.static.hosts", "sniAddr is set but the upstream is plain HTTP"),
         ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {selector: {app: s}, ports: [{port: 80}]}\n---\n"
          "apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
          "spec: {kube: {serviceName: s, servicePort: 80, selector: {app: s, version: v2}}}\n",

@@ -10,7 +10,8 @@ private modules and attributes are read only in ``engine/``.
 
 The same cycle rule holds inside each plugin package under ``plugins/``.
 And no module, in ``twistgw/`` or ``plugins/``, reaches into another
-module's private names: ``obj._name`` (read, written, or through
+module's private names, nor imports another package's private modules
+(``twistgw_oidc`` uses ``twistgw_jwt.verify``, never ``twistgw_jwt._token``): ``obj._name`` (read, written, or through
 ``getattr``) is only for names the module itself defines (``self._x = ...``,
 ``def _x``, ``_X = ...``), and ``from m import _name`` only for modules.
 ``engine/``'s use of Twisted's privates is the one exception, listed name by
@@ -257,6 +258,30 @@ def _reach_ins(module: str, tree: ast.Module, sources: dict[str, ast.Module],
                 if engine and (node.module or "").startswith("twisted") and alias.name in TWISTED_PRIVATE:
                     continue
                 found.append(f"{module}:{node.lineno} from {node.module or '.'} import {alias.name}")
+    found += _foreign_private_modules(module, tree)
+    return list(dict.fromkeys(found))
+
+
+def _foreign_private_modules(module: str, tree: ast.Module) -> list[str]:
+    """``module:line import m`` for every import of a private module (a
+    ``_``-part in its dotted name) of another of our packages: ``twistgw``
+    or a plugin package. A package's ``_``-modules are its own; another
+    package uses what it made public (``twistgw_jwt.verify``)."""
+    own = module.split(".")[0]
+    ours = {"twistgw"} | set(PLUGIN_SOURCES)
+    found = []
+    for node in _walk_runtime(tree):
+        if isinstance(node, ast.Import):
+            names = [(alias.name, f"import {alias.name}") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [(f"{node.module}.{alias.name}", f"from {node.module} import {alias.name}")
+                     for alias in node.names]
+        else:
+            continue  # relative imports stay inside their own package
+        for dotted, text in names:
+            parts = dotted.split(".")
+            if parts[0] != own and parts[0] in ours and any(_is_private(p) for p in parts[1:]):
+                found.append(f"{module}:{node.lineno} {text}")
     return found
 
 
@@ -320,6 +345,22 @@ class LayersTests(TestCase):
         sources = {"twistgw.core.x": tree, "twistgw.core.pipeline": tree, "twistgw._helpers": tree}
         assert sorted(f.split(" ", 1)[1] for f in _reach_ins("twistgw.core.x", tree, sources)) == [
             "cls_of._y", "from twistgw.core import _shared", "proto._deadline", "proto._peer"]
+
+    def test_the_reach_in_check_across_packages(self) -> None:
+        """Another package's private module, however imported, is a reach-in;
+        its public modules and one's own private modules are not."""
+        tree = ast.parse(
+            "from twistgw_jwt import _token as T\nfrom twistgw_jwt._remote import RemoteKeySet\n"
+            "import twistgw_jwt._keys\nfrom twistgw._private import x\n"
+            "from twistgw_jwt.verify import parse_token\nimport twistgw_jwt\n"
+            "from twistgw_oidc._http import Client\nfrom . import _flow\n"
+            "def f():\n    from twistgw_jwt._authn import claim_text\n")
+        sources = {"twistgw_oidc._x": tree, "twistgw_oidc._flow": tree}
+        found = _reach_ins("twistgw_oidc._x", tree, sources, PLUGINS)
+        assert sorted(f.split(" ", 1)[1] for f in found) == [
+            "from twistgw._private import x", "from twistgw_jwt import _token",
+            "from twistgw_jwt._authn import claim_text", "from twistgw_jwt._remote import RemoteKeySet",
+            "import twistgw_jwt._keys"]
 
     def test_the_cycle_check_finds_a_cycle(self) -> None:
         """The checker itself: a function-level import back is a cycle."""

@@ -11,6 +11,7 @@ from urllib.parse import parse_qsl, urlencode
 import attrs
 
 from twistgw.api.headers import Headers, checked_response_header
+from twistgw.api.upstreampolicy import CircuitBreakers, UpstreamTls
 
 
 # --------------------------------------------------------------------------
@@ -155,6 +156,10 @@ class UpstreamInfo:
     #: the subset a route chose (``single.subset.values``, as sorted (key,
     #: value) pairs): ``endpoints`` are then that subset's (or the fallback's)
     subset: tuple[tuple[str, str], ...] = ()
+    #: TLS to the endpoints (``sslConfig``); None: plain HTTP
+    tls: UpstreamTls | None = None
+    #: ``circuitBreakers``; None: no limits (nothing counted)
+    breakers: CircuitBreakers | None = None
 
 
 @attrs.frozen

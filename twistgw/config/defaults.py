@@ -12,6 +12,9 @@ UPSTREAM_TIMEOUT = 15.0
 IDLE_TIMEOUT = 60.0
 HEAD_TIMEOUT = 10.0
 DRAIN_TIMEOUT = 10.0
+#: an upgraded (WebSocket) connection with no byte either way is closed
+#: (Envoy's stream idle timeout default; nginx's proxy_read_timeout is 60 s)
+TUNNEL_IDLE_TIMEOUT = 300.0
 #: connecting to an upstream (not a command-line option)
 CONNECT_TIMEOUT = 5.0
 #: listen(2) backlog of every listener whose endpoint string sets none
@@ -28,6 +31,8 @@ TIMINGS: tuple[tuple[str, float, str], ...] = (
     ("idle-timeout", IDLE_TIMEOUT, "Seconds an idle client connection is kept open."),
     ("head-timeout", HEAD_TIMEOUT, "Seconds a client has to send a complete request head (slowloris guard)."),
     ("drain-timeout", DRAIN_TIMEOUT, "Seconds to let in-flight requests finish on SIGTERM."),
+    ("tunnel-idle-timeout", TUNNEL_IDLE_TIMEOUT,
+     "Seconds an upgraded (WebSocket) connection may pass no byte either way before it is closed (0: never)."),
 )
 
 

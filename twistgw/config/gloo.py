@@ -61,9 +61,7 @@ GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
         "consul": "Consul destinations are not supported",
     },
     "upstreamSpec": {
-        "sslConfig": "TLS to upstreams is not supported",
         "connectionConfig": "connection settings are not supported",
-        "circuitBreakers": "circuit breakers are not supported",
         "outlierDetection": "outlier detection is not supported",
         "useHttp2": "HTTP/2 to upstreams is not supported",
         "aws": "AWS Lambda upstreams are out of twistgw's scope (cloud functions)",

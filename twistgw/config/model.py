@@ -9,6 +9,8 @@ import attrs
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
 from twistgw.config.matchers import Matcher, RequestView, any_matches
 from twistgw.config.traffic import Redirect
+from twistgw.api.upstreampolicy import CircuitBreakers
+from twistgw.config.upstreamtls import SslSpec
 
 __all__ = [
     "OPERATORS",
@@ -372,6 +374,10 @@ class UpstreamResource:
     load_balancer: "LoadBalancer | None" = None
     #: ``spec.healthChecks``: active HTTP checks (at most one)
     health_check: "HealthCheck | None" = None
+    #: ``spec.sslConfig`` / ``static.useTls``, unresolved: None for plain HTTP
+    ssl: "SslSpec | None" = None
+    #: ``spec.circuitBreakers``: None for no limits
+    breakers: "CircuitBreakers | None" = None
 
 
 @attrs.frozen

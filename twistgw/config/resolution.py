@@ -6,6 +6,7 @@ make (dangling ones, subsets, duplicate domains).
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Mapping
 
 import attrs
@@ -13,6 +14,7 @@ import attrs
 from twistgw.api.fields import Path
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo, path_text
 from twistgw.config.errors import ConfigIssue
+from twistgw.config.upstreamtls import resolve_tls
 from twistgw.regex import SafeRegex, too_large
 from twistgw.config.model import (
     EndpointsResource,
@@ -101,7 +103,7 @@ class Config:
                 chosen = info.endpoints
             elif spec.fallback == "DEFAULT_SUBSET":
                 chosen = pick(spec.default)
-        return UpstreamInfo(info.namespace, info.name, chosen, subset)
+        return UpstreamInfo(info.namespace, info.name, chosen, subset, info.tls, info.breakers)
 
     def resolve_kube(self, name: str, namespace: str, port: int) -> UpstreamInfo:
         """A Service port → the Endpoints addresses on the target port."""
@@ -201,7 +203,33 @@ def resolve_upstreams(config: Config, issue: Locate, invalid: set[tuple[str, str
             found.upstreams[(ns, uname)] = UpstreamInfo(ns, uname, res.static)
         elif res.kube is not None and not _resolve_kube_upstream(config, res, found, issue, invalid, partial):
             invalid.add(("Upstream", ns, uname))
+            continue
+        if res.ssl is not None and not _resolve_tls(config, res, found, issue, invalid, partial):
+            del found.upstreams[(ns, uname)]
+            invalid.add(("Upstream", ns, uname))
+        elif res.breakers is not None:
+            found.upstreams[(ns, uname)] = attrs.evolve(found.upstreams[(ns, uname)], breakers=res.breakers)
     return found
+
+
+def _resolve_tls(config: Config, res: UpstreamResource, found: Resolved, issue: Locate,
+                 invalid: set[tuple[str, str, str]], partial: bool) -> bool:
+    """``sslConfig``: the Secret or files read, the PEMs checked."""
+    assert res.ssl is not None
+    key = (res.namespace, res.name)
+    base = os.path.dirname(res.source.file) if res.source is not None else ""
+    try:
+        tls = resolve_tls(res.ssl, config.secrets, base)
+    except LookupError as exc:
+        if not partial and ("Secret", *(res.ssl.secret or ("", ""))) not in invalid:
+            issue(res.source, f"Upstream {key[0]}/{key[1]}", ("spec", "sslConfig", "secretRef"),
+                  f"dangling reference: {exc.args[0]}")
+        return False
+    except ValueError as exc:
+        issue(res.source, f"Upstream {key[0]}/{key[1]}", ("spec", "sslConfig"), str(exc))
+        return False
+    found.upstreams[key] = attrs.evolve(found.upstreams[key], tls=tls)
+    return True
 
 
 def _resolve_kube_upstream(config: Config, res: UpstreamResource, found: Resolved, issue: Locate,

@@ -29,7 +29,6 @@ _OUT = "out of twistgw's scope"
 
 #: Gloo route and virtual-host options twistgw refuses, with the reason.
 UNSUPPORTED_OPTIONS: dict[str, str] = {
-    "retries": f"retries are {_LATER}",
     "shadowing": f"shadowing is {_LATER}",
     "tracing": "tracing is not supported",
     "transformations": f"transformations are {_OUT}: set headers with headerManipulation, rewrite paths"
@@ -48,8 +47,8 @@ UNSUPPORTED_OPTIONS: dict[str, str] = {
     "hostRewriteHeader": "hostRewriteHeader is not supported: use hostRewrite",
     "appendXForwardedHost": "appendXForwardedHost is not supported",
     "stats": "virtual cluster statistics are not supported (twistgw's metrics are per route)",
-    "includeRequestAttemptCount": "retry attempt counts are not supported (retries are not)",
-    "includeAttemptCountInResponse": "retry attempt counts are not supported (retries are not)",
+    "includeRequestAttemptCount": "retry attempt count headers are not supported",
+    "includeAttemptCountInResponse": "retry attempt count headers are not supported",
     "corsPolicyMergeSettings": "corsPolicyMergeSettings is not supported: a route's cors replaces the"
                                " virtual host's whole",
     "extensions": "Gloo's extensions field is not supported",

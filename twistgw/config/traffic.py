@@ -17,6 +17,7 @@ from typing import Any, Callable
 import attrs
 
 from twistgw.api.fields import FieldReader, Path
+from twistgw.config.retries import read_retries
 from twistgw.api.headers import InvalidHeaderName, canonical_name
 from twistgw.options import parse_duration
 from twistgw.regex import RewriteRegex, SafeRegex, UnsafePattern
@@ -436,7 +437,7 @@ Reader = Callable[[FieldReader, Any, Path, str], Any]
 READERS: dict[str, Reader] = {
     "headerManipulation": read_header_manipulation, "cors": read_cors, "csrf": read_csrf, "faults": read_faults,
     "hostRewrite": _host_rewrite, "autoHostRewrite": _auto_host, "regexRewrite": read_regex_rewrite,
-    "bufferPerRoute": read_buffer, "lbHash": read_lb_hash,
+    "bufferPerRoute": read_buffer, "lbHash": read_lb_hash, "retries": read_retries,
 }
 CORE_TRAFFIC_KEYS = frozenset(READERS)
 #: Of those, the ones Gloo has on routes only (a virtual host refuses them).

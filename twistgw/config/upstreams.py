@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from twistgw.api.fields import FieldReader, Path
 from twistgw.api.types import Endpoint
+from twistgw.api.upstreampolicy import CircuitBreakers
 from twistgw.config.envelope import Envelope
 from twistgw.config.gloo import unsupported
+from twistgw.config.upstreamtls import SslSpec, read_ssl_config
 from twistgw.options import parse_duration
 from twistgw.config.model import (
     EndpointsResource,
@@ -171,14 +175,21 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     ns, name, source = res.namespace, res.name, res.source
     spec = r.mapping(res.spec, ("spec",))
     spec = r.mapping(unsupported(r, spec, ("spec",), "upstreamSpec"), ("spec",),
-                     {"kube", "static", "discoveryMetadata", "loadBalancerConfig", "healthChecks"})
-    lb = hc = None
+                     {"kube", "static", "discoveryMetadata", "loadBalancerConfig", "healthChecks", "sslConfig",
+                      "circuitBreakers"})
+    lb = hc = ssl = breakers = None
+    if spec.get("circuitBreakers") is not None:
+        with r.part():
+            breakers = read_circuit_breakers(r, spec["circuitBreakers"], ("spec", "circuitBreakers"))
     if spec.get("healthChecks") is not None:
         with r.part():
             hc = read_health_checks(r, spec["healthChecks"], ("spec", "healthChecks"))
     if spec.get("loadBalancerConfig") is not None:
         with r.part():
             lb = read_load_balancer(r, spec["loadBalancerConfig"], ("spec", "loadBalancerConfig"))
+    if spec.get("sslConfig") is not None:
+        with r.part():
+            ssl = read_ssl_config(r, spec["sslConfig"], ("spec", "sslConfig"), ns)
     if spec.get("discoveryMetadata") is not None:
         # What Gloo's discovery wrote (labels of the Service): kept as
         # metadata only, as Gloo does; routing never reads it.
@@ -188,16 +199,13 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     if len([k for k in spec if k in ("kube", "static")]) != 1:
         raise r.fail(("spec",), "set exactly one of kube or static")
     if "static" in spec:
-        st = r.mapping(spec["static"], ("spec", "static"), {"hosts", "useTls", "autoSniRewrite"}, required=("hosts",))
-        for key in ("useTls", "autoSniRewrite"):
-            if st.get(key):
-                r.issue(("spec", "static", key), "is not supported by twistgw: TLS to upstreams is not supported")
-        hosts = []
-        for i, h in enumerate(r.sequence(st["hosts"], ("spec", "static", "hosts"), nonempty=True)):
-            hp = ("spec", "static", "hosts", i)
-            h = r.mapping(h, hp, {"addr", "port"}, required=("addr", "port"))
-            hosts.append(Endpoint(r.string(h["addr"], hp + ("addr",)), r.port(h["port"], hp + ("port",))))
-        return UpstreamResource(ns, name, static=tuple(hosts), source=source, load_balancer=lb, health_check=hc)
+        hosts, ssl = _read_static(r, spec["static"], ssl)
+    if ssl is not None and hc is not None:
+        r.issue(("spec", "healthChecks"), "is not supported by twistgw on a TLS upstream yet (the checks speak"
+                " plain HTTP): remove healthChecks or the TLS settings")
+    if "static" in spec:
+        return UpstreamResource(ns, name, static=hosts, source=source, load_balancer=lb, health_check=hc, ssl=ssl,
+                                breakers=breakers)
     kp = ("spec", "kube")
     k = r.mapping(spec["kube"], kp)
     k = r.mapping(unsupported(r, k, kp, "upstreamSpec"), kp,
@@ -209,7 +217,57 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     selector = r.labels(k["selector"], kp + ("selector",)) if "selector" in k else None
     subset_spec = read_subset_spec(r, k["subsetSpec"], kp + ("subsetSpec",)) if "subsetSpec" in k else None
     return UpstreamResource(ns, name, kube=KubeRef(sname, sns, port), source=source, selector=selector,
-                            subset_spec=subset_spec, load_balancer=lb, health_check=hc)
+                            subset_spec=subset_spec, load_balancer=lb, health_check=hc, ssl=ssl,
+                            breakers=breakers)
+
+
+def read_circuit_breakers(r: FieldReader, value: Any, path: Path) -> CircuitBreakers:
+    """``circuitBreakers`` (Gloo's CircuitBreakerConfig); an unset threshold
+    is Envoy's default."""
+    m = dict(r.mapping(value or {}, path))
+    if m.pop("trackRemaining", None) is not None:
+        r.issue(path + ("trackRemaining",), "is not supported by twistgw (there are no Envoy stats)")
+    m = r.mapping(m, path, {"maxConnections", "maxPendingRequests", "maxRequests", "maxRetries"})
+    d = CircuitBreakers()
+    values = {key: r.integer(m[key], path + (key,), 0, 1 << 31) if m.get(key) is not None else default
+              for key, default in (("maxConnections", d.max_connections), ("maxPendingRequests", d.max_pending),
+                                   ("maxRequests", d.max_requests), ("maxRetries", d.max_retries))}
+    if values["maxConnections"] == 0 or values["maxRequests"] == 0:
+        raise r.fail(path, "maxConnections and maxRequests must be at least 1 (0 would refuse every request)")
+    return CircuitBreakers(values["maxConnections"], values["maxPendingRequests"], values["maxRequests"],
+                           values["maxRetries"])
+
+
+def _read_static(r: FieldReader, value: Any, ssl: SslSpec | None) -> tuple[tuple[Endpoint, ...], SslSpec | None]:
+    """``static``: its hosts (with ``sniAddr``), and TLS when ``useTls`` or
+    ``sslConfig`` asks for it (Gloo: ``useTls`` without ``sslConfig`` is TLS
+    with default settings; here the system's CAs, verified by name)."""
+    sp = ("spec", "static")
+    st = r.mapping(value, sp, {"hosts", "useTls", "autoSniRewrite"}, required=("hosts",))
+    use_tls = r.boolean(st["useTls"], sp + ("useTls",)) if st.get("useTls") is not None else None
+    if use_tls is False and ssl is not None:
+        r.issue(sp + ("useTls",), "is false while sslConfig is set: remove one (twistgw never sends plain"
+                " HTTP to an upstream that has sslConfig)")
+    hosts = []
+    sni: list[tuple[str, str]] = []
+    for i, h in enumerate(r.sequence(st["hosts"], sp + ("hosts",), nonempty=True)):
+        hp = sp + ("hosts", i)
+        h = r.mapping(h, hp, {"addr", "port", "sniAddr"}, required=("addr", "port"))
+        ep = Endpoint(r.string(h["addr"], hp + ("addr",)), r.port(h["port"], hp + ("port",)))
+        hosts.append(ep)
+        if h.get("sniAddr") is not None:
+            sni.append((ep.host, r.string(h["sniAddr"], hp + ("sniAddr",))))
+    if use_tls and ssl is None:
+        ssl = SslSpec()
+    auto_sni = st.get("autoSniRewrite")
+    if auto_sni is not None and not r.boolean(auto_sni, sp + ("autoSniRewrite",)) and ssl is not None:
+        r.issue(sp + ("autoSniRewrite",), "false is not supported by twistgw on a TLS upstream: the name verified"
+                " is always sent as SNI (sslConfig.sni, else the host's sniAddr, else its addr)")
+    if ssl is not None and sni:
+        ssl = attrs.evolve(ssl, host_sni=tuple(sni))
+    elif sni:
+        r.issue(sp + ("hosts",), "sniAddr is set but the upstream is plain HTTP: set useTls or sslConfig")
+    return tuple(hosts), ssl
 
 
 _LB_LATER = "is not supported by twistgw yet (it needs the upstream side: active requests and health)"

@@ -15,6 +15,8 @@ nothing for this: a change rebuilds the balancers when it is reported.
 
 from __future__ import annotations
 
+import attrs
+
 from typing import Any
 
 from twistgw.api.types import Endpoint, UpstreamInfo
@@ -93,7 +95,7 @@ class CheckedBalancer:
             self._current = self._all  # all healthy, or panic: every endpoint
             return
         up = self.upstream
-        self._current = make_balancer(UpstreamInfo(up.namespace, up.name, healthy, up.subset), self._lb)
+        self._current = make_balancer(attrs.evolve(up, endpoints=healthy), self._lb)
 
     def pick(self) -> Endpoint | None:
         found: Endpoint | None = self._current.pick()

@@ -31,7 +31,7 @@ from twistgw.config.model import Route, VirtualService
 from twistgw.core.chain import Call, Trace, start_calls
 from twistgw.core.headers import copy_request_headers
 from twistgw.core.paths import BadPath, normalise_path
-from twistgw.core.plan import Forward, LocalResponse, Plan
+from twistgw.core.plan import Forward, LocalResponse, Plan, RetryingForward
 from twistgw.core.routing import first_route
 from twistgw.core.balancers import hash_of
 from twistgw.core.snapshot import RouteRuntime, Snapshot
@@ -370,8 +370,12 @@ class Pipeline:
         headers.set_canonical(b"X-Forwarded-For", client)
         headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
         headers.set_canonical(b"X-Real-Ip", client)
-        forward = Forward(endpoint, ctx.method.encode("latin-1"), target, headers,
-                          route.timeout or self.upstream_timeout, balancer.upstream)
+        timeout = route.timeout or self.upstream_timeout
+        if policy.retries is None:
+            forward = Forward(endpoint, ctx.method.encode("latin-1"), target, headers, timeout, balancer.upstream)
+        else:
+            forward = RetryingForward(endpoint, ctx.method.encode("latin-1"), target, headers, timeout,
+                                      balancer.upstream, policy.retries)
         forward.response_edit = policy.response_for(ctx, route_response)
         return forward
 

@@ -76,8 +76,24 @@ class Forward:
         self.upstream = upstream
         self.response_edit: Any = None  # a core.traffic.ResponseEdit (core.traffic imports this module)
 
+    #: the route's ``retries`` (a :class:`twistgw.config.retries.Retries`):
+    #: None here, a slot of :class:`RetryingForward`; so a plan without
+    #: retries stores nothing for it
+    retry: Any = None
+
     def __repr__(self) -> str:
         return f"Forward({self.method!r} {self.target!r} to {self.endpoint.host}:{self.endpoint.port})"
+
+
+class RetryingForward(Forward):
+    """A :class:`Forward` on a route with ``retries``."""
+
+    __slots__ = ("retry",)
+
+    def __init__(self, endpoint: Endpoint, method: bytes, target: bytes, headers: Headers,
+                 timeout: float, upstream: UpstreamInfo, retry: Any) -> None:
+        super().__init__(endpoint, method, target, headers, timeout, upstream)
+        self.retry = retry
 
 
 Plan = LocalResponse | Forward

@@ -100,7 +100,7 @@ def compile_policy(vs: VirtualService, route: Route, config: Config, balancer: B
     found = dict(cors=cors, csrf=_pick("csrf", ro, vo), faults=ro.get("faults"), buffer=_pick("bufferPerRoute", ro, vo),
                  redirect=redirect, regex_rewrite=ro.get("regexRewrite"), host_rewrite=ro.get("hostRewrite"),
                  auto_host=bool(ro.get("autoHostRewrite")), request=request, response=response,
-                 weighted=weighted, lb_hash=lb_hash)
+                 weighted=weighted, lb_hash=lb_hash, retries=_pick("retries", ro, vo))
     if not any(found.values()):
         return None
     rewrite = None

@@ -39,7 +39,8 @@ class RequestBody:
     ``length`` is the Content-Length (None: chunked, re-framed upstream).
     """
 
-    __slots__ = ("length", "flow", "_buffer", "_buffered", "consumer", "complete", "stopped")
+    __slots__ = ("length", "flow", "_buffer", "_buffered", "consumer", "complete", "stopped", "kept", "_kept_bytes",
+                 "_limit", "_attached")
 
     def __init__(self, length: int | None, flow: BodyFlow) -> None:
         self.length = length
@@ -49,10 +50,29 @@ class RequestBody:
         self.consumer: BodyConsumer | None = None
         self.complete = False
         self.stopped = False
+        #: a copy of every chunk so far, for a retry; None: not kept (no
+        #: retry policy), or the body went past the bound
+        self.kept: list[bytes] | None = None
+
+    def keep(self, limit: int) -> None:
+        """Keep a copy of the body, up to ``limit`` bytes, so that a retry
+        can send it again; past the limit the copy is dropped for good (a
+        body already streamed past the bound is never replayed)."""
+        self.kept = list(self._buffer)
+        self._kept_bytes = self._buffered
+        self._limit = limit
+        self._attached = False
 
     def write(self, data: bytes) -> None:
         if self.stopped:
             return
+        kept = self.kept
+        if kept is not None:
+            self._kept_bytes += len(data)
+            if self._kept_bytes > self._limit:
+                self.kept = None
+            else:
+                kept.append(data)
         consumer = self.consumer
         if consumer is not None:
             consumer.send_body(data)
@@ -71,11 +91,24 @@ class RequestBody:
         """Send what was buffered to ``consumer``, and the rest as it comes."""
         self.consumer = consumer
         buffered, self._buffer, self._buffered = self._buffer, [], 0
+        if self.kept is not None:
+            if self._attached:  # a retry: everything so far again
+                buffered = self.kept
+            self._attached = True
         for chunk in buffered:
             consumer.send_body(chunk)
         self.flow.resume_body()
         if self.complete:
             consumer.end_body()
+
+    def detach(self) -> None:
+        """The consumer failed (a retry follows): hold what comes meanwhile."""
+        self.consumer = None
+
+    @property
+    def replayable(self) -> bool:
+        """Every byte so far is kept: a retry may send the body again."""
+        return self.kept is not None
 
     def stop(self) -> None:
         self.stopped = True

@@ -228,10 +228,11 @@ class Exchange:
 
     # -- what the upstream side reports (seams.Downstream) -------------------------
 
-    def upstream_failed(self, status: int, body: bytes, why: str, error: str) -> None:
+    def upstream_failed(self, status: int, body: bytes, why: str, error: str,
+                        headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
         self.upstream = None
         if self.phase < _DONE:
-            self.proto.gateway.upstream_failed(self, status, body, why, error)
+            self.proto.gateway.upstream_failed(self, status, body, why, error, headers)
 
     def upstream_broke(self, reason: str) -> None:
         self.upstream = None

@@ -19,7 +19,7 @@ from zope.interface import implementer
 from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT, UPSTREAM_TIMEOUT
 from twistgw.core.accesslog import AccessLog
 from twistgw.core.pipeline import INTERNAL_ERROR, Pipeline, RequestHead
-from twistgw.core.plan import Forward, LocalResponse, Plan
+from twistgw.core.plan import Forward, LocalResponse, Plan, RetryingForward
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import Snapshot
 from twistgw.engine import framing, wire
@@ -81,7 +81,7 @@ class Gateway:
     def _carry_out(self, plan: Plan, ex: Exchange) -> None:
         if ex.finished:
             return
-        if type(plan) is Forward:
+        if type(plan) is Forward or type(plan) is RetryingForward:  # a route with retries: the latter
             if ex.expect_continue and not ex.body_complete:
                 # Only now, after the chain admitted it, invite the body.
                 wire.write(ex.proto.transport, framing.CONTINUE)
@@ -101,11 +101,12 @@ class Gateway:
         self._log.failure("Unexpected error handling {method} {uri}", failure, method=ex.method, uri=ex.target)
         ex.fail(INTERNAL_ERROR)
 
-    def upstream_failed(self, ex: Exchange, status: int, body: bytes, why: str, error: str) -> None:
+    def upstream_failed(self, ex: Exchange, status: int, body: bytes, why: str, error: str,
+                        headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
         self._log.info("Upstream {upstream} failed for {method} {path}: {why} ({error})",
                        upstream=ex.upstream_label, method=ex.method,
                        path=ex.ctx.path if ex.ctx else ex.target, why=why, error=error)
-        ex.fail(LocalResponse(status, body, reason=why))
+        ex.fail(LocalResponse(status, body, headers, reason=why))
 
     def upstream_broke(self, ex: Exchange, reason: str) -> None:
         self._log.warn("Upstream {upstream} broke off the response to {method} {path}: {reason}",

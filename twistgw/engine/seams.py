@@ -80,9 +80,10 @@ class Downstream(BodyFlow, Protocol):
     def finish(self) -> None:
         """The response ended."""
 
-    def upstream_failed(self, status: int, body: bytes, why: str, error: str) -> None:
-        """No response head: answer ``status`` (or cut the client off if a
-        head already went out)."""
+    def upstream_failed(self, status: int, body: bytes, why: str, error: str,
+                        headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+        """No response head: answer ``status`` (with ``headers``; or cut the
+        client off if a head already went out)."""
 
     def upstream_broke(self, reason: str) -> None:
         """The response broke off after its head: cut the client off."""

@@ -19,6 +19,7 @@ from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 
 from twistgw.config.defaults import (BACKLOG, DRAIN_TIMEOUT, HEAD_TIMEOUT, IDLE_TIMEOUT, POLL_INTERVAL,
+                                     TUNNEL_IDLE_TIMEOUT,
                                      UPSTREAM_TIMEOUT)
 from twistgw.config.loader import ConfigError, load_directory
 from twistgw.config.names import is_yaml_file, with_backlog
@@ -94,7 +95,8 @@ class GatewayService(service.MultiService):
                  plugins: PluginHost | None = None, poll_interval: float = POLL_INTERVAL,
                  access_log: bool | AccessLog = True, drain_timeout: float = DRAIN_TIMEOUT,
                  upstream_timeout: float = UPSTREAM_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
-                 head_timeout: float = HEAD_TIMEOUT, backlog: int = BACKLOG) -> None:
+                 head_timeout: float = HEAD_TIMEOUT, backlog: int = BACKLOG,
+                 tunnel_idle_timeout: float = TUNNEL_IDLE_TIMEOUT) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -106,7 +108,8 @@ class GatewayService(service.MultiService):
         self.plugins = plugins or PluginHost.create()
         self.metrics = shared_metrics()
         self.plugins.configure(GatewayInfo(reactor, self.metrics.registry, Logger(namespace="twistgw.plugin")))
-        self.gateway = Gateway(reactor, self.plugins, UpstreamPool(reactor, idle_timeout=idle_timeout),
+        self.gateway = Gateway(reactor, self.plugins, UpstreamPool(reactor, idle_timeout=idle_timeout,
+                                                                  tunnel_idle_timeout=tunnel_idle_timeout),
                                self.metrics, access_log, upstream_timeout)
         self.poll_interval = poll_interval
         self.drain_timeout = drain_timeout

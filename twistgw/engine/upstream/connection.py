@@ -23,6 +23,7 @@ from twistgw.engine import framing, wire
 from twistgw.engine.timers import LazyTimer
 from twistgw.engine.upstream import policy
 from twistgw.engine.upstream.tunnel import Tunnel
+from twistgw.tls import describe_tls_failure
 
 if TYPE_CHECKING:
     from twistgw.engine.upstream.pool import UpstreamPool
@@ -75,7 +76,7 @@ class UpstreamConnection(Protocol):
     #: Protocol declares (producers, abortConnection)
     transport: Any
 
-    def __init__(self, pool: "UpstreamPool", key: tuple[str, int]) -> None:
+    def __init__(self, pool: "UpstreamPool", key: Any) -> None:  # Any: the pool's key, (host, port[, UpstreamTls])
         self.pool = pool
         self.key = key
         self.state = _CONNECTING
@@ -125,7 +126,15 @@ class UpstreamConnection(Protocol):
             return
         error = reason.getErrorMessage() if reason else "closed"
         if state < _BODY:
-            if state is _SENT and self.reused and req.retry_after_stale():
+            if state is _SENT:
+                why = describe_tls_failure(reason.value) if reason is not None and len(self.key) > 2 \
+                    and self.key[2] is not None else None
+                if why is not None:  # the TLS handshake failed: never retried, logged with its reason
+                    req.fail(policy.TLS_FAILURE, why)
+                    return
+                if self.reused and req.retry_after_stale():
+                    return
+            if req.retrying and req.again_on_reset():  # a route with retries (a class attribute otherwise)
                 return
             req.fail(policy.MALFORMED if state is _HEAD else policy.RESET, error)
         elif self.close_delimited:
@@ -295,6 +304,8 @@ class UpstreamConnection(Protocol):
         req = self.req
         if req is None or req.finished:
             return
+        if req.retrying and status != 101 and req.again_on_status(status):
+            return  # dropped with this connection; the request is tried again
         ex = req.ex
         if status == 101 and ex.upgrade is None:
             # never spliced: a 502 (the state is still HEAD: _malformed answers)

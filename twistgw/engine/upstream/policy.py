@@ -12,7 +12,7 @@ from __future__ import annotations
 from twisted.internet import error as ierror
 from twisted.python.failure import Failure
 
-__all__ = ["IDEMPOTENT", "MALFORMED", "RESET", "TIMEOUT", "Answer", "connect_failure", "may_retry"]
+__all__ = ["IDEMPOTENT", "MALFORMED", "RESET", "TIMEOUT", "TLS_FAILURE", "Answer", "connect_failure", "may_retry"]
 
 #: (status, body, short reason for the log and the access line)
 Answer = tuple[int, bytes, str]
@@ -24,6 +24,13 @@ _BEFORE_HEADERS = b"upstream connect error or disconnect/reset before headers. r
 RESET: Answer = (503, _BEFORE_HEADERS + b"connection termination", "reset")
 REFUSED: Answer = (503, _BEFORE_HEADERS + b"connection failure", "refused")
 CONNECT_TIMEOUT: Answer = (503, _BEFORE_HEADERS + b"connection timeout", "connect timeout")
+#: Envoy's answer when the upstream's TLS handshake fails (an untrusted or
+#: misnamed certificate, a refused client certificate).
+TLS_FAILURE: Answer = (503, _BEFORE_HEADERS + b"connection failure, transport failure reason: TLS error:"
+                       b" CERTIFICATE_VERIFY_FAILED", "TLS failure")
+#: Envoy's answer when a circuit breaker overflows (with ``x-envoy-overloaded: true``).
+OVERFLOW: Answer = (503, _BEFORE_HEADERS + b"overflow", "overflow")
+OVERLOADED = ((b"X-Envoy-Overloaded", b"true"),)
 TIMEOUT: Answer = (504, b"upstream request timeout", "timeout")
 MALFORMED: Answer = (502, b"upstream sent a malformed response", "malformed response")
 

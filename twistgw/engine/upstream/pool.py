@@ -12,15 +12,20 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint
+from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint, wrapClientTLS
 from twisted.internet.protocol import Factory
 
+from twistgw.api.upstreampolicy import UpstreamTls
 from twistgw.config.defaults import CONNECT_TIMEOUT, IDLE_TIMEOUT
 from twistgw.core.plan import Forward
 from twistgw.engine.seams import Downstream
 from twistgw.engine.upstream.connection import State, UpstreamConnection
+from twistgw.engine.upstream import breakers, policy
+from twistgw.engine.upstream.breakers import Breaker, LimitedRequest, LimitedRetryingRequest
 from twistgw.engine.upstream.request import UpstreamRequest
+from twistgw.engine.upstream.retrying import RetryingRequest
 from twistgw.engine.upstream.tunnel import TUNNEL_IDLE_TIMEOUT
+from twistgw.tls import client_tls
 
 __all__ = ["UpstreamPool"]
 
@@ -51,20 +56,35 @@ class UpstreamPool:
         self.max_per_host = max_per_host
         self.idle_timeout = idle_timeout
         self.tunnel_idle_timeout = tunnel_idle_timeout
-        self.idle: dict[tuple[str, int], list[UpstreamConnection]] = {}
-        self._endpoints: dict[tuple[str, int], Any] = {}
-        self._labels: dict[tuple[str, int], str] = {}
+        self.idle: dict[Any, list[UpstreamConnection]] = {}  # Any: (host, port) or (host, port, UpstreamTls)
+        self._endpoints: dict[Any, Any] = {}
+        self._labels: dict[Any, str] = {}
         self._all: set[UpstreamConnection] = set()
+        #: circuit breakers per upstream (namespace, name), and the breaker
+        #: of each connection a limited request opened
+        self._breakers: dict[tuple[str, str], Breaker] = {}
+        self._limited: dict[UpstreamConnection, Breaker] = {}
 
     def forward(self, ex: Downstream, plan: Forward) -> UpstreamRequest:
         """Send ``plan`` on an idle connection to its endpoint, or a new
         one; the outcome is reported to ``ex``."""
         endpoint = plan.endpoint
-        key = (endpoint.host, endpoint.port)
+        tls = plan.upstream.tls
+        # A TLS upstream's connections are kept apart from plain ones to
+        # the same address (and from other TLS settings): its key has a third
+        # part. A plain route reads one attribute more, nothing else.
+        key: Any = (endpoint.host, endpoint.port) if tls is None else (endpoint.host, endpoint.port, tls)
         label = self._labels.get(key)
         if label is None:
             label = self.label(key)
-        req = UpstreamRequest(self, ex, plan, key, label)
+        upstream = plan.upstream
+        if upstream.breakers is not None:
+            # its connections are its own (Envoy's pools are per cluster): counted, never shared
+            key = (endpoint.host, endpoint.port, tls, (upstream.namespace, upstream.name))
+            return self._forward_limited(ex, plan, key, self.label(key))
+        retries = plan.retry
+        req = UpstreamRequest(self, ex, plan, key, label) if retries is None else \
+            RetryingRequest(self, ex, plan, key, label, retries)
         idle = self.idle.get(key)
         while idle:
             conn = idle.pop()
@@ -77,19 +97,65 @@ class UpstreamPool:
             req.client_body_done()
         return req
 
-    def label(self, key: tuple[str, int]) -> str:
-        """``host:port`` of an endpoint (the access log's ``upstream``, logs),
+    def _forward_limited(self, ex: Downstream, plan: Forward, key: Any, label: str) -> UpstreamRequest:
+        """:meth:`forward` to an upstream with circuit breakers."""
+        upstream = plan.upstream
+        limits = upstream.breakers
+        assert limits is not None
+        b = self._breakers.get((upstream.namespace, upstream.name))
+        if b is None:
+            b = self._breakers[(upstream.namespace, upstream.name)] = Breaker(limits)
+        b.limits = limits  # a new configuration keeps the counts
+        retries = plan.retry
+        req: LimitedRequest | LimitedRetryingRequest
+        if retries is None:
+            req = LimitedRequest(self, ex, plan, key, label)
+        else:
+            req = LimitedRetryingRequest(self, ex, plan, key, label, retries)
+        req.breaker = b
+        if not b.admit(req):
+            req.fail(policy.OVERFLOW, "circuit breaker: maxRequests", policy.OVERLOADED)
+            return req
+        idle = self.idle.get(key)
+        if (not idle or not any(c.usable for c in idle)) and not b.may_connect():
+            if not b.may_wait():
+                req.fail(policy.OVERFLOW, "circuit breaker: maxPendingRequests", policy.OVERLOADED)
+                return req
+            b.pending.append(req)  # started when one of its connections frees
+        else:
+            breakers.start(req, self)
+        if ex.body_complete:
+            req.client_body_done()
+        return req
+
+    def _freed(self, conn: UpstreamConnection, b: Breaker, closed: bool) -> None:
+        """A connection of a limited upstream finished an exchange (``closed``:
+        or closed): start a waiting request."""
+        req = b.next_pending()
+        if req is None:
+            return
+        if not closed and conn.key != req.key and conn.transport is not None:
+            b.pending.appendleft(req)
+            conn.transport.loseConnection()  # its slot goes to the waiting request
+            return
+        breakers.start(req, self)
+
+    def label(self, key: Any) -> str:
+        """``host:port`` (``https://host:port`` over TLS) of an endpoint (the access log's ``upstream``, logs),
         remembered for at most 4,096 endpoints."""
         label = self._labels.get(key)
         if label is None:
-            label = f"{key[0]}:{key[1]}"
+            label = f"{key[0]}:{key[1]}" if len(key) == 2 or key[2] is None else f"https://{key[0]}:{key[1]}"
             if len(self._labels) < 4096:
                 self._labels[key] = label
         return label
 
-    def new_connection(self, key: tuple[str, int]) -> UpstreamConnection:
+    def new_connection(self, key: Any, breaker: Breaker | None = None) -> UpstreamConnection:
         conn = UpstreamConnection(self, key)
         self._all.add(conn)
+        if breaker is not None:
+            breaker.connections.add(conn)
+            self._limited[conn] = breaker
         return conn
 
     def connect(self, conn: UpstreamConnection) -> Deferred[UpstreamConnection]:
@@ -98,15 +164,28 @@ class UpstreamPool:
         endpoint = self._endpoints.get(key)
         if endpoint is None:
             endpoint = self._endpoints[key] = self._endpoint(*key)
+            if len(self._endpoints) > 4096:  # addresses come and go with the config: bounded
+                self._endpoints.clear()
+                self._endpoints[key] = endpoint
         d: Deferred[UpstreamConnection] = endpoint.connect(_Once(conn))
         return d
 
-    def _endpoint(self, host: str, port: int) -> Any:
+    def _endpoint(self, host: str, port: int, tls: UpstreamTls | None = None, _upstream: Any = None) -> Any:
         if ":" in host:
-            return TCP6ClientEndpoint(self.reactor, host.strip("[]"), port, timeout=self.connect_timeout)
-        if host.replace(".", "").isdigit():
-            return TCP4ClientEndpoint(self.reactor, host, port, timeout=self.connect_timeout)
-        return HostnameEndpoint(self.reactor, host, port, timeout=self.connect_timeout)
+            plain: Any = TCP6ClientEndpoint(self.reactor, host.strip("[]"), port, timeout=self.connect_timeout)
+        elif host.replace(".", "").isdigit():
+            plain = TCP4ClientEndpoint(self.reactor, host, port, timeout=self.connect_timeout)
+        else:
+            plain = HostnameEndpoint(self.reactor, host, port, timeout=self.connect_timeout)
+        if tls is None:
+            return plain
+        # Settings were checked when the configuration loaded; the peer is
+        # verified by name (twistgw.tls), always.
+        creator = client_tls(tls.server_name(host.strip("[]")), ca_pem=tls.ca_pem, client_cert_pem=tls.cert_pem,
+                             client_key_pem=tls.key_pem, min_version=tls.min_version,
+                             max_version=tls.max_version, ciphers=tls.ciphers or None,
+                             alpn=(b"http/1.1",), verify_names=tls.verify_names)
+        return wrapClientTLS(creator, plain)
 
     def release(self, conn: UpstreamConnection) -> None:
         """A connection that finished a keep-alive exchange (or was made for
@@ -119,12 +198,22 @@ class UpstreamPool:
         idle.append(conn)
         if self.idle_timeout:
             conn.timer.set(self.idle_timeout, conn.idle_expired)
+        if self._limited:
+            b = self._limited.get(conn)
+            if b is not None and b.pending:
+                self._freed(conn, b, False)
 
     def forget(self, conn: UpstreamConnection) -> None:
         self._all.discard(conn)
         idle = self.idle.get(conn.key)
         if idle and conn in idle:
             idle.remove(conn)
+        if self._limited:
+            b = self._limited.pop(conn, None)
+            if b is not None:
+                b.connections.discard(conn)
+                if b.pending:
+                    self._freed(conn, b, True)
 
     def close(self) -> Deferred[None]:
         """Close every idle connection (on shutdown)."""

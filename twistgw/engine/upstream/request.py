@@ -36,7 +36,15 @@ class UpstreamRequest:
 
     __slots__ = ("pool", "ex", "plan", "key", "label", "conn", "connecting", "retried", "finished", "timing")
 
-    def __init__(self, pool: "UpstreamPool", ex: Downstream, plan: Forward, key: tuple[str, int],
+    #: a :class:`~twistgw.engine.upstream.retrying.RetryingRequest` (a route
+    #: with ``retries``) says True; the connection asks before relaying a head
+    retrying = False
+    #: the upstream's circuit-breaker counters (an
+    #: :class:`~twistgw.engine.upstream.breakers.Breaker`) on a limited
+    #: request's subclass; None here, so an unlimited request stores nothing
+    breaker: Any = None
+
+    def __init__(self, pool: "UpstreamPool", ex: Downstream, plan: Forward, key: Any,
                  label: str) -> None:
         self.pool = pool
         self.ex = ex
@@ -55,7 +63,7 @@ class UpstreamRequest:
     def connect(self, remaining: float | None = None) -> None:
         """Make a new connection; ``remaining``: what is left of a running
         response deadline (a retry)."""
-        conn = self.conn = self.pool.new_connection(self.key)
+        conn = self.conn = self.pool.new_connection(self.key, self.breaker)
         if remaining is not None:
             conn.timer.set(max(remaining, 0.0), self.timed_out)
         d = self.connecting = self.pool.connect(conn)
@@ -77,6 +85,15 @@ class UpstreamRequest:
             return
         self.fail(policy.connect_failure(failure), failure.getErrorMessage())
 
+    def again_on_status(self, status: int) -> bool:
+        """Whether a response head with ``status`` is dropped for another try
+        (only under a retry policy)."""
+        return False
+
+    def again_on_reset(self) -> bool:
+        """Whether a connection lost before the head leads to another try."""
+        return False
+
     def retry_after_stale(self) -> bool:
         """A pooled connection died before any answer: send again once, on
         a new connection, if the policy allows."""
@@ -94,19 +111,25 @@ class UpstreamRequest:
     def done(self) -> None:
         """The response ended (the connection reports it, then finishes the exchange)."""
         self.finished = True
+        if self.breaker is not None:
+            self.breaker.ended(self)
 
-    def fail(self, answer: policy.Answer, error: str) -> None:
+    def fail(self, answer: policy.Answer, error: str, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
         if self.finished:
             return
         self.finished = True
+        if self.breaker is not None:
+            self.breaker.ended(self)
         status, body, why = answer
-        self.ex.upstream_failed(status, body, why, error)
+        self.ex.upstream_failed(status, body, why, error, headers)
 
     def broke(self, reason: str) -> None:
         """The response broke off after its head."""
         if self.finished:
             return
         self.finished = True
+        if self.breaker is not None:
+            self.breaker.ended(self)
         self.ex.upstream_broke(reason)
 
     def _abandon(self) -> None:
@@ -135,6 +158,8 @@ class UpstreamRequest:
         if self.finished:
             return
         self.finished = True
+        if self.breaker is not None:
+            self.breaker.ended(self)
         self._abandon()
 
     def client_body_done(self) -> None:

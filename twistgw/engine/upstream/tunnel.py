@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from twisted.logger import Logger
 
 from twistgw.engine import wire
+from twistgw.config.defaults import TUNNEL_IDLE_TIMEOUT
 from twistgw.engine.seams import TunnelEnd
 from twistgw.engine.timers import LazyTimer
 
@@ -21,9 +22,9 @@ if TYPE_CHECKING:
 __all__ = ["TUNNEL_IDLE_TIMEOUT", "Tunnel"]
 
 #: Seconds a spliced connection may carry no byte either way before both
-#: sides are closed (Envoy's stream idle timeout default, 5 minutes; nginx
-#: closes a WebSocket after its 60 s ``proxy_read_timeout``). 0: never.
-TUNNEL_IDLE_TIMEOUT = 300.0
+#: sides are closed (``--tunnel-idle-timeout``; the default is Envoy's stream
+#: idle timeout, 5 minutes; nginx closes a WebSocket after its 60 s
+#: ``proxy_read_timeout``). 0: never.
 
 _log = Logger(namespace="twistgw.upstream")
 

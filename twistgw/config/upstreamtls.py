@@ -1,0 +1,152 @@
+"""TLS to upstreams: an Upstream's ``sslConfig`` (Gloo's UpstreamSslConfig)
+and ``static.useTls`` / per-host ``sniAddr``, read into an
+:class:`SslSpec` (references unresolved), then resolved against the
+Secrets and files into the :class:`~twistgw.api.types.UpstreamTls` the
+engine uses. Every peer is verified by name (see docs/traffic.md).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import attrs
+
+from twistgw.api.fields import FieldReader, Path
+from twistgw.api.types import SecretInfo
+from twistgw.api.upstreampolicy import UpstreamTls
+
+__all__ = ["SslSpec", "read_ssl_config", "resolve_tls"]
+
+#: Gloo's protocol version names (twistgw.tls.TLS_VERSIONS, and TLS_AUTO);
+#: the config layer imports no Twisted, so twistgw.tls is imported where a
+#: creator is built to check the settings
+_VERSIONS = ("TLS_AUTO", "TLSv1_0", "TLSv1_1", "TLSv1_2", "TLSv1_3")
+_NOT_SUPPORTED = {
+    "sds": "secret discovery (SDS) is not supported: use secretRef or sslFiles",
+    "alpnProtocols": "ALPN to upstreams is not supported (twistgw speaks HTTP/1.1 to upstreams)",
+    "allowRenegotiation": "TLS renegotiation is not supported",
+    "oneWayTls": "oneWayTls is not supported (a client certificate is sent when one is configured)",
+}
+
+
+@attrs.frozen
+class SslSpec:
+    """``sslConfig`` as written: the Secret or the files, not yet read."""
+
+    secret: tuple[str, str] | None = None
+    #: (tlsCert, tlsKey, rootCa) paths as written ("" when absent)
+    files: tuple[str, str, str] | None = None
+    sni: str = ""
+    verify_names: tuple[str, ...] = ()
+    min_version: str | None = None
+    max_version: str | None = None
+    ciphers: tuple[str, ...] = ()
+    host_sni: tuple[tuple[str, str], ...] = ()
+
+
+def _version(r: FieldReader, m: Mapping[str, Any], key: str, path: Path) -> str | None:
+    if m.get(key) is None:
+        return None
+    v = r.string(m[key], path + (key,))
+    if v not in _VERSIONS:
+        raise r.fail(path + (key,), f"unknown TLS version {v!r} (expected one of: {', '.join(_VERSIONS)})")
+    return None if v == "TLS_AUTO" else v
+
+
+def read_ssl_config(r: FieldReader, value: Any, path: Path, ns: str) -> SslSpec:
+    """An Upstream's ``sslConfig``."""
+    m = dict(r.mapping(value or {}, path))
+    for key, why in _NOT_SUPPORTED.items():
+        if m.pop(key, None) is not None:
+            r.issue(path + (key,), f"is not supported by twistgw: {why}")
+    m = r.mapping(m, path, {"secretRef", "sslFiles", "sni", "verifySubjectAltName", "parameters"})
+    if "secretRef" in m and "sslFiles" in m:
+        raise r.fail(path, "set secretRef or sslFiles, not both")
+    secret = files = None
+    if m.get("secretRef") is not None:
+        sp = path + ("secretRef",)
+        ref = r.mapping(m["secretRef"], sp, {"name", "namespace"}, required=("name",))
+        secret = (r.string(ref.get("namespace", ns), sp + ("namespace",)), r.string(ref["name"], sp + ("name",)))
+    if m.get("sslFiles") is not None:
+        fp = path + ("sslFiles",)
+        f = dict(r.mapping(m["sslFiles"], fp))
+        if f.pop("ocspStaple", None) is not None:
+            r.issue(fp + ("ocspStaple",), "is not supported by twistgw: OCSP stapling is a server-side feature")
+        f = r.mapping(f, fp, {"tlsCert", "tlsKey", "rootCa"})
+        cert, key, ca = (r.string(f[k], fp + (k,)) if k in f else "" for k in ("tlsCert", "tlsKey", "rootCa"))
+        if bool(cert) != bool(key):
+            raise r.fail(fp, "a client certificate (tlsCert) needs its key (tlsKey), and a key its certificate")
+        files = (cert, key, ca)
+    sni = r.string(m["sni"], path + ("sni",)) if m.get("sni") is not None else ""
+    names = tuple(r.string(n, path + ("verifySubjectAltName", i))
+                  for i, n in enumerate(r.sequence(m.get("verifySubjectAltName") or [],
+                                                   path + ("verifySubjectAltName",))))
+    lo = hi = None
+    ciphers: tuple[str, ...] = ()
+    if m.get("parameters") is not None:
+        pp = path + ("parameters",)
+        p = dict(r.mapping(m["parameters"], pp))
+        if p.pop("ecdhCurves", None):
+            r.issue(pp + ("ecdhCurves",), "is not supported by twistgw: OpenSSL's default curves are used")
+        p = r.mapping(p, pp, {"minimumProtocolVersion", "maximumProtocolVersion", "cipherSuites"})
+        lo, hi = _version(r, p, "minimumProtocolVersion", pp), _version(r, p, "maximumProtocolVersion", pp)
+        ciphers = tuple(r.string(c, pp + ("cipherSuites", i))
+                        for i, c in enumerate(r.sequence(p.get("cipherSuites") or [], pp + ("cipherSuites",))))
+    spec = SslSpec(secret, files, sni, names, lo, hi, ciphers)
+    from twistgw.tls import TLSSettingsError, client_tls
+
+    try:  # settings that can never work are reported here, with their field
+        client_tls(sni or "settings.check", min_version=lo, max_version=hi, ciphers=ciphers or None,
+                   verify_names=names)
+    except TLSSettingsError as exc:
+        raise r.fail(path + ("parameters",) if m.get("parameters") is not None else path, str(exc)) from None
+    return spec
+
+
+def _read_file(base: str, name: str, what: str) -> bytes | None:
+    if not name:
+        return None
+    full = name if os.path.isabs(name) else os.path.join(base, name)
+    try:
+        with open(full, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ValueError(f"sslFiles.{what}: cannot read {full}: {exc.strerror}") from None
+
+
+def resolve_tls(spec: SslSpec, secrets: Mapping[tuple[str, str], SecretInfo], base: str) -> UpstreamTls:
+    """The PEMs of ``spec`` read (from the Secret, or files relative to
+    ``base``, the configuration directory), checked by building a creator.
+
+    :raises LookupError: the Secret is not declared (a dangling reference).
+    :raises ValueError: a file cannot be read, the Secret lacks the keys, or
+        the PEMs cannot be used (the message says why).
+    """
+    cert = key = ca = None
+    if spec.secret is not None:
+        secret = secrets.get(spec.secret)
+        if secret is None:
+            raise LookupError(f"sslConfig.secretRef names no Secret {spec.secret[0]}/{spec.secret[1]}")
+        data = secret.data
+        cert, key, ca = data.get("tls.crt"), data.get("tls.key"), data.get("ca.crt")
+        if cert is None and key is None and ca is None:
+            raise ValueError(f"sslConfig.secretRef: Secret {spec.secret[0]}/{spec.secret[1]} has none of"
+                             " tls.crt, tls.key, ca.crt")
+        if (cert is None) != (key is None):
+            raise ValueError(f"sslConfig.secretRef: Secret {spec.secret[0]}/{spec.secret[1]} needs both"
+                             " tls.crt and tls.key (or neither)")
+    elif spec.files is not None:
+        cert, key, ca = (_read_file(base, n, w) for n, w in zip(spec.files, ("tlsCert", "tlsKey", "rootCa"),
+                                                                strict=True))
+    from twistgw.tls import TLSSettingsError, client_tls
+
+    tls = UpstreamTls(spec.sni, ca, cert, key, spec.verify_names, spec.min_version, spec.max_version,
+                      spec.ciphers, spec.host_sni)
+    try:
+        client_tls(spec.sni or "settings.check", ca_pem=ca, client_cert_pem=cert, client_key_pem=key,
+                   min_version=spec.min_version, max_version=spec.max_version, ciphers=spec.ciphers or None,
+                   verify_names=spec.verify_names)
+    except TLSSettingsError as exc:
+        raise ValueError(f"sslConfig: {exc}") from None
+    return tls
