@@ -48,6 +48,7 @@ MODULES = (
     "unit/test_route_matchers.py",
     "unit/test_route_tables.py",
     "unit/test_subsets.py",
+    "unit/test_response_headers.py",
     "unit/test_traffic.py",
     "unit/test_testing_api.py",
     "jwt/test_jwt_behaviour.py",

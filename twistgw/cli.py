@@ -205,10 +205,15 @@ def _print_plan(result: Any) -> None:
     for name, values in plan.headers.getAllRawHeaders():
         for value in values:
             print(f"  {name.decode('latin-1')}: {_shown(name, value)}")
+    edit = plan.response_edit
+    if edit is not None and edit.adds:
+        print("Headers added to the response:")
+        for name, value in edit.adds:
+            print(f"  {name.decode('latin-1')}: {_shown(name, value)}")
 
 
 #: Headers whose values ``explain`` does not print (credentials).
-_SECRET_HEADERS = frozenset({b"authorization", b"proxy-authorization", b"cookie", b"x-api-key"})
+_SECRET_HEADERS = frozenset({b"authorization", b"proxy-authorization", b"cookie", b"x-api-key", b"set-cookie"})
 
 
 def _shown(name: bytes, value: bytes) -> str:

@@ -315,6 +315,17 @@ def twistgw_authenticate(ctx: RequestContext, options: object) -> Decision | Non
     In a dry run (``ctx.dry_run``), return :class:`twistgw.NotChecked`
     saying what would be done instead of contacting anything.
 
+    **Response headers.** ``ctx.add_response_header(b"set-cookie",
+    b"session=...")`` (here or in ``twistgw_authorize``) adds a header to
+    the response the client gets, whoever answers it: the upstream (after
+    the upstream's own headers, which stay) or the gateway (a later
+    plugin's refusal, a direct response). One line per call, in call order.
+    A name the engine writes itself (``Content-Length``,
+    ``Transfer-Encoding``, ``Connection`` and the other hop-by-hop ones), a
+    name that is not an HTTP token or a value with CR, LF or NUL raises
+    ValueError at the call. A request no plugin adds a header to costs
+    nothing more. For the headers of a refusal, use ``Deny(headers=...)``.
+
     :param ctx: the request.
     :param options: what this plugin's ``twistgw_compile_options`` returned
         for this route.

@@ -16,6 +16,7 @@
             allowedUpstreamHeaders: [x-user-id]            # from an admitting answer, to the backend
             allowedUpstreamHeadersToOverwrite: [x-tenant]
             allowedClientHeadersOnDenied: [www-authenticate]  # from a refusing answer, to the client
+            allowedClientHeadersOnSuccess: [x-ratelimit-remaining]  # from an admitting answer, to the client
             readStateFromResponse: true          # {"state": {...}} of an admitting answer
         config: {tier: gold}                     # JSON body {"config": ...}
         failureModeAllow: false
@@ -40,6 +41,7 @@ from twisted.internet.defer import Deferred
 from twisted.web.http_headers import Headers as TxHeaders
 
 from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, GatewayInfo, OptionsError, RequestContext
+from twistgw.api.headers import OWNED_RESPONSE_HEADERS
 from twistgw.api.types import NotChecked
 from twistgw.options import Problems
 
@@ -66,10 +68,6 @@ _REFUSED = {
                                             " before the chain runs",
 }
 
-#: What this gateway's AuthAllow carries (response headers arrive with a later contract).
-_ALLOW_FIELDS = frozenset(a.name for a in attrs.fields(AuthAllow))
-_NO_RESPONSE_HEADERS = ("is not supported by this gateway version: the extauth plugin cannot add headers to the"
-                        " response of an admitted request")
 
 
 @attrs.frozen
@@ -139,11 +137,9 @@ class PassThroughChecker:
             if state is None:
                 return AuthDeny(401, content_type=b"",
                                 reason="auth service admitted, but its body is not {\"state\": {...}}")
-        extra: dict[str, Any] = {}
-        if self.call.success_headers:
-            extra["response_headers"] = reply_headers(reply, self.call.success_headers)
         return AuthAllow(headers=reply_headers(reply, self.call.upstream_headers),
-                         reason="auth service answered 200", state=state, **extra)
+                         response_headers=reply_headers(reply, self.call.success_headers) if self.call.success_headers
+                         else (), reason="auth service answered 200", state=state)
 
     def _failed(self, reason: str) -> AuthAllow | AuthDeny:
         if self.failure_mode_allow:
@@ -221,9 +217,13 @@ def compile_call(http: Mapping[str, Any], config: Any, problems: Problems) -> Ca
 
 
 def _success_headers(value: Any, path: c.Path) -> tuple[bytes, ...]:
-    names = c.header_names(value, path, settable=True)
-    if names and "response_headers" not in _ALLOW_FIELDS:
-        raise OptionsError(path, _NO_RESPONSE_HEADERS)
+    """``allowedClientHeadersOnSuccess``: added to the client's response,
+    so the framing and hop-by-hop headers the engine writes are refused."""
+    names = c.header_names(value, path)
+    for i, name in enumerate(names):
+        if name in OWNED_RESPONSE_HEADERS:
+            raise OptionsError(path + (i,), f"{name.decode()!r} is a framing/hop-by-hop header the gateway writes"
+                                            " itself; it cannot come from the auth service")
     return names
 
 

@@ -212,6 +212,8 @@ def _admit_one(ctx: RequestContext, compiled: CompiledExtAuth, answer: AuthAllow
             headers.removeHeader(header)
         else:
             headers.setRawHeaders(header, [value])
+    for header, value in answer.response_headers:
+        ctx.add_response_header(header, value)
     principal = answer.principal
     if principal is not None:
         ctx.authenticated("extauth", principal)
@@ -237,6 +239,8 @@ def _apply_all(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tu
                 headers.removeHeader(name)
             else:
                 headers.setRawHeaders(name, [value])
+        for name, value in answer.response_headers:
+            ctx.add_response_header(name, value)
         if answer.principal is not None:
             identities[compiled.entries[index].name] = answer.principal
             principal = answer.principal if principal is None else principal

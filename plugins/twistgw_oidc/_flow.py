@@ -27,16 +27,10 @@ from twistgw_oidc._provider import Discovery
 from twistgw_oidc._runtime import Runtime
 from twistgw_oidc._session import CookieStore, RedisStore, Session, StoreDown
 
-_ALLOW_FIELDS = frozenset(a.name for a in attrs.fields(AuthAllow))
-
 
 def make_allow(**fields: Any) -> AuthAllow:
-    """An AuthAllow with the fields this gateway's contract has (``claims``
-    and ``response_headers`` when the extauth plugin carries them)."""
-    return AuthAllow(**{k: v for k, v in fields.items() if k in _ALLOW_FIELDS})
-
-
-CAN_SET_RESPONSE_HEADERS = "response_headers" in _ALLOW_FIELDS
+    """An AuthAllow (kept as the one place the plugin builds one)."""
+    return AuthAllow(**fields)
 
 
 def unavailable(reason: str) -> AuthDeny:
@@ -148,17 +142,12 @@ class OidcChecker:
             except StoreDown as exc:
                 return unavailable(f"oidc: session store unreachable: {exc}")
             return self.allow(ctx, fresh)
+        # the refreshed session's cookie goes on the response of this very
+        # request, whatever its method (the backend's answer, or the
+        # gateway's if a later plugin refuses)
         lines = split_cookies(self.spec.session.cookie_name, self.store.seal(fresh), self.spec.session.cookie,
                               cookies)
-        if CAN_SET_RESPONSE_HEADERS:
-            return self.allow(ctx, fresh, tuple((b"set-cookie", line) for line in lines))
-        if _login.can_redirect(self.spec, ctx) and not self.needs_refresh(fresh):
-            # carry the new cookie with a redirect to the same URL (never a loop: the fresh session is usable)
-            return AuthDeny(302, b"", headers=((b"location", _login.path_and_query(ctx).encode("latin-1")),
-                                               (b"cache-control", b"no-store"),
-                                               *((b"set-cookie", line) for line in lines)),
-                            content_type=b"", reason="oidc: session refreshed")
-        return self.allow(ctx, fresh)
+        return self.allow(ctx, fresh, tuple((b"set-cookie", line) for line in lines))
 
     def allow(self, ctx: RequestContext, session: Session,
               response_headers: tuple[tuple[bytes, bytes], ...] = ()) -> AuthAllow:

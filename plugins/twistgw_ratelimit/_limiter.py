@@ -55,15 +55,27 @@ def draft_headers(limit: RateLimit, remaining: int, reset: int) -> tuple[tuple[b
             (b"x-ratelimit-reset", str(reset).encode()))
 
 
+def add_headers(ctx: RequestContext, headers: tuple[tuple[bytes, bytes], ...]) -> None:
+    """The ``x-ratelimit-*`` headers on the response of an admitted request
+    (Envoy adds them to every response when they are enabled)."""
+    for name, value in headers:
+        ctx.add_response_header(name, value)
+
+
+def local_headers(options: LocalLimit, now: float) -> tuple[tuple[bytes, bytes], ...]:
+    bucket = options.bucket
+    return ((b"x-ratelimit-limit", f"{options.spec.max_tokens}".encode()),
+            (b"x-ratelimit-remaining", str(max(0, bucket.tokens)).encode()),
+            (b"x-ratelimit-reset", str(bucket.reset_after(now)).encode()))
+
+
 def check_local(ctx: RequestContext, options: LocalLimit, now: float) -> twistgw.Deny | None:
     if options.bucket.take(now):
+        if options.headers:
+            add_headers(ctx, local_headers(options, now))
         return None
     count("localRatelimit", options.where, "over_limit")
-    headers: tuple[tuple[bytes, bytes], ...] = ()
-    if options.headers:
-        spec = options.spec
-        headers = ((b"x-ratelimit-limit", f"{spec.max_tokens}".encode()), (b"x-ratelimit-remaining", b"0"),
-                   (b"x-ratelimit-reset", str(options.bucket.reset_after(now)).encode()))
+    headers = local_headers(options, now) if options.headers else ()
     return limited(headers, b"local_rate_limited", reason=f"local token bucket of {options.where} is empty")
 
 
@@ -98,7 +110,8 @@ def check_global(ctx: RequestContext, options: GlobalLimits, store: RedisCounter
 
     def deliver(counts: list[int] | None, error: str | None) -> None:
         try:
-            decision = _decide(counts, hits, options, moment) if counts is not None else _failed(error, options)
+            decision = _decide(ctx, counts, hits, options, moment) if counts is not None \
+                else _failed(error, options)
         except Exception as exc:  # a bug: the chain fails closed with 500
             d.errback(exc)
         else:
@@ -108,7 +121,11 @@ def check_global(ctx: RequestContext, options: GlobalLimits, store: RedisCounter
     return d
 
 
-def _decide(counts: list[int], hits: list[Hit], options: GlobalLimits, moment: float) -> twistgw.Deny | None:
+def _decide(ctx: RequestContext, counts: list[int], hits: list[Hit], options: GlobalLimits,
+            moment: float) -> twistgw.Deny | None:
+    """429 when a rule is over its limit (unless in shadow mode); the
+    draft headers of the rule closest to its limit, when enabled, on the
+    429 and on an admitted request's response alike."""
     server = options.server
     worst: tuple[int, Hit] | None = None
     over: list[Hit] = []
@@ -121,17 +138,17 @@ def _decide(counts: list[int], hits: list[Hit], options: GlobalLimits, moment: f
             count(options.plugin, hit.label, "shadow_over_limit" if server.shadow else "over_limit")
         else:
             count(options.plugin, hit.label, "ok")
-    if not over:
-        return None
-    rules = ", ".join(f"{h.label} ({h.limit.describe()})" for h in over)
-    if server.shadow:
-        _log.info("shadow mode: {plugin} would refuse a request on {where}: over {rules}",
-                  plugin=options.plugin, where=options.where, rules=rules)
-        return None
     headers: tuple[tuple[bytes, bytes], ...] = ()
     if server.headers and worst is not None:
         headers = draft_headers(worst[1].limit, worst[0], worst[1].limit.reset_after(moment))
-    return limited(headers, reason=f"over limit: {rules}")
+    if over:
+        rules = ", ".join(f"{h.label} ({h.limit.describe()})" for h in over)
+        if not server.shadow:
+            return limited(headers, reason=f"over limit: {rules}")
+        _log.info("shadow mode: {plugin} would refuse a request on {where}: over {rules}",
+                  plugin=options.plugin, where=options.where, rules=rules)
+    add_headers(ctx, headers)
+    return None
 
 
 def _failed(reason: str | None, options: GlobalLimits) -> twistgw.Deny | None:

@@ -227,6 +227,28 @@ spec:
         self.assertEqual(slow.status, 503)
         self.assertEqual(len(self.backend.requests), 1)
 
+    async def test_client_headers_on_success_reach_the_client_not_the_backend(self) -> None:
+        def respond(r: Recorded) -> Any:
+            if (r.headers(b"authorization") or [b""])[0] == b"authorize me":
+                return reply(200, (("x-user-id", "42"), ("x-ratelimit-remaining", "9"),
+                                   ("Set-Cookie", "a=1"), ("Set-Cookie", "b=2"), ("x-secret", "s")))
+            return reply(401, (("x-ratelimit-remaining", "0"),))
+
+        service = start_recorder(respond)
+        self.addCleanup(service.close)
+        self.config(service.port, "          allowedClientHeadersOnSuccess: [x-ratelimit-remaining, set-cookie]\n")
+        self.serve()
+        ok = await self.get(authorization="authorize me")
+        self.assertEqual(ok.status, 200)
+        self.assertEqual(ok.headers.getRawHeaders(b"x-ratelimit-remaining"), [b"9"])
+        self.assertEqual(ok.headers.getRawHeaders(b"set-cookie"), [b"a=1", b"b=2"])
+        self.assertIsNone(ok.headers.getRawHeaders(b"x-secret"))
+        self.assertIsNone(self.backend.requests[-1].header(b"x-ratelimit-remaining"))
+        self.assertEqual(self.backend.requests[-1].header(b"x-user-id"), [b"42"])
+        denied = await self.get(authorization="nope")  # only allowedClientHeadersOnDenied on a refusal
+        self.assertEqual(denied.status, 401)
+        self.assertIsNone(denied.headers.getRawHeaders(b"x-ratelimit-remaining"))
+
     async def test_down_with_and_without_failure_mode_allow(self) -> None:
         self.config(_closed_port())
         self.serve()

@@ -181,3 +181,34 @@ def test_echo_with_a_malformed_or_taken_endpoint_says_so_in_one_line():
     assert out.returncode == 3 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.strip() == (f"twistgw: cannot listen on --listen tcp:{port}:interface=127.0.0.1:"
                                   " address already in use")
+
+
+def test_explain_lists_the_headers_added_to_the_response(tmp_path):
+    (tmp_path / "vs.yaml").write_text("""\
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {name: app}
+spec: {static: {hosts: [{addr: 127.0.0.1, port: 9}]}}
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {name: vs}
+spec:
+  virtualHost:
+    domains: ["*"]
+    routes:
+    - matchers: [{prefix: /}]
+      routeAction: {single: {upstream: {name: app}}}
+      options:
+        headerManipulation:
+          responseHeadersToAdd:
+          - {header: {key: x-served-by, value: twistgw}}
+          - {header: {key: set-cookie, value: "tracking=s3cr3t"}}
+""")
+    out = run("explain", str(tmp_path), "GET", "http://localhost/x")
+    assert out.returncode == 0, out.stdout + out.stderr
+    added = out.stdout.split("Headers added to the response:")[1]
+    assert "X-Served-By: twistgw" in added
+    assert "Set-Cookie: (redacted)" in added and "s3cr3t" not in out.stdout
+    plain = run("explain", str(ETC), "GET", "http://localhost/hello")
+    assert "Headers added to the response" not in plain.stdout

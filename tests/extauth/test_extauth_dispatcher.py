@@ -6,6 +6,9 @@ problems; the error policy; dry runs; inline types."""
 from __future__ import annotations
 
 import base64
+import pathlib
+import shutil
+import tempfile
 import textwrap
 from typing import Any
 
@@ -16,8 +19,9 @@ from twisted.internet import defer
 import twistgw
 import twistgw_extauth
 from twistgw import AuthAllow, AuthDeny, ConfigError
-from twistgw.testing import ChainTester
+from twistgw.testing import ChainTester, start_gateway
 
+from support.http import http_request, start_backend
 from support.trial import TestCase
 
 URL = "http://api.example.com/x"
@@ -45,11 +49,14 @@ class _FixedType(twistgw.ExtAuthConfigType):
     name = "fixed"
 
     def compile(self, raw: Any, scope: twistgw.ConfigScope) -> _Fixed:
-        twistgw.options.check_fields(raw, ("allow", "deny", "error", "hang", "boom", "later", "claims", "share"), ())
+        twistgw.options.check_fields(raw, ("allow", "deny", "error", "hang", "boom", "later", "claims", "share",
+                                           "cookie"), ())
         if "allow" in raw:
+            cookie = ((b"set-cookie", raw["cookie"].encode()),) if "cookie" in raw else ()
             answer: Any = AuthAllow(principal=raw["allow"] or None, headers=((b"x-fixed", b"yes"),),
                                     reason=f"fixed allows {raw['allow']}", claims=raw.get("claims"),
-                                    claims_provider="fixed" if "claims" in raw else None, state=raw.get("share"))
+                                    claims_provider="fixed" if "claims" in raw else None, state=raw.get("share"),
+                                    response_headers=cookie)
         elif "deny" in raw:
             answer = AuthDeny(raw["deny"], b"fixed says no", ((b"x-why", b"fixed"),), reason="fixed denies")
         elif raw.get("hang"):
@@ -263,3 +270,31 @@ class ConfigurationTests(TestCase):
         r = await t.request("GET", "http://api.example.com/", headers={"X-Fixed": "forged"})
         self.assertEqual(r.status, 401)
         self.assertFalse(r.ctx.headers.hasHeader(b"x-fixed"))
+
+
+class ResponseHeadersGatewayTests(TestCase):
+    """``AuthAllow.response_headers`` through a real gateway, in front of a
+    real backend: on the client's response when the whole AuthConfig
+    admits, never on a refusal, never to the backend."""
+
+    async def test_added_to_the_client_response_of_an_admitted_request(self) -> None:
+        backend = start_backend("backend")
+        self.addCleanup(backend.close)
+        directory = tempfile.mkdtemp(prefix="twistgw-extauth-")
+        self.addCleanup(shutil.rmtree, directory, True)
+        upstream = (f"---\napiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {{name: app}}\n"
+                    f"spec: {{static: {{hosts: [{{addr: 127.0.0.1, port: {backend.port}}}]}}}}\n")
+        text = config(f"[{TOKEN}, {{name: a, fixed: {{allow: '', cookie: a=1, later: true}}}},"
+                      " {name: b, fixed: {allow: '', cookie: b=2}}]").replace(
+            "directResponseAction: {status: 200, body: admitted}", "routeAction: {single: {upstream: {name: app}}}")
+        pathlib.Path(directory, "gw.yaml").write_text(text + upstream)
+        gw = start_gateway(directory, PLUGINS)
+        self.addCleanup(gw.stop)
+        ok = await http_request("GET", gw.url("/x"), headers={"x-token": TOKENS["ci"]})
+        self.assertEqual(ok.status, 200)
+        self.assertEqual(ok.headers.getRawHeaders(b"set-cookie"), [b"a=1", b"b=2"])  # in config order
+        self.assertEqual(len(backend.requests), 1)
+        self.assertIsNone(backend.requests[0].header(b"set-cookie"))
+        refused = await http_request("GET", gw.url("/x"))  # the token config refuses: none of them
+        self.assertEqual(refused.status, 401)
+        self.assertIsNone(refused.headers.getRawHeaders(b"set-cookie"))

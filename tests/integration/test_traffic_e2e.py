@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import jwt as pyjwt
-import pytest
 import pytest_twisted
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -318,9 +317,6 @@ spec:
             await p.stopListening()
 
 
-@pytest.mark.xfail(strict=True, reason="the engine does not yet apply Forward.response_edit to an upstream's"
-                   " response head (one call site, see docs/decisions.md 'The engine's response hook'); when it"
-                   " does, this test passes and the marker must go")
 @pytest_twisted.ensureDeferred
 async def test_response_headers_and_cors_on_proxied_responses(tmp_path: Path, backend_factory: Any,
                                                                config_dir: Any) -> None:

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import time
 from typing import Any, Iterator
 
 import pytest
@@ -117,3 +118,30 @@ def test_wrong_password_stays_at_the_provider(stack: Stack, driver: webdriver.Ch
     wait(d, ec.presence_of_element_located((By.ID, "error")))
     assert re.search("invalid", d.find_element(By.ID, "error").text)
     assert "c_session" not in {c["name"] for c in d.get_cookies()}
+
+
+def test_refreshed_cookie_from_a_fetch_post(stack: Stack, driver: webdriver.Chrome) -> None:
+    """Cookie store, tokens that expire in 2 s: a page's ``fetch()`` POST
+    after expiry is refreshed and admitted in place (no redirect a script
+    could not follow), and Chromium keeps the renewed session cookie from
+    that answer: the next navigation is admitted with the same tokens."""
+    d = driver
+    fresh(d)
+    d.get(stack.url("/cshort/page"))
+    wait(d, ec.title_is("Sign-in"))
+    log_in(d, "alice", "wonderland")
+    backend_answer(d, stack, "/cshort/page")
+    old = {c["name"]: c["value"] for c in d.get_cookies()}["cs_session"]
+    time.sleep(2.2)
+    result = d.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch('/cshort/api', {method: 'POST', body: 'x=1', redirect: 'manual'})"
+        ".then(r => r.text().then(t => done([r.status, t]))).catch(e => done([0, String(e)]));")
+    assert result[0] == 200, result
+    posted = headers_of(json.loads(result[1]))
+    assert posted["x-user-email"] == "alice@example.org"
+    renewed = {c["name"]: c["value"] for c in d.get_cookies()}["cs_session"]
+    assert renewed != old
+    d.get(stack.url("/cshort/next"))
+    after = headers_of(backend_answer(d, stack, "/cshort/next"))
+    assert after["x-access-token"] == posted["x-access-token"]  # no second refresh: the cookie was kept

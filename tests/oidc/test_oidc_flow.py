@@ -189,13 +189,29 @@ def test_refresh_redis(stack: Stack) -> None:
 
 
 def test_refresh_cookie(stack: Stack) -> None:
+    """With the cookie store, the refreshed session's cookie comes on the
+    answer to the request that refreshed it (no redirect to itself), a GET
+    or a POST alike; the next request uses it (no second refresh)."""
     b = Browser()
     login(b, stack.url("/cshort/x"), stack.host)
     old = b.cookies("localhost")["cs_session"]
     time.sleep(2.2)
-    final = b.follow(b.get(stack.url("/cshort/y")))
-    assert seen(final)["x-user-email"] == ["alice@example.org"]
-    assert b.cookies("localhost")["cs_session"] != old
+    got = b.get(stack.url("/cshort/y"))
+    assert got.status == 200, got
+    first = seen(got)
+    assert first["x-user-email"] == ["alice@example.org"]
+    assert any(line.startswith("cs_session=") for line in got.header_values("set-cookie"))
+    renewed = b.cookies("localhost")["cs_session"]
+    assert renewed != old
+    again = b.get(stack.url("/cshort/z"))  # the renewed cookie: no refresh, no new cookie
+    assert again.status == 200 and again.header_values("set-cookie") == []
+    assert seen(again)["x-access-token"] == first["x-access-token"]
+    time.sleep(2.2)
+    posted = b.post_form(stack.url("/cshort/form"), {"q": "1"})  # a form post is refreshed in place too
+    assert posted.status == 200, posted
+    assert seen(posted)["x-user-email"] == ["alice@example.org"]
+    assert seen(posted)["x-access-token"] != first["x-access-token"]
+    assert b.cookies("localhost")["cs_session"] not in (old, renewed)
 
 
 def test_failed_refresh_starts_a_new_login(stack: Stack) -> None:

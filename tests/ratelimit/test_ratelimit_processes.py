@@ -10,11 +10,15 @@ Blocking helpers (processes, threads): plain synchronous tests.
 from __future__ import annotations
 
 import http.client
+import http.server
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Iterator
 
-from rl_helpers import config, per
+import pytest
+from rl_helpers import config, per, route, upstream
 
 from support.process import TwistGateway
 from support.redis import RedisServer
@@ -121,3 +125,78 @@ def test_redis_killed_under_a_gateway(tmp_path: Path) -> None:
             assert [get(gw.port) for _ in range(3)] == [200, 200, 429]  # a fresh Redis, counting again
     finally:
         redis.stop()
+
+
+class _Backend(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.send_header("X-Ratelimit-Remaining", "from-the-backend")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def backend() -> Iterator[int]:
+    """A real HTTP backend on loopback (the standard library's server, in a thread)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Backend)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def head(port: int) -> tuple[int, dict[str, list[str]]]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/", headers={"Host": "a.example"})
+        response = conn.getresponse()
+        response.read()
+        found: dict[str, list[str]] = {}
+        for name, value in response.getheaders():
+            found.setdefault(name.lower(), []).append(value)
+        return response.status, found
+    finally:
+        conn.close()
+
+
+def _forwarded(options: dict[str, Any], port: int, **kw: Any) -> str:
+    backend = upstream("backend")
+    backend["spec"]["static"]["hosts"][0]["port"] = port
+    return config(routes=[route(options=options, upstream="gloo-system/backend")], extra=[backend], **kw)
+
+
+def test_draft_headers_on_admitted_and_refused_responses(tmp_path: Path, backend: int) -> None:
+    """enableXRatelimitHeaders: every response carries x-ratelimit-*, the
+    forwarded ones (after the backend's own headers) as well as the 429."""
+    with RedisServer(tmp_path / "redis") as redis:
+        text = _forwarded({"ratelimitBasic": {"anonymousLimits": per(2, "HOUR")}}, backend,
+                          settings={"ratelimitServer": {"enableXRatelimitHeaders": True}}, redis=redis.address)
+        with TwistGateway(tmp_path, write_config(tmp_path, text)) as gw:
+            fresh_hour()
+            answers = [head(gw.port) for _ in range(3)]
+    assert [status for status, _ in answers] == [200, 200, 429]
+    for (_, headers), left in zip(answers, (["from-the-backend", "1"], ["from-the-backend", "0"], ["0"]), strict=True):
+        assert headers["x-ratelimit-limit"] == ["2, 2;w=3600"]
+        assert headers["x-ratelimit-remaining"] == left
+        assert 0 < int(headers["x-ratelimit-reset"][0]) <= 3600
+    assert "x-envoy-ratelimited" not in answers[0][1]
+
+
+def test_local_draft_headers_and_none_unless_enabled(tmp_path: Path, backend: int) -> None:
+    local = {"localRatelimit": {"maxTokens": 2, "tokensPerFill": 2, "fillInterval": "1h"}}
+    text = _forwarded(local, backend, settings={"ratelimitServer": {"enableXRatelimitHeaders": True}}, redis=None)
+    with TwistGateway(tmp_path, write_config(tmp_path, text)) as gw:
+        answers = [head(gw.port) for _ in range(3)]
+    assert [(s, h["x-ratelimit-limit"], h["x-ratelimit-remaining"][-1]) for s, h in answers] == [
+        (200, ["2"], "1"), (200, ["2"], "0"), (429, ["2"], "0")]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with TwistGateway(plain, write_config(plain, _forwarded(local, backend, redis=None))) as gw:
+        status, headers = head(gw.port)
+    assert status == 200 and "x-ratelimit-limit" not in headers
+    assert headers["x-ratelimit-remaining"] == ["from-the-backend"]

@@ -112,6 +112,14 @@ class AuthAllow:
         ``ctx.claims`` (a copy) and ``ctx.claims_provider`` (below), as the
         jwt plugin does: rbac and ``claimsToHeaders`` work on them.
     :ivar claims_provider: who verified ``claims`` (the issuer).
+    :ivar response_headers: headers added to the client's response,
+        ``((b"set-cookie", b"session=..."),)`` (Envoy ext_authz's
+        ``response_headers_to_add``): whoever answers the admitted request
+        (the upstream, or the gateway itself when a later plugin refuses)
+        and only when the whole AuthConfig admits, in config order. Through
+        :meth:`twistgw.RequestContext.add_response_header`: a framing or
+        hop-by-hop name (``Content-Length``, ``Connection``...) fails the
+        request (500), as any broken checker does.
     """
 
     principal: str | None = None
@@ -120,6 +128,7 @@ class AuthAllow:
     state: Mapping[str, Any] | None = None
     claims: Mapping[str, Any] | None = None
     claims_provider: str | None = None
+    response_headers: tuple[tuple[bytes, bytes], ...] = ()
 
 
 @attrs.frozen

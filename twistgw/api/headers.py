@@ -52,6 +52,31 @@ def canonical_name(name: str | bytes) -> bytes:
     return result
 
 
+#: Response headers only the engine writes (the framing of the answer,
+#: hop-by-hop ones): :meth:`twistgw.RequestContext.add_response_header`
+#: refuses them.
+OWNED_RESPONSE_HEADERS = frozenset({
+    b"content-length", b"transfer-encoding", b"connection", b"keep-alive", b"proxy-connection", b"te",
+    b"trailer", b"upgrade", b"proxy-authenticate",
+})
+
+
+def checked_response_header(name: bytes, value: bytes) -> tuple[bytes, bytes]:
+    """``(name, value)`` for a response header a plugin adds, or ValueError:
+    a name that is not a token or that the engine owns
+    (:data:`OWNED_RESPONSE_HEADERS`), a value with CR, LF or NUL."""
+    if not isinstance(name, bytes) or not isinstance(value, bytes):
+        raise TypeError(f"response header name and value must be bytes, got {name!r}: {value!r}")
+    if not is_token(name.decode("iso-8859-1")):
+        raise InvalidHeaderName(name)
+    if name.lower() in OWNED_RESPONSE_HEADERS:
+        raise ValueError(f"{name.decode('iso-8859-1')} is a framing/hop-by-hop header the gateway writes itself;"
+                         f" a plugin cannot add it to a response")
+    if b"\r" in value or b"\n" in value or b"\0" in value:
+        raise ValueError(f"response header {name.decode('iso-8859-1')}: value contains CR, LF or NUL: {value!r}")
+    return name, value
+
+
 def _value(value: str | bytes) -> bytes:
     raw = value.encode("utf-8") if isinstance(value, str) else value
     return b" ".join(raw.splitlines()) if (b"\n" in raw or b"\r" in raw) else raw

@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, urlencode
 
 import attrs
 
-from twistgw.api.headers import Headers
+from twistgw.api.headers import Headers, checked_response_header
 from twistgw.api.upstreampolicy import CircuitBreakers, UpstreamTls
 
 #: ``RequestContext.identities`` before any plugin authenticated (read-only, shared)
@@ -374,6 +374,9 @@ class RequestContext:
         header ``Connection`` names...) from here; plugins use ``headers``.
     :ivar owned_headers: canonical names of the headers plugins own: never
         read from ``received_headers`` (a client's copy is a forgery).
+    :ivar response_headers: ``list[(name, value)] | None``: the headers
+        plugins added to the client's response (:meth:`add_response_header`);
+        None until one does. Read-only for plugins.
     """
 
     __slots__ = (
@@ -398,6 +401,7 @@ class RequestContext:
         "dry_run",
         "received_headers",
         "owned_headers",
+        "response_headers",
     )
 
     def __init__(
@@ -436,6 +440,7 @@ class RequestContext:
         self.dry_run = False
         self.received_headers: Any = None
         self.owned_headers: tuple[bytes, ...] = ()
+        self.response_headers: list[tuple[bytes, bytes]] | None = None
 
     # Identity --------------------------------------------------------------
 
@@ -462,6 +467,20 @@ class RequestContext:
         """Every value of a request header, in order, as ``str`` (latin-1)."""
         values = self.headers.getRawHeaders(name.encode("ascii")) or []
         return [v.decode("latin-1") for v in values]
+
+    def add_response_header(self, name: bytes, value: bytes) -> None:
+        """Add ``name: value`` to the response the client gets, whoever
+        answers: the upstream (added after its own headers, which stay) or
+        the gateway (a refusal, a direct response...). Call it from a hook
+        of the chain; each call adds one line, in order. Raises ValueError
+        for a name the engine owns (``Content-Length``, ``Transfer-Encoding``,
+        ``Connection``, the other hop-by-hop ones), a name that is not a
+        token, or a value with CR, LF or NUL."""
+        pair = checked_response_header(name, value)
+        if self.response_headers is None:
+            self.response_headers = [pair]
+        else:
+            self.response_headers.append(pair)
 
     # Query -----------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from twistgw.core.plan import Forward, LocalResponse, Plan, RetryingForward
 from twistgw.core.routing import first_route
 from twistgw.core.balancers import hash_of
 from twistgw.core.snapshot import RouteRuntime, Snapshot
-from twistgw.core.traffic import PREFLIGHT, RoutePolicy, preflight
+from twistgw.core.traffic import PREFLIGHT, ResponseEdit, RoutePolicy, preflight
 
 
 
@@ -285,26 +285,29 @@ class Pipeline:
             if outcome is not None:
                 if isinstance(outcome, Deferred):
                     return outcome.addCallback(self._chain_done, head, ctx, runtime, reselect_in, trace)
-                return LocalResponse.refusal(outcome)
+                refusal = LocalResponse.refusal(outcome)
+                return refusal if ctx.response_headers is None else with_added_headers(refusal, ctx.response_headers)
         return self._chain_done(None, head, ctx, runtime, reselect_in, trace)
 
     def _chain_done(self, deny: Deny | None, head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
                     reselect_in: Snapshot | None, trace: Trace | None) -> Plan | Deferred[Plan]:
         if deny is not None:
-            return LocalResponse.refusal(deny)
+            refusal = LocalResponse.refusal(deny)
+            return refusal if ctx.response_headers is None else with_added_headers(refusal, ctx.response_headers)
         if reselect_in is not None:
             # Plugins may have written headers routes match on (claim-based
             # routing): select again, and run what the new route adds.
             found = reroute(reselect_in, ctx, runtime, self.route_hook)
             if isinstance(found, LocalResponse):
-                return found
+                return found if ctx.response_headers is None else with_added_headers(found, ctx.response_headers)
             new, remaining = found
             if trace is not None and new is not runtime:
                 trace("routing", "reselect", Allow(f"headers written by the chain now select route"
                                                    f" {new.route.name} (was {runtime.route.name})"))
             head.runtime = new
             return self._run(remaining, head, ctx, new, None, trace)
-        return self.plan(ctx, runtime)
+        plan = self.plan(ctx, runtime)
+        return plan if ctx.response_headers is None else with_added_headers(plan, ctx.response_headers)
 
     def plan(self, ctx: RequestContext, runtime: RouteRuntime) -> Plan:
         """What to do with a request the chain admitted."""
@@ -375,6 +378,19 @@ class Pipeline:
                                       balancer.upstream, policy.retries)
         forward.response_edit = policy.response_for(ctx, route_response)
         return forward
+
+
+def with_added_headers(plan: Plan, added: list[tuple[bytes, bytes]]) -> Plan:
+    """``plan`` with the response headers plugins added
+    (``ctx.add_response_header``): after the route's response edit on a
+    Forward, after the answer's own headers on a LocalResponse (a new one:
+    a route's answer is shared by its requests)."""
+    edit = ResponseEdit(frozenset(), tuple(added))
+    if isinstance(plan, Forward):
+        base = plan.response_edit
+        plan.response_edit = edit if base is None else base.then(edit)
+        return plan
+    return edit.apply_to_local(plan)
 
 
 def _with_cors(plan: Plan, policy: RoutePolicy, ctx: RequestContext) -> Plan:

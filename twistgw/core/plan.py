@@ -57,9 +57,11 @@ class Forward:
     :ivar upstream: the upstream ``endpoint`` belongs to.
     :ivar response_edit: what to change in the upstream's response head
         (``headerManipulation``'s response headers, CORS headers for an
-        allowed origin): a :class:`twistgw.core.traffic.ResponseEdit`, or None
-        (the plain route). The engine applies ``response_edit.apply_to_lines``
-        to the end-to-end header lines of the response head.
+        allowed origin, then the headers plugins added with
+        ``ctx.add_response_header``): a
+        :class:`twistgw.core.traffic.ResponseEdit`, or None (the plain route).
+        The engine applies ``response_edit.apply_to_lines`` to the end-to-end
+        header lines of the response head.
     """
 
     __slots__ = ("endpoint", "method", "target", "headers", "timeout", "upstream", "response_edit")

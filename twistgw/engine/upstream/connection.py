@@ -315,6 +315,9 @@ class UpstreamConnection(Protocol):
         self.timer.clear()
         hop: dict[bytes, bytes] = {}
         lines = end_to_end_lines(self.headers, hop)
+        edit = req.plan.response_edit
+        if edit is not None:  # the route's response headers, CORS, headers plugins added
+            lines = edit.apply_to_lines(lines)
         length = hop.get(b"content-length")
         if status == 101:
             lines.append(b"Connection: Upgrade\r\nUpgrade: %s\r\n" % hop.get(b"upgrade", ex.upgrade))
