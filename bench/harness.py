@@ -19,6 +19,11 @@ alternating order. Per scenario: requests/s, p50/p99, CPU microseconds per
 request of the proxy process and any it started (utime+stime deltas from /proc), peak
 RSS (VmHWM), and ratios to nginx and to the bare Twisted proxy.
 
+With ``--baseline REV`` every twistgw scenario chosen also runs as
+``NAME@REV``: the same configuration, pinning and load against the gateway of
+commit REV, installed in a virtualenv of its own (bench/baseline.py), measured
+in the same rounds, with the ratios between the two after the table.
+
 A twistgw scenario whose plugin is missing, rejects the options or fails the
 functional check before the load (e.g. a JWT scenario that answers 200
 without a token) is reported as "skipped: <reason>", never measured.
@@ -48,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import oidc_bench
+from baseline import Baseline, BaselineError, prepare
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -841,6 +847,7 @@ class Bench:
         self.slapd_port: int | None = None
         self.slapd_error = ""
         self.redis_port: int | None = None
+        self.baseline: Baseline | None = None
 
     # -- setup ------------------------------------------------------------
 
@@ -851,13 +858,13 @@ class Bench:
         listen 127.0.0.1:{self.backend_port};
         location / {{ default_type text/plain; return 200 "{BACKEND_BODY.strip()}\\n"; }}
     }}"""), self.backend_port, LOAD_CPU)
-        if any("jwt" in s for s in self.args.scenarios):
+        if any("jwt" in s.partition("@")[0] for s in self.args.scenarios):
             try:
                 self.mat = jwt_material(os.path.join(RESULTS, ".jwt"), self.fresh_tokens_needed())
             except ImportError as exc:
                 self.slapd_error = ""
                 for s in self.args.scenarios:
-                    if "jwt" in s:
+                    if "jwt" in s.partition("@")[0]:
                         self.results[s].skipped = f"cannot mint tokens: {exc}"
         if any(s.startswith("ldap") for s in self.args.scenarios):
             try:
@@ -883,10 +890,9 @@ class Bench:
                 print(f"  {name}: ready on port {self.targets[name].port}", flush=True)
 
     def fresh_tokens_needed(self) -> int:
-        if "jwt-fresh" not in self.args.scenarios:
-            return 0
+        fresh = [s for s in self.args.scenarios if s.partition("@")[0] == "jwt-fresh"]
         # Enough for every measured second at a generous 4,000 requests/s.
-        return int(self.args.rounds * self.args.duration * 4000)
+        return int(len(fresh) * self.args.rounds * self.args.duration * 4000)
 
     def start(self, name: str) -> Target:
         if name == "backend-direct":
@@ -938,72 +944,80 @@ class Bench:
         return self.start_gateway(name, port)
 
     def start_gateway(self, name: str, port: int) -> Target:
+        """``name`` is a twistgw scenario, or ``SCENARIO@REV``: the same against the baseline."""
+        kind, at, _ = name.partition("@")
         directory = os.path.join(self.prefix, f"config-{name}")
         headers: list[str] = []
         script: list[str] = []
         expect: list[tuple[str, dict[str, str], int]]
         mat = self.mat
-        if name in ("plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free"):
+        if kind in ("plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free"):
             gateway_config(directory, self.backend_port)
             expect = [("GET /", {}, 200)]
-        elif name == "traffic":
+        elif kind == "traffic":
             gateway_config(directory, self.backend_port, TRAFFIC_OPTIONS)
             expect = [("GET / from the allowed origin", {"Origin": "https://app.example.com"}, 200)]
             headers = ["Origin: https://app.example.com"]
-        elif name in ("jwt", "jwt-fresh", "jwt-rbac"):
+        elif kind in ("jwt", "jwt-fresh", "jwt-rbac"):
             assert mat is not None
-            gateway_config(directory, self.backend_port, jwt_options(mat, rbac=name == "jwt-rbac"))
-            expect = jwt_expectations(mat, rbac=name == "jwt-rbac")
+            gateway_config(directory, self.backend_port, jwt_options(mat, rbac=kind == "jwt-rbac"))
+            expect = jwt_expectations(mat, rbac=kind == "jwt-rbac")
             headers = [f"Authorization: Bearer {mat.alice}"]
-            if name == "jwt-fresh":
+            if kind == "jwt-fresh":
                 if not mat.tokens_file:
                     raise Skip("no token list")
                 headers = []
                 script = ["-s", os.path.join(HERE, "fresh_tokens.lua")]
-        elif name in ("ldap-cache", "ldap-nocache", "ldap-search-cache", "ldap-search-nocache"):
+        elif kind in ("ldap-cache", "ldap-nocache", "ldap-search-cache", "ldap-search-nocache"):
             assert self.slapd_port is not None
-            options, extra = ldap_options(self.slapd_port, cache=name.endswith("-cache"),
-                                          search="-search-" in name)
+            options, extra = ldap_options(self.slapd_port, cache=kind.endswith("-cache"),
+                                          search="-search-" in kind)
             gateway_config(directory, self.backend_port, options, extra)
             expect = [("no credentials", {}, 401),
                       ("wrong password", {"Authorization": basic("alice", "nope")}, 401),
                       ("member of the allowed group", {"Authorization": basic("alice", "alicepw")}, 200),
                       ("not a member", {"Authorization": basic("bob", "bobpw")}, 403)]
-            if "-search-" in name:
+            if "-search-" in kind:
                 expect.append(("a user of the other OU, in no group", {"Authorization": basic("carol", "carolpw")},
                                403))
             headers = [f"Authorization: {basic('alice', 'alicepw')}"]
-        elif name in RATELIMIT_OPTIONS:
-            extra = ratelimit_settings(self.redis_port) if name == "ratelimit-redis" and self.redis_port else ""
-            gateway_config(directory, self.backend_port, RATELIMIT_OPTIONS[name], extra)
+        elif kind in RATELIMIT_OPTIONS:
+            extra = ratelimit_settings(self.redis_port) if kind == "ratelimit-redis" and self.redis_port else ""
+            gateway_config(directory, self.backend_port, RATELIMIT_OPTIONS[kind], extra)
             expect = [("GET /", {}, 200)]
-        elif name in ("apikey", "basic-cache", "opa-path", "passthrough"):
-            options, extra, expect, headers = authtypes_options(name, self.backend_port)
+        elif kind in ("apikey", "basic-cache", "opa-path", "passthrough"):
+            options, extra, expect, headers = authtypes_options(kind, self.backend_port)
             gateway_config(directory, self.backend_port, options, extra)
-        elif name in oidc_bench.SCENARIOS:
-            headers, expect = self.oauth2_material(name, directory)
+        elif kind in oidc_bench.SCENARIOS:
+            headers, expect = self.oauth2_material(kind, directory)
         else:
             raise Skip(f"unknown scenario {name!r}")
         admin = free_port()
-        twist = ["--log-format=text"] if name == "plain-textlog" else []
-        argv = [PY, "-m", "twisted", *twist, "twistgw", "--config", directory,
+        twist = ["--log-format=text"] if kind == "plain-textlog" else []
+        python, cwd = PY, ROOT
+        # The current build: twistgw and the shipped plugins from this tree.
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "plugins"),
+                                                           os.environ.get("PYTHONPATH", "")]))
+        if at:  # the baseline: its own install, nothing of this tree on its path
+            assert self.baseline is not None
+            python, cwd, env = self.baseline.python, self.prefix, self.baseline.env()
+        argv = [python, "-m", "twisted", *twist, "twistgw", "--config", directory,
                 "--listen", f"tcp:{port}:interface=127.0.0.1",
                 "--admin", f"tcp:{admin}:interface=127.0.0.1"]
-        if name == "plain-nolog":
+        if kind == "plain-nolog":
             argv.append("--no-access-log")
-        if name.startswith("plain-w2"):
+        if kind.startswith("plain-w2"):
             argv += ["--workers", "2"]
         argv += self.args.gateway_arg
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        cpus = f"{LOAD_CPU},{PROXY_CPU}" if name == "plain-w2-free" else PROXY_CPU
-        proc = self.procs.start(name, argv, cpus, env=env)
+        cpus = f"{LOAD_CPU},{PROXY_CPU}" if kind == "plain-w2-free" else PROXY_CPU
+        proc = self.procs.start(name, argv, cpus, cwd=cwd, env=env)
         try:
             wait_port(port, proc, self.procs, name, timeout=30)
             check(port, expect)
         except Skip:
             self.procs.stop(proc)
             raise
-        return Target(name, port, proc.pid, headers, script, fresh=name == "jwt-fresh")
+        return Target(name, port, proc.pid, headers, script, fresh=kind == "jwt-fresh")
 
     def oauth2_material(self, name: str, directory: str) -> tuple[list[str], list[tuple[str, dict[str, str], int]]]:
         """The oidc-* and oauth2-* scenarios (bench/oidc_bench.py): the config, the header every request
@@ -1075,7 +1089,7 @@ class Bench:
             run = self.measure_once(target, order)
             if best is None or run.core1_others < best.core1_others:
                 best = run
-            if run.core1_others <= BUSY:
+            if run.core1_others <= BUSY or attempt == self.args.retry_busy:
                 break
             print(f"      (core 1 was {run.core1_others:.0%} busy with other processes; measuring again)", flush=True)
         assert best is not None
@@ -1361,8 +1375,11 @@ def report(bench: Bench, elapsed: float) -> str:
         f" {args.duration:g} s per measurement after a {args.warmup:g} s warm-up, {args.rounds} rounds"
         " in alternating order; wrk + backend (+ slapd) on core 0, the proxy on core 1.",
         f"Machine: {machine()}.",
+        *([f"Baseline (the rows NAME@{bench.baseline.rev}): {bench.baseline.describe()};"
+           f" this build: {this_build()}."] if bench.baseline else []),
         "",
-        "| scenario | req/s | ± | p50 ms | p99 ms | p99/p50 | CPU µs/req | CPU × nginx | peak RSS MiB | × nginx | × bare | × bare CPU | core 0 busy | core 1 others |",
+        "| scenario | req/s | ± | p50 ms | p99 ms | p99/p50 | CPU µs/req | CPU × nginx | peak RSS MiB | × nginx |"
+        " × bare | × bare CPU | core 0 busy | core 1 others |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     notes = []
@@ -1380,12 +1397,15 @@ def report(bench: Bench, elapsed: float) -> str:
             f"| {name} | {r.rps():,.0f} | {r.spread():.0f}% | {r.p50():.2f} | {r.p99():.2f} | {r.p99() / r.p50():.1f} |"
             f" {fmt(r.cpu_us(), '.0f')} | {fmt(cpu_times(r, ng) if name != 'nginx-proxy' else None, '.1f')} |"
             f" {fmt(r.hwm_mib(), '.0f')} | {fmt(x_ng, '.2f')} | {fmt(x_bare, '.2f')} |"
-            f" {fmt(cpu_ratio(r, bare) if name != 'bare-twisted' else None, '.2f')} | {max(x.core0_busy for x in r.runs):.0%} | {max(x.core1_others for x in r.runs):.0%} |")
+            f" {fmt(cpu_ratio(r, bare) if name != 'bare-twisted' else None, '.2f')} |"
+            f" {max(x.core0_busy for x in r.runs):.0%} | {max(x.core1_others for x in r.runs):.0%} |")
         for n in r.notes:
             notes.append(f"- {name}: {n}")
-    lines += ["", "± is half the spread between rounds, in % of the mean. CPU is the proxy process's (with --workers, its workers' too)"
-              " utime+stime over the measured run divided by the requests served (10 ms clock"
-              " ticks); CPU × nginx is that as a multiple of the nginx proxy's. × nginx and × bare are ratios of requests/s; × bare CPU is the bare proxy's CPU µs per"
+    lines += ["", "± is half the spread between rounds, in % of the mean. CPU is the proxy process's"
+              " (with --workers, its workers' too) utime+stime over the measured run divided by the requests"
+              " served (10 ms clock"
+              " ticks); CPU × nginx is that as a multiple of the nginx proxy's. × nginx and × bare are ratios"
+              " of requests/s; × bare CPU is the bare proxy's CPU µs per"
               " request divided by this row's (the throughput ratio the proxy core alone would allow,"
               " less sensitive to a busy machine). Every ratio here and below is the median of the ratios"
               " within each round (rounds drift on a shared machine), so it need not equal the ratio of"
@@ -1395,6 +1415,8 @@ def report(bench: Bench, elapsed: float) -> str:
               " make that row pessimistic). Both are the worst round."]
     if notes:
         lines += ["", "Notes:", *notes]
+    if bench.baseline:
+        lines += baseline_table(bench)
 
     nc = res.get("ldap-nocache")
 
@@ -1412,11 +1434,14 @@ def report(bench: Bench, elapsed: float) -> str:
     # Targets of issue 13 (the native engine): CPU per request against nginx and HAProxy.
     def ceiling(label: str, value: float | None, goal: float, unit: str = "×") -> str:
         shown = fmt(value, ".2f" if unit == "×" else ".0f")
-        return f"| {label} | {shown}{' µs' if unit != '×' and value is not None else ''} | ≤ {goal:g}{unit if unit == '×' else ' µs'} | {verdict(value, goal, below=True)} |"
+        measured = shown + (" µs" if unit != "×" and value is not None else "")
+        goal_text = f"{goal:g}" + (unit if unit == "×" else " µs")
+        return f"| {label} | {measured} | ≤ {goal_text} | {verdict(value, goal, below=True)} |"
 
     lines += ["", "| target (issue 13), CPU per request | measured | goal | |", "|---|---:|---:|---|"]
     lines.append(ceiling("plain route (as shipped) / nginx proxy", cpu_times(plain, ng), 3))
-    lines.append(ceiling("JWT + RBAC, same token / HAProxy jwt_verify", cpu_times(res.get("jwt-rbac"), res.get("haproxy-jwt")), 1.5))
+    lines.append(ceiling("JWT + RBAC, same token / HAProxy jwt_verify",
+                         cpu_times(res.get("jwt-rbac"), res.get("haproxy-jwt")), 1.5))
     lines.append(ceiling("JWT fresh token − plain route", cpu_extra(res.get("jwt-fresh"), plain), 90, unit="µs"))
     lines.append(ceiling("LDAP, decision cache / plain route", cpu_times(res.get("ldap-cache"), plain), 1.3))
     lines.append(ceiling("API key − plain route", cpu_extra(res.get("apikey"), plain), 5, unit="µs"))
@@ -1473,7 +1498,8 @@ def report(bench: Bench, elapsed: float) -> str:
             lines.append(f"| p99 / p50, {name} | {v:.1f} | | ≤ 5 | {verdict(v, 5, below=True)} | |")
     lines.append("")
     raw = ["<details><summary>every measurement</summary>", "",
-           "| scenario | round | requests | req/s | p50 ms | p99 ms | CPU µs/req | RSS MiB | non-2xx | core 0 busy | core 1 others |",
+           "| scenario | round | requests | req/s | p50 ms | p99 ms | CPU µs/req | RSS MiB | non-2xx |"
+           " core 0 busy | core 1 others |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name in args.scenarios:
         for run in sorted(res[name].runs, key=lambda r: r.order):
@@ -1483,6 +1509,37 @@ def report(bench: Bench, elapsed: float) -> str:
                        f" {run.core0_busy:.0%} | {run.core1_others:.0%} |")
     raw += ["", "</details>", ""]
     return "\n".join(lines + raw)
+
+
+def this_build() -> str:
+    def git(*a: str) -> str:
+        out = subprocess.run(["git", "-C", ROOT, *a], capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    head = git("rev-parse", "--short=12", "HEAD") or "?"
+    return head + (" with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def baseline_table(bench: Bench) -> list[str]:
+    """Each twistgw scenario against its baseline twin, paired by round (issue 22: no regression)."""
+    rev, res = bench.baseline.rev, bench.results
+    lines = ["", f"| this build / {rev} (same round, median over rounds) | req/s ratio | CPU µs/req |"
+             f" CPU µs/req @{rev} | CPU ratio | peak RSS MiB | @{rev} |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name in bench.args.scenarios:
+        twin = f"{name}@{rev}"
+        if "@" in name or twin not in res:
+            continue
+        a, b = res[name], res[twin]
+        if not a.runs or not b.runs:
+            why = a.skipped or b.skipped or "not measured"
+            lines.append(f"| {name} / {twin} | {why.replace('|', '/')} | | | | | |")
+            continue
+        lines.append(f"| {name} / {twin} | {fmt(ratio(a, b), '.2f')} | {fmt(a.cpu_us(), '.0f')} |"
+                     f" {fmt(b.cpu_us(), '.0f')} | {fmt(cpu_times(a, b), '.2f')} | {fmt(a.hwm_mib(), '.0f')} |"
+                     f" {fmt(b.hwm_mib(), '.0f')} |")
+    lines += ["", "A req/s ratio above 1 or a CPU ratio below 1: this build is faster than the baseline."]
+    return lines
 
 
 def update_docs(table: str) -> None:
@@ -1506,7 +1563,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up before every measured run (default 2)")
     p.add_argument("--rounds", type=int, default=3, help="measurements per scenario, in alternating order (default 3)")
     p.add_argument("--scenarios", default=",".join(DEFAULT),
-                   help="comma-separated subset of: " + ", ".join(ALL) + " (default: all but " + ", ".join(OPTIONAL) + ")")
+                   help="comma-separated subset of: " + ", ".join(ALL)
+                        + " (default: all but " + ", ".join(OPTIONAL) + ")")
     p.add_argument("--quick", action="store_true", help="3 s runs, 1 s warm-up: a smoke test, not a measurement")
     p.add_argument("--profile", metavar="SCENARIO", action="append", default=[],
                    help="after measuring, record SCENARIO (a twistgw one) under load with py-spy and"
@@ -1523,6 +1581,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         " (the issue's target: ±10%% over 5 minutes, i.e. plain:300)")
     p.add_argument("--gateway-arg", action="append", default=[],
                    help="extra command-line argument for every twistgw process (repeatable)")
+    p.add_argument("--baseline", metavar="REV", default="",
+                   help="also run every twistgw scenario chosen as SCENARIO@REV: the gateway of git revision"
+                        " REV (e.g. fe20652), installed in its own virtualenv (cached in"
+                        " bench/results/.baseline), measured in the same rounds; prints the ratios")
     p.add_argument("--update-docs", action="store_true", help="also put the table into docs/performance.md")
     args = p.parse_args(argv)
     if args.quick:
@@ -1546,6 +1608,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         if s not in args.scenarios:
             args.scenarios.append(s)
     args.scenarios = [s for s in ALL if s in args.scenarios]
+    if args.baseline:
+        if not re.fullmatch(r"[\w./~^@{}-]+", args.baseline) or args.baseline.startswith("-"):
+            p.error(f"--baseline: {args.baseline!r} does not look like a git revision")
+        if not any(s in GATEWAY for s in args.scenarios):
+            p.error("--baseline: no twistgw scenario chosen to compare (e.g. --scenarios plain,jwt,jwt-rbac)")
+        # Each twin right after its scenario: measured in the same rounds, in the same alternating order.
+        args.scenarios = [x for s in args.scenarios
+                          for x in ([s, f"{s}@{args.baseline}"] if s in GATEWAY else [s])]
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     return args
@@ -1571,6 +1641,8 @@ def main(argv: list[str] | None = None) -> int:
     atexit.register(bench.close)
     started = time.monotonic()
     try:
+        if args.baseline:
+            bench.baseline = prepare(args.baseline)
         print(f"starting servers in {bench.prefix} ...", flush=True)
         bench.setup()
         print(f"measuring ({args.rounds} rounds of {args.duration:g} s, warm-up {args.warmup:g} s) ...", flush=True)
@@ -1581,6 +1653,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"soaking {args.soak_scenario} for {args.soak_seconds:g} s ...", flush=True)
             soak = bench.soak(args.soak_scenario, args.soak_seconds)
             table += "\n" + soak
+    except BaselineError as exc:
+        print(f"bench/run --baseline: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted; stopping everything", file=sys.stderr)
         return 130

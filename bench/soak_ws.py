@@ -340,10 +340,12 @@ def render(r: dict[str, Any]) -> str:
         f"| HTTP requests (wrk -c16), non-2xx | {r['http'].get('requests', 0):,}, {r['http'].get('non2xx', 0)} |",
         f"| WebSocket echoes checked, bytes | {ws['messages']:,}, {ws['bytes']:,} |",
         f"| wrong echoes | {ws['wrong']} |",
-        f"| WebSocket connections opened / closed properly / vanished | {ws['opened']:,} / {ws['closed']:,} / {ws['vanished']:,} |",
+        f"| WebSocket connections opened / closed properly / vanished | {ws['opened']:,} / {ws['closed']:,} /"
+        f" {ws['vanished']:,} |",
         f"| denied upgrades (401) / anything else | {ws['denied']:,} / {ws['denied_wrong']} |",
         f"| client-side errors | {ws['errors'] or 'none'} |",
-        f"| gateway RSS after warm-up / peak / end (MiB) | {rss['start']:.1f} / {rss['peak']:.1f} / {rss['end']:.1f} ({rss['drift_percent']:+.1f}%) |",
+        f"| gateway RSS after warm-up / peak / end (MiB) | {rss['start']:.1f} / {rss['peak']:.1f} /"
+        f" {rss['end']:.1f} ({rss['drift_percent']:+.1f}%) |",
         f"| gateway open fds before the load / after warm-up / peak / end | {fd['before_load']} / {fd['start']} /"
         f" {fd['peak']} / {fd['end']} |",
         f"| tracebacks in the gateway log | {r['tracebacks']} |",
