@@ -15,6 +15,7 @@ from twistgw.api.extauth import (
     ExtAuthChecker,
     ExtAuthConfigType,
 )
+from twistgw.api.basic import read_basic_credentials
 from twistgw.api.headers import Headers
 from twistgw.api.plugin import GatewayInfo, OwnsRequestHeaders, Placement, PluginInfo, StagedOptions, hookimpl
 from twistgw.api.types import (
@@ -70,4 +71,5 @@ __all__ = [
     "__version__",
     "counter",
     "hookimpl",
+    "read_basic_credentials",
 ]

@@ -4,12 +4,10 @@ and the ``Authorization: Basic`` reader."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from twistgw import OptionsError, RequestContext
+from twistgw import OptionsError, RequestContext, read_basic_credentials
 from twistgw.options import check_fields, parse_duration, type_name
 
 Path = tuple[str | int, ...]
@@ -120,33 +118,9 @@ MAX_BASIC_TOKEN = 4096
 
 def read_basic(values: Sequence[bytes] | None) -> tuple[str, bytes] | str:
     """(user name, password) from the ``Authorization`` header's values, or
-    the reason (never containing the password) why there are none. The
-    password is everything after the *first* colon, so it may hold ``:``."""
-    if not values:
-        return "no Authorization header"
-    if len(values) > 1:
-        return "more than one Authorization header"
-    scheme, _, token = values[0].strip().partition(b" ")
-    if scheme.lower() != b"basic":
-        return "Authorization scheme is not Basic"
-    token = token.strip()
-    if not token:
-        return "Basic credentials are empty"
-    if len(token) > MAX_BASIC_TOKEN:
-        return f"Basic credentials longer than {MAX_BASIC_TOKEN} bytes"
-    try:
-        decoded = base64.b64decode(token, validate=True)
-    except (binascii.Error, ValueError):
-        return "Basic credentials are not valid base64"
-    user_raw, colon, password = decoded.partition(b":")
-    if not colon:
-        return "Basic credentials have no ':' between user and password"
-    try:
-        user = user_raw.decode("utf-8")
-        password.decode("utf-8")
-    except UnicodeDecodeError:
-        return "Basic credentials are not UTF-8"
-    return user, password
+    the reason (never containing the password) why there are none: the
+    gateway's one reading of Basic (:func:`twistgw.read_basic_credentials`)."""
+    return read_basic_credentials(values, MAX_BASIC_TOKEN)
 
 
 # --------------------------------------------------------------------------

@@ -4,13 +4,11 @@ decision cache never holds a password)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import os
 import re
 
-from twistgw import AuthDeny, RequestContext
+from twistgw import AuthDeny, RequestContext, read_basic_credentials
 
 from twistgw_ldap._answers import unauthorized
 from twistgw_ldap._dn import clean_username
@@ -42,34 +40,9 @@ def value_digest(value: bytes) -> bytes:
 
 def read_basic(ctx: RequestContext) -> tuple[str, bytes] | str:
     """(user name, password bytes) from ``Authorization: Basic``, or a reason
-    (for logs; never containing the password) why there are none."""
-    values = ctx.headers.getRawHeaders(b"authorization") or []
-    if not values:
-        return "no Authorization header"
-    if len(values) > 1:
-        return "more than one Authorization header"
-    value = values[0].strip()
-    scheme, _, token = value.partition(b" ")
-    if scheme.lower() != b"basic":
-        return "Authorization scheme is not Basic"
-    token = token.strip()
-    if not token:
-        return "Basic credentials are empty"
-    if len(token) > MAX_TOKEN:
-        return f"Basic credentials longer than {MAX_TOKEN} bytes"
-    try:
-        decoded = base64.b64decode(token, validate=True)
-    except (binascii.Error, ValueError):
-        return "Basic credentials are not valid base64"
-    user_raw, colon, password = decoded.partition(b":")
-    if not colon:
-        return "Basic credentials have no ':' between user and password"
-    try:
-        user = user_raw.decode("utf-8")
-        password.decode("utf-8")
-    except UnicodeDecodeError:
-        return "Basic credentials are not UTF-8"
-    return user, password
+    (for logs; never containing the password) why there are none: the
+    gateway's one reading of Basic (:func:`twistgw.read_basic_credentials`)."""
+    return read_basic_credentials(ctx.headers.getRawHeaders(b"authorization"), MAX_TOKEN)
 
 
 def user_name(raw: str, for_template: bool) -> str:
