@@ -54,8 +54,8 @@ if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; 
 fi
 
 # The OIDC tests (tests/oidc) run a real OpenID provider (oidc-provider under
-# Node.js), a real Redis and headless Chromium: missing, they fail the suite.
-for tool in node:nodejs npm:npm redis-server:redis-server chromium:chromium chromedriver:chromium-driver; do
+# Node.js), a real Redis (checked above) and headless Chromium: missing, they fail the suite.
+for tool in node:nodejs npm:npm chromium:chromium chromedriver:chromium-driver; do
   if ! command -v "${tool%%:*}" >/dev/null 2>&1 && [ ! -x "/usr/bin/${tool%%:*}" ]; then
     echo "run-tests: ${tool%%:*} is required by the OIDC tests: sudo apt-get install ${tool##*:}" >&2
     exit 1
