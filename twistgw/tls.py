@@ -108,10 +108,16 @@ def _version(name: str | None, which: str) -> ssl.TLSVersion | None:
 def _ciphers(ciphers: str | Sequence[str] | None) -> ssl.AcceptableCiphers | None:
     if ciphers is None:
         return None
-    text = ciphers if isinstance(ciphers, str) else ":".join(ciphers)
+    names = [ciphers] if isinstance(ciphers, str) else list(ciphers)
+    # Envoy (BoringSSL) writes equal-preference groups as "[A|B]"; OpenSSL has
+    # no such groups, so their members are listed in order instead
+    text = ":".join(n.strip().removeprefix("[").removesuffix("]").replace("|", ":") for n in names)
     # never a suite without a server certificate: nothing to verify by name
     text += ":!aNULL:!eNULL:!PSK:!SRP"
-    accepted: ssl.AcceptableCiphers = ssl.AcceptableCiphers.fromOpenSSLCipherString(text)  # unannotated in Twisted
+    try:
+        accepted: ssl.AcceptableCiphers = ssl.AcceptableCiphers.fromOpenSSLCipherString(text)  # unannotated
+    except Exception as exc:  # OpenSSL.SSL.Error: no suite of the list is known to this OpenSSL
+        raise TLSSettingsError(f"cipher suites {names!r} refused by OpenSSL: {exc}") from None
     return accepted
 
 

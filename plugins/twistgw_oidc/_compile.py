@@ -89,7 +89,8 @@ def compile_oidc(raw: Any, read: Reader, source: str, namespace: str, secret: Se
     override = _override(read, raw.get("discoveryOverride"))
     poll = read.duration(raw, "discoveryPollInterval", DEFAULT_POLL_INTERVAL)
     refetch = _refresh_policy(read, raw.get("jwksCacheRefreshPolicy"), poll)
-    session = compile_session(read.sub("session"), raw.get("session"), namespace, secret)
+    session = compile_session(read.sub("session"), raw.get("session"), namespace, secret,
+                              _derived_key(client_secret, issuer, client_id))
     hr = read.sub("headers")
     headers = hr.mapping(raw.get("headers"), ("idTokenHeader", "accessTokenHeader",
                                               "useBearerSchemaForAuthorization"))
@@ -194,7 +195,27 @@ def _refresh_policy(read: Reader, raw: Any, poll: float) -> float:
     return float("inf")
 
 
-def compile_session(read: Reader, raw: Any, namespace: str, secret: SecretLookup) -> SessionSpec | None:
+def _derived_key(client_secret: bytes | None, issuer: str | None, client_id: str | None) -> bytes | None:
+    """The cookie store's key when ``cipherConfig`` is not set: HKDF-SHA256 of
+    the client secret (which every replica already shares, and only the
+    gateway and the provider know), bound to the issuer and client id. Gloo
+    keeps such sessions in unencrypted cookies; twistgw never does. None
+    without a client secret (the key must then be given)."""
+    if not client_secret or not issuer or not client_id:
+        return None
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    info = b"twistgw oidc session cookie v1\0" + issuer.encode() + b"\0" + client_id.encode()
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(client_secret)
+
+
+def compile_session(read: Reader, raw: Any, namespace: str, secret: SecretLookup,
+                    derived: bytes | None = None) -> SessionSpec | None:
+    """``session`` (Gloo's UserSession). Neither ``cookie`` nor ``redis`` (or no
+    ``session`` at all, as most of Gloo's OIDC guides write it) is Gloo's
+    default, the cookie store; without ``cipherConfig`` its key is
+    ``derived`` from the client secret."""
     raw = read.mapping(raw, SESSION_FIELDS)
     if raw.get("failOnFetchFailure", True) is not True:
         read.fail("failOnFetchFailure", "twistgw always fails closed when the session store is unreachable"
@@ -208,18 +229,21 @@ def compile_session(read: Reader, raw: Any, namespace: str, secret: SecretLookup
         if key is not None and len(key) != 32:
             cr.fail("keyRef", f"the key must be exactly 32 bytes (data.key), got {len(key)}")
             key = None
-    if ("cookie" in raw) == ("redis" in raw):
-        read.fail((), "set exactly one of cookie (tokens sealed in the cookie) or redis")
+    if "cookie" in raw and "redis" in raw:
+        read.fail((), "set one of cookie (tokens sealed in the cookie) or redis, not both")
         return None
-    if "cookie" in raw:
+    if "redis" not in raw:
         cr = read.sub("cookie")
-        c = cr.mapping(raw["cookie"], ("allowRefreshing", "keyPrefix", "targetDomain"))
+        c = cr.mapping(raw.get("cookie"), ("allowRefreshing", "keyPrefix", "targetDomain"))
         if "targetDomain" in c:
             cr.fail("targetDomain", "is not supported by twistgw: route by domains instead")
         prefix = cr.string(c, "keyPrefix", default="") or ""
         if key is None and "cipherConfig" not in raw:
-            read.fail("cipherConfig", "is required with session.cookie: the tokens are kept in the browser,"
-                                      " encrypted and authenticated with this 32-byte key")
+            key = derived
+            if key is None:
+                read.fail("cipherConfig", "is required for the cookie store without a client secret: the tokens"
+                                          " are kept in the browser, encrypted and authenticated with this"
+                                          " 32-byte key")
         if read.problems:
             return None
         return SessionSpec(cookie, "cookie", f"{prefix}_session" if prefix else "__session", key, None, prefix,

@@ -66,7 +66,7 @@ class SessionSpec:
     #: ``cookie`` (tokens sealed in the cookie) or ``redis`` (a session id in it)
     kind: str
     cookie_name: str
-    key: bytes | None = attrs.field(repr=False)  # cipherConfig's key (cookie store: required)
+    key: bytes | None = attrs.field(repr=False)  # cookie store: cipherConfig's key, or derived from the client secret
     redis: RedisSpec | None
     key_prefix: str
     allow_refreshing: bool

@@ -225,6 +225,7 @@ async def test_minimum_version_above_the_server_fails_the_handshake(ca: TestCA, 
     ({"ciphers": ["NO-SUCH-CIPHER"]}, "refused by OpenSSL"),
     ({"ciphers": "aNULL"}, "refused by OpenSSL"),  # anonymous suites have no certificate to check
     ({"ciphers": ["ADH-AES128-SHA", "PSK-AES128-CBC-SHA"]}, "refused by OpenSSL"),
+    ({"ciphers": ["ECDHE-RSA-AES128-GCM-SHA256@STRENGTH=x"]}, "refused by OpenSSL"),  # a malformed rule
     ({"client_cert_pem": b"x"}, "needs its private key"),
     ({"verify_names": ["bad name"]}, "has spaces"),
 ])
@@ -232,6 +233,13 @@ def test_settings_that_cannot_work_are_refused_when_built(ca: TestCA, kwargs: di
                                                           message: str) -> None:
     with pytest.raises(TLSSettingsError, match=message.replace("(", r"\(")):
         client_tls("ldap.example.org", **kwargs)
+
+
+def test_envoy_equal_preference_groups_are_read_in_order() -> None:
+    # Gloo's client-TLS guide writes BoringSSL's "[A|B]" groups; OpenSSL has none
+    creator = client_tls("backend.test", ciphers=[
+        "[ECDHE-ECDSA-AES128-GCM-SHA256|ECDHE-ECDSA-CHACHA20-POLY1305]", "ECDHE-RSA-AES256-GCM-SHA384"])
+    assert creator is not None
 
 
 def test_a_server_name_that_idna_cannot_encode_is_a_settings_error() -> None:

@@ -206,11 +206,31 @@ class OptionsTests(unittest.TestCase):
         self.assertEqual(set(got), {"oidcAuthorizationCode.issuerUrl", "oidcAuthorizationCode.clientId",
                                     "oidcAuthorizationCode.callbackPath", "oidcAuthorizationCode.bogus"})
 
-    def test_cookie_store_needs_a_key(self) -> None:
-        got = problems(oidc(session={"cookie": {}}))
-        self.assertIn("is required with session.cookie", got["oidcAuthorizationCode.session.cipherConfig"])
+    def test_cookie_store_needs_a_key_without_a_client_secret(self) -> None:
+        got = problems(oidc(session={"cookie": {}}, clientSecretRef=None, disableClientSecret=True))
+        self.assertIn("is required for the cookie store without a client secret",
+                      got["oidcAuthorizationCode.session.cipherConfig"])
+        got = problems(oidc(session={"cookie": {}, "redis": {"options": {"host": "127.0.0.1:6379"}}}))
+        self.assertIn("not both", got["oidcAuthorizationCode.session"])
         got = problems(oidc(session={"cookie": {}, "cipherConfig": {"keyRef": {"name": "shortkey"}}}))
         self.assertIn("exactly 32 bytes", got["oidcAuthorizationCode.session.cipherConfig.keyRef"])
+
+    def test_gloo_guide_sessions_default_to_the_cookie_store(self) -> None:
+        # most of Gloo's OIDC guides write no session, or only cookieOptions
+        for session in (None, {"cookieOptions": {"notSecure": True}}, {"cookie": {}}):
+            checker = compile_oidc_checker(session=session)
+            spec = checker.spec.session
+            self.assertEqual(spec.kind, "cookie")
+            self.assertEqual(spec.cookie.secure, session is None or "cookieOptions" not in session)
+            # the key is derived from the client secret, bound to issuer and client id
+            from cryptography.hazmat.primitives import hashes
+            from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+            info = (b"twistgw oidc session cookie v1\0" + checker.spec.issuer_url.encode() + b"\0"
+                    + checker.spec.client_id.encode())
+            self.assertEqual(spec.key, HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info)
+                             .derive(b"s3cret"))
+        other = compile_oidc_checker(session={"cookie": {}}, clientId="another-client")
+        self.assertNotEqual(other.spec.session.key, spec.key)
 
     def test_refused_fields(self) -> None:
         got = problems(oidc(parseCallbackPathAsRegex=True, sessionIdHeaderName="x",

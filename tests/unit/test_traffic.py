@@ -307,6 +307,22 @@ class CorsTests(TestCase):
                          b"Access-Control-Expose-Headers: x-request-id\r\n",
                          b"Access-Control-Allow-Origin: https://shop.partner.example\r\n"]
 
+    @pytest.mark.parametrize("written, sent", [("1d", b"86400"), ("2s", b"2"), ("10m", b"600"), (3600, b"3600"),
+                                               ("600", b"600")])
+    async def test_max_age_as_gloo_guides_write_it(self, written, sent):
+        cors = self.CORS.replace('maxAge: "600"', f"maxAge: {written}")
+        t = gateway_plan(vs(f"- matchers: [{{prefix: /}}]\n  {TO_BLUE}\n", cors))
+        r = await t.request("OPTIONS", "http://api.example.com/x", {
+            "origin": "https://app.example.com", "access-control-request-method": "POST"})
+        assert dict(r.response_headers)[b"Access-Control-Max-Age"] == sent
+
+    @pytest.mark.parametrize("written", ["1.5s", "soon", "-1", "250ms", "true"])
+    def test_max_age_that_is_not_whole_seconds_is_refused(self, written):
+        found = problems(vs(f"- matchers: [{{prefix: /}}]\n  {TO_BLUE}\n",
+                            self.CORS.replace('maxAge: "600"', f"maxAge: {written}")))
+        assert [f for f, _ in found] == ["spec.virtualHost.options.cors.maxAge"]
+        assert "whole seconds" in found[0][1]
+
     async def test_disable_for_route(self):
         r = await self.t("  options: {cors: {disableForRoute: true}}\n").request(
             "OPTIONS", "http://api.example.com/x",

@@ -311,13 +311,27 @@ def read_cors(r: FieldReader, value: Any, path: Path, ns: str) -> CorsPolicy:
     lists = {k: ",".join(_strings(r, m, k, path)) for k in ("allowMethods", "allowHeaders", "exposeHeaders")}
     max_age = ""
     if m.get("maxAge") not in (None, ""):
-        max_age = r.string(str(m["maxAge"]) if isinstance(m["maxAge"], int) else m["maxAge"], path + ("maxAge",))
-        if not max_age.isdigit():
-            raise r.fail(path + ("maxAge",), f"must be a number of seconds such as '86400', got {max_age!r}")
+        max_age = _max_age(r, m["maxAge"], path + ("maxAge",))
     flags = {k: r.boolean(m[k], path + (k,)) if m.get(k) is not None else False
              for k in ("allowCredentials", "disableForRoute")}
     return CorsPolicy(tuple(origins), regexes, lists["allowMethods"], lists["allowHeaders"], lists["exposeHeaders"],
                       max_age, flags["allowCredentials"], flags["disableForRoute"])
+
+
+#: units for cors.maxAge: Gloo's guides write ``1d`` and ``2s`` as well as ``86400``
+_MAX_AGE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _max_age(r: FieldReader, value: Any, path: Path) -> str:
+    """``cors.maxAge`` → the whole seconds sent in ``Access-Control-Max-Age``.
+    Gloo copies the string into the header as written, so its guides' ``1d``
+    reaches browsers as an invalid value they ignore (falling back to 5 s);
+    twistgw reads it as the duration its author meant (docs/decisions.md)."""
+    text = value if isinstance(value, str) else str(value) if isinstance(value, int) and value >= 0 else None
+    seconds = parse_duration(text, _MAX_AGE_UNITS) if text is not None else None
+    if seconds is None or seconds != int(seconds):
+        raise r.fail(path, f"must be whole seconds such as '86400' or a duration such as '1d', '10m', got {value!r}")
+    return str(int(seconds))
 
 
 _DENOMINATORS = {"HUNDRED": 100.0, "TEN_THOUSAND": 10_000.0, "MILLION": 1_000_000.0}
