@@ -87,7 +87,10 @@ class RefusalTests(TestCase):
         assert {k: v[1] for k, v in by_field.items()} == expected_lines
         assert all(f == "config.yaml" for f, _, _ in by_field.values())
         reasons = {k: v[2] for k, v in by_field.items()}
-        assert "success-rate outlier detection is not supported" in reasons[f"{od}.successRateStdevFactor"]
+        assert all(r.startswith("is not supported by twistgw") for k, r in reasons.items()
+                   if not k.endswith(("consecutive5xx", "maxEjectionPercent", "interval", "Probes", "Threshold",
+                                      "choiceCount")))
+        assert "success-rate outlier detection" in reasons[f"{od}.successRateStdevFactor"]
         assert "failure-percentage" in reasons[f"{od}.failurePercentageThreshold"]
         assert "always count as 5xx" in reasons[f"{od}.splitExternalLocalOriginErrors"]
         assert "back-pressure" in reasons[f"{cc}.perConnectionBufferLimitBytes"]

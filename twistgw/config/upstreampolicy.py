@@ -18,11 +18,11 @@ __all__ = ["read_connection_config", "read_outlier_detection"]
 #: Envoy's success-rate and failure-percentage families and the split of
 #: local-origin errors: refused by name (not built).
 _OUTLIER_REFUSED = {
-    **{key: "success-rate outlier detection is not supported by twistgw (it needs per-interval request"
-            " statistics across endpoints): use consecutive5xx or consecutiveGatewayFailure"
+    **{key: "is not supported by twistgw: success-rate outlier detection (it needs per-interval request"
+            " statistics across endpoints); use consecutive5xx or consecutiveGatewayFailure"
        for key in ("enforcingSuccessRate", "successRateMinimumHosts", "successRateRequestVolume",
                    "successRateStdevFactor", "enforcingLocalOriginSuccessRate")},
-    **{key: "failure-percentage outlier detection is not supported by twistgw: use consecutive5xx or"
+    **{key: "is not supported by twistgw: failure-percentage outlier detection; use consecutive5xx or"
             " consecutiveGatewayFailure"
        for key in ("failurePercentageThreshold", "enforcingFailurePercentage",
                    "enforcingFailurePercentageLocalOrigin", "failurePercentageMinimumHosts",
@@ -87,7 +87,7 @@ _CONNECTION_REFUSED = {
     "http1ProtocolOptions": "is not supported by twistgw: header case and trailers follow the engine's"
                             " HTTP/1.1 rules",
 }
-_HTTP_OPTIONS = ("idleTimeout", "maxHeadersCount", "maxStreamDuration", "headersWithUnderscoresAction")
+_HTTP_OPTIONS = ("idleTimeout", "maxHeadersCount", "headersWithUnderscoresAction")
 _UNDERSCORES = ("ALLOW", "REJECT_REQUEST", "DROP_HEADER")
 
 
@@ -137,7 +137,11 @@ def _http_options(r: FieldReader, value: Any, path: Path) -> dict[str, Any]:
     act on the engine; ``headersWithUnderscoresAction`` has no effect on an
     upstream in Envoy (upstream responses are not affected), so only its
     default, ALLOW, is accepted; ``maxStreamDuration`` is refused."""
-    h = r.mapping(value or {}, path, set(_HTTP_OPTIONS))
+    h = dict(r.mapping(value or {}, path))
+    if h.pop("maxStreamDuration", None) is not None:
+        r.issue(path + ("maxStreamDuration",), "is not supported by twistgw: use the route's timeout (the time"
+                " to the response head) and the engine's idle timeouts")
+    h = r.mapping(h, path, set(_HTTP_OPTIONS))
     found: dict[str, Any] = {}
     with r.part():
         if h.get("idleTimeout") is not None:
@@ -145,14 +149,11 @@ def _http_options(r: FieldReader, value: Any, path: Path) -> dict[str, Any]:
     with r.part():
         if h.get("maxHeadersCount") is not None:
             found["max_headers"] = _uint(r, h["maxHeadersCount"], path + ("maxHeadersCount",), 0, 1 << 16)
-    if h.get("maxStreamDuration") is not None:
-        r.issue(path + ("maxStreamDuration",), "is not supported by twistgw: use the route's timeout (the time"
-                " to the response head) and the engine's idle timeouts")
     with r.part():
         if h.get("headersWithUnderscoresAction") is not None:
             ap = path + ("headersWithUnderscoresAction",)
             action = r.choice(h["headersWithUnderscoresAction"], ap, _UNDERSCORES, "action")
             if action != "ALLOW":
-                r.issue(ap, f"{action} has no effect on an Upstream (in Envoy it acts on client requests;"
+                r.issue(ap, f"is not supported by twistgw: {action} has no effect on an Upstream (in Envoy it acts on client requests;"
                         " upstream responses are not affected): remove it, or write ALLOW")
     return found
