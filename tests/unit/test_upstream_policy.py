@@ -248,14 +248,14 @@ class OutlierTests(TestCase):
 
 class LeastRequestTests(TestCase):
     def test_fewest_active_of_the_choices(self):
-        draws = iter([0, 1, 1, 2, 3, 3])
+        draws = iter([i / 4 + 0.01 for i in (0, 1, 1, 2, 3, 3)])  # endpoints 0, 1, 1, 2, 3, 3 of four
         active = {EPS[0]: 3, EPS[1]: 1, EPS[2]: 0}
         lb = LeastRequest(UpstreamInfo("d", "u", EPS), LoadBalancer("leastRequest", choice_count=2), active,
-                          index=lambda n: next(draws))
+                          rand=lambda: next(draws))
         assert lb.pick() == EPS[1]  # 0 (3 active) against 1 (1 active)
         assert lb.pick() == EPS[2]  # 1 (1 active) against 2 (idle)
         assert lb.pick() == EPS[3]  # idle at the first draw: nothing can beat it
-        assert next(draws) == 3
+        assert next(draws) == 3 / 4 + 0.01
 
     def test_idle_endpoint_wins_under_load(self):
         active = {EPS[0]: 5}

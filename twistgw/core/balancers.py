@@ -79,16 +79,16 @@ class LeastRequest:
     wins (the first drawn on a tie). ``active`` is shared by every balancer of
     the upstream and kept by its :class:`~twistgw.core.outlier.UpstreamWatch`."""
 
-    __slots__ = ("upstream", "active", "_choices", "_index")
+    __slots__ = ("upstream", "active", "_choices", "_random")
 
     watch: Any = None
 
     def __init__(self, upstream: UpstreamInfo, lb: LoadBalancer, active: dict[Endpoint, int],
-                 index: Callable[[int], int] = random.randrange) -> None:
+                 rand: Callable[[], float] = random.random) -> None:
         self.upstream = upstream
         self.active = active
         self._choices = lb.choice_count
-        self._index = index
+        self._random = rand  # random.random: one C call per draw (randrange is several Python calls)
 
     def pick(self) -> Endpoint | None:
         eps = self.upstream.endpoints
@@ -96,13 +96,13 @@ class LeastRequest:
         if n < 2:
             return eps[0] if eps else None
         active = self.active
-        index = self._index
-        best = eps[index(n)]
+        rand = self._random
+        best = eps[int(rand() * n)]
         low = active.get(best, 0)
         for _ in range(self._choices - 1):
             if not low:
                 break
-            ep = eps[index(n)]
+            ep = eps[int(rand() * n)]
             count = active.get(ep, 0)
             if count < low:
                 best, low = ep, count
