@@ -116,9 +116,9 @@ async def test_a_failing_backend_is_ejected_and_comes_back(tmp_path: Path, confi
         # maxEjectionPercent 34 of three endpoints: one at most, though all three fail
         a.failing = b.failing = c.failing = True
         await _get(port, "/most/x", 30)
-        before = {n: x.hits["most"] for n, x in zip("abc", backends)}
+        before = {n: x.hits["most"] for n, x in zip("abc", backends, strict=True)}
         await _get(port, "/most/x", 30)
-        grew = sorted(n for n, x in zip("abc", backends) if x.hits["most"] > before[n])
+        grew = sorted(n for n, x in zip("abc", backends, strict=True) if x.hits["most"] > before[n])
         assert len(grew) == 2, (before, grew)  # one ejected, the other two keep failing in the rotation
     finally:
         await stop_process(proc)

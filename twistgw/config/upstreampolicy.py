@@ -154,6 +154,6 @@ def _http_options(r: FieldReader, value: Any, path: Path) -> dict[str, Any]:
             ap = path + ("headersWithUnderscoresAction",)
             action = r.choice(h["headersWithUnderscoresAction"], ap, _UNDERSCORES, "action")
             if action != "ALLOW":
-                r.issue(ap, f"is not supported by twistgw: {action} has no effect on an Upstream (in Envoy it acts on client requests;"
-                        " upstream responses are not affected): remove it, or write ALLOW")
+                r.issue(ap, f"is not supported by twistgw: {action} has no effect on an Upstream (in Envoy it acts"
+                        " on client requests; upstream responses are not affected): remove it, or write ALLOW")
     return found
