@@ -260,3 +260,34 @@ async def test_connection_config(tmp_path: Path, config_dir: Any) -> None:
         blackhole.close()
         for p in listening:
             await p.stopListening()
+
+
+@pytest_twisted.ensureDeferred
+async def test_each_try_of_a_retried_request_counts(tmp_path: Path, config_dir: Any) -> None:
+    alive = Backend("alive")
+    listening = _serve(alive)
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    dead = closed.getsockname()[1]
+    closed.close()  # nothing listens there: every connect is refused
+    config = (_upstream("retried", [dead, listening[0].getHost().port],
+                        "  outlierDetection: {consecutive5xx: 3, interval: 10s, baseEjectionTime: 60s}\n")
+              + "apiVersion: gateway.solo.io/v1\nkind: VirtualService\nmetadata: {name: app, namespace: default}\n"
+                "spec:\n  virtualHost:\n    domains: ['*']\n    routes:\n    - matchers: [{prefix: /retried}]\n"
+                "      options: {retries: {retryOn: connect-failure, numRetries: 2,"
+                " retryBackOff: {baseInterval: 5ms}}}\n"
+                "      routeAction: {single: {upstream: {name: retried}}}\n")
+    proc, port, log_path, log = await start_twist(tmp_path, config_dir(config))
+    try:
+        # round robin starts with the dead endpoint: three refused connects (two hidden by the retries)
+        first = (await _get(port, "/retried/x", 1))[0]
+        assert first.status == 503 and first.body.endswith(b"reset reason: connection failure")
+        # three failures in a row: ejected after that one request; everything goes to the live endpoint
+        assert [r.status for r in await _get(port, "/retried/x", 10)] == [200] * 10
+        assert alive.hits["retried"] == 10
+        assert "is ejected for {seconds}s" in log_path.read_text()
+    finally:
+        await stop_process(proc)
+        log.close()
+        for p in listening:
+            await p.stopListening()
