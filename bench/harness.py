@@ -589,16 +589,17 @@ def _yaml_block(text: str, indent: int) -> str:
     return "|\n" + "".join(pad + line + "\n" for line in text.strip().splitlines())
 
 
-def gateway_yaml(backend_port: int, options: str = "", extra: str = "") -> str:
+def gateway_yaml(backend_port: int, options: str = "", extra: str = "", upstream: str = "") -> str:
     """One virtual service, one route to the backend; ``options`` go on the
-    virtual host, ``extra`` resources after it (also used by bench/micro.py)."""
+    virtual host, ``extra`` resources after it, ``upstream`` lines in the
+    Upstream's spec (also used by bench/micro.py)."""
     return f"""apiVersion: core.vendor.io/v1
 kind: Upstream
 metadata: {{name: backend, namespace: default}}
 spec:
   static:
     hosts: [{{addr: 127.0.0.1, port: {backend_port}}}]
----
+{upstream}---
 apiVersion: gateway.vendor.io/v1
 kind: VirtualService
 metadata: {{name: bench, namespace: default}}

@@ -110,7 +110,16 @@ def scenarios() -> dict[str, tuple[str, str, bytes]]:
         "ldap-cache": (ldap_options, ldap_extra, alice),
         "ldap-search-cache": (search_options, search_extra, alice),
         "ratelimit-local": (harness.RATELIMIT_OPTIONS["ratelimit-local"], "", b""),
+        "upstream-policy": ("", "", b""),
     }
+
+
+#: Upstream spec lines of the scenarios that configure the upstream itself:
+#: outlier detection and least request report every request (start, status,
+#: end) to the upstream's watch.
+UPSTREAM_SPECS = {
+    "upstream-policy": "  outlierDetection: {consecutive5xx: 5}\n  loadBalancerConfig: {leastRequest: {}}\n",
+}
 
 
 #: Distinct tokens for jwt-fresh: more than any run's requests would make
@@ -180,7 +189,8 @@ def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:
     from prometheus_client import CollectorRegistry
 
     gateway.metrics = Metrics(CollectorRegistry())
-    gateway.snapshot = build_snapshot(load_text(harness.gateway_yaml(9, options, extra)), host)
+    gateway.snapshot = build_snapshot(load_text(harness.gateway_yaml(9, options, extra, UPSTREAM_SPECS.get(name, ""))),
+                                      host)
     if name.startswith("ldap-"):
         fill_ldap_cache(gateway.snapshot)
     factory = GatewayFactory(gateway, timeout=60)

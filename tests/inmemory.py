@@ -50,6 +50,7 @@ MODULES = (
     "unit/test_subsets.py",
     "unit/test_response_headers.py",
     "unit/test_traffic.py",
+    "unit/test_upstream_policy.py",
     "unit/test_testing_api.py",
     "jwt/test_jwt_behaviour.py",
     "jwt/test_jwt_options.py",

@@ -225,6 +225,27 @@ spec:
   loadBalancerConfig: {{roundRobin: {{}}}}
 ---
 apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: guarded}}
+spec:
+  static: {{hosts: [{{addr: 127.0.0.1, port: 9005}}]}}
+  loadBalancerConfig: {{leastRequest: {{choiceCount: 3}}, healthyPanicThreshold: 30}}
+  outlierDetection:
+    consecutive5xx: 3
+    enforcingConsecutive5xx: 100
+    consecutiveGatewayFailure: 2
+    enforcingConsecutiveGatewayFailure: 50
+    interval: 5s
+    baseEjectionTime: 10s
+    maxEjectionTime: 60s
+    maxEjectionPercent: 50
+  connectionConfig:
+    maxRequestsPerConnection: 100
+    connectTimeout: 2s
+    tcpKeepalive: {{keepaliveProbes: 3, keepaliveTime: 60s, keepaliveInterval: 10s}}
+    commonHttpProtocolOptions: {{idleTimeout: 30s, maxHeadersCount: 50, headersWithUnderscoresAction: ALLOW}}
+---
+apiVersion: gloo.solo.io/v1
 kind: UpstreamGroup
 metadata: {{name: group}}
 spec:
@@ -511,6 +532,8 @@ SUBSETS = "tests/unit/test_subsets.py"
 RETRIES = "tests/integration/test_retries_e2e.py"
 BREAKERS = "tests/integration/test_breakers_e2e.py"
 UPSTREAM_TLS = "tests/integration/test_upstream_tls_e2e.py"
+POLICY_E2E = "tests/integration/test_upstream_policy_e2e.py"
+POLICY = "tests/unit/test_upstream_policy.py"
 
 #: field -> ("test", test file[, file that sets the field]) or ("info", doc saying so).
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -797,6 +820,19 @@ TRAFFIC_FIELDS = """
     Upstream:spec.healthChecks[].httpHealthCheck.expectedStatuses[].end
 """
 FIELDS.update({field: (T, TRAFFIC) for field in TRAFFIC_FIELDS.split()})
+FIELDS.update({f"Upstream:spec.{k}": (T, POLICY_E2E) for k in (
+    "outlierDetection", "outlierDetection.consecutive5xx", "outlierDetection.interval",
+    "outlierDetection.baseEjectionTime", "outlierDetection.maxEjectionPercent", "loadBalancerConfig.leastRequest",
+    "loadBalancerConfig.leastRequest.choiceCount", "loadBalancerConfig.healthyPanicThreshold", "connectionConfig",
+    "connectionConfig.maxRequestsPerConnection", "connectionConfig.connectTimeout", "connectionConfig.tcpKeepalive",
+    "connectionConfig.tcpKeepalive.keepaliveProbes", "connectionConfig.tcpKeepalive.keepaliveTime",
+    "connectionConfig.tcpKeepalive.keepaliveInterval", "connectionConfig.commonHttpProtocolOptions",
+    "connectionConfig.commonHttpProtocolOptions.idleTimeout",
+    "connectionConfig.commonHttpProtocolOptions.maxHeadersCount")})
+FIELDS.update({f"Upstream:spec.{k}": (T, POLICY) for k in (
+    "outlierDetection.enforcingConsecutive5xx", "outlierDetection.consecutiveGatewayFailure",
+    "outlierDetection.enforcingConsecutiveGatewayFailure", "outlierDetection.maxEjectionTime",
+    "connectionConfig.commonHttpProtocolOptions.headersWithUnderscoresAction")})
 FIELDS.update({f"Route:options.{k}": (T, TRAFFIC) for k in CORE_TRAFFIC_KEYS})
 FIELDS.update({f"VirtualService:spec.virtualHost.options.{k}": (T, TRAFFIC)
                for k in CORE_TRAFFIC_KEYS - CORE_ROUTE_ONLY})

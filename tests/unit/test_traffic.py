@@ -680,8 +680,10 @@ class LoadBalancerTests(TestCase):
             assert moved < 2000 * 0.15, (cls, moved)
 
     @pytest.mark.parametrize("lb, field", [
-        ("{leastRequest: {}}", "spec.loadBalancerConfig.leastRequest"),
-        ("{healthyPanicThreshold: 50}", "spec.loadBalancerConfig.healthyPanicThreshold"),
+        ("{leastRequest: {choiceCount: 1}}", "spec.loadBalancerConfig.leastRequest.choiceCount"),
+        ("{healthyPanicThreshold: 150}", "spec.loadBalancerConfig.healthyPanicThreshold"),
+        ("{localityWeightedLbConfig: {}}", "spec.loadBalancerConfig.localityWeightedLbConfig"),
+        ("{leastRequest: {}, random: {}}", "spec.loadBalancerConfig"),
         ("{roundRobin: {}, random: {}}", "spec.loadBalancerConfig"),
     ])
     def test_refusals(self, lb, field):

@@ -12,7 +12,7 @@ from typing import Any, Mapping, NoReturn
 
 import attrs
 
-from twistgw.api.upstreampolicy import CircuitBreakers, UpstreamTls
+from twistgw.api.upstreampolicy import CircuitBreakers, ConnectionConfig, UpstreamTls
 
 __all__ = ["AuthConfigInfo", "Endpoint", "InvalidResource", "OptionsScope", "ResourceView", "SecretInfo",
            "UpstreamInfo"]
@@ -40,6 +40,8 @@ class UpstreamInfo:
     tls: UpstreamTls | None = None
     #: ``circuitBreakers``; None: no limits (nothing counted)
     breakers: CircuitBreakers | None = None
+    #: ``connectionConfig``; None: the gateway's connection defaults
+    connection: ConnectionConfig | None = None
 
 
 @attrs.frozen

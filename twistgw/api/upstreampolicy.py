@@ -1,13 +1,16 @@
 """What an Upstream's traffic policy needs at run time, resolved: TLS to its
-endpoints (``sslConfig``) and circuit breakers (``circuitBreakers``). Carried
-by :class:`twistgw.api.types.UpstreamInfo`; the engine acts on them.
+endpoints (``sslConfig``), circuit breakers (``circuitBreakers``) and the
+connection settings (``connectionConfig``). Carried by
+:class:`twistgw.api.types.UpstreamInfo`; the engine acts on them. Also
+``outlierDetection`` as read (:class:`OutlierDetection`), which the core's
+balancers act on.
 """
 
 from __future__ import annotations
 
 import attrs
 
-__all__ = ["CircuitBreakers", "UpstreamTls"]
+__all__ = ["CircuitBreakers", "ConnectionConfig", "OutlierDetection", "TcpKeepalive", "UpstreamTls"]
 
 
 @attrs.frozen(cache_hash=True)
@@ -54,3 +57,49 @@ class CircuitBreakers:
     max_pending: int = 1024
     max_requests: int = 1024
     max_retries: int = 3
+
+
+@attrs.frozen
+class TcpKeepalive:
+    """``connectionConfig.tcpKeepalive``: ``SO_KEEPALIVE`` on every upstream
+    socket, with the probe settings that are written (None: the kernel's)."""
+
+    probes: int | None = None
+    #: seconds idle before the first probe (``TCP_KEEPIDLE``), rounded up
+    time: int | None = None
+    #: seconds between probes (``TCP_KEEPINTVL``), rounded up
+    interval: int | None = None
+
+
+@attrs.frozen(cache_hash=True)
+class ConnectionConfig:
+    """An Upstream's ``connectionConfig`` (Envoy's cluster connection
+    settings, as Gloo names them); None in a field: the gateway's default."""
+
+    #: ``maxRequestsPerConnection``: a pooled connection is closed after this
+    #: many requests (0: no limit)
+    max_requests: int = 0
+    #: ``connectTimeout``: seconds to establish a connection
+    connect_timeout: float | None = None
+    tcp_keepalive: TcpKeepalive | None = None
+    #: ``commonHttpProtocolOptions.idleTimeout``: seconds an idle pooled
+    #: connection is kept (0: never closed for idleness)
+    idle_timeout: float | None = None
+    #: ``commonHttpProtocolOptions.maxHeadersCount``: response headers
+    #: accepted from the upstream (more → 502); 0: the engine's byte limit only
+    max_headers: int = 0
+
+
+@attrs.frozen
+class OutlierDetection:
+    """An Upstream's ``outlierDetection`` (Envoy's cluster.OutlierDetection,
+    with Envoy's defaults). Times in seconds; percentages 0-100."""
+
+    consecutive_5xx: int = 5
+    enforcing_consecutive_5xx: int = 100
+    consecutive_gateway_failure: int = 5
+    enforcing_consecutive_gateway_failure: int = 0
+    interval: float = 10.0
+    base_ejection_time: float = 30.0
+    max_ejection_time: float = 300.0
+    max_ejection_percent: int = 10

@@ -61,8 +61,6 @@ GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
         "consul": "Consul destinations are not supported",
     },
     "upstreamSpec": {
-        "connectionConfig": "connection settings are not supported",
-        "outlierDetection": "outlier detection is not supported",
         "useHttp2": "HTTP/2 to upstreams is not supported",
         "aws": "AWS Lambda upstreams are out of twistgw's scope (cloud functions)",
         "azure": "Azure function upstreams are out of twistgw's scope (cloud functions)",

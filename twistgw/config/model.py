@@ -9,7 +9,7 @@ import attrs
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
 from twistgw.config.matchers import Matcher, RequestView, any_matches
 from twistgw.config.traffic import Redirect
-from twistgw.api.upstreampolicy import CircuitBreakers
+from twistgw.api.upstreampolicy import CircuitBreakers, ConnectionConfig, OutlierDetection
 from twistgw.config.upstreamtls import SslSpec
 
 __all__ = [
@@ -378,6 +378,10 @@ class UpstreamResource:
     ssl: "SslSpec | None" = None
     #: ``spec.circuitBreakers``: None for no limits
     breakers: "CircuitBreakers | None" = None
+    #: ``spec.outlierDetection``: None for no passive ejection
+    outlier: "OutlierDetection | None" = None
+    #: ``spec.connectionConfig``: None for the gateway's defaults
+    connection: "ConnectionConfig | None" = None
 
 
 @attrs.frozen
@@ -399,11 +403,16 @@ class HealthCheck:
 
 @attrs.frozen
 class LoadBalancer:
-    """An Upstream's ``loadBalancerConfig``: ``roundRobin``, ``random``,
-    ``ringHash`` (ring sizes) or ``maglev``."""
+    """An Upstream's ``loadBalancerConfig``: ``roundRobin``, ``leastRequest``,
+    ``random``, ``ringHash`` (ring sizes) or ``maglev``; ``healthyPanicThreshold``."""
 
     kind: str = "roundRobin"
     min_ring: int = 1024
     max_ring: int = 8 * 1024 * 1024
     #: hash endpoints by hostname (``useHostnameForHashing``) rather than address:port
     by_hostname: bool = False
+    #: ``leastRequest.choiceCount``: endpoints compared per pick (power of N choices)
+    choice_count: int = 2
+    #: ``healthyPanicThreshold``, percent: below it every endpoint takes
+    #: traffic (Envoy's panic mode); 0 disables panic
+    panic_threshold: float = 50.0

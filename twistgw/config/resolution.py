@@ -103,7 +103,7 @@ class Config:
                 chosen = info.endpoints
             elif spec.fallback == "DEFAULT_SUBSET":
                 chosen = pick(spec.default)
-        return UpstreamInfo(info.namespace, info.name, chosen, subset, info.tls, info.breakers)
+        return UpstreamInfo(info.namespace, info.name, chosen, subset, info.tls, info.breakers, info.connection)
 
     def resolve_kube(self, name: str, namespace: str, port: int) -> UpstreamInfo:
         """A Service port → the Endpoints addresses on the target port."""
@@ -207,8 +207,9 @@ def resolve_upstreams(config: Config, issue: Locate, invalid: set[tuple[str, str
         if res.ssl is not None and not _resolve_tls(config, res, found, issue, invalid, partial):
             del found.upstreams[(ns, uname)]
             invalid.add(("Upstream", ns, uname))
-        elif res.breakers is not None:
-            found.upstreams[(ns, uname)] = attrs.evolve(found.upstreams[(ns, uname)], breakers=res.breakers)
+        elif res.breakers is not None or res.connection is not None:
+            found.upstreams[(ns, uname)] = attrs.evolve(found.upstreams[(ns, uname)], breakers=res.breakers,
+                                                        connection=res.connection)
     return found
 
 

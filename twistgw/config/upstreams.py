@@ -15,6 +15,7 @@ from twistgw.api.types import Endpoint
 from twistgw.api.upstreampolicy import CircuitBreakers
 from twistgw.config.envelope import Envelope
 from twistgw.config.gloo import unsupported
+from twistgw.config.upstreampolicy import read_connection_config, read_outlier_detection
 from twistgw.config.upstreamtls import SslSpec, read_ssl_config
 from twistgw.options import parse_duration
 from twistgw.config.model import (
@@ -176,8 +177,15 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     spec = r.mapping(res.spec, ("spec",))
     spec = r.mapping(unsupported(r, spec, ("spec",), "upstreamSpec"), ("spec",),
                      {"kube", "static", "discoveryMetadata", "loadBalancerConfig", "healthChecks", "sslConfig",
-                      "circuitBreakers"})
+                      "circuitBreakers", "outlierDetection", "connectionConfig"})
     lb = hc = ssl = breakers = None
+    policy: dict[str, Any] = {}
+    if spec.get("outlierDetection") is not None:
+        with r.part():
+            policy["outlier"] = read_outlier_detection(r, spec["outlierDetection"], ("spec", "outlierDetection"))
+    if spec.get("connectionConfig") is not None:
+        with r.part():
+            policy["connection"] = read_connection_config(r, spec["connectionConfig"], ("spec", "connectionConfig"))
     if spec.get("circuitBreakers") is not None:
         with r.part():
             breakers = read_circuit_breakers(r, spec["circuitBreakers"], ("spec", "circuitBreakers"))
@@ -205,7 +213,7 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
                 " plain HTTP): remove healthChecks or the TLS settings")
     if "static" in spec:
         return UpstreamResource(ns, name, static=hosts, source=source, load_balancer=lb, health_check=hc, ssl=ssl,
-                                breakers=breakers)
+                                breakers=breakers, **policy)
     kp = ("spec", "kube")
     k = r.mapping(spec["kube"], kp)
     k = r.mapping(unsupported(r, k, kp, "upstreamSpec"), kp,
@@ -218,7 +226,7 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     subset_spec = read_subset_spec(r, k["subsetSpec"], kp + ("subsetSpec",)) if "subsetSpec" in k else None
     return UpstreamResource(ns, name, kube=KubeRef(sname, sns, port), source=source, selector=selector,
                             subset_spec=subset_spec, load_balancer=lb, health_check=hc, ssl=ssl,
-                            breakers=breakers)
+                            breakers=breakers, **policy)
 
 
 def read_circuit_breakers(r: FieldReader, value: Any, path: Path) -> CircuitBreakers:
@@ -270,27 +278,37 @@ def _read_static(r: FieldReader, value: Any, ssl: SslSpec | None) -> tuple[tuple
     return tuple(hosts), ssl
 
 
-_LB_LATER = "is not supported by twistgw yet (it needs the upstream side: active requests and health)"
+_LB_LATER = "is not supported by twistgw"
+_LB_KINDS = ("roundRobin", "leastRequest", "random", "ringHash", "maglev")
 
 
 def read_load_balancer(r: FieldReader, value: Any, path: Path) -> LoadBalancer:
     """``loadBalancerConfig`` (Gloo's LoadBalancerConfig, Envoy's lb_policy)."""
     m = dict(r.mapping(value, path))
-    for key in ("leastRequest", "healthyPanicThreshold", "localityWeightedLbConfig", "updateMergeWindow"):
+    for key, why in (("localityWeightedLbConfig", " (endpoints have no locality)"),
+                     ("updateMergeWindow", " (a configuration change applies at once)")):
         if m.pop(key, None) is not None:
-            r.issue(path + (key,), _LB_LATER)
-    m = r.mapping(m, path, {"roundRobin", "random", "ringHash", "maglev"})
-    kinds = [k for k in ("roundRobin", "random", "ringHash", "maglev") if k in m]
+            r.issue(path + (key,), _LB_LATER + why)
+    m = r.mapping(m, path, set(_LB_KINDS) | {"healthyPanicThreshold"})
+    panic = 50.0
+    with r.part():
+        if m.get("healthyPanicThreshold") is not None:
+            panic = _percent(r, m["healthyPanicThreshold"], path + ("healthyPanicThreshold",))
+    kinds = [k for k in _LB_KINDS if k in m]
     if len(kinds) > 1:
-        raise r.fail(path, "set one of roundRobin, random, ringHash or maglev")
+        raise r.fail(path, "set one of " + ", ".join(_LB_KINDS))
     if not kinds:
-        return LoadBalancer()
+        return LoadBalancer(panic_threshold=panic)
     kind = kinds[0]
     body = dict(r.mapping(m[kind] or {}, path + (kind,)))
-    if kind == "roundRobin" and body.pop("slowStartConfig", None) is not None:
-        r.issue(path + (kind, "slowStartConfig"), _LB_LATER)
-    allowed = {"ringHash": {"ringHashConfig", "useHostnameForHashing"}, "maglev": {"useHostnameForHashing"}}
+    if kind in ("roundRobin", "leastRequest") and body.pop("slowStartConfig", None) is not None:
+        r.issue(path + (kind, "slowStartConfig"), _LB_LATER + " (endpoints take their full share at once)")
+    allowed = {"ringHash": {"ringHashConfig", "useHostnameForHashing"}, "maglev": {"useHostnameForHashing"},
+               "leastRequest": {"choiceCount"}}
     body = r.mapping(body, path + (kind,), allowed.get(kind, set()))
+    choices = 2
+    if body.get("choiceCount") is not None:
+        choices = r.integer(body["choiceCount"], path + (kind, "choiceCount"), 2, 100)
     by_hostname = False
     if body.get("useHostnameForHashing") is not None:
         by_hostname = r.boolean(body["useHostnameForHashing"], path + (kind, "useHostnameForHashing"))
@@ -302,7 +320,14 @@ def read_load_balancer(r: FieldReader, value: Any, path: Path) -> LoadBalancer:
         hi = _ring_size(r, c.get("maximumRingSize", hi), cp + ("maximumRingSize",))
         if lo > hi:
             raise r.fail(cp, "minimumRingSize is above maximumRingSize")
-    return LoadBalancer(kind, lo, hi, by_hostname)
+    return LoadBalancer(kind, lo, hi, by_hostname, choices, panic)
+
+
+def _percent(r: FieldReader, value: Any, path: Path) -> float:
+    """A percentage as Gloo writes it (a DoubleValue, 0 to 100)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+        raise r.fail(path, f"must be a percentage from 0 to 100, got {value!r}")
+    return float(value)
 
 
 def _ring_size(r: FieldReader, value: Any, path: Path) -> int:

@@ -1,5 +1,6 @@
 """How a request picks one endpoint of an upstream: round robin (the
-default, :class:`Balancer`), ``random``, or consistent
+default, :class:`Balancer`), ``leastRequest`` (:class:`LeastRequest`: the
+fewest active requests of ``choiceCount`` random endpoints), ``random``, or consistent
 hashing (``ringHash``, ``maglev``) on the hash a route's ``lbHash`` makes of
 the request (Envoy's load balancers, as Gloo's ``loadBalancerConfig`` names
 them). Tables are built once per snapshot; hashes are stable across
@@ -18,8 +19,8 @@ from twistgw.api.types import Endpoint, RequestContext, UpstreamInfo
 from twistgw.config.model import LoadBalancer
 from twistgw.config.traffic import LbHash
 
-__all__ = ["Balancer", "HashBalancer", "Maglev", "RandomBalancer", "RingHash", "hash_of", "make_balancer",
-           "stable_hash"]
+__all__ = ["Balancer", "HashBalancer", "LeastRequest", "Maglev", "RandomBalancer", "RingHash", "hash_of",
+           "make_balancer", "stable_hash"]
 
 _MASK = (1 << 64) - 1
 #: Maglev's lookup table size (Envoy's default, a prime)
@@ -39,6 +40,12 @@ class Balancer:
 
     __slots__ = ("upstream", "_counter")
 
+    #: what the engine reports a forwarded request to (a
+    #: :class:`twistgw.core.outlier.UpstreamWatch`): None unless the upstream
+    #: has ``leastRequest`` or ``outlierDetection`` (then it is the
+    #: :class:`twistgw.core.health.CheckedBalancer`'s)
+    watch: Any = None
+
     def __init__(self, upstream: UpstreamInfo) -> None:
         self.upstream = upstream
         self._counter = itertools.count()
@@ -55,6 +62,8 @@ class RandomBalancer:
 
     __slots__ = ("upstream", "_choice")
 
+    watch: Any = None
+
     def __init__(self, upstream: UpstreamInfo, choice: Callable[[Any], Any] = random.choice) -> None:
         self.upstream = upstream
         self._choice = choice
@@ -62,6 +71,42 @@ class RandomBalancer:
     def pick(self) -> Endpoint | None:
         eps = self.upstream.endpoints
         return self._choice(eps) if eps else None
+
+
+class LeastRequest:
+    """``leastRequest``: Envoy's power of N choices: ``choiceCount`` endpoints
+    drawn at random (2 by default), the one with the fewest active requests
+    wins (the first drawn on a tie). ``active`` is shared by every balancer of
+    the upstream and kept by its :class:`~twistgw.core.outlier.UpstreamWatch`."""
+
+    __slots__ = ("upstream", "active", "_choices", "_random")
+
+    watch: Any = None
+
+    def __init__(self, upstream: UpstreamInfo, lb: LoadBalancer, active: dict[Endpoint, int],
+                 rand: Callable[[], float] = random.random) -> None:
+        self.upstream = upstream
+        self.active = active
+        self._choices = lb.choice_count
+        self._random = rand  # random.random: one C call per draw (randrange is several Python calls)
+
+    def pick(self) -> Endpoint | None:
+        eps = self.upstream.endpoints
+        n = len(eps)
+        if n < 2:
+            return eps[0] if eps else None
+        active = self.active
+        rand = self._random
+        best = eps[int(rand() * n)]
+        low = active.get(best, 0)
+        for _ in range(self._choices - 1):
+            if not low:
+                break
+            ep = eps[int(rand() * n)]
+            count = active.get(ep, 0)
+            if count < low:
+                best, low = ep, count
+        return best
 
 
 class HashBalancer(RandomBalancer):
@@ -137,10 +182,13 @@ class Maglev(HashBalancer):
         return self.upstream.endpoints[self._table[h % len(self._table)]]
 
 
-def make_balancer(upstream: UpstreamInfo, lb: LoadBalancer | None) -> Any:
-    """The balancer ``lb`` names (round robin by default)."""
+def make_balancer(upstream: UpstreamInfo, lb: LoadBalancer | None, active: dict[Endpoint, int] | None = None) -> Any:
+    """The balancer ``lb`` names (round robin by default); ``active``: the
+    upstream's active requests, for ``leastRequest``."""
     if lb is None or lb.kind == "roundRobin":
         return Balancer(upstream)
+    if lb.kind == "leastRequest":
+        return LeastRequest(upstream, lb, {} if active is None else active)
     if lb.kind == "random":
         return RandomBalancer(upstream)
     if lb.kind == "ringHash":

@@ -7,7 +7,9 @@ snapshot; each of its balancers (one per route subset) is a
 rules: an endpoint leaves the rotation after ``unhealthyThreshold``
 failed checks in a row and comes back after ``healthyThreshold`` passed
 ones; when fewer than half the endpoints are healthy (Envoy's default
-panic threshold, 50 %), every endpoint takes traffic again ("panic"), as
+panic threshold, 50 %; ``loadBalancerConfig.healthyPanicThreshold``
+changes it, and ejected endpoints of ``outlierDetection`` count as
+unhealthy here too), every endpoint takes traffic again ("panic"), as
 sending everything to a few survivors would take them down too. Endpoints
 start healthy (the first check runs at once). The request path pays
 nothing for this: a change rebuilds the balancers when it is reported.
@@ -20,10 +22,11 @@ import attrs
 from typing import Any
 
 from twistgw.api.types import Endpoint, UpstreamInfo
-from twistgw.config.model import HealthCheck, LoadBalancer
+from twistgw.config.model import HealthCheck, LoadBalancer, UpstreamResource
 from twistgw.core.balancers import HashBalancer, make_balancer
+from twistgw.core.outlier import OutlierState, UpstreamWatch
 
-__all__ = ["PANIC_THRESHOLD", "CheckedBalancer", "HealthState"]
+__all__ = ["PANIC_THRESHOLD", "CheckedBalancer", "HealthState", "UpstreamStates"]
 
 #: Envoy's default healthy panic threshold, percent
 PANIC_THRESHOLD = 50
@@ -64,20 +67,33 @@ class HealthState:
 
     def _changed(self) -> None:
         for balancer in self._watchers:
-            balancer.refresh(self.unhealthy)
+            balancer.refresh()
 
 
 class CheckedBalancer:
-    """A balancer over the healthy endpoints of its subset (all of them in panic)."""
+    """A balancer over the endpoints of its subset that take traffic: not
+    failing active checks (``healthChecks``), not ejected
+    (``outlierDetection``); all of them in panic (fewer healthy than the
+    ``healthyPanicThreshold``, 50 % by default; 0 disables panic). It also
+    carries the upstream's :class:`~twistgw.core.outlier.UpstreamWatch`
+    (``watch``) when the engine has something to report."""
 
-    __slots__ = ("upstream", "_lb", "_all", "_current")
+    __slots__ = ("upstream", "watch", "_lb", "_all", "_current", "_health", "_outlier", "_active")
 
-    def __init__(self, upstream: UpstreamInfo, lb: LoadBalancer | None, state: HealthState) -> None:
+    def __init__(self, upstream: UpstreamInfo, lb: LoadBalancer | None, state: HealthState | None,
+                 outlier: OutlierState | None = None, active: dict[Endpoint, int] | None = None) -> None:
         self.upstream = upstream
         self._lb = lb
-        self._all = make_balancer(upstream, lb)
+        self._health = state
+        self._outlier = outlier
+        self._active = active
+        self.watch = UpstreamWatch(active, outlier) if active is not None or outlier is not None else None
+        self._all = make_balancer(upstream, lb, active)
         self._current: Any = self._all
-        state.watch(self)
+        if state is not None:
+            state.watch(self)
+        if outlier is not None:
+            outlier.watch(self)
 
     @property
     def hashes(self) -> bool:
@@ -88,14 +104,21 @@ class CheckedBalancer:
         """The endpoints taking traffic now."""
         return tuple(self._current.upstream.endpoints)
 
-    def refresh(self, unhealthy: set[Endpoint]) -> None:
+    def refresh(self) -> None:
+        """The health of an endpoint changed: rebuild what picks."""
+        out: set[Endpoint] = set()
+        if self._health is not None:
+            out |= self._health.unhealthy
+        if self._outlier is not None:
+            out |= self._outlier.ejected.keys()
         eps = self.upstream.endpoints
-        healthy = tuple(ep for ep in eps if ep not in unhealthy)
-        if len(healthy) == len(eps) or len(healthy) * 100 < len(eps) * PANIC_THRESHOLD:
+        healthy = tuple(ep for ep in eps if ep not in out)
+        threshold = PANIC_THRESHOLD if self._lb is None else self._lb.panic_threshold
+        if len(healthy) == len(eps) or len(healthy) * 100 < len(eps) * threshold:
             self._current = self._all  # all healthy, or panic: every endpoint
             return
         up = self.upstream
-        self._current = make_balancer(attrs.evolve(up, endpoints=healthy), self._lb)
+        self._current = make_balancer(attrs.evolve(up, endpoints=healthy), self._lb, self._active)
 
     def pick(self) -> Endpoint | None:
         found: Endpoint | None = self._current.pick()
@@ -104,3 +127,32 @@ class CheckedBalancer:
     def pick_hash(self, h: int) -> Endpoint | None:
         found: Endpoint | None = self._current.pick_hash(h)
         return found
+
+
+class UpstreamStates:
+    """What one snapshot keeps per upstream for its balancers: active
+    health, outlier detection, active requests (shared by the balancers
+    of the upstream's subsets)."""
+
+    def __init__(self) -> None:
+        #: upstream → its active health (healthChecks), for the runtime's checker
+        self.health: dict[tuple[str, str], HealthState] = {}
+        #: upstream → its outlier detection (outlierDetection), for the runtime's sweeps
+        self.outliers: dict[tuple[str, str], OutlierState] = {}
+        #: upstream → its active requests per endpoint (leastRequest)
+        self.active: dict[tuple[str, str], dict[Endpoint, int]] = {}
+
+    def balancer(self, key: tuple[str, str], res: UpstreamResource, whole: UpstreamInfo, info: UpstreamInfo,
+                 lb: LoadBalancer | None) -> CheckedBalancer:
+        """A balancer over the endpoints of ``info`` (a subset of ``whole``) that take traffic."""
+        state = outlier = None
+        if res.health_check is not None:
+            state = self.health.get(key)
+            if state is None:
+                state = self.health[key] = HealthState(whole, res.health_check)
+        if res.outlier is not None:
+            outlier = self.outliers.get(key)
+            if outlier is None:
+                outlier = self.outliers[key] = OutlierState(whole, res.outlier)
+        active = self.active.setdefault(key, {}) if lb is not None and lb.kind == "leastRequest" else None
+        return CheckedBalancer(info, lb, state, outlier, active)

@@ -330,8 +330,10 @@ class Pipeline:
         headers.set_canonical(b"X-Forwarded-For", client)
         headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
         headers.set_canonical(b"X-Real-Ip", client)
-        return Forward(endpoint, ctx.method.encode("latin-1"), target, headers,
-                       route.timeout or self.upstream_timeout, balancer.upstream)
+        forward = Forward(endpoint, ctx.method.encode("latin-1"), target, headers,
+                          route.timeout or self.upstream_timeout, balancer.upstream)
+        forward.watch = balancer.watch  # leastRequest, outlierDetection: else None
+        return forward
 
     def _no_endpoint(self, ctx: RequestContext, balancer: Any) -> LocalResponse:
         ups = balancer.upstream
@@ -377,6 +379,7 @@ class Pipeline:
             forward = RetryingForward(endpoint, ctx.method.encode("latin-1"), target, headers, timeout,
                                       balancer.upstream, policy.retries)
         forward.response_edit = policy.response_for(ctx, route_response)
+        forward.watch = balancer.watch
         return forward
 
 

@@ -60,11 +60,14 @@ class Forward:
         allowed origin, then the headers plugins added with
         ``ctx.add_response_header``): a
         :class:`twistgw.core.traffic.ResponseEdit`, or None (the plain route).
+    :ivar watch: a :class:`twistgw.core.outlier.UpstreamWatch` the engine
+        reports the request's start, response statuses and end to (an
+        upstream with ``leastRequest`` or ``outlierDetection``), else None.
         The engine applies ``response_edit.apply_to_lines`` to the end-to-end
         header lines of the response head.
     """
 
-    __slots__ = ("endpoint", "method", "target", "headers", "timeout", "upstream", "response_edit")
+    __slots__ = ("endpoint", "method", "target", "headers", "timeout", "upstream", "response_edit", "watch")
 
     def __init__(self, endpoint: Endpoint, method: bytes, target: bytes, headers: Headers,
                  timeout: float, upstream: UpstreamInfo) -> None:
@@ -75,6 +78,9 @@ class Forward:
         self.timeout = timeout
         self.upstream = upstream
         self.response_edit: Any = None  # a core.traffic.ResponseEdit (core.traffic imports this module)
+        #: what the engine reports this request to: a
+        #: core.outlier.UpstreamWatch (leastRequest, outlierDetection), else None
+        self.watch: Any = None
 
     #: the route's ``retries`` (a :class:`twistgw.config.retries.Retries`):
     #: None here, a slot of :class:`RetryingForward`; so a plan without

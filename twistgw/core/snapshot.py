@@ -33,7 +33,8 @@ from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
 from twistgw.core.balancers import make_balancer
-from twistgw.core.health import CheckedBalancer, HealthState
+from twistgw.core.health import HealthState, UpstreamStates
+from twistgw.core.outlier import OutlierState
 from twistgw.core.policies import compile_policy, forged_headers
 from twistgw.core.traffic import RoutePolicy
 
@@ -75,10 +76,13 @@ class Snapshot:
     def __init__(self, config: Config, routes: dict[tuple[str, int], RouteRuntime],
                  generation: int, plugin_compiled: dict[str, list[Any]],
                  owned_headers: tuple[bytes, ...] = (),
-                 health: dict[tuple[str, str], HealthState] | None = None) -> None:
+                 health: dict[tuple[str, str], HealthState] | None = None,
+                 outliers: dict[tuple[str, str], OutlierState] | None = None) -> None:
         self.config = config
         #: upstream → its active health, for the runtime's checker (healthChecks)
         self.health = health or {}
+        #: upstream → its outlier detection, for the runtime's sweeps (outlierDetection)
+        self.outliers = outliers or {}
         #: canonical names of the request headers plugins own
         #: (:class:`twistgw.OwnsRequestHeaders`): a client's copies are removed
         #: from every request before routing and before the chain
@@ -114,7 +118,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     if build.issues or config.issues:
         raise ConfigError(list(config.issues) + build.issues)
     return Snapshot(config, build.routes, generation, build.compiled_by_plugin, tuple(sorted(build.owned)),
-                    build.health)
+                    build.states.health, build.states.outliers)
 
 
 #: The key of one upstream's balancer: (namespace, name) and the route's subset.
@@ -142,8 +146,8 @@ class _Build:
         self.routes: dict[tuple[str, int], RouteRuntime] = {}
         self.compiled_by_plugin: dict[str, list[Any]] = {name: [] for name in host.infos}
         self.balancers: dict[_BalancerKey, Any] = {}
-        #: upstream → its active health (upstreams with healthChecks)
-        self.health: dict[tuple[str, str], HealthState] = {}
+        #: each upstream's active health, outlier detection, active requests
+        self.states = UpstreamStates()
         #: request headers the compiled options own (OwnsRequestHeaders)
         self.owned: set[bytes] = set()
         #: (virtual service, id(raw options), plugin) already reported
@@ -167,15 +171,14 @@ class _Build:
             res = self.config.upstream_resources.get(key)
             lb = res.load_balancer if res is not None else None
             info = self.config.select(key, subset)
-            if res is not None and res.health_check is not None:
-                state = self.health.get(key)
-                if state is None:
-                    state = self.health[key] = HealthState(self.config.upstreams[key], res.health_check)
-                found = CheckedBalancer(info, lb, state)
+            if res is not None and (res.health_check is not None or res.outlier is not None
+                                    or (lb is not None and lb.kind == "leastRequest")):
+                found = self.states.balancer(key, res, self.config.upstreams[key], info, lb)
             else:
                 found = make_balancer(info, lb)
             self.balancers[(key, subset)] = found
         return found
+
 
 
 def _compile_defaults(build: _Build) -> None:

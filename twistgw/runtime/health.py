@@ -3,7 +3,9 @@
 within ``timeout`` with an expected status (200 by default) or it fails.
 Results go to the snapshot's :class:`twistgw.core.health.HealthState`,
 which takes endpoints out of the rotation and back (see that module).
-A reload stops the old snapshot's checks and starts the new one's.
+Also the sweeps of ``outlierDetection`` (every ``interval``, ejected
+endpoints whose time is up come back; :mod:`twistgw.core.outlier`).
+A reload stops the old snapshot's checks and sweeps and starts the new one's.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from twisted.web.http_headers import Headers as TwistedHeaders
 
 from twistgw.api.types import Endpoint
 from twistgw.core.health import HealthState
+from twistgw.core.outlier import OutlierState
 
 __all__ = ["HealthChecker"]
 
@@ -47,6 +50,19 @@ class HealthChecker:
             loop.start(state.check.interval, now=True).addErrback(
                 lambda f: self._log.failure("Health check loop failed", f))
             self._loops.append(loop)
+        for outlier in getattr(snapshot, "outliers", {}).values():
+            outlier.clock = self.reactor.seconds
+            loop = task.LoopingCall(self._sweep, outlier)
+            loop.clock = self.reactor
+            loop.start(outlier.config.interval, now=False).addErrback(
+                lambda f: self._log.failure("Outlier detection sweep failed", f))
+            self._loops.append(loop)
+
+    def _sweep(self, outlier: OutlierState) -> None:
+        up = outlier.upstream
+        for endpoint in outlier.sweep():
+            self._log.info("Endpoint {host}:{port} of upstream {ns}/{name} is back from outlier ejection",
+                           host=endpoint.host, port=endpoint.port, ns=up.namespace, name=up.name)
 
     def stop(self) -> None:
         for loop in self._loops:

@@ -75,6 +75,9 @@ class UpstreamConnection(Protocol):
     #: Any: Twisted's transports provide more than the ITransport that
     #: Protocol declares (producers, abortConnection)
     transport: Any
+    #: seconds it may wait idle in the pool; None: the pool's (a
+    #: ConfiguredConnection's ``idleTimeout`` sets it)
+    idle_timeout: float | None = None
 
     def __init__(self, pool: "UpstreamPool", key: Any) -> None:  # Any: the pool's key, (host, port[, UpstreamTls])
         self.pool = pool
@@ -304,6 +307,8 @@ class UpstreamConnection(Protocol):
         req = self.req
         if req is None or req.finished:
             return
+        if req.watch is not None:  # leastRequest, outlierDetection: every try's status counts
+            req.watch.answered(req.plan.endpoint, status)
         if req.retrying and status != 101 and req.again_on_status(status):
             return  # dropped with this connection; the request is tried again
         ex = req.ex

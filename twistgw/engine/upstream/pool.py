@@ -15,10 +15,11 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint, wrapClientTLS
 from twisted.internet.protocol import Factory
 
-from twistgw.api.upstreampolicy import UpstreamTls
+from twistgw.api.upstreampolicy import ConnectionConfig, UpstreamTls
 from twistgw.config.defaults import CONNECT_TIMEOUT, IDLE_TIMEOUT
 from twistgw.core.plan import Forward
 from twistgw.engine.seams import Downstream
+from twistgw.engine.upstream.configured import ConfiguredConnection
 from twistgw.engine.upstream.connection import State, UpstreamConnection
 from twistgw.engine.upstream import breakers, policy
 from twistgw.engine.upstream.breakers import Breaker, LimitedRequest, LimitedRetryingRequest
@@ -81,7 +82,13 @@ class UpstreamPool:
         if upstream.breakers is not None:
             # its connections are its own (Envoy's pools are per cluster): counted, never shared
             key = (endpoint.host, endpoint.port, tls, (upstream.namespace, upstream.name))
+            if upstream.connection is not None:
+                key += (upstream.connection,)
             return self._forward_limited(ex, plan, key, self.label(key))
+        if upstream.connection is not None:
+            # connectionConfig: pooled apart, ConfiguredConnections (configured.py)
+            key = (endpoint.host, endpoint.port, tls, None, upstream.connection)
+            label = self.label(key)
         retries = plan.retry
         req = UpstreamRequest(self, ex, plan, key, label) if retries is None else \
             RetryingRequest(self, ex, plan, key, label, retries)
@@ -151,7 +158,7 @@ class UpstreamPool:
         return label
 
     def new_connection(self, key: Any, breaker: Breaker | None = None) -> UpstreamConnection:
-        conn = UpstreamConnection(self, key)
+        conn = UpstreamConnection(self, key) if len(key) < 5 else ConfiguredConnection(self, key)
         self._all.add(conn)
         if breaker is not None:
             breaker.connections.add(conn)
@@ -170,13 +177,17 @@ class UpstreamPool:
         d: Deferred[UpstreamConnection] = endpoint.connect(_Once(conn))
         return d
 
-    def _endpoint(self, host: str, port: int, tls: UpstreamTls | None = None, _upstream: Any = None) -> Any:
+    def _endpoint(self, host: str, port: int, tls: UpstreamTls | None = None, _upstream: Any = None,
+                  config: ConnectionConfig | None = None) -> Any:
+        timeout = self.connect_timeout
+        if config is not None and config.connect_timeout is not None:
+            timeout = config.connect_timeout  # connectionConfig.connectTimeout
         if ":" in host:
-            plain: Any = TCP6ClientEndpoint(self.reactor, host.strip("[]"), port, timeout=self.connect_timeout)
+            plain: Any = TCP6ClientEndpoint(self.reactor, host.strip("[]"), port, timeout=timeout)
         elif host.replace(".", "").isdigit():
-            plain = TCP4ClientEndpoint(self.reactor, host, port, timeout=self.connect_timeout)
+            plain = TCP4ClientEndpoint(self.reactor, host, port, timeout=timeout)
         else:
-            plain = HostnameEndpoint(self.reactor, host, port, timeout=self.connect_timeout)
+            plain = HostnameEndpoint(self.reactor, host, port, timeout=timeout)
         if tls is None:
             return plain
         # Settings were checked when the configuration loaded; the peer is
@@ -196,8 +207,9 @@ class UpstreamPool:
                 conn.transport.loseConnection()
             return
         idle.append(conn)
-        if self.idle_timeout:
-            conn.timer.set(self.idle_timeout, conn.idle_expired)
+        timeout = self.idle_timeout if conn.idle_timeout is None else conn.idle_timeout
+        if timeout:
+            conn.timer.set(timeout, conn.idle_expired)
         if self._limited:
             b = self._limited.get(conn)
             if b is not None and b.pending:

@@ -34,7 +34,8 @@ class UpstreamRequest:
     away): from then on nothing is reported.
     """
 
-    __slots__ = ("pool", "ex", "plan", "key", "label", "conn", "connecting", "retried", "finished", "timing")
+    __slots__ = ("pool", "ex", "plan", "key", "label", "conn", "connecting", "retried", "finished", "timing",
+                 "watch")
 
     #: a :class:`~twistgw.engine.upstream.retrying.RetryingRequest` (a route
     #: with ``retries``) says True; the connection asks before relaying a head
@@ -57,6 +58,11 @@ class UpstreamRequest:
         self.finished = False
         #: the response deadline runs (the client's body is complete)
         self.timing = False
+        #: the plan's UpstreamWatch (leastRequest, outlierDetection): told of
+        #: the start, each response status or local failure, and the end
+        self.watch = watch = plan.watch
+        if watch is not None:
+            watch.started(plan.endpoint)
 
     # -- connection -----------------------------------------------------------
 
@@ -113,6 +119,8 @@ class UpstreamRequest:
         self.finished = True
         if self.breaker is not None:
             self.breaker.ended(self)
+        if self.watch is not None:
+            self.watch.ended(self.plan.endpoint)
 
     def fail(self, answer: policy.Answer, error: str, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
         if self.finished:
@@ -121,6 +129,11 @@ class UpstreamRequest:
         if self.breaker is not None:
             self.breaker.ended(self)
         status, body, why = answer
+        watch = self.watch
+        if watch is not None:
+            if answer is not policy.OVERFLOW:  # a local failure counts as its 5xx (Envoy's default)
+                watch.answered(self.plan.endpoint, status)
+            watch.ended(self.plan.endpoint)
         self.ex.upstream_failed(status, body, why, error, headers)
 
     def broke(self, reason: str) -> None:
@@ -130,6 +143,8 @@ class UpstreamRequest:
         self.finished = True
         if self.breaker is not None:
             self.breaker.ended(self)
+        if self.watch is not None:
+            self.watch.ended(self.plan.endpoint)
         self.ex.upstream_broke(reason)
 
     def _abandon(self) -> None:
@@ -160,6 +175,8 @@ class UpstreamRequest:
         self.finished = True
         if self.breaker is not None:
             self.breaker.ended(self)
+        if self.watch is not None:
+            self.watch.ended(self.plan.endpoint)
         self._abandon()
 
     def client_body_done(self) -> None:

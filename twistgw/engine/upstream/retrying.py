@@ -84,6 +84,7 @@ class RetryingRequest(UpstreamRequest):
             return
         if self.pool.reactor.seconds() < self.deadline - 0.001 and self.policy.on_reset() and self._may_retry():
             self._drop_connection()
+            self._counted(504)
             self._again()  # a try's timeout (perTryTimeout): Envoy counts it as a reset / 504
             return
         super().timed_out()
@@ -120,6 +121,7 @@ class RetryingRequest(UpstreamRequest):
         if not self.policy.on_reset() or not self._may_retry() or self.finished:
             return False
         self.conn = None
+        self._counted(503)
         self._again()
         return True
 
@@ -131,9 +133,16 @@ class RetryingRequest(UpstreamRequest):
         if self.finished:
             return
         if self.policy.on_connect_failure() and self._may_retry():
+            self._counted(503)
             self._again()
             return
         self.fail(policy.connect_failure(failure), failure.getErrorMessage())
+
+    def _counted(self, status: int) -> None:
+        """A try's local failure, hidden by the retry, still counts for
+        outlier detection (as its 503 or 504, Envoy's default)."""
+        if self.watch is not None:
+            self.watch.answered(self.plan.endpoint, status)
 
     def _again(self) -> None:
         """Wait Envoy's backoff, then try again (within the route's deadline)."""
