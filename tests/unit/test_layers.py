@@ -52,6 +52,8 @@ TWISTED_PRIVATE: dict[str, str] = {
                   " tcp:/tcp6: server endpoint itself (interface, port and backlog)",
     "_port": "engine/listening.py: as _interface",
     "_backlog": "engine/listening.py: as _interface",
+    "_sslContextFactory": "engine/listening.py: an ssl: --listen endpoint's own certificate (Twisted's"
+                          " parser reads it) becomes the default of an SNI listener over the same port",
     "_tempDataBuffer": "engine/wire.py: a write goes straight to the socket only when the TCP"
                        " transport buffers nothing (Twisted keeps unflushed small writes there)",
     "_tempDataLen": "engine/wire.py: as _tempDataBuffer (its byte count)",
