@@ -250,9 +250,9 @@ def resolve_listener_tls(config: Config, issue: Locate, invalid: set[tuple[str, 
                 if not partial and ("Secret", *(spec.secret or ("", ""))) not in invalid:
                     issue(vs.source, owner, at + ("secretRef",), f"dangling reference: {exc.args[0]}")
             except ValueError as exc:
-                field = next((f for f in ("secretRef", "tlsCert", "tlsKey", "rootCa") if f in str(exc)), "")
-                issue(vs.source, owner, at + ((("sslFiles", field) if field != "secretRef" else (field,))
-                                              if field else ()), str(exc))
+                field = next((f for f in ("tlsCert", "tlsKey", "rootCa") if f"sslFiles.{f}" in str(exc)), "")
+                issue(vs.source, owner, at + (("secretRef",) if spec.secret is not None else
+                                              ("sslFiles", field) if field else ()), str(exc))
         out.append(vs)
     by_key = {vs.key: vs for vs in out}
 

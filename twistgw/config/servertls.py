@@ -162,8 +162,25 @@ def resolve_server_tls(spec: ServerSslSpec, secrets: Mapping[tuple[str, str], Se
     try:
         tls.context()
     except TLSSettingsError as exc:
-        raise ValueError(f"sslConfig: {exc}") from None
+        raise ValueError(_pem_problem(spec, str(exc))) from None
     return tls
+
+
+#: the PEM each problem of :func:`twistgw.servertls.server_context` is about:
+#: (its words, the Secret's key, the sslFiles field)
+_PEMS = (("server key", "tls.key", "tlsKey"), ("private key", "tls.key", "tlsKey"),
+         ("server certificate", "tls.crt", "tlsCert"), ("root CA", "ca.crt", "rootCa"))
+
+
+def _pem_problem(spec: ServerSslSpec, reason: str) -> str:
+    """``reason`` naming the Secret and its key (``Secret ns/a: tls.key:
+    ...``) or the ``sslFiles`` field (``sslFiles.tlsKey: ...``)."""
+    for words, key, field in _PEMS:
+        if words in reason:
+            if spec.secret is not None:
+                return f"Secret {spec.secret[0]}/{spec.secret[1]}: {key}: {reason}"
+            return f"sslFiles.{field}: {reason}"
+    return reason
 
 
 @attrs.frozen

@@ -131,6 +131,10 @@ class _PeekFactory(Factory):
         self.wrapped.doStop()
         super().doStop()
 
+    def logPrefix(self) -> str:
+        wrapped = self.wrapped
+        return f"{getattr(wrapped, 'logPrefix', lambda: type(wrapped).__name__)()} (TLS by SNI)"
+
     def buildProtocol(self, addr: Any) -> Protocol:
         return _ClientHelloReader(self, addr)
 
