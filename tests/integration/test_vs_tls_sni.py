@@ -175,11 +175,13 @@ def test_ssl_listener_keeps_its_own_certificate_for_other_names(tmp_path: Path, 
 def test_client_certificates_required_and_verified(tmp_path: Path, pki: Pki) -> None:
     d = tmp_path / "config"
     d.mkdir()
-    _write(d, secret("mtls", pki.a, ca=pki.ca.pem) + secret("oneway", pki.b, ca=pki.ca.pem)
+    pki.b.write(d, "b")
+    (d / "clients-ca.crt").write_bytes(pki.ca.pem)
+    _write(d, secret("mtls", pki.a, ca=pki.ca.pem)
            + vs("a", ["a.example.com"], "secretRef: {name: mtls, namespace: gloo-system}\n"
                                          "sniDomains: [a.example.com]\n"
                                          "verifySubjectAltName: [client.example.com]")
-           + vs("b", ["b.example.com"], "secretRef: {name: oneway, namespace: gloo-system}\n"
+           + vs("b", ["b.example.com"], "sslFiles: {tlsCert: b.crt, tlsKey: b.key, rootCa: clients-ca.crt}\n"
                                          "sniDomains: [b.example.com]\noneWayTls: true"))
     with TwistGateway(tmp_path, str(d), listen="tls:{port}:interface=127.0.0.1") as gw:
         assert get(gw.port, "a.example.com", ctx=_client_context(pki, pki.client, tmp_path))[:2] == (200, b"a")
