@@ -186,3 +186,15 @@ class ClientHelloProbeTests(TestCase):
         assert probe.feed(_client_hello(None)) is True and probe.server_name is None
         probe = ClientHelloProbe()
         assert probe.feed(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n") is True and probe.server_name is None
+
+
+class ExplainTests(TestCase):
+    async def test_an_https_url_is_routed_by_its_certificate(self):
+        from twistgw.testing import ChainTester
+
+        t = ChainTester.from_yaml(secret("a") + vs("a", "{secretRef: {name: a}, sniDomains: [a.example.com]}")
+                                  + vs("plain", None, "['*']"), [])
+        tls = await t.request("GET", "https://a.example.com/x")
+        assert tls.ctx.virtual_service == "default/a" and tls.ctx.scheme == "https"
+        plain = await t.request("GET", "http://a.example.com/x")
+        assert plain.ctx.virtual_service == "default/plain" and plain.ctx.scheme == "http"

@@ -188,6 +188,10 @@ class GatewayService(service.MultiService):
         self.plugins.config_loaded(snapshot.plugin_compiled, snapshot.config.settings)
         self._sync_echo(snapshot)
         self.health.sync(snapshot)  # upstreams' healthChecks
+        if snapshot.tls and not any(lst.description.startswith(("ssl:", "tls:")) for lst in self.listeners):
+            self._log.warn("VirtualServices with sslConfig ({names}) are served on TLS listeners only, and none"
+                           " is configured: add --listen tls:8443 (see docs/tls.md)",
+                           names=", ".join(vs.key for vs in snapshot.config.virtual_services if vs.tls is not None))
 
     def _sync_echo(self, snapshot: Snapshot) -> None:
         gateway_settings = snapshot.config.settings.get("gateway") or {}
