@@ -198,3 +198,43 @@ class ExplainTests(TestCase):
         assert tls.ctx.virtual_service == "default/a" and tls.ctx.scheme == "https"
         plain = await t.request("GET", "http://a.example.com/x")
         assert plain.ctx.virtual_service == "default/plain" and plain.ctx.scheme == "http"
+
+
+class TlsChoiceTests(TestCase):
+    """What a connection's later requests are routed by, across reloads."""
+
+    def snapshot(self, cert: bytes = A.cert_pem, key: bytes = A.key_pem):
+        return build_snapshot(load_text(secret("a", cert, key) + vs("a", "{secretRef: {name: a}}")
+                                        + vs("plain", None, "['*']"), "tls.yaml"), PluginHost.create())
+
+    def test_same_certificate_after_a_reload_keeps_serving_and_a_new_one_is_misdirected(self):
+        from twistgw.engine.sni import TlsChoice
+
+        first = self.snapshot()
+        choice = TlsChoice("a.example.com", first.tls.select("a.example.com"), first.tls)
+        assert choice.hosts(first).lookup("a.example.com").name == "a"
+        reloaded = self.snapshot()  # the same certificate: a new snapshot, equal settings
+        assert choice.hosts(reloaded).lookup("a.example.com").name == "a"
+        assert choice.routes is reloaded.tls
+        renewed = CA.issue("a.example.com", dns=["a.example.com"])
+        assert choice.hosts(self.snapshot(renewed.cert_pem, renewed.key_pem)) is None  # → 421
+
+    def test_the_listener_certificate_routes_plain_virtual_services(self):
+        from twistgw.engine.sni import TlsChoice
+
+        first = self.snapshot()
+        # a connection given the ssl: listener's own certificate (chain None) routes plain virtual services
+        choice = TlsChoice(None, None, first.tls)
+        assert choice.hosts(first).lookup("x").name == "plain"
+        # after a reload, 'a' (no sniDomains: every name) answers that connection's name: misdirected
+        assert first.tls.select(None) is not None
+        assert choice.hosts(self.snapshot()) is None
+
+    def test_routes_of_another_listener(self):
+        from twistgw.core.tlsroutes import TlsRoutes
+        from twistgw.engine.sni import TlsChoice
+
+        first = self.snapshot()
+        own = TlsRoutes(first.config.virtual_services)
+        choice = TlsChoice("a.example.com", own.select("a.example.com"), own, routes_in=lambda s: own)
+        assert choice.hosts(first).lookup("a.example.com").name == "a"

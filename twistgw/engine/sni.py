@@ -25,6 +25,11 @@ For other listeners (the Gloo ``Gateway`` kind's)::
     endpoint = SniServerEndpoint(reactor, TCP4ServerEndpoint(reactor, 8443),
                                  lambda: gateway.snapshot.tls if gateway.snapshot else None)
     endpoint.listen(GatewayFactory(gateway))
+
+A listener serving another set of virtual services (a Gloo Gateway with
+``ssl: true``) builds its own ``TlsRoutes(virtual_services)`` per snapshot and
+passes ``routes`` (for handshakes) and ``routes_in`` (how a request finds
+that listener's table in the snapshot it is handled with).
 """
 
 from __future__ import annotations
@@ -57,18 +62,21 @@ class TlsChoice:
     certificate's chain (None: the listener's own certificate) and the
     snapshot's table it was picked from."""
 
-    __slots__ = ("chain", "routes", "server_name")
+    __slots__ = ("chain", "routes", "routes_in", "server_name")
 
-    def __init__(self, server_name: str | None, chain: TlsChain | None, routes: TlsRoutes | None) -> None:
+    def __init__(self, server_name: str | None, chain: TlsChain | None, routes: TlsRoutes | None,
+                 routes_in: Callable[[Snapshot], TlsRoutes] | None = None) -> None:
         self.server_name = server_name
         self.chain = chain
         self.routes = routes
+        #: where a snapshot keeps this listener's certificates (None: ``snapshot.tls``)
+        self.routes_in = routes_in
 
     def hosts(self, snapshot: Snapshot) -> HostTable | None:
         """The ``Host`` table to route this connection's requests by, in
         ``snapshot``; None when the certificate for its name changed since
         the handshake (answer 421)."""
-        routes = snapshot.tls
+        routes = snapshot.tls if self.routes_in is None else self.routes_in(snapshot)
         if routes is not self.routes:
             chain = routes.select(self.server_name)
             if (chain is None) != (self.chain is None) or (
@@ -98,12 +106,16 @@ class SniServerEndpoint:
     ``CertificateOptions``); None: such connections are closed."""
 
     def __init__(self, reactor: Any, inner: IStreamServerEndpoint, routes: Callable[[], TlsRoutes | None],
-                 default: IOpenSSLServerConnectionCreator | None = None) -> None:
+                 default: IOpenSSLServerConnectionCreator | None = None,
+                 routes_in: Callable[[Snapshot], TlsRoutes] | None = None) -> None:
         # reactor: Any, as everywhere in the engine (IReactorTime is all that is used)
         self.reactor = reactor
         self.inner = inner
         self.routes = routes
         self.default = default
+        #: for a listener whose certificates are not ``snapshot.tls`` (a Gloo
+        #: Gateway's own ``TlsRoutes``): how requests find them in a snapshot
+        self.routes_in = routes_in
 
     def listen(self, protocolFactory: IProtocolFactory) -> Deferred[IListeningPort]:
         listening: Deferred[IListeningPort] = self.inner.listen(_PeekFactory(self, protocolFactory))
@@ -204,7 +216,7 @@ class _ClientHelloReader(Protocol):
             return
         inner = tls.wrappedProtocol
         if hasattr(inner, "tls"):
-            inner.tls = TlsChoice(server_name, chain, routes)
+            inner.tls = TlsChoice(server_name, chain, routes, self.peek.endpoint.routes_in)
         self.tls = tls
         data, self.buffer = b"".join(self.buffer), []
         tls.makeConnection(self.transport)
