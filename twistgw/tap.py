@@ -41,7 +41,9 @@ class Options(usage.Options):
         self["listen"] = []
 
     def opt_listen(self, endpoint: str) -> None:
-        """Listen on a Twisted endpoint string (repeatable). Default: tcp:8080"""
+        """Listen on a Twisted endpoint string (repeatable): tcp:8080; TLS with its own certificate,
+        ssl:8443:privateKey=KEY:certKey=CERT; or TLS with only the VirtualServices' certificates
+        (sslConfig, picked by SNI), tls:8443. Default: tcp:8080"""
         self["listen"].append(endpoint)
 
     opt_l = opt_listen

@@ -29,6 +29,7 @@ from twisted.internet.defer import Deferred
 from twistgw.api.headers import Headers
 from twistgw.api.types import RequestContext
 from twistgw.config.defaults import BACKLOG
+from twistgw.config.names import parse_host
 from twistgw.config.loader import load_directory, load_text
 from twistgw.core.pipeline import Pipeline, RequestHead, split_target
 from twistgw.core.plan import Forward, LocalResponse, Plan
@@ -244,7 +245,9 @@ class ChainTester:
 
     async def request(self, method: str, url: str, headers: Any = None,
                       client_address: str = "127.0.0.1") -> ChainResult:
-        """Run a request (``url`` absolute: its host is the Host header)."""
+        """Run a request (``url`` absolute: its host is the Host header; an
+        ``https://`` one is routed as on a TLS listener, the host being the
+        server name the client asked for: see docs/tls.md)."""
         hdrs = make_headers(headers)
         target = url.encode("latin-1")
         authority, path, query = split_target(target)
@@ -253,6 +256,11 @@ class ChainTester:
             target = path + (b"?" + query if query else b"")
         trace: list[tuple[str, str, Any]] = []
         head = RequestHead(method.encode("latin-1"), target, hdrs, client_address)
+        if url[:8].lower() == "https://" and authority is not None:
+            # as on a TLS listener with its own certificate, SNI = the URL's host (docs/tls.md)
+            head.scheme = "https"
+            chain = self.snapshot.tls.select(parse_host(authority))
+            head.hosts = chain.hosts if chain is not None else None
         plan = self.pipeline.handle(head, self.snapshot, lambda p, ph, d: trace.append((p, ph, d)))
         if isinstance(plan, Deferred):
             plan = await plan

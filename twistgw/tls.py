@@ -50,9 +50,13 @@ __all__ = [
     "TLS_VERSIONS",
     "PeerRefused",
     "TLSSettingsError",
+    "acceptable_ciphers",
     "client_tls",
     "describe_tls_failure",
     "https_policy",
+    "identity_options",
+    "pem_certificates",
+    "version_options",
     "verifying_https_policy",
 ]
 
@@ -86,7 +90,7 @@ class PeerRefused(Exception):
     """The TLS peer's certificate was refused; the message says why."""
 
 
-def _pem_certificates(pem: bytes, what: str) -> list[x509.Certificate]:
+def pem_certificates(pem: bytes, what: str) -> list[x509.Certificate]:
     try:
         found = x509.load_pem_x509_certificates(pem)
     except ValueError as exc:
@@ -105,7 +109,7 @@ def _version(name: str | None, which: str) -> ssl.TLSVersion | None:
     return TLS_VERSIONS[name]
 
 
-def _ciphers(ciphers: str | Sequence[str] | None) -> ssl.AcceptableCiphers | None:
+def acceptable_ciphers(ciphers: str | Sequence[str] | None) -> ssl.AcceptableCiphers | None:
     if ciphers is None:
         return None
     names = [ciphers] if isinstance(ciphers, str) else list(ciphers)
@@ -231,27 +235,30 @@ class _VerifyingCreator:
 def _trust_options(ca_pem: bytes | None) -> dict[str, object]:
     if ca_pem is None:
         return {"trustRoot": ssl.platformTrust()}
-    cas = _pem_certificates(ca_pem, "CA certificates")
+    cas = pem_certificates(ca_pem, "CA certificates")
     return {"trustRoot": ssl.trustRootFromCertificates(
         [ssl.Certificate(crypto.X509.from_cryptography(c)) for c in cas])}
 
 
-def _client_certificate_options(cert_pem: bytes | None, key_pem: bytes | None) -> dict[str, object]:
+def identity_options(cert_pem: bytes | None, key_pem: bytes | None, what: str = "client") -> dict[str, object]:
+    """``CertificateOptions`` arguments for a certificate (then its
+    intermediates) and its key, PEM: a client's (mutual TLS) or, with
+    ``what="server"``, a listener's."""
     if (cert_pem is None) != (key_pem is None):
-        raise TLSSettingsError("a client certificate needs its private key, and a key its certificate")
+        raise TLSSettingsError(f"a {what} certificate needs its private key, and a key its certificate")
     if cert_pem is None or key_pem is None:
         return {}
-    chain = _pem_certificates(cert_pem, "client certificate")
+    chain = pem_certificates(cert_pem, f"{what} certificate")
     try:
         key = serialization.load_pem_private_key(key_pem, password=None)
     except (ValueError, TypeError) as exc:
-        raise TLSSettingsError(f"client key: not an unencrypted PEM private key ({exc})") from None
+        raise TLSSettingsError(f"{what} key: not an unencrypted PEM private key ({exc})") from None
     return {"privateKey": crypto.PKey.from_cryptography_key(key),  # type: ignore[arg-type]
             "certificate": crypto.X509.from_cryptography(chain[0]),
             "extraCertChain": [crypto.X509.from_cryptography(c) for c in chain[1:]]}
 
 
-def _version_options(min_version: str | None, max_version: str | None) -> dict[str, object]:
+def version_options(min_version: str | None, max_version: str | None) -> dict[str, object]:
     low, high = _version(min_version, "minimum"), _version(max_version, "maximum")
     if low is not None and high is not None and \
             _VERSION_ORDER.index(min_version or "") > _VERSION_ORDER.index(max_version or ""):
@@ -301,10 +308,10 @@ def client_tls(
     names = _check_names(server_name, verify_names)
     options: dict[str, object] = {
         **_trust_options(ca_pem),
-        **_client_certificate_options(client_cert_pem, client_key_pem),
-        **_version_options(min_version, max_version),
+        **identity_options(client_cert_pem, client_key_pem),
+        **version_options(min_version, max_version),
     }
-    accepted = _ciphers(ciphers)
+    accepted = acceptable_ciphers(ciphers)
     if accepted is not None:
         options["acceptableCiphers"] = accepted
     if alpn:

@@ -423,6 +423,38 @@ spec:
     - matchers: [{{prefix: /gone}}]
       redirectAction: {{pathRedirect: /elsewhere}}
     - directResponseAction: {{status: 200, body: ok}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: vs-tls, namespace: default}}
+type: kubernetes.io/tls
+data: {{tls.crt: {srv_crt}, tls.key: {srv_key}, ca.crt: {ca_b64}}}
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {{name: walk-tls}}
+spec:
+  sslConfig:
+    secretRef: {{name: vs-tls, namespace: default}}
+    sniDomains: [tls.walk.example.com]
+    verifySubjectAltName: [client.walk.example.com]
+    parameters: {{minimumProtocolVersion: TLSv1_2, maximumProtocolVersion: TLSv1_3,
+                  cipherSuites: [ECDHE-ECDSA-AES128-GCM-SHA256]}}
+    alpnProtocols: [http/1.1]
+    oneWayTls: false
+    disableTlsSessionResumption: true
+  virtualHost:
+    domains: [tls.walk.example.com]
+    routes: [{{matchers: [{{prefix: /}}], directResponseAction: {{status: 200, body: tls}}}}]
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {{name: walk-tls-files}}
+spec:
+  sslConfig: {{sslFiles: {{tlsCert: client.crt, tlsKey: client.key, rootCa: ca.crt}}, sniDomains: [files.walk.test]}}
+  virtualHost:
+    domains: [files.walk.test]
+    routes: [{{matchers: [{{prefix: /}}], directResponseAction: {{status: 200, body: files}}}}]
 """
 
 LDIF = "dn: dc=example,dc=org\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n"
@@ -494,12 +526,15 @@ def walk(tmp_path, monkeypatch) -> set[str]:
     ca = TestCA()
     (tmp_path / "ca.crt").write_bytes(ca.pem)
     ca.issue("gateway.test", dns=["gateway.test"], client=True).write(tmp_path, "client")
+    server = ca.issue("tls.walk.example.com", dns=["tls.walk.example.com"])
     (tmp_path / "walk.yaml").write_text(WALK.format(key=textwrap.indent(pem, " " * 18),
                                                     key2=textwrap.indent(pem, " " * 22),
-                                                    ca_b64=base64.b64encode(ca.pem).decode()))
+                                                    ca_b64=base64.b64encode(ca.pem).decode(),
+                                                    srv_crt=base64.b64encode(server.cert_pem).decode(),
+                                                    srv_key=base64.b64encode(server.key_pem).decode()))
     config = load_directory(str(tmp_path), keep_going=True)
     snapshot = build_snapshot(config, PluginHost.create())
-    assert len(snapshot.routes) == 13  # the walk loaded whole, every route compiled
+    assert len(snapshot.routes) == 15  # the walk loaded whole, every route compiled
     return seen
 
 
@@ -534,6 +569,8 @@ BREAKERS = "tests/integration/test_breakers_e2e.py"
 UPSTREAM_TLS = "tests/integration/test_upstream_tls_e2e.py"
 POLICY_E2E = "tests/integration/test_upstream_policy_e2e.py"
 POLICY = "tests/unit/test_upstream_policy.py"
+VS_TLS = "tests/integration/test_vs_tls_sni.py"
+VS_TLS_UNIT = "tests/unit/test_vs_tls_config.py"
 
 #: field -> ("test", test file[, file that sets the field]) or ("info", doc saying so).
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -574,6 +611,13 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "", ".secretRef", ".secretRef.name", ".secretRef.namespace", ".sni", ".verifySubjectAltName",
         ".sslFiles", ".sslFiles.tlsCert", ".sslFiles.tlsKey", ".sslFiles.rootCa", ".parameters",
         ".parameters.minimumProtocolVersion", ".parameters.maximumProtocolVersion", ".parameters.cipherSuites")},
+    **{f"VirtualService:spec.sslConfig{k}": (T, VS_TLS) for k in (
+        "", ".secretRef", ".secretRef.name", ".secretRef.namespace", ".sniDomains", ".verifySubjectAltName",
+        ".sslFiles", ".sslFiles.tlsCert", ".sslFiles.tlsKey", ".sslFiles.rootCa", ".parameters",
+        ".parameters.minimumProtocolVersion", ".parameters.maximumProtocolVersion", ".parameters.cipherSuites",
+        ".oneWayTls")},
+    "VirtualService:spec.sslConfig.alpnProtocols": (T, VS_TLS_UNIT),
+    "VirtualService:spec.sslConfig.disableTlsSessionResumption": (T, VS_TLS_UNIT),
     "Upstream:spec.kube": (T, CORE), "Upstream:spec.kube.serviceName": (T, CORE),
     "Upstream:spec.kube.serviceNamespace": (T, CORE), "Upstream:spec.kube.servicePort": (T, CORE),
     "Upstream:spec.kube.selector": (T, GLOO),

@@ -37,7 +37,8 @@ PACKAGE = Path(twistgw.__file__).resolve().parent
 
 #: In order; a module may import its own layer and the ones before it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("api", ("twistgw.api", "twistgw.hookspecs", "twistgw.options", "twistgw.regex", "twistgw.tls")),
+    ("api", ("twistgw.api", "twistgw.hookspecs", "twistgw.options", "twistgw.regex", "twistgw.tls",
+             "twistgw.servertls")),
     ("config", ("twistgw.config",)),
     ("core", ("twistgw.core",)),
     ("engine", ("twistgw.engine",)),
@@ -52,6 +53,8 @@ TWISTED_PRIVATE: dict[str, str] = {
                   " tcp:/tcp6: server endpoint itself (interface, port and backlog)",
     "_port": "engine/listening.py: as _interface",
     "_backlog": "engine/listening.py: as _interface",
+    "_sslContextFactory": "engine/listening.py: an ssl: --listen endpoint's own certificate (Twisted's"
+                          " parser reads it) becomes the default of an SNI listener over the same port",
     "_tempDataBuffer": "engine/wire.py: a write goes straight to the socket only when the TCP"
                        " transport buffers nothing (Twisted keeps unflushed small writes there)",
     "_tempDataLen": "engine/wire.py: as _tempDataBuffer (its byte count)",

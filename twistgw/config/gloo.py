@@ -47,7 +47,7 @@ CORE_OPTION_KEYS = frozenset({"pluginOrder", "prefixRewrite", "timeout", "upgrad
 #: Gloo Edge fields twistgw does not implement, by where they are written,
 #: with the reason given instead of a bare "unknown field".
 GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
-    "spec": {"sslConfig": "TLS is terminated by the --listen endpoint (e.g. 'ssl:8443:...'), not per virtual service"},
+    "spec": {},
     "route": {
         "graphqlApiRef": "GraphQL is out of twistgw's scope",
     },

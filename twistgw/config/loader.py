@@ -36,6 +36,7 @@ from twistgw.config.resolution import (
     Config,
     Unresolvable,
     check_references,
+    resolve_listener_tls,
     check_upstream_groups,
     check_regex_sizes,
     locate,
@@ -126,6 +127,7 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
     config = attrs.evolve(config, virtual_services=tuple(
         attrs.evolve(vs, routes=flattener.flatten(vs)) for vs in config.virtual_services))
     config = attrs.evolve(config, route_tables_used=frozenset(flattener.used))
+    config = attrs.evolve(config, virtual_services=resolve_listener_tls(config, issue, read.invalid, partial))
     check_references(config, issue, read.invalid)
     check_upstream_groups(config, issue, read.invalid)
     if issues and not keep_going:

@@ -11,6 +11,7 @@ from twistgw.config.matchers import Matcher, RequestView, any_matches
 from twistgw.config.traffic import Redirect
 from twistgw.api.upstreampolicy import CircuitBreakers, ConnectionConfig, OutlierDetection
 from twistgw.config.upstreamtls import SslSpec
+from twistgw.config.servertls import ServerSslSpec, ServerTls
 
 __all__ = [
     "OPERATORS",
@@ -288,6 +289,10 @@ class VirtualService(_Named):
     source: Source | None = None
     #: ``virtualHost.optionsConfigRefs.delegateOptions``: VirtualHostOption (namespace, name) in order
     options_refs: tuple[tuple[str, str], ...] = ()
+    #: ``spec.sslConfig`` as written (None: served on plain listeners) and,
+    #: once resolved, its certificate (served on TLS listeners, by SNI)
+    ssl: ServerSslSpec | None = None
+    tls: ServerTls | None = None
 
 
 @attrs.frozen

@@ -82,7 +82,7 @@ def _valid_port(port: str) -> bool:
 
 
 #: Server endpoint types whose Twisted parser takes ``backlog=``.
-_BACKLOG_TYPES = ("tcp", "tcp6", "ssl", "unix")
+_BACKLOG_TYPES = ("tcp", "tcp6", "ssl", "tls", "unix")
 _HAS_BACKLOG = re.compile(r"(?<!\\):backlog=")
 
 

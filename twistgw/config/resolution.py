@@ -14,6 +14,7 @@ import attrs
 from twistgw.api.fields import Path
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo, path_text
 from twistgw.config.errors import ConfigIssue
+from twistgw.config.servertls import resolve_server_tls, tls_chains
 from twistgw.config.upstreamtls import resolve_tls
 from twistgw.regex import SafeRegex, too_large
 from twistgw.config.model import (
@@ -35,7 +36,8 @@ from twistgw.config.model import (
     VirtualService,
 )
 
-__all__ = ["Config", "Unresolvable", "check_references", "check_regex_sizes", "locate", "resolve_upstreams"]
+__all__ = ["Config", "Unresolvable", "check_references", "check_regex_sizes", "locate", "resolve_listener_tls",
+           "resolve_upstreams"]
 
 
 @attrs.frozen
@@ -233,6 +235,37 @@ def _resolve_tls(config: Config, res: UpstreamResource, found: Resolved, issue: 
     return True
 
 
+def resolve_listener_tls(config: Config, issue: Locate, invalid: set[tuple[str, str, str]],
+                         partial: bool) -> tuple[VirtualService, ...]:
+    """Each VirtualService's ``sslConfig`` resolved (its certificate read
+    and checked), and two certificates claiming one server name refused."""
+    out = []
+    for vs in config.virtual_services:
+        spec = vs.ssl
+        if spec is not None:
+            owner, at = f"VirtualService {vs.key}", ("spec", "sslConfig")
+            base = os.path.dirname(vs.source.file) if vs.source is not None else config.directory
+            try:
+                vs = attrs.evolve(vs, tls=resolve_server_tls(spec, config.secrets, base))
+            except LookupError as exc:
+                if not partial and ("Secret", *(spec.secret or ("", ""))) not in invalid:
+                    issue(vs.source, owner, at + ("secretRef",), f"dangling reference: {exc.args[0]}")
+            except ValueError as exc:
+                field = next((f for f in ("tlsCert", "tlsKey", "rootCa") if f"sslFiles.{f}" in str(exc)), "")
+                issue(vs.source, owner, at + (("secretRef",) if spec.secret is not None else
+                                              ("sslFiles", field) if field else ()), str(exc))
+        out.append(vs)
+    by_key = {vs.key: vs for vs in out}
+
+    def conflict(key: str, reason: str, index: int | None) -> None:
+        vs = by_key[key]
+        issue(vs.source, f"VirtualService {key}", ("spec", "sslConfig") + (("sniDomains", index)
+                                                                        if index is not None else ()), reason)
+
+    tls_chains(((vs.key, vs.tls) for vs in out if vs.tls is not None), conflict)
+    return tuple(out)
+
+
 def _resolve_kube_upstream(config: Config, res: UpstreamResource, found: Resolved, issue: Locate,
                            invalid: set[tuple[str, str, str]], partial: bool) -> bool:
     assert res.kube is not None
@@ -265,13 +298,17 @@ def _resolve_kube_upstream(config: Config, res: UpstreamResource, found: Resolve
 def check_references(config: Config, issue: Locate, invalid: set[tuple[str, str, str]]) -> None:
     """Cross-checks once routes are flattened: a domain served twice,
     ``prefixRewrite`` on a regex, dangling destinations, subsets."""
-    domains: dict[str, str] = {}
+    # Per listener kind, as Gloo checks per Gateway: a domain may be served
+    # on plain listeners by one virtual service and on TLS ones by another.
+    domains: dict[tuple[bool, str], str] = {}
     for vs in config.virtual_services:
         for i, domain in enumerate(vs.domains):
-            if domain in domains and domains[domain] != vs.key:
+            kind = (vs.ssl is not None, domain)
+            if kind in domains and domains[kind] != vs.key:
                 issue(vs.source, f"VirtualService {vs.key}", ("spec", "virtualHost", "domains", i),
-                      f"domain {domain!r} is already served by VirtualService {domains[domain]}")
-            domains.setdefault(domain, vs.key)
+                      f"domain {domain!r} is already served by VirtualService {domains[kind]}"
+                      + (" (both have sslConfig)" if vs.ssl is not None else ""))
+            domains.setdefault(kind, vs.key)
         for route in vs.routes:
             where = route.source or vs.source
             owner = route.owner or f"VirtualService {vs.key}"

@@ -16,7 +16,8 @@ from twistgw.api.fields import FieldReader, Path
 from twistgw.api.types import SecretInfo
 from twistgw.api.upstreampolicy import UpstreamTls
 
-__all__ = ["SslSpec", "read_ssl_config", "resolve_tls"]
+__all__ = ["SslSpec", "read_names", "read_parameters", "read_pems", "read_secret_ref", "read_ssl_config",
+           "read_ssl_files", "resolve_tls"]
 
 #: Gloo's protocol version names (twistgw.tls.TLS_VERSIONS, and TLS_AUTO);
 #: the config layer imports no Twisted, so twistgw.tls is imported where a
@@ -54,6 +55,44 @@ def _version(r: FieldReader, m: Mapping[str, Any], key: str, path: Path) -> str 
     return None if v == "TLS_AUTO" else v
 
 
+def read_secret_ref(r: FieldReader, value: Any, path: Path, ns: str) -> tuple[str, str]:
+    """``sslConfig.secretRef``: (namespace, name); the namespace defaults to
+    the resource's own. Shared by Upstreams and VirtualServices."""
+    ref = r.mapping(value, path, {"name", "namespace"}, required=("name",))
+    return (r.string(ref.get("namespace", ns), path + ("namespace",)), r.string(ref["name"], path + ("name",)))
+
+
+def read_ssl_files(r: FieldReader, value: Any, path: Path, ocsp_reason: str) -> tuple[str, str, str]:
+    """``sslConfig.sslFiles``: (tlsCert, tlsKey, rootCa) as written, "" when
+    absent; a certificate needs its key and a key its certificate."""
+    f = dict(r.mapping(value, path))
+    if f.pop("ocspStaple", None) is not None:
+        r.issue(path + ("ocspStaple",), f"is not supported by twistgw: {ocsp_reason}")
+    f = r.mapping(f, path, {"tlsCert", "tlsKey", "rootCa"})
+    cert, key, ca = (r.string(f[k], path + (k,)) if k in f else "" for k in ("tlsCert", "tlsKey", "rootCa"))
+    if bool(cert) != bool(key):
+        raise r.fail(path, "a certificate (tlsCert) needs its key (tlsKey), and a key its certificate")
+    return cert, key, ca
+
+
+def read_parameters(r: FieldReader, value: Any, path: Path) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """``sslConfig.parameters``: (minimum, maximum TLS version or None for
+    TLS_AUTO, cipher suites)."""
+    p = dict(r.mapping(value, path))
+    if p.pop("ecdhCurves", None):
+        r.issue(path + ("ecdhCurves",), "is not supported by twistgw: OpenSSL's default curves are used")
+    p = r.mapping(p, path, {"minimumProtocolVersion", "maximumProtocolVersion", "cipherSuites"})
+    lo, hi = _version(r, p, "minimumProtocolVersion", path), _version(r, p, "maximumProtocolVersion", path)
+    ciphers = tuple(r.string(c, path + ("cipherSuites", i))
+                    for i, c in enumerate(r.sequence(p.get("cipherSuites") or [], path + ("cipherSuites",))))
+    return lo, hi, ciphers
+
+
+def read_names(r: FieldReader, value: Any, path: Path) -> tuple[str, ...]:
+    """A list of strings (``verifySubjectAltName``, ``sniDomains``)."""
+    return tuple(r.string(n, path + (i,)) for i, n in enumerate(r.sequence(value or [], path)))
+
+
 def read_ssl_config(r: FieldReader, value: Any, path: Path, ns: str) -> SslSpec:
     """An Upstream's ``sslConfig``."""
     m = dict(r.mapping(value or {}, path))
@@ -65,34 +104,15 @@ def read_ssl_config(r: FieldReader, value: Any, path: Path, ns: str) -> SslSpec:
         raise r.fail(path, "set secretRef or sslFiles, not both")
     secret = files = None
     if m.get("secretRef") is not None:
-        sp = path + ("secretRef",)
-        ref = r.mapping(m["secretRef"], sp, {"name", "namespace"}, required=("name",))
-        secret = (r.string(ref.get("namespace", ns), sp + ("namespace",)), r.string(ref["name"], sp + ("name",)))
+        secret = read_secret_ref(r, m["secretRef"], path + ("secretRef",), ns)
     if m.get("sslFiles") is not None:
-        fp = path + ("sslFiles",)
-        f = dict(r.mapping(m["sslFiles"], fp))
-        if f.pop("ocspStaple", None) is not None:
-            r.issue(fp + ("ocspStaple",), "is not supported by twistgw: OCSP stapling is a server-side feature")
-        f = r.mapping(f, fp, {"tlsCert", "tlsKey", "rootCa"})
-        cert, key, ca = (r.string(f[k], fp + (k,)) if k in f else "" for k in ("tlsCert", "tlsKey", "rootCa"))
-        if bool(cert) != bool(key):
-            raise r.fail(fp, "a client certificate (tlsCert) needs its key (tlsKey), and a key its certificate")
-        files = (cert, key, ca)
+        files = read_ssl_files(r, m["sslFiles"], path + ("sslFiles",), "OCSP stapling is a server-side feature")
     sni = r.string(m["sni"], path + ("sni",)) if m.get("sni") is not None else ""
-    names = tuple(r.string(n, path + ("verifySubjectAltName", i))
-                  for i, n in enumerate(r.sequence(m.get("verifySubjectAltName") or [],
-                                                   path + ("verifySubjectAltName",))))
+    names = read_names(r, m.get("verifySubjectAltName"), path + ("verifySubjectAltName",))
     lo = hi = None
     ciphers: tuple[str, ...] = ()
     if m.get("parameters") is not None:
-        pp = path + ("parameters",)
-        p = dict(r.mapping(m["parameters"], pp))
-        if p.pop("ecdhCurves", None):
-            r.issue(pp + ("ecdhCurves",), "is not supported by twistgw: OpenSSL's default curves are used")
-        p = r.mapping(p, pp, {"minimumProtocolVersion", "maximumProtocolVersion", "cipherSuites"})
-        lo, hi = _version(r, p, "minimumProtocolVersion", pp), _version(r, p, "maximumProtocolVersion", pp)
-        ciphers = tuple(r.string(c, pp + ("cipherSuites", i))
-                        for i, c in enumerate(r.sequence(p.get("cipherSuites") or [], pp + ("cipherSuites",))))
+        lo, hi, ciphers = read_parameters(r, m["parameters"], path + ("parameters",))
     spec = SslSpec(secret, files, sni, names, lo, hi, ciphers)
     from twistgw.tls import TLSSettingsError, client_tls
 
@@ -115,6 +135,35 @@ def _read_file(base: str, name: str, what: str) -> bytes | None:
         raise ValueError(f"sslFiles.{what}: cannot read {full}: {exc.strerror}") from None
 
 
+def read_pems(secret_ref: tuple[str, str] | None, files: tuple[str, str, str] | None,
+              secrets: Mapping[tuple[str, str], SecretInfo],
+              base: str) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """(certificate, key, CA) PEMs of an ``sslConfig``: from the Secret
+    (``tls.crt``, ``tls.key``, ``ca.crt``: a ``kubernetes.io/tls`` Secret,
+    or Gloo's with a root CA) or the files (relative to ``base``, the
+    configuration directory). Shared by Upstreams and VirtualServices.
+
+    :raises LookupError: the Secret is not declared (a dangling reference).
+    :raises ValueError: a file cannot be read, or the Secret lacks the keys.
+    """
+    if secret_ref is not None:
+        secret = secrets.get(secret_ref)
+        where = f"Secret {secret_ref[0]}/{secret_ref[1]}"
+        if secret is None:
+            raise LookupError(f"sslConfig.secretRef names no {where}")
+        data = secret.data
+        cert, key, ca = data.get("tls.crt"), data.get("tls.key"), data.get("ca.crt")
+        if cert is None and key is None and ca is None:
+            raise ValueError(f"sslConfig.secretRef: {where} has none of tls.crt, tls.key, ca.crt")
+        if (cert is None) != (key is None):
+            raise ValueError(f"sslConfig.secretRef: {where} needs both tls.crt and tls.key (or neither)")
+        return cert, key, ca
+    if files is not None:
+        cert, key, ca = (_read_file(base, n, w) for n, w in zip(files, ("tlsCert", "tlsKey", "rootCa"), strict=True))
+        return cert, key, ca
+    return None, None, None
+
+
 def resolve_tls(spec: SslSpec, secrets: Mapping[tuple[str, str], SecretInfo], base: str) -> UpstreamTls:
     """The PEMs of ``spec`` read (from the Secret, or files relative to
     ``base``, the configuration directory), checked by building a creator.
@@ -123,22 +172,7 @@ def resolve_tls(spec: SslSpec, secrets: Mapping[tuple[str, str], SecretInfo], ba
     :raises ValueError: a file cannot be read, the Secret lacks the keys, or
         the PEMs cannot be used (the message says why).
     """
-    cert = key = ca = None
-    if spec.secret is not None:
-        secret = secrets.get(spec.secret)
-        if secret is None:
-            raise LookupError(f"sslConfig.secretRef names no Secret {spec.secret[0]}/{spec.secret[1]}")
-        data = secret.data
-        cert, key, ca = data.get("tls.crt"), data.get("tls.key"), data.get("ca.crt")
-        if cert is None and key is None and ca is None:
-            raise ValueError(f"sslConfig.secretRef: Secret {spec.secret[0]}/{spec.secret[1]} has none of"
-                             " tls.crt, tls.key, ca.crt")
-        if (cert is None) != (key is None):
-            raise ValueError(f"sslConfig.secretRef: Secret {spec.secret[0]}/{spec.secret[1]} needs both"
-                             " tls.crt and tls.key (or neither)")
-    elif spec.files is not None:
-        cert, key, ca = (_read_file(base, n, w) for n, w in zip(spec.files, ("tlsCert", "tlsKey", "rootCa"),
-                                                                strict=True))
+    cert, key, ca = read_pems(spec.secret, spec.files, secrets, base)
     from twistgw.tls import TLSSettingsError, client_tls
 
     tls = UpstreamTls(spec.sni, ca, cert, key, spec.verify_names, spec.min_version, spec.max_version,

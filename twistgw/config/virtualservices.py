@@ -29,6 +29,7 @@ from twistgw.config.model import (
 )
 from twistgw.config.names import host_without_port
 from twistgw.config.reader import reference
+from twistgw.config.servertls import read_server_ssl_config
 from twistgw.config.routeoptions import read_destination_options, read_options, websocket_enabled
 from twistgw.config.traffic import read_redirect
 from twistgw.options import parse_duration
@@ -41,8 +42,12 @@ def read_virtual_service(r: FieldReader, res: Envelope) -> VirtualService:
     """A ``VirtualService``: its domains, options and routes."""
     ns, name, source = res.namespace, res.name, res.source
     spec = r.mapping(res.spec, ("spec",))
-    spec = r.mapping(unsupported(r, spec, ("spec",), "spec"), ("spec",), {"displayName", "virtualHost"},
-                     required=("virtualHost",))
+    spec = r.mapping(unsupported(r, spec, ("spec",), "spec"), ("spec",),
+                     {"displayName", "virtualHost", "sslConfig"}, required=("virtualHost",))
+    ssl = None
+    if spec.get("sslConfig") is not None:
+        with r.part():
+            ssl = read_server_ssl_config(r, spec["sslConfig"], ("spec", "sslConfig"), ns)
     display = ""
     with r.part():
         display = r.string(spec.get("displayName", ""), ("spec", "displayName"), nonempty=False)
@@ -68,7 +73,7 @@ def read_virtual_service(r: FieldReader, res: Envelope) -> VirtualService:
     # Kept even with problems (they are recorded and reject the
     # configuration) so the plugins still check its options: every problem
     # is reported at once.
-    return VirtualService(ns, name, tuple(domains), routes, options, display, source, refs)
+    return VirtualService(ns, name, tuple(domains), routes, options, display, source, refs, ssl=ssl)
 
 
 def read_options_refs(r: FieldReader, value: Any, path: Path, ns: str) -> tuple[tuple[str, str], ...]:

@@ -32,7 +32,7 @@ from twistgw.core.chain import Call, Trace, start_calls
 from twistgw.core.headers import copy_request_headers
 from twistgw.core.paths import BadPath, normalise_path
 from twistgw.core.plan import Forward, LocalResponse, Plan, RetryingForward
-from twistgw.core.routing import first_route
+from twistgw.core.routing import HostTable, first_route
 from twistgw.core.balancers import hash_of
 from twistgw.core.snapshot import RouteRuntime, Snapshot
 from twistgw.core.traffic import PREFLIGHT, ResponseEdit, RoutePolicy, preflight
@@ -65,9 +65,13 @@ class RequestHead:
     :ivar runtime: the matched route's compiled chain and target, likewise.
     :ivar version: the request line's HTTP version (``b"HTTP/1.0"`` may omit
         ``Host``; HTTP/1.1 may not).
+    :ivar hosts: the ``Host`` table to route by: the virtual services of the
+        certificate a TLS connection was given (see
+        :mod:`twistgw.core.tlsroutes`); None: the snapshot's plain one.
     """
 
-    __slots__ = ("method", "target", "headers", "client_address", "scheme", "ctx", "runtime", "version")
+    __slots__ = ("method", "target", "headers", "client_address", "scheme", "ctx", "runtime", "version",
+                 "hosts")
 
     def __init__(self, method: bytes, target: bytes, headers: Any, client_address: str = "",
                  scheme: str = "http", version: bytes = b"HTTP/1.1") -> None:
@@ -79,6 +83,7 @@ class RequestHead:
         self.version = version
         self.ctx: RequestContext | None = None
         self.runtime: RouteRuntime | None = None
+        self.hosts: HostTable | None = None
 
 
 @attrs.define
@@ -126,12 +131,13 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     hosts = headers.getRawHeaders(b"host")
     if hosts is not None and len(hosts) > 1:
         return bad_request("more than one Host header")
+    table = head.hosts or snapshot.hosts
     if authority is not None:
-        host, vs = snapshot.hosts.resolve(authority)
+        host, vs = table.resolve(authority)
     elif hosts is not None:
-        host, vs = snapshot.hosts.resolve(hosts[0])
+        host, vs = table.resolve(hosts[0])
     elif version == b"HTTP/1.0":
-        host, vs = "", snapshot.hosts.default  # RFC 9112 §3.2: only HTTP/1.1 must send Host
+        host, vs = "", table.default  # RFC 9112 §3.2: only HTTP/1.1 must send Host
     else:
         return bad_request("the Host header is required")
     if host is None:

@@ -32,6 +32,7 @@ from twistgw.core.plan import LocalResponse
 from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
+from twistgw.core.tlsroutes import TlsRoutes
 from twistgw.core.balancers import make_balancer
 from twistgw.core.health import HealthState, UpstreamStates
 from twistgw.core.outlier import OutlierState
@@ -87,7 +88,11 @@ class Snapshot:
         #: (:class:`twistgw.OwnsRequestHeaders`): a client's copies are removed
         #: from every request before routing and before the chain
         self.owned_headers = owned_headers
-        self.hosts = HostTable(config.virtual_services)
+        #: the virtual services of plain listeners (those without
+        #: ``sslConfig``; also a TLS listener's own certificate's), and the
+        #: certificates and virtual services of TLS listeners, by SNI
+        self.hosts = HostTable(vs for vs in config.virtual_services if vs.tls is None)
+        self.tls = TlsRoutes(config.virtual_services)
         self.routes = routes
         self.generation = generation
         self.loaded_at = time.time()

@@ -56,6 +56,11 @@ class GatewayProtocol(Protocol, RequestReader):
     idle_timeout: float | None = IDLE_TIMEOUT
     peer_host = ""
     scheme = "http"
+    #: on a TLS listener that picks certificates by SNI, what this
+    #: connection was given (set before connectionMade): an
+    #: ``engine.sni.TlsChoice``; Any, as engine/sni.py imports this module's
+    #: neighbours and naming its type here would make an import cycle
+    tls: Any = None
 
     def __init__(self, gateway: "Gateway") -> None:
         self.gateway = gateway

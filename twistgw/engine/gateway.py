@@ -29,6 +29,11 @@ from twistgw.engine.upstream import UpstreamPool
 
 __all__ = ["Gateway", "GatewayFactory"]
 
+#: a TLS connection whose certificate a reload replaced (RFC 9110 §15.5.20:
+#: the client retries on a new connection, which gets the new certificate)
+MISDIRECTED = LocalResponse(421, b"Misdirected Request: the certificate for this server name changed;"
+                            b" reconnect\n", reason="the TLS connection's certificate was replaced by a reload")
+
 
 class Gateway:
     """Holds the serving snapshot and carries out the pipeline's plan for
@@ -64,6 +69,12 @@ class Gateway:
         try:
             head = ex.head = RequestHead(ex.method, ex.target, ex.headers, proto.peer_host, proto.scheme,
                                          ex.version)
+            if proto.tls is not None and self.snapshot is not None:
+                head.hosts = proto.tls.hosts(self.snapshot)
+                if head.hosts is None:  # a reload changed this connection's certificate
+                    ex.keep_alive = False
+                    ex.respond(MISDIRECTED)
+                    return
             plan = self.pipeline.handle(head, self.snapshot)
         except Exception:
             # e.g. a twistgw_route_match plugin that raised: fail closed with

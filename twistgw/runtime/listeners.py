@@ -50,6 +50,10 @@ def endpoint_problem(description: str) -> str | None:
     files); nothing listens and no reactor is used."""
     from twisted.internet.endpoints import serverFromString
 
+    from twistgw.engine.listening import tls_listen_problem
+
+    if description.startswith("tls:"):
+        return tls_listen_problem(description)
     try:
         serverFromString(_NO_REACTOR, description)
     except Exception as exc:

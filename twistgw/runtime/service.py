@@ -26,6 +26,8 @@ from twistgw.config.names import is_yaml_file, with_backlog
 from twistgw.core.accesslog import AccessLog
 from twistgw.core.plugins import GatewayInfo, PluginHost
 from twistgw.core.snapshot import Snapshot, build_snapshot
+from twistgw.core.tlsroutes import TlsRoutes
+from twistgw.engine.listening import gateway_endpoint
 from twistgw.engine.reactor import streamline
 from twistgw.engine.server import Gateway, GatewayFactory
 from twistgw.engine.upstream import UpstreamPool
@@ -61,6 +63,20 @@ def fingerprint(directory: str) -> tuple:
         except OSError:
             continue
         out.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
+    return tuple(out)
+
+
+def file_stats(paths: tuple[str, ...]) -> tuple:
+    """Size, mtime and inode of each file (following symbolic links, so a
+    Kubernetes Secret volume's swapped link counts as a change)."""
+    out: list[tuple[str, int | None, int | None, int | None]] = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append((path, None, None, None))
+            continue
+        out.append((path, st.st_size, st.st_mtime_ns, st.st_ino))
     return tuple(out)
 
 
@@ -115,10 +131,13 @@ class GatewayService(service.MultiService):
         self.drain_timeout = drain_timeout
         self.generation = 0
         self._fingerprint: tuple | None = None
+        #: files the configuration reads besides its YAML (sslFiles)
+        self._watched: tuple[str, ...] = ()
         self.last_error: ConfigError | None = None
         self.factory = GatewayFactory(self.gateway, timeout=idle_timeout, head_timeout=head_timeout)
         self.listeners: list[Listener] = [
-            Listener("--listen", description, serverFromString(reactor, with_backlog(description, backlog)),
+            Listener("--listen", description, gateway_endpoint(reactor, with_backlog(description, backlog),
+                                                               self._tls_routes),
                      self.factory, "Gateway")
             for description in listen]
         self.admin_listener: Listener | None = None
@@ -136,6 +155,12 @@ class GatewayService(service.MultiService):
     def snapshot(self) -> Snapshot | None:
         return self.gateway.snapshot
 
+    def _tls_routes(self) -> TlsRoutes | None:
+        """The serving snapshot's certificates by SNI (TLS listeners ask at
+        each handshake)."""
+        snapshot = self.gateway.snapshot
+        return snapshot.tls if snapshot is not None else None
+
     def load(self) -> Snapshot:
         """Build a snapshot from the directory (raises ConfigError)."""
         fp = fingerprint(self.config_dir)
@@ -143,7 +168,10 @@ class GatewayService(service.MultiService):
         snapshot = build_snapshot(config, self.plugins, self.generation + 1)
         for note in config.skipped:
             self._log.info("{note}", note=note)
-        self._fingerprint = fp
+        # sslFiles outside the YAML: a changed certificate file reloads too
+        self._watched = tuple(sorted({f for vs in config.virtual_services if vs.tls is not None
+                                      for f in vs.tls.files}))
+        self._fingerprint = fp + file_stats(self._watched)
         return snapshot
 
     def load_initial(self) -> Snapshot:
@@ -160,6 +188,10 @@ class GatewayService(service.MultiService):
         self.plugins.config_loaded(snapshot.plugin_compiled, snapshot.config.settings)
         self._sync_echo(snapshot)
         self.health.sync(snapshot)  # upstreams' healthChecks
+        if snapshot.tls and not any(lst.description.startswith(("ssl:", "tls:")) for lst in self.listeners):
+            self._log.warn("VirtualServices with sslConfig ({names}) are served on TLS listeners only, and none"
+                           " is configured: add --listen tls:8443 (see docs/tls.md)",
+                           names=", ".join(vs.key for vs in snapshot.config.virtual_services if vs.tls is not None))
 
     def _sync_echo(self, snapshot: Snapshot) -> None:
         gateway_settings = snapshot.config.settings.get("gateway") or {}
@@ -180,7 +212,7 @@ class GatewayService(service.MultiService):
         try:
             snapshot = self.load()
         except ConfigError as exc:
-            self._fingerprint = fingerprint(self.config_dir)
+            self._fingerprint = self._current_fingerprint()
             self.last_error = exc
             self.metrics.reload(False)
             self._log.error(
@@ -191,7 +223,7 @@ class GatewayService(service.MultiService):
             )
             return False
         except Exception:
-            self._fingerprint = fingerprint(self.config_dir)
+            self._fingerprint = self._current_fingerprint()
             self.metrics.reload(False)
             self._log.failure("Configuration reload failed unexpectedly ({why});"
                               " still serving generation {generation}", why=why, generation=self.generation)
@@ -212,8 +244,11 @@ class GatewayService(service.MultiService):
         if self._poller.running:
             self._poller.stop()
 
+    def _current_fingerprint(self) -> tuple:
+        return fingerprint(self.config_dir) + file_stats(self._watched)
+
     def reload_if_changed(self) -> None:
-        if fingerprint(self.config_dir) != self._fingerprint:
+        if self._current_fingerprint() != self._fingerprint:
             self.reload("files changed")
 
     # -- listening -------------------------------------------------------------
