@@ -56,11 +56,8 @@ _REFUSED = {
 _SALT = os.urandom(32)
 
 
-_blake2b, _compare = hashlib.blake2b, hmac.compare_digest
-
-
 def key_digest(key: bytes) -> bytes:
-    return _blake2b(key, key=_SALT, digest_size=32).digest()
+    return hashlib.blake2b(key, key=_SALT, digest_size=32).digest()
 
 
 @attrs.frozen
@@ -91,9 +88,9 @@ class KeyTable:
     owners: Mapping[bytes, KeyOwner]
 
     def lookup(self, presented: bytes) -> KeyOwner | None:
-        digest = _blake2b(presented, key=_SALT, digest_size=32).digest()  # key_digest, inline
+        digest = hashlib.blake2b(presented, key=_SALT, digest_size=32).digest()  # key_digest, inline
         owner = self.owners.get(digest)
-        if owner is None or not _compare(owner.digest, digest):
+        if owner is None or not hmac.compare_digest(owner.digest, digest):
             return None
         return owner
 
@@ -163,9 +160,9 @@ class ApiKeyChecker:
         presented = values[0]
         owner = None
         if presented:  # KeyTable.lookup, inline: the keyed digest, found and compared in constant time
-            digest = _blake2b(presented, key=_SALT, digest_size=32).digest()
+            digest = hashlib.blake2b(presented, key=_SALT, digest_size=32).digest()
             owner = self.table.owners.get(digest)
-            if owner is not None and not _compare(owner.digest, digest):
+            if owner is not None and not hmac.compare_digest(owner.digest, digest):
                 owner = None
         if owner is None:
             return AuthDeny(401, reason="the API key matches no key")

@@ -43,7 +43,6 @@ CACHE_MAX = 10_000
 MAX_USER = 256
 MAX_PASSWORD = 1024
 _SALT = os.urandom(32)
-_blake2b = hashlib.blake2b
 
 
 @attrs.frozen
@@ -72,7 +71,7 @@ class VerifiedMemo:
 
     @staticmethod
     def key(value: bytes) -> bytes:
-        return _blake2b(value, key=_SALT, digest_size=32).digest()
+        return hashlib.blake2b(value, key=_SALT, digest_size=32).digest()
 
     def get(self, key: bytes) -> AuthAllow | None:
         found = self._entries.get(key)
@@ -111,7 +110,7 @@ class BasicChecker:
         values = ctx.headers.get_canonical(b"Authorization")
         key = None
         if values is not None and len(values) == 1:
-            key = _blake2b(values[0], key=_SALT, digest_size=32).digest()  # VerifiedMemo.key, inline
+            key = hashlib.blake2b(values[0], key=_SALT, digest_size=32).digest()  # VerifiedMemo.key, inline
             known = self.memo.get(key)
             if known is not None:
                 return known
