@@ -19,6 +19,14 @@ The LDAP scenarios measure the decision-cache hit path: the cache is
 filled before timing, so no directory is needed. ldap-search-cache is the
 userSearch + nested groupSearch configuration, whose cached verdict also
 sets the groups header.
+
+The extauth scenarios need no outside service either: ``apikey`` (one key
+among 100 Secrets) and ``basic-cache`` (apr1; the warm-up request fills the
+verified-credentials memo) decide from the request and the snapshot;
+``oidc-cookie`` sends a session cookie sealed with the plugin's own code
+(bench/oidc_bench.py, as a login leaves it); ``oauth2-introspect`` sends an
+opaque token whose introspection answer is put in the checker's result
+cache before timing (the introspection URL is never called).
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from twistgw.core.snapshot import build_snapshot
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (the same configurations as bench/run)
+import oidc_bench  # noqa: E402
 
 
 class _Response:
@@ -111,7 +120,34 @@ def scenarios() -> dict[str, tuple[str, str, bytes]]:
         "ldap-search-cache": (search_options, search_extra, alice),
         "ratelimit-local": (harness.RATELIMIT_OPTIONS["ratelimit-local"], "", b""),
         "upstream-policy": ("", "", b""),
+        **{name: extauth_scenario(name) for name in EXTAUTH},
     }
+
+
+#: The extauth scenarios (bench/run's rows of the same names).
+EXTAUTH = ("apikey", "basic-cache", "oidc-cookie", "oauth2-introspect")
+
+
+def extauth_scenario(name: str) -> tuple[str, str, bytes]:
+    if name in ("apikey", "basic-cache"):
+        options, extra, _expect, headers = harness.authtypes_options(name, 9)
+        return options, extra, "".join(f"{h}\r\n" for h in headers).encode()
+    options, extra = oidc_bench.options(name, 0, 9)
+    if name == "oauth2-introspect":
+        return options, extra, f"Authorization: Bearer {oidc_bench.TOKEN}\r\n".encode()
+    return options, extra, f"{oidc_bench.cookie_header()}\r\n".encode()
+
+
+def fill_introspection_cache(snapshot: Any) -> None:
+    """The bench token's introspection answer in the checker's result cache,
+    as the first request would leave it (active, a day to live)."""
+    now = time.time()
+    claims = {"active": True, "sub": "svc", "scope": "read", "exp": int(now) + 86400}
+    for compiled in snapshot.plugin_compiled.get("extauth", []):
+        for entry in compiled.entries:
+            checker = entry.checker
+            checker.cache.put(oidc_bench.TOKEN, dict(claims), checker.runtime.now(), checker.spec.cache_timeout,
+                              claims["exp"])
 
 
 #: Upstream spec lines of the scenarios that configure the upstream itself:
@@ -193,6 +229,8 @@ def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:
                                       host)
     if name.startswith("ldap-"):
         fill_ldap_cache(gateway.snapshot)
+    if name == "oauth2-introspect":
+        fill_introspection_cache(gateway.snapshot)
     factory = GatewayFactory(gateway, timeout=60)
     factory.micro_reactor = reactor
     proto = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 8080))

@@ -22,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 #: The modules, relative to ``tests/``.
 MODULES = (
     "unit/test_access_log.py",
+    "unit/test_bounded_body.py",
     "unit/test_check_every_resource.py",
     "unit/test_core_config.py",
     "unit/test_core_config_fuzz.py",
@@ -70,6 +71,7 @@ MODULES = (
     "authtypes/test_authtypes_gateway.py",
     "authtypes/test_examples_extauth.py",
     "oidc/test_oidc_units.py",
+    "oidc/test_oidc_warm_paths.py",
     "ldap/test_ldap_ber.py",
     "ldap/test_ldap_search_units.py",
     "ldap/test_ldap_units.py",

@@ -16,6 +16,7 @@ from twistgw.api.extauth import (
     ExtAuthConfigType,
 )
 from twistgw.api.basic import read_basic_credentials
+from twistgw.api.bodies import BodyTooLarge, BoundedBody
 from twistgw.api.headers import Headers
 from twistgw.api.plugin import GatewayInfo, OwnsRequestHeaders, Placement, PluginInfo, StagedOptions, hookimpl
 from twistgw.api.types import (
@@ -43,6 +44,8 @@ __all__ = [
     "AuthConfigInfo",
     "AuthDecision",
     "AuthDeny",
+    "BodyTooLarge",
+    "BoundedBody",
     "Commands",
     "ConfigError",
     "ConfigIssue",

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 
 from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, OptionsError, RequestContext, SecretInfo
+from twistgw.api.headers import canonical_name
 from twistgw.options import Problems
 
 from twistgw_authtypes import _common as c
@@ -87,7 +88,7 @@ class KeyTable:
     owners: Mapping[bytes, KeyOwner]
 
     def lookup(self, presented: bytes) -> KeyOwner | None:
-        digest = key_digest(presented)
+        digest = hashlib.blake2b(presented, key=_SALT, digest_size=32).digest()  # key_digest, inline
         owner = self.owners.get(digest)
         if owner is None or not hmac.compare_digest(owner.digest, digest):
             return None
@@ -146,14 +147,23 @@ class ApiKeyChecker:
     owned_request_headers: tuple[bytes, ...]
     credential_headers: tuple[bytes, ...]
     description: str
+    #: ``header`` in the headers' canonical form, for the per-request lookup
+    canonical: bytes = attrs.field(eq=False, repr=False,
+                                   default=attrs.Factory(lambda self: canonical_name(self.header), takes_self=True))
 
     def check(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
-        values = ctx.headers.getRawHeaders(self.header)
+        values = ctx.headers.get_canonical(self.canonical)
         if not values:
             return AuthDeny(401, reason=f"no {self.header.decode()} header")
         if len(values) > 1:
             return AuthDeny(401, reason=f"{len(values)} {self.header.decode()} headers")
-        owner = self.table.lookup(values[0]) if values[0] else None
+        presented = values[0]
+        owner = None
+        if presented:  # KeyTable.lookup, inline: the keyed digest, found and compared in constant time
+            digest = hashlib.blake2b(presented, key=_SALT, digest_size=32).digest()
+            owner = self.table.owners.get(digest)
+            if owner is not None and not hmac.compare_digest(owner.digest, digest):
+                owner = None
         if owner is None:
             return AuthDeny(401, reason="the API key matches no key")
         if owner.missing:

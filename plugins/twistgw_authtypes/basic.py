@@ -107,9 +107,10 @@ class BasicChecker:
         return AuthDeny(401, headers=((b"www-authenticate", challenge),), reason=reason)
 
     def check(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
-        values = ctx.headers.getRawHeaders(b"authorization")
-        key = self.memo.key(values[0]) if values is not None and len(values) == 1 else None
-        if key is not None:
+        values = ctx.headers.get_canonical(b"Authorization")
+        key = None
+        if values is not None and len(values) == 1:
+            key = hashlib.blake2b(values[0], key=_SALT, digest_size=32).digest()  # VerifiedMemo.key, inline
             known = self.memo.get(key)
             if known is not None:
                 return known

@@ -24,6 +24,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from twistgw import (
+    AuthAllow,
     AuthConfigInfo,
     ExtAuthConfigType,
     GatewayInfo,
@@ -142,6 +143,14 @@ class ExtAuthPlugin:
 
     @hookimpl
     def twistgw_authenticate(self, ctx: RequestContext, options: CompiledExtAuth) -> Any:
+        # The common case inline (one config, no booleanExpr, an answer at
+        # once): one call into the config type, then the admission.
+        check = options.single
+        if check is not None and not ctx.dry_run:
+            answer = check(ctx)
+            if answer.__class__ is AuthAllow:
+                return _flow.admit_one(ctx, options, answer)
+            return _flow.answered(ctx, options, answer, self.get_reactor)
         if ctx.dry_run:
             return _explain.dry_run(ctx, options)
         return _flow.authenticate(ctx, options, self.get_reactor)

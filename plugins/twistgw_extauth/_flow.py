@@ -42,10 +42,8 @@ def authenticate(ctx: RequestContext, compiled: CompiledExtAuth,
     if len(entries) == 1:  # the common case, kept short: no list, no loop
         answer = entries[0].check(ctx)
         if answer.__class__ is AuthAllow:
-            return _admit_one(ctx, compiled, answer)
-        if answer.__class__ is AuthDeny:
-            return _refused(ctx, compiled, answer)
-        return _guard(Deferred.fromCoroutine(_sequence(ctx, compiled, [], 0, answer)), ctx, compiled, reactor)
+            return admit_one(ctx, compiled, answer)
+        return answered(ctx, compiled, answer, reactor)
     admitted: list[tuple[int, AuthAllow]] = []
     for index, entry in enumerate(entries):
         answer = entry.check(ctx)
@@ -60,6 +58,15 @@ def authenticate(ctx: RequestContext, compiled: CompiledExtAuth,
             pending = Deferred.fromCoroutine(_sequence(ctx, compiled, admitted, index, answer))
             return _guard(pending, ctx, compiled, reactor)
     return admit(ctx, compiled, admitted, None)
+
+
+def answered(ctx: RequestContext, compiled: CompiledExtAuth, answer: Any,
+             reactor: Callable[[RequestContext], Any]) -> Allow | Deny | Deferred[Any]:
+    """The check of a one-config AuthConfig once its config answered with
+    anything but an :class:`AuthAllow`: a refusal, or an answer to come."""
+    if answer.__class__ is AuthDeny:
+        return _refused(ctx, compiled, answer)
+    return _guard(Deferred.fromCoroutine(_sequence(ctx, compiled, [], 0, answer)), ctx, compiled, reactor)
 
 
 async def _resolve(answer: Any) -> Any:
@@ -190,7 +197,7 @@ def admit(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[i
     for name in compiled.credential_headers:
         headers.removeHeader(name)
     if len(admitted) == 1 and refused_principal is None and admitted[0][0] == 0 and len(compiled.entries) == 1:
-        return _admit_one(ctx, compiled, admitted[0][1], False)
+        return admit_one(ctx, compiled, admitted[0][1], False)
     principal = _apply_all(ctx, compiled, admitted) or refused_principal
     if principal is not None:
         ctx.authenticated("extauth", principal)
@@ -200,13 +207,13 @@ def admit(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[i
     return _allow(" | ".join(answer.reason for _, answer in admitted))
 
 
-def _admit_one(ctx: RequestContext, compiled: CompiledExtAuth, answer: AuthAllow, remove: bool = True) -> Allow:
+def admit_one(ctx: RequestContext, compiled: CompiledExtAuth, answer: AuthAllow, remove: bool = True) -> Allow:
     """:func:`admit` for an AuthConfig of one config (``remove``: the
     consumed credentials are still there)."""
     headers = ctx.headers
     if remove:
-        for credential in compiled.credential_headers:
-            headers.removeHeader(credential)
+        for credential in compiled.credential_canonical:
+            headers.remove_canonical(credential)
     for header, value in answer.headers:
         if value is None:
             headers.removeHeader(header)

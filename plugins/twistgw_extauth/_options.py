@@ -12,8 +12,9 @@ from typing import Any, Callable, Mapping
 
 import attrs
 from twistgw.api.extauth import relocate
+from twistgw.api.headers import canonical_name
 from twistgw.api.types import InvalidResource
-from twistgw.options import Problems, type_name, unknown_field
+from twistgw.options import Problems, is_token, type_name, unknown_field
 
 from twistgw import AuthConfigInfo, ConfigScope, ConfigWarning, ExtAuthConfigType, OptionsError, OptionsScope
 from twistgw_extauth._expr import NAME, ExprError, Node, admits_with_no_config_admitting, parse, references
@@ -50,6 +51,13 @@ class CompiledExtAuth:
     owned_request_headers: frozenset[bytes] = frozenset()
     #: the booleanExpr as written, for explain
     expression_text: str = ""
+    #: per snapshot, for the per-request path: the one config's ``check``
+    #: when the AuthConfig has one config and no booleanExpr (the plugin
+    #: calls it directly), else None
+    single: Callable[[Any], Any] | None = attrs.field(default=None, eq=False, repr=False)
+    #: :attr:`credential_headers` in the headers' canonical form (removed
+    #: without re-spelling the names on every request)
+    credential_canonical: tuple[bytes, ...] = ()
 
 
 def _header_names(names: Any, what: str, source: str) -> set[bytes]:
@@ -57,7 +65,7 @@ def _header_names(names: Any, what: str, source: str) -> set[bytes]:
     for name in names or ():
         if isinstance(name, str):
             name = name.encode("ascii", "replace")
-        if not isinstance(name, bytes) or not name:
+        if not isinstance(name, bytes) or not name or not is_token(name.decode("latin-1")):
             raise OptionsError((), f"{source}: the config type gave an invalid {what} name {name!r}")
         out.add(name.lower())
     return out
@@ -152,8 +160,10 @@ def _compiled(auth_config: str, entries: tuple[Entry, ...], expression: Node | N
     for e in entries:
         credentials |= _header_names(getattr(e.checker, "credential_headers", ()), "credential header", e.source)
         owned |= _header_names(getattr(e.checker, "owned_request_headers", ()), "owned header", e.source)
-    return CompiledExtAuth(auth_config, entries, expression, policy, tuple(sorted(credentials)),
-                           frozenset(owned), text)
+    names = tuple(sorted(credentials))
+    single = entries[0].check if len(entries) == 1 and expression is None else None
+    return CompiledExtAuth(auth_config, entries, expression, policy, names, frozenset(owned), text, single,
+                           tuple(canonical_name(n) for n in names))
 
 
 def _type_of(raw: Any, index: int, types: Mapping[str, ExtAuthConfigType], resource: tuple[str, str, str]) -> str:

@@ -35,6 +35,7 @@ from twisted.logger import Logger
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IPolicyForHTTPS
 
+from twistgw import BoundedBody
 from twistgw.tls import client_tls, describe_tls_failure, https_policy
 
 from twistgw_jwt._keys import KeyProblem, VerifyKey, parse_remote_body
@@ -72,18 +73,8 @@ class RemoteSpec:
     tls_server_name: str | None = None
 
 
-class _Body:
-    """A size-bounded body collector for ``treq.collect``."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-        self.size = 0
-
-    def __call__(self, data: bytes) -> None:
-        self.size += len(data)
-        if self.size > MAX_BODY_BYTES:
-            raise FetchError(f"key set larger than {MAX_BODY_BYTES} bytes")
-        self.parts.append(data)
+def _too_large(limit: int) -> FetchError:
+    return FetchError(f"key set larger than {limit} bytes")
 
 
 async def wait_for_fetch(d: Deferred[bool]) -> None:
@@ -294,9 +285,9 @@ class RemoteKeySet:
             # read and drop the body so the connection closes cleanly
             response.deliverBody(_Discard())
             raise FetchError(f"HTTP status {response.code}")
-        body = _Body()
+        body = BoundedBody(MAX_BODY_BYTES, _too_large)
         await treq.collect(response, body)
-        return b"".join(body.parts)
+        return body.value()
 
 
 class _Discard:

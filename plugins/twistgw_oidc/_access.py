@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 from collections import OrderedDict
+from types import MappingProxyType
 from typing import Any, Mapping
 from urllib.parse import quote
 
@@ -38,13 +39,18 @@ class ResultCache:
         self._entries: OrderedDict[str, tuple[float, dict[str, Any] | None]] = OrderedDict()
 
     def get(self, token: str, now: float) -> tuple[bool, dict[str, Any] | None]:
+        entry = self.entry(token, now)
+        return (False, None) if entry is None else (True, entry[1])
+
+    def entry(self, token: str, now: float) -> tuple[float, dict[str, Any] | None] | None:
+        """(until when, claims or None for "not active"), or None: not cached (or no longer)."""
         entry = self._entries.get(token)
         if entry is None:
-            return False, None
+            return None
         if entry[0] <= now:
             del self._entries[token]
-            return False, None
-        return True, entry[1]
+            return None
+        return entry
 
     def put(self, token: str, claims: dict[str, Any] | None, now: float, timeout: float,
             exp: Any = None) -> None:
@@ -73,18 +79,38 @@ class AccessTokenChecker:
     description: str
     credential_headers: tuple[bytes, ...] = (b"authorization",)
     cache: ResultCache = attrs.field(factory=ResultCache, repr=False)
+    #: ``Authorization`` value -> (until, the decision): the warm path of
+    #: :meth:`check`, never past the cached answer's expiry
+    decisions: dict[bytes, tuple[float, Any]] = attrs.field(factory=dict, repr=False)
 
     def check(self, ctx: RequestContext) -> Any:
-        values = ctx.headers.getRawHeaders(b"authorization") or []
+        values = ctx.headers.get_canonical(b"Authorization") or []
+        if len(values) == 1:  # a token seen lately: one lookup, the expiry, the decision made then
+            known = self.decisions.get(values[0])
+            if known is not None:
+                if self.runtime.now() < known[0]:
+                    return known[1]
+                del self.decisions[values[0]]
         tokens = [v[7:].strip() for v in values if v[:7].lower() == b"bearer "]
         if len(values) > 1 or len(tokens) != 1 or not tokens[0]:
             return AuthDeny(401, b"Access token missing", headers=_challenge(None if not values else _INVALID),
                             reason="oauth2: no single bearer token")
         token = tokens[0].decode("latin-1")
-        hit, claims = self.cache.get(token, self.runtime.now())
-        if hit:
-            return self.decide(claims, cached=True)
+        entry = self.cache.entry(token, self.runtime.now())
+        if entry is not None:
+            decision = self.decide(entry[1], cached=True)
+            self.remember(values[0], entry[0], decision)
+            return decision
         return Deferred.fromCoroutine(self._validate(token))
+
+    def remember(self, header: bytes, until: float, decision: Any) -> None:
+        """The decision for a cached token, by the exact ``Authorization``
+        value, until its cache entry expires (a pure function of the cached
+        answer and this config, so made once)."""
+        decisions = self.decisions
+        decisions[header] = (until, decision)
+        if len(decisions) > CACHE_SIZE:
+            del decisions[next(iter(decisions))]
 
     def dry_run(self, ctx: RequestContext) -> Any:
         """``twistgw explain``: a missing token or a cached result decides; else say what would be asked."""
@@ -138,7 +164,7 @@ class AccessTokenChecker:
             data = claim_text(claims.get(ch.claim))
             if data is not None:
                 headers.append((ch.header, data))
-        return make_allow(principal=principal, headers=tuple(headers), state={"claims": claims},
+        return make_allow(principal=principal, headers=tuple(headers), state=MappingProxyType({"claims": claims}),
                           reason="oauth2: access token valid" + (" (cached)" if cached else ""),
                           claims=dict(claims), claims_provider=spec.source)
 

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -48,6 +49,9 @@ class OidcChecker:
     owned_request_headers: tuple[bytes, ...]
     description: str
     credential_headers: tuple[bytes, ...] = ()
+    #: the admissions of valid cookie-store sessions by their exact Cookie
+    #: header (see :class:`Admissions`)
+    admissions: Admissions = attrs.field(factory=lambda: Admissions(), eq=False, repr=False)
 
     @property
     def login_cookie(self) -> str:
@@ -62,7 +66,22 @@ class OidcChecker:
             return Deferred.fromCoroutine(_logout.logout(self, ctx))
         if path == spec.front_channel_logout_path:
             return Deferred.fromCoroutine(_logout.front_channel(self, ctx))
-        cookies = parse_cookie_header(ctx.headers.getRawHeaders(b"cookie") or ())
+        raw = ctx.headers.get_canonical(b"Cookie")
+        if raw is not None and len(raw) == 1:  # Admissions.get, inline: this is every request's path
+            known = self.admissions.entries.get(raw[0])
+            if known is not None:
+                runtime = self.runtime
+                if runtime.now() < known[0] and not (runtime.revoked and self.revoked(known[1], known[2])):
+                    return known[3]
+                self.admissions.forget(raw[0])
+        return self._session_request(ctx, raw)
+
+    def _session_request(self, ctx: RequestContext, raw: list[bytes] | None) -> Any:
+        """:meth:`check` for a request the admissions did not answer: the
+        session opened and checked, admitted (and remembered), refreshed, or
+        a login started."""
+        spec = self.spec
+        cookies = parse_cookie_header(raw or ())
         store = self.store
         if isinstance(store, RedisStore):
             return Deferred.fromCoroutine(self._redis_request(ctx, cookies, store))
@@ -70,7 +89,10 @@ class OidcChecker:
         session = store.open(value) if value else None
         if session is not None and self.usable(session):
             if not self.needs_refresh(session):
-                return self.allow(ctx, session)
+                answer = self.allow(ctx, session)
+                if raw is not None and len(raw) == 1 and self.admissions.may_keep(spec):
+                    self.admissions.keep(raw[0], self.valid_until(session), session, answer)
+                return answer
             if spec.session.allow_refreshing and session.refresh_token:
                 return Deferred.fromCoroutine(self._refresh(ctx, session, None, cookies))
         return Deferred.fromCoroutine(_login.start(self, ctx, cookies))
@@ -103,11 +125,22 @@ class OidcChecker:
         max_age = self.spec.session.cookie.max_age
         if max_age and self.runtime.now() > session.created + max_age:
             return False
+        return not (self.runtime.revoked and self.revoked(session.sid, session.token_id))
+
+    def revoked(self, sid: str | None, token_id: str) -> bool:
+        """Whether the provider logged this session out (by its ``sid`` or its ID token)."""
         revoked = self.runtime.is_revoked
-        return not (revoked(self.spec.binding, session.sid) or revoked(self.spec.binding, session.token_id))
+        return revoked(self.spec.binding, sid) or revoked(self.spec.binding, token_id)
 
     def needs_refresh(self, session: Session) -> bool:
         return self.runtime.now() >= session.expires_at - self.spec.session.pre_expiry_buffer
+
+    def valid_until(self, session: Session) -> float:
+        """Until when :meth:`usable` and not :meth:`needs_refresh` hold by
+        the clock alone (revocation is asked on every request)."""
+        until = session.expires_at - self.spec.session.pre_expiry_buffer
+        max_age = self.spec.session.cookie.max_age
+        return min(until, session.created + max_age) if max_age else until
 
     async def _redis_request(self, ctx: RequestContext, cookies: dict[str, str], store: RedisStore) -> Any:
         session_id = cookies.get(self.spec.session.cookie_name)
@@ -175,5 +208,49 @@ class OidcChecker:
         sub = claims.get("sub")
         return make_allow(principal=sub if isinstance(sub, str) else None, headers=tuple(headers),
                           reason=f"oidc: session of {sub!r} from {spec.issuer_url}",
-                          state={"claims": dict(claims), "issuer": spec.issuer_url},
+                          state=MappingProxyType({"claims": dict(claims), "issuer": spec.issuer_url}),
                           claims=dict(claims), claims_provider=spec.issuer_url, response_headers=response_headers)
+
+
+class Admissions:
+    """The last admissions of valid cookie-store sessions, by the exact
+    ``Cookie`` header value they came with: a request carrying that same
+    value again is admitted with the same answer (the same forwarded
+    headers, claims and principal) without parsing the cookies, opening
+    the AES-GCM seal, parsing the session or building the headers again.
+
+    What an entry may skip is what depends on the header's bytes alone: the
+    same bytes under the same key (one checker per configuration, so per
+    key) open to the same session, hence the same answer. What it may not
+    skip is asked on every hit: the path (the callback and logout
+    endpoints come first), the clock (the entry is used only before the
+    session needs refreshing and before the cookie's maxAge, whichever is
+    first) and the provider's logouts (front-channel logout by ``sid`` or
+    ID token). A configuration whose ``claimsToHeaders`` appends to a
+    request header keeps none (that answer depends on other headers).
+    Bounded: at most :data:`SIZE` entries of header values up to
+    :data:`MAX_KEY` bytes, the oldest dropped first. See docs/decisions.md.
+    """
+
+    SIZE = 1024
+    MAX_KEY = 8192
+
+    def __init__(self) -> None:
+        #: Cookie header value -> (valid until, sid, ID token id, answer)
+        self.entries: dict[bytes, tuple[float, str | None, str, AuthAllow]] = {}
+
+    @staticmethod
+    def may_keep(spec: OidcSpec) -> bool:
+        return not any(ch.append for ch in spec.claims_to_headers)
+
+    def keep(self, header: bytes, until: float, session: Session, answer: AuthAllow) -> None:
+        if len(header) > self.MAX_KEY:
+            return
+        entries = self.entries
+        entries[header] = (until, session.sid, session.token_id, answer)
+        if len(entries) > self.SIZE:
+            del entries[next(iter(entries))]
+
+    def forget(self, header: bytes) -> None:
+        self.entries.pop(header, None)
+

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import attrs
 from twisted.internet.defer import Deferred
 
+from twistgw import BoundedBody
 from twistgw.tls import verifying_https_policy
 
 MAX_BODY = 1024 * 1024
@@ -38,16 +39,8 @@ class Answer:
         return doc if isinstance(doc, dict) else None
 
 
-class _Body:
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-        self.size = 0
-
-    def __call__(self, data: bytes) -> None:
-        self.size += len(data)
-        if self.size > MAX_BODY:
-            raise CallFailed(f"answer larger than {MAX_BODY} bytes")
-        self.parts.append(data)
+def _too_large(limit: int) -> CallFailed:
+    return CallFailed(f"answer larger than {limit} bytes")
 
 
 class Client:
@@ -91,9 +84,9 @@ class Client:
         if form is not None:
             kwargs["data"] = dict(form)
         response = await self._client.request(method, url, **kwargs)
-        body = _Body()
+        body = BoundedBody(MAX_BODY, _too_large)
         await treq.collect(response, body)
-        return Answer(response.code, b"".join(body.parts))
+        return Answer(response.code, body.value())
 
     def close(self) -> Any:
         return self.pool.closeCachedConnections()

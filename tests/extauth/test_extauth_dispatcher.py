@@ -50,7 +50,9 @@ class _FixedType(twistgw.ExtAuthConfigType):
 
     def compile(self, raw: Any, scope: twistgw.ConfigScope) -> _Fixed:
         twistgw.options.check_fields(raw, ("allow", "deny", "error", "hang", "boom", "later", "claims", "share",
-                                           "cookie"), ())
+                                           "cookie", "credential"), ())
+        if "credential" in raw:  # a type that names its credential header badly
+            return _Fixed(AuthAllow(reason="fixed"), credential_headers=(raw["credential"].encode(),))
         if "allow" in raw:
             cookie = ((b"set-cookie", raw["cookie"].encode()),) if "cookie" in raw else ()
             answer: Any = AuthAllow(principal=raw["allow"] or None, headers=((b"x-fixed", b"yes"),),
@@ -256,6 +258,20 @@ class ConfigurationTests(TestCase):
         text = config("[{fixed: {deny: 403}}]").replace("spec:\n  configs", "spec:\n  failOnRedirect: true\n  configs")
         (issue,) = self.issues(text)
         self.assertEqual(issue.field, "spec.failOnRedirect")
+
+    def test_a_credential_header_that_is_no_header_name_is_refused(self) -> None:
+        issues = self.issues(config("[{fixed: {credential: 'x bad'}}]"))
+        self.assertIn("AuthConfig default/ac", [i.resource for i in issues])  # and where it is used
+        self.assertTrue(all("spec.configs[0].fixed: the config type gave an invalid credential header name"
+                            " b'x bad'" in i.reason for i in issues), issues)
+        make(config("[{fixed: {credential: X-Good}}]"))  # a token is fine, in any case
+
+    async def test_one_config_admitting_removes_its_credential_in_any_spelling(self) -> None:
+        t = make(config("[{fixed: {credential: X-Key}}]"))
+        r = await t.request("GET", URL, headers={"x-KEY": "secret", "X-Other": "kept"})
+        self.assertEqual(r.status, 200)
+        self.assertFalse(r.ctx.headers.hasHeader(b"x-key"))
+        self.assertEqual(r.ctx.headers.getRawHeaders(b"x-other"), [b"kept"])
 
     async def test_inline_types_are_written_in_the_options(self) -> None:
         t = make(config("[{fixed: {deny: 403}}]", options="{inlineAuth: {status: 401}}"))
