@@ -371,11 +371,13 @@ class Pipeline:
         headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
         headers.set_canonical(b"X-Real-Ip", client)
         timeout = route.timeout or self.upstream_timeout
-        if policy.retries is None:
+        if policy.retries is None and policy.shadow is None:
             forward = Forward(endpoint, ctx.method.encode("latin-1"), target, headers, timeout, balancer.upstream)
         else:
             forward = RetryingForward(endpoint, ctx.method.encode("latin-1"), target, headers, timeout,
                                       balancer.upstream, policy.retries)
+            if policy.shadow is not None:
+                forward.mirror = policy.shadow.mirror(forward)
         forward.response_edit = policy.response_for(ctx, route_response)
         return forward
 

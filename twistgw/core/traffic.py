@@ -172,14 +172,15 @@ class RoutePolicy:
 
     __slots__ = ("cors", "csrf", "faults", "buffer", "redirect", "regex_rewrite", "host_rewrite", "auto_host",
                  "request", "response", "weighted", "early", "random", "redirect_rewrite", "_cors_tail",
-                 "_by_origin", "lb_hash", "retries")
+                 "_by_origin", "lb_hash", "retries", "shadow")
 
     def __init__(self, *, cors: CorsPolicy | None = None, csrf: CsrfPolicy | None = None,
                  faults: Faults | None = None, buffer: RequestBuffer | None = None, redirect: Redirect | None = None,
                  regex_rewrite: RegexRewrite | None = None, host_rewrite: str | None = None, auto_host: bool = False,
                  request: HeaderLevel | None = None, response: ResponseEdit | None = None,
                  weighted: Weighted | None = None, rand: Any = random.random,
-                 redirect_rewrite: Any = None, lb_hash: LbHash | None = None, retries: Any = None) -> None:
+                 redirect_rewrite: Any = None, lb_hash: LbHash | None = None, retries: Any = None,
+                 shadow: Any = None) -> None:
         self.cors = cors
         self.csrf = csrf
         self.faults = faults
@@ -196,6 +197,8 @@ class RoutePolicy:
         #: the route's ``retries`` (its own, else its virtual host's): a
         #: config.retries.Retries, carried by the plan to the engine
         self.retries = retries
+        #: the route's ``shadowing`` (a core.shadowing.Shadow), or None
+        self.shadow = shadow
         #: something runs before the chain
         self.early = bool(csrf or faults or (buffer and buffer.max_bytes is not None))
         self.random = rand
