@@ -17,7 +17,7 @@ from twisted.internet import reactor
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import deferLater
 
-from support.http import http_request
+from support.http import http_request, raw_connect, raw_exchange
 from test_core_twist import _free_port, start_twist, stop_process
 from twistgw.testing import BackendResponse, start_recording_backend
 
@@ -116,6 +116,28 @@ async def test_shadowing_through_twist(tmp_path: Path, config_dir: Any) -> None:
         assert got.status == 200 and primary.last.body == big
         assert len(shadow.requests) == 2
 
+        # A chunked body: copied whole within the bound; one that grows past
+        # it is not copied at all (the primary gets every byte either way).
+        def chunked(path: str, chunks: list[bytes]) -> list[bytes]:
+            head = (f"POST {path} HTTP/1.1\r\nHost: api.example.com\r\nTransfer-Encoding: chunked\r\n"
+                    "Connection: close\r\n\r\n").encode()
+            return [head] + [b"%x\r\n%s\r\n" % (len(c), c) for c in chunks] + [b"0\r\n\r\n"]
+        got = await raw_exchange(port, chunked("/all/chunked", [b"hello", b" chunked"]), delay=0.05, timeout=10)
+        assert got.data.startswith(b"HTTP/1.1 200"), got.data[:200]
+        await _until(lambda: len(shadow.requests) == 3)
+        assert (shadow.last.path, shadow.last.body) == ("/all/chunked", b"hello chunked")
+        pieces = [bytes([65 + i]) * 30000 for i in range(3)]
+        got = await raw_exchange(port, chunked("/all/grows", pieces), delay=0.05, timeout=10)
+        assert got.data.startswith(b"HTTP/1.1 200") and primary.last.body == b"".join(pieces)
+
+        # A client that goes away before its body is complete: no copy.
+        conn = await raw_connect(port)
+        conn.transport.write(b"POST /all/gone HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n0123456789")
+        await _sleep(0.3)
+        conn.transport.abortConnection()
+        await _sleep(0.3)
+        assert len(shadow.requests) == 3
+
         # percentage 0: nothing; 50: about half of 400 (binomial sd 10).
         for _ in range(3):
             assert (await call("GET", "/none/x")).status == 200
@@ -146,7 +168,8 @@ async def test_shadowing_through_twist(tmp_path: Path, config_dir: Any) -> None:
         counts = await _metrics(admin)
         assert counts.get("overflow", 0) >= 10, counts
         assert counts.get("failed", 0) >= 5, counts  # the down shadow, each counted
-        assert counts.get("body_too_large", 0) == 1, counts
+        assert counts.get("body_too_large", 0) == 2, counts  # declared, then grown past the bound
+        assert counts.get("incomplete_body", 0) == 1, counts
         assert counts.get("answered", 0) >= 2, counts
         records = [json.loads(x) for x in log_path.read_text().split("\x1e") if x.strip()]
         lines = [r for r in records if str(r.get("log_format", "")).startswith("Shadow request to")]

@@ -389,6 +389,7 @@ spec:
     - matchers: [{{prefix: /group}}]
       options:
         autoHostRewrite: true
+        shadowing: {{upstream: {{name: static, namespace: default}}, percentage: 10}}
         retries:
           retryOn: "5xx,retriable-status-codes"
           numRetries: 2
@@ -511,6 +512,7 @@ SUBSETS = "tests/unit/test_subsets.py"
 RETRIES = "tests/integration/test_retries_e2e.py"
 BREAKERS = "tests/integration/test_breakers_e2e.py"
 UPSTREAM_TLS = "tests/integration/test_upstream_tls_e2e.py"
+SHADOWING = "tests/integration/test_shadowing_e2e.py"
 
 #: field -> ("test", test file[, file that sets the field]) or ("info", doc saying so).
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -803,6 +805,8 @@ FIELDS.update({f"VirtualService:spec.virtualHost.options.{k}": (T, TRAFFIC)
 FIELDS.update({f"{scope}.retries{k}": (T, RETRIES) for scope in ("Route:options", "VirtualService:spec.virtualHost.options")
                for k in ("", ".retryOn", ".numRetries", ".perTryTimeout", ".retriableStatusCodes", ".retryBackOff",
                          ".retryBackOff.baseInterval", ".retryBackOff.maxInterval")})
+FIELDS.update({f"Route:options.shadowing{k}": (T, SHADOWING)
+               for k in ("", ".upstream", ".upstream.name", ".upstream.namespace", ".percentage")})
 FIELDS.update({
     # the same destination parser as routeAction.single (kube ports and subsets tested there)
     "Route:routeAction.multi.destinations[].destination.kube": (T, TRAFFIC, GLOO),

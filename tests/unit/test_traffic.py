@@ -228,7 +228,6 @@ class RewriteTests(TestCase):
         ("{regexRewrite: {pattern: {regex: '(a)\\1'}, substitution: b}}", "regexRewrite.pattern.regex",
          "backreferences"),
         ("{hostRewritePathRegex: {}}", "hostRewritePathRegex", "is not supported by twistgw"),
-        ("{shadowing: {upstream: {name: green}}}", "shadowing", "shadowing is not supported by twistgw yet"),
         ("{colour: blue}", "colour", "unknown field 'colour'; expected one of: autoHostRewrite, bufferPerRoute"),
     ])
     def test_refusals(self, options, field, reason):
