@@ -110,6 +110,8 @@ def scenarios() -> dict[str, tuple[str, str, bytes]]:
         "ldap-cache": (ldap_options, ldap_extra, alice),
         "ldap-search-cache": (search_options, search_extra, alice),
         "ratelimit-local": (harness.RATELIMIT_OPTIONS["ratelimit-local"], "", b""),
+        # issue 24: headerManipulation + cors + retries, a CORS origin on every request
+        "traffic": (harness.TRAFFIC_OPTIONS, "", b"Origin: https://app.example.com\r\n"),
     }
 
 

@@ -73,7 +73,8 @@ class Gateway:
             # a 500 rather than dropping the connection without an answer.
             self._internal_error(Failure(), ex)
             return
-        if type(plan) is Forward or type(plan) is LocalResponse:  # before the (ABC) isinstance
+        t = type(plan)
+        if t is Forward or t is LocalResponse or t is RetryingForward:  # before the (ABC) isinstance
             self._carry_out(plan, ex)
         elif isinstance(plan, Deferred):
             plan.addCallback(self._carry_out, ex)

@@ -304,7 +304,7 @@ class UpstreamConnection(Protocol):
         req = self.req
         if req is None or req.finished:
             return
-        if req.retrying and status != 101 and req.again_on_status(status):
+        if req.retrying and status in req.retry_statuses and req.again_on_status(status):
             return  # dropped with this connection; the request is tried again
         ex = req.ex
         if status == 101 and ex.upgrade is None:
@@ -314,10 +314,11 @@ class UpstreamConnection(Protocol):
         self.status = status
         self.timer.clear()
         hop: dict[bytes, bytes] = {}
-        lines = end_to_end_lines(self.headers, hop)
         edit = req.plan.response_edit
-        if edit is not None:  # the route's response headers, CORS, headers plugins added
-            lines = edit.apply_to_lines(lines)
+        if edit is None:
+            lines = end_to_end_lines(self.headers, hop)
+        else:  # the route's response headers, CORS, headers plugins added: in the same pass
+            lines = edit.head_lines(self.headers, hop)
         length = hop.get(b"content-length")
         if status == 101:
             lines.append(b"Connection: Upgrade\r\nUpgrade: %s\r\n" % hop.get(b"upgrade", ex.upgrade))
