@@ -216,6 +216,7 @@ class Shadows:
             for chunk in chunks:
                 copy.write(chunk)
             copy.finish()
+        ex.label = f"{plan.endpoint.host}:{plan.endpoint.port}"  # for a failure reported before forward returns
         req = self.pool.forward(ex, plan)
         ex.label = req.label
 
