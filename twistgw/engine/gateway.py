@@ -73,9 +73,8 @@ class Gateway:
             # a 500 rather than dropping the connection without an answer.
             self._internal_error(Failure(), ex)
             return
-        t = type(plan)
-        if t is Forward or t is LocalResponse or t is RetryingForward:  # before the (ABC) isinstance
-            self._carry_out(plan, ex)
+        if type(plan) is Forward or type(plan) is RetryingForward or type(plan) is LocalResponse:
+            self._carry_out(plan, ex)  # before the (ABC) isinstance
         elif isinstance(plan, Deferred):
             plan.addCallback(self._carry_out, ex)
             plan.addErrback(self._internal_error, ex)
