@@ -6,6 +6,7 @@ unaffected, the bounds): tests/integration/test_shadowing_e2e.py."""
 from __future__ import annotations
 
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -150,3 +151,112 @@ class PercentageTests(TestCase):
         rolls = iter([0.299, 0.3, 0.0, 0.9999])
         shadow = Shadow(compiled.balancer, 30.0, lambda: next(rolls))
         assert [shadow.mirror(r.plan) is not None for _ in range(4)] == [True, False, True, False]
+
+
+class EngineTests(TestCase):
+    """The engine over StringTransports and a MemoryReactorClock: the copy
+    goes out after the primary, on a connection of its own, and the bounds."""
+
+    CONFIG = vs(f"- matchers: [{{prefix: /}}]\n  {TO_BLUE}\n  options: {{shadowing: {GREEN}, timeout: 5s}}\n")
+
+    def _gateway(self, max_inflight: int = 100, body_limit: int = 64 * 1024) -> tuple[Any, Any, Any]:
+        from twisted.internet.address import IPv4Address
+        from twisted.internet.testing import MemoryReactorClock, StringTransport
+
+        from twistgw.engine.server import Gateway, GatewayFactory
+        from twistgw.engine.upstream.shadow import Shadows
+
+        reactor = MemoryReactorClock()
+        host = PluginHost.create(load_entry_points=False)
+        gateway = Gateway(reactor, host, access_log=False)
+        gateway.shadows = Shadows(gateway.forwarder, reactor, max_inflight, body_limit)
+        gateway.snapshot = build_snapshot(load_text(self.CONFIG), host)
+        proto = GatewayFactory(gateway).buildProtocol(IPv4Address("TCP", "127.0.0.1", 8080))
+        client = StringTransport(peerAddress=IPv4Address("TCP", "203.0.113.5", 5555))
+        proto.makeConnection(client)
+        return reactor, proto, client
+
+    @staticmethod
+    def _connect(reactor: Any, index: int) -> Any:
+        from twisted.internet.testing import StringTransport
+
+        host, port, factory, _timeout, _bind = reactor.tcpClients[index]
+        transport = StringTransport()
+        conn = factory.buildProtocol(None)
+        conn.makeConnection(transport)
+        return (host, port), conn, transport
+
+    def test_the_copy_follows_the_primary_and_its_answer_is_dropped(self):
+        from twistgw.core.shadowing import SHADOWS
+
+        answered = SHADOWS.labels("answered").value
+        reactor, proto, client = self._gateway()
+        proto.dataReceived(b"POST /orders HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 5\r\n\r\nhello")
+        assert [p for _h, p, *_ in reactor.tcpClients] == [8080, 9090]  # the primary first, then its copy
+        (_, primary, primary_out), (_, shadow, shadow_out) = self._connect(reactor, 0), self._connect(reactor, 1)
+        assert primary_out.value().startswith(b"POST /orders HTTP/1.1\r\n")
+        sent = shadow_out.value()
+        assert sent.startswith(b"POST /orders HTTP/1.1\r\n") and sent.endswith(b"\r\n\r\nhello"), sent
+        assert b"\r\nHost: api.example.com-shadow\r\n" in sent and b"\r\nContent-Length: 5\r\n" in sent
+        shadow.dataReceived(b"HTTP/1.1 500 Oops\r\nContent-Length: 6\r\n\r\nshadow")
+        primary.dataReceived(b"HTTP/1.1 201 Created\r\nContent-Length: 7\r\n\r\nprimary")
+        answer = client.value()
+        assert answer.startswith(b"HTTP/1.1 201 ") and answer.endswith(b"primary") and b"shadow" not in answer
+        assert SHADOWS.labels("answered").value == answered + 1
+
+    def test_in_flight_bound_drops_and_counts(self):
+        from twistgw.core.shadowing import SHADOWS
+
+        overflow = SHADOWS.labels("overflow").value
+        reactor, proto, client = self._gateway(max_inflight=1)
+        request = b"GET /a HTTP/1.1\r\nHost: api.example.com\r\n\r\n"
+        proto.dataReceived(request)
+        (_, primary, _), (_, _shadow, shadow_out) = self._connect(reactor, 0), self._connect(reactor, 1)
+        assert shadow_out.value().startswith(b"GET /a ")  # in flight, never answered
+        primary.dataReceived(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        proto.dataReceived(request)  # the primary reuses its pooled connection; no place for a second shadow
+        assert len(reactor.tcpClients) == 2
+        assert SHADOWS.labels("overflow").value == overflow + 1
+        primary.dataReceived(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        assert client.value().count(b"HTTP/1.1 200 OK") == 2  # the primary, unaffected
+
+    def test_a_body_over_the_bound_is_not_copied_and_the_primary_gets_it_all(self):
+        from twistgw.core.shadowing import SHADOWS
+
+        too_large = SHADOWS.labels("body_too_large").value
+        reactor, proto, client = self._gateway(body_limit=8)
+        proto.dataReceived(b"POST /up HTTP/1.1\r\nHost: api.example.com\r\nTransfer-Encoding: chunked\r\n\r\n"
+                           b"5\r\nhello\r\n")
+        (_, primary, primary_out) = self._connect(reactor, 0)
+        proto.dataReceived(b"6\r\n world\r\n0\r\n\r\n")  # 11 bytes: past the bound
+        assert b"hello" in primary_out.value() and b" world" in primary_out.value()
+        assert SHADOWS.labels("body_too_large").value == too_large + 1
+        reactor.advance(10)
+        assert len(reactor.tcpClients) == 1  # no copy, ever
+
+    def test_a_body_that_never_completes_sends_no_copy(self):
+        from twistgw.core.shadowing import SHADOWS
+
+        incomplete = SHADOWS.labels("incomplete_body").value
+        reactor, proto, client = self._gateway()
+        proto.dataReceived(b"PUT /up HTTP/1.1\r\nHost: api.example.com\r\nContent-Length: 100\r\n\r\nabc")
+        reactor.advance(5.1)  # the route's timeout
+        assert SHADOWS.labels("incomplete_body").value == incomplete + 1
+        assert len(reactor.tcpClients) == 1
+
+
+class ExplainTests(TestCase):
+    def test_explain_says_where_the_copy_goes(self):
+        import subprocess
+        import sys
+        import tempfile
+        from pathlib import Path
+
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "config.yaml").write_text(vs(f"- matchers: [{{prefix: /}}]\n  {TO_BLUE}\n"
+                                                    f"  options: {{shadowing: {GREEN}}}\n"))
+            done = subprocess.run([sys.executable, "-m", "twistgw", "explain", d, "GET", "http://api.example.com/x"],
+                                  capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        assert ("Shadowed: 100% of requests copied to upstream canary/green with the Host suffixed -shadow,"
+                " the answer discarded (this request included)") in done.stdout, done.stdout
