@@ -260,3 +260,29 @@ class ExplainTests(TestCase):
         assert done.returncode == 0, (done.stdout, done.stderr)
         assert ("Shadowed: 100% of requests copied to upstream canary/green with the Host suffixed -shadow,"
                 " the answer discarded (this request included)") in done.stdout, done.stdout
+
+
+class CredentialsTests(TestCase):
+    async def test_the_copy_carries_no_credentials_the_chain_consumed(self):
+        config = vs(f"- matchers: [{{prefix: /}}]\n  {TO_BLUE}\n  options: {{shadowing: {GREEN},"
+                    " extauth: {configRef: {name: keys, namespace: default}}}\n") + """\
+---
+apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {name: keys, namespace: default}
+spec:
+  configs:
+  - apiKeyAuth: {labelSelector: {team: "a"}}
+---
+apiVersion: v1
+kind: Secret
+type: extauth.solo.io/apikey
+metadata: {name: key-1, namespace: default, labels: {team: "a"}}
+stringData: {api-key: secret-key-1}
+"""
+        t = ChainTester.from_yaml(config, ["extauth", "authtypes"])
+        r = await t.request("GET", "http://api.example.com/x", headers={"api-key": "secret-key-1", "X-Other": "o"})
+        assert r.status == 200 and r.plan.mirror is not None, r
+        copy = r.plan.mirror.headers
+        assert copy.getRawHeaders(b"api-key") is None and r.plan.headers.getRawHeaders(b"api-key") is None
+        assert copy.getRawHeaders(b"x-other") == [b"o"]
