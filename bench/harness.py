@@ -49,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import pathlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,11 +70,11 @@ ISSUER = "https://issuer.bench.example"
 DOCS = os.path.join(ROOT, "docs", "performance.md")
 
 # Scenario names, in the order of the table.
-REFERENCES = ["backend-direct", "nginx-proxy", "nginx-limit-req", "haproxy-proxy", "haproxy-jwt", "bare-twisted",
-              "probe-floor"]
+REFERENCES = ["backend-direct", "nginx-proxy", "nginx-limit-req", "nginx-proxy-tls", "haproxy-proxy", "haproxy-jwt",
+              "bare-twisted", "probe-floor"]
 GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
            "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "ratelimit-local", "ratelimit-redis",
-           "traffic",
+           "traffic", "upstream-tls",
            "apikey", "basic-cache", "opa-path", "passthrough",
            *oidc_bench.SCENARIOS]
 ALL = REFERENCES + GATEWAY
@@ -84,6 +85,8 @@ DESCRIPTIONS = {
     "backend-direct": "wrk straight at the nginx backend (ceiling of core 0)",
     "nginx-proxy": "nginx reverse proxy, 1 worker, upstream keepalive, access log to a file",
     "nginx-limit-req": "nginx-proxy + limit_req by client address (a rate no request reaches: the cost of counting)",
+    "nginx-proxy-tls": "nginx proxy_pass https:// to the TLS backend, proxy_ssl_verify on (CA, name), upstream"
+                       " keepalive and session reuse",
     "haproxy-proxy": "HAProxy, 1 thread, http-reuse always",
     "haproxy-jwt": "HAProxy + jwt_verify RS256, iss/sub/exp checks on every request",
     "bare-twisted": "bench/bare_proxy.py: Agent + persistent pool",
@@ -106,10 +109,15 @@ DESCRIPTIONS = {
     "basic-cache": "twistgw, basicAuth (apr1 hash), the verified-credentials memo warm",
     "opa-path": "twistgw, opaAuth: Gloo's allow-GET-by-path policy on regopy",
     "passthrough": "twistgw, passThroughAuth.http to the nginx backend (200), one pooled POST per request",
-    "traffic": "twistgw, one route with headerManipulation (request and response) and cors, a CORS origin"
-               " on every request (goal: plain + 5 us)",
+    "traffic": "twistgw, one route with headerManipulation (request and response), cors and retries, a CORS"
+               " origin on every request (goal: plain + 5 us)",
+    "upstream-tls": "twistgw to the TLS backend (nginx HTTPS on core 0), sslConfig with a root CA and SNI: the"
+                    " peer verified by name, pooled connections (goal: CPU <= 3x nginx-proxy-tls)",
     **oidc_bench.DESCRIPTIONS,
 }
+
+#: The name on the TLS backend's certificate (its subjectAltName), sent as SNI.
+TLS_BACKEND_NAME = "backend.bench.test"
 
 #: a rate no benchmark reaches: the rate-limit scenarios price the counting, never refuse
 RATELIMIT_OPTIONS = {
@@ -155,8 +163,11 @@ def redis_script_calls(port: int) -> int:
     return sum(int(m.group(1)) for m in re.finditer(r"cmdstat_eval(?:sha)?:calls=(\d+)", out))
 
 
-#: The traffic scenario's virtual-host options (retries are not served yet).
+#: The traffic scenario's virtual-host options: issue 24's route with
+#: headerManipulation, cors and retries (no try fails: what retries cost
+#: until one does).
 TRAFFIC_OPTIONS = """    options:
+      retries: {retryOn: "5xx,connect-failure,reset", numRetries: 3, perTryTimeout: 5s}
       headerManipulation:
         requestHeadersToAdd: [{header: {key: x-gateway, value: twistgw}, append: false}]
         requestHeadersToRemove: [x-debug]
@@ -614,10 +625,26 @@ spec:
 {extra}"""
 
 
-def gateway_config(directory: str, backend_port: int, options: str = "", extra: str = "") -> None:
+def gateway_config(directory: str, backend_port: int, options: str = "", extra: str = "", upstream: str = "") -> None:
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "gateway.yaml"), "w") as f:
-        f.write(gateway_yaml(backend_port, options, extra))
+        f.write(gateway_yaml(backend_port, options, extra, upstream))
+
+
+def tls_material(prefix: str) -> str:
+    """A CA and the TLS backend's certificate (EC P-256, the name in its
+    subjectAltName), made as the tests make them; returns the directory
+    holding ca.crt, backend.crt and backend.key."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from support.pki import TestCA
+
+    directory = os.path.join(prefix, "tls")
+    os.makedirs(directory, exist_ok=True)
+    ca = TestCA("twistgw bench CA")
+    with open(os.path.join(directory, "ca.crt"), "wb") as f:
+        f.write(ca.pem)
+    ca.issue(TLS_BACKEND_NAME, dns=[TLS_BACKEND_NAME]).write(pathlib.Path(directory), "backend")
+    return directory
 
 
 def jwt_options(mat: JwtMaterial, rbac: bool) -> str:
@@ -843,6 +870,9 @@ class Bench:
         self.targets: dict[str, Target] = {}
         self.results: dict[str, Result] = {name: Result(name) for name in args.scenarios}
         self.backend_port = 0
+        #: the TLS backend (nginx HTTPS on core 0) and its CA, for the TLS rows
+        self.tls_port = 0
+        self.tls_dir = ""
         self.fresh_offset = 0
         self.mat: JwtMaterial | None = None
         self.slapd_port: int | None = None
@@ -859,6 +889,8 @@ class Bench:
         listen 127.0.0.1:{self.backend_port};
         location / {{ default_type text/plain; return 200 "{BACKEND_BODY.strip()}\\n"; }}
     }}"""), self.backend_port, LOAD_CPU)
+        if any(s.partition("@")[0] in ("upstream-tls", "nginx-proxy-tls") for s in self.args.scenarios):
+            self.start_tls_backend()
         if any("jwt" in s.partition("@")[0] for s in self.args.scenarios):
             try:
                 self.mat = jwt_material(os.path.join(RESULTS, ".jwt"), self.fresh_tokens_needed())
@@ -890,6 +922,22 @@ class Bench:
             else:
                 print(f"  {name}: ready on port {self.targets[name].port}", flush=True)
 
+    def start_tls_backend(self) -> None:
+        """nginx serving HTTPS (TLS 1.2/1.3, keep-alive) with a certificate
+        from a CA made here, on core 0 like the plain backend."""
+        self.tls_dir = tls_material(self.prefix)
+        self.tls_port = free_port()
+        d = self.tls_dir
+        start_nginx(self.procs, self.prefix, "backend-tls", nginx_conf(self.prefix, "backend-tls", f"""
+    server {{
+        listen 127.0.0.1:{self.tls_port} ssl;
+        ssl_certificate {d}/backend.crt;
+        ssl_certificate_key {d}/backend.key;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_session_cache shared:bench:1m;
+        location / {{ default_type text/plain; return 200 "{BACKEND_BODY.strip()}\\n"; }}
+    }}"""), self.tls_port, LOAD_CPU)
+
     def fresh_tokens_needed(self) -> int:
         fresh = [s for s in self.args.scenarios if s.partition("@")[0] == "jwt-fresh"]
         # Enough for every measured second at a generous 4,000 requests/s.
@@ -916,6 +964,26 @@ class Bench:
         }}
     }}"""), port, PROXY_CPU)
             check(port, [("GET /", {}, 200)])
+            return Target(name, port, proc.pid)
+        if name == "nginx-proxy-tls":
+            d = self.tls_dir
+            proc = start_nginx(self.procs, self.prefix, name, nginx_conf(self.prefix, name, f"""
+    upstream backend_tls {{ server 127.0.0.1:{self.tls_port}; keepalive 64; keepalive_requests 1000000; }}
+    server {{
+        listen 127.0.0.1:{port};
+        access_log {self.prefix}/{name}.access.log;
+        location / {{
+            proxy_pass https://backend_tls;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_ssl_verify on;
+            proxy_ssl_trusted_certificate {d}/ca.crt;
+            proxy_ssl_name {TLS_BACKEND_NAME};
+            proxy_ssl_server_name on;
+            proxy_ssl_session_reuse on;
+        }}
+    }}"""), port, PROXY_CPU)
+            check(port, [("GET / over verified TLS to the backend", {}, 200)])
             return Target(name, port, proc.pid)
         if name in ("haproxy-proxy", "haproxy-jwt"):
             if not shutil.which("haproxy") and not os.path.exists("/usr/sbin/haproxy"):
@@ -955,6 +1023,12 @@ class Bench:
         if kind in ("plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free"):
             gateway_config(directory, self.backend_port)
             expect = [("GET /", {}, 200)]
+        elif kind == "upstream-tls":
+            os.makedirs(directory, exist_ok=True)
+            shutil.copy(os.path.join(self.tls_dir, "ca.crt"), directory)  # sslFiles: relative to the config
+            gateway_config(directory, self.tls_port,
+                           upstream=f"  sslConfig: {{sni: {TLS_BACKEND_NAME}, sslFiles: {{rootCa: ca.crt}}}}\n")
+            expect = [("GET / over verified TLS to the backend", {}, 200)]
         elif kind == "traffic":
             gateway_config(directory, self.backend_port, TRAFFIC_OPTIONS)
             expect = [("GET / from the allowed origin", {"Origin": "https://app.example.com"}, 200)]
@@ -1449,8 +1523,12 @@ def report(bench: Bench, elapsed: float) -> str:
     lines.append(ceiling("Basic, memo warm − plain route", cpu_extra(res.get("basic-cache"), plain), 10, unit="µs"))
     lines.append(ceiling("plain route, access log on / --no-access-log", cpu_times(plain, res.get("plain-nolog")), 1.1))
     traffic = res.get("traffic")
-    if traffic and traffic.runs:  # issue 24: headerManipulation + cors on the route
-        lines.append(ceiling("headerManipulation + cors − plain route", cpu_extra(traffic, plain), 5, unit="µs"))
+    if traffic and traffic.runs:  # issue 24: headerManipulation + cors + retries on the route
+        lines.append(ceiling("headerManipulation + cors + retries − plain route", cpu_extra(traffic, plain), 5,
+                             unit="µs"))
+    tls = res.get("upstream-tls")
+    if tls and tls.runs:  # issue 24: TLS to the upstream, against nginx doing the same
+        lines.append(ceiling("upstream TLS / nginx proxy_pass https", cpu_times(tls, res.get("nginx-proxy-tls")), 3))
     if nc and nc.runs:
         lines.append(f"| LDAP uncached, req/s | {nc.rps():,.0f} | ≥ 3,000 | {verdict(nc.rps(), 3000)} |")
 

@@ -121,6 +121,8 @@ def scenarios() -> dict[str, tuple[str, str, bytes]]:
         "ratelimit-local": (harness.RATELIMIT_OPTIONS["ratelimit-local"], "", b""),
         "upstream-policy": ("", "", b""),
         **{name: extauth_scenario(name) for name in EXTAUTH},
+        # issue 24: headerManipulation + cors + retries, a CORS origin on every request
+        "traffic": (harness.TRAFFIC_OPTIONS, "", b"Origin: https://app.example.com\r\n"),
     }
 
 

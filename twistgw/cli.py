@@ -210,6 +210,12 @@ def _print_plan(result: Any) -> None:
         print("Headers added to the response:")
         for name, value in edit.adds:
             print(f"  {name.decode('latin-1')}: {_shown(name, value)}")
+    policy = result.runtime.policy if result.runtime is not None else None
+    if policy is not None and policy.shadow is not None:
+        up = policy.shadow.balancer.upstream
+        copied = "this request included" if plan.mirror is not None else "not this request"
+        print(f"Shadowed: {policy.shadow.percentage:g}% of requests copied to upstream {up.namespace}/{up.name}"
+              f" with the Host suffixed -shadow, the answer discarded ({copied})")
 
 
 #: Headers whose values ``explain`` does not print (credentials).

@@ -410,6 +410,7 @@ spec:
     - matchers: [{{prefix: /group}}]
       options:
         autoHostRewrite: true
+        shadowing: {{upstream: {{name: static, namespace: default}}, percentage: 10}}
         retries:
           retryOn: "5xx,retriable-status-codes"
           numRetries: 2
@@ -571,6 +572,7 @@ POLICY_E2E = "tests/integration/test_upstream_policy_e2e.py"
 POLICY = "tests/unit/test_upstream_policy.py"
 VS_TLS = "tests/integration/test_vs_tls_sni.py"
 VS_TLS_UNIT = "tests/unit/test_vs_tls_config.py"
+SHADOWING = "tests/integration/test_shadowing_e2e.py"
 
 #: field -> ("test", test file[, file that sets the field]) or ("info", doc saying so).
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -883,6 +885,8 @@ FIELDS.update({f"VirtualService:spec.virtualHost.options.{k}": (T, TRAFFIC)
 FIELDS.update({f"{scope}.retries{k}": (T, RETRIES) for scope in ("Route:options", "VirtualService:spec.virtualHost.options")
                for k in ("", ".retryOn", ".numRetries", ".perTryTimeout", ".retriableStatusCodes", ".retryBackOff",
                          ".retryBackOff.baseInterval", ".retryBackOff.maxInterval")})
+FIELDS.update({f"Route:options.shadowing{k}": (T, SHADOWING)
+               for k in ("", ".upstream", ".upstream.name", ".upstream.namespace", ".percentage")})
 FIELDS.update({
     # the same destination parser as routeAction.single (kube ports and subsets tested there)
     "Route:routeAction.multi.destinations[].destination.kube": (T, TRAFFIC, GLOO),

@@ -229,8 +229,8 @@ class GlooLoaderTests(TestCase):
          "the dynamic forward proxy is out of twistgw's scope"),
         ("options: {transformations: {}}\n      routeAction: {single: {upstream: {name: u}}}",
          "routes[0].options.transformations", "transformations are out of twistgw's scope"),
-        ("options: {shadowing: {upstream: {name: u}}}\n      routeAction: {single: {upstream: {name: u}}}",
-         "routes[0].options.shadowing", "shadowing is not supported by twistgw yet"),
+        ("options: {tracing: {}}\n      routeAction: {single: {upstream: {name: u}}}",
+         "routes[0].options.tracing", "tracing is not supported"),
     ])
     def test_unsupported_gloo_route_fields_are_named(self, snippet, field, reason):
         text = ("apiVersion: gateway.solo.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec:\n"

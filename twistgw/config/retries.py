@@ -44,6 +44,13 @@ class Retries:
     #: Envoy's backoff: fully jittered exponential from ``base``, at most ``max``
     base: float = 0.025
     max: float = 0.25
+    #: every status :meth:`on_status` retries (a response head's check is
+    #: one set lookup; a 101 is never retried)
+    retried_statuses: frozenset[int] = attrs.field(init=False, eq=False, repr=False)
+
+    @retried_statuses.default
+    def _retried_statuses(self) -> frozenset[int]:
+        return frozenset(s for s in range(100, 600) if s != 101 and self.on_status(s))
 
     def on_status(self, status: int) -> bool:
         """Whether a response with ``status`` is tried again."""

@@ -29,7 +29,6 @@ _OUT = "out of twistgw's scope"
 
 #: Gloo route and virtual-host options twistgw refuses, with the reason.
 UNSUPPORTED_OPTIONS: dict[str, str] = {
-    "shadowing": f"shadowing is {_LATER}",
     "tracing": "tracing is not supported",
     "transformations": f"transformations are {_OUT}: set headers with headerManipulation, rewrite paths"
                        " with prefixRewrite or regexRewrite",

@@ -18,6 +18,7 @@ import attrs
 
 from twistgw.api.fields import FieldReader, Path
 from twistgw.config.retries import read_retries
+from twistgw.config.shadowing import read_shadowing
 from twistgw.api.headers import InvalidHeaderName, canonical_name
 from twistgw.options import parse_duration
 from twistgw.regex import RewriteRegex, SafeRegex, UnsafePattern
@@ -451,11 +452,11 @@ Reader = Callable[[FieldReader, Any, Path, str], Any]
 READERS: dict[str, Reader] = {
     "headerManipulation": read_header_manipulation, "cors": read_cors, "csrf": read_csrf, "faults": read_faults,
     "hostRewrite": _host_rewrite, "autoHostRewrite": _auto_host, "regexRewrite": read_regex_rewrite,
-    "bufferPerRoute": read_buffer, "lbHash": read_lb_hash, "retries": read_retries,
+    "bufferPerRoute": read_buffer, "lbHash": read_lb_hash, "retries": read_retries, "shadowing": read_shadowing,
 }
 CORE_TRAFFIC_KEYS = frozenset(READERS)
 #: Of those, the ones Gloo has on routes only (a virtual host refuses them).
-CORE_ROUTE_ONLY = frozenset({"faults", "hostRewrite", "autoHostRewrite", "regexRewrite", "lbHash"})
+CORE_ROUTE_ONLY = frozenset({"faults", "hostRewrite", "autoHostRewrite", "regexRewrite", "lbHash", "shadowing"})
 
 
 def read_traffic_option(r: FieldReader, key: str, value: Any, path: Path, ns: str) -> Any:

@@ -110,7 +110,8 @@ def _request_verdict(name: bytes) -> bool:
     return drop
 
 
-def end_to_end_lines(pairs: Iterable[tuple[bytes, bytes]], hop: dict[bytes, bytes]) -> list[bytes]:
+def end_to_end_lines(pairs: Iterable[tuple[bytes, bytes]], hop: dict[bytes, bytes],
+                     skip: frozenset[bytes] = HOP_BY_HOP) -> list[bytes]:
     """The same policy as :func:`copy_end_to_end`, on a response's header
     lines as received: ``b"Name: value\\r\\n"`` for every end-to-end header
     (names as sent, values without trailing whitespace), in order.
@@ -118,12 +119,17 @@ def end_to_end_lines(pairs: Iterable[tuple[bytes, bytes]], hop: dict[bytes, byte
     :param hop: filled with the hop-by-hop headers (lower-case name → first
         value): the engine reads its framing from them; they are never
         passed on.
+    :param skip: :data:`HOP_BY_HOP` and lower-case names dropped in the
+        same pass (a route's ``responseHeadersToRemove``, see
+        ``core.traffic.ResponseEdit``).
     """
     lines = []
     connection: list[bytes] = []
     for name, value in pairs:
         lname = name.lower()
-        if lname in HOP_BY_HOP:
+        if lname in skip:
+            if skip is not HOP_BY_HOP and lname not in HOP_BY_HOP:
+                continue  # dropped by the route
             if lname == b"connection":
                 connection.append(value)
             elif lname not in hop:

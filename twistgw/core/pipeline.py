@@ -269,6 +269,8 @@ class Pipeline:
         result: Plan | Deferred[Plan]
         if early is None:
             result = self._run(runtime.calls, head, ctx, runtime, reselect_in, trace)
+            if type(result) is RetryingForward or type(result) is Forward:
+                return result  # its CORS headers are in its response_edit already
         elif isinstance(early, Deferred):
             def after(answer: LocalResponse | None) -> Plan | Deferred[Plan]:
                 if answer is not None:
@@ -351,7 +353,9 @@ class Pipeline:
         return LocalResponse(503, NO_UPSTREAM.body, reason=reason)
 
     def _plan_policy(self, ctx: RequestContext, runtime: RouteRuntime, policy: RoutePolicy) -> Plan:
-        """:meth:`plan` for a route with traffic options."""
+        """:meth:`plan` for a route with traffic options (everything per
+        route compiled in its policy; the request's headers changed in
+        their live dict)."""
         route_response = policy.response
         if runtime.answer is not None or policy.redirect is not None:
             answer = runtime.answer if runtime.answer is not None else policy.redirect_answer(ctx)
@@ -369,22 +373,28 @@ class Pipeline:
             return self._no_endpoint(ctx, balancer)
         route = runtime.route
         path = ctx.path if route.prefix_rewrite is None else route.rewrite(ctx.path)
-        target = policy.rewrite_path(path).encode("ascii")
+        if policy.regex_rewrite is not None:
+            path = policy.regex_rewrite.apply(path)
+        target = path.encode("ascii")
         if ctx.query:
             target += b"?" + ctx.query
         headers = ctx.headers
-        policy.on_request(headers, endpoint.host, request_level)
+        raw = headers.raw
+        policy.on_request(raw, endpoint.host, request_level)
         client = ctx.client_address.encode("ascii")
-        headers.set_canonical(b"X-Forwarded-For", client)
-        headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
-        headers.set_canonical(b"X-Real-Ip", client)
+        raw[b"X-Forwarded-For"] = [client]
+        raw[b"X-Forwarded-Proto"] = [ctx.scheme.encode("ascii")]
+        raw[b"X-Real-Ip"] = [client]
         timeout = route.timeout or self.upstream_timeout
-        if policy.retries is None:
+        if policy.retries is None and policy.shadow is None:
             forward = Forward(endpoint, ctx.method.encode("latin-1"), target, headers, timeout, balancer.upstream)
         else:
             forward = RetryingForward(endpoint, ctx.method.encode("latin-1"), target, headers, timeout,
                                       balancer.upstream, policy.retries)
-        forward.response_edit = policy.response_for(ctx, route_response)
+            if policy.shadow is not None:
+                forward.mirror = policy.shadow.mirror(forward)
+        forward.response_edit = route_response if policy.cors is None else \
+            policy.edit_for(raw.get(b"Origin"), route_response)
         forward.watch = balancer.watch
         return forward
 

@@ -86,20 +86,25 @@ class Forward:
     #: None here, a slot of :class:`RetryingForward`; so a plan without
     #: retries stores nothing for it
     retry: Any = None
+    #: the copy of this request a route's ``shadowing`` sends (a Forward to
+    #: the shadow upstream): None here, a slot of :class:`RetryingForward`
+    mirror: Any = None
 
     def __repr__(self) -> str:
         return f"Forward({self.method!r} {self.target!r} to {self.endpoint.host}:{self.endpoint.port})"
 
 
 class RetryingForward(Forward):
-    """A :class:`Forward` on a route with ``retries``."""
+    """A :class:`Forward` on a route with ``retries`` or ``shadowing``
+    (``retry`` and ``mirror`` may each be None)."""
 
-    __slots__ = ("retry",)
+    __slots__ = ("retry", "mirror")
 
     def __init__(self, endpoint: Endpoint, method: bytes, target: bytes, headers: Headers,
-                 timeout: float, upstream: UpstreamInfo, retry: Any) -> None:
+                 timeout: float, upstream: UpstreamInfo, retry: Any, mirror: Any = None) -> None:
         super().__init__(endpoint, method, target, headers, timeout, upstream)
         self.retry = retry
+        self.mirror = mirror
 
 
 Plan = LocalResponse | Forward

@@ -18,7 +18,9 @@ import attrs
 from twistgw.config.model import GroupRef, KubeRef, Multi, Route, UpstreamGroup, UpstreamRef, VirtualService
 from twistgw.config.resolution import Config
 from twistgw.config.traffic import CorsPolicy, HeaderManipulation, Redirect, SecretHeaders
+from twistgw.config.shadowing import Shadowing
 from twistgw.core.balancers import HashBalancer
+from twistgw.core.shadowing import Shadow
 from twistgw.core.traffic import HeaderLevel, ResponseEdit, RoutePolicy, Weighted, request_level, response_edit
 
 __all__ = ["compile_policy", "forged_headers", "header_names"]
@@ -100,13 +102,28 @@ def compile_policy(vs: VirtualService, route: Route, config: Config, balancer: B
     found = dict(cors=cors, csrf=_pick("csrf", ro, vo), faults=ro.get("faults"), buffer=_pick("bufferPerRoute", ro, vo),
                  redirect=redirect, regex_rewrite=ro.get("regexRewrite"), host_rewrite=ro.get("hostRewrite"),
                  auto_host=bool(ro.get("autoHostRewrite")), request=request, response=response,
-                 weighted=weighted, lb_hash=lb_hash, retries=_pick("retries", ro, vo))
+                 weighted=weighted, lb_hash=lb_hash, retries=_pick("retries", ro, vo),
+                 shadow=_shadow(route, ro.get("shadowing"), config, balancer))
     if not any(found.values()):
         return None
     rewrite = None
     if redirect is not None and redirect.prefix is not None:
         rewrite = attrs.evolve(route, prefix_rewrite=redirect.prefix).rewrite
     return RoutePolicy(**found, redirect_rewrite=rewrite)
+
+
+def _shadow(route: Route, shadowing: Shadowing | None, config: Config, balancer: BalancerFor) -> Shadow | None:
+    if shadowing is None:
+        return None
+    if not isinstance(route.action, (KubeRef, UpstreamRef, Multi, GroupRef)):
+        raise ValueError("shadowing: this route answers itself (a direct response or a redirect): there is no"
+                         " forwarded request to copy")
+    key = shadowing.upstream_key()
+    if key not in config.upstreams:
+        if ("Upstream", key[0], key[1]) in config.invalid:
+            raise LookupError(key)  # its own problems are reported
+        raise ValueError(f"shadowing: dangling reference: upstream names no Upstream {key[0]}/{key[1]}")
+    return Shadow(balancer(key, ()), shadowing.percentage)
 
 
 def _check_hashing(route: Route, config: Config, balancer: BalancerFor, weighted: Weighted | None) -> None:

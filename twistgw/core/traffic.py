@@ -46,6 +46,7 @@ from twistgw.config.traffic import (
     RegexRewrite,
     RequestBuffer,
 )
+from twistgw.core.headers import HOP_BY_HOP, end_to_end_lines
 from twistgw.core.plan import LocalResponse
 
 __all__ = ["HeaderLevel", "ResponseEdit", "RoutePolicy", "Weighted", "request_level", "response_edit"]
@@ -74,13 +75,21 @@ class HeaderLevel:
         return out
 
     def on_request(self, headers: Headers) -> None:
+        self.apply(headers.raw)
+
+    def apply(self, raw: dict[bytes, list[bytes]]) -> None:
+        """The operations on a request's live header dict (canonical names)."""
         for name, value, append in self.ops:
             if value is None:
-                headers.remove_canonical(name)
+                raw.pop(name, None)
             elif append:
-                headers.add_canonical(name, value)
+                found = raw.get(name)
+                if found is None:
+                    raw[name] = [value]
+                else:
+                    found.append(value)
             else:
-                headers.set_canonical(name, value)
+                raw[name] = [value]
 
 
 class ResponseEdit:
@@ -92,7 +101,7 @@ class ResponseEdit:
     (its end-to-end header lines); the pipeline applies it to the gateway's
     own answers (:meth:`apply_to_local`)."""
 
-    __slots__ = ("drop", "adds", "lines")
+    __slots__ = ("drop", "adds", "lines", "skip")
 
     def __init__(self, drop: frozenset[bytes], adds: tuple[tuple[bytes, bytes], ...],
                  lines: list[bytes] | None = None) -> None:
@@ -102,6 +111,8 @@ class ResponseEdit:
         self.adds = adds
         #: ``adds`` as header lines
         self.lines = lines if lines is not None else [b"%s: %s\r\n" % (n, v) for n, v in adds]
+        #: what a response head's pass skips: the hop-by-hop names and ``drop``
+        self.skip = HOP_BY_HOP | drop
 
     @classmethod
     def of_level(cls, remove: tuple[bytes, ...], add: tuple[Add, ...]) -> "ResponseEdit":
@@ -113,6 +124,14 @@ class ResponseEdit:
         drops is gone)."""
         kept = tuple(p for p in self.adds if p[0].lower() not in other.drop)
         return ResponseEdit(self.drop | other.drop, kept + other.adds)
+
+    def head_lines(self, pairs: Iterable[tuple[bytes, bytes]], hop: dict[bytes, bytes]) -> list[bytes]:
+        """An upstream's response head (its header pairs as received) in
+        one pass: the end-to-end lines but the dropped ones, then the added
+        ones (``hop`` as for :func:`twistgw.core.headers.end_to_end_lines`)."""
+        lines = end_to_end_lines(pairs, hop, self.skip)
+        lines.extend(self.lines)
+        return lines
 
     def apply_to_lines(self, lines: list[bytes]) -> list[bytes]:
         drop = self.drop
@@ -172,14 +191,15 @@ class RoutePolicy:
 
     __slots__ = ("cors", "csrf", "faults", "buffer", "redirect", "regex_rewrite", "host_rewrite", "auto_host",
                  "request", "response", "weighted", "early", "random", "redirect_rewrite", "_cors_tail",
-                 "_by_origin", "lb_hash", "retries")
+                 "_by_origin", "lb_hash", "retries", "shadow", "_host")
 
     def __init__(self, *, cors: CorsPolicy | None = None, csrf: CsrfPolicy | None = None,
                  faults: Faults | None = None, buffer: RequestBuffer | None = None, redirect: Redirect | None = None,
                  regex_rewrite: RegexRewrite | None = None, host_rewrite: str | None = None, auto_host: bool = False,
                  request: HeaderLevel | None = None, response: ResponseEdit | None = None,
                  weighted: Weighted | None = None, rand: Any = random.random,
-                 redirect_rewrite: Any = None, lb_hash: LbHash | None = None, retries: Any = None) -> None:
+                 redirect_rewrite: Any = None, lb_hash: LbHash | None = None, retries: Any = None,
+                 shadow: Any = None) -> None:
         self.cors = cors
         self.csrf = csrf
         self.faults = faults
@@ -187,6 +207,7 @@ class RoutePolicy:
         self.redirect = redirect
         self.regex_rewrite = regex_rewrite
         self.host_rewrite = host_rewrite
+        self._host = [host_rewrite.encode("ascii")] if host_rewrite is not None else None
         self.auto_host = auto_host
         self.request = request
         self.response = response
@@ -196,6 +217,8 @@ class RoutePolicy:
         #: the route's ``retries`` (its own, else its virtual host's): a
         #: config.retries.Retries, carried by the plan to the engine
         self.retries = retries
+        #: the route's ``shadowing`` (a core.shadowing.Shadow), or None
+        self.shadow = shadow
         #: something runs before the chain
         self.early = bool(csrf or faults or (buffer and buffer.max_bytes is not None))
         self.random = rand
@@ -264,17 +287,18 @@ class RoutePolicy:
         rw = self.regex_rewrite
         return rw.apply(path) if rw is not None else path
 
-    def on_request(self, headers: Headers, endpoint_host: str, extra: HeaderLevel | None) -> None:
-        """Host rewrite and headerManipulation on the request headers
-        (before the gateway sets its own X-Forwarded-* headers)."""
-        if self.host_rewrite is not None:
-            headers.setRawHeaders(b"Host", [self.host_rewrite.encode("ascii")])
+    def on_request(self, raw: dict[bytes, list[bytes]], endpoint_host: str, extra: HeaderLevel | None) -> None:
+        """Host rewrite and headerManipulation on the request's live header
+        dict (``Headers.raw``; before the gateway sets its own X-Forwarded-*
+        headers)."""
+        if self._host is not None:
+            raw[b"Host"] = list(self._host)
         elif self.auto_host:
-            headers.setRawHeaders(b"Host", [endpoint_host.encode("ascii")])
+            raw[b"Host"] = [endpoint_host.encode("ascii")]
         if extra is not None:
-            extra.on_request(headers)
+            extra.apply(raw)
         if self.request is not None:
-            self.request.on_request(headers)
+            self.request.apply(raw)
 
     @staticmethod
     def cors_after(base: ResponseEdit | None, tail: list[tuple[bytes, bytes]]) -> ResponseEdit:
@@ -285,12 +309,17 @@ class RoutePolicy:
         """The response edit of this request: ``base`` (the route's, or a
         weighted destination's then the route's), then the CORS headers for
         an allowed origin."""
-        cors = self.cors
-        if cors is None:
+        if self.cors is None:
             return base
-        origins = ctx.headers.get_canonical(b"Origin")
+        return self.edit_for(ctx.headers.get_canonical(b"Origin"), base)
+
+    def edit_for(self, origins: list[bytes] | None, base: ResponseEdit | None) -> ResponseEdit | None:
+        """:meth:`response_for` given the request's Origin values (a CORS
+        route; a request without Origin: one test)."""
         if not origins:
             return base
+        cors = self.cors
+        assert cors is not None
         origin = origins[0]
         if base is self.response:
             found = self._by_origin.get(origin)

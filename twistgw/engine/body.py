@@ -14,7 +14,7 @@ from typing import Protocol
 
 from twistgw.engine.framing import BODY_BUFFER_LIMIT
 
-__all__ = ["BodyConsumer", "BodyFlow", "RequestBody"]
+__all__ = ["BodyConsumer", "BodyFlow", "BodyTap", "RequestBody"]
 
 
 class BodyFlow(Protocol):
@@ -33,6 +33,16 @@ class BodyConsumer(Protocol):
     def end_body(self) -> None: ...
 
 
+class BodyTap(Protocol):
+    """A copy of the body on the side (a shadow request's)."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def finish(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class RequestBody:
     """A client's request body on its way upstream.
 
@@ -40,7 +50,7 @@ class RequestBody:
     """
 
     __slots__ = ("length", "flow", "_buffer", "_buffered", "consumer", "complete", "stopped", "kept", "_kept_bytes",
-                 "_limit", "_attached")
+                 "_limit", "_attached", "tap")
 
     def __init__(self, length: int | None, flow: BodyFlow) -> None:
         self.length = length
@@ -53,6 +63,8 @@ class RequestBody:
         #: a copy of every chunk so far, for a retry; None: not kept (no
         #: retry policy), or the body went past the bound
         self.kept: list[bytes] | None = None
+        #: a copy for a shadow request (engine.upstream.shadow), or None
+        self.tap: BodyTap | None = None
 
     def keep(self, limit: int) -> None:
         """Keep a copy of the body, up to ``limit`` bytes, so that a retry
@@ -63,9 +75,25 @@ class RequestBody:
         self._limit = limit
         self._attached = False
 
+    def mirror_to(self, tap: "BodyTap") -> None:
+        """Give ``tap`` a copy of the body: what is buffered now, then every
+        chunk as it comes, then the end (or the stop). The tap never
+        pauses the client."""
+        for chunk in self._buffer:
+            tap.write(chunk)
+        if self.complete:
+            tap.finish()
+        elif self.stopped:
+            tap.stop()
+        else:
+            self.tap = tap
+
     def write(self, data: bytes) -> None:
         if self.stopped:
             return
+        tap = self.tap
+        if tap is not None:
+            tap.write(data)
         kept = self.kept
         if kept is not None:
             self._kept_bytes += len(data)
@@ -84,6 +112,10 @@ class RequestBody:
 
     def finish(self) -> None:
         self.complete = True
+        tap = self.tap
+        if tap is not None:
+            self.tap = None
+            tap.finish()
         if self.consumer is not None and not self.stopped:
             self.consumer.end_body()
 
@@ -112,5 +144,9 @@ class RequestBody:
 
     def stop(self) -> None:
         self.stopped = True
+        tap = self.tap
+        if tap is not None:
+            self.tap = None
+            tap.stop()
         self.consumer = None
         self._buffer = []

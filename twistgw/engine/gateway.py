@@ -26,6 +26,7 @@ from twistgw.engine import framing, wire
 from twistgw.engine.connection import GatewayProtocol
 from twistgw.engine.exchange import Exchange
 from twistgw.engine.upstream import UpstreamPool
+from twistgw.engine.upstream.shadow import Shadows
 
 __all__ = ["Gateway", "GatewayFactory"]
 
@@ -50,6 +51,8 @@ class Gateway:
         self.plugins = plugins
         self.pipeline = Pipeline(plugins, reactor, upstream_timeout)
         self.forwarder = forwarder or UpstreamPool(reactor)
+        #: the routes' shadow requests (``shadowing``), sent through the same pool
+        self.shadows = Shadows(self.forwarder, reactor)
         self.metrics = metrics
         #: where access lines go (True: a twisted.logger event per request)
         self.access_log: AccessLog | None = (
@@ -81,8 +84,8 @@ class Gateway:
             # a 500 rather than dropping the connection without an answer.
             self._internal_error(Failure(), ex)
             return
-        if type(plan) is Forward or type(plan) is LocalResponse:  # before the (ABC) isinstance
-            self._carry_out(plan, ex)
+        if type(plan) is Forward or type(plan) is RetryingForward or type(plan) is LocalResponse:
+            self._carry_out(plan, ex)  # before the (ABC) isinstance
         elif isinstance(plan, Deferred):
             plan.addCallback(self._carry_out, ex)
             plan.addErrback(self._internal_error, ex)
@@ -101,8 +104,13 @@ class Gateway:
                 if runtime is None or not runtime.route.websocket:
                     ex.drop_upgrade()  # the route's upgrades: [{websocket: {enabled: false}}]
             ex.upstream_started = self.reactor.seconds()
+            # a route's shadowing: the body tapped before the primary takes
+            # it, the copy sent after the primary is on its way
+            pending = self.shadows.prepare(ex, plan.mirror) if plan.mirror is not None else None
             req = ex.upstream = self.forwarder.forward(ex, plan)
             ex.upstream_label = req.label
+            if pending is not None:
+                pending.go()
         elif type(plan) is LocalResponse:
             ex.respond(plan)
         else:

@@ -115,6 +115,10 @@ class UpstreamConnection(Protocol):
             # The endpoint put a _WrappingProtocol between the transport and
             # us, a Python call per read for nothing once connected.
             transport.protocol = self
+        elif wire.send_tls_at_once(transport):  # an upstream over TLS
+            tcp_transport = transport.transport
+            if tcp_transport.__class__ in wire.PLAIN_TCP:
+                tcp_transport.protocol = transport  # the same _WrappingProtocol, under the TLS layer
 
     def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
         state, self.state = self.state, _CLOSED
@@ -309,7 +313,7 @@ class UpstreamConnection(Protocol):
             return
         if req.watch is not None:  # leastRequest, outlierDetection: every try's status counts
             req.watch.answered(req.plan.endpoint, status)
-        if req.retrying and status != 101 and req.again_on_status(status):
+        if req.retrying and status in req.retry_statuses and req.again_on_status(status):
             return  # dropped with this connection; the request is tried again
         ex = req.ex
         if status == 101 and ex.upgrade is None:
@@ -319,10 +323,11 @@ class UpstreamConnection(Protocol):
         self.status = status
         self.timer.clear()
         hop: dict[bytes, bytes] = {}
-        lines = end_to_end_lines(self.headers, hop)
         edit = req.plan.response_edit
-        if edit is not None:  # the route's response headers, CORS, headers plugins added
-            lines = edit.apply_to_lines(lines)
+        if edit is None:
+            lines = end_to_end_lines(self.headers, hop)
+        else:  # the route's response headers, CORS, headers plugins added: in the same pass
+            lines = edit.head_lines(self.headers, hop)
         length = hop.get(b"content-length")
         if status == 101:
             lines.append(b"Connection: Upgrade\r\nUpgrade: %s\r\n" % hop.get(b"upgrade", ex.upgrade))

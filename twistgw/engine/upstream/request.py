@@ -40,6 +40,8 @@ class UpstreamRequest:
     #: a :class:`~twistgw.engine.upstream.retrying.RetryingRequest` (a route
     #: with ``retries``) says True; the connection asks before relaying a head
     retrying = False
+    #: the response statuses tried again (a retry policy's, computed once)
+    retry_statuses: frozenset[int] = frozenset()
     #: the upstream's circuit-breaker counters (an
     #: :class:`~twistgw.engine.upstream.breakers.Breaker`) on a limited
     #: request's subclass; None here, so an unlimited request stores nothing

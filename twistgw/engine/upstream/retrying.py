@@ -41,7 +41,7 @@ __all__ = ["RetryingRequest"]
 class RetryingRequest(UpstreamRequest):
     """One forwarded request under a retry policy (see the module)."""
 
-    __slots__ = ("policy", "tries", "deadline", "waiting")
+    __slots__ = ("policy", "tries", "deadline", "waiting", "retry_statuses")
 
     retrying = True
 
@@ -49,6 +49,7 @@ class RetryingRequest(UpstreamRequest):
                  retries: Retries) -> None:
         super().__init__(pool, ex, plan, key, label)
         self.policy = retries
+        self.retry_statuses = retries.retried_statuses
         self.tries = 0
         self.deadline = 0.0
         self.waiting: Any = None  # the backoff's DelayedCall
@@ -71,10 +72,11 @@ class RetryingRequest(UpstreamRequest):
         if self.finished or (conn is not None and conn.state >= State.BODY):
             return
         self.timing = True
-        self.deadline = self.pool.reactor.seconds() + self.plan.timeout
-        budget = self._budget()
-        if conn is not None and budget is not None:
-            conn.timer.set(budget, self.timed_out)
+        timeout = self.plan.timeout
+        self.deadline = self.pool.reactor.seconds() + timeout
+        if conn is not None:  # the first try's budget: the route timeout, or perTryTimeout if shorter
+            per = self.policy.per_try
+            conn.timer.set(timeout if per is None or per > timeout else per, self.timed_out)
 
     def connect(self, remaining: float | None = None) -> None:
         super().connect(self._budget() if remaining is None else remaining)
