@@ -31,6 +31,7 @@ MODULES = (
     "unit/test_core_plugins.py",
     "unit/test_core_yaml_limits.py",
     "unit/test_engine_inmemory.py",
+    "unit/test_engine_body_prefix.py",
     "unit/test_engine_phases.py",
     "unit/test_engine_upgrades_option.py",
     "unit/test_retries_inmemory.py",

@@ -63,7 +63,7 @@ class Gateway:
         proto = ex.proto
         try:
             head = ex.head = RequestHead(ex.method, ex.target, ex.headers, proto.peer_host, proto.scheme,
-                                         ex.version)
+                                         ex.version, None if ex.body is None else ex)
             plan = self.pipeline.handle(head, self.snapshot)
         except Exception:
             # e.g. a twistgw_route_match plugin that raised: fail closed with
