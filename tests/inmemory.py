@@ -68,6 +68,8 @@ MODULES = (
     "authtypes/test_services_loopback.py",
     "authtypes/test_authtypes_gateway.py",
     "authtypes/test_examples_extauth.py",
+    "authtypes/test_grpc_passthrough.py",
+    "authtypes/test_body_gateway.py",
     "oidc/test_oidc_units.py",
     "ldap/test_ldap_ber.py",
     "ldap/test_ldap_search_units.py",
