@@ -75,7 +75,7 @@ class GrpcPassThroughChecker:
                 return body
         request = check_request(ctx, self.config, body, self.body)
         try:
-            response = await self.channels.call(ctx.reactor, self.target, request, self.timeout)
+            response = await self.channels.call(ctx.reactor or _global_reactor(), self.target, request, self.timeout)
         except GrpcCallFailed as exc:
             return self._failed(f"auth service {self.target.describe()} {exc}")
         except CancelledError:
@@ -89,6 +89,13 @@ class GrpcPassThroughChecker:
 
     def dry_run(self, ctx: RequestContext) -> NotChecked:
         return NotChecked(f"would call Authorization/Check at {self.target.describe()}")
+
+
+def _global_reactor() -> Any:
+    """The running reactor, for a context made without one (``twistgw explain --live``)."""
+    from twisted.internet import reactor
+
+    return reactor
 
 
 # --------------------------------------------------------------------------
