@@ -21,8 +21,9 @@ from typing import Any, Mapping
 
 import attrs
 
-from twistgw import AuthDeny, OptionsError, RequestContext
+from twistgw import AuthDeny, RequestContext
 from twistgw.api.types import BodyPrefix
+from twistgw.options import Problems
 
 from twistgw_authtypes import _common as c
 
@@ -52,16 +53,23 @@ class BodySettings:
 
 
 def body_settings(raw: Any, path: c.Path = ("requestBody",)) -> BodySettings | None:
-    """``requestBody`` read and checked, or None when not set."""
+    """``requestBody`` read and checked (every problem at once), or None when not set."""
     if raw is None:
         return None
-    cfg = c.mapping(raw, path, _FIELDS)
+    problems = Problems()
+    with problems.check():
+        c.mapping(raw, path, _FIELDS)  # a mapping, with no unknown field
+    cfg: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     size = cfg.get("maxRequestBytes", DEFAULT_MAX)
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_MAX:
-        raise OptionsError(path + ("maxRequestBytes",), f"must be a whole number of bytes from 1 to {MAX_MAX}"
-                                                          f" (twistgw holds that much per request), got {size!r}")
-    return BodySettings(size, c.boolean(cfg.get("allowPartialMessage", False), path + ("allowPartialMessage",)),
-                        c.boolean(cfg.get("packAsBytes", False), path + ("packAsBytes",)))
+        problems.add(path + ("maxRequestBytes",), f"must be a whole number of bytes from 1 to {MAX_MAX}"
+                                                  f" (twistgw holds that much per request), got {size!r}")
+    flags = [False, False]
+    for i, name in enumerate(("allowPartialMessage", "packAsBytes")):
+        with problems.check():
+            flags[i] = c.boolean(cfg.get(name, False), path + (name,))
+    problems.raise_if_any()
+    return BodySettings(size, flags[0], flags[1])
 
 
 def from_settings(settings: Mapping[str, Any]) -> BodySettings | None:

@@ -288,7 +288,7 @@ class PassThroughAuth(ExtAuthConfigType):
         try:
             body = body_settings(scope.settings().get("requestBody"))
         except OptionsError:
-            body = None  # told at Settings.spec.extauth.requestBody (check_settings)
+            body = BodySettings()  # told once, at Settings.spec.extauth.requestBody (check_settings)
         if "grpc" in cfg:
             checker = None
             with problems.check():
