@@ -170,3 +170,28 @@ spec:
         self.backend_got(body)
         self.assertEqual((await self.post(b"no")).status, 403)
         self.assertEqual(service.requests[-1].headers(b"x-envoy-auth-partial-body"), [b"false"])
+
+
+class TwoReadersTests(_BodyTest):
+    async def test_two_configs_of_one_auth_config_both_see_the_body(self) -> None:
+        grpc_server = start_grpc_authz(lambda r: ok(headers=(("x-grpc-saw", r.attributes.request.http.body),)))
+        self.addCleanup(grpc_server.close)
+        service = start_recorder(lambda r: reply(200))
+        self.addCleanup(service.close)
+        (self.dir / "vs.yaml").write_text(vs(self.backend.port, "      extauth: {configRef: {name: two}}")
+                                          + settings(32))
+        (self.dir / "auth.yaml").write_text(f"""apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {{name: two, namespace: gloo-system}}
+spec:
+  configs:
+  - passThroughAuth:
+      http: {{url: "http://127.0.0.1:{service.port}/auth", request: {{passThroughBody: true}}}}
+  - passThroughAuth:
+      grpc: {{address: "{grpc_server.address}"}}
+""")
+        self.serve()
+        self.assertEqual((await self.post(ChunkedBody([b"first ", b"second"], delay=0.01))).status, 200)
+        self.assertEqual(json.loads(service.requests[-1].body), {"body": "first second"})
+        self.assertEqual(self.backend.requests[-1].header(b"x-grpc-saw"), [b"first second"])
+        self.backend_got(b"first second")
