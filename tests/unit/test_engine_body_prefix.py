@@ -126,6 +126,20 @@ class BodyPrefixTests(SynchronousTestCase):
         self.assertEqual(self.gate.seen, [BodyPrefix(b"abcde", True)])
         self.assertEqual(self.forwarded_body(), b"5\r\nabcde\r\n0\r\n\r\n")
 
+    def test_a_pooled_connection_taking_the_body_at_once_ends_it_once(self) -> None:
+        self.proto.dataReceived(b"GET /other HTTP/1.1\r\nHost: a\r\n\r\n")
+        p, t = self.upstreams[0]
+        p.dataReceived(OK)  # answered: the connection goes back to the pool
+        t.clear()
+        self.proto.dataReceived(b"POST /gated HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                b"3\r\nabc\r\n")
+        self.proto.dataReceived(b"0\r\n\r\n")  # the reader answers; the chain forwards on the pooled one
+        self.assertEqual(len(self.upstreams), 1)
+        self.assertTrue(t.value().startswith(b"POST /gated HTTP/1.1\r\n"))
+        self.assertEqual(t.value().partition(b"\r\n\r\n")[2], b"3\r\nabc\r\n0\r\n\r\n")
+        p.dataReceived(OK)
+        self.assertEqual(self.t.value().count(b"HTTP/1.1 200 OK"), 2)
+
     def test_what_the_plugin_saw_decides(self) -> None:
         self.proto.dataReceived(b"POST /gated HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\ndeny")
         self.assertTrue(self.t.value().startswith(b"HTTP/1.1 403 "))

@@ -95,14 +95,18 @@ class RequestBody:
             if self._buffered <= self._want:
                 return  # read_prefix raised the bound: keep reading
             self._answer()
+            if self.consumer is not None or self.stopped:
+                return  # the reader's chain forwarded (attach took the buffer) or refused, at once
         if self._buffered > BODY_BUFFER_LIMIT:
             self.flow.pause_body()
 
     def finish(self) -> None:
         self.complete = True
         if self._waiter is not None:
+            # The reader's chain may forward at once (a pooled connection):
+            # attach then ends the body itself, so it is not ended here too.
             self._answer()
-        if self.consumer is not None and not self.stopped:
+        elif self.consumer is not None and not self.stopped:
             self.consumer.end_body()
 
     def read_prefix(self, max_bytes: int, partial: bool) -> Deferred[BodyPrefix]:
