@@ -67,6 +67,11 @@ def duration(value: Any, path: Path, default: float, lo: float = 0.001, hi: floa
     return seconds
 
 
+def is_token(name: str) -> bool:
+    """Whether ``name`` is an RFC 9110 token (a valid header name)."""
+    return _TOKEN.fullmatch(name) is not None
+
+
 def header_name(value: Any, path: Path, settable: bool = False) -> bytes:
     """A header name, lower-cased bytes. ``settable``: the gateway will set
     it on forwarded requests, so HTTP's and the gateway's own are refused."""

@@ -46,6 +46,7 @@ from twistgw.api.types import path_text
 from twistgw.options import Problems
 
 from twistgw_authtypes import _common as c
+from twistgw_authtypes._body import PARTIAL_HEADER, BodySettings, body_settings
 from twistgw_authtypes._http import CallFailed, ClientHolder, Reply, copy_headers, reply_headers
 
 _INLINE = ("contextExtensions", "name")
@@ -59,7 +60,6 @@ _REQUEST = ("allowedHeaders", "headersToAdd", "allowedHeadersRegex")
 _RESPONSE = ("allowedUpstreamHeaders", "allowedClientHeaders", "allowedUpstreamHeadersToAppend")
 _REFUSED = {
     "grpcService": "is not supported by twistgw: only the HTTP ext_authz contract (httpService) is",
-    "requestBody": "is not supported by twistgw: the request body is not buffered before the chain runs",
     "userIdHeader": "is not supported by twistgw",
     "clearRouteCache": "is not supported by twistgw: routes with header matchers are always chosen again"
                        " after the chain",
@@ -82,6 +82,8 @@ class Server:
     upstream_headers: tuple[bytes, ...]
     client_headers: tuple[bytes, ...] | None
     timeout: float
+    #: requestBody: the bound of the body sent with the check (None: none sent)
+    body: BodySettings | None = None
 
 
 @attrs.frozen
@@ -102,9 +104,16 @@ class CustomChecker:
 
     async def check(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
         url, headers = self.request_for(ctx)
+        body = None
+        if self.server.body is not None:  # Envoy's with_request_body
+            read = await self.server.body.read(ctx)
+            if isinstance(read, AuthDeny):
+                return read
+            body = read.data
+            headers.setRawHeaders(PARTIAL_HEADER, [b"false" if read.complete else b"true"])
         client = self.clients.get(ctx.reactor)
         try:
-            reply = await client.call(ctx.method.encode("ascii"), url, headers, None, self.server.timeout)
+            reply = await client.call(ctx.method.encode("ascii"), url, headers, body, self.server.timeout)
         except CallFailed as exc:
             return AuthDeny.failure(f"ext_authz server {exc}", 403)
         return self.decide(reply)
@@ -172,6 +181,7 @@ def _server(raw: Mapping[str, Any], path: c.Path, scope: ConfigScope, problems: 
                                         hp + ("response", "allowedUpstreamHeaders"), True),
         client_headers=None if client is None else c.header_names(client, hp + ("response", "allowedClientHeaders")),
         timeout=c.duration(cfg.get("requestTimeout"), path + ("requestTimeout",), _DEFAULT_TIMEOUT),
+        body=body_settings(cfg.get("requestBody"), path + ("requestBody",)),
     )
 
 
@@ -182,9 +192,12 @@ def check_server_settings(settings: Mapping[str, Any]) -> None:
     for key, why in _REFUSED.items():
         if settings.get(key) not in (None, False, {}):
             problems.add((key,), why)
+    with problems.check():
+        body_settings(settings.get("requestBody"))
     for name, server in c.mapping(settings.get("namedExtauth"), ("namedExtauth",)).items():
         with problems.check():
-            c.mapping(server, ("namedExtauth", name), _SERVER)
+            named = c.mapping(server, ("namedExtauth", name), _SERVER)
+            body_settings(named.get("requestBody"), ("namedExtauth", name, "requestBody"))
     problems.raise_if_any()
 
 

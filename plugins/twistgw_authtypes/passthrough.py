@@ -33,7 +33,7 @@ admits the request (Gloo's rule).
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
 import attrs
@@ -46,7 +46,10 @@ from twistgw.api.types import NotChecked
 from twistgw.options import Problems
 
 from twistgw_authtypes import _common as c
+from twistgw_authtypes._body import BodySettings, body_settings
+from twistgw_authtypes._grpc import GrpcChannels
 from twistgw_authtypes._http import CallFailed, ClientHolder, Reply, copy_headers, reply_headers
+from twistgw_authtypes.passthrough_grpc import GrpcPassThroughChecker, compile_grpc
 
 _TOP = ("http", "grpc", "config", "failureModeAllow")
 _HTTP = ("url", "request", "response", "connectionTimeout", "tlsConfig", "responseHeaderTimeout",
@@ -56,16 +59,11 @@ _REQUEST = ("allowedHeaders", "headersToAdd", "passThroughState", "passThroughFi
 _RESPONSE = ("allowedUpstreamHeaders", "allowedUpstreamHeadersToOverwrite", "allowedClientHeadersOnDenied",
              "readStateFromResponse", "allowedClientHeadersOnSuccess")
 _REFUSED = {
-    ("grpc",): "is not supported by twistgw: grpcio's client runs its own completion-queue threads; its"
-               " blocking calls would stall the reactor, and its asyncio API needs an asyncio event loop, which"
-               " twistgw's reactor is not; use http",
     ("http", "tlsConfig"): "is not supported by twistgw: an https url is verified against the system trust"
                            " store, by name",
     ("http", "responseHeaderTimeout"): "is not supported by twistgw: connectionTimeout bounds the whole call",
     ("http", "connectionPool"): "is not supported by twistgw: connections are pooled per gateway (32 idle per"
                                 " service)",
-    ("http", "request", "passThroughBody"): "is not supported by twistgw: the request body is not buffered"
-                                            " before the chain runs",
 }
 
 
@@ -85,6 +83,8 @@ class Call:
     denied_headers: tuple[bytes, ...]
     read_state: bool
     success_headers: tuple[bytes, ...] = ()
+    #: passThroughBody: Settings.spec.extauth.requestBody's bound (None: no body sent)
+    body_settings: BodySettings | None = None
 
     def headers(self, ctx: RequestContext) -> TxHeaders:
         out = TxHeaders()
@@ -93,12 +93,14 @@ class Call:
             out.setRawHeaders(name, [value])
         return out
 
-    def body(self, ctx: RequestContext) -> bytes | None:
+    def body(self, ctx: RequestContext, request_body: bytes | None = None) -> bytes | None:
         doc: dict[str, Any] = {}
         if self.send_state:
             doc["state"] = c.shared_state(ctx)
         if self.send_metadata:
             doc["filterMetadata"] = {}  # twistgw has no Envoy filter metadata
+        if request_body is not None:
+            doc["body"] = request_body.decode("utf-8", "replace")  # Gloo's "body": string
         if self.config is not None:
             doc["config"] = self.config
         return json.dumps(doc, separators=(",", ":"), default=str).encode() if doc else None
@@ -113,9 +115,15 @@ class PassThroughChecker:
     description: str
 
     async def check(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
+        request_body = None
+        if self.call.body_settings is not None:
+            read = await self.call.body_settings.read(ctx)
+            if isinstance(read, AuthDeny):
+                return read
+            request_body = read.data
         client = self.clients.get(ctx.reactor)
         headers = self.call.headers(ctx)
-        body = self.call.body(ctx)
+        body = self.call.body(ctx, request_body)
         if body is not None:
             headers.setRawHeaders(b"content-type", [b"application/json"])
         try:
@@ -181,7 +189,8 @@ def _json_data(value: Any, path: c.Path) -> Any:
     return value
 
 
-def compile_call(http: Mapping[str, Any], config: Any, problems: Problems) -> Call:
+def compile_call(http: Mapping[str, Any], config: Any, problems: Problems,
+                 body: BodySettings | None = None) -> Call:
     req = c.mapping(http.get("request"), ("http", "request"), _REQUEST)
     resp = c.mapping(http.get("response"), ("http", "response"), _RESPONSE)
     p_req, p_resp = ("http", "request"), ("http", "response")
@@ -199,6 +208,10 @@ def compile_call(http: Mapping[str, Any], config: Any, problems: Problems) -> Ca
                              " allowedUpstreamHeadersToOverwrite (Gloo's rule)")
     if "url" not in http:
         raise OptionsError(("http", "url"), "is required: the service's http:// or https:// URL")
+    send_body = c.boolean(req.get("passThroughBody", False), p_req + ("passThroughBody",))
+    if send_body and body is None:
+        raise OptionsError(p_req + ("passThroughBody",), "needs Settings.spec.extauth.requestBody (Gloo's rule):"
+                                                         " it says how much of the body is read before asking")
     return Call(
         url=_url(http["url"], ("http", "url")),
         timeout=c.duration(http.get("connectionTimeout"), ("http", "connectionTimeout"), 5.0),
@@ -213,6 +226,7 @@ def compile_call(http: Mapping[str, Any], config: Any, problems: Problems) -> Ca
         read_state=c.boolean(resp.get("readStateFromResponse", False), p_resp + ("readStateFromResponse",)),
         success_headers=_success_headers(resp.get("allowedClientHeadersOnSuccess"),
                                          p_resp + ("allowedClientHeadersOnSuccess",)),
+        body_settings=body if send_body else None,
     )
 
 
@@ -238,26 +252,32 @@ def _refusals(cfg: Mapping[str, Any], problems: Problems) -> None:
 
 class PassThroughAuth(ExtAuthConfigType):
     name = "passThroughAuth"
-    description = "an HTTP authorization service decides (POST, 200 admits)"
+    settings_fields = ("requestBody",)  # checked by customAuth's check_settings (the same plugin), told once
+    description = "an HTTP (POST, 200 admits) or gRPC (Envoy ext_authz Check) authorization service decides"
 
     def __init__(self) -> None:
         self.clients = ClientHolder()
+        self.channels = GrpcChannels()
 
     def configure(self, gateway: GatewayInfo) -> None:
         self.clients.reactor = gateway.reactor
 
+    def config_loaded(self, checkers: Sequence[Any], settings: Mapping[str, Any]) -> None:
+        """Close the gRPC channels no serving config names (a changed
+        address or TLS Secret gets a new one; unchanged ones are kept)."""
+        self.channels.keep_only(k.target for k in checkers if isinstance(k, GrpcPassThroughChecker))
+
     def unconfigure(self) -> Deferred[None] | None:
+        self.channels.close()
         return self.clients.close()
 
-    def compile(self, raw: Any, scope: ConfigScope) -> PassThroughChecker:
+    def compile(self, raw: Any, scope: ConfigScope) -> PassThroughChecker | GrpcPassThroughChecker:
         problems = Problems()
         cfg = c.mapping(raw, (), _TOP)
         _refusals(cfg, problems)
-        if "http" not in cfg:
-            if "grpc" not in cfg:
-                problems.add((), "set http: {url: ...}")
+        if ("http" in cfg) == ("grpc" in cfg):
+            problems.add((), "set one of http: {url: ...} and grpc: {address: ...}")
             problems.raise_if_any()
-        http = c.mapping(cfg["http"], ("http",), _HTTP)
         config = None
         with problems.check():
             if cfg.get("config") is not None:
@@ -265,9 +285,21 @@ class PassThroughAuth(ExtAuthConfigType):
         fma = False
         with problems.check():
             fma = c.boolean(cfg.get("failureModeAllow", False), ("failureModeAllow",))
+        try:
+            body = body_settings(scope.settings().get("requestBody"))
+        except OptionsError:
+            body = BodySettings()  # told once, at Settings.spec.extauth.requestBody (check_settings)
+        if "grpc" in cfg:
+            checker = None
+            with problems.check():
+                checker = compile_grpc(cfg["grpc"], config, fma, body, scope, self.channels, problems)
+            problems.raise_if_any()
+            assert checker is not None
+            return checker
+        http = c.mapping(cfg["http"], ("http",), _HTTP)
         call = None
         with problems.check():
-            call = compile_call(http, config, problems)
+            call = compile_call(http, config, problems, body)
         problems.raise_if_any()
         assert call is not None
         return PassThroughChecker(call, fma, self.clients, call.upstream_headers,

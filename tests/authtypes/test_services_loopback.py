@@ -126,15 +126,22 @@ class PassThroughTests(_ServiceTest):
             self.assertIsInstance(await checker.check(self.ctx()), AuthAllow)
         self.assertEqual(self.recorder.connections, 1)
 
-    def test_grpc_and_unsupported_fields_are_refused_by_name(self) -> None:
-        with pytest.raises(OptionsError) as exc:
-            PassThroughAuth().compile({"grpc": {"address": "a:1"}}, scope(type_name="passThroughAuth"))
-        self.assertIn("grpcio", str(exc.value))
+    def test_unsupported_fields_are_refused_by_name(self) -> None:
         with pytest.raises(OptionsError) as exc:
             PassThroughAuth().compile({"http": {"url": "http://a/", "request": {"passThroughBody": True},
                                                 "tlsConfig": {}}},
                                       scope(type_name="passThroughAuth"))
         self.assertEqual(sorted(p.path[-1] for p in exc.value.problems), ["passThroughBody", "tlsConfig"])
+        self.assertIn("needs Settings.spec.extauth.requestBody", str(exc.value))
+        with pytest.raises(OptionsError) as exc:
+            PassThroughAuth().compile({"grpc": {"address": "a:1", "retryPolicy": {},
+                                                "tlsConfig": {"sslParams": {}}}},
+                                      scope(type_name="passThroughAuth"))
+        self.assertEqual(sorted(p.path[-1] for p in exc.value.problems), ["retryPolicy", "sslParams"])
+        for bad in ({"grpc": {"address": "a:1"}, "http": {"url": "http://a/"}}, {"grpc": {"address": "http://a:1"}},
+                    {"grpc": {"address": "a"}}, {"grpc": {}}):
+            with pytest.raises(OptionsError):
+                PassThroughAuth().compile(bad, scope(type_name="passThroughAuth"))
 
 
 def _settings(port: int, **extauth: Any) -> Resources:
@@ -189,6 +196,11 @@ class CustomAuthTests(_ServiceTest):
             kind.compile({"name": "third"}, scope(resources, type_name="customAuth", inline=True))
         self.assertIn("no Settings.spec.extauth.namedExtauth.third", str(exc.value))
         with pytest.raises(OptionsError) as exc:
-            kind.compile({}, scope(_settings(1, grpcService={}, requestBody={"maxRequestBytes": 10}),
+            kind.compile({}, scope(_settings(1, grpcService={"envoyGrpc": {}}, requestBody={"maxRequestBytes": 0}),
                                    type_name="customAuth", inline=True))
-        self.assertIn("Settings.spec.extauth.requestBody: is not supported", str(exc.value))
+        told = " | ".join(str(p) for p in exc.value.problems)
+        self.assertIn("Settings.spec.extauth.grpcService: is not supported", told)
+        self.assertIn("Settings.spec.extauth.requestBody.maxRequestBytes: must be a whole number", told)
+        body = kind.compile({}, scope(_settings(1, requestBody={"maxRequestBytes": 10, "allowPartialMessage": True}),
+                                      type_name="customAuth", inline=True)).server.body
+        self.assertEqual((body.max_bytes, body.allow_partial, body.pack_as_bytes), (10, True, False))

@@ -6,7 +6,7 @@ Everything here is re-exported from :mod:`twistgw`; import it from there.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 from urllib.parse import parse_qsl, urlencode
 
 import attrs
@@ -20,6 +20,9 @@ from twistgw.api.resources import OptionsScope as OptionsScope
 from twistgw.api.resources import ResourceView as ResourceView
 from twistgw.api.resources import SecretInfo as SecretInfo
 from twistgw.api.resources import UpstreamInfo as UpstreamInfo
+
+if TYPE_CHECKING:  # config/ imports this module and loads no Twisted: Deferred is imported where it is made
+    from twisted.internet.defer import Deferred
 
 #: ``RequestContext.identities`` before any plugin authenticated (read-only, shared)
 _NO_IDENTITIES: Mapping[str, str] = MappingProxyType({})
@@ -77,6 +80,53 @@ class NotChecked:
 
 
 Decision = Allow | Deny
+
+
+# --------------------------------------------------------------------------
+# The request body, read before the chain decides
+# --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class BodyPrefix:
+    """The start of a request body, read before the chain decides
+    (:meth:`RequestContext.read_body`); the same bytes still go upstream.
+
+    :ivar data: the body's first bytes: all of it when ``complete``, else at
+        most the ``max_bytes`` asked for (empty when ``partial=False`` was
+        asked and the declared ``Content-Length`` is already over the bound).
+    :ivar complete: True when ``data`` is the whole body; False when the
+        body goes on past ``max_bytes``.
+    """
+
+    data: bytes
+    complete: bool
+
+
+class BodySource(Protocol):
+    """Where :meth:`RequestContext.read_body` reads from: the engine's
+    exchange for a request with a body (``twistgw.engine``), or
+    :class:`BytesBody` in tests and ``twistgw explain``."""
+
+    def read_prefix(self, max_bytes: int, partial: bool) -> Deferred[BodyPrefix]: ...
+
+
+class BytesBody:
+    """A :class:`BodySource` of known bytes (tests, ``ChainTester``):
+    ``ctx.body_source = BytesBody(b"...")``."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def read_prefix(self, max_bytes: int, partial: bool) -> Deferred[BodyPrefix]:
+        from twisted.internet.defer import succeed
+
+        if len(self.data) <= max_bytes:
+            return succeed(BodyPrefix(self.data, True))
+        return succeed(BodyPrefix(self.data[:max_bytes] if partial else b"", False))
+
+
+_NO_BODY = BodyPrefix(b"", True)
 
 
 # --------------------------------------------------------------------------
@@ -212,6 +262,9 @@ class RequestContext:
     :ivar response_headers: ``list[(name, value)] | None``: the headers
         plugins added to the client's response (:meth:`add_response_header`);
         None until one does. Read-only for plugins.
+    :ivar body_source: where :meth:`read_body` reads the request body
+        (:class:`BodySource`); unset for a request without a body. The engine
+        sets it; tests may set a :class:`BytesBody`.
     """
 
     __slots__ = (
@@ -237,7 +290,11 @@ class RequestContext:
         "received_headers",
         "owned_headers",
         "response_headers",
+        "body_source",
     )
+
+    #: unset until the engine sets it (a request with a body): no store per request without one
+    body_source: BodySource | None
 
     def __init__(
         self,
@@ -276,6 +333,25 @@ class RequestContext:
         self.received_headers: Any = None
         self.owned_headers: tuple[bytes, ...] = ()
         self.response_headers: list[tuple[bytes, bytes]] | None = None
+
+    # Body ------------------------------------------------------------------
+
+    def read_body(self, max_bytes: int, partial: bool = True) -> Deferred[BodyPrefix]:
+        """The first ``max_bytes`` of the request body, once they arrived
+        (or the whole body, if shorter), as a :class:`BodyPrefix`. The body
+        is not consumed: the same bytes are forwarded upstream afterwards.
+        Up to ``max_bytes`` are held in memory (past the engine's usual
+        64 KiB) while the client keeps sending; a client with
+        ``Expect: 100-continue`` is invited to send. ``partial=False``: a
+        declared ``Content-Length`` over ``max_bytes`` answers at once
+        (``complete`` False, no bytes read). Only plugins that need the body
+        call this; a request nobody asks about is streamed as always."""
+        source: BodySource | None = getattr(self, "body_source", None)  # unset: no body (a slot, no default)
+        if source is None:
+            from twisted.internet.defer import succeed
+
+            return succeed(_NO_BODY)
+        return source.read_prefix(max_bytes, partial)
 
     # Identity --------------------------------------------------------------
 

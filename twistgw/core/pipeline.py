@@ -68,13 +68,17 @@ class RequestHead:
     :ivar hosts: the ``Host`` table to route by: the virtual services of the
         certificate a TLS connection was given (see
         :mod:`twistgw.core.tlsroutes`); None: the snapshot's plain one.
+    :ivar body: where plugins may read the request body before deciding
+        (``ctx.body_source``, a :class:`twistgw.api.types.BodySource`), or
+        None for a request without a body.
     """
 
     __slots__ = ("method", "target", "headers", "client_address", "scheme", "ctx", "runtime", "version",
-                 "hosts")
+                 "hosts", "body")
 
     def __init__(self, method: bytes, target: bytes, headers: Any, client_address: str = "",
-                 scheme: str = "http", version: bytes = b"HTTP/1.1") -> None:
+                 scheme: str = "http", version: bytes = b"HTTP/1.1", body: Any = None) -> None:
+        self.body = body
         self.method = method
         self.target = target
         self.headers = headers
@@ -161,6 +165,8 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     # Route matchers read a header the copy above dropped as the client sent it.
     ctx.received_headers = headers
     ctx.owned_headers = snapshot.owned_headers
+    if head.body is not None:
+        ctx.body_source = head.body
     route = select_route(ctx, vs, route_hook)
     if route is None:
         return NOT_FOUND

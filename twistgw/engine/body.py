@@ -6,12 +6,21 @@ head, takes it (:meth:`RequestBody.attach`) and receives the rest as it
 comes. Until then up to ``BODY_BUFFER_LIMIT`` bytes are kept and the client
 is paused past that. The two sides only meet through the two small
 interfaces below.
+
+A plugin that must see the body before the chain decides (ext_authz's
+``requestBody``) asks for its first bytes (:meth:`RequestBody.read_prefix`):
+the bound is raised to what it asked for, and the answer is what is
+buffered, *not* taken out: :meth:`RequestBody.attach` still sends every
+byte upstream. A request nobody asks about never takes that path.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from twisted.internet.defer import Deferred, succeed
+
+from twistgw.api.types import BodyPrefix
 from twistgw.engine.framing import BODY_BUFFER_LIMIT
 
 __all__ = ["BodyConsumer", "BodyFlow", "BodyTap", "RequestBody"]
@@ -50,7 +59,7 @@ class RequestBody:
     """
 
     __slots__ = ("length", "flow", "_buffer", "_buffered", "consumer", "complete", "stopped", "kept", "_kept_bytes",
-                 "_limit", "_attached", "tap")
+                 "_limit", "_attached", "tap", "_waiter", "_want")
 
     def __init__(self, length: int | None, flow: BodyFlow) -> None:
         self.length = length
@@ -65,6 +74,9 @@ class RequestBody:
         self.kept: list[bytes] | None = None
         #: a copy for a shadow request (engine.upstream.shadow), or None
         self.tap: BodyTap | None = None
+        #: a read_prefix waiting for more bytes, and how many it wants
+        self._waiter: Deferred[BodyPrefix] | None = None
+        self._want = 0
 
     def keep(self, limit: int) -> None:
         """Keep a copy of the body, up to ``limit`` bytes, so that a retry
@@ -107,6 +119,12 @@ class RequestBody:
             return
         self._buffer.append(data)
         self._buffered += len(data)
+        if self._waiter is not None:
+            if self._buffered <= self._want:
+                return  # read_prefix raised the bound: keep reading
+            self._answer()
+            if self.consumer is not None or self.stopped:
+                return  # the reader's chain forwarded (attach took the buffer) or refused, at once
         if self._buffered > BODY_BUFFER_LIMIT:
             self.flow.pause_body()
 
@@ -116,8 +134,41 @@ class RequestBody:
         if tap is not None:
             self.tap = None
             tap.finish()
-        if self.consumer is not None and not self.stopped:
+        if self._waiter is not None:
+            # The reader's chain may forward at once (a pooled connection):
+            # attach then ends the body itself, so it is not ended here too.
+            self._answer()
+        elif self.consumer is not None and not self.stopped:
             self.consumer.end_body()
+
+    def read_prefix(self, max_bytes: int, partial: bool) -> Deferred[BodyPrefix]:
+        """The first ``max_bytes`` (or the whole shorter body) once they are
+        here, without taking them: see :meth:`RequestContext.read_body
+        <twistgw.RequestContext.read_body>`. Only before :meth:`attach`."""
+        if self.consumer is not None or self._waiter is not None:
+            raise RuntimeError("the body is read before it is forwarded, by one reader at a time")
+        if not partial and self.length is not None and self.length > max_bytes:
+            return succeed(BodyPrefix(b"", False))
+        if self.complete or self.stopped or self._buffered > max_bytes:
+            return succeed(self._prefix(max_bytes))
+        waiter: Deferred[BodyPrefix] = Deferred()
+        self._waiter = waiter
+        self._want = max_bytes
+        self.flow.resume_body()  # paused at BODY_BUFFER_LIMIT: read on up to max_bytes
+        return waiter
+
+    def _answer(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        assert waiter is not None
+        waiter.callback(self._prefix(self._want))
+
+    def _prefix(self, max_bytes: int) -> BodyPrefix:
+        data = b"".join(self._buffer)
+        if len(self._buffer) > 1:
+            self._buffer = [data]  # joined once: attach sends it as one chunk
+        if self.complete and len(data) <= max_bytes:
+            return BodyPrefix(data, True)
+        return BodyPrefix(data[:max_bytes], False)
 
     def attach(self, consumer: BodyConsumer) -> None:
         """Send what was buffered to ``consumer``, and the rest as it comes."""
@@ -149,4 +200,6 @@ class RequestBody:
             self.tap = None
             tap.stop()
         self.consumer = None
+        if self._waiter is not None:  # the client went away mid-body: what came, incomplete
+            self._answer()
         self._buffer = []

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from twisted.internet.defer import Deferred, succeed
+
 from twistgw.api.headers import Headers
-from twistgw.api.types import RequestContext
+from twistgw.api.types import BodyPrefix, RequestContext
 from twistgw.core.pipeline import RequestHead
 from twistgw.core.plan import LocalResponse
 from twistgw.engine import framing, wire
@@ -248,6 +250,21 @@ class Exchange:
 
     def tunnel_end(self) -> TunnelEnd:
         return self.proto
+
+    # -- the request body, read before the chain decides (api.BodySource) -------
+
+    def read_prefix(self, max_bytes: int, partial: bool) -> Deferred[BodyPrefix]:
+        """:meth:`RequestContext.read_body <twistgw.RequestContext.read_body>`
+        (``ctx.body_source`` is this exchange when the request has a body)."""
+        body = self.body
+        if body is None:
+            return succeed(BodyPrefix(b"", True))
+        if self.expect_continue and not self.body_complete and not (
+                not partial and body.length is not None and body.length > max_bytes):
+            # The body is wanted before the chain decides: invite it now.
+            self.expect_continue = False
+            wire.write(self.proto.transport, framing.CONTINUE)
+        return body.read_prefix(max_bytes, partial)
 
     def pause_body(self) -> None:
         self.proto.pause_body()

@@ -71,7 +71,7 @@ class Gateway:
         proto = ex.proto
         try:
             head = ex.head = RequestHead(ex.method, ex.target, ex.headers, proto.peer_host, proto.scheme,
-                                         ex.version)
+                                         ex.version, None if ex.body is None else ex)
             if proto.tls is not None and self.snapshot is not None:
                 head.hosts = proto.tls.hosts(self.snapshot)
                 if head.hosts is None:  # a reload changed this connection's certificate
