@@ -67,6 +67,7 @@ ReplyError = hiredis.ReplyError
 #: ``reply(value)``: the command's reply, or an exception (:class:`RedisUnavailable`, :data:`ReplyError`)
 Reply = Callable[[Any], None]
 
+_CLOSED = Failure(ConnectionError("closed"))
 INITIAL_DELAY = 0.1
 MAX_DELAY = 1.0
 
@@ -132,7 +133,7 @@ class _Protocol(Protocol):
         except hiredis.ProtocolError as exc:
             self.client._drop(self, f"bad reply from Redis at {self.client.address}: {exc}")
 
-    def connectionLost(self, reason: Failure = Failure(ConnectionError("closed"))) -> None:
+    def connectionLost(self, reason: Failure = _CLOSED) -> None:
         self.client._lost(self, reason)
 
 
@@ -313,7 +314,7 @@ class RedisClient:
         if proto is self._connection and self._drop_reason is None:
             self._drop_reason = reason
         if proto.transport is not None:
-            proto.transport.abortConnection()
+            proto.transport.abortConnection()  # type: ignore[attr-defined]  # ITCPTransport and TLS have it
 
     def _lost(self, proto: _Protocol, reason: Failure) -> None:
         if proto is not self._connection:
