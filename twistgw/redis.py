@@ -86,7 +86,7 @@ class RedisUnavailable(RedisError):
     """No answer: not connected, connection lost, refused AUTH, or timeout."""
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a dictionary key looked up per request
 class RedisConfig:
     """Where a Redis server is and how to log in; equal configs may share a client."""
 
@@ -389,6 +389,7 @@ class RedisPool:
         self.clients = [RedisClient(reactor, config, timeout) for _ in range(max(1, size))]
         self._next = 0
         self._current = self.clients[0]
+        self.closed = False
 
     def client(self) -> RedisClient:
         """The client for a command sent now (the same all this reactor turn)."""
@@ -403,4 +404,5 @@ class RedisPool:
         return self.client().execute(*command)
 
     def close(self) -> Deferred[Any]:
+        self.closed = True
         return gatherResults([c.close() for c in self.clients])

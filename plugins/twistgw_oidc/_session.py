@@ -207,6 +207,7 @@ class RedisStore:
         self.reactor = reactor
         self.prefix = spec.key_prefix
         self._parsed: OrderedDict[bytes, Session] = OrderedDict()
+        self._pool: RedisPool | None = None  # the pools' (shared), found on first use
 
     @property
     def ttl(self) -> int:
@@ -227,7 +228,10 @@ class RedisStore:
         """The session Redis holds now (one GET, pipelined with the other
         reads of this reactor turn); fails with StoreDown."""
         d: Deferred[Session | None] = Deferred()
-        client = self.pools.get(self.redis, self.reactor()).client()
+        pool = self._pool
+        if pool is None or pool.closed:
+            pool = self._pool = self.pools.get(self.redis, self.reactor())
+        client = pool.client()
         client.send(("GET", _key(self.prefix, "session", session_id)), _Loaded(self, d))
         return d
 
