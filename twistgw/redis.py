@@ -194,8 +194,8 @@ class RedisClient:
         is called once with its reply or an exception. Written at the end of
         this reactor turn with every other command queued in it, or now
         with ``flush``."""
-        if self._ready is None and self._down is not None:
-            reply(RedisUnavailable(self._down))
+        if self._ready is None and (self._down is not None or self._closed):
+            reply(RedisUnavailable(self._down or f"the client of Redis at {self.address} was closed"))
             return
         if not self._queue:
             self._queued_at = self.reactor.seconds()

@@ -87,6 +87,27 @@ async def test_tls_with_a_ca_from_a_secret(tmp_path: Path) -> None:
         server.stop()
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_flushed_script_is_loaded_again(tmp_path: Path) -> None:
+    """EVALSHA first; after SCRIPT FLUSH (or a Redis restart) Redis answers
+    NOSCRIPT and the batch is sent again with EVAL: nothing is lost."""
+    fresh_window(3600, 30)
+    server = RedisServer(tmp_path / "r").start()
+    tester = ChainTester.from_yaml(with_redis({"address": server.address}), WITH_AUTH)
+    try:
+        assert await statuses(tester, 1) == [200]
+        assert "cmdstat_evalsha:calls=1," in server.command("INFO", "commandstats")
+        server.command("SCRIPT", "FLUSH")
+        assert await statuses(tester, 2) == [200, 429]  # counted in order across the retry
+        stats = server.command("INFO", "commandstats")
+        assert "cmdstat_evalsha:calls=2," in stats and "cmdstat_eval:calls=2," in stats, stats
+        assert await statuses(tester, 1) == [429]  # EVALSHA works again
+        assert "cmdstat_evalsha:calls=3," in server.command("INFO", "commandstats")
+    finally:
+        await tester.host.unconfigure()
+        server.stop()
+
+
 @pytest.mark.parametrize(("redis", "expected"), [
     ({"address": "127.0.0.1:6379", "clustered": True}, "Redis Cluster is not supported"),
     ({"address": "127.0.0.1:6379", "authSecretRef": {"name": "absent"}}, "no Secret gloo-system/absent"),
