@@ -382,8 +382,9 @@ class RedisClient:
 
 class RedisPool:
     """``size`` clients of one server; each reactor turn's commands go to
-    one of them (round robin from turn to turn), so a turn still costs one
-    write and one round trip."""
+    one of them (round robin from turn to turn, skipping those without a
+    connection while another has one), so a turn still costs one write and
+    one round trip."""
 
     def __init__(self, reactor: Any, config: RedisConfig, size: int = 1, timeout: float = 2.0) -> None:
         self.clients = [RedisClient(reactor, config, timeout) for _ in range(max(1, size))]
@@ -394,10 +395,15 @@ class RedisPool:
     def client(self) -> RedisClient:
         """The client for a command sent now (the same all this reactor turn)."""
         current = self._current
-        if current._queue or len(self.clients) == 1:
+        clients = self.clients
+        if current._queue or len(clients) == 1:
             return current
-        self._next = (self._next + 1) % len(self.clients)
-        current = self._current = self.clients[self._next]
+        for _ in clients:  # the next one with a connection (after a restart, some reconnect first)
+            self._next = (self._next + 1) % len(clients)
+            current = clients[self._next]
+            if current._ready is not None:
+                break
+        self._current = current
         return current
 
     def execute(self, *command: Any) -> Deferred[Any]:

@@ -211,3 +211,23 @@ async def test_pool_uses_one_connection_per_turn_and_all_of_them(redis: RedisSer
         assert len(set().union(*turns)) == 3  # and each of the three in turn
     finally:
         await pool.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_pool_skips_connections_that_are_down(redis: RedisServer) -> None:
+    """Connections come back one by one (each its own back-off): a turn
+    goes to one that has a connection, never to one still waiting."""
+    pool = RedisPool(reactor, local(redis), size=4, timeout=1.0)
+    try:
+        for client in pool.clients:
+            await until_connected(client)
+        ids = [await client.execute("CLIENT", "ID") for client in pool.clients]
+        for killed in ids[1:]:
+            redis.command("CLIENT", "KILL", "ID", str(killed))
+        while any(c.connected for c in pool.clients[1:]):
+            await sleep(0.005)
+        # three of four in their back-off now: every turn must go to the fourth
+        found = [await pool.execute("CLIENT", "ID") for _ in range(3)]
+        assert found == [ids[0]] * 3
+    finally:
+        await pool.close()
