@@ -6,6 +6,8 @@ trial and pytest (listed in tests/inmemory.py)."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -250,8 +252,8 @@ class OptionsTests(unittest.TestCase):
 
     def test_redis_tls_socket_type(self) -> None:
         ca = TestCA().pem
-        directory = Path(self.mktemp())
-        directory.mkdir()
+        directory = Path(tempfile.mkdtemp(prefix="twistgw-oidc-ca-"))
+        self.addCleanup(shutil.rmtree, directory, True)
         (directory / "ca.crt").write_bytes(ca)
         for path in (str(directory), str(directory / "ca.crt")):  # a mounted Secret, or the file itself
             checker = compile_oidc_checker(session={"redis": {"options": {
