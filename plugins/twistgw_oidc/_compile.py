@@ -6,10 +6,12 @@ Gloo's that twistgw does not implement are refused by name, with the reason.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 from twistgw.options import Problems
+from twistgw.tls import TLSSettingsError, client_tls
 from twistgw_jwt.verify import KeyProblem, parse_local_key
 from twistgw_oidc._cookies import CookieOptions
 from twistgw_oidc._options import (
@@ -287,8 +289,11 @@ def _cookie_options(read: Reader, raw: Any) -> CookieOptions:
 
 def _redis_options(read: Reader, raw: Any) -> RedisSpec | None:
     raw = read.mapping(raw, ("host", "db", "poolSize", "socketType", "tlsCertMountPath"))
-    if raw.get("socketType", "TCP") != "TCP" or "tlsCertMountPath" in raw:
-        read.fail("socketType", "only TCP is supported by twistgw (keep Redis on a private network)")
+    socket_type = raw.get("socketType", "TCP")
+    if socket_type not in ("TCP", "TLS"):
+        read.fail("socketType", f"must be TCP or TLS, got {socket_type!r}")
+    if "tlsCertMountPath" in raw and socket_type != "TLS":
+        read.fail("tlsCertMountPath", "applies to socketType: TLS only")
     host = read.string(raw, "host", required=True)
     db, pool = raw.get("db", 0), raw.get("poolSize", 10)
     for field, value in (("db", db), ("poolSize", pool)):
@@ -303,9 +308,31 @@ def _redis_options(read: Reader, raw: Any) -> RedisSpec | None:
     if not name or not port.isdigit() or not 0 < int(port) < 65536:
         read.fail("host", f"must be host:port, got {host!r}")
         return None
+    ca = _redis_ca(read, raw.get("tlsCertMountPath"), name.strip("[]")) if socket_type == "TLS" else None
     if read.problems:
         return None
-    return RedisSpec(name.strip("[]"), int(port), db, pool)
+    return RedisSpec(name.strip("[]"), int(port), db, pool, socket_type == "TLS", ca)
+
+
+def _redis_ca(read: Reader, path: Any, host: str) -> bytes | None:
+    """``tlsCertMountPath``: a PEM file of CA certificates, or a directory
+    holding ``ca.crt`` (a mounted Secret); absent: the system's CAs."""
+    ca = None
+    if path is not None:
+        if not isinstance(path, str) or not path:
+            read.fail("tlsCertMountPath", "must be the path of a PEM CA file (or a directory with ca.crt)")
+            return None
+        file = Path(path) / "ca.crt" if Path(path).is_dir() else Path(path)
+        try:
+            ca = file.read_bytes()
+        except OSError as exc:
+            read.fail("tlsCertMountPath", f"cannot read {file}: {exc.strerror or exc}")
+            return None
+    try:
+        client_tls(host, ca_pem=ca)
+    except TLSSettingsError as exc:
+        read.fail("tlsCertMountPath", str(exc))
+    return ca
 
 
 ATV_FIELDS = ("introspectionUrl", "introspection", "jwt", "userinfoUrl", "cacheTimeout", "requiredScopes",

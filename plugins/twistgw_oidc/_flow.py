@@ -84,7 +84,7 @@ class OidcChecker:
         cookies = parse_cookie_header(raw or ())
         store = self.store
         if isinstance(store, RedisStore):
-            return Deferred.fromCoroutine(self._redis_request(ctx, cookies, store))
+            return self._redis_check(ctx, cookies, store)
         value = joined_value(cookies, spec.session.cookie_name)
         session = store.open(value) if value else None
         if session is not None and self.usable(session):
@@ -154,6 +154,29 @@ class OidcChecker:
             if self.spec.session.allow_refreshing and session.refresh_token:
                 return await self._refresh(ctx, session, session_id, cookies)
         return await _login.start(self, ctx, cookies)
+
+    def _redis_check(self, ctx: RequestContext, cookies: dict[str, str], store: RedisStore) -> Any:
+        """A request with a Redis session: one GET (pipelined with the other
+        reads of this reactor turn) and, for a valid session, the answer in
+        its callback: no coroutine on this path."""
+        session_id = cookies.get(self.spec.session.cookie_name)
+        if not session_id:
+            return Deferred.fromCoroutine(_login.start(self, ctx, cookies))
+        d = store.load(session_id)
+        d.addCallbacks(self._redis_loaded, self._redis_down, callbackArgs=(ctx, cookies, store))
+        return d
+
+    def _redis_loaded(self, session: Session | None, ctx: RequestContext, cookies: dict[str, str],
+                      store: RedisStore) -> Any:
+        if session is not None and self.usable(session) and not self.needs_refresh(session):
+            return self.allow(ctx, session)
+        # refresh, or a new login: the general path (it reads the session again)
+        return Deferred.fromCoroutine(self._redis_request(ctx, cookies, store))
+
+    @staticmethod
+    def _redis_down(failure: Any) -> Any:
+        failure.trap(StoreDown)
+        return unavailable(f"oidc: session store unreachable: {failure.value}")
 
     async def _refresh(self, ctx: RequestContext, session: Session, session_id: str | None,
                        cookies: dict[str, str]) -> Any:

@@ -17,6 +17,7 @@ import attrs
 
 from twistgw import OptionsError
 from twistgw.options import Problems, is_token, parse_duration, type_name, unknown_field
+from twistgw.redis import RedisConfig
 from twistgw_jwt.verify import VerifyKey
 from twistgw_oidc._cookies import CookieOptions
 
@@ -58,6 +59,15 @@ class RedisSpec:
     port: int
     db: int
     pool_size: int
+    #: socketType TLS, and the CA certificates the server's must lead to (None: the system's)
+    tls: bool = False
+    ca_pem: bytes | None = attrs.field(default=None, repr=False)
+
+    def config(self) -> RedisConfig:
+        return RedisConfig(self.host, self.port, self.db, tls=self.tls, ca_pem=self.ca_pem)
+
+    def __str__(self) -> str:
+        return f"{'rediss' if self.tls else 'redis'}://{self.config().address}/{self.db}"
 
 
 @attrs.frozen

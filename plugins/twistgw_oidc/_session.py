@@ -12,7 +12,8 @@ one provider's config is never taken by another's).
 * :class:`RedisStore` (``session.redis``): the cookie is a random 256-bit id;
   the session is a Redis key ``<keyPrefix>session:<sha256(id)>`` that expires
   with the cookie. Logins in progress, front-channel logout's sid index and
-  used ``state`` values live there too.
+  used ``state`` values live there too. The client is :mod:`twistgw.redis`;
+  the session reads of one reactor turn go out as pipelined GETs in one write.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Any, Callable, Mapping
 
 import attrs
 from twisted.internet.defer import Deferred
+
+from twistgw.redis import RedisPool
 
 from twistgw_oidc._cookies import Sealer
 from twistgw_oidc._options import RedisSpec, SessionSpec
@@ -155,62 +158,85 @@ def _key(prefix: str, kind: str, ident: str) -> str:
 
 
 class RedisPools:
-    """One txredisapi connection pool per (host, port, db, poolSize), shared
-    by every config naming it; closed at shutdown."""
+    """One :class:`twistgw.redis.RedisPool` per (host, port, db, poolSize,
+    TLS), shared by every config naming it; closed at shutdown."""
 
     def __init__(self) -> None:
-        self._pools: dict[RedisSpec, Any] = {}
+        self._pools: dict[RedisSpec, RedisPool] = {}
 
-    def get(self, spec: RedisSpec) -> Any:
+    def get(self, spec: RedisSpec, reactor: Any) -> RedisPool:
         pool = self._pools.get(spec)
         if pool is None:
-            import txredisapi
-
-            pool = self._pools[spec] = txredisapi.lazyConnectionPool(
-                spec.host, spec.port, dbid=spec.db, poolsize=spec.pool_size, reconnect=True,
-                connectTimeout=REDIS_TIMEOUT, replyTimeout=REDIS_TIMEOUT, convertNumbers=False)
+            pool = self._pools[spec] = RedisPool(reactor, spec.config(), spec.pool_size, REDIS_TIMEOUT)
         return pool
 
     def close(self) -> list[Deferred[Any]]:
-        out = [pool.disconnect() for pool in self._pools.values()]
+        out = [pool.close() for pool in self._pools.values()]
         self._pools.clear()
         return out
 
 
+class _Loaded:
+    """Receives one session GET's reply (no coroutine, no closure per read)."""
+
+    __slots__ = ("store", "d")
+
+    def __init__(self, store: "RedisStore", d: Deferred[Session | None]) -> None:
+        self.store = store
+        self.d = d
+
+    def __call__(self, value: Any) -> None:
+        if isinstance(value, Exception):
+            self.d.errback(self.store.down(value))
+        else:
+            self.d.callback(self.store.parse(value) if value is not None else None)
+
+
 class RedisStore:
+    """Sessions in Redis. Every command goes through the pool's client of
+    this reactor turn, so the session reads of one turn (one per request)
+    leave in one write and come back in one round trip: pipelined GETs."""
+
     kind = "redis"
 
     def __init__(self, spec: SessionSpec, pools: RedisPools, reactor: Callable[[], Any]) -> None:
         assert spec.redis is not None
         self.spec = spec
+        self.redis: RedisSpec = spec.redis
         self.pools = pools
         self.reactor = reactor
         self.prefix = spec.key_prefix
         self._parsed: OrderedDict[bytes, Session] = OrderedDict()
+        self._pool: RedisPool | None = None  # the pools' (shared), found on first use
 
     @property
     def ttl(self) -> int:
         return self.spec.cookie.max_age or 86400
 
-    async def _do(self, method: str, *args: Any, **kw: Any) -> Any:
-        try:
-            assert self.spec.redis is not None
-            d = getattr(self.pools.get(self.spec.redis), method)(*args, **kw)
-            # txredisapi's replyTimeout bounds a silent server, but a command sent while the pool
-            # reconnects (Redis refused) waits for the connection: this bounds both
-            d.addTimeout(REDIS_TIMEOUT, self.reactor())
-            return await d
-        except Exception as exc:  # refused, reset, timeout, "not connected"
-            where = f"{self.spec.redis.host}:{self.spec.redis.port}" if self.spec.redis else "?"
-            raise StoreDown(f"Redis {where}: {type(exc).__name__}: {exc}") from None
+    def down(self, exc: BaseException) -> StoreDown:
+        """Redis down, too slow, or refusing a command: one StoreDown naming it."""
+        redis = self.redis
+        return StoreDown(f"Redis {redis.host}:{redis.port}: {type(exc).__name__}: {exc}")
 
-    async def load(self, session_id: str) -> Session | None:
-        """The session Redis holds now (one GET). What Redis returned is
-        parsed once: the last 4096 values are remembered by their bytes."""
-        data = await self._do("get", _key(self.prefix, "session", session_id))
-        if data is None:
-            return None
-        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    async def _do(self, *command: Any) -> Any:
+        try:
+            return await self.pools.get(self.redis, self.reactor()).execute(*command)
+        except Exception as exc:  # refused, reset, timeout, an error reply
+            raise self.down(exc) from None
+
+    def load(self, session_id: str) -> Deferred[Session | None]:
+        """The session Redis holds now (one GET, pipelined with the other
+        reads of this reactor turn); fails with StoreDown."""
+        d: Deferred[Session | None] = Deferred()
+        pool = self._pool
+        if pool is None or pool.closed:
+            pool = self._pool = self.pools.get(self.redis, self.reactor())
+        client = pool.client()
+        client.send(("GET", _key(self.prefix, "session", session_id)), _Loaded(self, d))
+        return d
+
+    def parse(self, raw: bytes) -> Session | None:
+        """What Redis returned, parsed once: the last 4096 values are remembered by their bytes."""
         parsed = self._parsed.get(raw)
         if parsed is None:
             parsed = Session.from_bytes(raw)
@@ -222,29 +248,29 @@ class RedisStore:
 
     async def save(self, session_id: str, session: Session) -> None:
         key = _key(self.prefix, "session", session_id)
-        await self._do("set", key, session.to_bytes().decode("utf-8"), expire=self.ttl)
+        await self._do("SET", key, session.to_bytes(), "EX", self.ttl)
         if session.sid:
             sid_key = _key(self.prefix, "sid", session.sid)
-            await self._do("sadd", sid_key, key)
-            await self._do("expire", sid_key, self.ttl)
+            await self._do("SADD", sid_key, key)
+            await self._do("EXPIRE", sid_key, self.ttl)
 
     async def delete(self, session_id: str) -> None:
-        await self._do("delete", _key(self.prefix, "session", session_id))
+        await self._do("DEL", _key(self.prefix, "session", session_id))
 
     async def delete_sid(self, sid: str) -> int:
         sid_key = _key(self.prefix, "sid", sid)
-        keys = await self._do("smembers", sid_key)
+        keys = await self._do("SMEMBERS", sid_key)
         for key in keys or ():
-            await self._do("delete", key)
-        await self._do("delete", sid_key)
+            await self._do("DEL", key)
+        await self._do("DEL", sid_key)
         return len(keys or ())
 
     async def put_login(self, login_id: str, login: Mapping[str, Any]) -> None:
-        await self._do("set", _key(self.prefix, "login", login_id), json.dumps(login), expire=LOGIN_TTL)
+        await self._do("SET", _key(self.prefix, "login", login_id), json.dumps(login), "EX", LOGIN_TTL)
 
     async def take_login(self, login_id: str) -> dict[str, Any] | None:
         """The login in progress, removed as it is read: a state is used once."""
-        data = await self._do("execute_command", "GETDEL", _key(self.prefix, "login", login_id))
+        data = await self._do("GETDEL", _key(self.prefix, "login", login_id))
         try:
             login = json.loads(data) if data is not None else None
         except ValueError:

@@ -31,6 +31,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 import twistgw
+from twistgw.redis import RedisConfig
 
 from twistgw_ratelimit import _limiter, _options
 from twistgw_ratelimit._local import Buckets
@@ -39,7 +40,6 @@ from twistgw_ratelimit._redis import RedisCounters
 from twistgw_ratelimit._settings import (
     AUTH_PLUGINS,
     SERVER_SECTION,
-    RedisAddress,
     ServerSettings,
     parse_server_settings,
     parse_service_settings,
@@ -71,7 +71,7 @@ class _Counted:
         self.now = now
         self.reactor: Any = None
         self.dry_run = False
-        self.stores: dict[tuple[RedisAddress, float], RedisCounters] = {}
+        self.stores: dict[tuple[RedisConfig, float], RedisCounters] = {}
 
     def store(self, server: ServerSettings, reactor: Any = None) -> RedisCounters:
         """The Redis client of ``server`` (made on first use, on the gateway's
@@ -83,7 +83,7 @@ class _Counted:
             reactor = self.reactor or reactor
             if reactor is None:
                 from twisted.internet import reactor
-            found = self.stores[key] = RedisCounters(reactor, server.redis.address, server.redis.db, server.timeout)
+            found = self.stores[key] = RedisCounters(reactor, server.redis, server.timeout)
         return found
 
     @twistgw.hookimpl

@@ -100,25 +100,29 @@ failure_log = _FailureLog()
 
 def check_global(ctx: RequestContext, options: GlobalLimits, store: RedisCounters,
                  now: Callable[[], float]) -> Deferred[twistgw.Deny | None] | None:
-    """Count the request's hits in Redis; None at once when no rule applies."""
+    """Count the request's hits in Redis; None at once when no rule applies.
+    The Deferred (the one object the chain needs to wait) travels with the
+    request through the batch: no closure, no callback chain per request."""
     hits = options.hits(ctx)
     if not hits:
         return None
     moment = now()
     items = [(f"{hit.key}|{hit.limit.window(moment)}", hit.limit.seconds) for hit in hits]
     d: Deferred[twistgw.Deny | None] = Deferred()
-
-    def deliver(counts: list[int] | None, error: str | None) -> None:
-        try:
-            decision = _decide(ctx, counts, hits, options, moment) if counts is not None \
-                else _failed(error, options)
-        except Exception as exc:  # a bug: the chain fails closed with 500
-            d.errback(exc)
-        else:
-            d.callback(decision)
-
-    store.increment(items, deliver)
+    store.increment(items, _deliver, (d, ctx, hits, options, moment))
     return d
+
+
+def _deliver(token: tuple[Deferred[twistgw.Deny | None], RequestContext, list[Hit], GlobalLimits, float],
+             counts: list[int] | None, error: str | None) -> None:
+    """The batch's answer for one request: its decision fires its Deferred."""
+    d, ctx, hits, options, moment = token
+    try:
+        decision = _decide(ctx, counts, hits, options, moment) if counts is not None else _failed(error, options)
+    except Exception as exc:  # a bug: the chain fails closed with 500
+        d.errback(exc)
+    else:
+        d.callback(decision)
 
 
 def _decide(ctx: RequestContext, counts: list[int], hits: list[Hit], options: GlobalLimits,

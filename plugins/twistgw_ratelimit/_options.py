@@ -65,11 +65,16 @@ def where_of(scope: OptionsScope) -> str:
 
 
 def _needs_redis(scope: OptionsScope, key: str) -> ServerSettings:
+    raw = scope.resources.settings(SERVER_SECTION) or {}
     try:
-        server = parse_server_settings(scope.resources.settings(SERVER_SECTION) or {})
+        parse_server_settings(raw)
     except OptionsError as exc:
         # reported at Settings spec.ratelimitServer; not a second time here
         raise OptionsError((), f"Settings spec.{SERVER_SECTION} is invalid") from InvalidResource(exc)
+    try:  # the Secrets it names, which only a configuration's resources hold
+        server = parse_server_settings(raw, scope.resources)
+    except OptionsError as exc:
+        raise OptionsError((), f"Settings spec.{SERVER_SECTION}.{exc}") from None
     if server.redis is None:
         raise OptionsError((), f"{key} counts in Redis, shared by every gateway process: say where it is"
                                f" in Settings spec.{SERVER_SECTION}.redis.address (host:port);"

@@ -10,24 +10,24 @@ request. The counts come back in order, so each request learns its own
 position in its window: exactly ``requestsPerUnit`` requests are admitted
 however many gateways race.
 
-The client is txredisapi (its hiredis reply parser, reconnecting with a
-short back-off). A batch that gets no answer within ``requestTimeout``
-fails; txredisapi then drops that connection (a Redis that hangs) and
-connects again, so a Redis that returns is used again without a restart.
+The script is sent by its SHA-1 (``EVALSHA``); a Redis that does not know it
+yet (new, restarted, ``SCRIPT FLUSH``) answers ``NOSCRIPT`` and that batch is
+sent again once with ``EVAL``, which also loads it. The client is
+:mod:`twistgw.redis` (hiredis' parser under a Twisted protocol): a batch
+that gets no answer within ``requestTimeout`` fails, the hung connection is
+dropped and made again, so a Redis that returns is used again without a
+restart.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Callable
 
-import txredisapi
-from twisted.internet import defer
 from twisted.internet.defer import Deferred
-from twisted.internet.endpoints import HostnameEndpoint
-from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 import twistgw
+from twistgw.redis import RedisClient, RedisConfig, ReplyError
 
 #: INCRBY each key by its hits; EXPIRE it when this batch created it. KEYS:
 #: counters; ARGV: hits1, ttl1, hits2, ttl2, ... Returns the new counts.
@@ -41,9 +41,10 @@ for i = 1, #KEYS do
 end
 return out
 """
+SCRIPT_SHA = hashlib.sha1(SCRIPT.encode("utf-8")).hexdigest()  # noqa: S324 (Redis names scripts so)
 
-#: ``deliver(counts, None)`` or ``deliver(None, why Redis failed)``
-Deliver = Callable[["list[int] | None", "str | None"], None]
+#: ``deliver(token, counts, None)`` or ``deliver(token, None, why Redis failed)``
+Deliver = Callable[[Any, "list[int] | None", "str | None"], None]
 
 #: every counter's name starts with this (one Redis may serve other tools)
 KEY_PREFIX = "twistgw:rl:"
@@ -55,45 +56,74 @@ INCREMENTS = twistgw.counter(
     "twistgw_ratelimit_redis_increments", "Counters incremented in Redis (several per command under load),"
     " by server.", ["server"])
 
+#: one request of a batch: its counters' keys, whom to tell, and the token to tell it with
+_Request = tuple[list[str], Deliver, Any]
 
-class _Factory(txredisapi.RedisFactory):  # txredisapi has no type hints: a subclass of Any
-    """txredisapi's factory with a short reconnect back-off: a Redis that
-    returns is used again within a second."""
 
-    initialDelay = 0.1
-    maxDelay = 1.0
+class _Batch:
+    """One reactor turn's command: receives its reply (the client calls it)."""
+
+    __slots__ = ("store", "counters", "requests", "command", "retried")
+
+    def __init__(self, store: "RedisCounters", counters: dict[str, list[int]], requests: list[_Request],
+                 command: list[Any]) -> None:
+        self.store = store
+        self.counters = counters
+        self.requests = requests
+        self.command = command
+        self.retried = False
+
+    def __call__(self, totals: Any) -> None:
+        store = self.store
+        if isinstance(totals, ReplyError) and str(totals).startswith("NOSCRIPT") and not self.retried:
+            self.retried = True  # once, with the script itself (EVAL loads it for the next EVALSHA)
+            self.command[0:2] = ["EVAL", SCRIPT]
+            store.client.send(tuple(self.command), self, flush=True)
+            return
+        if isinstance(totals, Exception):
+            reason = f"Redis at {store.address}: {totals}" if isinstance(totals, ReplyError) else str(totals)
+            store.fail(reason, self.requests)
+            return
+        counters = self.counters
+        if not isinstance(totals, list) or len(totals) != len(counters):
+            store.fail(f"unexpected answer from Redis at {store.address}: {totals!r}", self.requests)
+            return
+        store.sent_ok.inc()
+        # each key's count before this batch; hits are handed out in arrival order
+        seen = {key: total - entry[1] for (key, entry), total in zip(counters.items(), totals, strict=True)}
+        for keys, deliver, token in self.requests:
+            counts = []
+            for key in keys:
+                n = seen[key] = seen[key] + 1
+                counts.append(n)
+            deliver(token, counts, None)
 
 
 class RedisCounters:
     """Fixed-window counters in one Redis server.
 
-    :param address: ``host:port``.
+    :param config: where the server is and how to log in.
     :param timeout: seconds a batch may wait for its answer (``requestTimeout``).
     """
 
-    _log = Logger(namespace="twistgw_ratelimit")
-
-    def __init__(self, reactor: Any, address: str, db: int, timeout: float) -> None:
-        host, _, port = address.rpartition(":")
+    def __init__(self, reactor: Any, config: RedisConfig, timeout: float) -> None:
         self.reactor = reactor
-        self.address = address
+        self.address = config.address
         self.timeout = timeout
-        self._factory = _Factory(address, db, 1, True, txredisapi.ConnectionHandler, "utf-8", None,
-                                 timeout, False)
-        self._factory.startConnecting(HostnameEndpoint(reactor, host.strip("[]"), int(port), timeout=timeout))
-        self._client = self._factory.handler
-        self._sent_ok = COMMANDS.labels(address, "ok")
-        self._sent_failed = COMMANDS.labels(address, "failed")
-        self._increments = INCREMENTS.labels(address)
+        self.client = RedisClient(reactor, config, timeout)
+        self.sent_ok = COMMANDS.labels(self.address, "ok")
+        self._sent_failed = COMMANDS.labels(self.address, "failed")
+        self._increments = INCREMENTS.labels(self.address)
         #: this reactor turn's batch: every counter's ttl and hits (in first-seen order)...
         self._counters: dict[str, list[int]] = {}
         #: ...and each request's keys and whom to tell, in arrival order
-        self._requests: list[tuple[list[str], Deliver]] = []
+        self._requests: list[_Request] = []
 
-    def increment(self, items: list[tuple[str, int]], deliver: Deliver) -> None:
+    def increment(self, items: list[tuple[str, int]], deliver: Deliver, token: Any) -> None:
         """Add one hit to each ``(key, ttl)``; later (after this reactor
-        turn) call ``deliver(counts, None)`` with each key's count after this
-        hit, in order, or ``deliver(None, reason)`` when Redis failed."""
+        turn) call ``deliver(token, counts, None)`` with each key's count
+        after this hit, in order, or ``deliver(token, None, reason)`` when
+        Redis failed."""
         counters = self._counters
         keys = []
         for key, ttl in items:
@@ -105,52 +135,23 @@ class RedisCounters:
             keys.append(key)
         if not self._requests:
             self.reactor.callLater(0, self._flush)
-        self._requests.append((keys, deliver))
+        self._requests.append((keys, deliver, token))
 
     def _flush(self) -> None:
         counters, requests = self._counters, self._requests
         self._counters, self._requests = {}, []
-        args: list[int] = []
+        command: list[Any] = ["EVALSHA", SCRIPT_SHA, len(counters)]
+        command += [KEY_PREFIX + key for key in counters]
         for ttl, hits in counters.values():
-            args += (hits, ttl)
+            command += (hits, ttl)
         self._increments.inc(len(counters))
-        try:
-            d = self._client.eval(SCRIPT, [KEY_PREFIX + key for key in counters], args)
-        except Exception as exc:  # "Not connected" when reconnecting is off
-            d = defer.fail(exc)
-        d.addTimeout(self.timeout, self.reactor)
-        d.addCallbacks(self._answered, self._failed, callbackArgs=(counters, requests),
-                       errbackArgs=(requests,))
+        self.client.send(tuple(command), _Batch(self, counters, requests, command), flush=True)
 
-    def _answered(self, totals: Any, counters: dict[str, list[int]],
-                  requests: list[tuple[list[str], Deliver]]) -> None:
-        if not isinstance(totals, list) or len(totals) != len(counters):
-            self._fail(f"unexpected answer from Redis at {self.address}: {totals!r}", requests)
-            return
-        self._sent_ok.inc()
-        # each key's count before this batch; hits are handed out in arrival order
-        seen = {key: int(total) - entry[1] for (key, entry), total in zip(counters.items(), totals, strict=True)}
-        for keys, deliver in requests:
-            counts = []
-            for key in keys:
-                seen[key] += 1
-                counts.append(seen[key])
-            deliver(counts, None)
-
-    def _failed(self, failure: Failure, requests: list[tuple[list[str], Deliver]]) -> None:
-        if isinstance(failure.value, (defer.TimeoutError, defer.CancelledError)):
-            reason = f"no answer from Redis at {self.address} within {self.timeout:g}s"
-        else:
-            reason = f"Redis at {self.address}: {failure.getErrorMessage() or type(failure.value).__name__}"
-        self._fail(reason, requests)
-
-    def _fail(self, reason: str, requests: list[tuple[list[str], Deliver]]) -> None:
+    def fail(self, reason: str, requests: list[_Request]) -> None:
         self._sent_failed.inc()
-        for _, deliver in requests:
-            deliver(None, reason)
+        for _, deliver, token in requests:
+            deliver(token, None, reason)
 
     def close(self) -> Deferred[None]:
         """Stop reconnecting and close the connection."""
-        d: Deferred[None] = self._factory.disconnect()
-        return d
-
+        return self.client.close()

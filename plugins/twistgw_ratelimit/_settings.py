@@ -12,6 +12,8 @@ plus where the counters live)::
       redis:                        # twistgw: the counters' Redis
         address: 127.0.0.1:6379
         db: 0
+        authSecretRef: {name: redis-auth, namespace: gloo-system}   # data.password (+ data.username: ACL)
+        tls: {caSecretRef: {name: redis-ca}}                        # or caFile: path, or {}: system trust
 
 ``Settings.spec.ratelimit`` (Gloo's ``ServiceSettings``): ``descriptors``
 and ``setDescriptors``, the rules the ``ratelimit`` actions count against.
@@ -19,12 +21,15 @@ and ``setDescriptors``, the rules the ``ratelimit`` actions count against.
 
 from __future__ import annotations
 
+from pathlib import Path as FilePath
 from typing import Any, Mapping
 
 import attrs
 
 from twistgw.api.types import OptionsError
 from twistgw.options import Path, Problems, parse_duration, type_name, unknown_field
+from twistgw.redis import RedisConfig
+from twistgw.tls import TLSSettingsError, client_tls
 
 from twistgw_ratelimit._descriptors import DescriptorSet, parse_descriptor_set
 
@@ -35,16 +40,11 @@ DESCRIPTORS_SECTION = "ratelimit"
 
 SERVER_FIELDS = ("rateLimitBeforeAuth", "denyOnFail", "requestTimeout", "enableXRatelimitHeaders",
                  "shadowMode", "redis", "ratelimitServerRef")
-REDIS_FIELDS = ("address", "db")
+REDIS_FIELDS = ("address", "db", "authSecretRef", "tls", "clustered")
+TLS_FIELDS = ("caSecretRef", "caFile")
 DEFAULT_TIMEOUT = 0.1
 #: plugins that authenticate or authorize: rateLimitBeforeAuth runs before them
 AUTH_PLUGINS = ("extauth", "jwt", "rbac")
-
-
-@attrs.frozen
-class RedisAddress:
-    address: str
-    db: int = 0
 
 
 @attrs.frozen
@@ -54,7 +54,7 @@ class ServerSettings:
     timeout: float = DEFAULT_TIMEOUT
     headers: bool = False
     shadow: bool = False
-    redis: RedisAddress | None = None
+    redis: RedisConfig | None = None
 
 
 def _bool(raw: Mapping[str, Any], name: str, problems: Problems) -> bool:
@@ -65,7 +65,7 @@ def _bool(raw: Mapping[str, Any], name: str, problems: Problems) -> bool:
     return value
 
 
-def _redis(raw: Any, problems: Problems) -> RedisAddress | None:
+def _redis(raw: Any, problems: Problems, resources: Any) -> RedisConfig | None:
     path: Path = ("redis",)
     if not isinstance(raw, Mapping):
         problems.add(path, f"must be a mapping {{address: host:port, db: 0}}, got {type_name(raw)}")
@@ -73,6 +73,10 @@ def _redis(raw: Any, problems: Problems) -> RedisAddress | None:
     for k in raw:
         if k not in REDIS_FIELDS:
             problems.add(path + (str(k),), unknown_field(k, REDIS_FIELDS))
+    if raw.get("clustered", False) is not False:
+        problems.add(path + ("clustered",), "Redis Cluster is not supported: one batch's counters (one Lua"
+                     " script) span many hash slots, which a cluster refuses (CROSSSLOT); point address at one"
+                     " primary (failover behind one name, e.g. a Sentinel-managed Service)")
     address = raw.get("address")
     if not isinstance(address, str):
         address = ""
@@ -84,11 +88,75 @@ def _redis(raw: Any, problems: Problems) -> RedisAddress | None:
     if isinstance(db, bool) or not isinstance(db, int) or not 0 <= db < 16384:
         problems.add(path + ("db",), f"must be a database number from 0, got {db!r}")
         return None
-    return RedisAddress(address, db)
+    username = password = None
+    if "authSecretRef" in raw:
+        data = _secret(raw["authSecretRef"], path + ("authSecretRef",), problems, resources)
+        if data is not None:
+            if not data.get("password"):
+                problems.add(path + ("authSecretRef",), "the Secret has no non-empty data.password")
+            password = data.get("password", b"").decode("utf-8", "replace")
+            username = data["username"].decode("utf-8", "replace") if data.get("username") else None
+    tls, ca = False, None
+    if "tls" in raw:
+        tls = True
+        ca = _tls_ca(raw["tls"], path + ("tls",), problems, resources)
+        if ca is not None or not problems:
+            try:
+                client_tls(host.strip("[]"), ca_pem=ca)
+            except TLSSettingsError as exc:
+                problems.add(path + ("tls",), str(exc))
+    return RedisConfig(host.strip("[]"), int(port), db, username, password, tls, ca)
 
 
-def parse_server_settings(raw: Mapping[str, Any]) -> ServerSettings:
-    """``Settings.spec.ratelimitServer``; OptionsError paths are below it."""
+def _secret(ref: Any, path: Path, problems: Problems, resources: Any) -> Mapping[str, bytes] | None:
+    """The data of the Secret ``ref`` names ({name, namespace}); None when
+    it does not resolve (reported), or when there are no resources to look in."""
+    if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str) or \
+            not isinstance(ref.get("namespace", "gloo-system"), str) or set(ref) - {"name", "namespace"}:
+        problems.add(path, "must be a Secret reference {name: ..., namespace: ...}")
+        return None
+    if resources is None:
+        return None
+    namespace = ref.get("namespace", "gloo-system")
+    try:
+        return dict(resources.secret(ref["name"], namespace).data)
+    except KeyError:
+        problems.add(path, f"no Secret {namespace}/{ref['name']}")
+        return None
+
+
+def _tls_ca(raw: Any, path: Path, problems: Problems, resources: Any) -> bytes | None:
+    """``tls: {}`` (the system's CAs), ``{caSecretRef}`` (its data ca.crt) or ``{caFile}``."""
+    if not isinstance(raw, Mapping):
+        problems.add(path, "must be a mapping: {} (the system's CAs), {caSecretRef: ...} or {caFile: path}")
+        return None
+    for k in raw:
+        if k not in TLS_FIELDS:
+            problems.add(path + (str(k),), unknown_field(k, TLS_FIELDS))
+    if "caSecretRef" in raw and "caFile" in raw:
+        problems.add(path, "set caSecretRef or caFile, not both")
+    if "caSecretRef" in raw:
+        data = _secret(raw["caSecretRef"], path + ("caSecretRef",), problems, resources)
+        if data is not None and not data.get("ca.crt"):
+            problems.add(path + ("caSecretRef",), "the Secret has no data ca.crt (PEM CA certificates)")
+        return data.get("ca.crt") if data else None
+    if "caFile" in raw:
+        name = raw["caFile"]
+        if not isinstance(name, str) or not name:
+            problems.add(path + ("caFile",), "must be the path of a PEM file of CA certificates")
+            return None
+        base = FilePath(getattr(resources, "config_dir", "") or ".")
+        try:
+            return (base / name).read_bytes()
+        except OSError as exc:
+            problems.add(path + ("caFile",), f"cannot read {name}: {exc.strerror or exc}")
+    return None
+
+
+def parse_server_settings(raw: Mapping[str, Any], resources: Any = None) -> ServerSettings:
+    """``Settings.spec.ratelimitServer``; OptionsError paths are below it.
+    Secrets are looked up in ``resources`` (a ResourceView; without it only
+    the references' shapes are checked)."""
     problems = Problems()
     if not isinstance(raw, Mapping):
         raise OptionsError((), f"must be a mapping, got {type_name(raw)}")
@@ -106,7 +174,7 @@ def parse_server_settings(raw: Mapping[str, Any]) -> ServerSettings:
                          f" {raw['requestTimeout']!r}")
         else:
             timeout = parsed
-    redis = _redis(raw["redis"], problems) if "redis" in raw else None
+    redis = _redis(raw["redis"], problems, resources) if "redis" in raw else None
     settings = ServerSettings(_bool(raw, "rateLimitBeforeAuth", problems), _bool(raw, "denyOnFail", problems),
                               timeout, _bool(raw, "enableXRatelimitHeaders", problems),
                               _bool(raw, "shadowMode", problems), redis)
@@ -118,7 +186,7 @@ def server_settings(resources: Any) -> ServerSettings:
     """The server settings of a configuration (defaults when absent; a
     broken section reads as the defaults: it is reported on its own)."""
     try:
-        return parse_server_settings(resources.settings(SERVER_SECTION) or {})
+        return parse_server_settings(resources.settings(SERVER_SECTION) or {}, resources)
     except OptionsError:
         return ServerSettings()
 

@@ -6,6 +6,9 @@ trial and pytest (listed in tests/inmemory.py)."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from twisted.trial import unittest
@@ -28,6 +31,8 @@ from twistgw_oidc._idtoken import Invalid, check_claims
 from twistgw_oidc._login import can_redirect
 from twistgw_oidc._logout import cross_site
 from twistgw_oidc._session import UsedStates
+
+from support.pki import TestCA
 
 KEY = os.urandom(32)
 
@@ -264,6 +269,27 @@ class OptionsTests(unittest.TestCase):
         s = checker.spec.session
         self.assertEqual((s.kind, s.cookie_name, s.key_prefix, s.allow_refreshing), ("redis", "sid", "app:", True))
         self.assertEqual((s.cookie.max_age, s.cookie.secure, s.cookie.same_site), (0, False, "Strict"))
+
+    def test_redis_tls_socket_type(self) -> None:
+        ca = TestCA().pem
+        directory = Path(tempfile.mkdtemp(prefix="twistgw-oidc-ca-"))
+        self.addCleanup(shutil.rmtree, directory, True)
+        (directory / "ca.crt").write_bytes(ca)
+        for path in (str(directory), str(directory / "ca.crt")):  # a mounted Secret, or the file itself
+            checker = compile_oidc_checker(session={"redis": {"options": {
+                "host": "redis.internal:6380", "socketType": "TLS", "tlsCertMountPath": path}}})
+            redis = checker.spec.session.redis
+            assert redis is not None
+            self.assertEqual((redis.tls, redis.ca_pem, str(redis)), (True, ca, "rediss://redis.internal:6380/0"))
+        system = compile_oidc_checker(session={"redis": {"options": {"host": "r:6380", "socketType": "TLS"}}})
+        self.assertEqual((system.spec.session.redis.tls, system.spec.session.redis.ca_pem), (True, None))
+        got = problems(oidc(session={"redis": {"options": {"host": "r:1", "socketType": "TLS",
+                                                           "tlsCertMountPath": str(directory / "nope.pem")}}}))
+        self.assertIn("cannot read", got["oidcAuthorizationCode.session.redis.options.tlsCertMountPath"])
+        got = problems(oidc(session={"redis": {"options": {"host": "r:1", "tlsCertMountPath": str(directory)}}}))
+        self.assertIn("socketType: TLS only", got["oidcAuthorizationCode.session.redis.options.tlsCertMountPath"])
+        got = problems(oidc(session={"redis": {"options": {"host": "r:1", "socketType": "UNIX"}}}))
+        self.assertIn("must be TCP or TLS", got["oidcAuthorizationCode.session.redis.options.socketType"])
 
     def test_fail_on_redirect(self) -> None:
         checker = OAuth2Type().compile(oidc(), scope(fail_on_redirect=True))

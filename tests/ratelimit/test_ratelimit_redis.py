@@ -272,7 +272,7 @@ async def test_redis_frozen_then_back(redis: RedisServer) -> None:
             assert status == 500 and 0.25 < took < 1.0, (status, took)
         finally:
             redis.thaw()
-        await sleep(1.5)  # the hung connections were dropped; txredisapi connects again
+        await sleep(1.5)  # the hung connections were dropped; twistgw.redis connects again
         for i, tester in enumerate((open_, closed)):
             # a fresh bucket (the frozen batches may or may not have been counted after SIGCONT)
             found = [(await timed(tester, f"10.0.0.{i}"))[0] for _ in range(3)]

@@ -8,6 +8,8 @@ persistence, stopped by pid.
     ... server.port, server.address, server.command("DBSIZE") ...
     server.freeze(); server.thaw()              # SIGSTOP / SIGCONT: a Redis that hangs
     server.stop()                               # SIGTERM, then SIGKILL; start() again on the same port
+    RedisServer(tmp_path, args=["--requirepass", "pw"])           # more redis-server options
+    RedisServer(tmp_path, tls=(cert_path, key_path, ca_path))      # also a TLS port: server.tls_port
 
 or as a context manager (``with RedisServer(tmp_path) as server:``).
 
@@ -57,7 +59,7 @@ def _ping(port: int, timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
             s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
+            return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
     except OSError:
         return False
 
@@ -65,13 +67,21 @@ def _ping(port: int, timeout: float = 0.5) -> bool:
 class RedisServer:
     """One ``redis-server`` process: ``--bind 127.0.0.1 --save '' --appendonly no``."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path, port: int | None = None, args: list[str] | tuple[str, ...] = (),
+                 tls: tuple[Path, Path, Path] | None = None) -> None:
         self.binary = find_redis_server()
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = self.directory / f"redis-{self.port}.log"
+        self.args = list(args)
+        self.tls_port: int | None = None
+        if tls is not None:  # a TLS port beside the plain one (which PING checks); no client certificates
+            self.tls_port = free_port()
+            cert, key, ca = tls
+            self.args += ["--tls-port", str(self.tls_port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+                          "--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no"]
 
     @property
     def address(self) -> str:
@@ -88,7 +98,7 @@ class RedisServer:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.directory), "--protected-mode", "yes"],
+             "--dir", str(self.directory), "--protected-mode", "yes", *self.args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.directory,
         )
         log.close()
@@ -129,10 +139,11 @@ class RedisServer:
             process.kill()
             process.wait(timeout)
 
-    def command(self, *args: str) -> str:
+    def command(self, *args: str, password: str | None = None) -> str:
         """One command through ``redis-cli`` (for assertions), its output stripped."""
         cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
-        out = subprocess.run([cli, "-h", "127.0.0.1", "-p", str(self.port), *args],
+        login = ["--no-auth-warning", "-a", password] if password is not None else []
+        out = subprocess.run([cli, "-h", "127.0.0.1", "-p", str(self.port), *login, *args],
                              capture_output=True, text=True, timeout=10, check=True)
         return out.stdout.strip()
 
