@@ -288,6 +288,8 @@ class VirtualService(_Named):
     source: Source | None = None
     #: ``virtualHost.optionsConfigRefs.delegateOptions``: VirtualHostOption (namespace, name) in order
     options_refs: tuple[tuple[str, str], ...] = ()
+    #: ``metadata.labels`` (a Gateway's ``virtualServiceSelector`` reads them)
+    labels: Mapping[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen

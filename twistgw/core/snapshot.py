@@ -31,6 +31,7 @@ from twistgw.core.compiling import (
 from twistgw.core.plan import LocalResponse
 from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
+from twistgw.core.gateways import GatewayView, build_gateway_views
 from twistgw.core.routing import HostTable
 from twistgw.core.balancers import make_balancer
 from twistgw.core.health import CheckedBalancer, HealthState
@@ -75,8 +76,11 @@ class Snapshot:
     def __init__(self, config: Config, routes: dict[tuple[str, int], RouteRuntime],
                  generation: int, plugin_compiled: dict[str, list[Any]],
                  owned_headers: tuple[bytes, ...] = (),
-                 health: dict[tuple[str, str], HealthState] | None = None) -> None:
+                 health: dict[tuple[str, str], HealthState] | None = None,
+                 gateways: dict[str, GatewayView] | None = None) -> None:
         self.config = config
+        #: each Gloo Gateway this process serves, by ``namespace/name``
+        self.gateways = gateways or {}
         #: upstream → its active health, for the runtime's checker (healthChecks)
         self.health = health or {}
         #: canonical names of the request headers plugins own
@@ -111,10 +115,11 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
         _HostCompiler(build, vs).run()
     check_unused_route_tables(config, host, build.view, build.staged, build.issues)
     _check_forged_headers(build)
+    gateways = build_gateway_views(config, host, build.view, build.issues, build.compiled_by_plugin)
     if build.issues or config.issues:
         raise ConfigError(list(config.issues) + build.issues)
     return Snapshot(config, build.routes, generation, build.compiled_by_plugin, tuple(sorted(build.owned)),
-                    build.health)
+                    build.health, gateways)
 
 
 #: The key of one upstream's balancer: (namespace, name) and the route's subset.

@@ -56,6 +56,8 @@ class GatewayProtocol(Protocol, RequestReader):
     idle_timeout: float | None = IDLE_TIMEOUT
     peer_host = ""
     scheme = "http"
+    #: the Gloo Gateway whose listener accepted it (None: a --listen one)
+    gateway_key: str | None = None
 
     def __init__(self, gateway: "Gateway") -> None:
         self.gateway = gateway

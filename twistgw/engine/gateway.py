@@ -18,7 +18,7 @@ from zope.interface import implementer
 
 from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT, UPSTREAM_TIMEOUT
 from twistgw.core.accesslog import AccessLog
-from twistgw.core.pipeline import INTERNAL_ERROR, Pipeline, RequestHead
+from twistgw.core.pipeline import INTERNAL_ERROR, NOT_FOUND, Pipeline, RequestHead
 from twistgw.core.plan import Forward, LocalResponse, Plan, RetryingForward
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import Snapshot
@@ -64,7 +64,15 @@ class Gateway:
         try:
             head = ex.head = RequestHead(ex.method, ex.target, ex.headers, proto.peer_host, proto.scheme,
                                          ex.version)
-            plan = self.pipeline.handle(head, self.snapshot)
+            snapshot = self.snapshot
+            key = proto.gateway_key
+            if key is None:
+                plan = self.pipeline.handle(head, snapshot)
+            elif snapshot is not None and key in snapshot.gateways:
+                head.gateway = snapshot.gateways[key]
+                plan = self.pipeline.handle(head, snapshot)
+            else:  # a Gateway removed while its listener drains
+                plan = NOT_FOUND
         except Exception:
             # e.g. a twistgw_route_match plugin that raised: fail closed with
             # a 500 rather than dropping the connection without an answer.
@@ -153,8 +161,11 @@ class GatewayFactory(Factory):
     noisy = False
 
     def __init__(self, gateway: Gateway, timeout: float | None = IDLE_TIMEOUT,
-                 head_timeout: float = HEAD_TIMEOUT) -> None:
+                 head_timeout: float = HEAD_TIMEOUT, gateway_key: str | None = None) -> None:
         self.gateway = gateway
+        #: ``namespace/name`` of the Gloo Gateway this listener serves (None:
+        #: a ``--listen`` endpoint, serving every virtual service)
+        self.gateway_key = gateway_key
         self.timeOut = timeout
         self.head_timeout = head_timeout
         #: open client connections, so that stopping can close them
@@ -165,6 +176,7 @@ class GatewayFactory(Factory):
         p = GatewayProtocol(self.gateway)
         p.factory = self
         p.head_timeout = self.head_timeout
+        p.gateway_key = self.gateway_key
         p.idle_timeout = self.timeOut
         self.connections.add(p)
         return p
