@@ -22,6 +22,7 @@ See docs/gateways.md.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any, Mapping
 
 import attrs
@@ -193,7 +194,13 @@ def read_gateway(r: FieldReader, res: Envelope) -> GlooGateway:
         r.issue(("spec", "httpGateway"), "is required: twistgw serves HTTP gateways")
     out: dict[str, Any] = {}
     with r.part():
-        out["bind_address"] = r.string(spec.get("bindAddress", "::"), ("spec", "bindAddress"))
+        address = r.string(spec.get("bindAddress", "::"), ("spec", "bindAddress"))
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise r.fail(("spec", "bindAddress"),
+                         f"must be an IP address (e.g. '::' or 0.0.0.0), got {address!r}") from None
+        out["bind_address"] = address
     with r.part():
         out["bind_port"] = r.port(spec["bindPort"], ("spec", "bindPort"))
     for field, attr in (("ssl", "ssl"), ("useProxyProto", "proxy_protocol")):

@@ -153,6 +153,14 @@ class GatewayProtocol(Protocol, RequestReader):
         self.transport.abortConnection()
         return True
 
+    def finish_and_close(self) -> None:
+        """Close now if no request is under way, else after the requests
+        already read are answered (its listener is going away)."""
+        if self.state is _IDLE and self.current is None and not self.queue:
+            self.close()
+        else:
+            self.stop_reading()
+
     def stop_reading(self) -> None:
         """→ DRAINING: read nothing more; the connection closes after the
         requests already read are answered."""

@@ -25,6 +25,7 @@ from twistgw.core.snapshot import Snapshot
 from twistgw.engine import framing, wire
 from twistgw.engine.connection import GatewayProtocol
 from twistgw.engine.exchange import Exchange
+from twistgw.engine.proxyproto import ProxiedGatewayProtocol, wrapping_factory
 from twistgw.engine.upstream import UpstreamPool
 
 __all__ = ["Gateway", "GatewayFactory"]
@@ -172,14 +173,43 @@ class GatewayFactory(Factory):
         self.connections: set[GatewayProtocol] = set()
         self._all_closed: list[Deferred[None]] = []
 
-    def buildProtocol(self, addr: Any) -> GatewayProtocol:
-        p = GatewayProtocol(self.gateway)
+    #: read a PROXY protocol header first (a Gateway's ``useProxyProto``)
+    proxy_protocol = False
+    _proxy_wrapping: Any = None
+
+    def buildProtocol(self, addr: Any) -> Any:
+        p = GatewayProtocol(self.gateway) if not self.proxy_protocol else ProxiedGatewayProtocol(self.gateway)
         p.factory = self
         p.head_timeout = self.head_timeout
         p.gateway_key = self.gateway_key
         p.idle_timeout = self.timeOut
         self.connections.add(p)
-        return p
+        if not self.proxy_protocol:
+            return p
+        wrapping = self._proxy_wrapping
+        if wrapping is None:
+            wrapping = self._proxy_wrapping = wrapping_factory(self)
+        return wrapping.protocol(wrapping, p)
+
+    def drain(self, timeout: float) -> Deferred[None]:
+        """Close idle connections now and the others once the requests they
+        sent are answered; after ``timeout`` seconds, drop what is left
+        (a Gateway's listener that a reload removed). Fires once every
+        connection is gone."""
+        d: Deferred[None] = Deferred()
+        if not self.connections:
+            d.callback(None)
+            return d
+        self._all_closed.append(d)
+        for proto in list(self.connections):
+            proto.finish_and_close()
+        late = self.gateway.reactor.callLater(timeout, self.close_connections)
+
+        def done(result: None) -> None:
+            if late.active():
+                late.cancel()
+            return result
+        return d.addCallback(done)
 
     def connection_closed(self, proto: GatewayProtocol) -> None:
         self.connections.discard(proto)
