@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from twistgw.api.headers import Headers
-from twistgw.config.gateways import GlooGateway, HcmSettings
+from twistgw.config.gateways import HcmSettings
 from twistgw.config.loader import ConfigError, load_text
 from twistgw.core.gateways import forwarded
 from twistgw.core.pipeline import Pipeline, RequestHead

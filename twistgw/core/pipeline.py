@@ -32,7 +32,7 @@ from twistgw.core.chain import Call, Trace, start_calls
 from twistgw.core.headers import copy_request_headers
 from twistgw.core.paths import BadPath, normalise_path
 from twistgw.core.plan import Forward, LocalResponse, Plan, RetryingForward
-from twistgw.core.routing import first_route
+from twistgw.core.routing import HostTable, first_route
 from twistgw.core.balancers import hash_of
 from twistgw.core.gateways import GatewayView, forwarded
 from twistgw.core.snapshot import RouteRuntime, Snapshot
@@ -130,7 +130,7 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     :param route_hook: the ``twistgw_route_match`` hook when a plugin
         implements it (a pluggy hook caller), else None.
     """
-    method, target, headers, version = head.method, head.target, head.headers, head.version
+    target, headers = head.target, head.headers
     gateway = head.gateway
     table = snapshot.hosts if gateway is None else gateway.hosts
     try:
@@ -138,21 +138,10 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
         path = normalise_path(raw_path)
     except BadPath as exc:
         return bad_request(str(exc))
-    hosts = headers.getRawHeaders(b"host")
-    if hosts is not None and len(hosts) > 1:
-        return bad_request("more than one Host header")
-    if authority is not None:
-        host, vs = table.resolve(authority)
-    elif hosts is not None:
-        host, vs = table.resolve(hosts[0])
-    elif version == b"HTTP/1.0":
-        host, vs = "", table.default  # RFC 9112 §3.2: only HTTP/1.1 must send Host
-    else:
-        return bad_request("the Host header is required")
-    if host is None:
-        return bad_request("the Host header (or the target's authority) is not a valid host[:port]")
-    if vs is None:
-        return NOT_FOUND
+    found = _virtual_service(table, authority, headers.getRawHeaders(b"host"), head.version)
+    if isinstance(found, LocalResponse):
+        return found
+    host, vs = found
     upstream_headers = Headers()
     copy_request_headers(headers, upstream_headers.raw)
     for name in snapshot.owned_headers:
@@ -167,7 +156,7 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     if gateway is not None and gateway.hcm.gloo_xff:
         client, head.forwarded_for = forwarded(gateway.hcm, client, headers.getRawHeaders(b"x-forwarded-for"))
     ctx = RequestContext(
-        method.decode("latin-1"), path, query, upstream_headers, host,
+        head.method.decode("latin-1"), path, query, upstream_headers, host,
         client, vs.key, "", reactor, head.scheme, target,
     )
     # Route matchers read a header the copy above dropped as the client sent it.
@@ -179,6 +168,26 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     ctx.route = route.name
     ctx.upstream = _upstream_of(route)
     return Prepared(ctx, snapshot.runtime(vs, route))
+
+
+def _virtual_service(table: HostTable, authority: bytes | None, hosts: list[bytes] | None,
+                     version: bytes) -> tuple[str, VirtualService] | LocalResponse:
+    """The host and its virtual service, from the target's authority or Host."""
+    if hosts is not None and len(hosts) > 1:
+        return bad_request("more than one Host header")
+    if authority is not None:
+        host, vs = table.resolve(authority)
+    elif hosts is not None:
+        host, vs = table.resolve(hosts[0])
+    elif version == b"HTTP/1.0":
+        host, vs = "", table.default  # RFC 9112 §3.2: only HTTP/1.1 must send Host
+    else:
+        return bad_request("the Host header is required")
+    if host is None:
+        return bad_request("the Host header (or the target's authority) is not a valid host[:port]")
+    if vs is None:
+        return NOT_FOUND
+    return host, vs
 
 
 def _upstream_of(route: Route) -> str:
