@@ -162,7 +162,7 @@ class GatewayConfigTests(TestCase):
 
     @pytest.mark.parametrize("http, field, words", [
         ("{options: {httpConnectionManagerSettings: {maxRequestHeadersKb: 96}}}",
-         "httpConnectionManagerSettings.maxRequestHeadersKb", "fixed (64 KiB"),
+         "httpConnectionManagerSettings.maxRequestHeadersKb", "fixed (16 KiB"),
         ("{options: {httpConnectionManagerSettings: {tracing: {}}}}",
          "httpConnectionManagerSettings.tracing", "tracing is out of"),
         ("{options: {httpConnectionManagerSettings: {xffNumTrustedHops: -1}}}",

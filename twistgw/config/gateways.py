@@ -60,7 +60,7 @@ _HCM_FIELDS = ("idleTimeout", "requestHeadersTimeout", "serverName", "skipXffApp
                "xffNumTrustedHops")
 #: the ones it does not, each with why
 _HCM_REFUSED = {
-    "maxRequestHeadersKb": "the request-head limit is fixed (64 KiB, answered 431), not per listener",
+    "maxRequestHeadersKb": "the request-head limit is fixed (16 KiB, answered 431), not per listener",
     "requestTimeout": "twistgw bounds the request head (requestHeadersTimeout) and each upstream answer"
                       " (the route's timeout), not a whole-request timer",
     "streamIdleTimeout": "use idleTimeout (the connection's) or the route's timeout",
