@@ -138,10 +138,10 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
         path = normalise_path(raw_path)
     except BadPath as exc:
         return bad_request(str(exc))
-    found = _virtual_service(table, authority, headers.getRawHeaders(b"host"), head.version)
-    if isinstance(found, LocalResponse):
-        return found
-    host, vs = found
+    host, vs, refusal = _virtual_service(table, authority, headers.getRawHeaders(b"host"), head.version)
+    if refusal is not None:
+        return refusal
+    assert host is not None and vs is not None
     upstream_headers = Headers()
     copy_request_headers(headers, upstream_headers.raw)
     for name in snapshot.owned_headers:
@@ -170,11 +170,12 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     return Prepared(ctx, snapshot.runtime(vs, route))
 
 
-def _virtual_service(table: HostTable, authority: bytes | None, hosts: list[bytes] | None,
-                     version: bytes) -> tuple[str, VirtualService] | LocalResponse:
-    """The host and its virtual service, from the target's authority or Host."""
+def _virtual_service(table: HostTable, authority: bytes | None, hosts: list[bytes] | None, version: bytes
+                     ) -> tuple[str | None, VirtualService | None, LocalResponse | None]:
+    """``(host, its virtual service, None)`` from the target's authority or
+    Host, or ``(..., the refusal)``."""
     if hosts is not None and len(hosts) > 1:
-        return bad_request("more than one Host header")
+        return None, None, bad_request("more than one Host header")
     if authority is not None:
         host, vs = table.resolve(authority)
     elif hosts is not None:
@@ -182,12 +183,10 @@ def _virtual_service(table: HostTable, authority: bytes | None, hosts: list[byte
     elif version == b"HTTP/1.0":
         host, vs = "", table.default  # RFC 9112 §3.2: only HTTP/1.1 must send Host
     else:
-        return bad_request("the Host header is required")
+        return None, None, bad_request("the Host header is required")
     if host is None:
-        return bad_request("the Host header (or the target's authority) is not a valid host[:port]")
-    if vs is None:
-        return NOT_FOUND
-    return host, vs
+        return None, None, bad_request("the Host header (or the target's authority) is not a valid host[:port]")
+    return host, vs, None if vs is not None else NOT_FOUND
 
 
 def _upstream_of(route: Route) -> str:
@@ -364,7 +363,13 @@ class Pipeline:
         if ctx.query:
             target += b"?" + ctx.query
         headers = ctx.headers
-        _forwarding(headers, ctx, forwarded_for)
+        if forwarded_for is _OWN_RULE:  # inline: the plain route's path
+            client = ctx.client_address.encode("ascii")
+            headers.set_canonical(b"X-Forwarded-For", client)
+            headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
+            headers.set_canonical(b"X-Real-Ip", client)
+        else:
+            _forwarding(headers, ctx, forwarded_for)
         return Forward(endpoint, ctx.method.encode("latin-1"), target, headers,
                        route.timeout or self.upstream_timeout, balancer.upstream)
 
