@@ -34,10 +34,12 @@ LOCAL_LIMIT = "localRatelimit"
 
 
 def has_ssl(vs: VirtualService) -> bool:
-    """Does the virtual service have ``sslConfig``? (Not read yet by
-    twistgw: every virtual service is plain, so ``ssl: true`` Gateways are
-    refused at load.)"""
-    return False
+    """Does the virtual service have ``sslConfig``? A plain Gateway must
+    never serve one over plain HTTP. (``VirtualService.ssl`` comes with the
+    per-virtual-service certificates, built on another branch: read by name
+    so that this stays right whichever is merged first; ``ssl: true``
+    Gateways are refused until they are wired to those certificates.)"""
+    return getattr(vs, "ssl", None) is not None
 
 
 def _trusted(entries: list[str], index: int) -> str | None:
