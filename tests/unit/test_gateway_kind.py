@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 from twistgw.api.headers import Headers
+from twistgw.cli import main
 from twistgw.config.gateways import HcmSettings
 from twistgw.config.loader import ConfigError, load_text
 from twistgw.core.gateways import forwarded
@@ -194,10 +195,16 @@ class GatewayConfigTests(TestCase):
         text = docs(UPSTREAM, vs("a", "*"), gateway("gw", 8080).replace("127.0.0.1", "localhost"))
         assert any("spec.bindAddress: must be an IP address" in p for p in problems(text))
 
-    def test_gateways_for_other_proxies_are_not_served(self):
+    def test_gateways_for_other_proxies_are_not_served(self, tmp_path, capsys):
         text = docs(UPSTREAM, vs("a", "*"), gateway("mine", 8080),
                     gateway("theirs", 8081, extra="  proxyNames: [internal-proxy]\n"))
         assert list(snapshot_of(text).gateways) == ["gloo-system/mine"]
+        (tmp_path / "gw.yaml").write_text(text)
+        assert main(["check", str(tmp_path), "-v"]) == 0
+        out = capsys.readouterr()
+        assert ("note: Gateway gloo-system/theirs is for internal-proxy, not gateway-proxy: this gateway does not"
+                " serve it (no listener)") in out.err
+        assert "Gateway gloo-system/mine listens on 127.0.0.1 port 8080; serves gloo-system/a" in out.out
 
 
 class SelectionTests(TestCase):

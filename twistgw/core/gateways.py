@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from twistgw.api.resources import OptionsScope, ResourceView
 from twistgw.api.types import OptionsError
 from twistgw.config.errors import ConfigIssue
-from twistgw.config.gateways import GlooGateway, HcmSettings, selects
+from twistgw.config.gateways import DEFAULT_PROXY, GlooGateway, HcmSettings, selects
 from twistgw.config.model import VirtualService
 from twistgw.config.resolution import Config
 from twistgw.core.chain import Call, ChainStep, flatten_chain
@@ -27,7 +27,7 @@ from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
 from twistgw.core.traffic import ResponseEdit
 
-__all__ = ["GatewayView", "build_gateway_views", "forwarded", "has_ssl"]
+__all__ = ["GatewayView", "build_gateway_views", "forwarded", "gateway_notes", "has_ssl"]
 
 #: the plugin that counts ``localRatelimit`` buckets
 LOCAL_LIMIT = "localRatelimit"
@@ -111,6 +111,14 @@ class GatewayView:
             found = route_calls if own else self._limit_calls + route_calls
             self._calls[id(route_calls)] = found
         return found
+
+
+def gateway_notes(config: Config) -> list[str]:
+    """A note for each Gateway this process does not serve (``proxyNames``
+    names other proxies only), for ``twistgw check`` and the log."""
+    return [f"Gateway {gw.key} is for {', '.join(gw.proxy_names)}, not {DEFAULT_PROXY}: this gateway does"
+            f" not serve it (no listener)" for _key, gw in sorted(config.of_kind("Gateway").items())
+            if isinstance(gw, GlooGateway) and not gw.served_here()]
 
 
 def build_gateway_views(config: Config, host: PluginHost, view: ResourceView, issues: list[ConfigIssue],

@@ -24,6 +24,7 @@ from twistgw.config.defaults import (BACKLOG, DRAIN_TIMEOUT, HEAD_TIMEOUT, IDLE_
 from twistgw.config.loader import ConfigError, load_directory
 from twistgw.config.names import is_yaml_file, with_backlog
 from twistgw.core.accesslog import AccessLog
+from twistgw.core.gateways import gateway_notes
 from twistgw.core.plugins import GatewayInfo, PluginHost
 from twistgw.core.snapshot import Snapshot, build_snapshot
 from twistgw.engine.reactor import streamline
@@ -144,7 +145,7 @@ class GatewayService(service.MultiService):
         fp = fingerprint(self.config_dir)
         config = load_directory(self.config_dir, keep_going=True)
         snapshot = build_snapshot(config, self.plugins, self.generation + 1)
-        for note in config.skipped:
+        for note in (*config.skipped, *gateway_notes(config)):
             self._log.info("{note}", note=note)
         self._fingerprint = fp
         return snapshot
