@@ -342,3 +342,28 @@ def test_http_local_ratelimit_default_and_overrides(tmp_path: Path) -> None:
         assert [request(limited, "b.example")[0] for _ in range(2)] == [200, 429]
         # a Gateway without httpLocalRatelimit: no default bucket
         assert [request(free, "c.example")[0] for _ in range(5)] == [200] * 5
+
+
+def _closed_after(port: int, data: bytes = b"") -> float:
+    """Seconds until the gateway closes a connection that sent ``data`` and then nothing."""
+    start = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as s:
+        if data:
+            s.sendall(data)
+        while s.recv(65536):
+            pass
+    return time.monotonic() - start
+
+
+def test_server_name_and_timeouts_per_gateway(tmp_path: Path, backend: int) -> None:
+    port = free_port()
+    hcm = {"serverName": "edge-1", "idleTimeout": "1s", "requestHeadersTimeout": "1s"}
+    docs = [upstream(backend), vs("a", ["*"]),
+            gateway("edge", port, {"options": {"httpConnectionManagerSettings": hcm}})]
+    with gateway_process(tmp_path, write(tmp_path / "config", docs)) as gw:
+        status, headers, _ = request(port)
+        assert status == 200 and headers["server"] == "edge-1"  # the backend's own Server replaced
+        assert request(port, path="/", host="a.example")[1]["server"] == "edge-1"
+        assert "edge-1" not in request(gw.port)[1].get("server", "")  # --listen: the backend's
+        assert 0.8 < _closed_after(port) < 5  # idle: idleTimeout 1s
+        assert 0.8 < _closed_after(port, b"GET / HTTP/1.1\r\nHost: a") < 5  # a head never finished
