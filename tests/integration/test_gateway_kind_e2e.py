@@ -367,3 +367,12 @@ def test_server_name_and_timeouts_per_gateway(tmp_path: Path, backend: int) -> N
         assert "edge-1" not in request(gw.port)[1].get("server", "")  # --listen: the backend's
         assert 0.8 < _closed_after(port) < 5  # idle: idleTimeout 1s
         assert 0.8 < _closed_after(port, b"GET / HTTP/1.1\r\nHost: a") < 5  # a head never finished
+
+
+def test_workers_refuse_gateways_with_the_reason(tmp_path: Path) -> None:
+    directory = write(tmp_path / "config", [vs("a", ["*"], body="A"), gateway("one", free_port())])
+    out = _twist(tmp_path, "--config", directory, "--admin", "none", "--workers", "2",
+                 "--listen", f"tcp:{free_port()}:interface=127.0.0.1")
+    assert out.returncode == 2, out
+    assert "Gateway resources are not supported with --workers yet" in out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
