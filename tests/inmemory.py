@@ -41,6 +41,7 @@ MODULES = (
     "unit/test_engine_timers.py",
     "unit/test_field_walk.py",
     "unit/test_vs_tls_config.py",
+    "unit/test_gateway_kind.py",
     "unit/test_gloo_loader.py",
     "unit/test_header_policy.py",
     "unit/test_headers.py",

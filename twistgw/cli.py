@@ -52,6 +52,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         _err(str(exc))
         return EXIT_INVALID
     vs = snapshot.config.virtual_services
+    from twistgw.core.gateways import gateway_notes
+
+    for note in gateway_notes(snapshot.config):
+        print(f"note: {note}", file=sys.stderr)
     for v in vs:
         if not v.routes:
             print(f"note: VirtualService {v.key} has no routes: it serves nothing (Gloo accepts such"
@@ -59,6 +63,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"{args.directory}: OK: {len(vs)} virtual service(s), {len(snapshot.routes)} route(s),"
           f" {len(snapshot.config.upstreams)} upstream(s)")
     if args.verbose:
+        for key, view in sorted(snapshot.gateways.items()):
+            gw = view.gateway
+            print(f"  Gateway {key} listens on {gw.bind_address} port {gw.bind_port}; serves"
+                  f" {', '.join(v.key for v in view.virtual_services) or '(no virtual service)'}")
         for v in vs:
             print(f"  VirtualService {v.key} domains={list(v.domains)}")
             for route in v.routes:

@@ -43,7 +43,8 @@ class Options(usage.Options):
     def opt_listen(self, endpoint: str) -> None:
         """Listen on a Twisted endpoint string (repeatable): tcp:8080; TLS with its own certificate,
         ssl:8443:privateKey=KEY:certKey=CERT; or TLS with only the VirtualServices' certificates
-        (sslConfig, picked by SNI), tls:8443. Default: tcp:8080"""
+        (sslConfig, picked by SNI), tls:8443. Default: tcp:8080, or none when the configuration has
+        Gateway resources (they say where to listen)"""
         self["listen"].append(endpoint)
 
     opt_l = opt_listen
@@ -59,6 +60,8 @@ class Options(usage.Options):
             raise SystemExit(EXIT_USAGE) from None
 
     def postOptions(self) -> None:
+        #: no --listen given: tcp:8080, unless the configuration has Gateways
+        self["listen_defaulted"] = not self["listen"]
         if not self["listen"]:
             self["listen"] = ["tcp:8080"]
         from twistgw.runtime.workers import parse_workers
@@ -110,6 +113,8 @@ def makeService(options: Options) -> IService:
         svc.load_initial()
     except ConfigError as exc:
         _refuse(options, exc)
+    if options["listen_defaulted"] and svc.gateways.listeners():
+        svc.listeners.clear()  # the Gateways say where to listen
     # Freeze first: once the endpoints listen, clients queue until the reactor runs.
     freeze_startup_heap()
     _cannot_listen(svc.open_listeners())
@@ -148,9 +153,13 @@ def _workers_service(options: Options, admin: str | None) -> IService:
     from twistgw.runtime.workers import WorkersService
 
     try:
-        build_snapshot(load_directory(options["config"], keep_going=True), PluginHost.create())
+        snapshot = build_snapshot(load_directory(options["config"], keep_going=True), PluginHost.create())
     except ConfigError as exc:
         _refuse(options, exc)
+    if snapshot.gateways:
+        sys.stderr.write("twist twistgw: Gateway resources are not supported with --workers yet (each worker"
+                         " would have to open and close their listeners); use --listen, or one process\n")
+        raise SystemExit(EXIT_USAGE)
     for description in options["listen"]:
         if not description.startswith(("tcp:", "tcp6:")):
             sys.stderr.write(f"twist twistgw: --listen {description!r}: with --workers only tcp: and tcp6:"

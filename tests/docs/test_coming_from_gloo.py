@@ -63,7 +63,7 @@ def test_each_unsupported_gloo_field_is_documented_and_refused(where, field):
 
 
 @pytest.mark.parametrize("api, kind", [
-    ("gateway.solo.io/v1", "Gateway"), ("gateway.solo.io/v1", "MatchableHttpGateway"),
+    ("gateway.solo.io/v1", "MatchableHttpGateway"), ("gateway.solo.io/v1", "MatchableTcpGateway"),
     ("gloo.solo.io/v1", "Proxy"),
 ])
 def test_gloo_kinds_twistgw_does_not_read_are_refused(api, kind):

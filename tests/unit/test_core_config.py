@@ -174,8 +174,8 @@ ERROR_CASES = [
         "VirtualService default/v", "apiVersion", "VirtualService needs apiVersion 'gateway.vendor.io/v1'",
         1, id="bad-apiversion"),
     pytest.param(
-        "apiVersion: gateway.solo.io/v1\nkind: Gateway\nmetadata: {name: p}\nspec: {}\n",
-        "", "kind", "unknown kind 'Gateway' in 'gateway.solo.io/v1'", 2, id="unknown-kind"),
+        "apiVersion: gateway.solo.io/v1\nkind: MatchableHttpGateway\nmetadata: {name: p}\nspec: {}\n",
+        "", "kind", "unknown kind 'MatchableHttpGateway' in 'gateway.solo.io/v1'", 2, id="unknown-kind"),
     pytest.param(
         "apiVersion: v1\nkind: Secret\nmetadata: {name: Bad_Name}\n",
         "Secret default/Bad_Name", "metadata.name", "is not a valid Kubernetes name", 3, id="bad-name"),

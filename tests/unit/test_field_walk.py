@@ -456,6 +456,39 @@ spec:
   virtualHost:
     domains: [files.walk.test]
     routes: [{{matchers: [{{prefix: /}}], directResponseAction: {{status: 200, body: files}}}}]
+---
+apiVersion: gateway.solo.io/v1
+kind: Gateway
+metadata: {{name: walk-gateway}}
+spec:
+  bindAddress: 127.0.0.1
+  bindPort: 18080
+  ssl: false
+  useProxyProto: true
+  proxyNames: [gateway-proxy]
+  httpGateway:
+    virtualServiceSelector: {{team: walk}}
+    virtualServiceNamespaces: [default]
+    options:
+      httpConnectionManagerSettings:
+        xffNumTrustedHops: 1
+        useRemoteAddress: true
+        skipXffAppend: false
+        serverName: walk
+        idleTimeout: 30s
+        requestHeadersTimeout: 5s
+      httpLocalRatelimit:
+        defaultLimit: {{maxTokens: 10, tokensPerFill: 1, fillInterval: 1s}}
+        enableXRatelimitHeaders: true
+        localRateLimitPerDownstreamConnection: false
+---
+apiVersion: gateway.solo.io/v1
+kind: Gateway
+metadata: {{name: walk-by-ref}}
+spec:
+  bindPort: 18081
+  httpGateway:
+    virtualServices: [{{name: walk, namespace: default}}]
 """
 
 LDIF = "dn: dc=example,dc=org\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n"
@@ -887,6 +920,28 @@ FIELDS.update({f"{scope}.retries{k}": (T, RETRIES) for scope in ("Route:options"
                          ".retryBackOff.baseInterval", ".retryBackOff.maxInterval")})
 FIELDS.update({f"Route:options.shadowing{k}": (T, SHADOWING)
                for k in ("", ".upstream", ".upstream.name", ".upstream.namespace", ".percentage")})
+GW_UNIT = "tests/unit/test_gateway_kind.py"
+GW_E2E = "tests/integration/test_gateway_kind_e2e.py"
+GW_DOC = "docs/gateways.md"
+_HTTP = "Gateway:spec.httpGateway"
+FIELDS.update({
+    "Gateway:spec.bindAddress": (T, GW_E2E), "Gateway:spec.bindPort": (T, GW_E2E),
+    "Gateway:spec.ssl": (T, GW_UNIT), "Gateway:spec.useProxyProto": (T, GW_E2E),
+    "Gateway:spec.proxyNames": (T, GW_UNIT), "Gateway:spec.httpGateway": (T, GW_E2E),
+    f"{_HTTP}.virtualServices": (T, GW_E2E), f"{_HTTP}.virtualServices[].name": (T, GW_E2E),
+    f"{_HTTP}.virtualServices[].namespace": (T, GW_E2E),
+    f"{_HTTP}.virtualServiceSelector": (T, GW_E2E), f"{_HTTP}.virtualServiceNamespaces": (T, GW_UNIT),
+    f"{_HTTP}.options": (T, GW_E2E),
+    f"{_HTTP}.options.httpConnectionManagerSettings": (T, GW_E2E),
+    **{f"{_HTTP}.options.httpConnectionManagerSettings.{k}": (T, GW_E2E)
+       for k in ("xffNumTrustedHops", "useRemoteAddress", "skipXffAppend")},
+    **{f"{_HTTP}.options.httpConnectionManagerSettings.{k}": (T, GW_UNIT, GW_DOC)
+       for k in ("serverName", "idleTimeout", "requestHeadersTimeout")},
+    f"{_HTTP}.options.httpLocalRatelimit": (T, GW_E2E),
+    f"{_HTTP}.options.httpLocalRatelimit.defaultLimit": (T, GW_E2E),
+    f"{_HTTP}.options.httpLocalRatelimit.enableXRatelimitHeaders": (T, GW_E2E),
+    f"{_HTTP}.options.httpLocalRatelimit.localRateLimitPerDownstreamConnection": (T, GW_UNIT),
+})
 FIELDS.update({
     # the same destination parser as routeAction.single (kube ports and subsets tested there)
     "Route:routeAction.multi.destinations[].destination.kube": (T, TRAFFIC, GLOO),
@@ -914,6 +969,9 @@ MANUAL = {
     # the core's own options keys (every other key names a plugin): loader.CORE_OPTION_KEYS
     "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder", "Route:options.upgrades",
     "VirtualService:spec.virtualHost.options.pluginOrder",
+    # a Gateway's httpGateway.options keys (refused ones get their own message)
+    "Gateway:spec.httpGateway.options.httpConnectionManagerSettings",
+    "Gateway:spec.httpGateway.options.httpLocalRatelimit",
     # the traffic options keys (the fields inside them are watched)
     *(f"Route:options.{k}" for k in CORE_TRAFFIC_KEYS),
     *(f"VirtualService:spec.virtualHost.options.{k}" for k in CORE_TRAFFIC_KEYS - CORE_ROUTE_ONLY),

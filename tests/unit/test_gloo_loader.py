@@ -162,7 +162,7 @@ class GlooLoaderTests(TestCase):
         assert "skipped Deployment (apps/v1)" in out.stderr
 
     @pytest.mark.parametrize("api, kind, reason", [
-        ("gateway.solo.io/v1", "Gateway", "unknown kind 'Gateway' in 'gateway.solo.io/v1'"),
+        ("gateway.solo.io/v1", "MatchableHttpGateway", "unknown kind 'MatchableHttpGateway' in 'gateway.solo.io/v1'"),
         ("gloo.solo.io/v1", "Proxy", "unknown kind 'Proxy' in 'gloo.solo.io/v1'"),
         ("gateway.vendor.io/v1", "VirtualServic", "unknown kind 'VirtualServic'"),
         ("gloo.solo.io/v1", "VirtualService", "VirtualService needs apiVersion 'gateway.vendor.io/v1' or"

@@ -24,6 +24,7 @@ from typing import Mapping
 from twistgw.config import gloo
 from twistgw.config.configmaps import read_config_map
 from twistgw.config.envelope import Kind
+from twistgw.config.gateways import read_gateway
 from twistgw.config.ratelimits import read_rate_limit_config
 from twistgw.config.optionkinds import read_route_option, read_upstream_group, read_virtual_host_option
 from twistgw.config.routetables import read_route_table
@@ -38,6 +39,7 @@ __all__ = ["API_VERSIONS", "KINDS", "OUR_GROUPS"]
 KINDS: Mapping[str, Kind] = {kind.name: kind for kind in (
     Kind("VirtualService", gloo.GATEWAY, read_virtual_service),
     Kind("RouteTable", gloo.GATEWAY, read_route_table),
+    Kind("Gateway", gloo.GATEWAY, read_gateway),
     Kind("Upstream", gloo.UPSTREAMS, read_upstream),
     Kind("UpstreamGroup", gloo.UPSTREAMS, read_upstream_group),
     Kind("VirtualHostOption", gloo.GATEWAY, read_virtual_host_option),

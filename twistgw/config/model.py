@@ -293,6 +293,8 @@ class VirtualService(_Named):
     #: once resolved, its certificate (served on TLS listeners, by SNI)
     ssl: ServerSslSpec | None = None
     tls: ServerTls | None = None
+    #: ``metadata.labels`` (a Gateway's ``virtualServiceSelector`` reads them)
+    labels: Mapping[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen

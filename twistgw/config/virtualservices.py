@@ -73,7 +73,8 @@ def read_virtual_service(r: FieldReader, res: Envelope) -> VirtualService:
     # Kept even with problems (they are recorded and reject the
     # configuration) so the plugins still check its options: every problem
     # is reported at once.
-    return VirtualService(ns, name, tuple(domains), routes, options, display, source, refs, ssl=ssl)
+    return VirtualService(ns, name, tuple(domains), routes, options, display, source, refs, ssl=ssl,
+                          labels=dict(res.labels))
 
 
 def read_options_refs(r: FieldReader, value: Any, path: Path, ns: str) -> tuple[tuple[str, str], ...]:

@@ -34,6 +34,7 @@ from twistgw.core.paths import BadPath, normalise_path
 from twistgw.core.plan import Forward, LocalResponse, Plan, RetryingForward
 from twistgw.core.routing import HostTable, first_route
 from twistgw.core.balancers import hash_of
+from twistgw.core.gateways import GatewayView, forwarded
 from twistgw.core.snapshot import RouteRuntime, Snapshot
 from twistgw.core.traffic import PREFLIGHT, ResponseEdit, RoutePolicy, preflight
 
@@ -48,6 +49,10 @@ INTERNAL_ERROR = LocalResponse(500, b"Internal Server Error", reason="unexpected
 def subset_text(subset: tuple[tuple[str, str], ...]) -> str:
     """A route's subset as written: ``{stage: canary}``."""
     return "{" + ", ".join(f"{k}: {v}" for k, v in subset) + "}"
+
+
+#: :attr:`RequestHead.forwarded_for` when twistgw's own rule applies
+_OWN_RULE = object()
 
 
 def bad_request(reason: str) -> LocalResponse:
@@ -71,10 +76,12 @@ class RequestHead:
     :ivar body: where plugins may read the request body before deciding
         (``ctx.body_source``, a :class:`twistgw.api.types.BodySource`), or
         None for a request without a body.
+    :ivar gateway: the :class:`~twistgw.core.gateways.GatewayView` of the
+        Gloo Gateway whose listener received the request, or None.
     """
 
     __slots__ = ("method", "target", "headers", "client_address", "scheme", "ctx", "runtime", "version",
-                 "hosts", "body")
+                 "hosts", "body", "gateway", "forwarded_for")
 
     def __init__(self, method: bytes, target: bytes, headers: Any, client_address: str = "",
                  scheme: str = "http", version: bytes = b"HTTP/1.1", body: Any = None) -> None:
@@ -88,6 +95,11 @@ class RequestHead:
         self.ctx: RequestContext | None = None
         self.runtime: RouteRuntime | None = None
         self.hosts: HostTable | None = None
+        #: the Gloo Gateway whose listener received it (None: a --listen one)
+        self.gateway: GatewayView | None = None
+        #: X-Forwarded-For to send under the Gateway's Envoy rules (None:
+        #: none; unset: twistgw's own rule, the client address)
+        self.forwarded_for: bytes | None | object = _OWN_RULE
 
 
 @attrs.define
@@ -126,28 +138,20 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     :param route_hook: the ``twistgw_route_match`` hook when a plugin
         implements it (a pluggy hook caller), else None.
     """
-    method, target, headers, version = head.method, head.target, head.headers, head.version
+    target, headers = head.target, head.headers
+    gateway = head.gateway
+    table = head.hosts  # a TLS connection's certificate's virtual services
+    if table is None:
+        table = snapshot.hosts if gateway is None else gateway.hosts
     try:
         authority, raw_path, query = split_target(target)
         path = normalise_path(raw_path)
     except BadPath as exc:
         return bad_request(str(exc))
-    hosts = headers.getRawHeaders(b"host")
-    if hosts is not None and len(hosts) > 1:
-        return bad_request("more than one Host header")
-    table = head.hosts or snapshot.hosts
-    if authority is not None:
-        host, vs = table.resolve(authority)
-    elif hosts is not None:
-        host, vs = table.resolve(hosts[0])
-    elif version == b"HTTP/1.0":
-        host, vs = "", table.default  # RFC 9112 §3.2: only HTTP/1.1 must send Host
-    else:
-        return bad_request("the Host header is required")
-    if host is None:
-        return bad_request("the Host header (or the target's authority) is not a valid host[:port]")
-    if vs is None:
-        return NOT_FOUND
+    host, vs, refusal = _virtual_service(table, authority, headers.getRawHeaders(b"host"), head.version)
+    if refusal is not None:
+        return refusal
+    assert host is not None and vs is not None
     upstream_headers = Headers()
     copy_request_headers(headers, upstream_headers.raw)
     for name in snapshot.owned_headers:
@@ -158,9 +162,12 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
         # RFC 9112 §3.2.2: the target's authority replaces Host, so the
         # upstream sees the host that routing (and authorization) used.
         upstream_headers.setRawHeaders(b"host", [authority])
+    client = head.client_address
+    if gateway is not None and gateway.hcm.gloo_xff:
+        client, head.forwarded_for = forwarded(gateway.hcm, client, headers.getRawHeaders(b"x-forwarded-for"))
     ctx = RequestContext(
-        method.decode("latin-1"), path, query, upstream_headers, host,
-        head.client_address, vs.key, "", reactor, head.scheme, target,
+        head.method.decode("latin-1"), path, query, upstream_headers, host,
+        client, vs.key, "", reactor, head.scheme, target,
     )
     # Route matchers read a header the copy above dropped as the client sent it.
     ctx.received_headers = headers
@@ -173,6 +180,25 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     ctx.route = route.name
     ctx.upstream = _upstream_of(route)
     return Prepared(ctx, snapshot.runtime(vs, route))
+
+
+def _virtual_service(table: HostTable, authority: bytes | None, hosts: list[bytes] | None, version: bytes
+                     ) -> tuple[str | None, VirtualService | None, LocalResponse | None]:
+    """``(host, its virtual service, None)`` from the target's authority or
+    Host, or ``(..., the refusal)``."""
+    if hosts is not None and len(hosts) > 1:
+        return None, None, bad_request("more than one Host header")
+    if authority is not None:
+        host, vs = table.resolve(authority)
+    elif hosts is not None:
+        host, vs = table.resolve(hosts[0])
+    elif version == b"HTTP/1.0":
+        host, vs = "", table.default  # RFC 9112 §3.2: only HTTP/1.1 must send Host
+    else:
+        return None, None, bad_request("the Host header is required")
+    if host is None:
+        return None, None, bad_request("the Host header (or the target's authority) is not a valid host[:port]")
+    return host, vs, None if vs is not None else NOT_FOUND
 
 
 def _upstream_of(route: Route) -> str:
@@ -258,12 +284,21 @@ class Pipeline:
             ctx.dry_run = True
         runtime = head.runtime = prepared.runtime
         reselect_in = snapshot if runtime.reselect else None
+        gateway = head.gateway
+        calls = runtime.calls if gateway is None else gateway.calls(runtime.calls)
         if runtime.policy is not None:
-            return self._with_policy(runtime.policy, head, ctx, runtime, reselect_in, trace)
-        return self._run(runtime.calls, head, ctx, runtime, reselect_in, trace)
+            result = self._with_policy(runtime.policy, head, ctx, runtime, calls, reselect_in, trace)
+        else:
+            result = self._run(calls, head, ctx, runtime, reselect_in, trace)
+        if gateway is None or gateway.server_edit is None:
+            return result
+        if isinstance(result, Deferred):
+            return result.addCallback(with_edit, gateway.server_edit)
+        return with_edit(result, gateway.server_edit)
 
     def _with_policy(self, policy: RoutePolicy, head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
-                     reselect_in: Snapshot | None, trace: Trace | None) -> Plan | Deferred[Plan]:
+                     calls: tuple[Call, ...], reselect_in: Snapshot | None,
+                     trace: Trace | None) -> Plan | Deferred[Plan]:
         """A route with traffic options: what runs before the chain (faults,
         a CORS preflight, csrf, the body bound), the chain, and CORS headers
         on the gateway's own answers."""
@@ -281,7 +316,7 @@ class Pipeline:
             def after(answer: LocalResponse | None) -> Plan | Deferred[Plan]:
                 if answer is not None:
                     return answer
-                return self._run(runtime.calls, head, ctx, runtime, reselect_in, trace)
+                return self._run(calls, head, ctx, runtime, reselect_in, trace)
             result = early.addCallback(after)
         else:
             result = early
@@ -320,13 +355,15 @@ class Pipeline:
                                                    f" {new.route.name} (was {runtime.route.name})"))
             head.runtime = new
             return self._run(remaining, head, ctx, new, None, trace)
-        plan = self.plan(ctx, runtime)
+        plan = self.plan(ctx, runtime, head.forwarded_for)
         return plan if ctx.response_headers is None else with_added_headers(plan, ctx.response_headers)
 
-    def plan(self, ctx: RequestContext, runtime: RouteRuntime) -> Plan:
-        """What to do with a request the chain admitted."""
+    def plan(self, ctx: RequestContext, runtime: RouteRuntime, forwarded_for: object = _OWN_RULE) -> Plan:
+        """What to do with a request the chain admitted. ``forwarded_for``:
+        the X-Forwarded-For a Gateway's Envoy rules computed (bytes, or None
+        for none); by default, twistgw's own rule (the client address)."""
         if runtime.policy is not None:
-            return self._plan_policy(ctx, runtime, runtime.policy)
+            return self._plan_policy(ctx, runtime, runtime.policy, forwarded_for)
         if runtime.answer is not None:
             return runtime.answer
         balancer = runtime.balancer
@@ -340,10 +377,13 @@ class Pipeline:
         if ctx.query:
             target += b"?" + ctx.query
         headers = ctx.headers
-        client = ctx.client_address.encode("ascii")
-        headers.set_canonical(b"X-Forwarded-For", client)
-        headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
-        headers.set_canonical(b"X-Real-Ip", client)
+        if forwarded_for is _OWN_RULE:  # inline: the plain route's path
+            client = ctx.client_address.encode("ascii")
+            headers.set_canonical(b"X-Forwarded-For", client)
+            headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
+            headers.set_canonical(b"X-Real-Ip", client)
+        else:
+            _forwarding(headers, ctx, forwarded_for)
         forward = Forward(endpoint, ctx.method.encode("latin-1"), target, headers,
                           route.timeout or self.upstream_timeout, balancer.upstream)
         forward.watch = balancer.watch  # leastRequest, outlierDetection: else None
@@ -358,7 +398,8 @@ class Pipeline:
                        method=ctx.method, path=ctx.path, reason=reason)
         return LocalResponse(503, NO_UPSTREAM.body, reason=reason)
 
-    def _plan_policy(self, ctx: RequestContext, runtime: RouteRuntime, policy: RoutePolicy) -> Plan:
+    def _plan_policy(self, ctx: RequestContext, runtime: RouteRuntime, policy: RoutePolicy,
+                     forwarded_for: object) -> Plan:
         """:meth:`plan` for a route with traffic options (everything per
         route compiled in its policy; the request's headers changed in
         their live dict)."""
@@ -387,10 +428,13 @@ class Pipeline:
         headers = ctx.headers
         raw = headers.raw
         policy.on_request(raw, endpoint.host, request_level)
-        client = ctx.client_address.encode("ascii")
-        raw[b"X-Forwarded-For"] = [client]
-        raw[b"X-Forwarded-Proto"] = [ctx.scheme.encode("ascii")]
-        raw[b"X-Real-Ip"] = [client]
+        if forwarded_for is _OWN_RULE:
+            client = ctx.client_address.encode("ascii")
+            raw[b"X-Forwarded-For"] = [client]
+            raw[b"X-Forwarded-Proto"] = [ctx.scheme.encode("ascii")]
+            raw[b"X-Real-Ip"] = [client]
+        else:
+            _forwarding(headers, ctx, forwarded_for)
         timeout = route.timeout or self.upstream_timeout
         if policy.retries is None and policy.shadow is None:
             forward = Forward(endpoint, ctx.method.encode("latin-1"), target, headers, timeout, balancer.upstream)
@@ -403,6 +447,28 @@ class Pipeline:
             policy.edit_for(raw.get(b"Origin"), route_response)
         forward.watch = balancer.watch
         return forward
+
+
+def _forwarding(headers: Headers, ctx: RequestContext, forwarded_for: object) -> None:
+    """The forwarding headers the gateway owns: X-Forwarded-For (the client
+    address, or what a Gateway's Envoy rules computed), X-Forwarded-Proto
+    and X-Real-Ip (the client address)."""
+    client = ctx.client_address.encode("ascii")
+    if forwarded_for is _OWN_RULE:
+        headers.set_canonical(b"X-Forwarded-For", client)
+    elif isinstance(forwarded_for, bytes):
+        headers.set_canonical(b"X-Forwarded-For", forwarded_for)
+    headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
+    headers.set_canonical(b"X-Real-Ip", client)
+
+
+def with_edit(plan: Plan, edit: ResponseEdit) -> Plan:
+    """``plan`` with ``edit`` applied last (a Gateway's ``serverName``)."""
+    if isinstance(plan, Forward):
+        base = plan.response_edit
+        plan.response_edit = edit if base is None else base.then(edit)
+        return plan
+    return edit.apply_to_local(plan)
 
 
 def with_added_headers(plan: Plan, added: list[tuple[bytes, bytes]]) -> Plan:

@@ -31,6 +31,7 @@ from twistgw.core.compiling import (
 from twistgw.core.plan import LocalResponse
 from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
+from twistgw.core.gateways import GatewayView, build_gateway_views
 from twistgw.core.routing import HostTable
 from twistgw.core.tlsroutes import TlsRoutes
 from twistgw.core.balancers import make_balancer
@@ -78,8 +79,11 @@ class Snapshot:
                  generation: int, plugin_compiled: dict[str, list[Any]],
                  owned_headers: tuple[bytes, ...] = (),
                  health: dict[tuple[str, str], HealthState] | None = None,
-                 outliers: dict[tuple[str, str], OutlierState] | None = None) -> None:
+                 outliers: dict[tuple[str, str], OutlierState] | None = None,
+                 gateways: dict[str, GatewayView] | None = None) -> None:
         self.config = config
+        #: each Gloo Gateway this process serves, by ``namespace/name``
+        self.gateways = gateways or {}
         #: upstream → its active health, for the runtime's checker (healthChecks)
         self.health = health or {}
         #: upstream → its outlier detection, for the runtime's sweeps (outlierDetection)
@@ -120,10 +124,11 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
         _HostCompiler(build, vs).run()
     check_unused_route_tables(config, host, build.view, build.staged, build.issues)
     _check_forged_headers(build)
+    gateways = build_gateway_views(config, host, build.view, build.issues, build.compiled_by_plugin)
     if build.issues or config.issues:
         raise ConfigError(list(config.issues) + build.issues)
     return Snapshot(config, build.routes, generation, build.compiled_by_plugin, tuple(sorted(build.owned)),
-                    build.states.health, build.states.outliers)
+                    build.states.health, build.states.outliers, gateways)
 
 
 #: The key of one upstream's balancer: (namespace, name) and the route's subset.

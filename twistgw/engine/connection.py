@@ -61,6 +61,8 @@ class GatewayProtocol(Protocol, RequestReader):
     #: ``engine.sni.TlsChoice``; Any, as engine/sni.py imports this module's
     #: neighbours and naming its type here would make an import cycle
     tls: Any = None
+    #: the Gloo Gateway whose listener accepted it (None: a --listen one)
+    gateway_key: str | None = None
 
     def __init__(self, gateway: "Gateway") -> None:
         self.gateway = gateway
@@ -155,6 +157,14 @@ class GatewayProtocol(Protocol, RequestReader):
         self.state = _CLOSING
         self.transport.abortConnection()
         return True
+
+    def finish_and_close(self) -> None:
+        """Close now if no request is under way, else after the requests
+        already read are answered (its listener is going away)."""
+        if self.state is _IDLE and self.current is None and not self.queue:
+            self.close()
+        else:
+            self.stop_reading()
 
     def stop_reading(self) -> None:
         """→ DRAINING: read nothing more; the connection closes after the

@@ -18,13 +18,14 @@ from zope.interface import implementer
 
 from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT, UPSTREAM_TIMEOUT
 from twistgw.core.accesslog import AccessLog
-from twistgw.core.pipeline import INTERNAL_ERROR, Pipeline, RequestHead
+from twistgw.core.pipeline import INTERNAL_ERROR, NOT_FOUND, Pipeline, RequestHead
 from twistgw.core.plan import Forward, LocalResponse, Plan, RetryingForward
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import Snapshot
 from twistgw.engine import framing, wire
 from twistgw.engine.connection import GatewayProtocol
 from twistgw.engine.exchange import Exchange
+from twistgw.engine.proxyproto import ProxiedGatewayProtocol, wrapping_factory
 from twistgw.engine.upstream import UpstreamPool
 from twistgw.engine.upstream.shadow import Shadows
 
@@ -78,7 +79,15 @@ class Gateway:
                     ex.keep_alive = False
                     ex.respond(MISDIRECTED)
                     return
-            plan = self.pipeline.handle(head, self.snapshot)
+            snapshot = self.snapshot
+            key = proto.gateway_key
+            if key is None:
+                plan = self.pipeline.handle(head, snapshot)
+            elif snapshot is not None and key in snapshot.gateways:
+                head.gateway = snapshot.gateways[key]
+                plan = self.pipeline.handle(head, snapshot)
+            else:  # a Gateway removed while its listener drains
+                plan = NOT_FOUND
         except Exception:
             # e.g. a twistgw_route_match plugin that raised: fail closed with
             # a 500 rather than dropping the connection without an answer.
@@ -172,21 +181,54 @@ class GatewayFactory(Factory):
     noisy = False
 
     def __init__(self, gateway: Gateway, timeout: float | None = IDLE_TIMEOUT,
-                 head_timeout: float = HEAD_TIMEOUT) -> None:
+                 head_timeout: float = HEAD_TIMEOUT, gateway_key: str | None = None) -> None:
         self.gateway = gateway
+        #: ``namespace/name`` of the Gloo Gateway this listener serves (None:
+        #: a ``--listen`` endpoint, serving every virtual service)
+        self.gateway_key = gateway_key
         self.timeOut = timeout
         self.head_timeout = head_timeout
         #: open client connections, so that stopping can close them
         self.connections: set[GatewayProtocol] = set()
         self._all_closed: list[Deferred[None]] = []
 
-    def buildProtocol(self, addr: Any) -> GatewayProtocol:
-        p = GatewayProtocol(self.gateway)
+    #: read a PROXY protocol header first (a Gateway's ``useProxyProto``)
+    proxy_protocol = False
+    _proxy_wrapping: Any = None
+
+    def buildProtocol(self, addr: Any) -> Any:
+        p = GatewayProtocol(self.gateway) if not self.proxy_protocol else ProxiedGatewayProtocol(self.gateway)
         p.factory = self
         p.head_timeout = self.head_timeout
+        p.gateway_key = self.gateway_key
         p.idle_timeout = self.timeOut
         self.connections.add(p)
-        return p
+        if not self.proxy_protocol:
+            return p
+        wrapping = self._proxy_wrapping
+        if wrapping is None:
+            wrapping = self._proxy_wrapping = wrapping_factory(self)
+        return wrapping.protocol(wrapping, p)
+
+    def drain(self, timeout: float) -> Deferred[None]:
+        """Close idle connections now and the others once the requests they
+        sent are answered; after ``timeout`` seconds, drop what is left
+        (a Gateway's listener that a reload removed). Fires once every
+        connection is gone."""
+        d: Deferred[None] = Deferred()
+        if not self.connections:
+            d.callback(None)
+            return d
+        self._all_closed.append(d)
+        for proto in list(self.connections):
+            proto.finish_and_close()
+        late = self.gateway.reactor.callLater(timeout, self.close_connections)
+
+        def done(result: None) -> None:
+            if late.active():
+                late.cancel()
+            return result
+        return d.addCallback(done)
 
     def connection_closed(self, proto: GatewayProtocol) -> None:
         self.connections.discard(proto)

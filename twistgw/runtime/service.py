@@ -24,6 +24,7 @@ from twistgw.config.defaults import (BACKLOG, DRAIN_TIMEOUT, HEAD_TIMEOUT, IDLE_
 from twistgw.config.loader import ConfigError, load_directory
 from twistgw.config.names import is_yaml_file, with_backlog
 from twistgw.core.accesslog import AccessLog
+from twistgw.core.gateways import gateway_notes
 from twistgw.core.plugins import GatewayInfo, PluginHost
 from twistgw.core.snapshot import Snapshot, build_snapshot
 from twistgw.core.tlsroutes import TlsRoutes
@@ -33,6 +34,7 @@ from twistgw.engine.server import Gateway, GatewayFactory
 from twistgw.engine.upstream import UpstreamPool
 from twistgw.runtime.admin import AdminRoot, quiet_site
 from twistgw.runtime.devecho import start_echo
+from twistgw.runtime.gateways import GatewayListeners
 from twistgw.runtime.listeners import Listener, exit_after_stopping, open_all
 from twistgw.runtime.health import HealthChecker
 from twistgw.runtime.metrics import Metrics
@@ -140,6 +142,8 @@ class GatewayService(service.MultiService):
                                                                self._tls_routes),
                      self.factory, "Gateway")
             for description in listen]
+        self.gateways = GatewayListeners(reactor, self.gateway, backlog, idle_timeout, head_timeout, drain_timeout)
+        self._listening = False
         self.admin_listener: Listener | None = None
         if admin:
             self.admin_listener = Listener("--admin", admin, serverFromString(reactor, admin),
@@ -166,7 +170,7 @@ class GatewayService(service.MultiService):
         fp = fingerprint(self.config_dir)
         config = load_directory(self.config_dir, keep_going=True)
         snapshot = build_snapshot(config, self.plugins, self.generation + 1)
-        for note in config.skipped:
+        for note in (*config.skipped, *gateway_notes(config)):
             self._log.info("{note}", note=note)
         # sslFiles outside the YAML: a changed certificate file reloads too
         self._watched = tuple(sorted({f for vs in config.virtual_services if vs.tls is not None
@@ -177,6 +181,7 @@ class GatewayService(service.MultiService):
     def load_initial(self) -> Snapshot:
         """The first load: errors propagate so the process refuses to start."""
         snapshot = self.load()
+        self.gateways.first(snapshot)
         self._swap(snapshot)
         return snapshot
 
@@ -228,12 +233,32 @@ class GatewayService(service.MultiService):
             self._log.failure("Configuration reload failed unexpectedly ({why});"
                               " still serving generation {generation}", why=why, generation=self.generation)
             return False
+        if not self._listen_for(snapshot, why):
+            return False
         self._swap(snapshot)
+        self.gateways.commit(snapshot)
         vs_count = len(snapshot.config.virtual_services)
         self._log.info("Configuration generation {generation} is serving ({why}): {vs} virtual service(s),"
                        " {routes} route(s)", generation=snapshot.generation, why=why, vs=vs_count,
                        routes=len(snapshot.routes))
         return True
+
+    def _listen_for(self, snapshot: Snapshot, why: str) -> bool:
+        """Open the listeners of the Gateways ``snapshot`` adds (or moves);
+        False, with the reason logged, when one cannot listen."""
+        if not self._listening:  # before the first open_listeners: they open then
+            self.gateways.first(snapshot)
+            return True
+        problems = self.gateways.prepare(snapshot, lambda listener: self._log.error(
+            "twistgw: {line}", line=listener.line()))
+        if not problems:
+            return True
+        self._fingerprint = fingerprint(self.config_dir)
+        self.metrics.reload(False)
+        self._log.error("Configuration change rejected ({why}); still serving generation {generation}"
+                        " and its listeners:\n{problems}", why=why, generation=self.generation,
+                        problems="\n".join(f"  {line}" for line in problems))
+        return False
 
     def start_polling(self, interval: float) -> None:
         """Look for changed files every ``interval`` seconds."""
@@ -254,12 +279,14 @@ class GatewayService(service.MultiService):
     # -- listening -------------------------------------------------------------
 
     def all_listeners(self) -> list[Listener]:
-        return [*self.listeners, *([self.admin_listener] if self.admin_listener else [])]
+        return [*self.listeners, *self.gateways.listeners(),
+                *([self.admin_listener] if self.admin_listener else [])]
 
     def open_listeners(self) -> list[str]:
         """Listen on every endpoint now; the lines of those that cannot (then
         none listens). ``twist twistgw`` calls it before the reactor runs and
         exits on a problem; one that fails later stops the process."""
+        self._listening = True
         return open_all(self.all_listeners(), lambda listener: exit_after_stopping(self.reactor, listener.line()))
 
     def not_listening(self) -> list[Listener]:
@@ -284,7 +311,8 @@ class GatewayService(service.MultiService):
         except ValueError:  # not the main thread (embedded use)
             self._old_sighup = None
         self._log.info("twistgw starting: gateway on {listen}; admin on {admin}; config {config}",
-                       listen=", ".join(str(listener) for listener in self.listeners) or "(nothing)",
+                       listen=", ".join([str(listener) for listener in self.listeners]
+                                        + [listener.what for listener in self.gateways.listeners()]) or "(nothing)",
                        admin=str(self.admin_listener) if self.admin_listener else "(off)",
                        config=os.path.abspath(self.config_dir))
 
@@ -299,6 +327,8 @@ class GatewayService(service.MultiService):
         # Stop accepting, then let in-flight requests finish (bounded).
         for listener in self.listeners:
             yield listener.close()
+        for closing in self.gateways.stop():
+            yield closing
         deadline = self.reactor.seconds() + self.drain_timeout
         while self.gateway.inflight > 0 and self.reactor.seconds() < deadline:
             yield task.deferLater(self.reactor, 0.05, lambda: None)
@@ -307,6 +337,8 @@ class GatewayService(service.MultiService):
                            n=self.gateway.inflight, t=self.drain_timeout)
         # Idle keep-alive connections, and any request the drain gave up on.
         yield self.factory.close_connections()
+        for closed in self.gateways.close_connections():
+            yield closed
         if self.admin_listener is not None:
             yield self.admin_listener.close()
         service.Service.stopService(self)

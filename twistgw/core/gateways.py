@@ -1,0 +1,184 @@
+"""What each Gloo ``Gateway`` serves, compiled with the snapshot (no I/O).
+
+A :class:`GatewayView` holds, for one Gateway this process serves: the host
+table of the virtual services it selects, its X-Forwarded-For rules
+(:func:`forwarded`), and the chain step of its ``httpLocalRatelimit``
+default bucket (the ``localRatelimit`` plugin's, compiled through the
+plugin API), which runs first on every route that has no
+``localRatelimit`` of its own. The runtime opens one listener per view
+(``runtime/gateways.py``); the engine hands the view to the pipeline with
+each request. See docs/gateways.md.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any, Mapping
+
+from twistgw.api.resources import OptionsScope, ResourceView
+from twistgw.api.types import OptionsError
+from twistgw.config.errors import ConfigIssue
+from twistgw.config.gateways import DEFAULT_PROXY, GlooGateway, HcmSettings, selects
+from twistgw.config.model import VirtualService
+from twistgw.config.resolution import Config
+from twistgw.core.chain import Call, ChainStep, flatten_chain
+from twistgw.core.compiling import compile_plugin, resource_problems
+from twistgw.core.plugins import PluginHost
+from twistgw.core.routing import HostTable
+from twistgw.core.traffic import ResponseEdit
+
+__all__ = ["GatewayView", "build_gateway_views", "forwarded", "gateway_notes", "has_ssl"]
+
+#: the plugin that counts ``localRatelimit`` buckets
+LOCAL_LIMIT = "localRatelimit"
+
+
+def has_ssl(vs: VirtualService) -> bool:
+    """Does the virtual service have ``sslConfig``? A plain Gateway must
+    never serve one over plain HTTP. (``VirtualService.ssl`` comes with the
+    per-virtual-service certificates, built on another branch: read by name
+    so that this stays right whichever is merged first; ``ssl: true``
+    Gateways are refused until they are wired to those certificates.)"""
+    return getattr(vs, "ssl", None) is not None
+
+
+def _trusted(entries: list[str], index: int) -> str | None:
+    """The ``index``-th address from the right of X-Forwarded-For (0: the
+    last), or None when there are fewer or it is not an IP address
+    (Envoy's ``getLastAddressFromXFF``)."""
+    if index >= len(entries):
+        return None
+    candidate = entries[len(entries) - 1 - index]
+    try:
+        ipaddress.ip_address(candidate)
+    except ValueError:
+        return None
+    return candidate
+
+
+def forwarded(hcm: HcmSettings, peer: str, received: list[bytes] | None) -> tuple[str, bytes | None]:
+    """``(client address, X-Forwarded-For to send or None)`` under Envoy's
+    rules (``useRemoteAddress``, ``xffNumTrustedHops``, ``skipXffAppend``):
+
+    * ``useRemoteAddress: true`` (Gloo's default): the client is the
+      ``xffNumTrustedHops``-th address from the right of the received
+      X-Forwarded-For (with 0 hops: the peer, whatever the header says);
+      the peer is appended to the header unless ``skipXffAppend``;
+    * ``false``: the client is the (hops + 1)-th from the right; the header
+      goes on unchanged.
+
+    A missing or non-IP entry falls back to the peer."""
+    joined = b",".join(received) if received else b""
+    entries = [e.strip() for e in joined.decode("latin-1").split(",") if e.strip()] if joined else []
+    if hcm.use_remote_address:
+        client = _trusted(entries, hcm.xff_hops - 1) if hcm.xff_hops > 0 else None
+        if hcm.skip_xff_append:
+            xff = joined or None
+        else:
+            xff = (joined + b", " if joined else b"") + peer.encode("ascii")
+    else:
+        client = _trusted(entries, hcm.xff_hops)
+        xff = joined or None
+    return client or peer, xff
+
+
+class GatewayView:
+    """One Gateway as the pipeline serves it."""
+
+    def __init__(self, gateway: GlooGateway, virtual_services: tuple[VirtualService, ...],
+                 limit: ChainStep | None) -> None:
+        self.gateway = gateway
+        self.key = gateway.key
+        self.hcm = gateway.hcm
+        self.virtual_services = virtual_services
+        self.hosts = HostTable(virtual_services)
+        self.limit = limit
+        name = gateway.hcm.server_name
+        #: ``serverName``: the Server header of every response
+        self.server_edit = (ResponseEdit(frozenset({b"server"}), ((b"Server", name.encode("ascii")),))
+                            if name is not None else None)
+        self._limit_calls = flatten_chain((limit,)) if limit is not None else ()
+        self._calls: dict[int, tuple[Call, ...]] = {}
+
+    def calls(self, route_calls: tuple[Call, ...]) -> tuple[Call, ...]:
+        """A route's chain on this Gateway: the default bucket first, unless
+        the route has a ``localRatelimit`` of its own (virtual host or route)."""
+        if self.limit is None:
+            return route_calls
+        found = self._calls.get(id(route_calls))
+        if found is None:
+            own = any(step.plugin == LOCAL_LIMIT for step, _, _ in route_calls)
+            found = route_calls if own else self._limit_calls + route_calls
+            self._calls[id(route_calls)] = found
+        return found
+
+
+def gateway_notes(config: Config) -> list[str]:
+    """A note for each Gateway this process does not serve (``proxyNames``
+    names other proxies only), for ``twistgw check`` and the log."""
+    return [f"Gateway {gw.key} is for {', '.join(gw.proxy_names)}, not {DEFAULT_PROXY}: this gateway does"
+            f" not serve it (no listener)" for _key, gw in sorted(config.of_kind("Gateway").items())
+            if isinstance(gw, GlooGateway) and not gw.served_here()]
+
+
+def build_gateway_views(config: Config, host: PluginHost, view: ResourceView, issues: list[ConfigIssue],
+                        compiled_by_plugin: dict[str, list[Any]]) -> dict[str, GatewayView]:
+    """A view per Gateway this process serves (``proxyNames``); problems
+    (two Gateways on one address and port, a bucket the plugin refuses...)
+    go to ``issues``; each compiled default bucket to ``compiled_by_plugin``
+    (so the plugin keeps its tokens across reloads)."""
+    views: dict[str, GatewayView] = {}
+    binds: dict[tuple[str, int], str] = {}
+    for _key, gw in sorted(config.of_kind("Gateway").items()):
+        if not isinstance(gw, GlooGateway) or not gw.served_here():
+            continue
+        if gw.ssl:
+            _issue(config, issues, gw, ("spec", "ssl"), "ssl: true is not supported yet: twistgw does not read"
+                   " VirtualService sslConfig (per-virtual-service certificates) in this version; terminate TLS"
+                   " with --listen ssl:... or in front of twistgw")
+            continue
+        other = binds.setdefault(gw.bind, gw.key)
+        if other != gw.key:
+            _issue(config, issues, gw, ("spec", "bindPort"), f"{gw.bind_address}:{gw.bind_port} is also the"
+                   f" address of Gateway {other} (bind ports must not conflict across gateways)")
+            continue
+        selected = tuple(vs for vs in config.virtual_services if selects(gw, vs, vs.labels, has_ssl(vs)))
+        limit = _limit_step(config, host, view, gw, issues)
+        if limit is not None:
+            compiled_by_plugin.setdefault(LOCAL_LIMIT, []).append(limit.options)
+        views[gw.key] = GatewayView(gw, selected, limit)
+    return views
+
+
+def _limit_step(config: Config, host: PluginHost, view: ResourceView, gw: GlooGateway,
+                issues: list[ConfigIssue]) -> ChainStep | None:
+    local = gw.local_limit
+    if local is None or local.default_limit is None:
+        return None
+    at = ("spec", "httpGateway", "options", "httpLocalRatelimit", "defaultLimit")
+    if LOCAL_LIMIT not in host.infos:
+        _issue(config, issues, gw, at, f"needs the {LOCAL_LIMIT!r} plugin (twistgw_ratelimit), which is not"
+               f" installed")
+        return None
+    settings: Mapping[str, Any] = config.settings
+    if local.headers:
+        server = dict(settings.get("ratelimitServer") or {})
+        server["enableXRatelimitHeaders"] = True
+        settings = {**settings, "ratelimitServer": server}
+    scoped = ResourceView(config.upstreams, config.secrets, config.auth_configs, config.resolve_kube,
+                          settings, config.directory, config.invalid, config.resources)
+    scope = OptionsScope(gw.namespace, f"Gateway {gw.key}", None, scoped, {})
+    try:
+        compiled = compile_plugin(host, LOCAL_LIMIT, dict(local.default_limit), scope)
+    except OptionsError as exc:
+        relocated = OptionsError.several([OptionsError(at + p.path, p.reason) for p in exc.problems])
+        resource_problems(config, relocated, ("Gateway", gw.namespace, gw.name), issues)
+        return None
+    return ChainStep(LOCAL_LIMIT, compiled, host.impl(LOCAL_LIMIT, "twistgw_authenticate"),
+                     host.impl(LOCAL_LIMIT, "twistgw_authorize"))
+
+
+def _issue(config: Config, issues: list[ConfigIssue], gw: GlooGateway, path: tuple[str | int, ...],
+           reason: str) -> None:
+    problem = OptionsError(path, reason)
+    resource_problems(config, problem, ("Gateway", gw.namespace, gw.name), issues)

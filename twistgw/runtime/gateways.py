@@ -1,0 +1,127 @@
+"""The listeners of Gloo ``Gateway`` resources, opened and closed as the
+configuration changes.
+
+At start they open with ``--listen`` and ``--admin`` (all or nothing: one
+that cannot listen is one line and exit 3, ``runtime/listeners.py``). On a
+reload, :meth:`GatewayListeners.prepare` opens the listeners of new
+Gateways and of Gateways whose ``bindAddress``/``bindPort`` changed before
+the new configuration serves; if one cannot listen, the ones it opened are
+closed again and the reload is rejected (the last good configuration and
+its listeners keep serving). Once the new snapshot serves,
+:meth:`GatewayListeners.commit` applies each Gateway's connection settings
+(``useProxyProto``, timeouts) to its listener and closes the listeners no
+Gateway binds any more, draining them: no new connection, idle ones closed,
+the others once their requests are answered (at most ``--drain-timeout``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any, Callable
+
+from twisted.internet.endpoints import TCP4ServerEndpoint, TCP6ServerEndpoint
+from twisted.logger import Logger
+
+from twistgw.config.gateways import GlooGateway
+from twistgw.core.gateways import GatewayView
+from twistgw.core.snapshot import Snapshot
+from twistgw.engine.gateway import Gateway, GatewayFactory
+from twistgw.runtime.listeners import Listener, open_all
+
+__all__ = ["GatewayListeners", "bind_text"]
+
+
+def bind_text(gw: GlooGateway) -> str:
+    """``127.0.0.1:8080``, ``[::]:8080``."""
+    host = gw.bind_address
+    return f"[{host}]:{gw.bind_port}" if ":" in host else f"{host}:{gw.bind_port}"
+
+
+class GatewayListeners:
+    """One :class:`Listener` per served Gateway, keyed by ``namespace/name``."""
+
+    _log = Logger(namespace="twistgw")
+
+    def __init__(self, reactor: Any, gateway: Gateway, backlog: int, idle_timeout: float, head_timeout: float,
+                 drain_timeout: float) -> None:
+        self.reactor = reactor
+        self.gateway = gateway
+        self.backlog = backlog
+        self.idle_timeout = idle_timeout
+        self.head_timeout = head_timeout
+        self.drain_timeout = drain_timeout
+        #: the listeners serving now: key → (bind, listener)
+        self.current: dict[str, tuple[tuple[str, int], Listener]] = {}
+        #: opened by :meth:`prepare` for the snapshot about to serve
+        self._pending: dict[str, tuple[tuple[str, int], Listener]] = {}
+
+    def listeners(self) -> list[Listener]:
+        return [listener for _, listener in self.current.values()]
+
+    def _listener(self, view: GatewayView) -> Listener:
+        gw = view.gateway
+        address = ipaddress.ip_address(gw.bind_address)
+        kind = TCP6ServerEndpoint if address.version == 6 else TCP4ServerEndpoint
+        endpoint = kind(self.reactor, gw.bind_port, self.backlog, gw.bind_address)
+        factory = GatewayFactory(self.gateway, self.idle_timeout, self.head_timeout, gateway_key=gw.key)
+        self._configure(factory, view)
+        return Listener("Gateway", f"{gw.key} ({bind_text(gw)})", endpoint, factory, f"Gateway {gw.key}")
+
+    def _configure(self, factory: GatewayFactory, view: GatewayView) -> None:
+        hcm = view.gateway.hcm
+        factory.proxy_protocol = view.gateway.proxy_protocol
+        factory.timeOut = hcm.idle_timeout if hcm.idle_timeout is not None else self.idle_timeout
+        factory.head_timeout = hcm.head_timeout if hcm.head_timeout is not None else self.head_timeout
+
+    def _wanted(self, snapshot: Snapshot) -> dict[str, tuple[tuple[str, int], Listener]]:
+        """The listeners ``snapshot`` needs that do not listen yet."""
+        out = {}
+        for key, view in snapshot.gateways.items():
+            bind = view.gateway.bind
+            have = self.current.get(key)
+            if have is None or have[0] != bind:
+                out[key] = (bind, self._listener(view))
+        return out
+
+    def first(self, snapshot: Snapshot) -> None:
+        """The first configuration's listeners, opened with the others by the
+        service (``open_listeners``)."""
+        self.current = self._wanted(snapshot)
+
+    def prepare(self, snapshot: Snapshot, on_late_failure: Callable[[Listener], None]) -> list[str]:
+        """Open what ``snapshot`` adds; the lines of those that cannot listen
+        (then none of them stays open)."""
+        self._pending = self._wanted(snapshot)
+        problems = open_all([listener for _, listener in self._pending.values()], on_late_failure)
+        if problems:
+            self._pending = {}
+        return problems
+
+    def commit(self, snapshot: Snapshot) -> None:
+        """``snapshot`` serves now: settings applied, old listeners drained."""
+        closing = []
+        for key, (_bind, listener) in list(self.current.items()):
+            if key not in snapshot.gateways or key in self._pending:
+                closing.append(listener)
+                del self.current[key]
+        self.current.update(self._pending)
+        self._pending = {}
+        for key, (_, listener) in self.current.items():
+            self._configure(listener.factory, snapshot.gateways[key])
+        for listener in closing:
+            self._close(listener)
+
+    def _close(self, listener: Listener) -> None:
+        self._log.info("Closing the listener of {what} ({description}): draining its connections",
+                       what=listener.what, description=listener.description)
+        listener.close()
+        listener.factory.drain(self.drain_timeout)
+
+    def stop(self) -> list[Any]:
+        """Stop accepting on every Gateway listener (the service stops);
+        the Deferreds of the ports closing, and of each factory's
+        connections (closed by :meth:`close_connections`)."""
+        return [listener.close() for _, listener in self.current.values()]
+
+    def close_connections(self) -> list[Any]:
+        return [listener.factory.close_connections() for _, listener in self.current.values()]
