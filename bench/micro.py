@@ -1,6 +1,7 @@
 """twistgw's own per-request cost, in memory: no sockets, no load generator.
 
     python bench/micro.py [--requests N] [--repeat R] [--clock cpu] [--profile SCENARIO]
+                          [--opcodes SCENARIO]
 
 Request bytes go into the engine's server protocol over a StringTransport;
 the upstream is one pooled engine connection over another StringTransport,
@@ -19,7 +20,10 @@ answering at once), for comparison.
 clock: on a loaded machine the time other processes had the core is left
 out (what remains, caches shared with the neighbours, is still noise; the
 minimum of many rounds is the figure to compare). ``--profile`` counts
-Python calls per request, which no neighbour changes.
+Python calls per request and ``--opcodes`` bytecode instructions per
+request, by function: neither changes with the neighbours' load, so two
+builds or two scenarios compare exactly (what they leave out is the C
+code behind each instruction: allocation, dict and string work).
 
 The LDAP scenarios measure the decision-cache hit path: the cache is
 filled before timing, so no directory is needed. ldap-search-cache is the
@@ -280,18 +284,47 @@ def run_each(conn: Any, requests: Rotating, n: int) -> float:
     return (clock() - t0) / n * 1e6
 
 
+def count_opcodes(conn: Any, request: bytes | Rotating, n: int) -> None:
+    """Print the bytecode instructions ``n`` requests execute, per request,
+    in total and by function (``sys.settrace`` with ``f_trace_opcodes``)."""
+    import collections
+
+    counts: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        key = (frame.f_code.co_filename, frame.f_code.co_name)
+
+        def local(frame: Any, event: str, arg: Any) -> Any:
+            if event == "opcode":
+                counts[key] += 1
+            return local
+        return local
+
+    sys.settrace(tracer)
+    try:
+        run(conn, request, n)
+    finally:
+        sys.settrace(None)
+    print(f"{sum(counts.values()) / n:.1f} bytecode instructions per request")
+    for (filename, function), c in counts.most_common(40):
+        print(f"{c / n:8.1f}  {filename.split('site-packages/')[-1]}:{function}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--scenarios", default="bare-twisted,plain,jwt,jwt-fresh,jwt-rbac,ldap-cache,ldap-search-cache")
     ap.add_argument("--profile", metavar="SCENARIO", help="cProfile this scenario instead")
+    ap.add_argument("--opcodes", metavar="SCENARIO",
+                    help="count bytecode instructions per request, by function, instead")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="time with the wall clock (default) or the process's CPU clock (a loaded machine)")
     args = ap.parse_args()
     global clock
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    specs = scenarios(fresh_needed="jwt-fresh" in args.scenarios.split(",") or args.profile == "jwt-fresh")
+    specs = scenarios(fresh_needed="jwt-fresh" in (args.scenarios.split(",") + [args.profile, args.opcodes]))
     conns = {}
     for name in args.scenarios.split(","):
         conn, request = build(name, specs[name])
@@ -306,6 +339,9 @@ def main() -> None:
         if not out.startswith(b"HTTP/1.1 200 "):
             sys.exit(f"{name}: expected a 200, got {out[:200]!r}")
         conns[name] = (conn, request)
+    if args.opcodes:
+        count_opcodes(*conns[args.opcodes], args.requests)
+        return
     if args.profile:
         import cProfile
         import pstats
