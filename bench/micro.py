@@ -1,6 +1,7 @@
 """twistgw's own per-request cost, in memory: no sockets, no load generator.
 
-    python bench/micro.py [--requests N] [--repeat R] [--profile SCENARIO]
+    python bench/micro.py [--requests N] [--repeat R] [--clock cpu] [--profile SCENARIO]
+                          [--opcodes SCENARIO]
 
 Request bytes go into the engine's server protocol over a StringTransport;
 the upstream is one pooled engine connection over another StringTransport,
@@ -14,6 +15,15 @@ the reactor are not in it, so the numbers are smaller than bench/run's CPU
 noise than a loaded shared machine allows. bench/run remains the
 measurement of record. ``bare-twisted`` is twisted.web (Site + a stub Agent
 answering at once), for comparison.
+
+``--clock cpu`` times with the process's CPU clock instead of the wall
+clock: on a loaded machine the time other processes had the core is left
+out (what remains, caches shared with the neighbours, is still noise; the
+minimum of many rounds is the figure to compare). ``--profile`` counts
+Python calls per request and ``--opcodes`` bytecode instructions per
+request, by function: neither changes with the neighbours' load, so two
+builds or two scenarios compare exactly (what they leave out is the C
+code behind each instruction: allocation, dict and string work).
 
 The LDAP scenarios measure the decision-cache hit path: the cache is
 filled before timing, so no directory is needed. ldap-search-cache is the
@@ -97,13 +107,15 @@ UPSTREAM_RESPONSE = (b"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Sat, 21 Nov 202
                      b"hello from the backend\n")
 
 
-def scenarios() -> dict[str, tuple[str, str, bytes]]:
+def scenarios(fresh_needed: bool = True) -> dict[str, tuple[str, str, bytes]]:
     """name -> (virtual host options YAML, extra resources YAML, extra request
-    header lines), from bench/harness.py's scenario definitions."""
+    header lines), from bench/harness.py's scenario definitions. Without
+    ``fresh_needed`` jwt-fresh gets one token (minting thousands takes seconds)."""
     with tempfile.TemporaryDirectory() as keys:
         mat = harness.jwt_material(keys, 0)
     bearer = f"Authorization: Bearer {mat.alice}\r\n".encode()
-    fresh = [f"Authorization: Bearer {token}\r\n".encode() for token in fresh_tokens(mat, FRESH_TOKENS)]
+    fresh = [f"Authorization: Bearer {token}\r\n".encode()
+             for token in fresh_tokens(mat, FRESH_TOKENS if fresh_needed else 1)]
     ldap_options, ldap_extra = harness.ldap_options(9, cache=True)
     search_options, search_extra = harness.ldap_options(9, cache=True, search=True)
     alice = f"Authorization: {harness.basic('alice', 'alicepw')}\r\n".encode()
@@ -275,6 +287,10 @@ class Rotating(list):
         return request
 
 
+#: the clock requests are timed with (``--clock``)
+clock = time.perf_counter
+
+
 def run(conn: Any, request: bytes | Rotating, n: int) -> float:
     proto, transport, upstream, upstream_transport = conn
     if isinstance(request, Rotating):
@@ -285,7 +301,7 @@ def run(conn: Any, request: bytes | Rotating, n: int) -> float:
     # log's once-per-turn write; under load a turn finishes several).
     reactor = getattr(getattr(proto, "factory", None), "micro_reactor", None)
     turn = reactor.advance if reactor is not None else (lambda seconds: None)
-    t0 = time.perf_counter()
+    t0 = clock()
     if upstream is None:
         for _ in range(n):
             feed(request)
@@ -300,7 +316,7 @@ def run(conn: Any, request: bytes | Rotating, n: int) -> float:
             upstream_clear()
             clear()
             turn(0)
-    return (time.perf_counter() - t0) / n * 1e6
+    return (clock() - t0) / n * 1e6
 
 
 def run_each(conn: Any, requests: Rotating, n: int) -> float:
@@ -308,14 +324,41 @@ def run_each(conn: Any, requests: Rotating, n: int) -> float:
     proto, transport, upstream, upstream_transport = conn
     reactor = proto.factory.micro_reactor
     feed, answer, take = proto.dataReceived, upstream.dataReceived, requests.take
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(n):
         feed(take())
         answer(UPSTREAM_RESPONSE)
         upstream_transport.clear()
         transport.clear()
         reactor.advance(0)
-    return (time.perf_counter() - t0) / n * 1e6
+    return (clock() - t0) / n * 1e6
+
+
+def count_opcodes(conn: Any, request: bytes | Rotating, n: int) -> None:
+    """Print the bytecode instructions ``n`` requests execute, per request,
+    in total and by function (``sys.settrace`` with ``f_trace_opcodes``)."""
+    import collections
+
+    counts: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        key = (frame.f_code.co_filename, frame.f_code.co_name)
+
+        def local(frame: Any, event: str, arg: Any) -> Any:
+            if event == "opcode":
+                counts[key] += 1
+            return local
+        return local
+
+    sys.settrace(tracer)
+    try:
+        run(conn, request, n)
+    finally:
+        sys.settrace(None)
+    print(f"{sum(counts.values()) / n:.1f} bytecode instructions per request")
+    for (filename, function), c in counts.most_common(40):
+        print(f"{c / n:8.1f}  {filename.split('site-packages/')[-1]}:{function}")
 
 
 def main() -> None:
@@ -324,8 +367,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--scenarios", default="bare-twisted,plain,jwt,jwt-fresh,jwt-rbac,ldap-cache,ldap-search-cache")
     ap.add_argument("--profile", metavar="SCENARIO", help="cProfile this scenario instead")
+    ap.add_argument("--opcodes", metavar="SCENARIO",
+                    help="count bytecode instructions per request, by function, instead")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="time with the wall clock (default) or the process's CPU clock (a loaded machine)")
     args = ap.parse_args()
-    specs = scenarios()
+    global clock
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    specs = scenarios(fresh_needed="jwt-fresh" in (args.scenarios.split(",") + [args.profile, args.opcodes]))
     conns = {}
     for name in args.scenarios.split(","):
         conn, request = build(name, specs[name])
@@ -340,6 +389,9 @@ def main() -> None:
         if not out.startswith(b"HTTP/1.1 200 "):
             sys.exit(f"{name}: expected a 200, got {out[:200]!r}")
         conns[name] = (conn, request)
+    if args.opcodes:
+        count_opcodes(*conns[args.opcodes], args.requests)
+        return
     if args.profile:
         import cProfile
         import pstats

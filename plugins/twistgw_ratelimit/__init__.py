@@ -208,7 +208,13 @@ class LocalPlugin:
         if ctx.dry_run:
             return twistgw.NotChecked(f"would take a token from the local bucket of {options.where}"
                                       f" ({options.spec.describe()})")
-        return _limiter.check_local(ctx, options, self.now())
+        # On every request of the route: one clock read and the bucket's take.
+        now = self.now()
+        if options.bucket.take(now):
+            if options.headers:
+                _limiter.add_headers(ctx, _limiter.local_headers(options, now))
+            return None
+        return _limiter.refuse_local(options, now)
 
 
 class ServerPlugin:

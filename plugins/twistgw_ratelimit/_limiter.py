@@ -70,10 +70,18 @@ def local_headers(options: LocalLimit, now: float) -> tuple[tuple[bytes, bytes],
 
 
 def check_local(ctx: RequestContext, options: LocalLimit, now: float) -> twistgw.Deny | None:
+    """Take a token from the route's bucket: None (admitted, with the
+    draft headers when enabled), or 429. (``LocalPlugin.twistgw_authorize``
+    runs the same steps inline: it is on every request of the route.)"""
     if options.bucket.take(now):
         if options.headers:
             add_headers(ctx, local_headers(options, now))
         return None
+    return refuse_local(options, now)
+
+
+def refuse_local(options: LocalLimit, now: float) -> twistgw.Deny:
+    """The 429 of an empty bucket (counted in the metrics)."""
     count("localRatelimit", options.where, "over_limit")
     headers = local_headers(options, now) if options.headers else ()
     return limited(headers, b"local_rate_limited", reason=f"local token bucket of {options.where} is empty")

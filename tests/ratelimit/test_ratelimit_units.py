@@ -244,6 +244,48 @@ class TokenBucketTests(TestCase):
         assert [bucket.take(101.0) for _ in range(3)] == [True, True, False]
         assert [bucket.take(110.0) for _ in range(4)] == [True, True, True, False]  # capped at maxTokens
 
+    def test_same_answers_as_the_refill_computed_on_every_take(self) -> None:
+        """take() looks at the refill only near the next fill time; it must
+        answer exactly as the bucket that computes the refill on every
+        request, at and around interval boundaries too (times that are
+        exact sums of intervals, and a float's worth either side)."""
+        import math
+        import random
+
+        class EveryTake:  # the bucket as first written: the refill on every take
+            def __init__(self, spec: BucketSpec, now: float) -> None:
+                self.spec, self.tokens, self.last = spec, spec.max_tokens, now
+
+            def take(self, now: float) -> bool:
+                spec = self.spec
+                if self.tokens < spec.max_tokens:
+                    fills = int((now - self.last) / spec.fill_interval)
+                    if fills > 0:
+                        self.tokens = min(spec.max_tokens, self.tokens + fills * spec.tokens_per_fill)
+                        self.last += fills * spec.fill_interval
+                else:
+                    self.last = now - (now - self.last) % spec.fill_interval
+                if self.tokens > 0:
+                    self.tokens -= 1
+                    return True
+                return False
+
+        rng = random.Random(27)
+        for spec in (BucketSpec(3, 1, 0.1), BucketSpec(5, 2, 0.05), BucketSpec(1, 1, 1.0), BucketSpec(4, 3, 0.3)):
+            start = 12345.678
+            fast, reference = TokenBucket(spec, start), EveryTake(spec, start)
+            now, answers = start, []
+            for _ in range(5000):
+                step = rng.choice((0.0, spec.fill_interval / 7, spec.fill_interval, 2.5 * spec.fill_interval))
+                now += step
+                if rng.random() < 0.2:  # right at, or a float's worth around, a boundary
+                    now = rng.choice((math.nextafter(now, 0), now, math.nextafter(now, math.inf)))
+                got, expected = fast.take(now), reference.take(now)
+                answers.append(got)
+                assert got == expected, (spec, now)
+                assert fast.tokens == reference.tokens, (spec, now)
+            assert True in answers and False in answers  # both answers were exercised
+
 
 class LocalRatelimitTests(TestCase):
     """localRatelimit through the chain, with no Redis configured at all."""

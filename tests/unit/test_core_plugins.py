@@ -14,6 +14,8 @@ from twisted.logger import globalLogPublisher
 
 import twistgw
 from twistgw.config.loader import ConfigError, load_text
+from twistgw.api.headers import Headers
+from twistgw.core.pipeline import RequestHead
 from twistgw.core.plugins import PluginError, PluginHost
 from twistgw.core.snapshot import build_snapshot
 from twistgw.testing import ChainTester
@@ -133,6 +135,15 @@ SETTINGS = "apiVersion: gateway.vendor.io/v1\nkind: Settings\nmetadata: {name: s
 
 def make_tester(*plugins: Recorder, options: str) -> ChainTester:
     return ChainTester.from_yaml(vs(options), plugins=[(p.name, p) for p in plugins], load_entry_points=False)
+
+
+async def untraced(tester: ChainTester, target: bytes = b"/") -> Any:
+    """The plan for ``GET target`` as the gateway asks for it: no trace."""
+    head = RequestHead(b"GET", target, Headers({b"host": [b"x"]}), "127.0.0.1")
+    plan = tester.pipeline.handle(head, tester.snapshot)
+    if isinstance(plan, defer.Deferred):
+        plan = await plan
+    return plan
 
 
 class _LogCapture:
@@ -555,6 +566,79 @@ class CorePluginsTests(TestCase):
         result = await make_tester(failing, options="{a: {}}").request("GET", "http://x/")
         assert (result.status, result.decided_by) == (500, "a")
         assert len(self.flushLoggedErrors(RuntimeError)) == 1  # and logged
+
+    # The gateway runs the chain without a trace (ChainTester and explain
+    # trace every step): the same outcomes on that path.
+
+    async def test_untraced_chain_runs_in_order_and_first_deny_stops_it(self) -> None:
+        calls: list = []
+        a, b = Recorder("a", 10, calls=calls, asynchronous=True), Recorder("b", 20, calls=calls)
+        plan = await untraced(make_tester(b, a, options="{a: {}, b: {}}"))
+        assert plan.status == 200 and plan.body == b"ok"  # the route's direct response
+        assert calls == [("a", "authenticate"), ("a", "authorize"), ("b", "authenticate"), ("b", "authorize")]
+        calls.clear()
+        plan = await untraced(make_tester(Recorder("a", 10, calls=calls), Recorder("b", 20, calls=calls),
+                                          options="{a: {deny: true}, b: {}}"))
+        assert (plan.status, plan.body) == (403, b"denied by a")
+        assert calls == [("a", "authenticate"), ("a", "authorize")]
+
+    @pytest.mark.parametrize("returns", [True, "deny", object(), twistgw.NotChecked("no network")])
+    async def test_untraced_chain_fails_closed_on_garbage(self, returns: Any) -> None:
+        calls: list = []
+        a, b = Recorder("a", 10, calls=calls, returns=returns), Recorder("b", 20, calls=calls)
+        with _LogCapture():
+            plan = await untraced(make_tester(a, b, options="{a: {}, b: {}}"))
+        assert (plan.status, plan.body) == (500, b"Internal Server Error")
+        assert calls == [("a", "authenticate")]
+
+    async def test_untraced_chain_fails_closed_when_a_plugin_raises(self) -> None:
+        calls: list = []
+        a, b = Recorder("a", 10, calls=calls, raise_in="authenticate"), Recorder("b", 20, calls=calls)
+        with _LogCapture():
+            plan = await untraced(make_tester(a, b, options="{a: {}, b: {}}"))
+        assert plan.status == 500 and calls == [("a", "authenticate")]
+        assert len(self.flushLoggedErrors(RuntimeError)) == 1
+
+    async def test_untraced_chain_goes_on_after_an_allow_subclass(self) -> None:
+        class Verdict(twistgw.Allow):
+            pass
+
+        calls: list = []
+        a, b = Recorder("a", 10, calls=calls, returns=Verdict("fine")), Recorder("b", 20, calls=calls)
+        plan = await untraced(make_tester(a, b, options="{a: {}, b: {}}"))
+        assert plan.status == 200
+        assert calls == [("a", "authenticate"), ("a", "authorize"), ("b", "authenticate"), ("b", "authorize")]
+
+    async def test_hook_implementations_with_other_signatures_get_their_arguments(self) -> None:
+        """Compiled chains call a plugin positionally, ``(ctx, options)``; an
+        implementation taking them in another order, or only one, still
+        gets what it names."""
+        seen: list = []
+
+        class Reversed:
+            @twistgw.hookimpl
+            def twistgw_compile_options(self, options: Any, scope: Any) -> Any:
+                return "compiled-reversed"
+
+            @twistgw.hookimpl
+            def twistgw_authenticate(self, options: Any, ctx: twistgw.RequestContext) -> Any:
+                seen.append(("reversed", options, ctx.path))
+
+        class OnlyCtx:
+            @twistgw.hookimpl
+            def twistgw_compile_options(self, options: Any, scope: Any) -> Any:
+                return "compiled-only"
+
+            @twistgw.hookimpl
+            def twistgw_authorize(self, ctx: twistgw.RequestContext) -> Any:
+                seen.append(("only", ctx.path))
+                return twistgw.Deny(401, b"no")
+
+        tester = ChainTester.from_yaml(vs("{rev: {}, only: {}, pluginOrder: [rev, only]}"),
+                                       plugins=[("rev", Reversed()), ("only", OnlyCtx())], load_entry_points=False)
+        plan = await untraced(tester, b"/p")
+        assert (plan.status, plan.body) == (401, b"no")
+        assert seen == [("reversed", "compiled-reversed", "/p"), ("only", "/p")]
 
     async def test_third_party_plugin_registered_with_extra(self, apikey_dist: Any) -> None:
         import acme_apikey

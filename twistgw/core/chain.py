@@ -1,5 +1,10 @@
 """Running a route's plugin chain: the one place plugins are called per request.
 
+A route's chain is compiled once per snapshot (:func:`flatten_chain`) into
+a tuple of :data:`Call`\\ s, each callable taking ``(ctx, options)``
+positionally, so that running a plugin per request is one tuple unpacking,
+one call and one test of the result (:func:`start_calls`).
+
 Plugins that answer synchronously are called synchronously: no coroutine
 and no Deferred per request unless a plugin actually returns something to
 await (a Deferred or a coroutine), from which point the rest of the chain
@@ -25,6 +30,7 @@ PLUGIN_FAILED = Deny(500, b"Internal Server Error", reason="a plugin failed")
 #: ``trace(plugin, phase, decision)`` receives every step's outcome.
 Trace = Callable[[str, str, Any], None]
 
+
 @attrs.frozen
 class ChainStep:
     """One plugin in a route's chain, with its compiled options."""
@@ -42,22 +48,41 @@ class ChainStep:
         return f"{self.plugin}[{self.stage}]" if self.stage else self.plugin
 
 
+#: One call of a compiled chain: (the step, ``"authenticate"`` or
+#: ``"authorize"``, the callable taking ``(ctx, options)`` positionally).
+Call = tuple[ChainStep, str, Callable[[RequestContext, Any], Any]]
+
+
 def flatten_chain(steps: tuple[ChainStep, ...]) -> tuple[Call, ...]:
     """Each plugin's authenticate then authorize, in chain order, as
-    (step, phase, callable)."""
+    :data:`Call`\\ s (once per route per snapshot)."""
     out: list[Call] = []
     for step in steps:
         if step.authenticate is not None:
-            out.append((step, "authenticate", step.authenticate))
+            out.append((step, "authenticate", positional(step.authenticate)))
         if step.authorize is not None:
-            out.append((step, "authorize", step.authorize))
+            out.append((step, "authorize", positional(step.authorize)))
     return tuple(out)
 
 
+def positional(fn: Callable[..., Any]) -> Callable[[RequestContext, Any], Any]:
+    """``fn`` itself when it takes exactly ``(ctx, options)`` in that order
+    (a hook implementation written like the hook spec: called positionally,
+    which is cheaper than by keyword), else a wrapper calling it by keyword
+    (an implementation that takes the arguments in another order, or a
+    subset of them)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if [(p.name, p.kind) for p in params] == [("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                                               ("options", inspect.Parameter.POSITIONAL_OR_KEYWORD)]:
+        return fn
 
+    def by_keyword(ctx: RequestContext, options: Any) -> Any:
+        return fn(ctx=ctx, options=options)
 
-#: One call of a flattened chain: (step, "authenticate" or "authorize", the callable).
-Call = tuple[ChainStep, str, Callable[..., Any]]
+    return by_keyword
 
 
 def _failed(step: ChainStep, phase: str, exc: BaseException, ctx: RequestContext, trace: Trace | None) -> Deny:
@@ -93,27 +118,52 @@ def _judge(step: ChainStep, phase: str, result: Any, ctx: RequestContext, trace:
 
 
 def start_calls(calls: tuple[Call, ...], ctx: RequestContext,
-                trace: Trace | None = None) -> Deny | None | Deferred[Deny | None]:
+              trace: Trace | None = None) -> Deny | None | Deferred[Deny | None]:
     """Call each step's callable in order (:attr:`RouteRuntime.calls`, the
-    chain flattened once per snapshot): what the gateway runs per request.
+    chain compiled once per snapshot): what the gateway runs per request.
 
     Returns the first Deny (and sets ``ctx.decided_by``), None to admit, or
     a Deferred firing with one of those once an asynchronous plugin answers.
     Any exception, or a result that is not Allow/Deny/None, fails closed (500).
     """
-    return _run(calls, 0, ctx, trace)
+    if trace is not None:
+        return _run_traced(calls, 0, ctx, trace)
+    i = 0
+    for step, phase, fn in calls:
+        try:
+            result = fn(ctx, step.options)
+        except Exception as exc:
+            return _failed(step, phase, exc, ctx, None)
+        if result is not None and result.__class__ is not Allow:  # the common case: one test, by type
+            return _settle(calls, i, result, ctx, None)
+        i += 1
+    return None
 
 
-def _run(calls: tuple[Call, ...], start: int, ctx: RequestContext,
-         trace: Trace | None) -> Deny | None | Deferred[Deny | None]:
+def _settle(calls: tuple[Call, ...], i: int, result: Any, ctx: RequestContext,
+            trace: Trace | None) -> Deny | None | Deferred[Deny | None]:
+    """Call ``i`` answered something other than None or Allow: a Deny, an
+    awaitable (the rest of the chain runs once it fires), or something to
+    judge; returns what :func:`start_calls` does."""
+    if isinstance(result, Deferred) or inspect.isawaitable(result):
+        return Deferred.fromCoroutine(_resume(calls, i, result, ctx, trace))
+    step, phase, _ = calls[i]
+    deny = _judge(step, phase, result, ctx, trace)
+    if deny is not None:
+        return deny
+    return _run_traced(calls, i + 1, ctx, trace)
+
+
+def _run_traced(calls: tuple[Call, ...], start: int, ctx: RequestContext,
+                trace: Trace | None) -> Deny | None | Deferred[Deny | None]:
+    """:func:`start_calls` from call ``start``, every outcome judged (and
+    traced when ``trace`` is given)."""
     for i in range(start, len(calls)):
         step, phase, fn = calls[i]
         try:
-            result = fn(ctx=ctx, options=step.options)
+            result = fn(ctx, step.options)
         except Exception as exc:
             return _failed(step, phase, exc, ctx, trace)
-        if trace is None and (result is None or type(result) is Allow):
-            continue  # the common case, by type: no isinstance or isawaitable
         if isinstance(result, Deferred) or inspect.isawaitable(result):
             return Deferred.fromCoroutine(_resume(calls, i, result, ctx, trace))
         deny = _judge(step, phase, result, ctx, trace)
@@ -132,7 +182,7 @@ async def _resume(calls: tuple[Call, ...], i: int, pending: Any, ctx: RequestCon
     deny = _judge(step, phase, result, ctx, trace)
     if deny is not None:
         return deny
-    rest = _run(calls, i + 1, ctx, trace)
+    rest = _run_traced(calls, i + 1, ctx, trace)
     if isinstance(rest, Deferred):
         later: Deny | None = await rest
         return later

@@ -178,8 +178,9 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     if route is None:
         return NOT_FOUND
     ctx.route = route.name
-    ctx.upstream = _upstream_of(route)
-    return Prepared(ctx, snapshot.runtime(vs, route))
+    runtime = snapshot.runtime(vs, route)
+    ctx.upstream = runtime.upstream_name
+    return Prepared(ctx, runtime)
 
 
 def _virtual_service(table: HostTable, authority: bytes | None, hosts: list[bytes] | None, version: bytes
@@ -199,15 +200,6 @@ def _virtual_service(table: HostTable, authority: bytes | None, hosts: list[byte
     if host is None:
         return None, None, bad_request("the Host header (or the target's authority) is not a valid host[:port]")
     return host, vs, None if vs is not None else NOT_FOUND
-
-
-def _upstream_of(route: Route) -> str:
-    """``namespace/name`` of the route's upstream, "" for a direct response."""
-    key = getattr(route.action, "upstream_key", None)
-    if key is None:
-        return ""
-    namespace, name = key()
-    return f"{namespace}/{name}"
 
 
 def select_route(ctx: RequestContext, vs: VirtualService, route_hook: Any = None) -> Route | None:
@@ -241,7 +233,7 @@ def reroute(snapshot: Snapshot, ctx: RequestContext, runtime: RouteRuntime,
     new = snapshot.runtime(runtime.virtual_service, route)
     done = {(step.plugin, id(step.options), phase) for step, phase, _ in runtime.calls}
     ctx.route = route.name
-    ctx.upstream = _upstream_of(route)
+    ctx.upstream = new.upstream_name
     return new, tuple(c for c in new.calls if (c[0].plugin, id(c[0].options), c[1]) not in done)
 
 
@@ -277,12 +269,24 @@ class Pipeline:
         if snapshot is None:
             return NOT_READY
         prepared = prepare(snapshot, head, self.reactor, self.route_hook)
-        if isinstance(prepared, LocalResponse):
-            return prepared
+        if prepared.__class__ is not Prepared:
+            return prepared  # type: ignore[return-value]  # a LocalResponse: 400, 404
         ctx = head.ctx = prepared.ctx
         if self.dry_run:
             ctx.dry_run = True
         runtime = head.runtime = prepared.runtime
+        if runtime.simple and trace is None and head.gateway is None:
+            # The shortest path (no traffic options, no routing again):
+            # what _run and _chain_done do, inlined.
+            calls = runtime.calls
+            if calls:
+                outcome = start_calls(calls, ctx)
+                if outcome is not None:
+                    if isinstance(outcome, Deferred):
+                        return outcome.addCallback(self._chain_done, head, ctx, runtime, None, None)
+                    return self._chain_done(outcome, head, ctx, runtime, None, None)
+            plan = self._plan_plain(ctx, runtime)
+            return plan if ctx.response_headers is None else with_added_headers(plan, ctx.response_headers)
         reselect_in = snapshot if runtime.reselect else None
         gateway = head.gateway
         calls = runtime.calls if gateway is None else gateway.calls(runtime.calls)
@@ -364,6 +368,10 @@ class Pipeline:
         for none); by default, twistgw's own rule (the client address)."""
         if runtime.policy is not None:
             return self._plan_policy(ctx, runtime, runtime.policy, forwarded_for)
+        return self._plan_plain(ctx, runtime, forwarded_for)
+
+    def _plan_plain(self, ctx: RequestContext, runtime: RouteRuntime, forwarded_for: object = _OWN_RULE) -> Plan:
+        """:meth:`plan` for a route without traffic options."""
         if runtime.answer is not None:
             return runtime.answer
         balancer = runtime.balancer

@@ -60,10 +60,28 @@ class RouteRuntime:
     calls: tuple[Call, ...] = attrs.field(init=False, eq=False)
     #: the answer of a direct-response route, made once per snapshot
     answer: LocalResponse | None = attrs.field(init=False, eq=False)
+    #: ``namespace/name`` of the route's upstream ("" for a direct response
+    #: or weighted destinations): ``ctx.upstream``, made once per snapshot
+    upstream_name: str = attrs.field(init=False, eq=False)
+    #: neither traffic options nor routing again after the chain: the
+    #: pipeline's shortest path (route, chain, forward)
+    simple: bool = attrs.field(init=False, eq=False)
 
     @calls.default
     def _flatten(self) -> tuple[Call, ...]:
         return flatten_chain(self.chain)
+
+    @upstream_name.default
+    def _upstream_name(self) -> str:
+        key = getattr(self.route.action, "upstream_key", None)
+        if key is None:
+            return ""
+        namespace, name = key()
+        return f"{namespace}/{name}"
+
+    @simple.default
+    def _simple(self) -> bool:
+        return self.policy is None and not self.reselect
 
     @answer.default
     def _answer(self) -> LocalResponse | None:

@@ -64,7 +64,8 @@ class Exchange:
         self.upstream: Forwarding | None = None
         self.chunked = False
         self.no_body = False
-        self.upstream_started = 0.0
+        #: when the request went upstream (reactor seconds), None while it has not
+        self.upstream_started: float | None = None
         self.content_length: bytes | None = None
         #: a response head waiting to go out with the first body bytes
         self.held: bytes | None = None
@@ -107,7 +108,7 @@ class Exchange:
         :meth:`flush`, or :meth:`finish`) so both go out in one write."""
         self.phase = _RESPONDING
         self.status = status
-        if self.upstream_started:  # the upstream's head (seams.Downstream)
+        if self.upstream_started is not None:  # the upstream's head (seams.Downstream)
             gateway = self.proto.gateway
             if gateway.metrics is not None:
                 gateway.metrics.upstream_latency(self, gateway.reactor.seconds() - self.upstream_started)

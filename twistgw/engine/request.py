@@ -30,6 +30,12 @@ __all__ = ["ALLOWED_UPGRADES", "Reject", "RequestReader", "Stop"]
 ALLOWED_UPGRADES = frozenset({b"websocket"})
 
 _HEAD = ConnState.HEAD
+# framing's limits and answers as module globals: read per header
+_MAX_HEADERS = framing.MAX_HEADERS
+_MAX_HEAD_BYTES = framing.MAX_HEAD_BYTES
+_MAX_TARGET = framing.MAX_TARGET
+_TOO_LARGE = framing.TOO_LARGE
+_BAD_REQUEST = framing.BAD_REQUEST
 
 
 class Reject(Exception):
@@ -100,7 +106,7 @@ class RequestReader:
             if at != -1 and (at == 0 or self._data[at - 1] == 10):
                 raise Reject(framing.BAD_REQUEST)
         url = self._url + url if self._url else url
-        if len(url) > framing.MAX_TARGET:
+        if len(url) > _MAX_TARGET:
             raise Reject(framing.URI_TOO_LONG)
         self._url = url
 
@@ -109,12 +115,12 @@ class RequestReader:
             return  # a trailer field: checked by llhttp, not forwarded
         self._nheaders += 1
         self._head_bytes += len(name) + len(value) + 4
-        if self._nheaders > framing.MAX_HEADERS or self._head_bytes > framing.MAX_HEAD_BYTES:
-            raise Reject(framing.TOO_LARGE)
+        if self._nheaders > _MAX_HEADERS or self._head_bytes > _MAX_HEAD_BYTES:
+            raise Reject(_TOO_LARGE)
         try:
             cname = canonical_name(name)
         except InvalidHeaderName:
-            raise Reject(framing.BAD_REQUEST) from None
+            raise Reject(_BAD_REQUEST) from None
         value = value.rstrip(b" \t")
         values = self._raw.get(cname)
         if values is None:
