@@ -34,7 +34,8 @@ from twistgw.config.loader import load_directory, load_text
 from twistgw.core.pipeline import Pipeline, RequestHead, split_target
 from twistgw.core.plan import Forward, LocalResponse, Plan
 from twistgw.core.plugins import GatewayInfo, PluginHost
-from twistgw.core.snapshot import RouteRuntime, Snapshot, build_snapshot
+from twistgw.core.routeruntime import RouteRuntime
+from twistgw.core.snapshot import Snapshot, build_snapshot
 
 from twistgw._recording import (BackendResponse, RecordedRequest, RecordingBackend, close_treq_idle_connections,
                                 start_recording_backend)

@@ -35,8 +35,9 @@ from twistgw.core.plan import Forward, LocalResponse, Plan, RetryingForward
 from twistgw.core.routing import HostTable, first_route
 from twistgw.core.balancers import hash_of
 from twistgw.core.gateways import GatewayView, forwarded
-from twistgw.core.snapshot import RouteRuntime, Snapshot
-from twistgw.core.traffic import PREFLIGHT, ResponseEdit, RoutePolicy, preflight
+from twistgw.core.routeruntime import RouteRuntime
+from twistgw.core.snapshot import Snapshot
+from twistgw.core.traffic import PREFLIGHT, RoutePolicy, preflight, with_added_headers, with_edit
 
 
 
@@ -468,28 +469,6 @@ def _forwarding(headers: Headers, ctx: RequestContext, forwarded_for: object) ->
         headers.set_canonical(b"X-Forwarded-For", forwarded_for)
     headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
     headers.set_canonical(b"X-Real-Ip", client)
-
-
-def with_edit(plan: Plan, edit: ResponseEdit) -> Plan:
-    """``plan`` with ``edit`` applied last (a Gateway's ``serverName``)."""
-    if isinstance(plan, Forward):
-        base = plan.response_edit
-        plan.response_edit = edit if base is None else base.then(edit)
-        return plan
-    return edit.apply_to_local(plan)
-
-
-def with_added_headers(plan: Plan, added: list[tuple[bytes, bytes]]) -> Plan:
-    """``plan`` with the response headers plugins added
-    (``ctx.add_response_header``): after the route's response edit on a
-    Forward, after the answer's own headers on a LocalResponse (a new one:
-    a route's answer is shared by its requests)."""
-    edit = ResponseEdit(frozenset(), tuple(added))
-    if isinstance(plan, Forward):
-        base = plan.response_edit
-        plan.response_edit = edit if base is None else base.then(edit)
-        return plan
-    return edit.apply_to_local(plan)
 
 
 def _with_cors(plan: Plan, policy: RoutePolicy, ctx: RequestContext) -> Plan:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-import attrs
 
 from twistgw.api.plugin import Placement
 from twistgw.api.types import OptionsError, OptionsScope, ResourceView
@@ -18,7 +17,7 @@ from twistgw.config.errors import ConfigError, ConfigIssue
 from twistgw.config.routeoptions import GLOO_PLUGIN_KEYS, KNOWN_OPTION_KEYS
 from twistgw.config.resolution import Config
 from twistgw.config.model import DirectResponse, KubeRef, Route, UpstreamRef, VirtualService
-from twistgw.core.chain import Call, ChainStep, flatten_chain
+from twistgw.core.chain import ChainStep
 from twistgw.core.compiling import (
     about_invalid_resource,
     check_resources,
@@ -28,7 +27,7 @@ from twistgw.core.compiling import (
     plugin_options,
     written_on_host,
 )
-from twistgw.core.plan import LocalResponse
+from twistgw.core.routeruntime import RouteRuntime
 from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.gateways import GatewayView, build_gateway_views
@@ -38,56 +37,6 @@ from twistgw.core.balancers import make_balancer
 from twistgw.core.health import HealthState, UpstreamStates
 from twistgw.core.outlier import OutlierState
 from twistgw.core.policies import compile_policy, forged_headers
-from twistgw.core.traffic import RoutePolicy
-
-
-@attrs.frozen
-class RouteRuntime:
-    virtual_service: VirtualService
-    route: Route
-    chain: tuple[ChainStep, ...]
-    direct: DirectResponse | None
-    #: a Balancer (round robin) or one of core.balancers' (random, ring hash, maglev)
-    balancer: Any
-    #: route selection is repeated after the chain (its virtual service has
-    #: routes matching headers or query parameters, which plugins may write:
-    #: JWT claimsToHeaders; see docs/decisions.md "claim-based routing")
-    reselect: bool = False
-    #: the route's traffic options (cors, faults, headers, weighted
-    #: destinations...), None when it has none: the plain route's cost is one test
-    policy: RoutePolicy | None = None
-    #: the chain flattened into (step, phase, callable), once per snapshot
-    calls: tuple[Call, ...] = attrs.field(init=False, eq=False)
-    #: the answer of a direct-response route, made once per snapshot
-    answer: LocalResponse | None = attrs.field(init=False, eq=False)
-    #: ``namespace/name`` of the route's upstream ("" for a direct response
-    #: or weighted destinations): ``ctx.upstream``, made once per snapshot
-    upstream_name: str = attrs.field(init=False, eq=False)
-    #: neither traffic options nor routing again after the chain: the
-    #: pipeline's shortest path (route, chain, forward)
-    simple: bool = attrs.field(init=False, eq=False)
-
-    @calls.default
-    def _flatten(self) -> tuple[Call, ...]:
-        return flatten_chain(self.chain)
-
-    @upstream_name.default
-    def _upstream_name(self) -> str:
-        key = getattr(self.route.action, "upstream_key", None)
-        if key is None:
-            return ""
-        namespace, name = key()
-        return f"{namespace}/{name}"
-
-    @simple.default
-    def _simple(self) -> bool:
-        return self.policy is None and not self.reselect
-
-    @answer.default
-    def _answer(self) -> LocalResponse | None:
-        if self.direct is None:
-            return None
-        return LocalResponse(self.direct.status, self.direct.body, reason="direct response", answer=True)
 
 
 class Snapshot:

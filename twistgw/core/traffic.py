@@ -47,9 +47,10 @@ from twistgw.config.traffic import (
     RequestBuffer,
 )
 from twistgw.core.headers import HOP_BY_HOP, end_to_end_lines
-from twistgw.core.plan import LocalResponse
+from twistgw.core.plan import Forward, LocalResponse, Plan
 
-__all__ = ["HeaderLevel", "ResponseEdit", "RoutePolicy", "Weighted", "request_level", "response_edit"]
+__all__ = ["HeaderLevel", "ResponseEdit", "RoutePolicy", "Weighted", "request_level", "response_edit",
+           "with_added_headers", "with_edit"]
 
 #: (canonical name, value, append)
 Add = tuple[bytes, bytes, bool]
@@ -424,3 +425,25 @@ def redirect_response(rd: Redirect, ctx: RequestContext, prefix_rewrite: Any) ->
     query = b"" if rd.strip_query or "?" in path else ctx.query
     location = f"{scheme}://{authority}{path}".encode("latin-1") + (b"?" + query if query else b"")
     return LocalResponse(rd.code, b"", ((b"Location", location),), reason=f"redirect ({rd.code})", answer=True)
+
+
+def with_edit(plan: Plan, edit: ResponseEdit) -> Plan:
+    """``plan`` with ``edit`` applied last (a Gateway's ``serverName``)."""
+    if isinstance(plan, Forward):
+        base = plan.response_edit
+        plan.response_edit = edit if base is None else base.then(edit)
+        return plan
+    return edit.apply_to_local(plan)
+
+
+def with_added_headers(plan: Plan, added: list[tuple[bytes, bytes]]) -> Plan:
+    """``plan`` with the response headers plugins added
+    (``ctx.add_response_header``): after the route's response edit on a
+    Forward, after the answer's own headers on a LocalResponse (a new one:
+    a route's answer is shared by its requests)."""
+    edit = ResponseEdit(frozenset(), tuple(added))
+    if isinstance(plan, Forward):
+        base = plan.response_edit
+        plan.response_edit = edit if base is None else base.then(edit)
+        return plan
+    return edit.apply_to_local(plan)
