@@ -69,7 +69,7 @@ def read_tls(raw: Any, https: bool, scope: ConfigScope, problems: Problems) -> d
     out: dict[str, Any] = {}
     if tls.get("secretRef") is not None:
         with problems.check():
-            out["ca_pem"], out["cert_pem"], out["key_pem"] = _pems(tls["secretRef"], path + ("secretRef",), scope)
+            out["cert_pem"], out["key_pem"], out["ca_pem"] = _pems(tls["secretRef"], path + ("secretRef",), scope)
     if tls.get("sslParams") is not None:
         p = path + ("sslParams",)
         params = c.mapping(tls["sslParams"], p, _SSL_PARAMS)

@@ -39,8 +39,11 @@ class ClientSettings:
     """What makes two clients different: TLS to the service (PEMs and
     versions; None: the system trust store, TLS 1.2 or later), the most
     concurrent calls (None: unbounded), and how long an idle connection is
-    kept (None: until the service closes it)."""
+    kept (None: until the service closes it). ``origin`` (scheme, host and
+    port of the service's URL) keeps one service's bound apart from
+    another's."""
 
+    origin: str = ""
     ca_pem: bytes | None = None
     cert_pem: bytes | None = None
     key_pem: bytes | None = None

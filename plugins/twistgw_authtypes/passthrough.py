@@ -184,6 +184,11 @@ def _url(value: Any, path: c.Path) -> bytes:
     return url.encode("ascii")
 
 
+def _origin(url: bytes) -> str:
+    parts = urlsplit(url.decode("ascii"))
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2].lower()}"
+
+
 def _json_data(value: Any, path: c.Path) -> Any:
     try:
         json.dumps(value)
@@ -211,20 +216,12 @@ def compile_call(http: Mapping[str, Any], config: Any, problems: Problems, scope
                              " allowedUpstreamHeadersToOverwrite (Gloo's rule)")
     if "url" not in http:
         raise OptionsError(("http", "url"), "is required: the service's http:// or https:// URL")
+    url = _url(http["url"], ("http", "url"))
+    client, head = _client(http, url, scope, problems)
     send_body = c.boolean(req.get("passThroughBody", False), p_req + ("passThroughBody",))
     if send_body and body is None:
         raise OptionsError(p_req + ("passThroughBody",), "needs Settings.spec.extauth.requestBody (Gloo's rule):"
                                                          " it says how much of the body is read before asking")
-    url = _url(http["url"], ("http", "url"))
-    tls: dict[str, Any] = {}
-    with problems.check():
-        tls = read_tls(http.get("tlsConfig"), url.startswith(b"https:"), scope, problems)
-    pool: dict[str, Any] = {}
-    with problems.check():
-        pool = read_pool(http.get("connectionPool"))
-    head = None
-    if http.get("responseHeaderTimeout") is not None:
-        head = c.duration(http["responseHeaderTimeout"], ("http", "responseHeaderTimeout"), 0.0, lo=0.0) or None
     return Call(
         url=url,
         timeout=c.duration(http.get("connectionTimeout"), ("http", "connectionTimeout"), 5.0),
@@ -241,8 +238,25 @@ def compile_call(http: Mapping[str, Any], config: Any, problems: Problems, scope
                                          p_resp + ("allowedClientHeadersOnSuccess",)),
         body_settings=body if send_body else None,
         head_timeout=head,
-        client=ClientSettings(**tls, **pool),
+        client=client,
     )
+
+
+def _client(http: Mapping[str, Any], url: bytes, scope: ConfigScope,
+            problems: Problems) -> tuple[ClientSettings, float | None]:
+    """``tlsConfig``, ``connectionPool`` and ``responseHeaderTimeout``: the
+    client's settings and the head's deadline (None: only connectionTimeout)."""
+    tls: dict[str, Any] = {}
+    with problems.check():
+        tls = read_tls(http.get("tlsConfig"), url.startswith(b"https:"), scope, problems)
+    pool: dict[str, Any] = {}
+    with problems.check():
+        pool = read_pool(http.get("connectionPool"))
+    head = None
+    with problems.check():
+        if http.get("responseHeaderTimeout") is not None:
+            head = c.duration(http["responseHeaderTimeout"], ("http", "responseHeaderTimeout"), 0.0, lo=0.0) or None
+    return ClientSettings(_origin(url), **tls, **pool), head
 
 
 def _success_headers(value: Any, path: c.Path) -> tuple[bytes, ...]:

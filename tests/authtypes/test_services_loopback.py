@@ -129,7 +129,7 @@ class PassThroughTests(_ServiceTest):
     def test_unsupported_fields_are_refused_by_name(self) -> None:
         with pytest.raises(OptionsError) as exc:
             PassThroughAuth().compile({"http": {"url": "http://a/", "request": {"passThroughBody": True},
-                                                "tlsConfig": {}}},
+                                                "tlsConfig": {"sslParams": {"cipherSuites": []}}}},
                                       scope(type_name="passThroughAuth"))
         self.assertEqual(sorted(p.path[-1] for p in exc.value.problems), ["passThroughBody", "tlsConfig"])
         self.assertIn("needs Settings.spec.extauth.requestBody", str(exc.value))
