@@ -288,3 +288,61 @@ class RefusalTests(TestCase):
         self.assertIn("duration", told["http.connectionPool.idleTimeout"])
         told = self.problems({"responseHeaderTimeout": "-1s"})
         self.assertIn("http.responseHeaderTimeout", told)
+
+
+AUTH_CONFIG = """\
+apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {name: pass, namespace: gloo-system}
+spec:
+  configs:
+  - passThroughAuth:
+      http:
+        url: https://auth.test/check
+        tlsConfig:
+          secretRef: {name: auth-client, namespace: gloo-system}
+          sslParams:
+            minimumProtocolVersion: TLSv1_3
+            cipherSuites: [ECDHE-ECDSA-AES128-GCM-SHA256]
+        connectionPool: {maxConns: 0.5}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: auth-client, namespace: gloo-system}
+type: kubernetes.io/tls
+stringData: {tls.crt: only-a-certificate}
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {name: vs, namespace: gloo-system}
+spec:
+  virtualHost:
+    domains: ["*"]
+    options: {extauth: {configRef: {name: pass, namespace: gloo-system}}}
+    routes:
+    - directResponseAction: {status: 200}
+"""
+
+
+class LoadTests(TestCase):
+    def test_every_problem_with_file_line_and_field(self) -> None:
+        import os
+        import tempfile
+
+        from twistgw.config.errors import ConfigError
+        from twistgw.config.loader import load_directory
+        from twistgw.core.plugins import PluginHost
+        from twistgw.core.snapshot import build_snapshot
+
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "auth.yaml"), "w") as f:
+                f.write(AUTH_CONFIG)
+            with pytest.raises(ConfigError) as info:
+                build_snapshot(load_directory(tmp, keep_going=True), PluginHost.create())
+        told = {i.field: (os.path.basename(i.file), i.line, i.reason) for i in info.value.issues}
+        base = "spec.configs[0].passThroughAuth.http."
+        self.assertEqual(told[base + "tlsConfig.secretRef"][:2], ("auth.yaml", 10))
+        self.assertIn("needs both tls.crt and tls.key", told[base + "tlsConfig.secretRef"][2])
+        self.assertEqual(told[base + "tlsConfig.sslParams.cipherSuites"][:2], ("auth.yaml", 13))
+        self.assertEqual(told[base + "connectionPool.maxConns"][:2], ("auth.yaml", 14))
+        self.assertIn("whole number", told[base + "connectionPool.maxConns"][2])
