@@ -46,7 +46,7 @@ class ClientSettings:
     origin: str = ""
     ca_pem: bytes | None = None
     cert_pem: bytes | None = None
-    key_pem: bytes | None = None
+    key_pem: bytes | None = attrs.field(default=None, repr=False)  # a private key: never in a log line
     min_version: str | None = None
     max_version: str | None = None
     max_conns: int | None = None

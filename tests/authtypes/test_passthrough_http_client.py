@@ -346,3 +346,12 @@ class LoadTests(TestCase):
         self.assertEqual(told[base + "tlsConfig.sslParams.cipherSuites"][:2], ("auth.yaml", 13))
         self.assertEqual(told[base + "connectionPool.maxConns"][:2], ("auth.yaml", 14))
         self.assertIn("whole number", told[base + "connectionPool.maxConns"][2])
+
+
+class ReprTests(TestCase):
+    def test_the_client_key_is_not_in_the_repr(self) -> None:
+        from twistgw_authtypes._http import ClientSettings
+
+        settings = ClientSettings("https://a:1", cert_pem=b"CERT", key_pem=b"SECRET-KEY")
+        self.assertNotIn("SECRET-KEY", repr(settings))
+        self.assertIn("CERT", repr(settings))
