@@ -21,7 +21,7 @@ import attrs
 
 from twistgw.api.fields import FieldReader, Path
 from twistgw.api.types import SecretInfo
-from twistgw.config.upstreamtls import read_names, read_parameters, read_pems, read_secret_ref, read_ssl_files
+from twistgw.config.upstreamtls import read_names, read_parameters, read_pem_source, read_pems
 
 __all__ = ["ServerSslSpec", "ServerTls", "TlsChainSpec", "read_server_ssl_config", "resolve_server_tls",
            "server_name_problem", "tls_chains"]
@@ -96,18 +96,11 @@ def read_server_ssl_config(r: FieldReader, value: Any, path: Path, ns: str) -> S
         if m.pop(key, None) is not None:
             r.issue(path + (key,), f"is not supported by twistgw: {why}")
     m = r.mapping(m, path, _FIELDS)
-    if "secretRef" in m and "sslFiles" in m:
-        raise r.fail(path, "set secretRef or sslFiles, not both")
-    secret = files = None
-    if m.get("secretRef") is not None:
-        secret = read_secret_ref(r, m["secretRef"], path + ("secretRef",), ns)
-    elif m.get("sslFiles") is not None:
-        fp = path + ("sslFiles",)
-        files = read_ssl_files(r, m["sslFiles"], fp, "OCSP stapling is not supported")
-        if not files[0]:
-            raise r.fail(fp, "a virtual service's certificate needs tlsCert and tlsKey")
-    else:
+    secret, files = read_pem_source(r, m, path, ns, "OCSP stapling is not supported")
+    if secret is None and files is None:
         raise r.fail(path, "needs secretRef (a kubernetes.io/tls Secret) or sslFiles: the certificate to present")
+    if files is not None and not files[0]:
+        raise r.fail(path + ("sslFiles",), "a virtual service's certificate needs tlsCert and tlsKey")
     sni: list[str] = []
     for i, name in enumerate(read_names(r, m.get("sniDomains"), path + ("sniDomains",))):
         name = name.strip().lower().rstrip(".")

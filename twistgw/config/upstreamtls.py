@@ -16,8 +16,8 @@ from twistgw.api.fields import FieldReader, Path
 from twistgw.api.types import SecretInfo
 from twistgw.api.upstreampolicy import UpstreamTls
 
-__all__ = ["SslSpec", "read_names", "read_parameters", "read_pems", "read_secret_ref", "read_ssl_config",
-           "read_ssl_files", "resolve_tls"]
+__all__ = ["SslSpec", "read_names", "read_parameters", "read_pem_source", "read_pems", "read_secret_ref",
+           "read_ssl_config", "read_ssl_files", "resolve_tls"]
 
 #: Gloo's protocol version names (twistgw.tls.TLS_VERSIONS, and TLS_AUTO);
 #: the config layer imports no Twisted, so twistgw.tls is imported where a
@@ -75,6 +75,20 @@ def read_ssl_files(r: FieldReader, value: Any, path: Path, ocsp_reason: str) -> 
     return cert, key, ca
 
 
+def read_pem_source(r: FieldReader, m: Mapping[str, Any], path: Path, ns: str, ocsp_reason: str
+                    ) -> tuple[tuple[str, str] | None, tuple[str, str, str] | None]:
+    """``sslConfig``'s ``secretRef`` or ``sslFiles`` (one of them, or
+    neither): (the Secret's namespace and name, the files as written)."""
+    if "secretRef" in m and "sslFiles" in m:
+        raise r.fail(path, "set secretRef or sslFiles, not both")
+    secret = files = None
+    if m.get("secretRef") is not None:
+        secret = read_secret_ref(r, m["secretRef"], path + ("secretRef",), ns)
+    elif m.get("sslFiles") is not None:
+        files = read_ssl_files(r, m["sslFiles"], path + ("sslFiles",), ocsp_reason)
+    return secret, files
+
+
 def read_parameters(r: FieldReader, value: Any, path: Path) -> tuple[str | None, str | None, tuple[str, ...]]:
     """``sslConfig.parameters``: (minimum, maximum TLS version or None for
     TLS_AUTO, cipher suites)."""
@@ -100,13 +114,7 @@ def read_ssl_config(r: FieldReader, value: Any, path: Path, ns: str) -> SslSpec:
         if m.pop(key, None) is not None:
             r.issue(path + (key,), f"is not supported by twistgw: {why}")
     m = r.mapping(m, path, {"secretRef", "sslFiles", "sni", "verifySubjectAltName", "parameters"})
-    if "secretRef" in m and "sslFiles" in m:
-        raise r.fail(path, "set secretRef or sslFiles, not both")
-    secret = files = None
-    if m.get("secretRef") is not None:
-        secret = read_secret_ref(r, m["secretRef"], path + ("secretRef",), ns)
-    if m.get("sslFiles") is not None:
-        files = read_ssl_files(r, m["sslFiles"], path + ("sslFiles",), "OCSP stapling is a server-side feature")
+    secret, files = read_pem_source(r, m, path, ns, "OCSP stapling is a server-side feature")
     sni = r.string(m["sni"], path + ("sni",)) if m.get("sni") is not None else ""
     names = read_names(r, m.get("verifySubjectAltName"), path + ("verifySubjectAltName",))
     lo = hi = None

@@ -215,11 +215,9 @@ class GatewayFactory(Factory):
         sent are answered; after ``timeout`` seconds, drop what is left
         (a Gateway's listener that a reload removed). Fires once every
         connection is gone."""
-        d: Deferred[None] = Deferred()
-        if not self.connections:
-            d.callback(None)
+        d = self._all_gone()
+        if d.called:
             return d
-        self._all_closed.append(d)
         for proto in list(self.connections):
             proto.finish_and_close()
         late = self.gateway.reactor.callLater(timeout, self.close_connections)
@@ -229,6 +227,15 @@ class GatewayFactory(Factory):
                 late.cancel()
             return result
         return d.addCallback(done)
+
+    def _all_gone(self) -> Deferred[None]:
+        """Fires once every client connection is gone (at once if none is left)."""
+        d: Deferred[None] = Deferred()
+        if self.connections:
+            self._all_closed.append(d)
+        else:
+            d.callback(None)
+        return d
 
     def connection_closed(self, proto: GatewayProtocol) -> None:
         self.connections.discard(proto)
@@ -241,11 +248,9 @@ class GatewayFactory(Factory):
         """Close every client connection now (idle keep-alive ones and any
         still in flight) and stop their timers. The Deferred fires once
         every connection is gone."""
-        d: Deferred[None] = Deferred()
-        if not self.connections:
-            d.callback(None)
+        d = self._all_gone()
+        if d.called:
             return d
-        self._all_closed.append(d)
         for proto in list(self.connections):
             if not proto.abort():
                 self.connection_closed(proto)
