@@ -39,7 +39,7 @@ from twistgw.engine.gateway import Gateway, GatewayFactory
 from twistgw.engine.sni import SniServerEndpoint
 from twistgw.runtime.listeners import Listener, open_all
 
-__all__ = ["GatewayListeners", "bind_text", "gateway_tls"]
+__all__ = ["GatewayListeners", "GatewayTlsRoutes", "bind_text", "gateway_tls"]
 
 #: the certificates of a Gateway a snapshot does not serve (or serves without ``ssl``)
 _NO_TLS = TlsRoutes(())
@@ -59,7 +59,7 @@ def gateway_tls(snapshot: Snapshot | None, key: str) -> TlsRoutes | None:
     return view.tls if view is not None else None
 
 
-class _GatewayRoutes:
+class GatewayTlsRoutes:
     """Where one Gateway's listener finds its certificates: in the serving
     snapshot (handshakes) and in the snapshot a request is handled with
     (a reload may have changed them since the handshake: 421)."""
@@ -67,6 +67,7 @@ class _GatewayRoutes:
     __slots__ = ("gateway", "key")
 
     def __init__(self, gateway: Gateway, key: str) -> None:
+        #: what holds the serving snapshot (``gateway.snapshot``)
         self.gateway = gateway
         self.key = key
 
@@ -105,7 +106,7 @@ class GatewayListeners:
         gw = view.gateway
         address = ipaddress.ip_address(gw.bind_address)
         kind = TCP6ServerEndpoint if address.version == 6 else TCP4ServerEndpoint
-        routes = _GatewayRoutes(self.gateway, gw.key)
+        routes = GatewayTlsRoutes(self.gateway, gw.key)
         endpoint = SniServerEndpoint(self.reactor, kind(self.reactor, gw.bind_port, self.backlog, gw.bind_address),
                                      routes.serving, routes_in=routes.in_snapshot, plain_without_routes=True)
         factory = GatewayFactory(self.gateway, self.idle_timeout, self.head_timeout, gateway_key=gw.key)
