@@ -3,7 +3,8 @@ twistgw`` on loopback: Gloo's default ``gateway-proxy-ssl`` Gateway serving
 the VirtualServices of Gloo's "Server TLS" guide by SNI (Python's ``ssl``,
 ``openssl s_client -servername``, ``curl --resolve``), the plain
 ``gateway-proxy`` beside it not serving them, a virtual service another
-Gateway selects not reachable, a certificate rotated by a reload (an old
+Gateway selects not reachable, client certificates required by one
+virtual service's Secret, a certificate rotated by a reload (an old
 keep-alive connection gets 421), the Gateway moved to another port and
 switched between plain and TLS on its socket, and the PROXY protocol read
 before the handshake.
@@ -15,6 +16,7 @@ handshake picked. Blocking helpers (processes): plain synchronous tests.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import shutil
@@ -43,13 +45,12 @@ def pki() -> Pki:
     return Pki()
 
 
-def tls_secret(name: str, cert_pem: bytes, key_pem: bytes) -> dict[str, Any]:
-    import base64
-
+def tls_secret(name: str, cert_pem: bytes, key_pem: bytes, ca: bytes | None = None) -> dict[str, Any]:
+    """A ``kubernetes.io/tls`` Secret (with ``ca.crt``: client certificates required)."""
+    data = {"tls.crt": cert_pem, "tls.key": key_pem, **({"ca.crt": ca} if ca is not None else {})}
     return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": name, "namespace": NS},
-            "data": {"tls.crt": base64.b64encode(cert_pem).decode(),
-                     "tls.key": base64.b64encode(key_pem).decode()}}
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
 
 
 def vs(name: str, domains: list[str], ssl_config: dict[str, Any] | None = None,
@@ -170,6 +171,29 @@ def test_a_virtual_service_of_another_gateway_is_not_reachable(tmp_path: Path, p
         refused(internal, "a.example.com", ctx)
         # nor is int reachable through a's connection by naming it in Host
         assert get(public, "a.example.com", host="i.example.com", ctx=ctx)[0] == 404
+
+
+def test_client_certificates_on_an_ssl_gateway(tmp_path: Path, pki: Pki) -> None:
+    """A virtual service whose Secret has ``ca.crt`` (Gloo's mTLS guide):
+    the Gateway asks for and verifies client certificates on its name only."""
+    port = free_port()
+    d = tmp_path / "config"
+    docs = [tls_secret("a-mtls", pki.a.cert_pem, pki.a.key_pem, ca=pki.ca.pem),
+            tls_secret("b-cert", pki.b.cert_pem, pki.b.key_pem),
+            vs("a", ["a.example.com"], {"secretRef": {"name": "a-mtls", "namespace": NS},
+                                        "sniDomains": ["a.example.com"],
+                                        "verifySubjectAltName": ["client.example.com"]}),
+            vs("b", ["b.example.com"], {"secretRef": {"name": "b-cert", "namespace": NS},
+                                        "sniDomains": ["b.example.com"]}),
+            gloo_gateway("gateway-proxy-ssl", port, True)]
+    with process(tmp_path, write(d, docs)):
+        assert get(port, "a.example.com", ctx=_client_context(pki, pki.client, tmp_path))[:2] == (200, b"a")
+        refused(port, "a.example.com", _client_context(pki))
+        refused(port, "a.example.com", _client_context(pki, pki.stranger, tmp_path))
+        refused(port, "a.example.com", _client_context(pki, pki.wrong_san, tmp_path))
+        # b asks for none; and a is not reachable through b's connection
+        assert get(port, "b.example.com", ctx=_client_context(pki))[:2] == (200, b"b")
+        assert get(port, "b.example.com", host="a.example.com", ctx=_client_context(pki))[0] == 404
 
 
 def test_a_reload_rotates_the_certificate(tmp_path: Path, pki: Pki) -> None:
