@@ -238,6 +238,29 @@ class SslGatewayTests(TestCase):
 
     TEXT = text()
 
+    def test_gloo_default_ssl_gateway_as_an_install_writes_it(self):
+        text = docs(UPSTREAM, vs("plain", "*"), tls_vs("a", "a.example.com", A_CERT), """\
+apiVersion: gateway.solo.io/v1
+kind: Gateway
+metadata:
+  labels:
+    app: gloo
+  name: gateway-proxy-ssl
+  namespace: gloo-system
+spec:
+  bindAddress: '::'
+  bindPort: 8443
+  httpGateway: {}
+  proxyNames:
+  - gateway-proxy
+  ssl: true
+  useProxyProto: false
+""")
+        (view,) = snapshot_of(text).gateways.values()
+        assert view.gateway.bind == ("::", 8443) and view.gateway.ssl
+        assert [v.name for v in view.virtual_services] == ["a"]
+        assert view.tls is not None and view.tls.select("a.example.com") is not None
+
     def test_ssl_gateways_serve_the_virtual_services_with_ssl_config(self):
         gws = snapshot_of(self.TEXT).gateways
         plain, every, public = (gws[f"gloo-system/{n}"] for n in ("gateway-proxy", "gateway-proxy-ssl", "public-ssl"))
