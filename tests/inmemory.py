@@ -75,6 +75,7 @@ MODULES = (
     "authtypes/test_examples_extauth.py",
     "authtypes/test_grpc_passthrough.py",
     "authtypes/test_body_gateway.py",
+    "authtypes/test_passthrough_http_client.py",
     "oidc/test_oidc_units.py",
     "oidc/test_oidc_warm_paths.py",
     "ldap/test_ldap_ber.py",

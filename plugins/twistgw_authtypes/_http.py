@@ -1,6 +1,8 @@
 """The HTTP client of ``passThroughAuth.http`` and ``customAuth``: one
 Twisted ``Agent`` over a persistent ``HTTPConnectionPool`` per config type
-(kept across reloads), a deadline per call, and bodies read up to a bound.
+and :class:`ClientSettings` (kept across reloads), a deadline per call, an
+optional deadline for the answer's head, a bound on concurrent calls
+(Gloo's ``connectionPool.maxConns``), and bodies read up to a bound.
 
 Plain ``Agent``, not treq's ``HTTPClient``: an authorization call must not
 keep cookies between users, follow redirects, or decode bodies.
@@ -8,7 +10,7 @@ keep cookies between users, follow redirects, or decode bodies.
 
 from __future__ import annotations
 
-from typing import Any, Callable, cast
+from typing import Any, Callable, Iterable, cast
 
 import attrs
 from twisted.internet import defer, error as neterror
@@ -19,7 +21,7 @@ from twisted.web.iweb import IBodyProducer
 
 import treq
 
-from twistgw.tls import verifying_https_policy
+from twistgw.tls import describe_tls_failure, verifying_https_policy
 
 #: The most of an authorization service's answer that is read.
 MAX_REPLY_BODY = 64 * 1024
@@ -30,6 +32,40 @@ class Reply:
     status: int
     headers: TxHeaders
     body: bytes
+
+
+@attrs.frozen
+class ClientSettings:
+    """What makes two clients different: TLS to the service (PEMs and
+    versions; None: the system trust store, TLS 1.2 or later), the most
+    concurrent calls (None: unbounded), and how long an idle connection is
+    kept (None: until the service closes it). ``origin`` (scheme, host and
+    port of the service's URL) keeps one service's bound apart from
+    another's."""
+
+    origin: str = ""
+    ca_pem: bytes | None = None
+    cert_pem: bytes | None = None
+    key_pem: bytes | None = attrs.field(default=None, repr=False)  # a private key: never in a log line
+    min_version: str | None = None
+    max_version: str | None = None
+    max_conns: int | None = None
+    idle_timeout: float | None = None
+
+    def https_policy(self) -> Any:
+        """The ``Agent`` contextFactory: every host verified by name.
+
+        :raises twistgw.tls.TLSSettingsError: settings OpenSSL refuses."""
+        return verifying_https_policy(ca_pem=self.ca_pem, client_cert_pem=self.cert_pem,
+                                      client_key_pem=self.key_pem, min_version=self.min_version,
+                                      max_version=self.max_version)
+
+
+DEFAULT_SETTINGS = ClientSettings()
+
+#: An idle connection kept "forever" (Gloo's idleTimeout 0): Twisted's pool
+#: wants a number of seconds; the service's own close still removes it.
+_NO_IDLE_EXPIRY = 10 * 365 * 86400.0
 
 
 class CallFailed(Exception):
@@ -43,14 +79,19 @@ class CallFailed(Exception):
 
 class _Bytes:
     """A request body of known bytes (``Content-Length`` set): Twisted's
-    ``IBodyProducer`` (Agent reads ``length`` and calls ``startProducing``)."""
+    ``IBodyProducer`` (Agent reads ``length`` and calls ``startProducing``
+    after writing the head); ``written`` is called once the whole request
+    is handed to the connection."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, written: Callable[[], None] | None = None) -> None:
         self.data = data
         self.length = len(data)
+        self.written = written
 
     def startProducing(self, consumer: Any) -> Deferred[None]:
         consumer.write(self.data)
+        if self.written is not None:
+            self.written()
         return defer.succeed(None)
 
     def pauseProducing(self) -> None:
@@ -63,37 +104,55 @@ class _Bytes:
         pass
 
 
+class _Phase:
+    """Where one call is, for the message of a deadline that fired."""
+
+    def __init__(self) -> None:
+        self.waiting_slot = False
+        self.expired: str | None = None
+
+
 class AuthHttpClient:
     """Made lazily with the reactor the gateway runs on; ``close`` drops the
-    pooled connections (at shutdown)."""
+    pooled connections (at shutdown, or when no config uses its settings)."""
 
-    def __init__(self, reactor: Any, max_per_host: int = 32, connect_timeout: float = 5.0) -> None:
+    def __init__(self, reactor: Any, settings: ClientSettings = DEFAULT_SETTINGS, max_per_host: int = 32,
+                 connect_timeout: float = 5.0) -> None:
         self.reactor = reactor
+        self.settings = settings
         self.pool = HTTPConnectionPool(reactor, persistent=True)
-        self.pool.maxPersistentPerHost = max_per_host
+        self.pool.maxPersistentPerHost = settings.max_conns or max_per_host
+        if settings.idle_timeout is not None:
+            # annotated int by Twisted, but only handed to callLater, which takes any seconds
+            self.pool.cachedConnectionTimeout = settings.idle_timeout or _NO_IDLE_EXPIRY  # type: ignore[assignment]
         self.pool.retryAutomatically = False  # an auth call is never sent twice
+        # connectionPool.maxConns: calls beyond it wait for a slot (within their deadline)
+        self.slots = defer.DeferredSemaphore(settings.max_conns) if settings.max_conns else None
         # https URLs: the service's certificate checked against the URL's host
         # by subjectAltName (Twisted's default policy accepts one without)
-        self.agent = Agent(reactor, contextFactory=verifying_https_policy(), pool=self.pool,
+        self.agent = Agent(reactor, contextFactory=settings.https_policy(), pool=self.pool,
                            connectTimeout=connect_timeout)
 
     async def call(self, method: bytes, url: bytes, headers: TxHeaders, body: bytes | None,
-                   timeout: float) -> Reply:
-        """One request, answered within ``timeout`` seconds (connecting,
-        sending, and reading the whole answer), else :class:`CallFailed`."""
-        d = self._call(method, url, headers, body)
-        expired: list[bool] = []
+                   timeout: float, head_timeout: float | None = None) -> Reply:
+        """One request, answered within ``timeout`` seconds (waiting for a
+        connection slot, connecting, sending, and reading the whole answer),
+        its head within ``head_timeout`` of the request being written (when
+        given; whichever fires first wins), else :class:`CallFailed`."""
+        phase = _Phase()
+        d = Deferred.fromCoroutine(self._request(method, url, headers, body, head_timeout, phase))
 
         def expire() -> None:
-            expired.append(True)
+            waiting = " waiting for a connection slot (connectionPool.maxConns)" if phase.waiting_slot else ""
+            phase.expired = f"no answer within {timeout:g}s{waiting}"
             d.cancel()
 
         timer = self.reactor.callLater(timeout, expire)
         try:
             return await d
         except Exception as exc:
-            if expired:  # whatever the cancellation surfaced as (connecting, reading...)
-                raise CallFailed("timeout", f"no answer within {timeout:g}s") from None
+            if phase.expired:  # whatever the cancellation surfaced as (connecting, reading...)
+                raise CallFailed("timeout", phase.expired) from None
             if isinstance(exc, BodyTooLong):
                 raise CallFailed("unreachable", f"answer longer than {MAX_REPLY_BODY} bytes") from None
             if isinstance(exc, (neterror.ConnectError, neterror.ConnectionLost, ResponseFailed,
@@ -104,15 +163,45 @@ class AuthHttpClient:
             if timer.active():
                 timer.cancel()
 
-    async def _request(self, method: bytes, url: bytes, headers: TxHeaders, body: bytes | None) -> Reply:
-        producer = cast(IBodyProducer, _Bytes(body)) if body is not None else None
-        response = await self.agent.request(method, url, headers, producer)
+    async def _request(self, method: bytes, url: bytes, headers: TxHeaders, body: bytes | None,
+                       head_timeout: float | None, phase: _Phase) -> Reply:
+        if self.slots is not None:
+            phase.waiting_slot = True
+            await self.slots.acquire()  # cancelled by the deadline: leaves the queue, holds nothing
+            phase.waiting_slot = False
+        try:
+            return await self._exchange(method, url, headers, body, head_timeout, phase)
+        finally:
+            if self.slots is not None:
+                self.slots.release()
+
+    async def _exchange(self, method: bytes, url: bytes, headers: TxHeaders, body: bytes | None,
+                        head_timeout: float | None, phase: _Phase) -> Reply:
+        timers: list[Any] = []
+        sent: list[Deferred[Any]] = []  # written() may run inside agent.request (a pooled connection)
+
+        def written() -> None:  # responseHeaderTimeout starts once the request is written
+            if head_timeout is not None:
+                timers.append(self.reactor.callLater(head_timeout, expire_head))
+
+        def expire_head() -> None:
+            phase.expired = f"no response head within {head_timeout:g}s of the request (responseHeaderTimeout)"
+            if sent:
+                sent[0].cancel()
+
+        if head_timeout is not None and body is None:
+            body = b""  # a producer, to know when the request is written
+        producer = cast(IBodyProducer, _Bytes(body, written)) if body is not None else None
+        sent.append(self.agent.request(method, url, headers, producer))
+        try:
+            response = await sent[0]
+        finally:
+            for timer in timers:
+                if timer.active():
+                    timer.cancel()
         chunks: list[bytes] = []
         await treq.collect(response, _collector(chunks))
         return Reply(response.code, response.headers, b"".join(chunks))
-
-    def _call(self, method: bytes, url: bytes, headers: TxHeaders, body: bytes | None) -> Deferred[Reply]:
-        return Deferred.fromCoroutine(self._request(method, url, headers, body))
 
     def close(self) -> Deferred[None]:
         closed: Deferred[None] = self.pool.closeCachedConnections()
@@ -137,27 +226,38 @@ def _collector(chunks: list[bytes]) -> Callable[[bytes], None]:
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, ResponseFailed) and exc.reasons:
-        return "; ".join(r.getErrorMessage() for r in exc.reasons)
+        return "; ".join(describe_tls_failure(r.value) or r.getErrorMessage() for r in exc.reasons)
     return exc.__class__.__name__ + (f": {exc}" if str(exc) else "")
 
 
 class ClientHolder:
-    """The client of one config type, made on first use with the reactor
-    of the request (or the gateway's, from ``configure``), kept across
-    reloads, closed at shutdown."""
+    """The clients of one config type, one per :class:`ClientSettings`,
+    made on first use with the reactor of the request (or the gateway's,
+    from ``configure``), kept across reloads, closed at shutdown or when
+    no serving config uses their settings (:meth:`keep_only`)."""
 
     def __init__(self) -> None:
         self.reactor: Any = None
-        self._client: AuthHttpClient | None = None
+        self._clients: dict[ClientSettings, AuthHttpClient] = {}
 
-    def get(self, reactor: Any = None) -> AuthHttpClient:
-        if self._client is None:
-            self._client = AuthHttpClient(reactor or self.reactor or _default_reactor())
-        return self._client
+    def get(self, reactor: Any = None, settings: ClientSettings = DEFAULT_SETTINGS) -> AuthHttpClient:
+        client = self._clients.get(settings)
+        if client is None:
+            client = self._clients[settings] = AuthHttpClient(reactor or self.reactor or _default_reactor(),
+                                                              settings)
+        return client
+
+    def keep_only(self, used: Iterable[ClientSettings]) -> None:
+        """Close the clients of settings no serving config names."""
+        keep = set(used)
+        for settings in [s for s in self._clients if s not in keep]:
+            self._clients.pop(settings).close()
 
     def close(self) -> Deferred[None] | None:
-        client, self._client = self._client, None
-        return client.close() if client is not None else None
+        clients, self._clients = list(self._clients.values()), {}
+        if not clients:
+            return None
+        return defer.gatherResults([c.close() for c in clients]).addCallback(lambda _: None)
 
 
 def _default_reactor() -> Any:

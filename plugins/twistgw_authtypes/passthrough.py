@@ -7,6 +7,11 @@
         http:
           url: http://auth.internal:9001/auth
           connectionTimeout: 3s                  # the whole call; default 5s
+          responseHeaderTimeout: 1s              # the answer's head, after the request is written
+          tlsConfig:                             # an https url: the Secret's ca.crt (else the system's)
+            secretRef: {name: auth-client, namespace: gloo-system}  # tls.crt + tls.key: mutual TLS
+            sslParams: {minimumProtocolVersion: TLSv1_3}
+          connectionPool: {maxConns: 10, idleTimeout: 30s}   # default 100 and no idle expiry
           request:
             allowedHeaders: [authorization]      # copied from the client's request
             headersToAdd: {x-gateway: twistgw}   # override copied ones
@@ -27,7 +32,9 @@ or ``config`` asks for the JSON object. ``200`` admits; ``401`` answers
 ``401``; every other status ``403``, with ``allowedClientHeadersOnDenied``.
 A ``5xx`` answer, no answer within ``connectionTimeout``, or a service that
 cannot be reached is an *error* (``503``), unless ``failureModeAllow: true``
-admits the request (Gloo's rule).
+admits the request (Gloo's rule). So is a call that gets no connection
+slot (``connectionPool.maxConns`` in use) within ``connectionTimeout``, or
+no answer head within ``responseHeaderTimeout`` of the request being sent.
 """
 
 from __future__ import annotations
@@ -48,7 +55,8 @@ from twistgw.options import Problems
 from twistgw_authtypes import _common as c
 from twistgw_authtypes._body import BodySettings, body_settings
 from twistgw_authtypes._grpc import GrpcChannels
-from twistgw_authtypes._http import CallFailed, ClientHolder, Reply, copy_headers, reply_headers
+from twistgw_authtypes._client_options import read_pool, read_tls
+from twistgw_authtypes._http import CallFailed, ClientHolder, ClientSettings, Reply, copy_headers, reply_headers
 from twistgw_authtypes.passthrough_grpc import GrpcPassThroughChecker, compile_grpc
 
 _TOP = ("http", "grpc", "config", "failureModeAllow")
@@ -58,16 +66,6 @@ _REQUEST = ("allowedHeaders", "headersToAdd", "passThroughState", "passThroughFi
             "passThroughBody")
 _RESPONSE = ("allowedUpstreamHeaders", "allowedUpstreamHeadersToOverwrite", "allowedClientHeadersOnDenied",
              "readStateFromResponse", "allowedClientHeadersOnSuccess")
-_REFUSED = {
-    ("http", "tlsConfig"): "is not supported by twistgw: an https url is verified against the system trust"
-                           " store, by name",
-    ("http", "responseHeaderTimeout"): "is not supported by twistgw: connectionTimeout bounds the whole call",
-    ("http", "connectionPool"): "is not supported by twistgw: connections are pooled per gateway (32 idle per"
-                                " service)",
-}
-
-
-
 @attrs.frozen
 class Call:
     """What is sent and read, compiled."""
@@ -85,6 +83,10 @@ class Call:
     success_headers: tuple[bytes, ...] = ()
     #: passThroughBody: Settings.spec.extauth.requestBody's bound (None: no body sent)
     body_settings: BodySettings | None = None
+    #: responseHeaderTimeout (None: only ``timeout``)
+    head_timeout: float | None = None
+    #: tlsConfig and connectionPool: which pooled client calls the service
+    client: ClientSettings = ClientSettings()
 
     def headers(self, ctx: RequestContext) -> TxHeaders:
         out = TxHeaders()
@@ -121,13 +123,14 @@ class PassThroughChecker:
             if isinstance(read, AuthDeny):
                 return read
             request_body = read.data
-        client = self.clients.get(ctx.reactor)
+        client = self.clients.get(ctx.reactor, self.call.client)
         headers = self.call.headers(ctx)
         body = self.call.body(ctx, request_body)
         if body is not None:
             headers.setRawHeaders(b"content-type", [b"application/json"])
         try:
-            reply = await client.call(b"POST", self.call.url, headers, body or b"", self.call.timeout)
+            reply = await client.call(b"POST", self.call.url, headers, body or b"", self.call.timeout,
+                                      self.call.head_timeout)
         except CallFailed as exc:
             return self._failed(f"auth service {exc}")
         return self.decide(reply)
@@ -181,6 +184,11 @@ def _url(value: Any, path: c.Path) -> bytes:
     return url.encode("ascii")
 
 
+def _origin(url: bytes) -> str:
+    parts = urlsplit(url.decode("ascii"))
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2].lower()}"
+
+
 def _json_data(value: Any, path: c.Path) -> Any:
     try:
         json.dumps(value)
@@ -189,7 +197,7 @@ def _json_data(value: Any, path: c.Path) -> Any:
     return value
 
 
-def compile_call(http: Mapping[str, Any], config: Any, problems: Problems,
+def compile_call(http: Mapping[str, Any], config: Any, problems: Problems, scope: ConfigScope,
                  body: BodySettings | None = None) -> Call:
     req = c.mapping(http.get("request"), ("http", "request"), _REQUEST)
     resp = c.mapping(http.get("response"), ("http", "response"), _RESPONSE)
@@ -208,12 +216,14 @@ def compile_call(http: Mapping[str, Any], config: Any, problems: Problems,
                              " allowedUpstreamHeadersToOverwrite (Gloo's rule)")
     if "url" not in http:
         raise OptionsError(("http", "url"), "is required: the service's http:// or https:// URL")
+    url = _url(http["url"], ("http", "url"))
+    client, head = _client(http, url, scope, problems)
     send_body = c.boolean(req.get("passThroughBody", False), p_req + ("passThroughBody",))
     if send_body and body is None:
         raise OptionsError(p_req + ("passThroughBody",), "needs Settings.spec.extauth.requestBody (Gloo's rule):"
                                                          " it says how much of the body is read before asking")
     return Call(
-        url=_url(http["url"], ("http", "url")),
+        url=url,
         timeout=c.duration(http.get("connectionTimeout"), ("http", "connectionTimeout"), 5.0),
         allowed_headers=c.header_names(req.get("allowedHeaders"), p_req + ("allowedHeaders",)),
         headers_to_add=tuple(add),
@@ -227,7 +237,26 @@ def compile_call(http: Mapping[str, Any], config: Any, problems: Problems,
         success_headers=_success_headers(resp.get("allowedClientHeadersOnSuccess"),
                                          p_resp + ("allowedClientHeadersOnSuccess",)),
         body_settings=body if send_body else None,
+        head_timeout=head,
+        client=client,
     )
+
+
+def _client(http: Mapping[str, Any], url: bytes, scope: ConfigScope,
+            problems: Problems) -> tuple[ClientSettings, float | None]:
+    """``tlsConfig``, ``connectionPool`` and ``responseHeaderTimeout``: the
+    client's settings and the head's deadline (None: only connectionTimeout)."""
+    tls: dict[str, Any] = {}
+    with problems.check():
+        tls = read_tls(http.get("tlsConfig"), url.startswith(b"https:"), scope, problems)
+    pool: dict[str, Any] = {}
+    with problems.check():
+        pool = read_pool(http.get("connectionPool"))
+    head = None
+    with problems.check():
+        if http.get("responseHeaderTimeout") is not None:
+            head = c.duration(http["responseHeaderTimeout"], ("http", "responseHeaderTimeout"), 0.0, lo=0.0) or None
+    return ClientSettings(_origin(url), **tls, **pool), head
 
 
 def _success_headers(value: Any, path: c.Path) -> tuple[bytes, ...]:
@@ -239,15 +268,6 @@ def _success_headers(value: Any, path: c.Path) -> tuple[bytes, ...]:
             raise OptionsError(path + (i,), f"{name.decode()!r} is a framing/hop-by-hop header the gateway writes"
                                             " itself; it cannot come from the auth service")
     return names
-
-
-def _refusals(cfg: Mapping[str, Any], problems: Problems) -> None:
-    for path, why in _REFUSED.items():
-        node: Any = cfg
-        for key in path:
-            node = node.get(key) if isinstance(node, Mapping) else None
-        if node is not None and node is not False:
-            problems.add(path, why)
 
 
 class PassThroughAuth(ExtAuthConfigType):
@@ -263,9 +283,11 @@ class PassThroughAuth(ExtAuthConfigType):
         self.clients.reactor = gateway.reactor
 
     def config_loaded(self, checkers: Sequence[Any], settings: Mapping[str, Any]) -> None:
-        """Close the gRPC channels no serving config names (a changed
-        address or TLS Secret gets a new one; unchanged ones are kept)."""
+        """Close the gRPC channels and HTTP clients no serving config names
+        (a changed address, TLS Secret or pool setting gets a new one;
+        unchanged ones are kept)."""
         self.channels.keep_only(k.target for k in checkers if isinstance(k, GrpcPassThroughChecker))
+        self.clients.keep_only(k.call.client for k in checkers if isinstance(k, PassThroughChecker))
 
     def unconfigure(self) -> Deferred[None] | None:
         self.channels.close()
@@ -274,7 +296,6 @@ class PassThroughAuth(ExtAuthConfigType):
     def compile(self, raw: Any, scope: ConfigScope) -> PassThroughChecker | GrpcPassThroughChecker:
         problems = Problems()
         cfg = c.mapping(raw, (), _TOP)
-        _refusals(cfg, problems)
         if ("http" in cfg) == ("grpc" in cfg):
             problems.add((), "set one of http: {url: ...} and grpc: {address: ...}")
             problems.raise_if_any()
@@ -299,7 +320,7 @@ class PassThroughAuth(ExtAuthConfigType):
         http = c.mapping(cfg["http"], ("http",), _HTTP)
         call = None
         with problems.check():
-            call = compile_call(http, config, problems, body)
+            call = compile_call(http, config, problems, scope, body)
         problems.raise_if_any()
         assert call is not None
         return PassThroughChecker(call, fma, self.clients, call.upstream_headers,

@@ -92,7 +92,7 @@ def compile_oidc(raw: Any, read: Reader, source: str, namespace: str, secret: Se
     poll = read.duration(raw, "discoveryPollInterval", DEFAULT_POLL_INTERVAL)
     refetch = _refresh_policy(read, raw.get("jwksCacheRefreshPolicy"), poll)
     session = compile_session(read.sub("session"), raw.get("session"), namespace, secret,
-                              _derived_key(client_secret, issuer, client_id))
+                              _derived_key(client_secret, issuer, client_id), "clientSecretRef" in raw)
     hr = read.sub("headers")
     headers = hr.mapping(raw.get("headers"), ("idTokenHeader", "accessTokenHeader",
                                               "useBearerSchemaForAuthorization"))
@@ -213,7 +213,7 @@ def _derived_key(client_secret: bytes | None, issuer: str | None, client_id: str
 
 
 def compile_session(read: Reader, raw: Any, namespace: str, secret: SecretLookup,
-                    derived: bytes | None = None) -> SessionSpec | None:
+                    derived: bytes | None = None, secret_given: bool = False) -> SessionSpec | None:
     """``session`` (Gloo's UserSession). Neither ``cookie`` nor ``redis`` (or no
     ``session`` at all, as most of Gloo's OIDC guides write it) is Gloo's
     default, the cookie store; without ``cipherConfig`` its key is
@@ -242,7 +242,8 @@ def compile_session(read: Reader, raw: Any, namespace: str, secret: SecretLookup
         prefix = cr.string(c, "keyPrefix", default="") or ""
         if key is None and "cipherConfig" not in raw:
             key = derived
-            if key is None:
+            # a clientSecretRef that did not resolve is reported where it is written
+            if key is None and not secret_given:
                 read.fail("cipherConfig", "is required for the cookie store without a client secret: the tokens"
                                           " are kept in the browser, encrypted and authenticated with this"
                                           " 32-byte key")

@@ -86,6 +86,18 @@ class PassThroughTests(_ServiceTest):
         verdict = await self.compile(port, response=response).check(self.ctx())
         self.assertEqual(verdict.response_headers, ((b"x-ratelimit-left", b"9"),))
 
+    async def test_upstream_headers_to_overwrite(self) -> None:
+        port = self.start(lambda r: reply(200, (("x-tenant", "t1"), ("x-user-id", "9"))))
+        checker = self.compile(port, response={"allowedUpstreamHeadersToOverwrite": ["x-tenant"]})
+        verdict = await checker.check(self.ctx(("x-tenant", "forged")))
+        self.assertEqual((verdict.headers, checker.owned_request_headers), (((b"x-tenant", b"t1"),), (b"x-tenant",)))
+
+    async def test_filter_metadata_is_sent_empty(self) -> None:
+        """passThroughFilterMetadata: twistgw has no Envoy filter metadata, so {}."""
+        port = self.start(lambda r: reply(200))
+        await self.compile(port, request={"passThroughFilterMetadata": True}).check(self.ctx())
+        self.assertEqual(json.loads(self.recorder.requests[0].body), {"filterMetadata": {}})
+
     async def test_empty_body_unless_asked(self) -> None:
         port = self.start(lambda r: reply(200))
         await self.compile(port).check(self.ctx())
@@ -129,7 +141,7 @@ class PassThroughTests(_ServiceTest):
     def test_unsupported_fields_are_refused_by_name(self) -> None:
         with pytest.raises(OptionsError) as exc:
             PassThroughAuth().compile({"http": {"url": "http://a/", "request": {"passThroughBody": True},
-                                                "tlsConfig": {}}},
+                                                "tlsConfig": {"sslParams": {"cipherSuites": []}}}},
                                       scope(type_name="passThroughAuth"))
         self.assertEqual(sorted(p.path[-1] for p in exc.value.problems), ["passThroughBody", "tlsConfig"])
         self.assertIn("needs Settings.spec.extauth.requestBody", str(exc.value))

@@ -215,6 +215,9 @@ class OptionsTests(unittest.TestCase):
         got = problems(oidc(session={"cookie": {}}, clientSecretRef=None, disableClientSecret=True))
         self.assertIn("is required for the cookie store without a client secret",
                       got["oidcAuthorizationCode.session.cipherConfig"])
+        # a dangling clientSecretRef is one problem, where it is written, not also a missing key
+        got = problems(oidc(session={"cookie": {}}, clientSecretRef={"name": "missing"}))
+        self.assertEqual(set(got), {"oidcAuthorizationCode.clientSecretRef"})
         got = problems(oidc(session={"cookie": {}, "redis": {"options": {"host": "127.0.0.1:6379"}}}))
         self.assertIn("not both", got["oidcAuthorizationCode.session"])
         got = problems(oidc(session={"cookie": {}, "cipherConfig": {"keyRef": {"name": "shortkey"}}}))

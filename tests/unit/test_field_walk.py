@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+import twistgw_authtypes._common as authtypes_common
 import twistgw_jwt._options as jwt_options
 import twistgw_ldap._fields as ldap_fields
 import twistgw_rbac._policy as rbac_policy
@@ -179,6 +180,29 @@ spec:
       allowedGroups: ["cn=a,ou=groups,dc=example,dc=org"]
       groupsHeader: x-groups
       userHeader: x-user
+  - passThroughAuth:
+      http:
+        url: https://auth.walk.example.com/check
+        connectionTimeout: 1s
+        responseHeaderTimeout: 500ms
+        tlsConfig:
+          secretRef: {{name: upstream-tls, namespace: default}}
+          sslParams: {{minimumProtocolVersion: TLSv1_2, maximumProtocolVersion: TLSv1_3}}
+        connectionPool: {{maxConns: 4, idleTimeout: 30s}}
+        request:
+          allowedHeaders: [authorization]
+          headersToAdd: {{x-walk: a}}
+          passThroughState: true
+          passThroughFilterMetadata: true
+          passThroughBody: false
+        response:
+          allowedUpstreamHeaders: [x-user-id]
+          allowedUpstreamHeadersToOverwrite: [x-tenant]
+          allowedClientHeadersOnDenied: [www-authenticate]
+          allowedClientHeadersOnSuccess: [x-left]
+          readStateFromResponse: true
+      config: {{tier: gold}}
+      failureModeAllow: false
 ---
 apiVersion: v1
 kind: Secret
@@ -531,6 +555,13 @@ def walk(tmp_path, monkeypatch) -> set[str]:
             return real(value, allowed, path, *rest)
         return check
 
+    def recorder_mapping(scope: str, real):
+        def check(value, path, allowed=None):
+            for key in allowed or ():
+                seen.add(f"{scope}:{_norm(tuple(path) + (key,))}")
+            return real(value, path, allowed)
+        return check
+
     real_ldap = ldap_fields.LdapReader.mapping
 
     def ldap_mapping(self, value, path, allowed=None, required=()):
@@ -554,6 +585,8 @@ def walk(tmp_path, monkeypatch) -> set[str]:
     monkeypatch.setattr(jwt_options, "_only", recorder("jwt", jwt_options._only))
     monkeypatch.setattr(rbac_policy, "_check_keys", recorder("rbac", rbac_policy._check_keys))
     monkeypatch.setattr(ldap_fields.LdapReader, "mapping", ldap_mapping)
+    # the AuthConfig config types' fields (paths relative to the config entry): passThroughAuth's
+    monkeypatch.setattr(authtypes_common, "mapping", recorder_mapping("authtypes", authtypes_common.mapping))
 
     pem = _public_pem()
     (tmp_path / "users.ldif").write_text(LDIF)
@@ -595,6 +628,8 @@ JWT_REM = "tests/jwt/test_jwt_remote.py"
 RBAC = "tests/rbac/test_rbac_config.py"
 RBAC_SEM = "tests/rbac/test_rbac_semantics.py"
 LDAP = "tests/ldap/test_ldap_units.py"
+PASS = "tests/authtypes/test_services_loopback.py"
+PASS_CLIENT = "tests/authtypes/test_passthrough_http_client.py"
 LDAP_SLAPD = "tests/ldap/test_ldap_slapd.py"
 LDAP_SEARCH = "tests/ldap/test_ldap_search_units.py"
 SUBSETS = "tests/unit/test_subsets.py"
@@ -766,6 +801,21 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "extauth:groupSearch": (T, LDAP_SEARCH), "extauth:groupSearch.baseDn": (T, LDAP_SEARCH),
     "extauth:groupSearch.filter": (T, LDAP_SEARCH), "extauth:groupSearch.nameAttribute": (T, LDAP_SEARCH),
     "extauth:groupSearch.nested": (T, LDAP_SEARCH), "extauth:groupSearch.maxDepth": (T, LDAP_SEARCH),
+    # -- passThroughAuth (the twistgw_authtypes plugin) ------------------------------
+    **{f"authtypes:{k}": (T, PASS) for k in (
+        "http", "config", "failureModeAllow", "http.url", "http.request", "http.response", "http.connectionTimeout",
+        *(f"http.request.{k}" for k in ("allowedHeaders", "headersToAdd", "passThroughState",
+                                         "passThroughFilterMetadata")),
+        *(f"http.response.{k}" for k in ("allowedUpstreamHeaders", "allowedUpstreamHeadersToOverwrite",
+                                          "allowedClientHeadersOnDenied", "allowedClientHeadersOnSuccess",
+                                          "readStateFromResponse")))},
+    "authtypes:grpc": (T, "tests/authtypes/test_grpc_passthrough.py"),
+    "authtypes:http.request.passThroughBody": (T, "tests/authtypes/test_body_gateway.py"),
+    **{f"authtypes:http.{k}": (T, PASS_CLIENT) for k in (
+        "tlsConfig", "tlsConfig.secretRef", "tlsConfig.secretRef.name", "tlsConfig.secretRef.namespace",
+        "tlsConfig.sslParams", "tlsConfig.sslParams.minimumProtocolVersion",
+        "tlsConfig.sslParams.maximumProtocolVersion", "responseHeaderTimeout", "connectionPool",
+        "connectionPool.maxConns", "connectionPool.idleTimeout")},
 }
 
 TRAFFIC = "tests/unit/test_traffic.py"
