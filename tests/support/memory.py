@@ -11,7 +11,30 @@ from typing import Any
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 
-__all__ = ["MemoryUpstreams"]
+__all__ = ["MemoryUpstreams", "memory_config"]
+
+
+def memory_config(routes: str, upstream: str = "up") -> str:
+    """The in-memory engine tests' configuration: one static Upstream
+    ``upstream`` (127.0.0.1:9, never dialled: :class:`MemoryUpstreams`
+    answers) and the VirtualService ``mem`` for every domain, with
+    ``routes`` (YAML list items indented four spaces, as under ``routes:``)."""
+    return f"""\
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: {upstream}, namespace: default}}
+spec:
+  static:
+    hosts: [{{addr: 127.0.0.1, port: 9}}]
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {{name: mem, namespace: default}}
+spec:
+  virtualHost:
+    domains: ["*"]
+    routes:
+{routes}"""
 
 
 class MemoryUpstreams:

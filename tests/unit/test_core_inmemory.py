@@ -22,7 +22,7 @@ from twistgw.core.plugins import PluginHost
 from twistgw.engine.server import Gateway, GatewayFactory
 from twistgw.core.snapshot import build_snapshot
 
-from support.memory import MemoryUpstreams
+from support.memory import MemoryUpstreams, memory_config
 
 CONFIG = """
 apiVersion: gateway.vendor.io/v1
@@ -143,27 +143,13 @@ class InMemoryTests(SynchronousTestCase):
         self.assertTrue(0 < first < second, out)
 
 
-_PROXY_CONFIG = """
-apiVersion: core.vendor.io/v1
-kind: Upstream
-metadata: {name: slow, namespace: default}
-spec:
-  static:
-    hosts: [{addr: 127.0.0.1, port: 9}]
----
-apiVersion: gateway.vendor.io/v1
-kind: VirtualService
-metadata: {name: mem, namespace: default}
-spec:
-  virtualHost:
-    domains: ["*"]
-    routes:
+_PROXY_CONFIG = memory_config("""\
     - matchers: [{prefix: /fast}]
       options: {timeout: 2s}
       routeAction: {single: {upstream: {name: slow, namespace: default}}}
     - matchers: [{prefix: /}]
       routeAction: {single: {upstream: {name: slow, namespace: default}}}
-"""
+""", upstream="slow")
 
 
 class DeadlineTests(SynchronousTestCase):

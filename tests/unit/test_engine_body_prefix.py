@@ -24,23 +24,9 @@ from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
 from twistgw.engine.server import Gateway, GatewayFactory
 
-from support.memory import MemoryUpstreams
+from support.memory import MemoryUpstreams, memory_config
 
-CONFIG = """
-apiVersion: gloo.solo.io/v1
-kind: Upstream
-metadata: {name: up, namespace: default}
-spec:
-  static:
-    hosts: [{addr: 127.0.0.1, port: 9}]
----
-apiVersion: gateway.solo.io/v1
-kind: VirtualService
-metadata: {name: mem, namespace: default}
-spec:
-  virtualHost:
-    domains: ["*"]
-    routes:
+CONFIG = memory_config("""\
     - matchers: [{prefix: /partial}]
       routeAction: {single: {upstream: {name: up, namespace: default}}}
       options: {bodygate: {max: 100000, partial: true}}
@@ -49,7 +35,7 @@ spec:
       options: {bodygate: {max: 10, partial: false}}
     - matchers: [{prefix: /}]
       routeAction: {single: {upstream: {name: up, namespace: default}}}
-"""
+""")
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 

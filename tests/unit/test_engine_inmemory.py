@@ -22,28 +22,14 @@ from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
 from twistgw.engine.server import MAX_PIPELINE, Gateway, GatewayFactory
 
-from support.memory import MemoryUpstreams
+from support.memory import MemoryUpstreams, memory_config
 
-CONFIG = """
-apiVersion: core.vendor.io/v1
-kind: Upstream
-metadata: {name: up, namespace: default}
-spec:
-  static:
-    hosts: [{addr: 127.0.0.1, port: 9}]
----
-apiVersion: gateway.vendor.io/v1
-kind: VirtualService
-metadata: {name: mem, namespace: default}
-spec:
-  virtualHost:
-    domains: ["*"]
-    routes:
+CONFIG = memory_config("""\
     - matchers: [{prefix: /local}]
       directResponseAction: {status: 200, body: "local\\n"}
     - matchers: [{prefix: /}]
       routeAction: {single: {upstream: {name: up, namespace: default}}}
-"""
+""")
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 

@@ -28,28 +28,14 @@ from twistgw.engine.states import ConnState as C
 from twistgw.engine.states import Phase as P
 from twistgw.engine.upstream import State as U
 
-from support.memory import MemoryUpstreams
+from support.memory import MemoryUpstreams, memory_config
 
-CONFIG = """
-apiVersion: gloo.solo.io/v1
-kind: Upstream
-metadata: {name: up, namespace: default}
-spec:
-  static:
-    hosts: [{addr: 127.0.0.1, port: 9}]
----
-apiVersion: gateway.solo.io/v1
-kind: VirtualService
-metadata: {name: mem, namespace: default}
-spec:
-  virtualHost:
-    domains: ["*"]
-    routes:
+CONFIG = memory_config("""\
     - matchers: [{prefix: /local}]
       directResponseAction: {status: 200, body: "local"}
     - matchers: [{prefix: /}]
       routeAction: {single: {upstream: {name: up, namespace: default}}}
-"""
+""")
 
 GET = b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n"
 GET_B = b"GET /b HTTP/1.1\r\nHost: h\r\n\r\n"
