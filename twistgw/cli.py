@@ -65,7 +65,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.verbose:
         for key, view in sorted(snapshot.gateways.items()):
             gw = view.gateway
-            print(f"  Gateway {key} listens on {gw.bind_address} port {gw.bind_port}; serves"
+            print(f"  Gateway {key} listens on {gw.bind_address} port {gw.bind_port}{' (TLS)' if gw.ssl else ''};"
+                  f" serves"
                   f" {', '.join(v.key for v in view.virtual_services) or '(no virtual service)'}")
         for v in vs:
             print(f"  VirtualService {v.key} domains={list(v.domains)}")

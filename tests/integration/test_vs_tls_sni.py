@@ -156,7 +156,7 @@ def test_plain_listener_does_not_serve_tls_virtual_services(tmp_path: Path, pki:
             data = s.makefile("rb").read()
         # a has sslConfig: on a plain listener the '*' virtual service answers
         assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"plain"), data
-        gw.wait_log("are served on TLS listeners only, and none is configured")
+        gw.wait_log("are served on TLS listeners only, and none serves them")
 
 
 def test_ssl_listener_keeps_its_own_certificate_for_other_names(tmp_path: Path, pki: Pki,

@@ -972,11 +972,12 @@ FIELDS.update({f"Route:options.shadowing{k}": (T, SHADOWING)
                for k in ("", ".upstream", ".upstream.name", ".upstream.namespace", ".percentage")})
 GW_UNIT = "tests/unit/test_gateway_kind.py"
 GW_E2E = "tests/integration/test_gateway_kind_e2e.py"
+GW_SSL_E2E = "tests/integration/test_gateway_ssl_e2e.py"
 GW_DOC = "docs/gateways.md"
 _HTTP = "Gateway:spec.httpGateway"
 FIELDS.update({
     "Gateway:spec.bindAddress": (T, GW_E2E), "Gateway:spec.bindPort": (T, GW_E2E),
-    "Gateway:spec.ssl": (T, GW_UNIT), "Gateway:spec.useProxyProto": (T, GW_E2E),
+    "Gateway:spec.ssl": (T, GW_SSL_E2E), "Gateway:spec.useProxyProto": (T, GW_E2E),
     "Gateway:spec.proxyNames": (T, GW_UNIT), "Gateway:spec.httpGateway": (T, GW_E2E),
     f"{_HTTP}.virtualServices": (T, GW_E2E), f"{_HTTP}.virtualServices[].name": (T, GW_E2E),
     f"{_HTTP}.virtualServices[].namespace": (T, GW_E2E),

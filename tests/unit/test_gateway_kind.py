@@ -7,6 +7,7 @@ The listeners themselves are tested end to end in
 
 from __future__ import annotations
 
+import base64
 import textwrap
 
 import pytest
@@ -21,6 +22,7 @@ from twistgw.core.plan import Forward, LocalResponse
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
 
+from support.pki import Issued, TestCA
 from support.trial import TestCase
 
 UPSTREAM = """\
@@ -182,9 +184,6 @@ class GatewayConfigTests(TestCase):
         found = problems(docs(UPSTREAM, vs("a", "*"), gateway("gw", 8080, http)))
         assert any(field in p and words in p for p in found), found
 
-    def test_ssl_gateways_are_refused_with_the_reason(self):
-        found = problems(docs(UPSTREAM, vs("a", "*"), gateway("gw", 8443, extra="  ssl: true\n")))
-        assert any("spec.ssl: ssl: true is not supported yet" in p and "sslConfig" in p for p in found), found
 
     def test_two_gateways_on_one_address_and_port(self):
         found = problems(docs(UPSTREAM, vs("a", "*"), gateway("one", 8080), gateway("two", 8080)))
@@ -205,6 +204,110 @@ class GatewayConfigTests(TestCase):
         assert ("note: Gateway gloo-system/theirs is for internal-proxy, not gateway-proxy: this gateway does not"
                 " serve it (no listener)") in out.err
         assert "Gateway gloo-system/mine listens on 127.0.0.1 port 8080; serves gloo-system/a" in out.out
+
+
+CA = TestCA()
+A_CERT = CA.issue("a.example.com", dns=["a.example.com"])
+B_CERT = CA.issue("b.example.com", dns=["b.example.com"])
+
+
+def tls_vs(name: str, domain: str, cert: Issued, labels: str = "{}") -> str:
+    """A VirtualService with ``sslConfig`` (its certificate in a Secret of
+    the same name, answering ``domain`` by SNI)."""
+    b64 = base64.b64encode
+    secret = (f"apiVersion: v1\nkind: Secret\ntype: kubernetes.io/tls\n"
+              f"metadata: {{name: {name}, namespace: gloo-system}}\n"
+              f"data: {{tls.crt: {b64(cert.cert_pem).decode()}, tls.key: {b64(cert.key_pem).decode()}}}\n---\n")
+    return secret + vs(name, domain, labels=labels).replace(
+        "spec:\n", f"spec:\n  sslConfig: {{secretRef: {{name: {name}, namespace: gloo-system}},"
+                   f" sniDomains: ['{domain}']}}\n")
+
+
+class SslGatewayTests(TestCase):
+    """``ssl: true``: the Gateway serves the virtual services with
+    ``sslConfig`` (Gloo's rule), by SNI among its own certificates."""
+
+    @staticmethod
+    def text(public_ssl: str = "true") -> str:
+        return docs(UPSTREAM, vs("plain", "*"), tls_vs("a", "a.example.com", A_CERT, "{team: pub}"),
+                    tls_vs("b", "b.example.com", B_CERT),
+                    gateway("gateway-proxy", 8080),
+                    gateway("gateway-proxy-ssl", 8443, extra="  ssl: true\n"),
+                    gateway("public-ssl", 8444, "{virtualServiceSelector: {team: pub}}",
+                            extra=f"  ssl: {public_ssl}\n"))
+
+    TEXT = text()
+
+    def test_gloo_default_ssl_gateway_as_an_install_writes_it(self):
+        text = docs(UPSTREAM, vs("plain", "*"), tls_vs("a", "a.example.com", A_CERT), """\
+apiVersion: gateway.solo.io/v1
+kind: Gateway
+metadata:
+  labels:
+    app: gloo
+  name: gateway-proxy-ssl
+  namespace: gloo-system
+spec:
+  bindAddress: '::'
+  bindPort: 8443
+  httpGateway: {}
+  proxyNames:
+  - gateway-proxy
+  ssl: true
+  useProxyProto: false
+""")
+        (view,) = snapshot_of(text).gateways.values()
+        assert view.gateway.bind == ("::", 8443) and view.gateway.ssl
+        assert [v.name for v in view.virtual_services] == ["a"]
+        assert view.tls is not None and view.tls.select("a.example.com") is not None
+
+    def test_ssl_gateways_serve_the_virtual_services_with_ssl_config(self):
+        gws = snapshot_of(self.TEXT).gateways
+        plain, every, public = (gws[f"gloo-system/{n}"] for n in ("gateway-proxy", "gateway-proxy-ssl", "public-ssl"))
+        assert [v.name for v in plain.virtual_services] == ["plain"] and plain.tls is None
+        assert sorted(v.name for v in every.virtual_services) == ["a", "b"]
+        assert every.tls is not None and public.tls is not None
+        assert every.tls.select("b.example.com").hosts.lookup("b.example.com").name == "b"
+        assert [v.name for v in public.virtual_services] == ["a"]
+        assert public.tls.select("a.example.com").hosts.lookup("a.example.com").name == "a"
+        assert public.tls.select("b.example.com") is None  # b's certificate is not on this Gateway
+
+    def test_a_connection_follows_its_gateways_certificates_across_reloads(self):
+        from types import SimpleNamespace
+
+        from twistgw.engine.sni import TlsChoice
+        from twistgw.runtime.gateways import GatewayTlsRoutes
+
+        serving = SimpleNamespace(snapshot=snapshot_of(self.TEXT))  # stands for the engine's Gateway
+        routes = GatewayTlsRoutes(serving, "gloo-system/public-ssl")  # type: ignore[arg-type]
+        table = routes.serving()
+        assert table is not None and table is serving.snapshot.gateways["gloo-system/public-ssl"].tls
+        choice = TlsChoice("a.example.com", table.select("a.example.com"), table, routes.in_snapshot)
+        assert choice.hosts(snapshot_of(self.TEXT)).lookup("a.example.com").name == "a"  # same certificate
+        renewed = CA.issue("a.example.com", dns=["a.example.com"])
+        rotated = self.TEXT
+        for old, new in ((A_CERT.cert_pem, renewed.cert_pem), (A_CERT.key_pem, renewed.key_pem)):
+            rotated = rotated.replace(base64.b64encode(old).decode(), base64.b64encode(new).decode())
+        assert choice.hosts(snapshot_of(rotated)) is None  # → 421
+        # the Gateway removed, or no longer ssl: no certificate answers (→ 421)
+        assert choice.hosts(snapshot_of(self.TEXT.replace("name: public-ssl", "name: renamed"))) is None
+        plain = snapshot_of(self.text(public_ssl="false"))
+        assert choice.hosts(plain) is None
+        serving.snapshot = plain
+        assert routes.serving() is None  # the listener serves plain HTTP now
+
+    def test_check_lists_tls_gateways_and_notes_one_that_selects_nothing(self, tmp_path, capsys):
+        text = self.TEXT + "---\n" + gateway("empty-ssl", 8445, "{virtualServiceSelector: {team: none}}",
+                                               extra="  ssl: true\n")
+        (tmp_path / "gw.yaml").write_text(text)
+        assert main(["check", str(tmp_path), "-v"]) == 0
+        out = capsys.readouterr()
+        assert ("Gateway gloo-system/public-ssl listens on 127.0.0.1 port 8444 (TLS); serves gloo-system/a"
+                in out.out), out.out
+        assert "Gateway gloo-system/gateway-proxy listens on 127.0.0.1 port 8080; serves gloo-system/plain" in out.out
+        assert ("note: Gateway gloo-system/empty-ssl has ssl: true and selects no VirtualService with sslConfig"
+                in out.err), out.err
+        assert "note: Gateway gloo-system/public-ssl" not in out.err
 
 
 class SelectionTests(TestCase):

@@ -5,9 +5,11 @@ table of the virtual services it selects, its X-Forwarded-For rules
 (:func:`forwarded`), and the chain step of its ``httpLocalRatelimit``
 default bucket (the ``localRatelimit`` plugin's, compiled through the
 plugin API), which runs first on every route that has no
-``localRatelimit`` of its own. The runtime opens one listener per view
-(``runtime/gateways.py``); the engine hands the view to the pipeline with
-each request. See docs/gateways.md.
+``localRatelimit`` of its own; and, for an ``ssl: true`` Gateway, the
+certificates of its virtual services by server name (a
+:class:`~twistgw.core.tlsroutes.TlsRoutes` of its own). The runtime opens
+one listener per view (``runtime/gateways.py``); the engine hands the view
+to the pipeline with each request. See docs/gateways.md.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from twistgw.core.chain import Call, ChainStep, flatten_chain
 from twistgw.core.compiling import compile_plugin, resource_problems
 from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
+from twistgw.core.tlsroutes import TlsRoutes
 from twistgw.core.traffic import ResponseEdit
 
 __all__ = ["GatewayView", "build_gateway_views", "forwarded", "gateway_notes", "has_ssl"]
@@ -34,12 +37,10 @@ LOCAL_LIMIT = "localRatelimit"
 
 
 def has_ssl(vs: VirtualService) -> bool:
-    """Does the virtual service have ``sslConfig``? A plain Gateway must
-    never serve one over plain HTTP. (``VirtualService.ssl`` comes with the
-    per-virtual-service certificates, built on another branch: read by name
-    so that this stays right whichever is merged first; ``ssl: true``
-    Gateways are refused until they are wired to those certificates.)"""
-    return getattr(vs, "ssl", None) is not None
+    """Does the virtual service have ``sslConfig``? An ``ssl: true`` Gateway
+    serves only those, a plain one only the others (a certificate's client
+    verification is never side-stepped over plain HTTP)."""
+    return vs.ssl is not None
 
 
 def _trusted(entries: list[str], index: int) -> str | None:
@@ -92,6 +93,10 @@ class GatewayView:
         self.hcm = gateway.hcm
         self.virtual_services = virtual_services
         self.hosts = HostTable(virtual_services)
+        #: ``ssl: true``: its virtual services' certificates by server name
+        #: (requests are routed by the chosen certificate's virtual services,
+        #: engine/sni.py); None: a plain Gateway
+        self.tls = TlsRoutes(virtual_services) if gateway.ssl else None
         self.limit = limit
         name = gateway.hcm.server_name
         #: ``serverName``: the Server header of every response
@@ -115,10 +120,19 @@ class GatewayView:
 
 def gateway_notes(config: Config) -> list[str]:
     """A note for each Gateway this process does not serve (``proxyNames``
-    names other proxies only), for ``twistgw check`` and the log."""
-    return [f"Gateway {gw.key} is for {', '.join(gw.proxy_names)}, not {DEFAULT_PROXY}: this gateway does"
-            f" not serve it (no listener)" for _key, gw in sorted(config.of_kind("Gateway").items())
-            if isinstance(gw, GlooGateway) and not gw.served_here()]
+    names other proxies only), and each ``ssl: true`` one that selects no
+    virtual service with ``sslConfig``, for ``twistgw check`` and the log."""
+    notes = []
+    for _key, gw in sorted(config.of_kind("Gateway").items()):
+        if not isinstance(gw, GlooGateway):
+            continue
+        if not gw.served_here():
+            notes.append(f"Gateway {gw.key} is for {', '.join(gw.proxy_names)}, not {DEFAULT_PROXY}: this"
+                         f" gateway does not serve it (no listener)")
+        elif gw.ssl and not any(selects(gw, vs, vs.labels, has_ssl(vs)) for vs in config.virtual_services):
+            notes.append(f"Gateway {gw.key} has ssl: true and selects no VirtualService with sslConfig: its"
+                         f" listener has no certificate, and closes every connection before the handshake")
+    return notes
 
 
 def build_gateway_views(config: Config, host: PluginHost, view: ResourceView, issues: list[ConfigIssue],
@@ -131,11 +145,6 @@ def build_gateway_views(config: Config, host: PluginHost, view: ResourceView, is
     binds: dict[tuple[str, int], str] = {}
     for _key, gw in sorted(config.of_kind("Gateway").items()):
         if not isinstance(gw, GlooGateway) or not gw.served_here():
-            continue
-        if gw.ssl:
-            _issue(config, issues, gw, ("spec", "ssl"), "ssl: true is not supported yet: twistgw does not read"
-                   " VirtualService sslConfig (per-virtual-service certificates) in this version; terminate TLS"
-                   " with --listen ssl:... or in front of twistgw")
             continue
         other = binds.setdefault(gw.bind, gw.key)
         if other != gw.key:

@@ -192,7 +192,9 @@ class GatewayFactory(Factory):
         self.connections: set[GatewayProtocol] = set()
         self._all_closed: list[Deferred[None]] = []
 
-    #: read a PROXY protocol header first (a Gateway's ``useProxyProto``)
+    #: read a PROXY protocol header first (a plain Gateway's
+    #: ``useProxyProto``; on a TLS listener the header comes before the
+    #: handshake, and the TLS endpoint reads it: ``SniServerEndpoint.proxy_protocol``)
     proxy_protocol = False
     _proxy_wrapping: Any = None
 

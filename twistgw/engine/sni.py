@@ -29,7 +29,14 @@ For other listeners (the Gloo ``Gateway`` kind's)::
 A listener serving another set of virtual services (a Gloo Gateway with
 ``ssl: true``) builds its own ``TlsRoutes(virtual_services)`` per snapshot and
 passes ``routes`` (for handshakes) and ``routes_in`` (how a request finds
-that listener's table in the snapshot it is handled with).
+that listener's table in the snapshot it is handled with). With
+``plain_without_routes`` the same socket serves plain HTTP while
+``routes()`` is None (a Gateway switched between ``ssl: false`` and ``true``
+by a reload keeps its socket; each connection is served as its Gateway
+was when it was accepted). With :attr:`SniServerEndpoint.proxy_protocol`
+each connection starts with a PROXY protocol header, read before the
+ClientHello (Envoy's ``proxy_protocol`` listener filter runs before
+``tls_inspector``).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from twistgw.config.defaults import HEAD_TIMEOUT
 from twistgw.core.routing import HostTable
 from twistgw.core.snapshot import Snapshot
 from twistgw.core.tlsroutes import TlsChain, TlsRoutes
+from twistgw.engine.proxyproto import wrapping_factory
 from twistgw.servertls import MAX_CLIENT_HELLO, ClientHelloProbe
 
 __all__ = ["SniServerEndpoint", "TlsChoice"]
@@ -103,11 +111,20 @@ class SniServerEndpoint:
     :class:`~twistgw.core.tlsroutes.TlsRoutes`, or None before one is
     loaded). ``default``: the certificate for names no virtual service
     answers (an ``IOpenSSLServerConnectionCreator`` such as Twisted's
-    ``CertificateOptions``); None: such connections are closed."""
+    ``CertificateOptions``); None: such connections are closed.
+    ``plain_without_routes``: while ``routes()`` is None, accepted
+    connections are plain HTTP (a Gloo Gateway's listener, whose ``ssl`` a
+    reload may switch)."""
+
+    #: each TLS connection starts with a PROXY protocol header (v1 or v2),
+    #: read before the ClientHello; set per listener, applies to the
+    #: connections accepted afterwards (a Gateway's ``useProxyProto``)
+    proxy_protocol = False
 
     def __init__(self, reactor: Any, inner: IStreamServerEndpoint, routes: Callable[[], TlsRoutes | None],
                  default: IOpenSSLServerConnectionCreator | None = None,
-                 routes_in: Callable[[Snapshot], TlsRoutes] | None = None) -> None:
+                 routes_in: Callable[[Snapshot], TlsRoutes] | None = None,
+                 plain_without_routes: bool = False) -> None:
         # reactor: Any, as everywhere in the engine (IReactorTime is all that is used)
         self.reactor = reactor
         self.inner = inner
@@ -116,6 +133,7 @@ class SniServerEndpoint:
         #: for a listener whose certificates are not ``snapshot.tls`` (a Gloo
         #: Gateway's own ``TlsRoutes``): how requests find them in a snapshot
         self.routes_in = routes_in
+        self.plain_without_routes = plain_without_routes
 
     def listen(self, protocolFactory: IProtocolFactory) -> Deferred[IListeningPort]:
         listening: Deferred[IListeningPort] = self.inner.listen(_PeekFactory(self, protocolFactory))
@@ -132,8 +150,15 @@ class _PeekFactory(Factory):
         # wrapped: Any, any IProtocolFactory (the gateway's GatewayFactory)
         self.endpoint = endpoint
         self.wrapped = wrapped
-        self.timeout = getattr(wrapped, "head_timeout", HEAD_TIMEOUT)
         self._tls: dict[object, TLSMemoryBIOFactory] = {}
+        self._proxy_wrapping: Any = None
+
+    @property
+    def timeout(self) -> float:
+        """How long a client has to send its ClientHello: the wrapped
+        factory's head timeout, as it is now (a Gateway's may change)."""
+        timeout: float = getattr(self.wrapped, "head_timeout", HEAD_TIMEOUT)
+        return timeout
 
     def doStart(self) -> None:
         self.wrapped.doStart()
@@ -148,7 +173,20 @@ class _PeekFactory(Factory):
         return f"{getattr(wrapped, 'logPrefix', lambda: type(wrapped).__name__)()} (TLS by SNI)"
 
     def buildProtocol(self, addr: Any) -> Protocol:
-        return _ClientHelloReader(self, addr)
+        endpoint = self.endpoint
+        if endpoint.plain_without_routes and endpoint.routes() is None:
+            plain: Protocol = self.wrapped.buildProtocol(addr)
+            return plain
+        reader = _ClientHelloReader(self, addr)
+        if not endpoint.proxy_protocol:
+            return reader
+        # the PROXY header comes first; the reader (and TLS, and the
+        # gateway's protocol, which reads its peer from it) sit behind it
+        wrapping = self._proxy_wrapping
+        if wrapping is None:
+            wrapping = self._proxy_wrapping = wrapping_factory(self)
+        wrapper: Protocol = wrapping.protocol(wrapping, reader)
+        return wrapper
 
     def tls_factory(self, chain: TlsChain | None) -> TLSMemoryBIOFactory | None:
         """The TLS factory for ``chain``'s certificate (None: the

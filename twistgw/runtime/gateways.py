@@ -12,6 +12,15 @@ its listeners keep serving). Once the new snapshot serves,
 (``useProxyProto``, timeouts) to its listener and closes the listeners no
 Gateway binds any more, draining them: no new connection, idle ones closed,
 the others once their requests are answered (at most ``--drain-timeout``).
+
+Every Gateway listener is an :class:`~twistgw.engine.sni.SniServerEndpoint`
+over TCP that serves plain HTTP while its Gateway has no ``ssl`` (one extra
+call per accepted connection, none per request), and TLS while it has: the
+certificate picked by SNI among the Gateway's own virtual services
+(``GatewayView.tls``, rebuilt with every snapshot, so a reload rotates
+certificates for new connections, and an older keep-alive connection whose
+certificate changed gets 421). So ``ssl`` can change on a reload without
+closing the socket.
 """
 
 from __future__ import annotations
@@ -25,16 +34,51 @@ from twisted.logger import Logger
 from twistgw.config.gateways import GlooGateway
 from twistgw.core.gateways import GatewayView
 from twistgw.core.snapshot import Snapshot
+from twistgw.core.tlsroutes import TlsRoutes
 from twistgw.engine.gateway import Gateway, GatewayFactory
+from twistgw.engine.sni import SniServerEndpoint
 from twistgw.runtime.listeners import Listener, open_all
 
-__all__ = ["GatewayListeners", "bind_text"]
+__all__ = ["GatewayListeners", "GatewayTlsRoutes", "bind_text", "gateway_tls"]
+
+#: the certificates of a Gateway a snapshot does not serve (or serves without ``ssl``)
+_NO_TLS = TlsRoutes(())
 
 
 def bind_text(gw: GlooGateway) -> str:
     """``127.0.0.1:8080``, ``[::]:8080``."""
     host = gw.bind_address
     return f"[{host}]:{gw.bind_port}" if ":" in host else f"{host}:{gw.bind_port}"
+
+
+def gateway_tls(snapshot: Snapshot | None, key: str) -> TlsRoutes | None:
+    """The certificates by server name of Gateway ``key`` in ``snapshot``;
+    None when it has no ``ssl`` (its listener then serves plain HTTP) or is
+    not served."""
+    view = snapshot.gateways.get(key) if snapshot is not None else None
+    return view.tls if view is not None else None
+
+
+class GatewayTlsRoutes:
+    """Where one Gateway's listener finds its certificates: in the serving
+    snapshot (handshakes) and in the snapshot a request is handled with
+    (a reload may have changed them since the handshake: 421)."""
+
+    __slots__ = ("gateway", "key")
+
+    def __init__(self, gateway: Gateway, key: str) -> None:
+        #: what holds the serving snapshot (``gateway.snapshot``)
+        self.gateway = gateway
+        self.key = key
+
+    def serving(self) -> TlsRoutes | None:
+        return gateway_tls(self.gateway.snapshot, self.key)
+
+    def in_snapshot(self, snapshot: Snapshot) -> TlsRoutes:
+        # A Gateway removed or no longer ssl: no certificate answers, so the
+        # connection's next request is told to reconnect (421).
+        routes = gateway_tls(snapshot, self.key)
+        return _NO_TLS if routes is None else routes
 
 
 class GatewayListeners:
@@ -62,14 +106,21 @@ class GatewayListeners:
         gw = view.gateway
         address = ipaddress.ip_address(gw.bind_address)
         kind = TCP6ServerEndpoint if address.version == 6 else TCP4ServerEndpoint
-        endpoint = kind(self.reactor, gw.bind_port, self.backlog, gw.bind_address)
+        routes = GatewayTlsRoutes(self.gateway, gw.key)
+        endpoint = SniServerEndpoint(self.reactor, kind(self.reactor, gw.bind_port, self.backlog, gw.bind_address),
+                                     routes.serving, routes_in=routes.in_snapshot, plain_without_routes=True)
         factory = GatewayFactory(self.gateway, self.idle_timeout, self.head_timeout, gateway_key=gw.key)
-        self._configure(factory, view)
-        return Listener("Gateway", f"{gw.key} ({bind_text(gw)})", endpoint, factory, f"Gateway {gw.key}")
+        listener = Listener("Gateway", f"{gw.key} ({bind_text(gw)})", endpoint, factory, f"Gateway {gw.key}")
+        self._configure(listener, view)
+        return listener
 
-    def _configure(self, factory: GatewayFactory, view: GatewayView) -> None:
-        hcm = view.gateway.hcm
-        factory.proxy_protocol = view.gateway.proxy_protocol
+    def _configure(self, listener: Listener, view: GatewayView) -> None:
+        gw = view.gateway
+        hcm = gw.hcm
+        factory = listener.factory
+        # the PROXY header is read before the TLS handshake, or before HTTP
+        listener.endpoint.proxy_protocol = gw.proxy_protocol and gw.ssl
+        factory.proxy_protocol = gw.proxy_protocol and not gw.ssl
         factory.timeOut = hcm.idle_timeout if hcm.idle_timeout is not None else self.idle_timeout
         factory.head_timeout = hcm.head_timeout if hcm.head_timeout is not None else self.head_timeout
 
@@ -107,7 +158,7 @@ class GatewayListeners:
         self.current.update(self._pending)
         self._pending = {}
         for key, (_, listener) in self.current.items():
-            self._configure(listener.factory, snapshot.gateways[key])
+            self._configure(listener, snapshot.gateways[key])
         for listener in closing:
             self._close(listener)
 

@@ -194,9 +194,14 @@ class GatewayService(service.MultiService):
         self._sync_echo(snapshot)
         self.health.sync(snapshot)  # upstreams' healthChecks
         if snapshot.tls and not any(lst.description.startswith(("ssl:", "tls:")) for lst in self.listeners):
-            self._log.warn("VirtualServices with sslConfig ({names}) are served on TLS listeners only, and none"
-                           " is configured: add --listen tls:8443 (see docs/tls.md)",
-                           names=", ".join(vs.key for vs in snapshot.config.virtual_services if vs.tls is not None))
+            served = {vs.key for view in snapshot.gateways.values() if view.tls is not None
+                      for vs in view.virtual_services}
+            unserved = [vs.key for vs in snapshot.config.virtual_services if vs.tls is not None
+                        and vs.key not in served]
+            if unserved:
+                self._log.warn("VirtualServices with sslConfig ({names}) are served on TLS listeners only, and"
+                               " none serves them: add --listen tls:8443, or a Gateway with ssl: true (see"
+                               " docs/tls.md)", names=", ".join(unserved))
 
     def _sync_echo(self, snapshot: Snapshot) -> None:
         gateway_settings = snapshot.config.settings.get("gateway") or {}
