@@ -43,6 +43,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from support.ports import free_port
 
 SUFFIX = "dc=example,dc=org"
 ROOT_DN = f"cn=admin,{SUFFIX}"
@@ -95,10 +96,6 @@ def find_slapd() -> str:
     raise SlapdMissing(f"slapd (OpenLDAP) not found; the LDAP tests need it: {INSTALL_HINT}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _ldif_people() -> str:

@@ -24,18 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import twistgw
+from support.ports import free_port
 
 REPO = Path(twistgw.__file__).resolve().parent.parent
 
 __all__ = ["REPO", "TwistGateway", "free_port", "twist_command"]
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def twist_command(tmp: Path) -> tuple[list[str], str]:

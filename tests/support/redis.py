@@ -31,6 +31,7 @@ import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
+from support.ports import free_port
 
 INSTALL_HINT = "apt-get install redis-server"
 
@@ -48,11 +49,6 @@ def find_redis_server() -> str:
     raise RedisMissing(f"redis-server not found; the rate-limit tests need it: {INSTALL_HINT}")
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on right now (Redis cannot bind port 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _ping(port: int, timeout: float = 0.5) -> bool:
