@@ -212,7 +212,8 @@ def test_without_listen_the_gateways_say_where_to_listen(tmp_path: Path) -> None
                                 stderr=subprocess.STDOUT)
     try:
         eventually(lambda: listening(port), 30)
-        assert '"listen": "Gateway gloo-system/only"' in log.read_text()
+        # the log line may reach the file a moment after the socket listens
+        eventually(lambda: '"listen": "Gateway gloo-system/only"' in log.read_text(), 10)
         assert "tcp:8080" not in log.read_text()
     finally:
         proc.terminate()
