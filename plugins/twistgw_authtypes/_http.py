@@ -21,6 +21,7 @@ from twisted.web.iweb import IBodyProducer
 
 import treq
 
+from twistgw import BoundedBody
 from twistgw.tls import describe_tls_failure, verifying_https_policy
 
 #: The most of an authorization service's answer that is read.
@@ -199,9 +200,9 @@ class AuthHttpClient:
             for timer in timers:
                 if timer.active():
                     timer.cancel()
-        chunks: list[bytes] = []
-        await treq.collect(response, _collector(chunks))
-        return Reply(response.code, response.headers, b"".join(chunks))
+        answer = BoundedBody(MAX_REPLY_BODY, BodyTooLong)
+        await treq.collect(response, answer)
+        return Reply(response.code, response.headers, answer.value())
 
     def close(self) -> Deferred[None]:
         closed: Deferred[None] = self.pool.closeCachedConnections()
@@ -209,19 +210,7 @@ class AuthHttpClient:
 
 
 class BodyTooLong(Exception):
-    pass
-
-
-def _collector(chunks: list[bytes]) -> Callable[[bytes], None]:
-    size = [0]
-
-    def collect(data: bytes) -> None:
-        size[0] += len(data)
-        if size[0] > MAX_REPLY_BODY:
-            raise BodyTooLong()
-        chunks.append(data)
-
-    return collect
+    """The service's answer is longer than :data:`MAX_REPLY_BODY`."""
 
 
 def _describe(exc: BaseException) -> str:

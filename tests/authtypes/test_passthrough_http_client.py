@@ -185,6 +185,18 @@ class TimeoutAndPoolTests(_Base):
         self.assertEqual(rec.connections, 1)
         await _sleep(0.5)
 
+    async def test_an_answer_over_the_bound_fails_closed(self) -> None:
+        def answer(size: int) -> bytes:
+            return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b"x" * size
+
+        at = self.serve(lambda r: answer(64 * 1024))
+        self.assertEqual(type(await self.compile(at).check(self.ctx())), AuthAllow)
+        over = self.serve(lambda r: answer(64 * 1024 + 1))
+        verdict = await self.compile(over).check(self.ctx())
+        self.assertEqual((type(verdict), verdict.status, verdict.error), (AuthDeny, 503, True))
+        self.assertIn("answer longer than 65536 bytes", verdict.reason)
+        await _sleep(0.2)  # the refused answer's connection is dropped on a later turn
+
     async def test_connection_timeout_still_wins_when_shorter(self) -> None:
         rec = self.serve(lambda r: None)
         verdict = await self.compile(rec, connectionTimeout="150ms", responseHeaderTimeout="10s").check(self.ctx())
