@@ -46,7 +46,9 @@ def _version(params: Mapping[str, Any], key: str, path: c.Path) -> str | None:
     return None if value == "TLS_AUTO" else value
 
 
-def _pems(raw: Any, path: c.Path, scope: ConfigScope) -> tuple[bytes | None, bytes | None, bytes | None]:
+def secret_pems(raw: Any, path: c.Path, scope: ConfigScope) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """A ``tlsConfig.secretRef`` (pass-through HTTP and gRPC): its
+    (``tls.crt``, ``tls.key``, ``ca.crt``), read as Upstreams read theirs."""
     ref = c.resource_ref(raw, path, scope.namespace)
     try:
         secret = scope.secret(ref[1], ref[0])
@@ -69,7 +71,7 @@ def read_tls(raw: Any, https: bool, scope: ConfigScope, problems: Problems) -> d
     out: dict[str, Any] = {}
     if tls.get("secretRef") is not None:
         with problems.check():
-            out["cert_pem"], out["key_pem"], out["ca_pem"] = _pems(tls["secretRef"], path + ("secretRef",), scope)
+            out["cert_pem"], out["key_pem"], out["ca_pem"] = secret_pems(tls["secretRef"], path + ("secretRef",), scope)
     if tls.get("sslParams") is not None:
         p = path + ("sslParams",)
         params = c.mapping(tls["sslParams"], p, _SSL_PARAMS)

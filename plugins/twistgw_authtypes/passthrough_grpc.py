@@ -45,6 +45,7 @@ from twistgw.options import Problems
 
 from twistgw_authtypes import _common as c
 from twistgw_authtypes._body import PARTIAL_HEADER, BodySettings
+from twistgw_authtypes._client_options import secret_pems
 from twistgw_authtypes._grpc import CheckRequest, GrpcCallFailed, GrpcChannels, Target
 
 _GRPC = ("address", "connectionTimeout", "tlsConfig", "retryPolicy")
@@ -274,13 +275,5 @@ def _tls_target(address: str, raw: Any, scope: ConfigScope, problems: Problems) 
                                             " (TLS 1.2 or later, its own cipher list)")
     if tls.get("secretRef") is None:
         return Target(address, tls=True)  # system roots, no client certificate
-    ns, name = c.resource_ref(tls["secretRef"], path + ("secretRef",), scope.namespace)
-    try:
-        secret = scope.secret(name, ns)
-    except KeyError as exc:
-        raise OptionsError(path + ("secretRef",), f"dangling reference: {exc.args[0]}") from None
-    data = secret.data
-    cert, key = data.get("tls.crt"), data.get("tls.key")
-    if (cert is None) != (key is None):
-        raise OptionsError(path + ("secretRef",), f"Secret {ns}/{name} has only one of tls.crt and tls.key")
-    return Target(address, ca_pem=data.get("ca.crt") or None, cert_pem=cert, key_pem=key, tls=True)
+    cert, key, ca = secret_pems(tls["secretRef"], path + ("secretRef",), scope)
+    return Target(address, ca_pem=ca or None, cert_pem=cert, key_pem=key, tls=True)
