@@ -47,7 +47,7 @@ connection per reactor turn.
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import attrs
 import hiredis
@@ -324,12 +324,7 @@ class RedisClient:
         waiting, self._waiting = self._waiting, collections.deque()
         self._batches.clear()
         self._written = self._answered = 0
-        error = RedisUnavailable(why)
-        for sender in waiting:
-            try:
-                sender(error)
-            except Exception:
-                self._log.failure("a Redis reply's receiver failed")
+        self._fail_all(waiting, why)
         self._went_down(why)
 
     def _went_down(self, why: str) -> None:
@@ -349,8 +344,12 @@ class RedisClient:
 
     def _fail_queue(self, why: str) -> None:
         queued, self._queue, self._queued = self._queued, [], []
+        self._fail_all(queued, why)
+
+    def _fail_all(self, senders: Iterable[Reply], why: str) -> None:
+        """Answer every one of ``senders`` with :class:`RedisUnavailable`."""
         error = RedisUnavailable(why)
-        for sender in queued:
+        for sender in senders:
             try:
                 sender(error)
             except Exception:
