@@ -437,13 +437,7 @@ class Pipeline:
         headers = ctx.headers
         raw = headers.raw
         policy.on_request(raw, endpoint.host, request_level)
-        if forwarded_for is _OWN_RULE:
-            client = ctx.client_address.encode("ascii")
-            raw[b"X-Forwarded-For"] = [client]
-            raw[b"X-Forwarded-Proto"] = [ctx.scheme.encode("ascii")]
-            raw[b"X-Real-Ip"] = [client]
-        else:
-            _forwarding(headers, ctx, forwarded_for)
+        _forwarding(headers, ctx, forwarded_for)
         timeout = route.timeout or self.upstream_timeout
         if policy.retries is None and policy.shadow is None:
             forward = Forward(endpoint, ctx.method.encode("latin-1"), target, headers, timeout, balancer.upstream)
