@@ -599,6 +599,35 @@ class CorePluginsTests(TestCase):
         assert plan.status == 500 and calls == [("a", "authenticate")]
         assert len(self.flushLoggedErrors(RuntimeError)) == 1
 
+    async def test_untraced_chain_runs_on_after_deferreds(self) -> None:
+        # Two plugins answering with Deferreds (the rest of the chain runs as
+        # callbacks of each): in order, and a Deny from a Deferred stops it.
+        calls: list = []
+        a = Recorder("a", 10, calls=calls, asynchronous=True)
+        b = Recorder("b", 20, calls=calls, asynchronous=True)
+        c = Recorder("c", 30, calls=calls, returns=defer.succeed(twistgw.Deny(429, b"slow down")))
+        d = Recorder("d", 40, calls=calls)
+        plan = await untraced(make_tester(d, c, b, a, options="{a: {}, b: {}, c: {}, d: {}}"))
+        assert (plan.status, plan.body) == (429, b"slow down")
+        assert calls == [("a", "authenticate"), ("a", "authorize"), ("b", "authenticate"), ("b", "authorize"),
+                         ("c", "authenticate")]
+
+    async def test_untraced_chain_fails_closed_when_a_deferred_fails(self) -> None:
+        calls: list = []
+        pending: defer.Deferred = defer.Deferred()
+        a, b = Recorder("a", 10, calls=calls, returns=pending), Recorder("b", 20, calls=calls)
+        with _LogCapture() as log:
+            plan = untraced(make_tester(a, b, options="{a: {}, b: {}}"))
+            from twisted.internet import reactor
+
+            reactor.callLater(0, pending.errback, RuntimeError("late boom"))
+            plan = await plan
+        assert (plan.status, plan.body) == (500, b"Internal Server Error")
+        assert calls == [("a", "authenticate")]
+        failures = [e for e in log.events if e.get("log_failure") is not None and e.get("plugin") == "a"]
+        assert len(failures) == 1 and "late boom" in str(failures[0]["log_failure"].value)
+        assert len(self.flushLoggedErrors(RuntimeError)) == 1
+
     async def test_untraced_chain_goes_on_after_an_allow_subclass(self) -> None:
         class Verdict(twistgw.Allow):
             pass

@@ -20,6 +20,7 @@ import attrs
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from twistgw.api.types import Allow, Deny, NotChecked, RequestContext
 
@@ -85,11 +86,13 @@ def positional(fn: Callable[..., Any]) -> Callable[[RequestContext, Any], Any]:
     return by_keyword
 
 
-def _failed(step: ChainStep, phase: str, exc: BaseException, ctx: RequestContext, trace: Trace | None) -> Deny:
+def _failed(step: ChainStep, phase: str, exc: BaseException, ctx: RequestContext, trace: Trace | None,
+            failure: Failure | None = None) -> Deny:
+    """A plugin raised (or its Deferred failed: ``failure``): 500."""
     _log.failure(
         "Plugin {plugin} failed in {phase} for {method} {path}"
         " (virtual service {vs}, route {route}); refusing with 500",
-        plugin=step.plugin, phase=phase, method=ctx.method, path=ctx.path,
+        failure, plugin=step.plugin, phase=phase, method=ctx.method, path=ctx.path,
         vs=ctx.virtual_service, route=ctx.route,
     )
     ctx.decided_by = step.plugin
@@ -145,7 +148,9 @@ def _settle(calls: tuple[Call, ...], i: int, result: Any, ctx: RequestContext,
     """Call ``i`` answered something other than None or Allow: a Deny, an
     awaitable (the rest of the chain runs once it fires), or something to
     judge; returns what :func:`start_calls` does."""
-    if isinstance(result, Deferred) or inspect.isawaitable(result):
+    if isinstance(result, Deferred):
+        return _then(result, calls, i, ctx, trace)
+    if inspect.isawaitable(result):
         return Deferred.fromCoroutine(_resume(calls, i, result, ctx, trace))
     step, phase, _ = calls[i]
     deny = _judge(step, phase, result, ctx, trace)
@@ -164,12 +169,37 @@ def _run_traced(calls: tuple[Call, ...], start: int, ctx: RequestContext,
             result = fn(ctx, step.options)
         except Exception as exc:
             return _failed(step, phase, exc, ctx, trace)
-        if isinstance(result, Deferred) or inspect.isawaitable(result):
+        if isinstance(result, Deferred):
+            return _then(result, calls, i, ctx, trace)
+        if inspect.isawaitable(result):
             return Deferred.fromCoroutine(_resume(calls, i, result, ctx, trace))
         deny = _judge(step, phase, result, ctx, trace)
         if deny is not None:
             return deny
     return None
+
+
+def _then(pending: Deferred[Any], calls: tuple[Call, ...], i: int, ctx: RequestContext,
+          trace: Trace | None) -> Deferred[Deny | None]:
+    """Call ``i`` returned a Deferred: the rest of the chain runs as its
+    callbacks (two callbacks on the plugin's own Deferred, which the chain
+    now owns, as an ``await`` would; no coroutine per request)."""
+    args = (calls, i, ctx, trace)
+    return pending.addCallbacks(_answered, _raised, callbackArgs=args, errbackArgs=args)
+
+
+def _answered(result: Any, calls: tuple[Call, ...], i: int, ctx: RequestContext,
+              trace: Trace | None) -> Deny | None | Deferred[Deny | None]:
+    step, phase, _ = calls[i]
+    deny = _judge(step, phase, result, ctx, trace)
+    if deny is not None:
+        return deny
+    return _run_traced(calls, i + 1, ctx, trace)  # a Deferred is chained by the caller's Deferred
+
+
+def _raised(failure: Failure, calls: tuple[Call, ...], i: int, ctx: RequestContext, trace: Trace | None) -> Deny:
+    step, phase, _ = calls[i]
+    return _failed(step, phase, failure.value, ctx, trace, failure)
 
 
 async def _resume(calls: tuple[Call, ...], i: int, pending: Any, ctx: RequestContext,
