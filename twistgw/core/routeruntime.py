@@ -42,6 +42,9 @@ class RouteRuntime:
     #: neither traffic options nor routing again after the chain: the
     #: pipeline's shortest path (route, chain, forward)
     simple: bool = attrs.field(init=False, eq=False)
+    #: traffic options the pipeline's quick path serves (``RoutePolicy.quick``:
+    #: header edits, CORS, retries), no direct answer, no routing again
+    quick: bool = attrs.field(init=False, eq=False)
 
     @calls.default
     def _flatten(self) -> tuple[Call, ...]:
@@ -58,6 +61,10 @@ class RouteRuntime:
     @simple.default
     def _simple(self) -> bool:
         return self.policy is None and not self.reselect
+
+    @quick.default
+    def _quick(self) -> bool:
+        return self.policy is not None and self.policy.quick and self.direct is None and not self.reselect
 
     @answer.default
     def _answer(self) -> LocalResponse | None:

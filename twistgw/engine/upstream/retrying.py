@@ -73,10 +73,14 @@ class RetryingRequest(UpstreamRequest):
             return
         self.timing = True
         timeout = self.plan.timeout
-        self.deadline = self.pool.reactor.seconds() + timeout
-        if conn is not None:  # the first try's budget: the route timeout, or perTryTimeout if shorter
-            per = self.policy.per_try
-            conn.timer.set(timeout if per is None or per > timeout else per, self.timed_out)
+        if conn is None:  # still connecting: the try's budget is set when it connects (_budget)
+            self.deadline = self.pool.reactor.seconds() + timeout
+            return
+        # the first try's budget: the route timeout, or perTryTimeout if
+        # shorter; the deadline over every try from the time the timer read
+        per = self.policy.per_try
+        budget = timeout if per is None or per > timeout else per
+        self.deadline = conn.timer.set(budget, self.timed_out) + (timeout - budget)
 
     def connect(self, remaining: float | None = None) -> None:
         super().connect(self._budget() if remaining is None else remaining)
