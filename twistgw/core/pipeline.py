@@ -275,12 +275,21 @@ class Pipeline:
                         return self._chain_outcome(outcome, head, ctx, runtime, None, None)
                 plan = self._plan_plain(ctx, runtime)
                 return plan if ctx.response_headers is None else with_added_headers(plan, ctx.response_headers)
-            policy = runtime.policy
-            if runtime.quick and (policy.cors is None or ctx.method != "OPTIONS"):  # type: ignore[union-attr]
+            policy = runtime.quick
+            if policy is not None and (policy.cors is None or ctx.method != "OPTIONS"):
                 # A route whose traffic options are header edits, CORS and
                 # retries (no preflight here): what _with_policy, _run,
                 # _chain_done and plan do, inlined.
-                return self._quick(head, ctx, runtime, policy)  # type: ignore[arg-type]
+                calls = runtime.calls
+                if calls:
+                    outcome = start_calls(calls, ctx)
+                    if outcome is not None:
+                        return cors_on(self._chain_outcome(outcome, head, ctx, runtime, None, None), policy, ctx)
+                plan = plan_quick(ctx, runtime, policy, self.upstream_timeout)
+                if ctx.response_headers is not None:
+                    plan = with_added_headers(plan, ctx.response_headers)
+                # a Forward carries its CORS headers in its response_edit already
+                return plan if isinstance(plan, Forward) else cors_on(plan, policy, ctx)
         reselect_in = snapshot if runtime.reselect else None
         gateway = head.gateway
         calls = runtime.calls if gateway is None else gateway.calls(runtime.calls)
@@ -293,20 +302,6 @@ class Pipeline:
         if isinstance(result, Deferred):
             return result.addCallback(with_edit, gateway.server_edit)
         return with_edit(result, gateway.server_edit)
-
-    def _quick(self, head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
-               policy: RoutePolicy) -> Plan | Deferred[Plan]:
-        """:meth:`handle` for a ``RouteRuntime.quick`` route."""
-        calls = runtime.calls
-        if calls:
-            outcome = start_calls(calls, ctx)
-            if outcome is not None:
-                return cors_on(self._chain_outcome(outcome, head, ctx, runtime, None, None), policy, ctx)
-        plan = plan_quick(ctx, runtime, policy, self.upstream_timeout)
-        if ctx.response_headers is not None:
-            plan = with_added_headers(plan, ctx.response_headers)
-        # a Forward carries its CORS headers in its response_edit already
-        return plan if type(plan) is RetryingForward or type(plan) is Forward else cors_on(plan, policy, ctx)
 
     def _with_policy(self, policy: RoutePolicy, head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
                      calls: tuple[Call, ...], reselect_in: Snapshot | None,
