@@ -55,6 +55,7 @@ MODULES = (
     "unit/test_subsets.py",
     "unit/test_response_headers.py",
     "unit/test_traffic.py",
+    "unit/test_traffic_quick.py",
     "unit/test_upstream_policy.py",
     "unit/test_testing_api.py",
     "jwt/test_jwt_behaviour.py",

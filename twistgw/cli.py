@@ -195,7 +195,7 @@ def _print_trace(trace: Any) -> list[str]:
 
 
 def _print_plan(result: Any) -> None:
-    from twistgw.core.pipeline import subset_text
+    from twistgw.core.policyplan import subset_text
     from twistgw.core.plan import Forward
 
     plan = result.plan

@@ -395,3 +395,28 @@ class ForwardedForTests(TestCase):
         assert plan.headers.getRawHeaders(b"x-real-ip") == [client.encode()]
         assert head.ctx is not None and head.ctx.client_address == client
 
+
+
+class DefaultLimitTests(TestCase):
+    """A Gateway's ``httpLocalRatelimit.defaultLimit`` covers every route
+    without a ``localRatelimit`` of its own, whatever traffic options the
+    route has (the pipeline takes a different path for each kind)."""
+
+    @pytest.mark.parametrize("options", [
+        "{}",  # the plain route
+        "{headerManipulation: {requestHeadersToAdd: [{header: {key: x-a, value: b}}]}}",
+        "{cors: {allowOrigin: [https://app.example]}, retries: {retryOn: 5xx, numRetries: 1}}",
+        "{csrf: {filterEnabled: {defaultValue: {numerator: 100}}}}",  # something before the chain
+    ])
+    def test_a_gateways_default_bucket_covers_a_route_with_traffic_options(self, options):
+        route_vs = vs("a", "*").replace("routeAction:", f"options: {options}\n      routeAction:")
+        limit = "{options: {httpLocalRatelimit: {defaultLimit: {maxTokens: 2, tokensPerFill: 1, fillInterval: 100s}}}}"
+        snap = snapshot_of(docs(UPSTREAM, route_vs, gateway("gw", 8080, limit)))
+        pipeline = Pipeline(PluginHost.create())
+        statuses = []
+        for _ in range(3):
+            head = RequestHead(b"GET", b"/", _headers(host="a.example", origin="https://app.example"), "10.0.0.1")
+            head.gateway = snap.gateways["gloo-system/gw"]
+            plan = pipeline.handle(head, snap)
+            statuses.append(plan.status if isinstance(plan, LocalResponse) else 200)
+        assert statuses == [200, 200, 429]

@@ -104,3 +104,68 @@ class RetryTests(SynchronousTestCase):
         self.reactor.advance(0.1)
         _, second = self.upstreams[1]
         self.assertTrue(second.value().endswith(b"\r\n\r\nhello"), second.value())
+
+
+class PooledTryTests(SynchronousTestCase):
+    """The first try on a pooled connection (the usual case under load):
+    its budget and the route's deadline are read from the connection's
+    timer, set when the client's request is complete."""
+
+    setUp = RetryTests.setUp
+    answer = RetryTests.answer
+
+    def pooled(self) -> Any:
+        """A first request answered 200 on upstream connection 0, which goes back to the pool."""
+        self.proto.dataReceived(b"GET /warm HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.answer(0, OK)
+        self.t.clear()
+        conn, t = self.upstreams[0]
+        t.clear()
+        return t
+
+    def test_every_slot_of_a_retrying_request_is_set(self) -> None:
+        from twistgw.engine.upstream.request import UpstreamRequest
+        from twistgw.engine.upstream.retrying import RetryingRequest
+
+        self.pooled()
+        self.proto.dataReceived(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+        req = self.upstreams[0][0].req
+        self.assertIsInstance(req, RetryingRequest)
+        for name in UpstreamRequest.__slots__ + RetryingRequest.__slots__:
+            getattr(req, name)  # an AttributeError if __init__ missed one
+
+    def test_a_try_on_a_pooled_connection_times_out_and_is_tried_again(self) -> None:
+        first = self.pooled()
+        self.proto.dataReceived(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertIn(b"GET /a ", first.value())  # sent on the pooled connection
+        self.reactor.advance(0.29)
+        self.assertEqual(len(self.upstreams), 1)
+        self.reactor.advance(0.02)  # perTryTimeout (300 ms): dropped
+        self.assertTrue(first.disconnecting or first.disconnected)
+        self.reactor.advance(0.1)  # the backoff
+        self.assertEqual(len(self.upstreams), 2)
+        self.answer(1, OK)
+        self.assertTrue(self.t.value().startswith(b"HTTP/1.1 200 OK"), self.t.value())
+
+    def test_the_route_timeout_bounds_every_try_from_a_pooled_connection(self) -> None:
+        self.pooled()
+        self.proto.dataReceived(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+        for _ in range(19):
+            self.reactor.advance(0.05)
+            len(self.upstreams)
+        self.assertEqual(self.t.value(), b"")  # 0.95 s: not yet
+        for _ in range(2):
+            self.reactor.advance(0.05)
+            len(self.upstreams)
+        self.assertTrue(self.t.value().startswith(b"HTTP/1.1 504"), self.t.value())
+        self.assertEqual(len(self.upstreams), 3)  # the pooled one, then two new ones
+
+    def test_a_body_is_sent_again_whole_after_a_pooled_try(self) -> None:
+        self.pooled()
+        self.proto.dataReceived(b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+        self.answer(0, FAILED)
+        self.reactor.advance(0.1)
+        _, second = self.upstreams[1]
+        self.assertTrue(second.value().endswith(b"\r\n\r\nhello"), second.value())
+        self.answer(1, OK)
+        self.assertTrue(self.t.value().startswith(b"HTTP/1.1 200 OK"), self.t.value())

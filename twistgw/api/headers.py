@@ -23,7 +23,10 @@ _CASE = {
     b"Te": b"TE", b"Www-Authenticate": b"WWW-Authenticate", b"X-Xss-Protection": b"X-XSS-Protection",
 }
 
-_canonical_cache: dict[str | bytes, bytes] = {}
+#: name as given → canonical name (valid names only; bounded, 10,000): the
+#: engine's header parser reads it directly, one dict lookup per header
+CANONICAL_CACHE: dict[str | bytes, bytes] = {}
+_canonical_cache = CANONICAL_CACHE
 
 
 def is_token(text: str) -> bool:

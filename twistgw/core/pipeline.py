@@ -33,27 +33,15 @@ from twistgw.core.headers import copy_request_headers
 from twistgw.core.paths import BadPath, normalise_path
 from twistgw.core.plan import Forward, LocalResponse, Plan, RetryingForward
 from twistgw.core.routing import HostTable, first_route
-from twistgw.core.balancers import hash_of
 from twistgw.core.gateways import GatewayView, forwarded
 from twistgw.core.routeruntime import RouteRuntime
 from twistgw.core.snapshot import Snapshot
-from twistgw.core.traffic import PREFLIGHT, RoutePolicy, preflight, with_added_headers, with_edit
-
-
+from twistgw.core.policyplan import OWN_RULE as _OWN_RULE, cors_on, forwarding, no_endpoint, plan_policy, plan_quick
+from twistgw.core.traffic import RoutePolicy, preflight, with_added_headers, with_edit
 
 NOT_FOUND = LocalResponse(404, reason="no virtual service or route matches")
 NOT_READY = LocalResponse(503, b"no configuration loaded", reason="no configuration loaded")
-NO_UPSTREAM = LocalResponse(503, b"no healthy upstream", reason="the upstream has no endpoints")
 INTERNAL_ERROR = LocalResponse(500, b"Internal Server Error", reason="unexpected error")
-
-
-def subset_text(subset: tuple[tuple[str, str], ...]) -> str:
-    """A route's subset as written: ``{stage: canary}``."""
-    return "{" + ", ".join(f"{k}: {v}" for k, v in subset) + "}"
-
-
-#: :attr:`RequestHead.forwarded_for` when twistgw's own rule applies
-_OWN_RULE = object()
 
 
 def bad_request(reason: str) -> LocalResponse:
@@ -276,18 +264,32 @@ class Pipeline:
         if self.dry_run:
             ctx.dry_run = True
         runtime = head.runtime = prepared.runtime
-        if runtime.simple and trace is None and head.gateway is None:
-            # The shortest path (no traffic options, no routing again):
-            # what _run and _chain_done do, inlined.
-            calls = runtime.calls
-            if calls:
-                outcome = start_calls(calls, ctx)
-                if outcome is not None:
-                    if isinstance(outcome, Deferred):
-                        return outcome.addCallback(self._chain_done, head, ctx, runtime, None, None)
-                    return self._chain_done(outcome, head, ctx, runtime, None, None)
-            plan = self._plan_plain(ctx, runtime)
-            return plan if ctx.response_headers is None else with_added_headers(plan, ctx.response_headers)
+        if trace is None and head.gateway is None:
+            if runtime.simple:
+                # The shortest path (no traffic options, no routing again):
+                # what _run and _chain_done do, inlined.
+                calls = runtime.calls
+                if calls:
+                    outcome = start_calls(calls, ctx)
+                    if outcome is not None:
+                        return self._chain_outcome(outcome, head, ctx, runtime, None, None)
+                plan = self._plan_plain(ctx, runtime)
+                return plan if ctx.response_headers is None else with_added_headers(plan, ctx.response_headers)
+            policy = runtime.quick
+            if policy is not None and (policy.cors is None or ctx.method != "OPTIONS"):
+                # A route whose traffic options are header edits, CORS and
+                # retries (no preflight here): what _with_policy, _run,
+                # _chain_done and plan do, inlined.
+                calls = runtime.calls
+                if calls:
+                    outcome = start_calls(calls, ctx)
+                    if outcome is not None:
+                        return cors_on(self._chain_outcome(outcome, head, ctx, runtime, None, None), policy, ctx)
+                plan = plan_quick(ctx, runtime, policy, self.upstream_timeout)
+                if ctx.response_headers is not None:
+                    plan = with_added_headers(plan, ctx.response_headers)
+                # a Forward carries its CORS headers in its response_edit already
+                return plan if isinstance(plan, Forward) else cors_on(plan, policy, ctx)
         reselect_in = snapshot if runtime.reselect else None
         gateway = head.gateway
         calls = runtime.calls if gateway is None else gateway.calls(runtime.calls)
@@ -314,7 +316,7 @@ class Pipeline:
             early = preflight(policy.cors, ctx.headers)
         result: Plan | Deferred[Plan]
         if early is None:
-            result = self._run(runtime.calls, head, ctx, runtime, reselect_in, trace)
+            result = self._run(calls, head, ctx, runtime, reselect_in, trace)
             if type(result) is RetryingForward or type(result) is Forward:
                 return result  # its CORS headers are in its response_edit already
         elif isinstance(early, Deferred):
@@ -325,11 +327,7 @@ class Pipeline:
             result = early.addCallback(after)
         else:
             result = early
-        if policy.cors is None:
-            return result
-        if isinstance(result, Deferred):
-            return result.addCallback(_with_cors, policy, ctx)
-        return _with_cors(result, policy, ctx)
+        return cors_on(result, policy, ctx)
 
     def _run(self, calls: tuple[Call, ...], head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
              reselect_in: Snapshot | None, trace: Trace | None) -> Plan | Deferred[Plan]:
@@ -337,11 +335,18 @@ class Pipeline:
         if calls:
             outcome = start_calls(calls, ctx, trace)
             if outcome is not None:
-                if isinstance(outcome, Deferred):
-                    return outcome.addCallback(self._chain_done, head, ctx, runtime, reselect_in, trace)
-                refusal = LocalResponse.refusal(outcome)
-                return refusal if ctx.response_headers is None else with_added_headers(refusal, ctx.response_headers)
+                return self._chain_outcome(outcome, head, ctx, runtime, reselect_in, trace)
         return self._chain_done(None, head, ctx, runtime, reselect_in, trace)
+
+    def _chain_outcome(self, outcome: Deny | Deferred[Deny | None], head: RequestHead, ctx: RequestContext,
+                       runtime: RouteRuntime, reselect_in: Snapshot | None,
+                       trace: Trace | None) -> Plan | Deferred[Plan]:
+        """A chain that did not simply admit the request: its refusal, or
+        :meth:`_chain_done` once an asynchronous plugin answered."""
+        if isinstance(outcome, Deferred):
+            return outcome.addCallback(self._chain_done, head, ctx, runtime, reselect_in, trace)
+        refusal = LocalResponse.refusal(outcome)
+        return refusal if ctx.response_headers is None else with_added_headers(refusal, ctx.response_headers)
 
     def _chain_done(self, deny: Deny | None, head: RequestHead, ctx: RequestContext, runtime: RouteRuntime,
                     reselect_in: Snapshot | None, trace: Trace | None) -> Plan | Deferred[Plan]:
@@ -368,7 +373,7 @@ class Pipeline:
         the X-Forwarded-For a Gateway's Envoy rules computed (bytes, or None
         for none); by default, twistgw's own rule (the client address)."""
         if runtime.policy is not None:
-            return self._plan_policy(ctx, runtime, runtime.policy, forwarded_for)
+            return plan_policy(ctx, runtime, runtime.policy, forwarded_for, self.upstream_timeout)
         return self._plan_plain(ctx, runtime, forwarded_for)
 
     def _plan_plain(self, ctx: RequestContext, runtime: RouteRuntime, forwarded_for: object = _OWN_RULE) -> Plan:
@@ -379,7 +384,7 @@ class Pipeline:
         assert balancer is not None
         endpoint = balancer.pick()
         if endpoint is None:
-            return self._no_endpoint(ctx, balancer)
+            return no_endpoint(ctx, balancer)
         route = runtime.route
         path = ctx.path if route.prefix_rewrite is None else route.rewrite(ctx.path)
         target = path.encode("ascii")
@@ -387,90 +392,14 @@ class Pipeline:
             target += b"?" + ctx.query
         headers = ctx.headers
         if forwarded_for is _OWN_RULE:  # inline: the plain route's path
+            raw = headers.raw
             client = ctx.client_address.encode("ascii")
-            headers.set_canonical(b"X-Forwarded-For", client)
-            headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
-            headers.set_canonical(b"X-Real-Ip", client)
+            raw[b"X-Forwarded-For"] = [client]
+            raw[b"X-Forwarded-Proto"] = [ctx.scheme.encode("ascii")]
+            raw[b"X-Real-Ip"] = [client]
         else:
-            _forwarding(headers, ctx, forwarded_for)
+            forwarding(headers, ctx, forwarded_for)
         forward = Forward(endpoint, ctx.method.encode("latin-1"), target, headers,
                           route.timeout or self.upstream_timeout, balancer.upstream)
         forward.watch = balancer.watch  # leastRequest, outlierDetection: else None
         return forward
-
-    def _no_endpoint(self, ctx: RequestContext, balancer: Any) -> LocalResponse:
-        ups = balancer.upstream
-        if not ups.subset:
-            return NO_UPSTREAM
-        reason = f"subset {subset_text(ups.subset)} of upstream {ups.namespace}/{ups.name} has no endpoints"
-        self._log.warn("No healthy upstream for {method} {path}: {reason}",
-                       method=ctx.method, path=ctx.path, reason=reason)
-        return LocalResponse(503, NO_UPSTREAM.body, reason=reason)
-
-    def _plan_policy(self, ctx: RequestContext, runtime: RouteRuntime, policy: RoutePolicy,
-                     forwarded_for: object) -> Plan:
-        """:meth:`plan` for a route with traffic options (everything per
-        route compiled in its policy; the request's headers changed in
-        their live dict)."""
-        route_response = policy.response
-        if runtime.answer is not None or policy.redirect is not None:
-            answer = runtime.answer if runtime.answer is not None else policy.redirect_answer(ctx)
-            return route_response.apply_to_local(answer) if route_response is not None else answer
-        request_level = None
-        if policy.weighted is not None:
-            balancer, request_level, dest_response = policy.weighted.pick(policy.random())
-            if dest_response is not None:
-                route_response = dest_response.then(route_response) if route_response is not None else dest_response
-        else:
-            balancer = runtime.balancer
-        h = hash_of(policy.lb_hash, ctx) if policy.lb_hash is not None else None
-        endpoint = balancer.pick() if h is None else balancer.pick_hash(h)
-        if endpoint is None:
-            return self._no_endpoint(ctx, balancer)
-        route = runtime.route
-        path = ctx.path if route.prefix_rewrite is None else route.rewrite(ctx.path)
-        if policy.regex_rewrite is not None:
-            path = policy.regex_rewrite.apply(path)
-        target = path.encode("ascii")
-        if ctx.query:
-            target += b"?" + ctx.query
-        headers = ctx.headers
-        raw = headers.raw
-        policy.on_request(raw, endpoint.host, request_level)
-        _forwarding(headers, ctx, forwarded_for)
-        timeout = route.timeout or self.upstream_timeout
-        if policy.retries is None and policy.shadow is None:
-            forward = Forward(endpoint, ctx.method.encode("latin-1"), target, headers, timeout, balancer.upstream)
-        else:
-            forward = RetryingForward(endpoint, ctx.method.encode("latin-1"), target, headers, timeout,
-                                      balancer.upstream, policy.retries)
-            if policy.shadow is not None:
-                forward.mirror = policy.shadow.mirror(forward)
-        forward.response_edit = route_response if policy.cors is None else \
-            policy.edit_for(raw.get(b"Origin"), route_response)
-        forward.watch = balancer.watch
-        return forward
-
-
-def _forwarding(headers: Headers, ctx: RequestContext, forwarded_for: object) -> None:
-    """The forwarding headers the gateway owns: X-Forwarded-For (the client
-    address, or what a Gateway's Envoy rules computed), X-Forwarded-Proto
-    and X-Real-Ip (the client address)."""
-    client = ctx.client_address.encode("ascii")
-    if forwarded_for is _OWN_RULE:
-        headers.set_canonical(b"X-Forwarded-For", client)
-    elif isinstance(forwarded_for, bytes):
-        headers.set_canonical(b"X-Forwarded-For", forwarded_for)
-    headers.set_canonical(b"X-Forwarded-Proto", ctx.scheme.encode("ascii"))
-    headers.set_canonical(b"X-Real-Ip", client)
-
-
-def _with_cors(plan: Plan, policy: RoutePolicy, ctx: RequestContext) -> Plan:
-    """The CORS headers of an allowed origin on the gateway's own answers
-    (a refusal by a plugin, a direct response...); a Forward carries them
-    in its response_edit already."""
-    if isinstance(plan, LocalResponse) and plan.reason != PREFLIGHT:
-        edit = policy.response_for(ctx, None)
-        if edit is not None:
-            return edit.apply_to_local(plan)
-    return plan

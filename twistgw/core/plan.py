@@ -102,7 +102,15 @@ class RetryingForward(Forward):
 
     def __init__(self, endpoint: Endpoint, method: bytes, target: bytes, headers: Headers,
                  timeout: float, upstream: UpstreamInfo, retry: Any, mirror: Any = None) -> None:
-        super().__init__(endpoint, method, target, headers, timeout, upstream)
+        # Forward.__init__'s assignments, without the call (once per request)
+        self.endpoint = endpoint
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.timeout = timeout
+        self.upstream = upstream
+        self.response_edit = None
+        self.watch = None
         self.retry = retry
         self.mirror = mirror
 

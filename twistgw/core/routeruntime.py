@@ -42,6 +42,10 @@ class RouteRuntime:
     #: neither traffic options nor routing again after the chain: the
     #: pipeline's shortest path (route, chain, forward)
     simple: bool = attrs.field(init=False, eq=False)
+    #: ``policy`` when the pipeline's quick path serves the route (its
+    #: traffic options are header edits, CORS, retries: ``RoutePolicy.quick``;
+    #: no direct answer, no routing again), else None
+    quick: RoutePolicy | None = attrs.field(init=False, eq=False)
 
     @calls.default
     def _flatten(self) -> tuple[Call, ...]:
@@ -58,6 +62,11 @@ class RouteRuntime:
     @simple.default
     def _simple(self) -> bool:
         return self.policy is None and not self.reselect
+
+    @quick.default
+    def _quick(self) -> RoutePolicy | None:
+        quick = self.policy is not None and self.policy.quick and self.direct is None and not self.reselect
+        return self.policy if quick else None
 
     @answer.default
     def _answer(self) -> LocalResponse | None:

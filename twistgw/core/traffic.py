@@ -192,7 +192,7 @@ class RoutePolicy:
 
     __slots__ = ("cors", "csrf", "faults", "buffer", "redirect", "regex_rewrite", "host_rewrite", "auto_host",
                  "request", "response", "weighted", "early", "random", "redirect_rewrite", "_cors_tail",
-                 "_by_origin", "lb_hash", "retries", "shadow", "_host")
+                 "by_origin", "lb_hash", "retries", "shadow", "_host", "request_ops", "quick")
 
     def __init__(self, *, cors: CorsPolicy | None = None, csrf: CsrfPolicy | None = None,
                  faults: Faults | None = None, buffer: RequestBuffer | None = None, redirect: Redirect | None = None,
@@ -211,6 +211,8 @@ class RoutePolicy:
         self._host = [host_rewrite.encode("ascii")] if host_rewrite is not None else None
         self.auto_host = auto_host
         self.request = request
+        #: ``request.ops``, or () without request header edits
+        self.request_ops = request.ops if request is not None else ()
         self.response = response
         self.weighted = weighted
         #: the route's hash policies (its upstreams balance by hash)
@@ -222,6 +224,10 @@ class RoutePolicy:
         self.shadow = shadow
         #: something runs before the chain
         self.early = bool(csrf or faults or (buffer and buffer.max_bytes is not None))
+        #: nothing runs before the chain and the plan is header edits, CORS
+        #: and retries at most: core.policyplan.plan_quick's routes
+        self.quick = not self.early and redirect is None and weighted is None and lb_hash is None and \
+            regex_rewrite is None and host_rewrite is None and not auto_host and shadow is None
         self.random = rand
         #: the redirect's prefixRewrite as the route's matchers apply it (path → path)
         self.redirect_rewrite = redirect_rewrite
@@ -234,7 +240,7 @@ class RoutePolicy:
             tail.append((b"Access-Control-Expose-Headers", cors.expose.encode("latin-1")))
         self._cors_tail = self.cors_after(response, tail)
         #: origin → this route's response edit for it (allowed origins only; bounded)
-        self._by_origin: dict[bytes, ResponseEdit] = {}
+        self.by_origin: dict[bytes, ResponseEdit] = {}
 
     # -- before the chain ---------------------------------------------------
 
@@ -323,7 +329,7 @@ class RoutePolicy:
         assert cors is not None
         origin = origins[0]
         if base is self.response:
-            found = self._by_origin.get(origin)
+            found = self.by_origin.get(origin)
             if found is not None:
                 return found
         if not cors.allows(origin.decode("latin-1")):
@@ -331,8 +337,8 @@ class RoutePolicy:
         composed = self._cors_tail if base is self.response else self.cors_after(base, list(self._cors_tail.adds))
         edit = ResponseEdit(composed.drop, composed.adds + ((b"Access-Control-Allow-Origin", origin),),
                             composed.lines + [b"Access-Control-Allow-Origin: %s\r\n" % origin])
-        if base is self.response and len(self._by_origin) < 256:
-            self._by_origin[origin] = edit  # immutable, shared by the requests of one origin
+        if base is self.response and len(self.by_origin) < 256:
+            self.by_origin[origin] = edit  # immutable, shared by the requests of one origin
         return edit
 
 

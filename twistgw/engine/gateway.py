@@ -19,7 +19,7 @@ from zope.interface import implementer
 from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT, UPSTREAM_TIMEOUT
 from twistgw.core.accesslog import AccessLog
 from twistgw.core.pipeline import INTERNAL_ERROR, NOT_FOUND, Pipeline, RequestHead
-from twistgw.core.plan import Forward, LocalResponse, Plan, RetryingForward
+from twistgw.core.plan import Forward, LocalResponse, Plan
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import Snapshot
 from twistgw.engine import framing, wire
@@ -33,6 +33,9 @@ __all__ = ["Gateway", "GatewayFactory"]
 
 #: a TLS connection whose certificate a reload replaced (RFC 9110 §15.5.20:
 #: the client retries on a new connection, which gets the new certificate)
+#: what Pipeline.handle returns but a Deferred (RetryingForward is a Forward)
+_PLANS = (Forward, LocalResponse)
+
 MISDIRECTED = LocalResponse(421, b"Misdirected Request: the certificate for this server name changed;"
                             b" reconnect\n", reason="the TLS connection's certificate was replaced by a reload")
 
@@ -93,8 +96,8 @@ class Gateway:
             # a 500 rather than dropping the connection without an answer.
             self._internal_error(Failure(), ex)
             return
-        if type(plan) is Forward or type(plan) is RetryingForward or type(plan) is LocalResponse:
-            self._carry_out(plan, ex)  # before the (ABC) isinstance
+        if isinstance(plan, _PLANS):  # plain classes: an exact type is one pointer test
+            self._carry_out(plan, ex)
         elif isinstance(plan, Deferred):
             plan.addCallback(self._carry_out, ex)
             plan.addErrback(self._internal_error, ex)
@@ -104,7 +107,7 @@ class Gateway:
     def _carry_out(self, plan: Plan, ex: Exchange) -> None:
         if ex.finished:
             return
-        if type(plan) is Forward or type(plan) is RetryingForward:  # a route with retries: the latter
+        if isinstance(plan, Forward):  # a RetryingForward too (a route with retries or shadowing)
             if ex.expect_continue and not ex.body_complete:
                 # Only now, after the chain admitted it, invite the body.
                 wire.write(ex.proto.transport, framing.CONTINUE)
@@ -120,10 +123,8 @@ class Gateway:
             ex.upstream_label = req.label
             if pending is not None:
                 pending.go()
-        elif type(plan) is LocalResponse:
-            ex.respond(plan)
         else:
-            ex.respond(plan)  # type: ignore[arg-type]  # a subclass of LocalResponse
+            ex.respond(plan)
 
     def _internal_error(self, failure: Failure, ex: Exchange) -> None:
         self._log.failure("Unexpected error handling {method} {uri}", failure, method=ex.method, uri=ex.target)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 
-from twistgw.api.headers import Headers, InvalidHeaderName, canonical_name
+from twistgw.api.headers import CANONICAL_CACHE, Headers, InvalidHeaderName, canonical_name
 from twistgw.engine import framing
 from twistgw.engine.body import RequestBody
 from twistgw.engine.exchange import Exchange
@@ -117,10 +117,12 @@ class RequestReader:
         self._head_bytes += len(name) + len(value) + 4
         if self._nheaders > _MAX_HEADERS or self._head_bytes > _MAX_HEAD_BYTES:
             raise Reject(_TOO_LARGE)
-        try:
-            cname = canonical_name(name)
-        except InvalidHeaderName:
-            raise Reject(_BAD_REQUEST) from None
+        cname = CANONICAL_CACHE.get(name)  # canonical_name's cache, without the call
+        if cname is None:
+            try:
+                cname = canonical_name(name)
+            except InvalidHeaderName:
+                raise Reject(_BAD_REQUEST) from None
         value = value.rstrip(b" \t")
         values = self._raw.get(cname)
         if values is None:

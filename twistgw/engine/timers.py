@@ -38,7 +38,9 @@ class LazyTimer:
         """When the deadline last set falls (``seconds()`` time)."""
         return self._due
 
-    def set(self, seconds: float, action: Any) -> None:
+    def set(self, seconds: float, action: Any) -> float:
+        """Run ``action`` ``seconds`` from now (unless set again or
+        cleared first); returns when that is (``seconds()`` time)."""
         due = self._seconds() + seconds
         self._due, self._action = due, action
         call = self._call
@@ -49,6 +51,7 @@ class LazyTimer:
         elif due < self._call_at:
             call.reset(seconds)
             self._call_at = due
+        return due
 
     def clear(self) -> None:
         self._action = None  # a pending call will find nothing to do

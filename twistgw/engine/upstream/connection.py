@@ -327,7 +327,8 @@ class UpstreamConnection(Protocol):
         if edit is None:
             lines = end_to_end_lines(self.headers, hop)
         else:  # the route's response headers, CORS, headers plugins added: in the same pass
-            lines = edit.head_lines(self.headers, hop)
+            lines = end_to_end_lines(self.headers, hop, edit.skip)  # ResponseEdit.head_lines, inlined
+            lines += edit.lines
         length = hop.get(b"content-length")
         if status == 101:
             lines.append(b"Connection: Upgrade\r\nUpgrade: %s\r\n" % hop.get(b"upgrade", ex.upgrade))

@@ -47,7 +47,18 @@ class RetryingRequest(UpstreamRequest):
 
     def __init__(self, pool: "UpstreamPool", ex: Downstream, plan: Forward, key: Any, label: str,
                  retries: Retries) -> None:
-        super().__init__(pool, ex, plan, key, label)
+        # UpstreamRequest.__init__'s assignments without the call (once per
+        # request; tests/unit/test_retries_inmemory.py checks every slot is set)
+        self.pool = pool
+        self.ex = ex
+        self.plan = plan
+        self.key = key
+        self.label = label
+        self.conn = None
+        self.connecting = None
+        self.retried = False
+        self.finished = False
+        self.timing = False
         self.policy = retries
         self.retry_statuses = retries.retried_statuses
         self.tries = 0
@@ -55,6 +66,9 @@ class RetryingRequest(UpstreamRequest):
         self.waiting: Any = None  # the backoff's DelayedCall
         if ex.body is not None:
             ex.body.keep(REPLAY_LIMIT)
+        self.watch = watch = plan.watch
+        if watch is not None:
+            watch.started(plan.endpoint)
 
     # -- deadlines ---------------------------------------------------------------
 
@@ -73,10 +87,14 @@ class RetryingRequest(UpstreamRequest):
             return
         self.timing = True
         timeout = self.plan.timeout
-        self.deadline = self.pool.reactor.seconds() + timeout
-        if conn is not None:  # the first try's budget: the route timeout, or perTryTimeout if shorter
-            per = self.policy.per_try
-            conn.timer.set(timeout if per is None or per > timeout else per, self.timed_out)
+        if conn is None:  # still connecting: the try's budget is set when it connects (_budget)
+            self.deadline = self.pool.reactor.seconds() + timeout
+            return
+        # the first try's budget: the route timeout, or perTryTimeout if
+        # shorter; the deadline over every try from the time the timer read
+        per = self.policy.per_try
+        budget = timeout if per is None or per > timeout else per
+        self.deadline = conn.timer.set(budget, self.timed_out) + (timeout - budget)
 
     def connect(self, remaining: float | None = None) -> None:
         super().connect(self._budget() if remaining is None else remaining)
