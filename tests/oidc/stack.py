@@ -12,6 +12,7 @@ issuer ``a``, an echo backend, and the gateway as its own process
                    go through a recorder (``token_b``), with extra query
                    parameters for both endpoints
 ``/short/``        issuer a, client ``short-app`` (2 s tokens), Redis store
+                   (database 1, ``poolSize: 2``)
 ``/cshort/``       the same client, cookie store, refreshing allowed
 ``/api/``          access tokens by introspection at issuer a
 ``/jwtapi/``       access tokens as JWTs, issuer a's JWKS
@@ -146,8 +147,10 @@ spec:
                                              f"        discoveryOverride: {{tokenEndpoint: '{token_b_url}'}}\n"
                                              "        authEndpointQueryParams: {ui_locales: en}\n"
                                              "        tokenEndpointQueryParams: {x_gateway: twistgw}\n")))
-    docs.append(_auth_config("oidc-short", _oidc(a, "short-app", "short", gw, redis_session.replace(
-        "}\n", ", preExpiryBuffer: 0s}\n") % (redis, "s_session"))))
+    # in database 1 of the same Redis, over at most two connections per gateway process
+    docs.append(_auth_config("oidc-short", _oidc(a, "short-app", "short", gw, (
+        "          redis: {options: {host: '%s', db: 1, poolSize: 2}, cookieName: s_session,"
+        " keyPrefix: 'twistgw-short:', preExpiryBuffer: 0s}\n") % redis)))
     docs.append(_auth_config("oidc-cshort", _oidc(a, "short-app", "cshort", gw, cookie % "cs")))
     docs.append(f"""---
 apiVersion: enterprise.gloo.solo.io/v1

@@ -207,6 +207,10 @@ def test_refresh_redis(stack: Stack) -> None:
     after = seen(b.get(stack.url("/short/y")))
     assert after["x-access-token"] != first
     assert seen(b.get(stack.url("/short/z")))["x-access-token"] == after["x-access-token"]
+    # session.redis.options.db: the session is in database 1, not 0
+    key = "twistgw-short:session:" + hashlib.sha256(b.cookies("localhost")["s_session"].encode()).hexdigest()
+    assert stack.redis.command("-n", "1", "EXISTS", key) == "1"
+    assert stack.redis.command("-n", "0", "EXISTS", key) == "0"
 
 
 def test_refresh_cookie(stack: Stack) -> None:
@@ -241,8 +245,8 @@ def test_failed_refresh_starts_a_new_login(stack: Stack) -> None:
     sid = b.cookies("localhost")["s_session"]
     time.sleep(2.2)
     # revoke the refresh token at the provider: the next refresh is refused
-    key = "twistgw-test:session:" + hashlib.sha256(sid.encode()).hexdigest()
-    token = json.loads(stack.redis.command("GET", key))["r"]
+    key = "twistgw-short:session:" + hashlib.sha256(sid.encode()).hexdigest()
+    token = json.loads(stack.redis.command("-n", "1", "GET", key))["r"]
     assert token
     # revoked at the provider: the next refresh is refused
     revoked = b.post_form(stack.idp.issuers["a"] + "/token/revocation", {"token": token},
