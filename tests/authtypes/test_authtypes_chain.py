@@ -159,7 +159,7 @@ class ConfigErrorTests(TestCase):
     def test_problems_are_located_in_the_auth_config(self) -> None:
         bad = """  - apiKeyAuth: {apiKeySecretRefs: [{name: gone}], hmac: {}}
   - basicAuth: {apr: {users: {user: {salt: "s", hashedPassword: "h"}}}}
-  - passThroughAuth: {grpc: {address: "a:1", retryPolicy: {numRetries: 2}}}
+  - passThroughAuth: {grpc: {address: "a:1", retryPolicy: {numRetries: -2}}}
 """
         with pytest.raises(ConfigError) as exc:
             make_tester(bad)
@@ -167,7 +167,7 @@ class ConfigErrorTests(TestCase):
         self.assertEqual(fields, ["spec.configs[0].apiKeyAuth.apiKeySecretRefs[0]",
                                   "spec.configs[0].apiKeyAuth.hmac",
                                   "spec.configs[1].basicAuth.apr.users.user",
-                                  "spec.configs[2].passThroughAuth.grpc.retryPolicy"])
+                                  "spec.configs[2].passThroughAuth.grpc.retryPolicy.numRetries"])
 
 
 POLICY_MAP = """---
