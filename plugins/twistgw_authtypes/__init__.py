@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from twistgw import ExtAuthConfigType, OptionsError, OptionsScope, PluginInfo, hookimpl
+from twistgw import Commands, ExtAuthConfigType, OptionsError, OptionsScope, PluginInfo, hookimpl
 
 from twistgw_authtypes.apikey import ApiKeyAuth
 from twistgw_authtypes.basic import BasicAuth
@@ -41,6 +41,12 @@ class AuthTypesPlugin:
     @hookimpl
     def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:
         return self.types
+
+    @hookimpl
+    def twistgw_add_commands(self, commands: Commands) -> None:
+        from twistgw_authtypes import _commands
+
+        _commands.add_commands(commands)
 
     @hookimpl
     def twistgw_compile_options(self, options: Mapping[str, Any], scope: OptionsScope) -> Any:

@@ -186,7 +186,8 @@ class BasicAuth(ExtAuthConfigType):
     def compile(self, raw: Any, scope: ConfigScope) -> BasicChecker:
         problems = Problems()
         cfg = c.mapping(raw, (), _FIELDS)
-        realm = c.string(cfg.get("realm", "twistgw"), ("realm",))
+        # Gloo's default: no realm, answered as `Basic realm=""` (its basic auth guide shows it)
+        realm = c.string(cfg.get("realm", ""), ("realm",), nonempty=False)
         if '"' in realm or "\\" in realm or not realm.isprintable():
             problems.add(("realm",), "may not contain quotes, backslashes or control characters")
         keep = c.boolean(cfg.get("keepCredentials", False), ("keepCredentials",))

@@ -10,6 +10,9 @@ as Gloo's ``PassThroughGrpc``.
           connectionTimeout: 3s           # the deadline of each call; default 5s
           tlsConfig:                      # optional; without it, plaintext (Gloo's default)
             secretRef: {name: auth-tls, namespace: gloo-system}   # ca.crt, tls.crt + tls.key
+          retryPolicy:                    # optional: retry a call the service was UNAVAILABLE for
+            numRetries: 3                 # default 1
+            retryBackOff: {baseInterval: 1s, maxInterval: 2s}   # defaults 1s and 10 x baseInterval
         config: {tier: gold}              # to the service in filter_metadata["solo.auth.passthrough.config"]
         failureModeAllow: false
 
@@ -27,7 +30,11 @@ to the client, and ``dynamic_metadata["solo.auth.passthrough"]`` kept as
 state for the configs after it. Any other status refuses: with
 ``denied_response``'s status, headers and body, else 403. A call that
 fails (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, any other gRPC error) is an
-error: 503, unless ``failureModeAllow``.
+error: 503, unless ``failureModeAllow``. With ``retryPolicy``, a call
+answered ``UNAVAILABLE`` (the service could not be reached, or said it
+cannot answer) is made again after ``baseInterval``, then twice that...
+up to ``maxInterval``, at most ``numRetries`` times; any other failure is
+not retried. The whole check stays bounded by the extauth ``requestTimeout``.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from typing import Any, Mapping
 import attrs
 from google.protobuf import json_format
 from twisted.internet.defer import CancelledError
+from twisted.internet.task import deferLater
 
 from twistgw import AuthAllow, AuthDeny, ConfigScope, NotChecked, OptionsError, RequestContext
 from twistgw.api.headers import OWNED_RESPONSE_HEADERS
@@ -50,6 +58,22 @@ from twistgw_authtypes._grpc import CheckRequest, GrpcCallFailed, GrpcChannels, 
 
 _GRPC = ("address", "connectionTimeout", "tlsConfig", "retryPolicy")
 _TLS = ("secretRef", "sslParams")
+_RETRY = ("numRetries", "retryBackOff")
+_BACKOFF = ("baseInterval", "maxInterval")
+
+
+@attrs.frozen
+class RetryPolicy:
+    """Gloo's ``RetryPolicy``: ``retries`` more calls after an ``UNAVAILABLE``
+    one, waiting ``base``, ``2 * base``... at most ``most`` seconds between them."""
+
+    retries: int
+    base: float
+    most: float
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt`` (0-based)."""
+        return min(self.most, self.base * 2 ** min(attempt, 30))
 #: Gloo's filter-metadata keys
 STATE_KEY = "solo.auth.passthrough"
 CONFIG_KEY = "solo.auth.passthrough.config"
@@ -67,6 +91,7 @@ class GrpcPassThroughChecker:
     body: BodySettings | None
     channels: GrpcChannels = attrs.field(eq=False, repr=False)
     description: str
+    retry: RetryPolicy | None = None
 
     async def check(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
         body = None
@@ -75,13 +100,22 @@ class GrpcPassThroughChecker:
             if isinstance(body, AuthDeny):
                 return body
         request = check_request(ctx, self.config, body, self.body)
-        try:
-            response = await self.channels.call(ctx.reactor or _global_reactor(), self.target, request, self.timeout)
-        except GrpcCallFailed as exc:
-            return self._failed(f"auth service {self.target.describe()} {exc}")
-        except CancelledError:
-            return self._failed(f"auth service {self.target.describe()}: call cancelled")
-        return decide(response, ctx)
+        reactor = ctx.reactor or _global_reactor()
+        attempt = 0
+        while True:
+            try:
+                response = await self.channels.call(reactor, self.target, request, self.timeout)
+            except GrpcCallFailed as exc:
+                retry = self.retry
+                if exc.code != "UNAVAILABLE" or retry is None or attempt >= retry.retries:
+                    tries = f" (after {attempt + 1} attempts)" if attempt else ""
+                    return self._failed(f"auth service {self.target.describe()} {exc}{tries}")
+                await deferLater(reactor, retry.delay(attempt), lambda: None)
+                attempt += 1
+                continue
+            except CancelledError:
+                return self._failed(f"auth service {self.target.describe()}: call cancelled")
+            return decide(response, ctx)
 
     def _failed(self, reason: str) -> AuthAllow | AuthDeny:
         if self.failure_mode_allow:
@@ -242,9 +276,10 @@ def _denied(response: Any, code: int) -> AuthDeny:
 def compile_grpc(raw: Any, config: Any, failure_mode_allow: bool, body: BodySettings | None, scope: ConfigScope,
                  channels: GrpcChannels, problems: Problems) -> GrpcPassThroughChecker:
     cfg = c.mapping(raw, ("grpc",), _GRPC)
+    retry = None
     if cfg.get("retryPolicy") is not None:
-        problems.add(("grpc", "retryPolicy"), "is not supported by twistgw: a failed call is not retried (it fails"
-                                              " closed, or is admitted under failureModeAllow)")
+        with problems.check():
+            retry = _retry_policy(cfg["retryPolicy"], ("grpc", "retryPolicy"))
     if "address" not in cfg:
         raise OptionsError(("grpc", "address"), "is required: the service's host:port")
     address = _address(cfg["address"], ("grpc", "address"))
@@ -254,7 +289,22 @@ def compile_grpc(raw: Any, config: Any, failure_mode_allow: bool, body: BodySett
         target = _tls_target(address, cfg["tlsConfig"], scope, problems)
     problems.raise_if_any()
     return GrpcPassThroughChecker(target, timeout, config, failure_mode_allow, body, channels,
-                                  f"gRPC auth service {target.describe()}")
+                                  f"gRPC auth service {target.describe()}", retry)
+
+
+def _retry_policy(raw: Any, path: c.Path) -> RetryPolicy:
+    """Gloo's ``RetryPolicy`` (``numRetries`` default 1; ``retryBackOff``:
+    ``baseInterval`` default 1s, ``maxInterval`` default 10 x base)."""
+    cfg = c.mapping(raw, path, _RETRY)
+    retries = cfg.get("numRetries", 1)
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
+        raise OptionsError(path + ("numRetries",), f"must be a whole number from 0 to 100, got {retries!r}")
+    backoff = c.mapping(cfg.get("retryBackOff"), path + ("retryBackOff",), _BACKOFF)
+    base = c.duration(backoff.get("baseInterval"), path + ("retryBackOff", "baseInterval"), 1.0, hi=60.0)
+    most = c.duration(backoff.get("maxInterval"), path + ("retryBackOff", "maxInterval"), 10 * base, hi=600.0)
+    if most < base:
+        raise OptionsError(path + ("retryBackOff", "maxInterval"), "must not be below baseInterval")
+    return RetryPolicy(retries, base, most)
 
 
 def _address(value: Any, path: c.Path) -> str:

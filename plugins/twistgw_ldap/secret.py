@@ -14,7 +14,7 @@ import sys
 
 import yaml
 from twistgw import Commands
-from twistgw.api.commands import EXIT_OK, EXIT_USAGE
+from twistgw.api.commands import EXIT_USAGE, write_secret
 from twistgw.options import is_kubernetes_name
 
 from twistgw_ldap._dn import InvalidDN, is_ad_logon_name, parse_dn
@@ -60,29 +60,14 @@ def secret_yaml(name: str, namespace: str, username: str, password: str) -> str:
 
 
 def cmd_create_secret(args: argparse.Namespace) -> int:
-    defaulted = args.namespace is None
-    if defaulted:
-        args.namespace = "default"
-    try:
-        text = secret_yaml(args.name, args.namespace, args.username, args.password)
+    try:  # the checks of secret_yaml (a DN, a password); the writing is the core's
+        secret_yaml(args.name, args.namespace or "default", args.username, args.password)
     except ValueError as exc:
         sys.stderr.write(f"twistgw: {exc}\n")
         return EXIT_USAGE
-    if args.output:
-        try:
-            with open(args.output, "w") as f:
-                f.write(text)
-        except OSError as exc:
-            sys.stderr.write(f"twistgw: cannot write {args.output}: {exc.strerror}\n")
-            return EXIT_USAGE
-    else:
-        sys.stdout.write(text)
-    # stderr, so the YAML on stdout stays clean: where the Secret went, and how to use it
-    note = " (the default; pass --namespace to change it)" if defaulted else ""
-    print(f"wrote Secret {args.name} in namespace {args.namespace}{note} to"
-          f" {args.output or 'stdout'}; reference it from the AuthConfig as"
-          f" credentialsSecretRef: {{name: {args.name}, namespace: {args.namespace}}}", file=sys.stderr)
-    return EXIT_OK
+    return write_secret(args.name, args.namespace, SECRET_TYPE,
+                        {"username": args.username, "password": args.password}, output=args.output,
+                        reference="credentialsSecretRef")
 
 
 def add_commands(commands: Commands) -> None:

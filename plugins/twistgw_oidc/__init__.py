@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from twistgw import ConfigScope, ExtAuthConfigType, GatewayInfo, hookimpl
+from twistgw import Commands, ConfigScope, ExtAuthConfigType, GatewayInfo, hookimpl
 from twistgw.options import Problems
 from twistgw_oidc._access import AccessTokenChecker
 from twistgw_oidc._compile import compile_access_token, compile_oidc
@@ -99,3 +99,9 @@ class OidcPlugin:
     @hookimpl
     def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:
         return [self.type]
+
+    @hookimpl
+    def twistgw_add_commands(self, commands: Commands) -> None:
+        from twistgw_oidc import _commands
+
+        _commands.add_commands(commands)

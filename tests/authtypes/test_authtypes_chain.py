@@ -125,7 +125,7 @@ class MixTests(TestCase):
         self.assertIsNone(both.forwarded_headers.getRawHeaders(b"api-key"))
         only_key = await get(t, ALICE_KEY, WRONG_BASIC)
         self.assertEqual(only_key.status, 401)
-        self.assertIn((b"www-authenticate", b'Basic realm="twistgw"'), only_key.response_headers)
+        self.assertIn((b"www-authenticate", b'Basic realm=""'), only_key.response_headers)
 
     async def test_boolean_expr_either(self) -> None:
         t = make_tester(APIKEY + BASIC, "key || pw")
@@ -159,7 +159,7 @@ class ConfigErrorTests(TestCase):
     def test_problems_are_located_in_the_auth_config(self) -> None:
         bad = """  - apiKeyAuth: {apiKeySecretRefs: [{name: gone}], hmac: {}}
   - basicAuth: {apr: {users: {user: {salt: "s", hashedPassword: "h"}}}}
-  - passThroughAuth: {grpc: {address: "a:1", retryPolicy: {numRetries: 2}}}
+  - passThroughAuth: {grpc: {address: "a:1", retryPolicy: {numRetries: -2}}}
 """
         with pytest.raises(ConfigError) as exc:
             make_tester(bad)
@@ -167,7 +167,7 @@ class ConfigErrorTests(TestCase):
         self.assertEqual(fields, ["spec.configs[0].apiKeyAuth.apiKeySecretRefs[0]",
                                   "spec.configs[0].apiKeyAuth.hmac",
                                   "spec.configs[1].basicAuth.apr.users.user",
-                                  "spec.configs[2].passThroughAuth.grpc.retryPolicy"])
+                                  "spec.configs[2].passThroughAuth.grpc.retryPolicy.numRetries"])
 
 
 POLICY_MAP = """---
@@ -261,3 +261,97 @@ binaryData: {blob: AAAA}
         self.assertEqual(sorted((i.field, i.reason) for i in exc.value.issues),
                          [("binaryData", "is not supported by twistgw: put text in data"),
                           ("data.policy.rego", "must be a string, got an integer")])
+
+
+class OpaWithRealJwtTests(TestCase):
+    """``input.state.jwt`` from a token the real ``jwt`` plugin verified
+    before extauth (``jwtStaged: {beforeExtAuth: ...}``), as Gloo's OPA+JWT
+    guide uses it: an email claim decides, and a token that did not verify
+    never reaches the policy."""
+
+    def setUp(self) -> None:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+        from twistgw_jwt import JwtPlugin
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption())
+        public = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+        indented = "\n".join("                    " + line for line in public.strip().splitlines())
+        text = f"""apiVersion: gateway.vendor.io/v1
+kind: VirtualService
+metadata: {{name: petclinic, namespace: gloo-system}}
+spec:
+  virtualHost:
+    domains: ["*"]
+    options:
+      jwtStaged:
+        beforeExtAuth:
+          providers:
+            idp:
+              issuer: https://idp.example.com
+              jwks:
+                local:
+                  key: |
+{indented}
+      extauth: {{configRef: {{name: jwt-opa, namespace: gloo-system}}}}
+    routes:
+    - matchers: [{{prefix: /}}]
+      directResponseAction: {{status: 200, body: ok}}
+---
+apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {{name: jwt-opa, namespace: gloo-system}}
+spec:
+  configs:
+  - opaAuth:
+      modules: [{{name: allow-jwt}}]
+      query: "data.test.allow == true"
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: allow-jwt, namespace: gloo-system}}
+data:
+  policy.rego: |
+    package test
+
+    default allow = false
+    allow {{
+        input.state.jwt.email == "admin@example.com"
+    }}
+    allow {{
+        input.state.jwt.email == "user@example.com"
+        input.http_request.method == "GET"
+    }}
+"""
+        self.tester = ChainTester.from_yaml(text, PLUGINS + [("jwt", JwtPlugin)])
+
+    def token(self, email: str, pem: bytes | None = None) -> tuple[str, str]:
+        from twistgw_jwt import tools
+
+        return ("Authorization", "Bearer " + tools.mint_token(pem or self.pem, "https://idp.example.com", "u-1",
+                                                              {"email": email}, 300))
+
+    async def test_claims_of_the_verified_token_decide(self) -> None:
+        url = "http://petclinic.example.com/owners"
+        admin, user = self.token("admin@example.com"), self.token("user@example.com")
+        self.assertEqual((await self.tester.request("POST", url, headers=[admin])).status, 200)
+        self.assertEqual((await self.tester.request("GET", url, headers=[user])).status, 200)
+        self.assertEqual((await self.tester.request("POST", url, headers=[user])).status, 403)
+        self.assertEqual((await self.tester.request("GET", url, headers=[self.token("eve@example.com")])).status,
+                         403)
+
+    async def test_an_unverified_token_never_reaches_the_policy(self) -> None:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        other = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        forged = await self.tester.request("POST", "http://petclinic.example.com/owners",
+                                           headers=[self.token("admin@example.com", other)])
+        self.assertEqual((forged.status, forged.decided_by), (401, "jwt"))
+        # no token at all: refused by the jwt stage, before the policy
+        missing = await self.tester.request("GET", "http://petclinic.example.com/owners")
+        self.assertEqual((missing.status, missing.decided_by), (401, "jwt"))

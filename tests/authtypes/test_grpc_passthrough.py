@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+import pytest
 from twisted.internet import reactor
 
 from twistgw import AuthAllow, AuthDeny
@@ -120,6 +121,62 @@ class AnswerTests(_GrpcTest):
         self.assertEqual(type(down), AuthAllow)
         refusing = self.serve(lambda r: denied(7))
         self.assertEqual((await self.compile(refusing.address, failureModeAllow=True).check(self.ctx())).status, 403)
+
+
+class RetryPolicyTests(_GrpcTest):
+    """Gloo's ``retryPolicy`` (its gRPC pass-through guide: numRetries,
+    retryBackOff): an UNAVAILABLE call is made again after the backoff,
+    at most numRetries times; other failures are never retried."""
+
+    async def test_unavailable_is_retried_until_the_service_answers(self) -> None:
+        import time
+
+        answers = iter([Abort(grpc.StatusCode.UNAVAILABLE, "starting"), Abort(grpc.StatusCode.UNAVAILABLE, "x"),
+                        ok(headers=(("x-user-id", "7"),))])
+        server = self.serve(lambda r: next(answers))
+        checker = self.compile(server.address, grpc={"retryPolicy": {
+            "numRetries": 3, "retryBackOff": {"baseInterval": "100ms", "maxInterval": "150ms"}}})
+        start = time.monotonic()
+        verdict = await checker.check(self.ctx())
+        took = time.monotonic() - start
+        self.assertEqual((type(verdict), dict(verdict.headers)), (AuthAllow, {b"x-user-id": b"7"}))
+        self.assertEqual(len(server.requests), 3)
+        self.assertGreaterEqual(took, 0.25)  # waited 100ms, then 150ms (2 x 100ms, capped)
+
+    async def test_retries_are_bounded_and_reported(self) -> None:
+        server = self.serve(lambda r: Abort(grpc.StatusCode.UNAVAILABLE, "down for maintenance"))
+        checker = self.compile(server.address, grpc={"retryPolicy": {
+            "numRetries": 2, "retryBackOff": {"baseInterval": "50ms"}}})
+        verdict = await checker.check(self.ctx())
+        self.assertEqual((type(verdict), verdict.status, verdict.error), (AuthDeny, 503, True))
+        self.assertIn("(after 3 attempts)", verdict.reason)
+        self.assertEqual(len(server.requests), 3)
+        # a service that is not listening at all is UNAVAILABLE too
+        down = await self.compile(f"127.0.0.1:{_closed_port()}", grpc={"retryPolicy": {
+            "retryBackOff": {"baseInterval": "50ms"}}}).check(self.ctx())
+        self.assertEqual(down.status, 503)
+        self.assertIn("UNAVAILABLE", down.reason)
+        self.assertIn("(after 2 attempts)", down.reason)  # numRetries defaults to 1
+
+    async def test_other_failures_and_refusals_are_never_retried(self) -> None:
+        failing = self.serve(lambda r: Abort(grpc.StatusCode.INTERNAL, "boom"))
+        policy = {"retryPolicy": {"numRetries": 5, "retryBackOff": {"baseInterval": "50ms"}}}
+        self.assertEqual((await self.compile(failing.address, grpc=policy).check(self.ctx())).status, 503)
+        self.assertEqual(len(failing.requests), 1)
+        refusing = self.serve(lambda r: denied(7))
+        self.assertEqual((await self.compile(refusing.address, grpc=policy).check(self.ctx())).status, 403)
+        self.assertEqual(len(refusing.requests), 1)
+
+    def test_bad_policies_are_refused_with_the_field(self) -> None:
+        from twistgw import OptionsError
+
+        for policy, field in (({"numRetries": -1}, "numRetries"), ({"numRetries": "3"}, "numRetries"),
+                              ({"retryBackOff": {"baseInterval": "soon"}}, "baseInterval"),
+                              ({"retryBackOff": {"baseInterval": "2s", "maxInterval": "1s"}}, "maxInterval"),
+                              ({"retryBackOff": {"jitter": "1s"}}, "jitter")):
+            with pytest.raises(OptionsError) as exc:
+                self.compile("127.0.0.1:1", grpc={"retryPolicy": policy})
+            self.assertEqual(exc.value.problems[0].path[-1], field, policy)
 
 
 class BodyTests(_GrpcTest):

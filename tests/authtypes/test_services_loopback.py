@@ -146,10 +146,10 @@ class PassThroughTests(_ServiceTest):
         self.assertEqual(sorted(p.path[-1] for p in exc.value.problems), ["passThroughBody", "tlsConfig"])
         self.assertIn("needs Settings.spec.extauth.requestBody", str(exc.value))
         with pytest.raises(OptionsError) as exc:
-            PassThroughAuth().compile({"grpc": {"address": "a:1", "retryPolicy": {},
+            PassThroughAuth().compile({"grpc": {"address": "a:1", "retryPolicy": {"jitter": 1},
                                                 "tlsConfig": {"sslParams": {}}}},
                                       scope(type_name="passThroughAuth"))
-        self.assertEqual(sorted(p.path[-1] for p in exc.value.problems), ["retryPolicy", "sslParams"])
+        self.assertEqual(sorted(p.path[-1] for p in exc.value.problems), ["jitter", "sslParams"])
         for bad in ({"grpc": {"address": "a:1"}, "http": {"url": "http://a/"}}, {"grpc": {"address": "http://a:1"}},
                     {"grpc": {"address": "a"}}, {"grpc": {}}):
             with pytest.raises(OptionsError):

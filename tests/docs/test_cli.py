@@ -27,11 +27,99 @@ def run(*args: str, cwd: str = "/") -> subprocess.CompletedProcess:
 
 
 def test_help_everywhere():
-    for args in ([], ["check"], ["explain"], ["token"], ["keys"], ["create", "secret", "authcredentials"]):
+    for args in ([], ["check"], ["explain"], ["token"], ["keys"], ["create", "secret", "authcredentials"],
+                 ["create", "secret", "apikey"], ["create", "secret", "oauth"], ["create", "secret", "encryptionkey"]):
         out = run(*args, "--help")
         assert out.returncode == 0, (args, out.stderr)
         assert "usage: twistgw" in out.stdout
     assert run().returncode == 2  # no command: usage error
+
+
+GLOO_APIKEY_GUIDE = """apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {name: apikey-auth, namespace: gloo-system}
+spec:
+  configs:
+  - apiKeyAuth:
+      headerName: api-key
+      labelSelector:
+        team: infrastructure
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {name: auth-tutorial, namespace: gloo-system}
+spec:
+  virtualHost:
+    domains: ['foo']
+    routes:
+    - matchers: [{prefix: /}]
+      directResponseAction: {status: 200, body: ok}
+    options:
+      extauth: {configRef: {name: apikey-auth, namespace: gloo-system}}
+"""
+
+
+def test_create_secret_apikey_as_glooctl(tmp_path):
+    """Gloo's API-key guide runs ``glooctl create secret apikey infra-apikey
+    --apikey N2Yw... --apikey-labels team=infrastructure``; the same flags
+    write the Secret the guide shows (its base64 value included), and the
+    guide's AuthConfig selects it."""
+    key = "N2YwMDIxZTEtNGUzNS1jNzgzLTRkYjAtYjE2YzRkZGVmNjcy"
+    out = run("create", "secret", "apikey", "infra-apikey", "--namespace", "gloo-system", "--apikey", key,
+              "--apikey-labels", "team=infrastructure", "-o", str(tmp_path / "secret.yaml"))
+    assert out.returncode == 0, out.stderr
+    doc = yaml.safe_load((tmp_path / "secret.yaml").read_text())
+    assert doc["type"] == "extauth.solo.io/apikey"
+    assert doc["metadata"] == {"name": "infra-apikey", "namespace": "gloo-system",
+                               "labels": {"team": "infrastructure"}}
+    assert doc["data"] == {"api-key": "TjJZd01ESXhaVEV0TkdVek5TMWpOemd6TFRSa1lqQXRZakUyWXpSa1pHVm1OamN5"}
+    assert "labelSelector: {team: infrastructure}" in out.stderr
+    (tmp_path / "guide.yaml").write_text(GLOO_APIKEY_GUIDE)
+    checked = run("explain", str(tmp_path), "GET", "http://foo/posts/1", "-H", f"api-key: {key}")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert run("explain", str(tmp_path), "GET", "http://foo/posts/1", "-H", "api-key: nope").returncode == 1
+    generated = run("create", "secret", "apikey", "--name", "gen", "--apikey-generate")
+    assert generated.returncode == 0, generated.stderr
+    made = base64.b64decode(yaml.safe_load(generated.stdout)["data"]["api-key"]).decode()
+    assert f"the generated key is: {made}" in generated.stderr
+    for bad in (["x"], ["x", "--apikey", "k", "--apikey-generate"], ["x", "--apikey", "k", "--apikey-labels", "team"],
+                ["Bad_Name", "--apikey", "k"]):
+        refused = run("create", "secret", "apikey", *bad)
+        assert refused.returncode == 2 and refused.stderr.startswith("twistgw: "), (bad, refused.stderr)
+
+
+def test_create_secret_oauth_and_encryptionkey_as_glooctl(tmp_path):
+    """Gloo's OIDC guides run ``glooctl create secret oauth --client-secret``
+    (and ``encryptionkey`` for cipherConfig); an AuthConfig naming both loads."""
+    out = run("create", "secret", "oauth", "google", "--namespace", "gloo-system", "--client-secret", "s3:cr/et",
+              "-o", str(tmp_path / "oauth.yaml"))
+    assert out.returncode == 0, out.stderr
+    doc = yaml.safe_load((tmp_path / "oauth.yaml").read_text())
+    assert (doc["type"], base64.b64decode(doc["data"]["client-secret"])) == ("extauth.solo.io/oauth", b"s3:cr/et")
+    assert "clientSecretRef: {name: google, namespace: gloo-system}" in out.stderr
+    out = run("create", "secret", "encryptionkey", "session-key", "--namespace", "gloo-system", "--generate",
+              "-o", str(tmp_path / "key.yaml"))
+    assert out.returncode == 0, out.stderr
+    assert len(base64.b64decode(yaml.safe_load((tmp_path / "key.yaml").read_text())["data"]["key"])) == 32
+    (tmp_path / "ac.yaml").write_text("""apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {name: google-oidc, namespace: gloo-system}
+spec:
+  configs:
+  - oauth2:
+      oidcAuthorizationCode:
+        appUrl: http://localhost:8080
+        callbackPath: /callback
+        clientId: my-client
+        clientSecretRef: {name: google, namespace: gloo-system}
+        issuerUrl: https://accounts.google.com
+        session: {cipherConfig: {keyRef: {name: session-key, namespace: gloo-system}}}
+""")
+    checked = run("check", str(tmp_path))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    short = run("create", "secret", "encryptionkey", "k", "--key", "too-short")
+    assert short.returncode == 2 and "exactly 32 bytes" in short.stderr
+    assert run("create", "secret", "oauth", "google", "--client-secret", "").returncode == 2
 
 
 def test_check_ok_and_verbose():

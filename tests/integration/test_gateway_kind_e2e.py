@@ -4,7 +4,8 @@ virtual services each serves, a taken port at start (exit 3) and on reload
 (the last good configuration keeps serving), the PROXY protocol (v1 and
 v2), X-Forwarded-For with 0, 1 and 2 trusted hops (what the backend sees,
 and the rate-limit bucket by address, in a real Redis), and
-``httpLocalRatelimit``'s default bucket and its overrides.
+``httpLocalRatelimit``'s default bucket and its overrides (also as Gloo's
+local rate limiting guide writes them, ``ratelimit.localRatelimit``).
 
 Blocking helpers (processes, threads): plain synchronous tests.
 """
@@ -343,6 +344,102 @@ def test_http_local_ratelimit_default_and_overrides(tmp_path: Path) -> None:
         assert [request(limited, "b.example")[0] for _ in range(2)] == [200, 429]
         # a Gateway without httpLocalRatelimit: no default bucket
         assert [request(free, "c.example")[0] for _ in range(5)] == [200] * 5
+
+
+#: Gloo's local rate limiting guide (guides/security/local_rate_limiting/http.md,
+#: "Different local rate limit settings on the gateway and virtual service"):
+#: its Gateway and VirtualService as written there, but for the address, the
+#: port and where the httpbin upstream is
+GLOO_LOCAL_GUIDE = """\
+apiVersion: gateway.solo.io/v1
+kind: Gateway
+metadata:
+  name: gateway-proxy
+  namespace: gloo-system
+spec:
+  bindAddress: '127.0.0.1'
+  bindPort: {port}
+  httpGateway:
+    options:
+      httpLocalRatelimit:
+        defaultLimit:
+          maxTokens: 1
+          tokensPerFill: 1
+          fillInterval: 100s
+        enableXRatelimitHeaders: true
+  ssl: false
+  useProxyProto: false
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata:
+  name: httpbin
+  namespace: gloo-system
+spec:
+  virtualHost:
+    domains:
+    - '*'
+    routes:
+    - matchers:
+      - prefix: /status/200
+      routeAction:
+        single:
+          upstream:
+            name: default-httpbin-8000
+            namespace: gloo-system
+    - matchers:
+      - prefix: /ip
+      routeAction:
+        single:
+          upstream:
+            name: default-httpbin-8000
+            namespace: gloo-system
+    - matchers:
+      - prefix: /headers
+      options:
+        ratelimit:
+          localRatelimit:
+            maxTokens: 3
+            tokensPerFill: 3
+            fillInterval: 30s
+      routeAction:
+        single:
+          upstream:
+            name: default-httpbin-8000
+            namespace: gloo-system
+---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata:
+  name: default-httpbin-8000
+  namespace: gloo-system
+spec:
+  static:
+    hosts:
+    - addr: 127.0.0.1
+      port: {backend}
+"""
+
+
+def test_gloo_local_rate_limiting_guide(tmp_path: Path, backend: int) -> None:
+    """The guide's outcomes: /status/200 and /ip share the Gateway's bucket
+    of one token (the second request is refused, with the x-ratelimit
+    headers); /headers has its own bucket of three (Gloo's
+    ``ratelimit.localRatelimit`` on the route)."""
+    port = free_port()
+    directory = tmp_path / "config"
+    directory.mkdir()
+    (directory / "guide.yaml").write_text(GLOO_LOCAL_GUIDE.format(port=port, backend=backend))
+    with gateway_process(tmp_path, str(directory)):
+        status, headers, _ = request(port, path="/status/200")
+        assert status == 200 and headers["x-ratelimit-limit"] == "1" and headers["x-ratelimit-remaining"] == "0"
+        status, headers, body = request(port, path="/status/200")
+        assert (status, headers["x-envoy-ratelimited"], body) == (429, "true", b"local_rate_limited")
+        assert request(port, path="/ip")[0] == 429
+        found = [request(port, path="/headers") for _ in range(4)]
+        assert [s for s, _, _ in found] == [200, 200, 200, 429]
+        assert "x-ratelimit-limit" not in found[0][1]  # the route's bucket: no headers without Settings' switch
+        assert found[3][2] == b"local_rate_limited"
 
 
 def _closed_after(port: int, data: bytes = b"") -> float:

@@ -99,9 +99,12 @@ class Idp:
 
     ``issuers`` lists ``(name, clients)``; each issuer signs with its own
     RSA key (:attr:`keys` by name, so tests can sign tokens as the issuer).
+    ``auth_methods`` (by issuer name) restricts the token endpoint's client
+    authentication methods its discovery document lists.
     """
 
-    def __init__(self, directory: Path, issuers: list[tuple[str, list[dict[str, Any]]]]) -> None:
+    def __init__(self, directory: Path, issuers: list[tuple[str, list[dict[str, Any]]]],
+                 auth_methods: dict[str, list[str]] | None = None) -> None:
         node = shutil.which("node")
         if node is None:
             raise IdpMissing("node not found: the OIDC tests run oidc-provider under Node.js"
@@ -113,7 +116,9 @@ class Idp:
         self.keys = {name: new_rsa_key() for name, _ in issuers}
         config = {
             "issuers": [{"name": name, "clients": clients,
-                         "keys": {"keys": [private_jwk(self.keys[name], f"{name}-1")]}}
+                         "keys": {"keys": [private_jwk(self.keys[name], f"{name}-1")]},
+                         **({"clientAuthMethods": (auth_methods or {})[name]} if name in (auth_methods or {})
+                            else {})}
                         for name, clients in issuers],
             "users": USERS,
         }

@@ -7,8 +7,12 @@ issuer ``a``, an echo backend, and the gateway as its own process
 ``/cookie/``       issuer a, client ``app``, cookie store (key ``c``)
 ``/admin/``        the same AuthConfig, plus RBAC: group ``admins``
 ``/redis/``        issuer a, client ``app``, Redis store (``r_session``)
-``/b/``            issuer b, client ``app-b``, cookie store (key ``b``)
+``/b/``            issuer b, client ``app-b``, cookie store (key ``b``); issuer
+                   b offers only ``client_secret_post``, its token requests
+                   go through a recorder (``token_b``), with extra query
+                   parameters for both endpoints
 ``/short/``        issuer a, client ``short-app`` (2 s tokens), Redis store
+                   (database 1, ``poolSize: 2``)
 ``/cshort/``       the same client, cookie store, refreshing allowed
 ``/api/``          access tokens by introspection at issuer a
 ``/jwtapi/``       access tokens as JWTs, issuer a's JWKS
@@ -106,7 +110,7 @@ def _route(prefix: str, auth: str, extra: str = "") -> str:
 
 
 def config_yaml(gw: str, issuers: dict[str, str], tamper_url: str, backend: int, redis: str, key: bytes,
-                introspect_url: str) -> str:
+                introspect_url: str, token_b_url: str) -> str:
     cookie = """          cookie: {keyPrefix: %s, allowRefreshing: true}
           cipherConfig: {keyRef: {name: session-key, namespace: default}}
 """
@@ -139,9 +143,14 @@ spec:
     docs.append(_auth_config("oidc-cookie", _oidc(a, "app", "cookie", gw, cookie % "c",
                                                   f"        discoveryOverride: {{tokenEndpoint: '{tamper_url}'}}\n")))
     docs.append(_auth_config("oidc-redis", _oidc(a, "app", "redis", gw, redis_session % (redis, "r_session"))))
-    docs.append(_auth_config("oidc-b", _oidc(b, "app-b", "b", gw, cookie % "b")))
-    docs.append(_auth_config("oidc-short", _oidc(a, "short-app", "short", gw, redis_session.replace(
-        "}\n", ", preExpiryBuffer: 0s}\n") % (redis, "s_session"))))
+    docs.append(_auth_config("oidc-b", _oidc(b, "app-b", "b", gw, cookie % "b",
+                                             f"        discoveryOverride: {{tokenEndpoint: '{token_b_url}'}}\n"
+                                             "        authEndpointQueryParams: {ui_locales: en}\n"
+                                             "        tokenEndpointQueryParams: {x_gateway: twistgw}\n")))
+    # in database 1 of the same Redis, over at most two connections per gateway process
+    docs.append(_auth_config("oidc-short", _oidc(a, "short-app", "short", gw, (
+        "          redis: {options: {host: '%s', db: 1, poolSize: 2}, cookieName: s_session,"
+        " keyPrefix: 'twistgw-short:', preExpiryBuffer: 0s}\n") % redis)))
     docs.append(_auth_config("oidc-cshort", _oidc(a, "short-app", "cshort", gw, cookie % "cs")))
     docs.append(f"""---
 apiVersion: enterprise.gloo.solo.io/v1
@@ -207,14 +216,16 @@ class Stack:
                    client("short-app", "short-secret-1", cb[2:], [f"{self.gw}/bye"])]),
             ("b", [client("app-b", "app-b-secret-1", [f"{self.gw}/b/callback"], [f"{self.gw}/bye"],
                           auth_method="client_secret_post")]),
-        ]).start()
+        ], auth_methods={"b": ["client_secret_post"]}).start()
         self.tamperer = TokenTamperer(self.idp.issuers["a"] + "/token")
         #: counts introspection requests on their way to the provider
         self.introspection = TokenTamperer(self.idp.issuers["a"] + "/token/introspection")
+        #: records issuer b's token requests (client_secret_post, tokenEndpointQueryParams)
+        self.token_b = TokenTamperer(self.idp.issuers["b"] + "/token")
         self.key = os.urandom(32)
         (self.config_dir / "config.yaml").write_text(config_yaml(
             self.gw, self.idp.issuers, self.tamperer.url, self.backend.port, self.redis.address, self.key,
-            self.introspection.url))
+            self.introspection.url, self.token_b.url))
         self.gateway.__enter__()
 
     def url(self, path: str) -> str:
@@ -229,7 +240,7 @@ class Stack:
 
     def close(self) -> None:
         for step in (lambda: self.gateway.__exit__(None, None, None), self.idp.stop, self.tamperer.close,
-                     self.introspection.close, self.backend.close, self.redis.stop):
+                     self.introspection.close, self.token_b.close, self.backend.close, self.redis.stop):
             try:
                 step()
             except Exception:  # noqa: BLE001 (teardown goes on)

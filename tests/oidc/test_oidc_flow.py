@@ -13,6 +13,7 @@ import re
 import time
 from typing import Any, Iterator
 from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.request import urlopen
 
 import jwt
 import pytest
@@ -80,6 +81,26 @@ def test_login_cookie_store(stack: Stack) -> None:
     # the session serves the next requests without the provider
     again = b.get(stack.url("/cookie/again"))
     assert seen(again)["x-user-email"] == ["alice@example.org"]
+
+
+def test_client_secret_post_and_extra_query_params(stack: Stack) -> None:
+    # issuer b's discovery document offers only client_secret_post: the client
+    # authenticates in the form, never with Basic; authEndpointQueryParams go
+    # on the authorization redirect, tokenEndpointQueryParams in the token request
+    doc = json.loads(urlopen(stack.idp.issuers["b"] + "/.well-known/openid-configuration").read())
+    assert doc["token_endpoint_auth_methods_supported"] == ["client_secret_post"]
+    b = Browser()
+    first = b.get(stack.url("/b/post"))
+    assert first.status == 302
+    assert parse_qs(urlsplit(first.location).query)["ui_locales"] == ["en"]
+    before = len(stack.token_b.seen)
+    _, final = login(b, stack.url("/b/post"), stack.host)
+    assert seen(final)["x-user-email"] == ["alice@example.org"]
+    request = stack.token_b.seen[before]
+    assert "Authorization" not in request["headers"]
+    assert request["form"]["client_id"] == "app-b" and request["form"]["client_secret"] == "app-b-secret-1"
+    assert request["form"]["x_gateway"] == "twistgw"
+    assert request["form"]["grant_type"] == "authorization_code"
 
 
 def test_other_cookies_reach_the_backend(stack: Stack) -> None:
@@ -186,6 +207,10 @@ def test_refresh_redis(stack: Stack) -> None:
     after = seen(b.get(stack.url("/short/y")))
     assert after["x-access-token"] != first
     assert seen(b.get(stack.url("/short/z")))["x-access-token"] == after["x-access-token"]
+    # session.redis.options.db: the session is in database 1, not 0
+    key = "twistgw-short:session:" + hashlib.sha256(b.cookies("localhost")["s_session"].encode()).hexdigest()
+    assert stack.redis.command("-n", "1", "EXISTS", key) == "1"
+    assert stack.redis.command("-n", "0", "EXISTS", key) == "0"
 
 
 def test_refresh_cookie(stack: Stack) -> None:
@@ -220,8 +245,8 @@ def test_failed_refresh_starts_a_new_login(stack: Stack) -> None:
     sid = b.cookies("localhost")["s_session"]
     time.sleep(2.2)
     # revoke the refresh token at the provider: the next refresh is refused
-    key = "twistgw-test:session:" + hashlib.sha256(sid.encode()).hexdigest()
-    token = json.loads(stack.redis.command("GET", key))["r"]
+    key = "twistgw-short:session:" + hashlib.sha256(sid.encode()).hexdigest()
+    token = json.loads(stack.redis.command("-n", "1", "GET", key))["r"]
     assert token
     # revoked at the provider: the next refresh is refused
     revoked = b.post_form(stack.idp.issuers["a"] + "/token/revocation", {"token": token},

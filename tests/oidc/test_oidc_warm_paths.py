@@ -203,3 +203,53 @@ class IntrospectionWarmPathTests(unittest.TestCase):
         ctx = request(authorization="Bearer tok")
         ctx.headers.addRawHeader(b"Authorization", b"Bearer tok")
         self.assertEqual(self.checker.check(ctx).status, 401)
+
+
+class LocalJwksTests(unittest.TestCase):
+    """``accessTokenValidation.jwt.localJwks``: access tokens verified against
+    an inline key set, with no call anywhere (the JWT plugin's verification)."""
+
+    def setUp(self) -> None:
+        import jwt as pyjwt
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        self.pyjwt = pyjwt
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        public = json.loads(pyjwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
+        jwks = json.dumps({"keys": [dict(public, kid="k1", alg="RS256", use="sig")]})
+        checker = OAuth2Type().compile({"accessTokenValidation": {
+            "jwt": {"localJwks": {"inlineString": jwks}, "issuer": "https://idp.example", "audiences": ["api"]},
+            "requiredScopes": {"scope": ["read"]},
+            "claimsToHeaders": [{"claim": "sub", "header": "x-user"}]}}, scope())
+        assert isinstance(checker, AccessTokenChecker)
+        self.checker = checker
+        self.clock = Clock()
+        checker.runtime.now = self.clock
+
+    def token(self, key: Any = None, **changes: Any) -> str:
+        claims = {"iss": "https://idp.example", "aud": "api", "sub": "svc-1", "scope": "read write",
+                  "iat": int(T0) - 10, "exp": int(T0) + 300}
+        claims.update(changes)
+        return self.pyjwt.encode({k: v for k, v in claims.items() if v is not None}, key or self.key,
+                                 algorithm="RS256", headers={"kid": "k1"})
+
+    def check(self, token: str) -> Any:
+        found = self.checker.check(request(authorization="Bearer " + token))
+        return self.successResultOf(found) if isinstance(found, Deferred) else found
+
+    def test_a_token_signed_by_the_inline_key_is_admitted(self) -> None:
+        allowed = self.check(self.token())
+        self.assertIsInstance(allowed, AuthAllow)
+        self.assertEqual((allowed.principal, dict(allowed.headers)), ("svc-1", {b"x-user": b"svc-1"}))
+
+    def test_every_other_token_is_refused(self) -> None:
+        from cryptography.hazmat.primitives.asymmetric import rsa
+
+        other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        for token, status in ((self.token(key=other), 401), (self.token(iss="https://evil.example"), 401),
+                              (self.token(aud="other"), 401), (self.token(exp=int(T0) - 120), 401),
+                              (self.token(scope="write"), 403)):
+            self.assertEqual(self.check(token).status, status, token)
+        hs = self.pyjwt.encode({"iss": "https://idp.example", "aud": "api", "sub": "x", "exp": int(T0) + 60},
+                               "secret-bytes-long-enough-for-hs256!", algorithm="HS256", headers={"kid": "k1"})
+        self.assertEqual(self.check(hs).status, 401)

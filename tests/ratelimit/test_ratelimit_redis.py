@@ -245,6 +245,58 @@ async def test_draft_headers_and_shadow_mode(redis: RedisServer) -> None:
         await close(shadow)
 
 
+def sample(name: str, **labels: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+@pytest_twisted.ensureDeferred
+async def test_metrics_per_rule_and_outcome(redis: RedisServer) -> None:
+    """The /metrics counters of docs/ratelimit.md: each rule check by rule
+    (as configured, never a request's value) and outcome, the script calls
+    to Redis (one per reactor turn's batch) and the counters they bumped."""
+    fresh_window(3600, 30)
+    rule = {"plugin": "ratelimitBasic", "rule": "basic:default/vs:anonymous"}
+
+    def decisions(outcome: str) -> float:
+        return sample("twistgw_ratelimit_decisions_total", outcome=outcome, **rule)
+
+    def commands(outcome: str) -> float:
+        return sample("twistgw_ratelimit_redis_commands_total", server=redis.address, outcome=outcome)
+
+    options = {"ratelimitBasic": {"anonymousLimits": per(1, "HOUR")}}
+    before = {o: decisions(o) for o in ("ok", "over_limit", "shadow_over_limit")}
+    failed_open = {"plugin": "ratelimitBasic", "rule": "redis", "outcome": "redis_failed_open"}
+    before["redis_failed_open"] = sample("twistgw_ratelimit_decisions_total", **failed_open)
+    sent, bumped = commands("ok"), sample("twistgw_ratelimit_redis_increments_total", server=redis.address)
+    tester = await make(config(options, redis=redis.address))
+    try:
+        assert await statuses(tester, 3, client_address="10.7.0.1") == [200, 429, 429]
+    finally:
+        await close(tester)
+    assert (decisions("ok") - before["ok"], decisions("over_limit") - before["over_limit"]) == (1, 2)
+    # three requests in one turn: one script call, one counter (summed)
+    assert commands("ok") - sent == 1
+    assert sample("twistgw_ratelimit_redis_increments_total", server=redis.address) - bumped == 1
+    shadow = await make(config(options, settings={"ratelimitServer": {"shadowMode": True}}, redis=redis.address))
+    try:
+        assert await statuses(shadow, 3, client_address="10.7.0.2") == [200, 200, 200]
+    finally:
+        await close(shadow)
+    assert decisions("shadow_over_limit") - before["shadow_over_limit"] == 2
+    failed = commands("failed")
+    down = await make(redis_down_config(redis.address, False))
+    try:
+        redis.stop()
+        assert (await timed(down, "10.7.0.3"))[0] == 200
+    finally:
+        await close(down)
+    # a Redis failure is one per request, under rule="redis" (no rule was checked)
+    assert sample("twistgw_ratelimit_decisions_total", **failed_open) - before["redis_failed_open"] == 1
+    assert commands("failed") - failed == 1
+
+
 def redis_down_config(address: str, deny: bool) -> str:
     options = {"ratelimitBasic": {"anonymousLimits": per(2, "HOUR")}}
     return config(options, settings={"ratelimitServer": {"denyOnFail": deny, "requestTimeout": "300ms"}},

@@ -314,6 +314,22 @@ class LocalRatelimitTests(TestCase):
         assert [(await tester.request("GET", "http://a/own")).status for _ in range(3)] == [200, 200, 429]
         assert [(await tester.request("GET", "http://a/x")).status for _ in range(2)] == [200, 429]
 
+    async def test_gloos_nested_shape_ratelimit_local_ratelimit(self) -> None:
+        """Gloo's local rate limiting guide writes the bucket inside the
+        rate-limit extension (RateLimitVhostExtension / RateLimitRouteExtension
+        .localRatelimit): the same bucket, no Redis needed."""
+        tester = self.make_tester(
+            {"ratelimit": {"localRatelimit": {"maxTokens": 1, "tokensPerFill": 1, "fillInterval": "100s"}}},
+            [route("/headers", {"ratelimit": {"localRatelimit": {"maxTokens": 3, "tokensPerFill": 3,
+                                                                  "fillInterval": "30s"}}}),
+             route("/status/200"), route("/ip")])
+        assert [(await tester.request("GET", "http://a/headers")).status for _ in range(4)] == [200, 200, 200, 429]
+        refused = await tester.request("GET", "http://a/headers")
+        assert (refused.body, refused.decided_by) == (b"local_rate_limited", "localRatelimit")
+        # /status/200 and /ip share the virtual host's bucket of one token
+        assert (await tester.request("GET", "http://a/status/200")).status == 200
+        assert (await tester.request("GET", "http://a/ip")).status == 429
+
 
 class OptionsTests(TestCase):
     @pytest.mark.parametrize("options,field,reason", [
@@ -347,6 +363,25 @@ class OptionsTests(TestCase):
         found = issues(config(options, settings=settings))
         assert len(found) == 1, found
         assert found[0][0] == VH + field and reason in found[0][1], found
+
+    def test_nested_local_bucket_problems_are_located_where_written(self) -> None:
+        found = issues(config({"ratelimit": {"localRatelimit": {"maxTokens": 0}}}, redis=None))
+        assert found == [(VH + ".ratelimit.localRatelimit.maxTokens", found[0][1])] and "at least 1" in found[0][1]
+        # beside rateLimits, the rest still goes to the counted plugin (which needs Redis)
+        (found,) = issues(config({"ratelimit": {"localRatelimit": {"maxTokens": 1},
+                                                "rateLimits": [{"actions": [{"genericKey": {"descriptorValue": "x"}}]}]}},
+                                 redis=None))
+        assert found[0] == VH + ".ratelimit" and "Settings spec.ratelimitServer.redis.address" in found[1]
+        # a field the virtual host's extension does not have is not dropped with the bucket
+        (found,) = issues(config({"ratelimit": {"localRatelimit": {"maxTokens": 1}, "includeVhRateLimits": True}},
+                                 redis=None))
+        assert found[0] == VH + ".ratelimit.includeVhRateLimits" and "unknown field" in found[1]
+
+    def test_one_local_bucket_per_options(self) -> None:
+        (found,) = issues(config({"localRatelimit": {"maxTokens": 1},
+                                  "ratelimitEarly": {"localRatelimit": {"maxTokens": 2}}}, redis=None))
+        assert found[0] == VH + ".ratelimitEarly.localRatelimit"
+        assert "a second local token bucket" in found[1] and "localRatelimit is the first" in found[1]
 
     def test_counted_limits_need_redis(self) -> None:
         (found,) = issues(config({"ratelimitBasic": {"anonymousLimits": per(1, "MINUTE")}}, redis=None))

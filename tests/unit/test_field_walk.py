@@ -203,6 +203,15 @@ spec:
           readStateFromResponse: true
       config: {{tier: gold}}
       failureModeAllow: false
+  - passThroughAuth:
+      grpc:
+        address: grpc-auth.walk.example.com:9001
+        connectionTimeout: 1s
+        tlsConfig:
+          secretRef: {{name: upstream-tls, namespace: default}}
+        retryPolicy:
+          numRetries: 2
+          retryBackOff: {{baseInterval: 100ms, maxInterval: 1s}}
 ---
 apiVersion: v1
 kind: Secret
@@ -810,6 +819,11 @@ FIELDS: dict[str, tuple[str, ...]] = {
                                           "allowedClientHeadersOnDenied", "allowedClientHeadersOnSuccess",
                                           "readStateFromResponse")))},
     "authtypes:grpc": (T, "tests/authtypes/test_grpc_passthrough.py"),
+    **{f"authtypes:grpc.{k}": (T, "tests/authtypes/test_grpc_passthrough.py") for k in (
+        "address", "connectionTimeout", "tlsConfig", "tlsConfig.secretRef", "tlsConfig.secretRef.name",
+        "tlsConfig.secretRef.namespace", "retryPolicy", "retryPolicy.numRetries", "retryPolicy.retryBackOff",
+        "retryPolicy.retryBackOff.baseInterval", "retryPolicy.retryBackOff.maxInterval")},
+    "authtypes:grpc.tlsConfig.sslParams": (T, PASS),  # refused by name (grpcio sets no TLS versions)
     "authtypes:http.request.passThroughBody": (T, "tests/authtypes/test_body_gateway.py"),
     **{f"authtypes:http.{k}": (T, PASS_CLIENT) for k in (
         "tlsConfig", "tlsConfig.secretRef", "tlsConfig.secretRef.name", "tlsConfig.secretRef.namespace",

@@ -57,3 +57,47 @@ class Commands:
             found.required = True
             self._groups[path] = found
         return found
+
+
+def write_secret(name: str, namespace: str | None, secret_type: str, data: dict[str, str], *,
+                 labels: dict[str, str] | None = None, output: str | None = None,
+                 reference: str = "secretRef") -> int:
+    """Write a ``v1`` Secret (``data`` base64-encoded) as YAML to ``output``
+    (a file) or stdout, say on stderr where it went and how an AuthConfig
+    names it (``reference: {name, namespace}``), and return the exit code.
+    For ``twistgw create secret TYPE`` commands, as ``glooctl create secret``
+    writes them; a bad name or namespace is a usage error (stderr, exit 2).
+    ``namespace`` None is ``default`` (glooctl's is ``gloo-system``)."""
+    import base64
+    import sys
+
+    import yaml
+
+    from twistgw.options import is_kubernetes_name
+
+    defaulted = namespace is None
+    namespace = "default" if namespace is None else namespace
+    for label, value in (("name", name), ("namespace", namespace)):
+        if not is_kubernetes_name(value or ""):
+            sys.stderr.write(f"twistgw: --{label} {value!r} is not a valid Kubernetes name"
+                             " (lower-case letters, digits, '-', '.')\n")
+            return EXIT_USAGE
+    metadata: dict[str, object] = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = dict(labels)
+    doc = {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": secret_type,
+           "data": {k: base64.b64encode(v.encode("utf-8")).decode("ascii") for k, v in data.items()}}
+    text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+    if output:
+        try:
+            with open(output, "w") as f:
+                f.write(text)
+        except OSError as exc:
+            sys.stderr.write(f"twistgw: cannot write {output}: {exc.strerror}\n")
+            return EXIT_USAGE
+    else:
+        sys.stdout.write(text)
+    note = " (the default; pass --namespace to change it)" if defaulted else ""
+    print(f"wrote Secret {name} in namespace {namespace}{note} to {output or 'stdout'}; reference it from the"
+          f" AuthConfig as {reference}: {{name: {name}, namespace: {namespace}}}", file=sys.stderr)
+    return EXIT_OK

@@ -13,8 +13,8 @@ from twistgw.api.fields import FieldReader, Path
 from twistgw.config.traffic import CORE_ROUTE_ONLY, CORE_TRAFFIC_KEYS, read_header_manipulation, read_traffic_option
 from twistgw.options import parse_duration
 
-__all__ = ["GLOO_PLUGIN_KEYS", "KNOWN_OPTION_KEYS", "UNSUPPORTED_OPTIONS", "read_destination_options",
-           "read_options", "websocket_enabled"]
+__all__ = ["GLOO_PLUGIN_KEYS", "KNOWN_OPTION_KEYS", "LOCAL_LIMIT_KEY", "NESTED_LOCAL_LIMIT", "UNSUPPORTED_OPTIONS",
+           "read_destination_options", "read_options", "websocket_enabled"]
 
 #: Gloo options that an add-on (a twistgw plugin) reads: when none is
 #: installed under the name, the route is refused as unprotected.
@@ -23,6 +23,16 @@ GLOO_PLUGIN_KEYS = frozenset({
     "ratelimitEarly", "ratelimitRegular", "ratelimitEarlyBasic", "ratelimitRegularBasic", "rateLimitConfigs",
     "rateLimitEarlyConfigs", "rateLimitRegularConfigs",
 })
+
+#: the options key of the local token bucket (the ``localRatelimit`` plugin)
+LOCAL_LIMIT_KEY = "localRatelimit"
+#: Gloo writes a virtual host's or route's local token bucket inside its
+#: rate-limit extension (``RateLimitVhostExtension.local_ratelimit``,
+#: ``RateLimitRouteExtension.local_ratelimit``: ``ratelimit: {localRatelimit:
+#: {...}}``, as Gloo's local rate limiting guide does); the bucket is the
+#: ``localRatelimit`` plugin's, the rest of the extension the counted plugin's
+#: (see :func:`twistgw.core.compiling.plugin_options`).
+NESTED_LOCAL_LIMIT = ("ratelimit", "ratelimitEarly", "ratelimitRegular")
 
 _LATER = "not supported by twistgw yet (upstream-side traffic policy); remove it, or keep it on Gloo"
 _OUT = "out of twistgw's scope"
@@ -110,9 +120,24 @@ def read_options(r: FieldReader, value: Any, path: Path, ns: str = "default",
             continue
         with r.part():
             options[key] = read_traffic_option(r, key, options[key], path + (key,), ns)
+    _one_local_bucket(r, options, path)
     if r.count() > bad:
         raise r.invalid()
     return {k: v for k, v in options.items() if k not in UNSUPPORTED_OPTIONS}
+
+
+def _one_local_bucket(r: FieldReader, options: dict[str, Any], path: Path) -> None:
+    """At most one local token bucket per ``options``: twistgw's
+    ``localRatelimit`` or Gloo's ``ratelimit.localRatelimit`` (or
+    ``ratelimitEarly`` / ``ratelimitRegular``'s)."""
+    where: list[tuple[str, ...]] = [(LOCAL_LIMIT_KEY,)] if LOCAL_LIMIT_KEY in options else []
+    where += [(k, LOCAL_LIMIT_KEY) for k in NESTED_LOCAL_LIMIT
+              if isinstance(options.get(k), dict) and LOCAL_LIMIT_KEY in options[k]]
+    if len(where) > 1:
+        first = ".".join(where[0])
+        for at in where[1:]:
+            r.issue(path + at, f"a second local token bucket on the same options ({first} is the first): one"
+                    " bucket counts the requests here, write it once")
 
 
 def read_destination_options(r: FieldReader, value: Any, path: Path, ns: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from twistgw.api.plugin import StagedOptions
 from twistgw.api.types import InvalidResource, OptionsError, OptionsScope, ResourceView, path_text
 from twistgw.config.errors import ConfigIssue
 from twistgw.config.gloo import CORE_OPTION_KEYS
+from twistgw.config.routeoptions import LOCAL_LIMIT_KEY, NESTED_LOCAL_LIMIT
 from twistgw.config.resolution import Config
 from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
@@ -133,8 +134,26 @@ def written_on_host(options: Mapping[str, Any], path: stages.Where,
 def plugin_options(options: Mapping[str, Any], path: stages.Where,
                     staged_keys: frozenset[str]) -> dict[str, tuple[Any, stages.Where]]:
     """The plugins' entries of an ``options`` mapping at ``path``:
-    ``{plugin: (raw options, where)}`` (staged keys are read by :mod:`stages`)."""
-    return {k: (v, path + (k,)) for k, v in options.items() if k not in CORE_OPTION_KEYS and k not in staged_keys}
+    ``{plugin: (raw options, where)}`` (staged keys are read by :mod:`stages`).
+
+    Gloo's ``ratelimit: {localRatelimit: {...}, rateLimits: [...]}`` is two
+    entries: the bucket for the ``localRatelimit`` plugin (at
+    ``ratelimit.localRatelimit``), the rest for ``ratelimit``, left out when
+    there is no rest (a route then inherits the virtual host's ``ratelimit``,
+    as Envoy does for a route without rate limits)."""
+    out = {k: (v, path + (k,)) for k, v in options.items() if k not in CORE_OPTION_KEYS and k not in staged_keys}
+    for key in NESTED_LOCAL_LIMIT:
+        found = out.get(key)
+        if found is None or not isinstance(found[0], Mapping) or LOCAL_LIMIT_KEY not in found[0]:
+            continue
+        raw = found[0]
+        out.setdefault(LOCAL_LIMIT_KEY, (raw[LOCAL_LIMIT_KEY], path + (key, LOCAL_LIMIT_KEY)))
+        rest = {k: v for k, v in raw.items() if k != LOCAL_LIMIT_KEY}
+        if rest:
+            out[key] = (rest, path + (key,))
+        else:
+            del out[key]
+    return out
 
 
 def compile_plugin(host: PluginHost, name: str, raw: Any, scope: OptionsScope) -> Any:

@@ -8,7 +8,8 @@
 //                            "clients": [oidc-provider client metadata...]}],
 //               "users": {"alice": {"password": "...", "claims": {...}}}}
 //
-// An issuer may carry "port" (a restart on the same address); else port 0.
+// An issuer may carry "port" (a restart on the same address); else port 0;
+// and "clientAuthMethods" (what its discovery document offers for the token endpoint).
 //
 // Prints one line of JSON when every issuer listens:
 //   {"ready": true, "issuers": {"a": "http://127.0.0.1:PORT", ...}}
@@ -57,6 +58,9 @@ function shortLived(client) {
 
 function makeProvider(issuer, spec) {
   const provider = new Provider(issuer, {
+    // the client authentication methods the discovery document lists
+    // (token_endpoint_auth_methods_supported); oidc-provider's defaults unless the issuer names them
+    ...(spec.clientAuthMethods ? { clientAuthMethods: spec.clientAuthMethods } : {}),
     clients: spec.clients,
     jwks: spec.keys,
     findAccount: async (ctx, sub) => {
