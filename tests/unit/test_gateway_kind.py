@@ -154,7 +154,7 @@ class GatewayConfigTests(TestCase):
     @pytest.mark.parametrize("spec, field, words", [
         ("tcpGateway: {tcpHosts: []}", "spec.tcpGateway", "TCP proxying is out of twistgw's scope"),
         ("hybridGateway: {matchedGateways: []}", "spec.hybridGateway", "hybrid gateways"),
-        ("options: {socketOptions: []}", "spec.options", "listener options"),
+        ("options: {socketOptions: []}", "spec.options.socketOptions", "socket options are not supported"),
         ("routeOptions: {maxDirectResponseBodySizeBytes: 10}", "spec.routeOptions", "route-configuration"),
         ("colour: blue", "spec.colour", "unknown field 'colour'"),
     ])

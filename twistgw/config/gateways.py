@@ -15,7 +15,9 @@ What is read (everything else is refused by name, with the reason):
   ``virtualServiceSelector`` (labels), within ``virtualServiceNamespaces``
   (``*`` or absent: every namespace); and ``options``:
   ``httpConnectionManagerSettings`` (:class:`HcmSettings`) and
-  ``httpLocalRatelimit`` (:class:`LocalLimitSettings`).
+  ``httpLocalRatelimit`` (:class:`LocalLimitSettings`);
+* ``options.accessLoggingService``: access logs written to files
+  (:mod:`twistgw.config.accesslogs`); the other listener options are refused.
 
 See docs/gateways.md.
 """
@@ -28,6 +30,7 @@ from typing import Any, Mapping
 import attrs
 
 from twistgw.api.fields import FieldReader, Path
+from twistgw.config.accesslogs import AccessLogSink, read_listener_options
 from twistgw.config.envelope import Envelope
 from twistgw.config.model import Source, VirtualService
 from twistgw.options import parse_duration
@@ -37,13 +40,11 @@ __all__ = ["DEFAULT_PROXY", "GlooGateway", "HcmSettings", "LocalLimitSettings", 
 #: the proxy name a twistgw process answers to (Gloo's default Proxy)
 DEFAULT_PROXY = "gateway-proxy"
 
-_SPEC_FIELDS = ("bindAddress", "bindPort", "httpGateway", "proxyNames", "ssl", "useProxyProto")
+_SPEC_FIELDS = ("bindAddress", "bindPort", "httpGateway", "options", "proxyNames", "ssl", "useProxyProto")
 _SPEC_REFUSED = {
     "tcpGateway": "TCP proxying is out of twistgw's scope (an HTTP gateway); use httpGateway",
     "hybridGateway": "hybrid gateways (filter chains matched by SNI or source address, TCP and HTTP mixed) are"
                      " not supported; use one httpGateway per Gateway",
-    "options": "listener options (access-log services, socket options, connection balancing, buffer limits...)"
-               " are not supported; PROXY protocol is spec.useProxyProto",
     "routeOptions": "route-configuration options (maxDirectResponseBodySizeBytes, mostSpecificHeaderMutationsWins)"
                     " are not supported",
 }
@@ -148,6 +149,8 @@ class GlooGateway:
     namespaces: tuple[str, ...] | None = None
     hcm: HcmSettings = HcmSettings()
     local_limit: LocalLimitSettings | None = None
+    #: ``options.accessLoggingService``'s file sinks
+    access_logs: tuple[AccessLogSink, ...] = ()
     source: Source | None = None
 
     @property
@@ -191,7 +194,8 @@ def read_gateway(r: FieldReader, res: Envelope) -> GlooGateway:
     spec = _refuse(r, r.mapping(res.spec, ("spec",)), ("spec",), _SPEC_REFUSED)
     spec = r.mapping(spec, ("spec",), _SPEC_FIELDS, required=("bindPort",))
     if "httpGateway" not in spec and r.count() == 0:
-        r.issue(("spec", "httpGateway"), "is required: twistgw serves HTTP gateways")
+        r.issue(("spec", "httpGateway"), "is required: a Gateway without httpGateway (or tcpGateway,"
+                " hybridGateway) gets no listener in Gloo; write httpGateway: {} to serve every virtual service")
     out: dict[str, Any] = {}
     with r.part():
         address = r.string(spec.get("bindAddress", "::"), ("spec", "bindAddress"))
@@ -211,6 +215,9 @@ def read_gateway(r: FieldReader, res: Envelope) -> GlooGateway:
         out["proxy_names"] = tuple(r.string(n, ("spec", "proxyNames", i)) for i, n in enumerate(names))
     with r.part():
         out.update(_read_http(r, spec.get("httpGateway") or {}, ("spec", "httpGateway"), res.namespace))
+    with r.part():
+        if "options" in spec:
+            out["access_logs"] = read_listener_options(r, spec["options"], ("spec", "options"))
     if "bind_address" not in out or "bind_port" not in out:
         raise r.invalid()
     return GlooGateway(res.namespace, res.name, source=res.source, **out)

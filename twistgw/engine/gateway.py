@@ -58,6 +58,9 @@ class Gateway:
         #: where access lines go (True: a twisted.logger event per request)
         self.access_log: AccessLog | None = (
             AccessLog(fmt="events") if access_log is True else access_log or None)
+        #: the Gateways' access-log files (``runtime.accessfiles.AccessFiles``),
+        #: set while some Gateway of the serving snapshot logs; None otherwise
+        self.gateway_logs: Any = None
         self.snapshot: Snapshot | None = None
         self.draining = False
         self.inflight = 0
@@ -166,6 +169,10 @@ class Gateway:
                                ex.method.decode("latin-1") if ex.method else "-",
                                (ex.target or b"").decode("latin-1")[:200], status, "-", "-",
                                ex.upstream_label or "-", "-", "-", duration)
+        if self.gateway_logs is not None:
+            head = ex.head
+            if head is not None and head.gateway is not None and head.gateway.access_logs:
+                self.gateway_logs.log(ex, head, duration)
         if self._finished_hook is not None and ctx is not None:
             try:
                 self._finished_hook(ctx=ctx, status=status)
