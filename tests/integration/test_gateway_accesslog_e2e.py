@@ -30,7 +30,7 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_text_and_json_lines_for_real_requests(tmp_path: Path, backend: int) -> None:
+def test_text_and_json_lines_for_real_requests(tmp_path: Path, backend: int) -> None:  # noqa: F811
     port = free_port()
     text, js = tmp_path / "access.log", tmp_path / "access.json"
     docs = [upstream(backend), vs("a", ["a.example"]), vs("d", ["d.example"], body="direct"),
@@ -66,7 +66,7 @@ def test_text_and_json_lines_for_real_requests(tmp_path: Path, backend: int) -> 
         assert '"GET /last HTTP/1.1"' in lines(text)[3]
 
 
-def test_status_filter_and_a_reload_that_changes_the_log(tmp_path: Path, backend: int) -> None:
+def test_status_filter_and_a_reload_that_changes_the_log(tmp_path: Path, backend: int) -> None:  # noqa: F811
     port = free_port()
     one, two = tmp_path / "one.log", tmp_path / "two.log"
     d = tmp_path / "config"
@@ -87,7 +87,7 @@ def test_status_filter_and_a_reload_that_changes_the_log(tmp_path: Path, backend
         assert lines(one) == ["404 /missing"]  # closed: the new configuration does not name it
 
 
-def test_a_file_that_cannot_be_opened(tmp_path: Path, backend: int) -> None:
+def test_a_file_that_cannot_be_opened(tmp_path: Path, backend: int) -> None:  # noqa: F811
     port = free_port()
     blocked = tmp_path / "no-such-dir" / "access.log"
     sink = {"fileSink": {"path": str(blocked), "stringFormat": "%RESPONSE_CODE%\n"}}

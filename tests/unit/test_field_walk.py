@@ -513,6 +513,29 @@ spec:
   bindPort: 18081
   httpGateway:
     virtualServices: [{{name: walk, namespace: default}}]
+  options:
+    accessLoggingService:
+      accessLog:
+      - fileSink:
+          path: /var/log/walk.log
+          stringFormat: "%RESPONSE_CODE%\\n"
+        filter:
+          andFilter:
+            filters:
+            - statusCodeFilter: {{comparison: {{op: GE, value: {{defaultValue: 400, runtimeKey: k}}}}}}
+            - durationFilter: {{comparison: {{op: LE, value: {{defaultValue: 1000}}}}}}
+            - notHealthCheckFilter: {{}}
+            - orFilter:
+                filters:
+                - headerFilter: {{header: {{name: x-a, exactMatch: a, invertMatch: true}}}}
+                - headerFilter: {{header: {{name: x-b, prefixMatch: b}}}}
+                - headerFilter: {{header: {{name: x-c, suffixMatch: c}}}}
+                - headerFilter: {{header: {{name: x-d, containsMatch: d}}}}
+                - headerFilter: {{header: {{name: x-e, presentMatch: true}}}}
+                - headerFilter: {{header: {{name: x-f, safeRegexMatch: {{regex: 'f+'}}}}}}
+      - fileSink:
+          path: /var/log/walk.json
+          jsonFormat: {{code: '%RESPONSE_CODE%'}}
 """
 
 LDIF = "dn: dc=example,dc=org\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n"
@@ -993,6 +1016,59 @@ FIELDS.update({
     f"{_HTTP}.options.httpLocalRatelimit.enableXRatelimitHeaders": (T, GW_E2E),
     f"{_HTTP}.options.httpLocalRatelimit.localRateLimitPerDownstreamConnection": (T, GW_UNIT),
 })
+ACCESS_UNIT = "tests/unit/test_gateway_accesslog.py"
+ACCESS_E2E = "tests/integration/test_gateway_accesslog_e2e.py"
+_ALS = "Gateway:spec.options.accessLoggingService.accessLog[]"
+FIELDS.update({
+    "Gateway:spec.options": (T, ACCESS_E2E),
+    # Envoy's runtime layer does not exist here: the key is only a name (the defaultValue applies)
+    "Gateway:spec.options.accessLoggingService.accessLog": (T, ACCESS_E2E),
+    f"{_ALS}.fileSink": (T, ACCESS_E2E, ACCESS_UNIT),
+    f"{_ALS}.fileSink.jsonFormat": (T, ACCESS_E2E, ACCESS_UNIT),
+    f"{_ALS}.fileSink.path": (T, ACCESS_E2E, ACCESS_UNIT),
+    f"{_ALS}.fileSink.stringFormat": (T, ACCESS_E2E, ACCESS_UNIT),
+    f"{_ALS}.filter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].andFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].durationFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].durationFilter.comparison": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].durationFilter.comparison.op": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].durationFilter.comparison.value": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].durationFilter.comparison.value.defaultValue": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].durationFilter.comparison.value.runtimeKey": (INFO, GW_DOC),
+    f"{_ALS}.filter.andFilter.filters[].headerFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].notHealthCheckFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].andFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].durationFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.containsMatch": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.exactMatch": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.invertMatch": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.name": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.prefixMatch": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.presentMatch": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.safeRegexMatch": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.safeRegexMatch.regex": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.suffixMatch": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].notHealthCheckFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].orFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].statusCodeFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].statusCodeFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].statusCodeFilter.comparison": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].statusCodeFilter.comparison.op": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].statusCodeFilter.comparison.value": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].statusCodeFilter.comparison.value.defaultValue": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].statusCodeFilter.comparison.value.runtimeKey": (INFO, GW_DOC),
+    f"{_ALS}.filter.durationFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.headerFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.notHealthCheckFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.orFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.statusCodeFilter": (T, ACCESS_UNIT),
+})
 FIELDS.update({
     # the same destination parser as routeAction.single (kube ports and subsets tested there)
     "Route:routeAction.multi.destinations[].destination.kube": (T, TRAFFIC, GLOO),
@@ -1020,6 +1096,8 @@ MANUAL = {
     # the core's own options keys (every other key names a plugin): loader.CORE_OPTION_KEYS
     "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder", "Route:options.upgrades",
     "VirtualService:spec.virtualHost.options.pluginOrder",
+    # a Gateway's spec.options keys (refused ones get their own message)
+    "Gateway:spec.options",
     # a Gateway's httpGateway.options keys (refused ones get their own message)
     "Gateway:spec.httpGateway.options.httpConnectionManagerSettings",
     "Gateway:spec.httpGateway.options.httpLocalRatelimit",

@@ -295,6 +295,7 @@ def test_a_refused_grpc_sink_is_one_problem_not_two() -> None:
     ("{headerFilter: {header: {name: user-agent, safeRegexMatch: {regex: 'curl/[0-9]+'}}}}", {},
      {"headers": {b"User-Agent": "wget"}}),
     ("{headerFilter: {header: {name: user-agent, suffixMatch: /8}}}", {}, {"headers": {b"User-Agent": "curl/7"}}),
+    ("{headerFilter: {header: {name: user-agent, containsMatch: rl/}}}", {}, {"headers": {b"User-Agent": "wget"}}),
     ("{andFilter: {filters: [{statusCodeFilter: {comparison: {op: GE, value: {defaultValue: 500}}}},"
      " {headerFilter: {header: {name: ':path', prefixMatch: /pets}}}]}}", {"status": 502},
      {"status": 502, "target": "/other"}),

@@ -56,7 +56,8 @@ _FILTER_REFUSED = {
     "extensionFilter": "filter extensions are not supported",
 }
 _FILTERS = ("statusCodeFilter", "durationFilter", "notHealthCheckFilter", "headerFilter", "andFilter", "orFilter")
-_OPS = {"EQ": lambda a, b: a == b, "GE": lambda a, b: a >= b, "LE": lambda a, b: a <= b}
+_OPS: dict[str, Callable[[int, int], bool]] = {"EQ": lambda a, b: a == b, "GE": lambda a, b: a >= b,
+                                               "LE": lambda a, b: a <= b}
 _MATCHES = ("exactMatch", "prefixMatch", "suffixMatch", "containsMatch", "safeRegexMatch", "presentMatch")
 
 #: a compiled filter: does this request get a line?
@@ -212,7 +213,7 @@ def _header(r: FieldReader, value: Any, path: Path) -> Filter:
                 return lambda f: (request_value(f, key) is None) != invert
             test = lambda v: True  # noqa: E731
         elif kind == "safeRegexMatch":
-            rm = r.mapping(h[kind], kpath, {"regex", "googleRe2"}, required=("regex",))
+            rm = r.mapping(h[kind], kpath, {"regex"}, required=("regex",))
             try:
                 regex = SafeRegex(r.string(rm["regex"], kpath + ("regex",)))
             except UnsafePattern as exc:

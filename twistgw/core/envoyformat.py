@@ -129,7 +129,7 @@ def request_value(facts: AccessFacts, name: str) -> str | None:
 
 def _req(arg: str | None) -> Getter:
     if not arg:
-        raise FormatError(f"%REQ% needs a header name: %REQ(USER-AGENT)%")
+        raise FormatError("%REQ% needs a header name: %REQ(USER-AGENT)%")
     names = [n.strip().upper() for n in arg.split("?")]
     if len(names) > 2 or not all(names):
         raise FormatError(f"%REQ({arg})%: write one header, or two separated by '?'")
@@ -272,11 +272,11 @@ def _text(value: str | int | None, limit: int | None) -> str:
         return "-"
     text = value if value.__class__ is str else str(value)
     if limit is not None:
-        text = text[:limit]  # type: ignore[index]
-    if not text.isprintable():  # type: ignore[union-attr]
+        text = text[:limit]
+    if not text.isprintable():
         text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
-                       for c in text)  # type: ignore[union-attr]
-    return text  # type: ignore[return-value]
+                       for c in text)
+    return text
 
 
 class TextFormat:
