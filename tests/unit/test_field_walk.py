@@ -726,6 +726,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "Settings:spec.gateway.echoServer": (T, "tests/docs/test_readme_demo.py", "etc/settings.yaml"),
     "Settings:spec.gateway.echoServer.listen": (T, "tests/docs/test_readme_demo.py", "etc/settings.yaml"),
     "Settings:spec.gateway.regexMaxProgramSize": (T, "tests/unit/test_route_matchers.py"),
+    "Settings:spec.gateway.discoveryNamespace": (T, "tests/unit/test_gloo_loader.py"),
     "Settings:spec.rbac.requireRbac": (T, RBAC), "Settings:spec.jwt.verifiedTokenCacheSize": (T, JWT_BEH),
     "Settings:spec.extauth.devDirectory.ldif": (T, "tests/ldap/test_ldap_memory.py"),
     "Settings:spec.extauth.devDirectory.listen": (T, "tests/ldap/test_ldap_memory.py"),

@@ -456,3 +456,69 @@ class GlooLoaderTests(TestCase):
             build_snapshot(load_directory(str(tmp_path), keep_going=True), PluginHost.create())
         found = [(os.path.basename(i.file), i.field or i.reason[:12]) for i in info.value.issues]
         assert found == [("a-backends.yaml", "invalid YAML"), ("b-vs.yaml", "spec.virtualHost.routes[0].colour")]
+
+
+# ---------------------------------------------------------------------------
+# Discovered Upstreams in Gloo's discovery namespace
+# ---------------------------------------------------------------------------
+
+PETSTORE = """\
+apiVersion: v1
+kind: Service
+metadata: {name: petstore, namespace: default}
+spec:
+  selector: {app: petstore}
+  ports: [{name: http, port: 8080, targetPort: 80}]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: petstore, namespace: default}
+subsets:
+- addresses: [{ip: 10.1.0.7}]
+  ports: [{name: http, port: 80}]
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {name: default, namespace: gloo-system}
+spec:
+  virtualHost:
+    domains: ['*']
+    routes:
+    - matchers: [{prefix: /}]
+      routeAction: {single: {upstream: {name: default-petstore-8080, namespace: NS}}}
+"""
+
+
+class DiscoveryNamespaceTests(TestCase):
+    """Gloo's discovery writes the Upstream of a Service port into its
+    discovery namespace (``gloo-system``), and Gloo's guides name it there:
+    ``{name: default-petstore-8080, namespace: gloo-system}``."""
+
+    def test_gloo_system_by_default_and_the_services_namespace_too(self):
+        for ns in ("gloo-system", "default"):
+            config = load_text(PETSTORE.replace("NS", ns))
+            assert len(build_snapshot(config, PluginHost.create()).routes) == 1
+            ups = config.upstreams[(ns, "default-petstore-8080")]
+            assert [(e.host, e.port) for e in ups.endpoints] == [("10.1.0.7", 80)]
+
+    def test_gloo_settings_discovery_namespace(self):
+        settings = ("apiVersion: gloo.solo.io/v1\nkind: Settings\nmetadata: {name: default, namespace: gloo-system}\n"
+                    "spec: {discoveryNamespace: discovered}\n---\n")
+        config = load_text(settings + PETSTORE.replace("NS", "discovered"))
+        assert ("discovered", "default-petstore-8080") in config.upstreams
+        assert ("gloo-system", "default-petstore-8080") not in config.upstreams
+        found = check(settings + PETSTORE.replace("NS", "gloo-system"))
+        assert any("dangling reference: no Upstream gloo-system/default-petstore-8080" in str(i) for i in found)
+
+    def test_twistgw_settings_discovery_namespace(self):
+        settings = ("apiVersion: gateway.vendor.io/v1\nkind: Settings\nmetadata: {name: default}\n"
+                    "spec: {gateway: {discoveryNamespace: edge}}\n---\n")
+        config = load_text(settings + PETSTORE.replace("NS", "edge"))
+        assert ("edge", "default-petstore-8080") in config.upstreams
+
+    def test_a_declared_upstream_of_that_name_wins(self):
+        declared = ("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: default-petstore-8080,"
+                    " namespace: gloo-system}\nspec: {static: {hosts: [{addr: 127.0.0.1, port: 9}]}}\n---\n")
+        config = load_text(declared + PETSTORE.replace("NS", "gloo-system"))
+        ups = config.upstreams[("gloo-system", "default-petstore-8080")]
+        assert [(e.host, e.port) for e in ups.endpoints] == [("127.0.0.1", 9)]
