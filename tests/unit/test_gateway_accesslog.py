@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from twistgw.config.loader import ConfigError, load_text
-from twistgw.core.envoyformat import FormatError, parse_json, parse_text
+from twistgw.config.envoyformat import FormatError, parse_json, parse_text
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
 

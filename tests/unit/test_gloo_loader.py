@@ -162,8 +162,11 @@ class GlooLoaderTests(TestCase):
         assert "skipped Deployment (apps/v1)" in out.stderr
 
     @pytest.mark.parametrize("api, kind, reason", [
-        ("gateway.solo.io/v1", "MatchableHttpGateway", "unknown kind 'MatchableHttpGateway' in 'gateway.solo.io/v1'"),
-        ("gloo.solo.io/v1", "Proxy", "unknown kind 'Proxy' in 'gloo.solo.io/v1'"),
+        ("gateway.solo.io/v1", "MatchableHttpGateway", "Gloo's MatchableHttpGateway is not supported by twistgw:"
+                                                       " hybrid gateways are not supported"),
+        ("gateway.solo.io/v1", "HttpListenerOption", "Gloo's HttpListenerOption is not supported by twistgw: options"
+                                                     " attached to listeners by targetRefs"),
+        ("gloo.solo.io/v1", "Proxy", "Gloo's Proxy is not supported by twistgw: Gloo's generated Proxy is not read"),
         ("gateway.vendor.io/v1", "VirtualServic", "unknown kind 'VirtualServic'"),
         ("gloo.solo.io/v1", "VirtualService", "VirtualService needs apiVersion 'gateway.vendor.io/v1' or"
                                               " 'gateway.solo.io/v1', got 'gloo.solo.io/v1'"),

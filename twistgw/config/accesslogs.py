@@ -27,7 +27,7 @@ import attrs
 
 from twistgw.api.fields import FieldReader, Path
 from twistgw.api.headers import is_token
-from twistgw.core.envoyformat import (PSEUDO_HEADERS, AccessFacts, FormatError, JsonFormat, TextFormat, parse_json,
+from twistgw.config.envoyformat import (PSEUDO_HEADERS, AccessFacts, FormatError, JsonFormat, TextFormat, parse_json,
                                       parse_text, request_value)
 from twistgw.regex import SafeRegex, UnsafePattern
 

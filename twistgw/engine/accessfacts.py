@@ -1,5 +1,5 @@
 """What an access-log operator reads of one finished exchange
-(:class:`~twistgw.core.envoyformat.AccessFacts`), read only when a
+(:class:`~twistgw.config.envoyformat.AccessFacts`), read only when a
 Gateway's ``accessLoggingService`` asks: nothing here runs for a listener
 without access logs."""
 
