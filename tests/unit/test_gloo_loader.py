@@ -234,6 +234,15 @@ class GlooLoaderTests(TestCase):
          "routes[0].options.transformations", "transformations are out of twistgw's scope"),
         ("options: {tracing: {}}\n      routeAction: {single: {upstream: {name: u}}}",
          "routes[0].options.tracing", "tracing is not supported"),
+        ("options: {extProcEarly: {}}\n      routeAction: {single: {upstream: {name: u}}}", "routes[0].options.extProcEarly", "external processing"),
+        ("options: {retries: {retryOn: 5xx, rateLimitedRetryBackOff: {}}}\n      routeAction: {single: {upstream: {name: u}}}",
+         "routes[0].options.retries.rateLimitedRetryBackOff", "retries do not read the upstream's rate-limit"),
+        ("options: {shadowing: {upstream: {name: u}, percentage: 1, disableShadowHostSuffixAppend: true}}\n      routeAction: {single: {upstream: {name: u}}}",
+         "routes[0].options.shadowing.disableShadowHostSuffixAppend", "the shadow's Host always gets"),
+        ("options: {shadowing: {upstream: {name: u}, percentage: 1, hostRewriteLiteral: x}}\n      routeAction: {single: {upstream: {name: u}}}",
+         "routes[0].options.shadowing.hostRewriteLiteral", "the shadow's Host is the request's"),
+        ("options: {upgrades: [{connectTerminate: {enabled: true}}]}\n      routeAction: {single: {upstream: {name: u}}}",
+         "routes[0].options.upgrades[0].connectTerminate", "CONNECT is not proxied"),
     ])
     def test_unsupported_gloo_route_fields_are_named(self, snippet, field, reason):
         text = ("apiVersion: gateway.solo.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec:\n"
@@ -244,6 +253,28 @@ class GlooLoaderTests(TestCase):
             load_text(text)
         found = [i for i in info.value.issues if i.field == "spec.virtualHost." + field]
         assert found and found[0].reason.startswith("is not supported by twistgw: " + reason), info.value.issues
+        if "dynamicForwardProxy" in field:  # the one problem, not also "set exactly one of single, multi..."
+            assert len(info.value.issues) == 1, info.value.issues
+
+    def test_connect_matcher_and_kube_service_spec_are_named(self):
+        text = ("apiVersion: gateway.solo.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec:\n"
+                "  virtualHost:\n    routes:\n    - matchers: [{connectMatcher: {}}]\n"
+                "      directResponseAction: {status: 200}\n"
+                "---\napiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+                "spec: {kube: {serviceName: s, serviceNamespace: default, servicePort: 80, serviceSpec: {grpc: {}}}}\n")
+        with pytest.raises(ConfigError) as info:
+            load_text(text)
+        reasons = {i.field: i.reason for i in info.value.issues}
+        assert reasons["spec.virtualHost.routes[0].matchers[0].connectMatcher"].startswith(
+            "is not supported by twistgw: CONNECT requests are not proxied"), reasons
+        assert reasons["spec.kube.serviceSpec"].startswith("is not supported by twistgw: service specs"), reasons
+
+    def test_a_refused_upstream_type_is_one_problem(self):
+        with pytest.raises(ConfigError) as info:
+            load_text("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+                      "spec: {aws: {region: us-east-1}}\n")
+        (issue,) = info.value.issues
+        assert issue.field == "spec.aws" and "AWS Lambda" in issue.reason
 
 
     @pytest.mark.parametrize("retries, field, reason", [
