@@ -109,3 +109,20 @@ def test_a_file_that_cannot_be_opened(tmp_path: Path, backend: int) -> None:  # 
         assert f"cannot open the access log {blocked}: No such file or directory" in text
         assert request(port, path="/still")[0] == 200
         eventually(lambda: lines(good) == ["/still"])
+
+
+def test_health_check_path_and_not_health_check_filter(tmp_path: Path, backend: int) -> None:  # noqa: F811
+    """Gloo's health-check guide's Gateway, with an access log that leaves
+    the health checks out."""
+    port = free_port()
+    log = tmp_path / "access.log"
+    gw_doc = gateway("gw", port, {"options": {"healthCheck": {"path": "/any-path-you-want"}}}, options={
+        "accessLoggingService": {"accessLog": [{"fileSink": {"path": str(log), "stringFormat": "%REQ(:PATH)%\n"},
+                                                "filter": {"notHealthCheckFilter": {}}}]}})
+    docs = [upstream(backend), vs("a", ["a.example"]), gw_doc]
+    with gateway_process(tmp_path, write(tmp_path / "config", docs)):
+        status, _, body = request(port, "anything.example", path="/any-path-you-want")
+        assert (status, body) == (200, b"")
+        assert request(port, "a.example", path="/any-path-you-want?q=1")[0] == 200  # routed to the backend
+        assert request(port, "nothing.example", path="/other")[0] == 404
+        eventually(lambda: lines(log) == ["/any-path-you-want?q=1", "/other"])

@@ -501,6 +501,7 @@ spec:
         serverName: walk
         idleTimeout: 30s
         requestHeadersTimeout: 5s
+      healthCheck: {{path: /healthz}}
       httpLocalRatelimit:
         defaultLimit: {{maxTokens: 10, tokensPerFill: 1, fillInterval: 1s}}
         enableXRatelimitHeaders: true
@@ -1012,6 +1013,7 @@ FIELDS.update({
        for k in ("xffNumTrustedHops", "useRemoteAddress", "skipXffAppend")},
     **{f"{_HTTP}.options.httpConnectionManagerSettings.{k}": (T, GW_UNIT, GW_DOC)
        for k in ("serverName", "idleTimeout", "requestHeadersTimeout")},
+    f"{_HTTP}.options.healthCheck.path": (T, GW_UNIT),
     f"{_HTTP}.options.httpLocalRatelimit": (T, GW_E2E),
     f"{_HTTP}.options.httpLocalRatelimit.defaultLimit": (T, GW_E2E),
     f"{_HTTP}.options.httpLocalRatelimit.enableXRatelimitHeaders": (T, GW_E2E),

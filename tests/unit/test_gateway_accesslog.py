@@ -75,6 +75,7 @@ class Facts:
         self.upstream = "gloo-system/backend"
         self.route = "routes[0]"
         self.server_name = None
+        self.health_check = False
         self.headers = {b"Host": "api.example.com", b"User-Agent": "curl/8", b"X-Request-Id": "abc"}
         self.__dict__.update(kw)
 
@@ -287,7 +288,7 @@ def test_a_refused_grpc_sink_is_one_problem_not_two() -> None:
     ("{statusCodeFilter: {comparison: {value: {defaultValue: 404}}}}", {"status": 404}, {"status": 403}),
     ("{statusCodeFilter: {comparison: {op: LE, value: {runtimeKey: k, defaultValue: 299}}}}", {"status": 200},
      {"status": 300}),
-    ("{notHealthCheckFilter: {}}", {}, None),
+    ("{notHealthCheckFilter: {}}", {}, {"health_check": True}),
     ("{headerFilter: {header: {name: ':method', exactMatch: POST}}}", {"method": "POST"}, {"method": "GET"}),
     ("{headerFilter: {header: {name: x-debug}}}", {"headers": {b"X-Debug": "1"}}, {"headers": {}}),
     ("{headerFilter: {header: {name: x-debug, presentMatch: false}}}", {"headers": {}},

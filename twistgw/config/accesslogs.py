@@ -156,9 +156,8 @@ def _read_filter(r: FieldReader, value: Any, path: Path) -> Filter:
         return _comparison(r, spec, at, lambda f: int(f.duration * 1000))
     if kind == "notHealthCheckFilter":
         r.mapping(spec or {}, at, ())
-        # Requests Envoy's health-check filter answered: twistgw has none
-        # (the Gateway's healthCheck option is refused), so every request passes.
-        return lambda f: True
+        # not the requests the Gateway's healthCheck answered
+        return lambda f: not f.health_check
     if kind == "headerFilter":
         return _header(r, spec, at)
     fm = r.mapping(spec, at, {"filters"}, required=("filters",))

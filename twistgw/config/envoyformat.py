@@ -46,6 +46,8 @@ class AccessFacts(Protocol):
     upstream: str | None
     route: str | None
     server_name: str | None
+    #: the Gateway's ``healthCheck`` answered it
+    health_check: bool
 
     def header(self, canonical: bytes) -> str | None: ...
     def peer(self) -> tuple[str, int]: ...

@@ -14,8 +14,9 @@ What is read (everything else is refused by name, with the reason):
 * ``httpGateway``: ``virtualServices`` (references), or
   ``virtualServiceSelector`` (labels), within ``virtualServiceNamespaces``
   (``*`` or absent: every namespace); and ``options``:
-  ``httpConnectionManagerSettings`` (:class:`HcmSettings`) and
-  ``httpLocalRatelimit`` (:class:`LocalLimitSettings`);
+  ``httpConnectionManagerSettings`` (:class:`HcmSettings`),
+  ``httpLocalRatelimit`` (:class:`LocalLimitSettings`) and ``healthCheck``
+  (the path the listener answers itself: 200, or 503 while draining);
 * ``options.accessLoggingService``: access logs written to files
   (:mod:`twistgw.config.accesslogs`); the other listener options are refused.
 
@@ -53,7 +54,7 @@ _HTTP_REFUSED = {
     "virtualServiceExpressions": "set-based selectors are not supported; use virtualServiceSelector (labels)"
                                  " or virtualServices",
 }
-_OPTIONS_FIELDS = ("httpConnectionManagerSettings", "httpLocalRatelimit")
+_OPTIONS_FIELDS = ("healthCheck", "httpConnectionManagerSettings", "httpLocalRatelimit")
 _LOCAL_FIELDS = ("defaultLimit", "enableXRatelimitHeaders", "localRateLimitPerDownstreamConnection")
 
 #: HttpConnectionManagerSettings fields twistgw applies
@@ -149,6 +150,9 @@ class GlooGateway:
     namespaces: tuple[str, ...] | None = None
     hcm: HcmSettings = HcmSettings()
     local_limit: LocalLimitSettings | None = None
+    #: ``httpGateway.options.healthCheck.path`` as bytes (the request target
+    #: answered 200, or 503 while draining), or None
+    health_path: bytes | None = None
     #: ``options.accessLoggingService``'s file sinks
     access_logs: tuple[AccessLogSink, ...] = ()
     source: Source | None = None
@@ -262,6 +266,9 @@ def _read_http(r: FieldReader, value: Any, path: Path, ns: str) -> dict[str, Any
                 out["hcm"] = _read_hcm(r, opts["httpConnectionManagerSettings"],
                                        path + ("options", "httpConnectionManagerSettings"))
         with r.part():
+            if "healthCheck" in opts:
+                out["health_path"] = _read_health(r, opts["healthCheck"], path + ("options", "healthCheck"))
+        with r.part():
             if "httpLocalRatelimit" in opts:
                 out["local_limit"] = _read_local(r, opts["httpLocalRatelimit"],
                                                  path + ("options", "httpLocalRatelimit"))
@@ -290,6 +297,16 @@ def _read_hcm(r: FieldReader, value: Any, path: Path) -> HcmSettings:
                     raise r.fail(path + (field,), f"must be a positive duration (e.g. 30s), got {m[field]!r}")
                 out[attr] = seconds
     return HcmSettings(**out)
+
+
+def _read_health(r: FieldReader, value: Any, path: Path) -> bytes:
+    """``healthCheck: {path}``: Envoy's health-check filter, matched on the
+    whole request target (``:path``, query included), exactly."""
+    m = r.mapping(value, path, {"path"}, required=("path",))
+    text = r.string(m["path"], path + ("path",))
+    if not text.startswith("/") or not text.isascii() or not text.isprintable() or " " in text:
+        raise r.fail(path + ("path",), f"must be a request path starting with '/' (printable ASCII), got {text!r}")
+    return text.encode("ascii")
 
 
 def _header_value(r: FieldReader, value: Any, path: Path) -> str:

@@ -15,7 +15,7 @@ class ExchangeFacts:
     """One exchange as the Envoy format operators see it."""
 
     __slots__ = ("_ex", "_head", "method", "target", "protocol", "status", "duration", "start", "client",
-                 "upstream_host", "upstream", "route", "server_name")
+                 "upstream_host", "upstream", "route", "server_name", "health_check")
 
     def __init__(self, ex: Any, head: Any, duration: float, now: float) -> None:
         self._ex = ex
@@ -33,6 +33,8 @@ class ExchangeFacts:
         self.upstream_host = label.removeprefix("https://") if label else None
         self.upstream = ctx.upstream or None if ctx is not None else None
         self.route = ctx.route if ctx is not None else None
+        health = head.gateway.health_path
+        self.health_check = health is not None and ex.target == health
         tls = ex.proto.tls
         self.server_name = tls.server_name if tls is not None else None
 

@@ -33,6 +33,11 @@ __all__ = ["Gateway", "GatewayFactory"]
 
 #: a TLS connection whose certificate a reload replaced (RFC 9110 §15.5.20:
 #: the client retries on a new connection, which gets the new certificate)
+#: a Gateway's ``healthCheck`` path (Envoy's health-check filter): 200, or
+#: 503 once the process drains
+HEALTHY = LocalResponse(200, reason="the Gateway's healthCheck path", answer=True)
+DRAINING = LocalResponse(503, reason="the Gateway's healthCheck path, while draining", answer=True)
+
 MISDIRECTED = LocalResponse(421, b"Misdirected Request: the certificate for this server name changed;"
                             b" reconnect\n", reason="the TLS connection's certificate was replaced by a reload")
 
@@ -87,8 +92,11 @@ class Gateway:
             if key is None:
                 plan = self.pipeline.handle(head, snapshot)
             elif snapshot is not None and key in snapshot.gateways:
-                head.gateway = snapshot.gateways[key]
-                plan = self.pipeline.handle(head, snapshot)
+                view = head.gateway = snapshot.gateways[key]
+                if view.health_path is not None and ex.target == view.health_path:
+                    plan = DRAINING if self.draining else HEALTHY
+                else:
+                    plan = self.pipeline.handle(head, snapshot)
             else:  # a Gateway removed while its listener drains
                 plan = NOT_FOUND
         except Exception:
