@@ -63,8 +63,9 @@ class Gateway:
         #: where access lines go (True: a twisted.logger event per request)
         self.access_log: AccessLog | None = (
             AccessLog(fmt="events") if access_log is True else access_log or None)
-        #: the Gateways' access-log files (``runtime.accessfiles.AccessFiles``),
-        #: set while some Gateway of the serving snapshot logs; None otherwise
+        #: the Gateways' access-log files (``runtime.accessfiles.AccessFiles``)
+        #: while some Gateway of the serving snapshot logs, else None: see
+        #: :meth:`log_gateways_to`
         self.gateway_logs: Any = None
         self.snapshot: Snapshot | None = None
         self.draining = False
@@ -155,6 +156,22 @@ class Gateway:
 
     # -- accounting ------------------------------------------------------------
 
+    def log_gateways_to(self, files: Any) -> None:
+        """Write the Gateways' access lines to ``files`` (an
+        ``AccessFiles``), or stop (None). While none is set, :meth:`record`
+        is the class's own: a request pays nothing for Gateway access logs."""
+        self.gateway_logs = files
+        if files is None:
+            self.__dict__.pop("record", None)
+        else:
+            self.record = self._record_and_log  # type: ignore[method-assign]
+
+    def _record_and_log(self, ex: Exchange) -> None:
+        Gateway.record(self, ex)
+        head = ex.head
+        if head is not None and head.gateway is not None and head.gateway.access_logs:
+            self.gateway_logs.log(ex, head, self.reactor.seconds() - ex.started)
+
     def record(self, ex: Exchange) -> None:
         """Once per exchange, as it enters a final phase."""
         self.inflight -= 1
@@ -177,10 +194,6 @@ class Gateway:
                                ex.method.decode("latin-1") if ex.method else "-",
                                (ex.target or b"").decode("latin-1")[:200], status, "-", "-",
                                ex.upstream_label or "-", "-", "-", duration)
-        if self.gateway_logs is not None:
-            head = ex.head
-            if head is not None and head.gateway is not None and head.gateway.access_logs:
-                self.gateway_logs.log(ex, head, duration)
         if self._finished_hook is not None and ctx is not None:
             try:
                 self._finished_hook(ctx=ctx, status=status)

@@ -149,7 +149,7 @@ class GatewayListeners:
         self._commit_files(snapshot)
 
     def _commit_files(self, snapshot: Snapshot) -> None:
-        self.gateway.gateway_logs = self.files if self.files.commit(snapshot) else None
+        self.gateway.log_gateways_to(self.files if self.files.commit(snapshot) else None)
 
     def prepare(self, snapshot: Snapshot, on_late_failure: Callable[[Listener], None]) -> list[str]:
         """Open what ``snapshot`` adds; the lines of those that cannot listen
@@ -193,7 +193,7 @@ class GatewayListeners:
 
     def close_files(self) -> None:
         """The last access lines written, the files closed (the service stops)."""
-        self.gateway.gateway_logs = None
+        self.gateway.log_gateways_to(None)
         self.files.close()
 
     def close_connections(self) -> list[Any]:
