@@ -556,3 +556,12 @@ class DiscoveryNamespaceTests(TestCase):
         config = load_text(declared + PETSTORE.replace("NS", "gloo-system"))
         ups = config.upstreams[("gloo-system", "default-petstore-8080")]
         assert [(e.host, e.port) for e in ups.endpoints] == [("127.0.0.1", 9)]
+
+    def test_secret_options_are_control_plane(self):
+        """Where Gloo reads Secrets (Kubernetes, Vault...): informational,
+        as the other secret sources; a Secret twistgw does not have stays a
+        dangling reference."""
+        settings = ("apiVersion: gloo.solo.io/v1\nkind: Settings\nmetadata: {name: default, namespace: gloo-system}\n"
+                    "spec:\n  secretOptions:\n    sources:\n    - kubernetes: {}\n    - vault: {address: http://v:8200}\n"
+                    "---\n")
+        assert ("gloo-system", "default-petstore-8080") in load_text(settings + PETSTORE.replace("NS", "gloo-system")).upstreams

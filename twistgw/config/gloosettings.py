@@ -27,7 +27,7 @@ __all__ = ["CONTROL_PLANE", "GLOO_SETTINGS_SECTIONS", "read_any_settings", "read
 CONTROL_PLANE = frozenset({
     "watchNamespaces", "watchNamespaceSelectors", "kubernetesConfigSource",
     "directoryConfigSource", "kubernetesSecretSource", "directorySecretSource", "kubernetesArtifactSource",
-    "directoryArtifactSource", "refreshRate", "devMode", "discovery", "kubernetes", "consoleOptions",
+    "directoryArtifactSource", "secretOptions", "refreshRate", "devMode", "discovery", "kubernetes", "consoleOptions",
     "observabilityOptions",
 })
 _GLOO_CONTROL = frozenset({"xdsBindAddr", "restXdsBindAddr", "validationBindAddr", "proxyDebugBindAddr",
