@@ -64,7 +64,8 @@ def test_each_unsupported_gloo_field_is_documented_and_refused(where, field):
 
 @pytest.mark.parametrize("api, kind", [
     ("gateway.solo.io/v1", "MatchableHttpGateway"), ("gateway.solo.io/v1", "MatchableTcpGateway"),
-    ("gloo.solo.io/v1", "Proxy"),
+    ("gloo.solo.io/v1", "Proxy"), ("gateway.solo.io/v1", "HttpListenerOption"),
+    ("gateway.solo.io/v1", "ListenerOption"),
 ])
 def test_gloo_kinds_twistgw_does_not_read_are_refused(api, kind):
     assert f"`{kind}`" in SECTION
@@ -72,6 +73,7 @@ def test_gloo_kinds_twistgw_does_not_read_are_refused(api, kind):
         load_text(f"apiVersion: {api}\nkind: {kind}\nmetadata: {{name: x}}\nspec: {{}}\n")
     (issue,) = info.value.issues
     assert issue.field in ("kind", "apiVersion")
+    assert issue.reason.startswith(f"Gloo's {kind} is not supported by twistgw: "), issue
 
 
 OPTIONS_VS = """\

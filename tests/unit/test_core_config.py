@@ -175,7 +175,7 @@ ERROR_CASES = [
         1, id="bad-apiversion"),
     pytest.param(
         "apiVersion: gateway.solo.io/v1\nkind: MatchableHttpGateway\nmetadata: {name: p}\nspec: {}\n",
-        "", "kind", "unknown kind 'MatchableHttpGateway' in 'gateway.solo.io/v1'", 2, id="unknown-kind"),
+        "", "kind", "Gloo's MatchableHttpGateway is not supported by twistgw", 2, id="unknown-kind"),
     pytest.param(
         "apiVersion: v1\nkind: Secret\nmetadata: {name: Bad_Name}\n",
         "Secret default/Bad_Name", "metadata.name", "is not a valid Kubernetes name", 3, id="bad-name"),
@@ -236,7 +236,9 @@ class CoreConfigTests(TestCase):
 
     def test_discovery_names_every_service_port(self) -> None:
         c = load(SERVICE_AND_ENDPOINTS)
-        assert sorted(c.upstreams) == [("shop", "shop-petstore-8080"), ("shop", "shop-petstore-9090")]
+        # in the Service's namespace and in Gloo's discovery namespace (where Gloo writes them)
+        assert sorted(c.upstreams) == [("gloo-system", "shop-petstore-8080"), ("gloo-system", "shop-petstore-9090"),
+                                       ("shop", "shop-petstore-8080"), ("shop", "shop-petstore-9090")]
         # the named port resolves through the Endpoints port of the same name,
         # not through the Service port number
         assert c.upstreams[("shop", "shop-petstore-8080")].endpoints == (

@@ -510,6 +510,7 @@ spec:
         serverName: walk
         idleTimeout: 30s
         requestHeadersTimeout: 5s
+      healthCheck: {{path: /healthz}}
       httpLocalRatelimit:
         defaultLimit: {{maxTokens: 10, tokensPerFill: 1, fillInterval: 1s}}
         enableXRatelimitHeaders: true
@@ -522,6 +523,29 @@ spec:
   bindPort: 18081
   httpGateway:
     virtualServices: [{{name: walk, namespace: default}}]
+  options:
+    accessLoggingService:
+      accessLog:
+      - fileSink:
+          path: /var/log/walk.log
+          stringFormat: "%RESPONSE_CODE%\\n"
+        filter:
+          andFilter:
+            filters:
+            - statusCodeFilter: {{comparison: {{op: GE, value: {{defaultValue: 400, runtimeKey: k}}}}}}
+            - durationFilter: {{comparison: {{op: LE, value: {{defaultValue: 1000}}}}}}
+            - notHealthCheckFilter: {{}}
+            - orFilter:
+                filters:
+                - headerFilter: {{header: {{name: x-a, exactMatch: a, invertMatch: true}}}}
+                - headerFilter: {{header: {{name: x-b, prefixMatch: b}}}}
+                - headerFilter: {{header: {{name: x-c, suffixMatch: c}}}}
+                - headerFilter: {{header: {{name: x-d, containsMatch: d}}}}
+                - headerFilter: {{header: {{name: x-e, presentMatch: true}}}}
+                - headerFilter: {{header: {{name: x-f, safeRegexMatch: {{regex: 'f+'}}}}}}
+      - fileSink:
+          path: /var/log/walk.json
+          jsonFormat: {{code: '%RESPONSE_CODE%'}}
 """
 
 LDIF = "dn: dc=example,dc=org\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n"
@@ -712,6 +736,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "Settings:spec.gateway.echoServer": (T, "tests/docs/test_readme_demo.py", "etc/settings.yaml"),
     "Settings:spec.gateway.echoServer.listen": (T, "tests/docs/test_readme_demo.py", "etc/settings.yaml"),
     "Settings:spec.gateway.regexMaxProgramSize": (T, "tests/unit/test_route_matchers.py"),
+    "Settings:spec.gateway.discoveryNamespace": (T, "tests/unit/test_gloo_loader.py"),
     "Settings:spec.rbac.requireRbac": (T, RBAC), "Settings:spec.jwt.verifiedTokenCacheSize": (T, JWT_BEH),
     "Settings:spec.extauth.devDirectory.ldif": (T, "tests/ldap/test_ldap_memory.py"),
     "Settings:spec.extauth.devDirectory.listen": (T, "tests/ldap/test_ldap_memory.py"),
@@ -1002,10 +1027,64 @@ FIELDS.update({
        for k in ("xffNumTrustedHops", "useRemoteAddress", "skipXffAppend")},
     **{f"{_HTTP}.options.httpConnectionManagerSettings.{k}": (T, GW_UNIT, GW_DOC)
        for k in ("serverName", "idleTimeout", "requestHeadersTimeout")},
+    f"{_HTTP}.options.healthCheck.path": (T, GW_UNIT),
     f"{_HTTP}.options.httpLocalRatelimit": (T, GW_E2E),
     f"{_HTTP}.options.httpLocalRatelimit.defaultLimit": (T, GW_E2E),
     f"{_HTTP}.options.httpLocalRatelimit.enableXRatelimitHeaders": (T, GW_E2E),
     f"{_HTTP}.options.httpLocalRatelimit.localRateLimitPerDownstreamConnection": (T, GW_UNIT),
+})
+ACCESS_UNIT = "tests/unit/test_gateway_accesslog.py"
+ACCESS_E2E = "tests/integration/test_gateway_accesslog_e2e.py"
+_ALS = "Gateway:spec.options.accessLoggingService.accessLog[]"
+FIELDS.update({
+    "Gateway:spec.options": (T, ACCESS_E2E),
+    # Envoy's runtime layer does not exist here: the key is only a name (the defaultValue applies)
+    "Gateway:spec.options.accessLoggingService.accessLog": (T, ACCESS_E2E),
+    f"{_ALS}.fileSink": (T, ACCESS_E2E, ACCESS_UNIT),
+    f"{_ALS}.fileSink.jsonFormat": (T, ACCESS_E2E, ACCESS_UNIT),
+    f"{_ALS}.fileSink.path": (T, ACCESS_E2E, ACCESS_UNIT),
+    f"{_ALS}.fileSink.stringFormat": (T, ACCESS_E2E, ACCESS_UNIT),
+    f"{_ALS}.filter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].andFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].durationFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].durationFilter.comparison": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].durationFilter.comparison.op": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].durationFilter.comparison.value": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].durationFilter.comparison.value.defaultValue": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].durationFilter.comparison.value.runtimeKey": (INFO, GW_DOC),
+    f"{_ALS}.filter.andFilter.filters[].headerFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].notHealthCheckFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].andFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].durationFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.containsMatch": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.exactMatch": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.invertMatch": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.name": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.prefixMatch": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.presentMatch": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.safeRegexMatch": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.safeRegexMatch.regex": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].headerFilter.header.suffixMatch": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].notHealthCheckFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].orFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].orFilter.filters[].statusCodeFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].statusCodeFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].statusCodeFilter.comparison": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].statusCodeFilter.comparison.op": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].statusCodeFilter.comparison.value": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].statusCodeFilter.comparison.value.defaultValue": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.andFilter.filters[].statusCodeFilter.comparison.value.runtimeKey": (INFO, GW_DOC),
+    f"{_ALS}.filter.durationFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.headerFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.notHealthCheckFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.orFilter": (T, ACCESS_UNIT),
+    f"{_ALS}.filter.statusCodeFilter": (T, ACCESS_UNIT),
 })
 FIELDS.update({
     # the same destination parser as routeAction.single (kube ports and subsets tested there)
@@ -1034,6 +1113,8 @@ MANUAL = {
     # the core's own options keys (every other key names a plugin): loader.CORE_OPTION_KEYS
     "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder", "Route:options.upgrades",
     "VirtualService:spec.virtualHost.options.pluginOrder",
+    # a Gateway's spec.options keys (refused ones get their own message)
+    "Gateway:spec.options",
     # a Gateway's httpGateway.options keys (refused ones get their own message)
     "Gateway:spec.httpGateway.options.httpConnectionManagerSettings",
     "Gateway:spec.httpGateway.options.httpLocalRatelimit",

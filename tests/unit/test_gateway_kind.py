@@ -154,7 +154,7 @@ class GatewayConfigTests(TestCase):
     @pytest.mark.parametrize("spec, field, words", [
         ("tcpGateway: {tcpHosts: []}", "spec.tcpGateway", "TCP proxying is out of twistgw's scope"),
         ("hybridGateway: {matchedGateways: []}", "spec.hybridGateway", "hybrid gateways"),
-        ("options: {socketOptions: []}", "spec.options", "listener options"),
+        ("options: {socketOptions: []}", "spec.options.socketOptions", "socket options are not supported"),
         ("routeOptions: {maxDirectResponseBodySizeBytes: 10}", "spec.routeOptions", "route-configuration"),
         ("colour: blue", "spec.colour", "unknown field 'colour'"),
     ])
@@ -420,3 +420,76 @@ class DefaultLimitTests(TestCase):
             plan = pipeline.handle(head, snap)
             statuses.append(plan.status if isinstance(plan, LocalResponse) else 200)
         assert statuses == [200, 200, 429]
+
+
+# -- healthCheck (Gloo's health-check guide) ------------------------------------
+
+HEALTH_GATEWAY = """\
+apiVersion: gateway.solo.io/v1
+kind: Gateway
+metadata: {name: gateway-proxy, namespace: gloo-system}
+spec:
+  bindAddress: '::'
+  bindPort: 8080
+  httpGateway:
+    options:
+      healthCheck:
+        path: /any-path-you-want
+"""
+
+
+def _answer(gateway, key: str, target: bytes, host: bytes = b"a.example") -> bytes:
+    from twisted.internet.address import IPv4Address
+    from twisted.internet.testing import StringTransport
+
+    from twistgw.engine.gateway import GatewayFactory
+
+    proto = GatewayFactory(gateway, gateway_key=key).buildProtocol(IPv4Address("TCP", "127.0.0.1", 8080))
+    transport = StringTransport(peerAddress=IPv4Address("TCP", "203.0.113.5", 5555))
+    proto.makeConnection(transport)
+    proto.dataReceived(b"GET " + target + b" HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
+    out = transport.value()
+    proto.connectionLost(None)
+    return out
+
+
+class HealthCheckTests(TestCase):
+    def setUp(self) -> None:
+        from twisted.internet.testing import MemoryReactorClock
+
+        from twistgw.engine.gateway import Gateway
+
+        host = PluginHost.create(load_entry_points=False)
+        direct = vs("a", "a.example").replace(
+            "routeAction: {single: {upstream: {name: backend, namespace: gloo-system}}}",
+            "directResponseAction: {status: 200, body: routed}")
+        self.gateway = Gateway(MemoryReactorClock(), host, access_log=False)
+        self.gateway.snapshot = build_snapshot(load_text(docs(UPSTREAM, direct, HEALTH_GATEWAY)), host)
+        self.key = "gloo-system/gateway-proxy"
+
+    def test_the_guides_gateway_loads(self) -> None:
+        assert self.gateway.snapshot.gateways[self.key].health_path == b"/any-path-you-want"
+
+    def test_the_path_is_answered_before_routing_whatever_the_host(self) -> None:
+        for host in (b"a.example", b"unknown.example"):
+            out = _answer(self.gateway, self.key, b"/any-path-you-want", host)
+            assert out.startswith(b"HTTP/1.1 200 "), out
+            assert b"routed" not in out and b"\r\nContent-Length: 0\r\n" in out
+
+    def test_other_targets_are_routed(self) -> None:
+        # an exact match on the whole target, as Envoy's :path (the query included)
+        for target in (b"/any-path-you-want?x=1", b"/any-path-you-want/", b"/"):
+            assert _answer(self.gateway, self.key, target).endswith(b"routed"), target
+
+    def test_503_while_draining(self) -> None:
+        self.gateway.draining = True
+        assert _answer(self.gateway, self.key, b"/any-path-you-want").startswith(b"HTTP/1.1 503 ")
+
+    def test_a_listen_endpoint_has_no_health_path(self) -> None:
+        out = _answer(self.gateway, None, b"/any-path-you-want")  # type: ignore[arg-type]
+        assert out.endswith(b"routed"), out  # a --listen endpoint routes it like any other path
+
+    def test_the_path_must_be_a_path(self) -> None:
+        found = problems(docs(UPSTREAM, vs("a", "*"), HEALTH_GATEWAY.replace("/any-path-you-want", "any")))
+        assert any("httpGateway.options.healthCheck.path: must be a request path starting with '/'" in p
+                   for p in found), found

@@ -162,8 +162,11 @@ class GlooLoaderTests(TestCase):
         assert "skipped Deployment (apps/v1)" in out.stderr
 
     @pytest.mark.parametrize("api, kind, reason", [
-        ("gateway.solo.io/v1", "MatchableHttpGateway", "unknown kind 'MatchableHttpGateway' in 'gateway.solo.io/v1'"),
-        ("gloo.solo.io/v1", "Proxy", "unknown kind 'Proxy' in 'gloo.solo.io/v1'"),
+        ("gateway.solo.io/v1", "MatchableHttpGateway", "Gloo's MatchableHttpGateway is not supported by twistgw:"
+                                                       " hybrid gateways are not supported"),
+        ("gateway.solo.io/v1", "HttpListenerOption", "Gloo's HttpListenerOption is not supported by twistgw: options"
+                                                     " attached to listeners by targetRefs"),
+        ("gloo.solo.io/v1", "Proxy", "Gloo's Proxy is not supported by twistgw: Gloo's generated Proxy is not read"),
         ("gateway.vendor.io/v1", "VirtualServic", "unknown kind 'VirtualServic'"),
         ("gloo.solo.io/v1", "VirtualService", "VirtualService needs apiVersion 'gateway.vendor.io/v1' or"
                                               " 'gateway.solo.io/v1', got 'gloo.solo.io/v1'"),
@@ -231,6 +234,15 @@ class GlooLoaderTests(TestCase):
          "routes[0].options.transformations", "transformations are out of twistgw's scope"),
         ("options: {tracing: {}}\n      routeAction: {single: {upstream: {name: u}}}",
          "routes[0].options.tracing", "tracing is not supported"),
+        ("options: {extProcEarly: {}}\n      routeAction: {single: {upstream: {name: u}}}", "routes[0].options.extProcEarly", "external processing"),
+        ("options: {retries: {retryOn: 5xx, rateLimitedRetryBackOff: {}}}\n      routeAction: {single: {upstream: {name: u}}}",
+         "routes[0].options.retries.rateLimitedRetryBackOff", "retries do not read the upstream's rate-limit"),
+        ("options: {shadowing: {upstream: {name: u}, percentage: 1, disableShadowHostSuffixAppend: true}}\n      routeAction: {single: {upstream: {name: u}}}",
+         "routes[0].options.shadowing.disableShadowHostSuffixAppend", "the shadow's Host always gets"),
+        ("options: {shadowing: {upstream: {name: u}, percentage: 1, hostRewriteLiteral: x}}\n      routeAction: {single: {upstream: {name: u}}}",
+         "routes[0].options.shadowing.hostRewriteLiteral", "the shadow's Host is the request's"),
+        ("options: {upgrades: [{connectTerminate: {enabled: true}}]}\n      routeAction: {single: {upstream: {name: u}}}",
+         "routes[0].options.upgrades[0].connectTerminate", "CONNECT is not proxied"),
     ])
     def test_unsupported_gloo_route_fields_are_named(self, snippet, field, reason):
         text = ("apiVersion: gateway.solo.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec:\n"
@@ -241,6 +253,28 @@ class GlooLoaderTests(TestCase):
             load_text(text)
         found = [i for i in info.value.issues if i.field == "spec.virtualHost." + field]
         assert found and found[0].reason.startswith("is not supported by twistgw: " + reason), info.value.issues
+        if "dynamicForwardProxy" in field:  # the one problem, not also "set exactly one of single, multi..."
+            assert len(info.value.issues) == 1, info.value.issues
+
+    def test_connect_matcher_and_kube_service_spec_are_named(self):
+        text = ("apiVersion: gateway.solo.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec:\n"
+                "  virtualHost:\n    routes:\n    - matchers: [{connectMatcher: {}}]\n"
+                "      directResponseAction: {status: 200}\n"
+                "---\napiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+                "spec: {kube: {serviceName: s, serviceNamespace: default, servicePort: 80, serviceSpec: {grpc: {}}}}\n")
+        with pytest.raises(ConfigError) as info:
+            load_text(text)
+        reasons = {i.field: i.reason for i in info.value.issues}
+        assert reasons["spec.virtualHost.routes[0].matchers[0].connectMatcher"].startswith(
+            "is not supported by twistgw: CONNECT requests are not proxied"), reasons
+        assert reasons["spec.kube.serviceSpec"].startswith("is not supported by twistgw: service specs"), reasons
+
+    def test_a_refused_upstream_type_is_one_problem(self):
+        with pytest.raises(ConfigError) as info:
+            load_text("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
+                      "spec: {aws: {region: us-east-1}}\n")
+        (issue,) = info.value.issues
+        assert issue.field == "spec.aws" and "AWS Lambda" in issue.reason
 
 
     @pytest.mark.parametrize("retries, field, reason", [
@@ -456,3 +490,78 @@ class GlooLoaderTests(TestCase):
             build_snapshot(load_directory(str(tmp_path), keep_going=True), PluginHost.create())
         found = [(os.path.basename(i.file), i.field or i.reason[:12]) for i in info.value.issues]
         assert found == [("a-backends.yaml", "invalid YAML"), ("b-vs.yaml", "spec.virtualHost.routes[0].colour")]
+
+
+# ---------------------------------------------------------------------------
+# Discovered Upstreams in Gloo's discovery namespace
+# ---------------------------------------------------------------------------
+
+PETSTORE = """\
+apiVersion: v1
+kind: Service
+metadata: {name: petstore, namespace: default}
+spec:
+  selector: {app: petstore}
+  ports: [{name: http, port: 8080, targetPort: 80}]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: petstore, namespace: default}
+subsets:
+- addresses: [{ip: 10.1.0.7}]
+  ports: [{name: http, port: 80}]
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {name: default, namespace: gloo-system}
+spec:
+  virtualHost:
+    domains: ['*']
+    routes:
+    - matchers: [{prefix: /}]
+      routeAction: {single: {upstream: {name: default-petstore-8080, namespace: NS}}}
+"""
+
+
+class DiscoveryNamespaceTests(TestCase):
+    """Gloo's discovery writes the Upstream of a Service port into its
+    discovery namespace (``gloo-system``), and Gloo's guides name it there:
+    ``{name: default-petstore-8080, namespace: gloo-system}``."""
+
+    def test_gloo_system_by_default_and_the_services_namespace_too(self):
+        for ns in ("gloo-system", "default"):
+            config = load_text(PETSTORE.replace("NS", ns))
+            assert len(build_snapshot(config, PluginHost.create()).routes) == 1
+            ups = config.upstreams[(ns, "default-petstore-8080")]
+            assert [(e.host, e.port) for e in ups.endpoints] == [("10.1.0.7", 80)]
+
+    def test_gloo_settings_discovery_namespace(self):
+        settings = ("apiVersion: gloo.solo.io/v1\nkind: Settings\nmetadata: {name: default, namespace: gloo-system}\n"
+                    "spec: {discoveryNamespace: discovered}\n---\n")
+        config = load_text(settings + PETSTORE.replace("NS", "discovered"))
+        assert ("discovered", "default-petstore-8080") in config.upstreams
+        assert ("gloo-system", "default-petstore-8080") not in config.upstreams
+        found = check(settings + PETSTORE.replace("NS", "gloo-system"))
+        assert any("dangling reference: no Upstream gloo-system/default-petstore-8080" in str(i) for i in found)
+
+    def test_twistgw_settings_discovery_namespace(self):
+        settings = ("apiVersion: gateway.vendor.io/v1\nkind: Settings\nmetadata: {name: default}\n"
+                    "spec: {gateway: {discoveryNamespace: edge}}\n---\n")
+        config = load_text(settings + PETSTORE.replace("NS", "edge"))
+        assert ("edge", "default-petstore-8080") in config.upstreams
+
+    def test_a_declared_upstream_of_that_name_wins(self):
+        declared = ("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: default-petstore-8080,"
+                    " namespace: gloo-system}\nspec: {static: {hosts: [{addr: 127.0.0.1, port: 9}]}}\n---\n")
+        config = load_text(declared + PETSTORE.replace("NS", "gloo-system"))
+        ups = config.upstreams[("gloo-system", "default-petstore-8080")]
+        assert [(e.host, e.port) for e in ups.endpoints] == [("127.0.0.1", 9)]
+
+    def test_secret_options_are_control_plane(self):
+        """Where Gloo reads Secrets (Kubernetes, Vault...): informational,
+        as the other secret sources; a Secret twistgw does not have stays a
+        dangling reference."""
+        settings = ("apiVersion: gloo.solo.io/v1\nkind: Settings\nmetadata: {name: default, namespace: gloo-system}\n"
+                    "spec:\n  secretOptions:\n    sources:\n    - kubernetes: {}\n    - vault: {address: http://v:8200}\n"
+                    "---\n")
+        assert ("gloo-system", "default-petstore-8080") in load_text(settings + PETSTORE.replace("NS", "gloo-system")).upstreams

@@ -69,6 +69,18 @@ class Kind:
 #: someone else's resource, skipped with a note like any other group's.
 FOREIGN_TWINS = frozenset({"networking.istio.io", "serving.knative.dev"})
 
+#: Gloo's own kinds in the groups twistgw reads that it does not implement,
+#: each with why (not an "unknown kind": Gloo users write them)
+GLOO_KINDS_REFUSED = {
+    "MatchableHttpGateway": "hybrid gateways are not supported; use one Gateway with httpGateway per listener",
+    "MatchableTcpGateway": "TCP proxying is out of twistgw's scope (an HTTP gateway)",
+    "HttpListenerOption": "options attached to listeners by targetRefs are not supported; write them in the"
+                          " Gateway's httpGateway.options (httpConnectionManagerSettings, httpLocalRatelimit)",
+    "ListenerOption": "options attached to listeners by targetRefs are not supported; write them in the Gateway's"
+                      " spec.options (accessLoggingService)",
+    "Proxy": "Gloo's generated Proxy is not read; twistgw serves the Gateways and VirtualServices themselves",
+}
+
 
 def _foreign_group(kind: str, api: str, versions: tuple[str, ...]) -> str:
     """Why a kind twistgw reads, under an API group it does not, is an error
@@ -113,6 +125,8 @@ def read_envelope(r: ResourceReader, data: Any, kinds: Mapping[str, Kind],
             raise r.fail(("apiVersion",), _foreign_group(kind, api, kinds[kind].api_versions))
         raise Skipped(f"{kind} ({api})")
     if kind not in kinds:
+        if kind in GLOO_KINDS_REFUSED:
+            raise r.fail(("kind",), f"Gloo's {kind} is not supported by twistgw: {GLOO_KINDS_REFUSED[kind]}")
         ours = sorted(k.name for k in kinds.values()
                       if any(v.startswith(group + "/") or v == api for v in k.api_versions))
         raise r.fail(("kind",), f"unknown kind {kind!r} in {api!r} (twistgw reads: {', '.join(ours)})")

@@ -14,8 +14,11 @@ What is read (everything else is refused by name, with the reason):
 * ``httpGateway``: ``virtualServices`` (references), or
   ``virtualServiceSelector`` (labels), within ``virtualServiceNamespaces``
   (``*`` or absent: every namespace); and ``options``:
-  ``httpConnectionManagerSettings`` (:class:`HcmSettings`) and
-  ``httpLocalRatelimit`` (:class:`LocalLimitSettings`).
+  ``httpConnectionManagerSettings`` (:class:`HcmSettings`),
+  ``httpLocalRatelimit`` (:class:`LocalLimitSettings`) and ``healthCheck``
+  (the path the listener answers itself: 200, or 503 while draining);
+* ``options.accessLoggingService``: access logs written to files
+  (:mod:`twistgw.config.accesslogs`); the other listener options are refused.
 
 See docs/gateways.md.
 """
@@ -28,6 +31,7 @@ from typing import Any, Mapping
 import attrs
 
 from twistgw.api.fields import FieldReader, Path
+from twistgw.config.accesslogs import AccessLogSink, read_listener_options
 from twistgw.config.envelope import Envelope
 from twistgw.config.model import Source, VirtualService
 from twistgw.options import parse_duration
@@ -37,13 +41,11 @@ __all__ = ["DEFAULT_PROXY", "GlooGateway", "HcmSettings", "LocalLimitSettings", 
 #: the proxy name a twistgw process answers to (Gloo's default Proxy)
 DEFAULT_PROXY = "gateway-proxy"
 
-_SPEC_FIELDS = ("bindAddress", "bindPort", "httpGateway", "proxyNames", "ssl", "useProxyProto")
+_SPEC_FIELDS = ("bindAddress", "bindPort", "httpGateway", "options", "proxyNames", "ssl", "useProxyProto")
 _SPEC_REFUSED = {
     "tcpGateway": "TCP proxying is out of twistgw's scope (an HTTP gateway); use httpGateway",
     "hybridGateway": "hybrid gateways (filter chains matched by SNI or source address, TCP and HTTP mixed) are"
                      " not supported; use one httpGateway per Gateway",
-    "options": "listener options (access-log services, socket options, connection balancing, buffer limits...)"
-               " are not supported; PROXY protocol is spec.useProxyProto",
     "routeOptions": "route-configuration options (maxDirectResponseBodySizeBytes, mostSpecificHeaderMutationsWins)"
                     " are not supported",
 }
@@ -52,7 +54,7 @@ _HTTP_REFUSED = {
     "virtualServiceExpressions": "set-based selectors are not supported; use virtualServiceSelector (labels)"
                                  " or virtualServices",
 }
-_OPTIONS_FIELDS = ("httpConnectionManagerSettings", "httpLocalRatelimit")
+_OPTIONS_FIELDS = ("healthCheck", "httpConnectionManagerSettings", "httpLocalRatelimit")
 _LOCAL_FIELDS = ("defaultLimit", "enableXRatelimitHeaders", "localRateLimitPerDownstreamConnection")
 
 #: HttpConnectionManagerSettings fields twistgw applies
@@ -148,6 +150,11 @@ class GlooGateway:
     namespaces: tuple[str, ...] | None = None
     hcm: HcmSettings = HcmSettings()
     local_limit: LocalLimitSettings | None = None
+    #: ``httpGateway.options.healthCheck.path`` as bytes (the request target
+    #: answered 200, or 503 while draining), or None
+    health_path: bytes | None = None
+    #: ``options.accessLoggingService``'s file sinks
+    access_logs: tuple[AccessLogSink, ...] = ()
     source: Source | None = None
 
     @property
@@ -191,7 +198,8 @@ def read_gateway(r: FieldReader, res: Envelope) -> GlooGateway:
     spec = _refuse(r, r.mapping(res.spec, ("spec",)), ("spec",), _SPEC_REFUSED)
     spec = r.mapping(spec, ("spec",), _SPEC_FIELDS, required=("bindPort",))
     if "httpGateway" not in spec and r.count() == 0:
-        r.issue(("spec", "httpGateway"), "is required: twistgw serves HTTP gateways")
+        r.issue(("spec", "httpGateway"), "is required: a Gateway without httpGateway (or tcpGateway,"
+                " hybridGateway) gets no listener in Gloo; write httpGateway: {} to serve every virtual service")
     out: dict[str, Any] = {}
     with r.part():
         address = r.string(spec.get("bindAddress", "::"), ("spec", "bindAddress"))
@@ -211,6 +219,9 @@ def read_gateway(r: FieldReader, res: Envelope) -> GlooGateway:
         out["proxy_names"] = tuple(r.string(n, ("spec", "proxyNames", i)) for i, n in enumerate(names))
     with r.part():
         out.update(_read_http(r, spec.get("httpGateway") or {}, ("spec", "httpGateway"), res.namespace))
+    with r.part():
+        if "options" in spec:
+            out["access_logs"] = read_listener_options(r, spec["options"], ("spec", "options"))
     if "bind_address" not in out or "bind_port" not in out:
         raise r.invalid()
     return GlooGateway(res.namespace, res.name, source=res.source, **out)
@@ -255,6 +266,9 @@ def _read_http(r: FieldReader, value: Any, path: Path, ns: str) -> dict[str, Any
                 out["hcm"] = _read_hcm(r, opts["httpConnectionManagerSettings"],
                                        path + ("options", "httpConnectionManagerSettings"))
         with r.part():
+            if "healthCheck" in opts:
+                out["health_path"] = _read_health(r, opts["healthCheck"], path + ("options", "healthCheck"))
+        with r.part():
             if "httpLocalRatelimit" in opts:
                 out["local_limit"] = _read_local(r, opts["httpLocalRatelimit"],
                                                  path + ("options", "httpLocalRatelimit"))
@@ -283,6 +297,16 @@ def _read_hcm(r: FieldReader, value: Any, path: Path) -> HcmSettings:
                     raise r.fail(path + (field,), f"must be a positive duration (e.g. 30s), got {m[field]!r}")
                 out[attr] = seconds
     return HcmSettings(**out)
+
+
+def _read_health(r: FieldReader, value: Any, path: Path) -> bytes:
+    """``healthCheck: {path}``: Envoy's health-check filter, matched on the
+    whole request target (``:path``, query included), exactly."""
+    m = r.mapping(value, path, {"path"}, required=("path",))
+    text = r.string(m["path"], path + ("path",))
+    if not text.startswith("/") or not text.isascii() or not text.isprintable() or " " in text:
+        raise r.fail(path + ("path",), f"must be a request path starting with '/' (printable ASCII), got {text!r}")
+    return text.encode("ascii")
 
 
 def _header_value(r: FieldReader, value: Any, path: Path) -> str:

@@ -4,7 +4,9 @@ plumbing (where Gloo itself reads its resources, its xDS addresses) is
 informational, and the rest is refused by name.
 
 Served: ``gloo.regexMaxProgramSize`` (twistgw's
-``spec.gateway.regexMaxProgramSize``), and the add-on sections ``extauth``,
+``spec.gateway.regexMaxProgramSize``), ``discoveryNamespace`` (twistgw's
+``spec.gateway.discoveryNamespace``: where the Upstreams discovered from
+Services are also found), and the add-on sections ``extauth``,
 ``rbac``, ``ratelimit`` and ``ratelimitServer``, handed to the plugin of that
 name exactly as a twistgw ``Settings`` section (the plugin checks them; with
 no such plugin installed they are refused).
@@ -23,9 +25,9 @@ __all__ = ["CONTROL_PLANE", "GLOO_SETTINGS_SECTIONS", "read_any_settings", "read
 #: Gloo's control plane: how Gloo finds and serves its configuration. They
 #: mean nothing to a gateway that reads a directory; accepted as written.
 CONTROL_PLANE = frozenset({
-    "discoveryNamespace", "watchNamespaces", "watchNamespaceSelectors", "kubernetesConfigSource",
+    "watchNamespaces", "watchNamespaceSelectors", "kubernetesConfigSource",
     "directoryConfigSource", "kubernetesSecretSource", "directorySecretSource", "kubernetesArtifactSource",
-    "directoryArtifactSource", "refreshRate", "devMode", "discovery", "kubernetes", "consoleOptions",
+    "directoryArtifactSource", "secretOptions", "refreshRate", "devMode", "discovery", "kubernetes", "consoleOptions",
     "observabilityOptions",
 })
 _GLOO_CONTROL = frozenset({"xdsBindAddr", "restXdsBindAddr", "validationBindAddr", "proxyDebugBindAddr",
@@ -49,6 +51,10 @@ def read_gloo_settings(r: FieldReader, res: Envelope) -> dict[str, Any]:
         path = ("spec", key)
         if key in CONTROL_PLANE:
             continue
+        if key == "discoveryNamespace":
+            with r.part():
+                out.setdefault("gateway", {})["discoveryNamespace"] = r.string(value, path)
+            continue
         if key in GLOO_SETTINGS_SECTIONS:
             with r.part():
                 out[key] = r.mapping(value, path)
@@ -56,7 +62,7 @@ def read_gloo_settings(r: FieldReader, res: Envelope) -> dict[str, Any]:
             with r.part():
                 limit = _gloo_section(r, r.mapping(value, path))
                 if limit is not None:
-                    out["gateway"] = {"regexMaxProgramSize": limit}
+                    out.setdefault("gateway", {})["regexMaxProgramSize"] = limit
         elif key == "gateway":
             with r.part():
                 for k in r.mapping(value, path):

@@ -213,7 +213,11 @@ def _safe_regex(r: FieldReader, pattern: str, path: Path) -> SafeRegex:
 
 def parse_matcher(r: FieldReader, raw: Any, mp: Path) -> Matcher:
     """One matcher; every problem in it is recorded before giving up."""
-    mm = r.mapping(raw, mp, set(MATCHER_FIELDS))
+    mm = dict(r.mapping(raw, mp))
+    if mm.pop("connectMatcher", None) is not None:
+        r.issue(mp + ("connectMatcher",), "is not supported by twistgw: CONNECT requests are not proxied (a reverse"
+                " proxy has no tunnel target)")
+    mm = r.mapping(mm, mp, set(MATCHER_FIELDS))
     bad = r.count()
     kinds = [k for k in ("prefix", "exact", "regex") if k in mm]
     if len(kinds) > 1:

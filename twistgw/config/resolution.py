@@ -14,6 +14,7 @@ import attrs
 from twistgw.api.fields import Path
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo, path_text
 from twistgw.config.errors import ConfigIssue
+from twistgw.config.settings import discovery_namespace
 from twistgw.config.servertls import resolve_server_tls, tls_chains
 from twistgw.config.upstreamtls import resolve_tls
 from twistgw.regex import SafeRegex, too_large
@@ -190,14 +191,19 @@ class Resolved:
 def resolve_upstreams(config: Config, issue: Locate, invalid: set[tuple[str, str, str]],
                       partial: bool) -> Resolved:
     """Every Upstream's endpoints: discovered ones (each Service port is an
-    Upstream ``<ns>-<service>-<port>``, as Gloo's discovery names them),
+    Upstream ``<ns>-<service>-<port>``, as Gloo's discovery names them, in
+    the Service's namespace and in the discovery namespace, ``gloo-system``
+    unless Settings say otherwise, where Gloo writes it),
     static hosts, and ``kube`` Upstreams through their Service. Adds the
     Upstreams that cannot be resolved to ``invalid``."""
     found = Resolved({}, {}, {})
+    discovery = discovery_namespace(config.settings)
     for (ns, sname), service in config.services.items():
         for sport in service.ports:
             info = config.resolve_kube(sname, ns, sport.port)
             found.upstreams[(ns, info.name)] = info
+            # where Gloo's discovery writes it (gloo-system/default-petstore-8080)
+            found.upstreams.setdefault((discovery, info.name), info)
     for (ns, uname), res in config.upstream_resources.items():
         if ("Upstream", ns, uname) in invalid:
             continue

@@ -85,6 +85,9 @@ def read_retries(r: FieldReader, value: Any, path: Path, ns: str = "default") ->
     m = dict(r.mapping(value, path))
     if m.pop("previousPriorities", None) is not None:
         r.issue(path + ("previousPriorities",), "is not supported by twistgw: there are no priority levels")
+    if m.pop("rateLimitedRetryBackOff", None) is not None:
+        r.issue(path + ("rateLimitedRetryBackOff",), "is not supported by twistgw: retries do not read the"
+                " upstream's rate-limit reset headers; use retryBackOff")
     m = r.mapping(m, path, {"retryOn", "numRetries", "perTryTimeout", "retriableStatusCodes", "retryBackOff"},
                   required=("retryOn",))
     conditions = [c.strip() for c in r.string(m["retryOn"], path + ("retryOn",)).split(",") if c.strip()]

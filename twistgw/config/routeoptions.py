@@ -47,6 +47,8 @@ UNSUPPORTED_OPTIONS: dict[str, str] = {
     "dlp": f"data loss prevention (DLP) is {_OUT}",
     "waf": f"the web application firewall (WAF) is {_OUT}",
     "extProc": f"external processing (extProc) is {_OUT}",
+    "extProcEarly": f"external processing (extProc) is {_OUT}",
+    "extProcLate": f"external processing (extProc) is {_OUT}",
     "ai": f"the AI gateway is {_OUT}",
     "envoyMetadata": "Envoy metadata has no meaning in twistgw (there is no Envoy)",
     "maxStreamDuration": "maxStreamDuration is not supported: use timeout",
@@ -169,6 +171,10 @@ def websocket_enabled(r: FieldReader, value: Any, path: Path) -> bool:
         at = path + (i,)
         if "connect" in r.mapping(item, at):
             r.issue(at + ("connect",), "CONNECT is not proxied (a reverse proxy has no tunnel target; answered 501)")
+            continue
+        if "connectTerminate" in r.mapping(item, at):
+            r.issue(at + ("connectTerminate",), "is not supported by twistgw: CONNECT is not proxied (a reverse"
+                    " proxy has no tunnel target)")
             continue
         entry = r.mapping(item, at, {"websocket"})
         if len(entry) != 1:

@@ -12,7 +12,8 @@ from twistgw.config.envelope import Envelope
 from twistgw.config.names import is_loopback_endpoint
 from twistgw.regex import max_program_size
 
-__all__ = ["MAX_PROGRAM_SIZE_LIMIT", "read_settings", "regex_max_program_size"]
+__all__ = ["DISCOVERY_NAMESPACE", "MAX_PROGRAM_SIZE_LIMIT", "discovery_namespace", "read_settings",
+           "regex_max_program_size"]
 
 #: The largest ``regexMaxProgramSize`` accepted (Contour's choice for
 #: "unlimited"; RE2's memory budget refuses larger programs anyway).
@@ -23,6 +24,19 @@ def regex_max_program_size(settings: Mapping[str, Any]) -> int:
     """The program-size limit of regular expressions in the configuration:
     ``Settings.spec.gateway.regexMaxProgramSize``, else Envoy's default."""
     return max_program_size(settings.get("gateway"))
+
+
+#: Where Gloo's discovery writes the Upstreams it makes of Services (Gloo's
+#: default: the namespace it is installed in)
+DISCOVERY_NAMESPACE = "gloo-system"
+
+
+def discovery_namespace(settings: Mapping[str, Any]) -> str:
+    """``spec.gateway.discoveryNamespace`` (Gloo's ``spec.discoveryNamespace``),
+    or Gloo's default, ``gloo-system``."""
+    gateway = settings.get("gateway")
+    found = gateway.get("discoveryNamespace") if isinstance(gateway, Mapping) else None
+    return found if isinstance(found, str) and found else DISCOVERY_NAMESPACE
 
 
 def read_settings(r: FieldReader, res: Envelope) -> dict[str, Any]:
@@ -40,7 +54,10 @@ def _gateway_settings(r: FieldReader, value: Any) -> None:
     if value is None:
         return
     path: Path = ("spec", "gateway")
-    g = r.mapping(value, path, {"echoServer", "regexMaxProgramSize"})
+    g = r.mapping(value, path, {"discoveryNamespace", "echoServer", "regexMaxProgramSize"})
+    with r.part():
+        if "discoveryNamespace" in g:
+            r.string(g["discoveryNamespace"], path + ("discoveryNamespace",))
     with r.part():
         if "regexMaxProgramSize" in g:
             r.integer(g["regexMaxProgramSize"], path + ("regexMaxProgramSize",), 1, MAX_PROGRAM_SIZE_LIMIT)

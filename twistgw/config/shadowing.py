@@ -39,11 +39,22 @@ class Shadowing:
         return (self.namespace, self.name)
 
 
+#: Gloo's shadowing fields twistgw refuses, and why
+_REFUSED = {
+    "disableShadowHostSuffixAppend": "the shadow's Host always gets Envoy's -shadow suffix",
+    "hostRewriteLiteral": "the shadow's Host is the request's with the -shadow suffix; it is not rewritten",
+}
+
+
 def read_shadowing(r: FieldReader, value: Any, path: Path, ns: str) -> Shadowing:
     """Gloo's fields: ``upstream`` (a resource reference, its namespace the
     route's by default) and ``percentage`` (0 to 100, required here: Gloo's
     default of 0 shadows nothing, which a reader would not guess)."""
-    m = r.mapping(value, path, {"upstream", "percentage"}, required=("upstream", "percentage"))
+    m = dict(r.mapping(value, path))
+    for key, why in _REFUSED.items():
+        if m.pop(key, None) is not None:
+            r.issue(path + (key,), f"is not supported by twistgw: {why}")
+    m = r.mapping(m, path, {"upstream", "percentage"}, required=("upstream", "percentage"))
     ref = r.mapping(m["upstream"], path + ("upstream",), {"name", "namespace"}, required=("name",))
     name = r.string(ref["name"], path + ("upstream", "name"))
     namespace = r.string(ref.get("namespace", ns), path + ("upstream", "namespace"))

@@ -171,10 +171,25 @@ def read_subset_spec(r: FieldReader, value: Any, path: Path) -> SubsetSpec:
     return SubsetSpec(tuple(selectors), fallback, default)
 
 
+#: Gloo's upstream types twistgw refuses (config/gloo.py says why)
+_REFUSED_TYPES = ("aws", "azure", "gcp", "consul", "pipe", "awsEc2")
+
+
+def _one_type(r: FieldReader, spec: dict[str, Any], refused_type: bool) -> None:
+    """``kube`` or ``static``, exactly one; not said again when the
+    Upstream's type is one twistgw refuses (aws, consul...: already reported)."""
+    given = [k for k in spec if k in ("kube", "static")]
+    if len(given) != 1:
+        if refused_type and not given:
+            raise r.invalid()
+        raise r.fail(("spec",), "set exactly one of kube or static")
+
+
 def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     """An ``Upstream``: static hosts, or a Kubernetes Service port (with subsets)."""
     ns, name, source = res.namespace, res.name, res.source
     spec = r.mapping(res.spec, ("spec",))
+    refused_type = any(k in spec for k in _REFUSED_TYPES)
     spec = r.mapping(unsupported(r, spec, ("spec",), "upstreamSpec"), ("spec",),
                      {"kube", "static", "discoveryMetadata", "loadBalancerConfig", "healthChecks", "sslConfig",
                       "circuitBreakers", "outlierDetection", "connectionConfig"})
@@ -204,8 +219,7 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
         with r.part():
             dm = r.mapping(spec["discoveryMetadata"], ("spec", "discoveryMetadata"), {"labels"})
             r.labels(dm.get("labels"), ("spec", "discoveryMetadata", "labels"))
-    if len([k for k in spec if k in ("kube", "static")]) != 1:
-        raise r.fail(("spec",), "set exactly one of kube or static")
+    _one_type(r, spec, refused_type)
     if "static" in spec:
         hosts, ssl = _read_static(r, spec["static"], ssl)
     if ssl is not None and hc is not None:

@@ -162,10 +162,12 @@ def _action(r: FieldReader, ns: str, kind: str, value: Any,
         return _delegate(r, ns, value, ap)
     if kind == "redirectAction":
         return read_redirect(r, value, ap)
-    ra = r.mapping(value, ap)
-    ra = r.mapping(unsupported(r, ra, ap, "routeAction"), ap, {"single", "multi", "upstreamGroup"})
+    raw = r.mapping(value, ap)
+    ra = r.mapping(unsupported(r, raw, ap, "routeAction"), ap, {"single", "multi", "upstreamGroup"})
     forms = [k for k in ("single", "multi", "upstreamGroup") if k in ra]
     if len(forms) != 1:
+        if not forms and len(ra) < len(raw):
+            raise r.invalid()  # a destination twistgw refuses (dynamicForwardProxy...): already said
         raise r.fail(ap, "set exactly one of single, multi or upstreamGroup")
     if "multi" in ra:
         mp = ap + ("multi",)

@@ -98,6 +98,10 @@ class GatewayView:
         #: engine/sni.py); None: a plain Gateway
         self.tls = TlsRoutes(virtual_services) if gateway.ssl else None
         self.limit = limit
+        #: ``healthCheck.path`` (bytes): answered by the engine before routing
+        self.health_path = gateway.health_path
+        #: ``options.accessLoggingService``'s file sinks (written by runtime/accessfiles.py)
+        self.access_logs = gateway.access_logs
         name = gateway.hcm.server_name
         #: ``serverName``: the Server header of every response
         self.server_edit = (ResponseEdit(frozenset({b"server"}), ((b"Server", name.encode("ascii")),))

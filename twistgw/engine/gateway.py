@@ -31,11 +31,15 @@ from twistgw.engine.upstream.shadow import Shadows
 
 __all__ = ["Gateway", "GatewayFactory"]
 
-#: a TLS connection whose certificate a reload replaced (RFC 9110 §15.5.20:
-#: the client retries on a new connection, which gets the new certificate)
 #: what Pipeline.handle returns but a Deferred (RetryingForward is a Forward)
 _PLANS = (Forward, LocalResponse)
+#: a Gateway's ``healthCheck`` path (Envoy's health-check filter): 200, or
+#: 503 once the process drains
+HEALTHY = LocalResponse(200, reason="the Gateway's healthCheck path", answer=True)
+DRAINING = LocalResponse(503, reason="the Gateway's healthCheck path, while draining", answer=True)
 
+#: a TLS connection whose certificate a reload replaced (RFC 9110 §15.5.20:
+#: the client retries on a new connection, which gets the new certificate)
 MISDIRECTED = LocalResponse(421, b"Misdirected Request: the certificate for this server name changed;"
                             b" reconnect\n", reason="the TLS connection's certificate was replaced by a reload")
 
@@ -61,6 +65,10 @@ class Gateway:
         #: where access lines go (True: a twisted.logger event per request)
         self.access_log: AccessLog | None = (
             AccessLog(fmt="events") if access_log is True else access_log or None)
+        #: the Gateways' access-log files (``runtime.accessfiles.AccessFiles``)
+        #: while some Gateway of the serving snapshot logs, else None: see
+        #: :meth:`log_gateways_to`
+        self.gateway_logs: Any = None
         self.snapshot: Snapshot | None = None
         self.draining = False
         self.inflight = 0
@@ -87,8 +95,11 @@ class Gateway:
             if key is None:
                 plan = self.pipeline.handle(head, snapshot)
             elif snapshot is not None and key in snapshot.gateways:
-                head.gateway = snapshot.gateways[key]
-                plan = self.pipeline.handle(head, snapshot)
+                view = head.gateway = snapshot.gateways[key]
+                if view.health_path is not None and ex.target == view.health_path:
+                    plan = DRAINING if self.draining else HEALTHY
+                else:
+                    plan = self.pipeline.handle(head, snapshot)
             else:  # a Gateway removed while its listener drains
                 plan = NOT_FOUND
         except Exception:
@@ -144,6 +155,22 @@ class Gateway:
         ex.abort()
 
     # -- accounting ------------------------------------------------------------
+
+    def log_gateways_to(self, files: Any) -> None:
+        """Write the Gateways' access lines to ``files`` (an
+        ``AccessFiles``), or stop (None). While none is set, :meth:`record`
+        is the class's own: a request pays nothing for Gateway access logs."""
+        self.gateway_logs = files
+        if files is None:
+            self.__dict__.pop("record", None)
+        else:
+            self.record = self._record_and_log  # type: ignore[method-assign]
+
+    def _record_and_log(self, ex: Exchange) -> None:
+        Gateway.record(self, ex)
+        head = ex.head
+        if head is not None and head.gateway is not None and head.gateway.access_logs:
+            self.gateway_logs.log(ex, head, self.reactor.seconds() - ex.started)
 
     def record(self, ex: Exchange) -> None:
         """Once per exchange, as it enters a final phase."""

@@ -37,6 +37,7 @@ from twistgw.core.snapshot import Snapshot
 from twistgw.core.tlsroutes import TlsRoutes
 from twistgw.engine.gateway import Gateway, GatewayFactory
 from twistgw.engine.sni import SniServerEndpoint
+from twistgw.runtime.accessfiles import AccessFiles
 from twistgw.runtime.listeners import Listener, open_all
 
 __all__ = ["GatewayListeners", "GatewayTlsRoutes", "bind_text", "gateway_tls"]
@@ -98,6 +99,10 @@ class GatewayListeners:
         self.current: dict[str, tuple[tuple[str, int], Listener]] = {}
         #: opened by :meth:`prepare` for the snapshot about to serve
         self._pending: dict[str, tuple[tuple[str, int], Listener]] = {}
+        #: the Gateways' access-log files, opened and closed with the listeners
+        self.files = AccessFiles(reactor)
+        #: the access-log files the first configuration could not open
+        self.first_problems: list[str] = []
 
     def listeners(self) -> list[Listener]:
         return [listener for _, listener in self.current.values()]
@@ -136,16 +141,27 @@ class GatewayListeners:
 
     def first(self, snapshot: Snapshot) -> None:
         """The first configuration's listeners, opened with the others by the
-        service (``open_listeners``)."""
+        service (``open_listeners``), and its access-log files (opened now;
+        those that cannot be are :attr:`first_problems`)."""
         self.current = self._wanted(snapshot)
+        self.files.close()
+        self.first_problems = self.files.prepare(snapshot)
+        self._commit_files(snapshot)
+
+    def _commit_files(self, snapshot: Snapshot) -> None:
+        self.gateway.log_gateways_to(self.files if self.files.commit(snapshot) else None)
 
     def prepare(self, snapshot: Snapshot, on_late_failure: Callable[[Listener], None]) -> list[str]:
         """Open what ``snapshot`` adds; the lines of those that cannot listen
-        (then none of them stays open)."""
+        (then none of them stays open); and the access-log files it adds."""
+        problems = self.files.prepare(snapshot)
+        if problems:
+            return problems
         self._pending = self._wanted(snapshot)
         problems = open_all([listener for _, listener in self._pending.values()], on_late_failure)
         if problems:
             self._pending = {}
+            self.files.discard()
         return problems
 
     def commit(self, snapshot: Snapshot) -> None:
@@ -159,6 +175,7 @@ class GatewayListeners:
         self._pending = {}
         for key, (_, listener) in self.current.items():
             self._configure(listener, snapshot.gateways[key])
+        self._commit_files(snapshot)
         for listener in closing:
             self._close(listener)
 
@@ -173,6 +190,11 @@ class GatewayListeners:
         the Deferreds of the ports closing, and of each factory's
         connections (closed by :meth:`close_connections`)."""
         return [listener.close() for _, listener in self.current.values()]
+
+    def close_files(self) -> None:
+        """The last access lines written, the files closed (the service stops)."""
+        self.gateway.log_gateways_to(None)
+        self.files.close()
 
     def close_connections(self) -> list[Any]:
         return [listener.factory.close_connections() for _, listener in self.current.values()]

@@ -292,6 +292,8 @@ class GatewayService(service.MultiService):
         none listens). ``twist twistgw`` calls it before the reactor runs and
         exits on a problem; one that fails later stops the process."""
         self._listening = True
+        if self.gateways.first_problems:
+            return list(self.gateways.first_problems)
         return open_all(self.all_listeners(), lambda listener: exit_after_stopping(self.reactor, listener.line()))
 
     def not_listening(self) -> list[Listener]:
@@ -351,5 +353,6 @@ class GatewayService(service.MultiService):
             self._echo_port.addCallback(lambda port: port.stopListening() if port is not None else None)
         yield self.gateway.forwarder.close()
         yield defer.ensureDeferred(self.plugins.unconfigure())
+        self.gateways.close_files()
         if self.gateway.access_log is not None:
             self.gateway.access_log.close()  # the last lines, before the process ends
