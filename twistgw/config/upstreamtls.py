@@ -181,7 +181,8 @@ def resolve_tls(spec: SslSpec, secrets: Mapping[tuple[str, str], SecretInfo], ba
         the PEMs cannot be used (the message says why).
     """
     cert, key, ca = read_pems(spec.secret, spec.files, secrets, base)
-    from twistgw.tls import TLSSettingsError, client_tls, upstream_context
+    from twistgw.stdtls import upstream_context
+    from twistgw.tls import TLSSettingsError, client_tls
 
     tls = UpstreamTls(spec.sni, ca, cert, key, spec.verify_names, spec.min_version, spec.max_version,
                       spec.ciphers, spec.host_sni)

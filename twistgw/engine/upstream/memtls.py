@@ -39,6 +39,7 @@ client of the gateway:
 from __future__ import annotations
 
 import ssl
+from collections.abc import Iterable
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -49,7 +50,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from twistgw.engine import wire
-from twistgw.tls import PeerRefused, peer_problem, untrusted
+from twistgw.stdtls import peer_problem, untrusted
+from twistgw.tls import PeerRefused
 
 __all__ = ["TLSClientEndpoint", "TLSConnection"]
 
@@ -83,7 +85,8 @@ class TLSConnection(Protocol):
         self._paused_producer = False
         #: why the connection failed (a refused peer, a TLS error), for connectionLost
         self._reason: Failure | None = None
-        self._peer_closed = False
+        #: close_notify was received, or sent by loseConnection: TCP's close is a clean end
+        self._clean_end = False
         self._dead = False  # failed or aborted: nothing more is read nor written
         self.connected = False
         self.disconnecting = False
@@ -115,7 +118,7 @@ class TLSConnection(Protocol):
         self._dead = True
         if self._reason is not None:
             reason = self._reason
-        elif not self._peer_closed:
+        elif not self._clean_end:
             # closed without close_notify: Twisted's TLS layer reports it so
             reason = Failure(ConnectionLost())
         self._reason = None
@@ -193,13 +196,13 @@ class TLSConnection(Protocol):
         self.transport.loseConnection()
 
     def _closed_by_peer(self) -> None:
-        self._peer_closed = True
         self._dead = True
         self._shutdown()
 
     def _shutdown(self) -> None:
         """Send close_notify and close TCP (the peer's answer is not waited
         for: RFC 8446 §6.1 lets the closing side go)."""
+        self._clean_end = True
         tls = self._tls
         if tls is not None:
             try:
@@ -231,7 +234,7 @@ class TLSConnection(Protocol):
         wire.write(self.transport, self._out.read())
         return True
 
-    def writeSequence(self, data: list[bytes]) -> None:
+    def writeSequence(self, data: Iterable[bytes]) -> None:
         self.write(b"".join(data))
 
     def loseConnection(self) -> None:

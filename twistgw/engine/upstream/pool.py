@@ -27,7 +27,7 @@ from twistgw.engine.upstream.breakers import Breaker, LimitedRequest, LimitedRet
 from twistgw.engine.upstream.request import UpstreamRequest
 from twistgw.engine.upstream.retrying import RetryingRequest
 from twistgw.engine.upstream.tunnel import TUNNEL_IDLE_TIMEOUT
-from twistgw.tls import server_names, upstream_context
+from twistgw.stdtls import server_names, upstream_context
 
 __all__ = ["UpstreamPool"]
 
