@@ -28,10 +28,9 @@ from typing import TYPE_CHECKING
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from OpenSSL import SSL
 
-from twistgw.tls import (_X509_ERRORS, PeerRefused, TLSSettingsError, _check_names, _is_ip, _name_problem,
-                         _sni_bytes, _VerifyingCreator, client_tls)
+from twistgw.tls import (X509_ERRORS, PeerRefused, TLSSettingsError, check_names, client_tls, is_ip, name_problem,
+                         sni_bytes, tls12_suites)
 
 if TYPE_CHECKING:
     from twistgw.api.upstreampolicy import UpstreamTls
@@ -56,8 +55,8 @@ def server_names(server_name: str, verify_names: Sequence[str] = ()) -> tuple[st
 
     :raises TLSSettingsError: for a name that cannot be used.
     """
-    names = _check_names(server_name, verify_names)
-    sni = None if _is_ip(server_name) else _sni_bytes(server_name).decode("ascii")
+    names = check_names(server_name, verify_names)
+    sni = None if is_ip(server_name) else sni_bytes(server_name).decode("ascii")
     return sni, tuple(names)
 
 
@@ -71,7 +70,7 @@ def peer_problem(der: bytes | None, names: Sequence[str]) -> str | None:
         cert = x509.load_der_x509_certificate(der)
     except ValueError as exc:
         return f"the peer's certificate could not be checked (ValueError: {exc})"
-    problem = _name_problem(cert, names)
+    problem = name_problem(cert, names)
     return None if problem is None else f"the peer's certificate is refused: {problem}"
 
 
@@ -80,7 +79,7 @@ def untrusted(exc: stdssl.SSLCertVerificationError) -> PeerRefused:
     refused, in :func:`client_tls`'s words (the depth and subject of the
     refused certificate are not reported by the standard library)."""
     code = exc.verify_code
-    reason = _X509_ERRORS.get(code) or exc.verify_message or f"X.509 verification error {code}"
+    reason = X509_ERRORS.get(code) or exc.verify_message or f"X.509 verification error {code}"
     return PeerRefused(f"the peer's certificate chain is not trusted: {reason}")
 
 
@@ -116,9 +115,7 @@ def client_context(
     creator = client_tls("settings.check", ca_pem=ca_pem, client_cert_pem=client_cert_pem,
                          client_key_pem=client_key_pem, min_version=min_version, max_version=max_version,
                          ciphers=ciphers or None)
-    assert isinstance(creator, _VerifyingCreator)
-    suites = [name for name in SSL.Connection(creator._context, None).get_cipher_list()
-              if not name.startswith("TLS_")]  # TLS 1.3 suites: OpenSSL's, set apart
+    suites = tls12_suites(creator)
     try:
         context = stdssl.SSLContext(stdssl.PROTOCOL_TLS_CLIENT)
         context.check_hostname = False  # checked by peer_problem, with service-identity, as client_tls does
