@@ -156,6 +156,25 @@ async def test_a_client_certificate_is_sent_and_its_temporary_file_is_gone(
     assert data == b"" and describe_tls_failure(reason) is not None
 
 
+@pytest_twisted.ensureDeferred
+async def test_without_a_ca_the_system_store_is_used_and_honours_ssl_cert_file(
+        ca: TestCA, listening: Any, monkeypatch: Any, tmp_path: Path) -> None:
+    port, received = listening(ca.issue("backend.test", dns=["backend.test"]))
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    client_context.cache_clear()  # contexts are kept per settings; the store is read when one is made
+    text = await _refused(port, received, "backend.test")
+    assert "not trusted" in text
+    (tmp_path / "ca.pem").write_bytes(ca.pem)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    client_context.cache_clear()
+    try:
+        data, _, _ = await _talk(port, "backend.test")
+        assert data == b"ok:" + SECRET
+    finally:
+        client_context.cache_clear()
+
+
 def test_settings_are_refused_with_client_tls_words(ca: TestCA) -> None:
     for kwargs, message in [({"ca_pem": b"nope"}, "CA certificates"), ({"min_version": "TLSv1_4"}, "TLSv1_4"),
                             ({"ciphers": ("NO-SUCH-CIPHER",)}, "refused by OpenSSL"),
