@@ -47,17 +47,18 @@ _STD_VERSIONS = {
 }
 
 
-def server_names(server_name: str, verify_names: Sequence[str] = ()) -> tuple[str | None, tuple[str, ...]]:
-    """``(sni, names)`` of a connection to ``server_name``: the SNI as the
-    standard library's ``server_hostname`` (None for an IP address, which
-    sends none), and the names one of which the certificate must carry, as
+def server_names(server_name: str, verify_names: Sequence[str] = ()) -> tuple[str, tuple[str, ...]]:
+    """``(server_hostname, names)`` of a connection to ``server_name``: the
+    standard library's ``server_hostname`` (the name sent as SNI, IDNA-encoded
+    as :func:`client_tls` sends it; an IP address as it is, for which no SNI
+    is sent), and the names one of which the certificate must carry, as
     :func:`client_tls` checks them.
 
     :raises TLSSettingsError: for a name that cannot be used.
     """
     names = check_names(server_name, verify_names)
-    sni = None if is_ip(server_name) else sni_bytes(server_name).decode("ascii")
-    return sni, tuple(names)
+    hostname = server_name if is_ip(server_name) else sni_bytes(server_name).decode("ascii")
+    return hostname, tuple(names)
 
 
 def peer_problem(der: bytes | None, names: Sequence[str]) -> str | None:
@@ -74,11 +75,19 @@ def peer_problem(der: bytes | None, names: Sequence[str]) -> str | None:
     return None if problem is None else f"the peer's certificate is refused: {problem}"
 
 
-def untrusted(exc: stdssl.SSLCertVerificationError) -> PeerRefused:
-    """The :class:`PeerRefused` of a chain the standard library's handshake
-    refused, in :func:`client_tls`'s words (the depth and subject of the
-    refused certificate are not reported by the standard library)."""
+#: OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH
+_NAME_MISMATCH = (62, 64)
+
+
+def untrusted(exc: stdssl.SSLCertVerificationError, names: Sequence[str]) -> PeerRefused:
+    """The :class:`PeerRefused` of a certificate the standard library's
+    handshake refused, in :func:`client_tls`'s words (the depth and subject
+    of the refused certificate are not reported by the standard library):
+    its chain, or (``check_hostname`` contexts) its name."""
     code = exc.verify_code
+    if code in _NAME_MISMATCH:
+        return PeerRefused(f"the peer's certificate is refused: it does not name {' or '.join(names)}"
+                           f" (checked by OpenSSL during the handshake, before the client certificate is sent)")
     reason = X509_ERRORS.get(code) or exc.verify_message or f"X.509 verification error {code}"
     return PeerRefused(f"the peer's certificate chain is not trusted: {reason}")
 
@@ -93,13 +102,19 @@ def client_context(
     max_version: str | None = None,
     ciphers: tuple[str, ...] = (),
     alpn: tuple[str, ...] = (),
+    check_hostname: bool = False,
 ) -> stdssl.SSLContext:
     """The standard library's client context for the settings of
     :func:`client_tls` (the same arguments; ``ciphers`` a tuple): the chain is
     verified by OpenSSL during the handshake against ``ca_pem`` (None: the
-    system's store), the name is **not** (there is no callback for it): the
-    caller checks it with :func:`peer_problem` once the handshake is done,
-    before any application data is sent. The TLS 1.2 cipher suites are
+    system's store); the name is checked by the caller with
+    :func:`peer_problem` once the handshake is done, before any application
+    data is sent (the standard library has no verify callback). With
+    ``check_hostname`` OpenSSL also checks the ``server_hostname`` during the
+    handshake (subjectAltName only, never the common name): for mutual TLS,
+    so that the client certificate is never sent to a server of the wrong
+    name (``verifySubjectAltName`` names, which are not the SNI name, cannot
+    be checked so). The TLS 1.2 cipher suites are
     exactly those Twisted's context would offer (Twisted's defaults when
     ``ciphers`` is empty); session tickets are not asked for, as Twisted
     does not. Contexts are kept (the same settings give the same context).
@@ -118,7 +133,8 @@ def client_context(
     suites = tls12_suites(creator)
     try:
         context = stdssl.SSLContext(stdssl.PROTOCOL_TLS_CLIENT)
-        context.check_hostname = False  # checked by peer_problem, with service-identity, as client_tls does
+        context.check_hostname = check_hostname  # always checked by peer_problem too, as client_tls does
+        context.hostname_checks_common_name = False
         context.verify_mode = stdssl.CERT_REQUIRED
         context.options |= stdssl.OP_NO_TICKET | stdssl.OP_NO_COMPRESSION
         if ca_pem is None:
@@ -141,11 +157,12 @@ def client_context(
 
 def upstream_context(tls: "UpstreamTls") -> stdssl.SSLContext:
     """:func:`client_context` for an Upstream's ``sslConfig``, ALPN
-    ``http/1.1``: the configuration's check builds it, the engine's first
-    connection reuses it."""
+    ``http/1.1``, the name also checked during the handshake when a client
+    certificate is sent and the name is the SNI name: the configuration's
+    check builds it, the engine's first connection reuses it."""
     return client_context(ca_pem=tls.ca_pem, client_cert_pem=tls.cert_pem, client_key_pem=tls.key_pem,
                           min_version=tls.min_version, max_version=tls.max_version, ciphers=tls.ciphers,
-                          alpn=("http/1.1",))
+                          alpn=("http/1.1",), check_hostname=tls.cert_pem is not None and not tls.verify_names)
 
 
 def _load_identity(context: stdssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:

@@ -157,6 +157,40 @@ async def test_a_client_certificate_is_sent_and_its_temporary_file_is_gone(
 
 
 @pytest_twisted.ensureDeferred
+async def test_with_a_client_certificate_a_wrong_name_is_refused_before_it_is_sent(
+        ca: TestCA, listening: Any) -> None:
+    """Mutual TLS: the name is checked during the handshake too (the
+    Upstream's context, ``upstream_context``), so a server whose chain is
+    trusted but whose name is wrong never gets the client certificate."""
+    from twistgw.api.upstreampolicy import UpstreamTls
+    from twistgw.stdtls import upstream_context
+
+    me = ca.issue("gateway", client=True)
+    mtls = UpstreamTls(sni="backend.test", ca_pem=ca.pem, cert_pem=me.cert_pem, key_pem=me.key_pem)
+    context = upstream_context(mtls)
+    assert context.check_hostname and not context.hostname_checks_common_name
+    assert not upstream_context(UpstreamTls(sni="backend.test", ca_pem=ca.pem)).check_hostname
+    assert not upstream_context(UpstreamTls(sni="backend.test", ca_pem=ca.pem, cert_pem=me.cert_pem,
+                                            key_pem=me.key_pem, verify_names=("x.test",))).check_hostname
+    settings = {"ca_pem": ca.pem, "client_cert_pem": me.cert_pem, "client_key_pem": me.key_pem,
+                "check_hostname": True}
+    for issued, words in [(ca.issue("backend.test", dns=["other.test"]), "it does not name backend.test"),
+                          (ca.issue("backend.test"), "it does not name backend.test")]:  # CN only
+        port, received = listening(issued, client_ca=ca)
+        text = await _refused(port, received, "backend.test", **settings)
+        assert words in text and "before the client certificate is sent" in text, text
+    port, received = listening(ca.issue("x", ips=["127.0.0.1"]), client_ca=ca)
+    data, _, _ = await _talk(port, "127.0.0.1", **settings)  # an IP name, checked as one
+    assert data == b"ok:" + SECRET
+    port, received = listening(ca.issue("backend.test", dns=["backend.test"]), client_ca=ca)
+    data, _, _ = await _talk(port, "backend.test", **settings)
+    assert data == b"ok:" + SECRET
+    settings["check_hostname"] = False  # verifySubjectAltName: after the handshake, as without a certificate
+    data, _, _ = await _talk(port, "api.example.org", ("backend.test",), **settings)
+    assert data == b"ok:" + SECRET
+
+
+@pytest_twisted.ensureDeferred
 async def test_without_a_ca_the_system_store_is_used_and_honours_ssl_cert_file(
         ca: TestCA, listening: Any, monkeypatch: Any, tmp_path: Path) -> None:
     port, received = listening(ca.issue("backend.test", dns=["backend.test"]))

@@ -22,9 +22,10 @@ client of the gateway:
   subjectAltName only, never the common name; ``verifySubjectAltName``
   names instead of the server name when given). The standard library has
   no verify callback, so unlike ``client_tls`` the handshake itself has
-  completed when a wrong name is refused (a client certificate, if
-  configured, was sent to a server whose chain is trusted but whose name is
-  wrong; see docs/decisions.md);
+  completed when a wrong name is refused; with a client certificate (and no
+  ``verifySubjectAltName``) OpenSSL checks the name during the handshake as
+  well, so the certificate is never sent to a server of the wrong name (see
+  docs/decisions.md);
 * SNI, ALPN ``http/1.1``, versions and cipher suites as configured
   (:func:`twistgw.tls.client_context`);
 * the engine's write-at-once (:func:`twistgw.engine.wire.write` on the TCP
@@ -70,7 +71,7 @@ class TLSConnection(Protocol):
 
     transport: Any  # the TCP transport
 
-    def __init__(self, context: ssl.SSLContext, sni: str | None, names: tuple[str, ...], app: Any) -> None:
+    def __init__(self, context: ssl.SSLContext, sni: str, names: tuple[str, ...], app: Any) -> None:
         self.app = app
         self._context = context
         self._sni = sni
@@ -134,7 +135,7 @@ class TLSConnection(Protocol):
             self._flush()
             return
         except ssl.SSLCertVerificationError as exc:
-            self._fail(untrusted(exc))
+            self._fail(untrusted(exc, self._names))
             return
         except _SSLError as exc:
             self._fail(exc)
@@ -311,7 +312,7 @@ class TLSClientEndpoint:
     """``wrapClientTLS`` for :class:`TLSConnection`: TLS over ``plain`` (a TCP
     client endpoint); ``connect`` fires with the application's protocol."""
 
-    def __init__(self, plain: Any, context: ssl.SSLContext, sni: str | None, names: tuple[str, ...]) -> None:
+    def __init__(self, plain: Any, context: ssl.SSLContext, sni: str, names: tuple[str, ...]) -> None:
         self.plain = plain
         self.context = context
         self.sni = sni
