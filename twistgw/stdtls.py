@@ -172,7 +172,11 @@ def _load_identity(context: stdssl.SSLContext, cert_pem: bytes, key_pem: bytes) 
     password = secrets.token_bytes(32)
     sealed = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                serialization.BestAvailableEncryption(password))
-    fd, path = tempfile.mkstemp(prefix="twistgw-client-", suffix=".pem")  # 0600, created here
+    try:
+        fd, path = tempfile.mkstemp(prefix="twistgw-client-", suffix=".pem")  # 0600, created here
+    except OSError as exc:  # e.g. a read-only file system without a writable TMPDIR
+        raise TLSSettingsError(f"the client certificate needs a temporary file (set TMPDIR to a writable"
+                               f" directory): {exc}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(cert_pem + b"\n" + sealed)

@@ -145,6 +145,10 @@ async def test_a_client_certificate_is_sent_and_its_temporary_file_is_gone(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     context = client_context(ca_pem=ca.pem, client_cert_pem=me.cert_pem, client_key_pem=me.key_pem)
     assert os.listdir(tmp_path) == []  # written, loaded, removed
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    other = ca.issue("gateway", client=True)  # settings not made yet (contexts are kept)
+    with pytest.raises(TLSSettingsError, match="needs a temporary file"):
+        client_context(ca_pem=ca.pem, client_cert_pem=other.cert_pem, client_key_pem=other.key_pem)
     monkeypatch.undo()
     sni, names = server_names("backend.test")
     client = _Client()
