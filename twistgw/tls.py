@@ -1,7 +1,9 @@
 """TLS client connections that always check the peer by name.
 
 Every TLS client in the gateway (LDAP ``ldaps://`` and StartTLS, key-set and
-discovery fetches, upstream TLS) builds its connection creator here::
+discovery fetches, Redis, pass-through auth) builds its connection creator
+here; upstream connections use the standard library's ``ssl`` with the same
+settings and the same name check (:mod:`twistgw.stdtls`)::
 
     from twistgw.tls import client_tls, describe_tls_failure
 
