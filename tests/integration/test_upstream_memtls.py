@@ -391,3 +391,11 @@ async def test_lose_connection_closes_with_a_producer_registered(ca: TestCA) -> 
         assert reason
     finally:
         await port.stopListening()
+
+
+def test_the_standard_librarys_handshake_errors_are_described() -> None:
+    import ssl as stdssl
+
+    error = stdssl.SSLError(1, "[SSL: TLSV1_ALERT_PROTOCOL_VERSION] tlsv1 alert protocol version (_ssl.c:1006)")
+    assert describe_tls_failure(error) == "TLS handshake failed: tlsv1 alert protocol version"
+    assert describe_tls_failure(ConnectionLost()) is None  # a reset, answered as one
