@@ -1,7 +1,9 @@
 """TLS client connections that always check the peer by name.
 
 Every TLS client in the gateway (LDAP ``ldaps://`` and StartTLS, key-set and
-discovery fetches, upstream TLS) builds its connection creator here::
+discovery fetches, Redis, pass-through auth) builds its connection creator
+here; upstream connections use the standard library's ``ssl`` with the same
+settings and the same name check (:mod:`twistgw.stdtls`)::
 
     from twistgw.tls import client_tls, describe_tls_failure
 
@@ -31,6 +33,7 @@ when the creator is built, so configuration checks can call
 from __future__ import annotations
 
 import ipaddress
+import ssl as stdssl
 from collections.abc import Callable, Sequence
 
 import idna
@@ -50,12 +53,18 @@ __all__ = [
     "TLS_VERSIONS",
     "PeerRefused",
     "TLSSettingsError",
+    "X509_ERRORS",
     "acceptable_ciphers",
+    "check_names",
     "client_tls",
     "describe_tls_failure",
     "https_policy",
     "identity_options",
+    "is_ip",
+    "name_problem",
     "pem_certificates",
+    "sni_bytes",
+    "tls12_suites",
     "version_options",
     "verifying_https_policy",
 ]
@@ -70,7 +79,7 @@ TLS_VERSIONS: dict[str, ssl.TLSVersion] = {
 _VERSION_ORDER = list(TLS_VERSIONS)
 
 #: OpenSSL's X509_V_ERR codes seen most often, for readable log lines.
-_X509_ERRORS = {
+X509_ERRORS = {
     9: "certificate is not yet valid",
     10: "certificate has expired",
     18: "self-signed certificate not issued by a trusted CA",
@@ -125,17 +134,17 @@ def acceptable_ciphers(ciphers: str | Sequence[str] | None) -> ssl.AcceptableCip
     return accepted
 
 
-def _check_names(server_name: str, verify_names: Sequence[str]) -> list[str]:
+def check_names(server_name: str, verify_names: Sequence[str]) -> list[str]:
     names = list(verify_names) or [server_name]
     for name in [server_name, *verify_names]:
         if not name or any(c.isspace() for c in name):
             raise TLSSettingsError(f"server name {name!r} is empty or has spaces")
-    if not _is_ip(server_name):
-        _sni_bytes(server_name)
+    if not is_ip(server_name):
+        sni_bytes(server_name)
     return names
 
 
-def _sni_bytes(name: str) -> bytes:
+def sni_bytes(name: str) -> bytes:
     """The server name as SNI sends it: ASCII as it is (``my_service`` too),
     other names IDNA-encoded."""
     if name.isascii():
@@ -146,7 +155,7 @@ def _sni_bytes(name: str) -> bytes:
         raise TLSSettingsError(f"server name {name!r} is not a valid host name: {exc}") from None
 
 
-def _is_ip(name: str) -> bool:
+def is_ip(name: str) -> bool:
     try:
         ipaddress.ip_address(name)
     except ValueError:
@@ -162,11 +171,11 @@ def _sans(cert: x509.Certificate) -> list[str]:
     return [*ext.get_values_for_type(x509.DNSName), *(str(ip) for ip in ext.get_values_for_type(x509.IPAddress))]
 
 
-def _name_problem(cert: x509.Certificate, names: Sequence[str]) -> str | None:
+def name_problem(cert: x509.Certificate, names: Sequence[str]) -> str | None:
     """None when the certificate names one of ``names``; else why not."""
     for name in names:
         try:
-            if _is_ip(name):
+            if is_ip(name):
                 verify_certificate_ip_address(cert, name)
             else:
                 verify_certificate_hostname(cert, name)
@@ -192,7 +201,7 @@ class _VerifyingCreator:
     def __init__(self, context: SSL.Context, server_name: str, names: Sequence[str]) -> None:
         self._context = context
         self._names = tuple(names)
-        self._sni = None if _is_ip(server_name) else _sni_bytes(server_name)
+        self._sni = None if is_ip(server_name) else sni_bytes(server_name)
 
     def clientConnectionForTLS(self, tlsProtocol: TLSMemoryBIOProtocol) -> SSL.Connection:
         connection = SSL.Connection(self._context, None)
@@ -215,13 +224,13 @@ class _VerifyingCreator:
         def verify(conn: SSL.Connection, cert: crypto.X509, errno: int, depth: int, ok: int) -> bool:
             try:
                 if not ok:
-                    reason = _X509_ERRORS.get(errno, f"X.509 verification error {errno}")
+                    reason = X509_ERRORS.get(errno, f"X.509 verification error {errno}")
                     subject = cert.get_subject().CN or "(no common name)"
                     return refuse(f"the peer's certificate chain is not trusted: {reason}"
                                   f" (at depth {depth}, subject CN {subject})")
                 if depth != 0:
                     return True
-                problem = _name_problem(cert.to_cryptography(), names)
+                problem = name_problem(cert.to_cryptography(), names)
                 if problem is not None:
                     return refuse(f"the peer's certificate is refused: {problem}")
                 holder.clear()
@@ -305,7 +314,7 @@ def client_tls(
         of ``server_name`` (Gloo's ``verifySubjectAltName``).
     :raises TLSSettingsError: for settings that cannot be used.
     """
-    names = _check_names(server_name, verify_names)
+    names = check_names(server_name, verify_names)
     options: dict[str, object] = {
         **_trust_options(ca_pem),
         **identity_options(client_cert_pem, client_key_pem),
@@ -321,6 +330,14 @@ def client_tls(
     except (SSL.Error, crypto.Error, ValueError) as exc:  # e.g. a cipher list naming no usable cipher
         raise TLSSettingsError(f"TLS settings refused by OpenSSL: {exc}") from None
     return _VerifyingCreator(context, server_name, names)
+
+
+def tls12_suites(creator: IOpenSSLClientConnectionCreator) -> list[str]:
+    """The TLS 1.2 (and older) cipher suites a creator of :func:`client_tls`
+    offers, by OpenSSL name, in order (TLS 1.3's are OpenSSL's own)."""
+    assert isinstance(creator, _VerifyingCreator)
+    return [name for name in SSL.Connection(creator._context, None).get_cipher_list()
+            if not name.startswith("TLS_")]
 
 
 @implementer(IPolicyForHTTPS)
@@ -374,6 +391,10 @@ def describe_tls_failure(exc: BaseException) -> str | None:
     """One line for a log when ``exc`` is a TLS failure, else None."""
     if isinstance(exc, PeerRefused):
         return f"TLS peer refused: {exc}"
+    if isinstance(exc, stdssl.SSLError):  # the standard library's (upstream connections)
+        text = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
+        text = text.rpartition("] ")[2].split(" (_ssl.c:")[0]  # "[SSL: X] tlsv1 alert ... (_ssl.c:N)"
+        return "TLS handshake failed: " + (text or type(exc).__name__)
     if isinstance(exc, SSL.Error):
         details = [part for arg in exc.args for part in (arg if isinstance(arg, list) else [arg])]
         reasons = [str(d[2]) if isinstance(d, tuple) and len(d) == 3 else str(d) for d in details]

@@ -1,6 +1,6 @@
 """Bodies both ways over an upstream TLS connection, end to end through
 ``twist twistgw``: the engine encrypts and sends each write at once
-(``engine/wire.send_tls_at_once``) rather than on the next reactor turn, so
+(``engine/upstream/memtls.py``, through ``engine/wire.write``) rather than on the next reactor turn, so
 what must hold is that large request bodies (Content-Length and chunked,
 several socket writes each), large responses and keep-alive reuse all arrive
 whole and in order. The backend is Twisted's web server over TLS with a

@@ -181,6 +181,7 @@ def resolve_tls(spec: SslSpec, secrets: Mapping[tuple[str, str], SecretInfo], ba
         the PEMs cannot be used (the message says why).
     """
     cert, key, ca = read_pems(spec.secret, spec.files, secrets, base)
+    from twistgw.stdtls import upstream_context
     from twistgw.tls import TLSSettingsError, client_tls
 
     tls = UpstreamTls(spec.sni, ca, cert, key, spec.verify_names, spec.min_version, spec.max_version,
@@ -189,6 +190,7 @@ def resolve_tls(spec: SslSpec, secrets: Mapping[tuple[str, str], SecretInfo], ba
         client_tls(spec.sni or "settings.check", ca_pem=ca, client_cert_pem=cert, client_key_pem=key,
                    min_version=spec.min_version, max_version=spec.max_version, ciphers=spec.ciphers or None,
                    verify_names=spec.verify_names)
+        upstream_context(tls)  # what the engine's connections use (twistgw.engine.upstream.memtls)
     except TLSSettingsError as exc:
         raise ValueError(f"sslConfig: {exc}") from None
     return tls

@@ -12,13 +12,11 @@ and producer) and error handling stay Twisted's.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from twisted.internet import tcp
-from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOProtocol
 
-__all__ = ["send_tls_at_once", "unsent", "write"]
+__all__ = ["unsent", "write"]
 
 #: Transports whose ``socket`` carries our bytes as they are (not TLS, not a
 #: wrapper such as TLSMemoryBIOProtocol, whose attribute lookups fall
@@ -38,42 +36,6 @@ def write(transport: Any, data: bytes) -> None:
             return
         data = data[sent:]
     transport.write(data)
-
-
-def _tcp_write(transport: Any, data: bytes) -> None:
-    """:func:`write` for a TCP transport whose ``write`` is this function
-    (the TCP transport under TLS, :func:`send_tls_at_once`): what the
-    socket does not take goes to Twisted's own ``write`` (the class's)."""
-    if (not transport._tempDataBuffer and not transport.dataBuffer and transport.connected
-            and not transport.disconnecting):
-        try:
-            sent = transport.socket.send(data)
-        except OSError:
-            sent = 0
-        if sent == len(data):
-            return
-        data = data[sent:]
-    transport.__class__.write(transport, data)
-
-
-def send_tls_at_once(transport: Any) -> bool:
-    """Make a TLS transport over plain TCP (one of Twisted's
-    ``BufferingTLSTransport``) encrypt and send every write at once, like
-    :func:`write` on plain TCP: Twisted would keep a small write for the next
-    reactor turn (a DelayedCall per write) and then register the socket for
-    writability (two ``epoll_ctl``). Only for a connection whose every
-    application write goes through its ``write`` (an upstream connection of
-    the engine: one request head, then body chunks), so nothing is
-    reordered. Returns whether the transport was one of those."""
-    if transport.__class__ is not BufferingTLSTransport:
-        return False
-    # BufferingTLSTransport sets its own ``write`` on the instance the same
-    # way (its aggregator's); this is TLSMemoryBIOProtocol's, unbuffered.
-    transport.write = partial(TLSMemoryBIOProtocol.write, transport)  # type: ignore[method-assign]
-    tcp_transport = transport.transport
-    if tcp_transport.__class__ in PLAIN_TCP and not tcp_transport.TLS:
-        tcp_transport.write = partial(_tcp_write, tcp_transport)
-    return True
 
 
 def unsent(transport: Any) -> int:

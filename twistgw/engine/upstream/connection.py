@@ -115,10 +115,7 @@ class UpstreamConnection(Protocol):
             # The endpoint put a _WrappingProtocol between the transport and
             # us, a Python call per read for nothing once connected.
             transport.protocol = self
-        elif wire.send_tls_at_once(transport):  # an upstream over TLS
-            tcp_transport = transport.transport
-            if tcp_transport.__class__ in wire.PLAIN_TCP:
-                tcp_transport.protocol = transport  # the same _WrappingProtocol, under the TLS layer
+        # over TLS (memtls.TLSConnection), that layer writes at once and skips it itself
 
     def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
         state, self.state = self.state, _CLOSED

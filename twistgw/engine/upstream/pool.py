@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint, wrapClientTLS
+from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint
 from twisted.internet.protocol import Factory
 
 from twistgw.api.upstreampolicy import ConnectionConfig, UpstreamTls
@@ -21,12 +21,13 @@ from twistgw.core.plan import Forward
 from twistgw.engine.seams import Downstream
 from twistgw.engine.upstream.configured import ConfiguredConnection
 from twistgw.engine.upstream.connection import State, UpstreamConnection
+from twistgw.engine.upstream.memtls import TLSClientEndpoint
 from twistgw.engine.upstream import breakers, policy
 from twistgw.engine.upstream.breakers import Breaker, LimitedRequest, LimitedRetryingRequest
 from twistgw.engine.upstream.request import UpstreamRequest
 from twistgw.engine.upstream.retrying import RetryingRequest
 from twistgw.engine.upstream.tunnel import TUNNEL_IDLE_TIMEOUT
-from twistgw.tls import client_tls
+from twistgw.stdtls import server_names, upstream_context
 
 __all__ = ["UpstreamPool"]
 
@@ -190,13 +191,10 @@ class UpstreamPool:
             plain = HostnameEndpoint(self.reactor, host, port, timeout=timeout)
         if tls is None:
             return plain
-        # Settings were checked when the configuration loaded; the peer is
-        # verified by name (twistgw.tls), always.
-        creator = client_tls(tls.server_name(host.strip("[]")), ca_pem=tls.ca_pem, client_cert_pem=tls.cert_pem,
-                             client_key_pem=tls.key_pem, min_version=tls.min_version,
-                             max_version=tls.max_version, ciphers=tls.ciphers or None,
-                             alpn=(b"http/1.1",), verify_names=tls.verify_names)
-        return wrapClientTLS(creator, plain)
+        # Settings were checked when the configuration loaded (the same
+        # context, kept); the peer is verified by name (memtls), always.
+        sni, names = server_names(tls.server_name(host.strip("[]")), tls.verify_names)
+        return TLSClientEndpoint(plain, upstream_context(tls), sni, names)
 
     def release(self, conn: UpstreamConnection) -> None:
         """A connection that finished a keep-alive exchange (or was made for
