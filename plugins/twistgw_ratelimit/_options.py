@@ -144,10 +144,16 @@ def _producer(groups: Sequence[tuple[DescriptorSet, tuple[RateLimitActions, ...]
     return hits
 
 
+def _nothing(ctx: RequestContext) -> list[Hit]:
+    return []
+
+
 def compile_actions(key: str, options: Mapping[str, Any], scope: OptionsScope) -> GlobalLimits:
     """``ratelimit`` (or a stage of it): ``{rateLimits}`` on a virtual host,
     ``{includeVhRateLimits, rateLimits}`` on a route, counted against the
-    descriptors of ``Settings spec.ratelimit``."""
+    descriptors of ``Settings spec.ratelimit``. A route's
+    ``includeVhRateLimits: true`` with no rules, its own or its virtual
+    host's, counts nothing (and needs no Redis), as in Gloo."""
     on_route = scope.route is not None
     problems = Problems()
     _fields.check(options, ("includeVhRateLimits", "rateLimits") if on_route else ("rateLimits",), (), problems)
@@ -161,6 +167,10 @@ def compile_actions(key: str, options: Mapping[str, Any], scope: OptionsScope) -
         if isinstance(host, Mapping) and isinstance(host.get("rateLimits"), list):
             # reported where written, on the virtual host, if broken
             rate_limits += parse_rate_limits(host["rateLimits"], ("rateLimits",), Problems())
+    if include and not problems and not rate_limits:
+        # the virtual host's rules and none of its own, and the host has none: as in Gloo, nothing to count
+        return GlobalLimits(key, where_of(scope), _nothing, ServerSettings(),
+                            "nothing to count: includeVhRateLimits, and the virtual host has no rateLimits")
     if not problems and not rate_limits:
         problems.add(("rateLimits",), "needs at least one {actions: [...]} or {setActions: [...]}"
                      + (" (or includeVhRateLimits: true with the virtual host's)" if on_route else ""))

@@ -467,6 +467,29 @@ class RouteOptionsTests(TestCase):
             assert labels == {"with": ["settings:generic_key=route", "settings:generic_key=vh"],
                               "without": ["settings:generic_key=route"], "plain": ["settings:generic_key=vh"]}, key
 
+    async def test_include_vh_rate_limits_with_nothing_to_include_counts_nothing(self) -> None:
+        """A route's includeVhRateLimits: true, no rateLimits of its own and none
+        on its virtual host: Gloo accepts it and counts nothing; so does twistgw
+        (no Redis, no descriptors needed). A local bucket beside it still limits."""
+        for key in ("ratelimit", "ratelimitRegular", "ratelimitEarly"):
+            routes = [route("/only", {key: {"includeVhRateLimits": True}}, name="only"),
+                      route("/empty", {key: {"includeVhRateLimits": True, "rateLimits": []}}, name="empty"),
+                      route("/local", {key: {"includeVhRateLimits": True, "localRatelimit": {"maxTokens": 1}}},
+                            name="local")]
+            tester = ChainTester.from_yaml(config(routes=routes, redis=None), PLUGINS)
+            for path in ("/only", "/empty"):
+                runtime = next(r for r in tester.snapshot.routes.values() if r.route.name == path[1:])
+                (step,) = runtime.chain
+                assert step.options.plugin == key and step.options.hits(ctx()) == []
+                for _ in range(3):
+                    assert (await tester.request("GET", f"http://a{path}")).status == 200, (key, path)
+            statuses = [(await tester.request("GET", "http://a/local")).status for _ in range(2)]
+            assert statuses == [200, 429], key
+        # with rules on the virtual host, the route still adds them (needs Redis and descriptors)
+        found = issues(config({"ratelimit": {"rateLimits": [{"actions": [{"remoteAddress": {}}]}]}},
+                              [route("/", {"ratelimit": {"includeVhRateLimits": True}})], redis=None))
+        assert any("Redis" in reason for _, reason in found), found
+
     async def test_upstream_on_the_context(self) -> None:
         tester = ChainTester.from_yaml(config(routes=[route("/", upstream="gloo-system/echo-1")], redis=None,
                                               extra=[UPSTREAM]), PLUGINS)
