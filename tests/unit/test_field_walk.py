@@ -1,6 +1,8 @@
-"""The field walk: every field the loader accepts — the core's and the three
-shipped plugins' — either changes behaviour (a named test file exercises it)
-or is documented as informational. Nothing is accepted and ignored.
+"""The field walk: every field the loader accepts — the core's and the
+shipped plugins' (jwt, rbac, extauth with ldap, passThroughAuth and oauth2,
+the rate-limit plugins) — either changes behaviour (a named test file
+exercises it) or is documented as informational. Nothing is accepted and
+ignored.
 
 How: a configuration that sets every field is loaded and compiled while the
 validators are watched; each mapping they check records the fields it
@@ -9,6 +11,14 @@ and every entry must have been recorded (no stale entries). An entry is
 either ``("test", "tests/<file>.py")`` — that test file sets the field and
 asserts what it does — or ``("info", "<docs file>")`` — the docs say it is
 informational. A new field without an entry fails this test.
+
+What is watched: the loader's :class:`FieldReader`, and each plugin's own
+field check — jwt's ``_only``, rbac's ``_check_keys``, ldap's
+``LdapReader.mapping``, passThroughAuth's ``_common.mapping``, oauth2's
+``Reader.mapping`` (scope ``oauth2:``, paths from the config entry) and the
+rate-limit plugins' ``_fields.check`` (scope: the options key, ``Settings``
+or ``RateLimitConfig``, marked where each reading starts). A plugin that
+reads a mapping some other way is not seen: give it one such check.
 """
 
 from __future__ import annotations
