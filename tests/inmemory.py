@@ -79,6 +79,7 @@ MODULES = (
     "authtypes/test_passthrough_http_client.py",
     "oidc/test_oidc_units.py",
     "oidc/test_oidc_warm_paths.py",
+    "oidc/test_oidc_fields.py",
     "ldap/test_ldap_ber.py",
     "ldap/test_ldap_search_units.py",
     "ldap/test_ldap_units.py",

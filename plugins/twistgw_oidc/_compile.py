@@ -22,6 +22,7 @@ from twistgw_oidc._options import (
     ENCRYPTION_SECRET_KEY,
     OAUTH_SECRET_KEY,
     OVERRIDE_FIELDS,
+    OVERRIDE_REFUSED,
     SAME_SITE,
     AccessTokenSpec,
     JwtSpec,
@@ -162,7 +163,10 @@ def _path(read: Reader, raw: Mapping[str, Any], field: str, required: bool = Fal
 
 def _override(read: Reader, raw: Any) -> Override:
     r = read.sub("discoveryOverride")
-    raw = r.mapping(raw, tuple(OVERRIDE_FIELDS))
+    raw = r.mapping(raw, tuple(OVERRIDE_FIELDS) + tuple(OVERRIDE_REFUSED))
+    for field, why in OVERRIDE_REFUSED.items():
+        if field in raw:
+            r.fail(field, f"is not supported by twistgw: {why}")
     values: list[tuple[str, Any]] = []
     for field, member in OVERRIDE_FIELDS.items():
         if field not in raw:
@@ -172,7 +176,7 @@ def _override(read: Reader, raw: Any) -> Override:
             if url:
                 values.append((member, url))
         else:
-            values.append((member, list(r.strings(raw, field))))
+            values.append((member, r.strings(raw, field)))
     return Override(tuple(values))
 
 

@@ -87,24 +87,33 @@ class SessionSpec:
 class Override:
     """``discoveryOverride``: values that win over the discovery document."""
 
+    #: (member, value): a URL, or a tuple of strings (hashable: the provider is shared by equal overrides)
     values: tuple[tuple[str, Any], ...] = ()
 
     def apply(self, doc: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(doc)
-        out.update(self.values)
+        out.update((member, list(value) if isinstance(value, tuple) else value) for member, value in self.values)
         return out
 
 
-#: discoveryOverride field → discovery document member
+#: discoveryOverride field → the discovery document member it replaces (each one twistgw reads)
 OVERRIDE_FIELDS = {
     "authEndpoint": "authorization_endpoint", "tokenEndpoint": "token_endpoint", "jwksUri": "jwks_uri",
-    "scopes": "scopes_supported", "responseTypes": "response_types_supported",
-    "subjects": "subject_types_supported", "idTokenAlgs": "id_token_signing_alg_values_supported",
-    "authMethods": "token_endpoint_auth_methods_supported", "claims": "claims_supported",
-    "revocationEndpoint": "revocation_endpoint", "endSessionEndpoint": "end_session_endpoint",
+    "authMethods": "token_endpoint_auth_methods_supported", "endSessionEndpoint": "end_session_endpoint",
 }
 #: discoveryOverride fields whose value must be an absolute http(s) URL (checked by compile)
-URL_OVERRIDES = {"authEndpoint", "tokenEndpoint", "jwksUri", "revocationEndpoint", "endSessionEndpoint"}
+URL_OVERRIDES = {"authEndpoint", "tokenEndpoint", "jwksUri", "endSessionEndpoint"}
+#: Gloo's discoveryOverride fields for members twistgw never reads: refused, and why
+OVERRIDE_REFUSED = {
+    "scopes": "the scopes asked for are oidcAuthorizationCode.scopes (openid always)",
+    "responseTypes": "the login always asks for response_type=code",
+    "subjects": "the subject type is not checked: sub is taken as the provider writes it",
+    "idTokenAlgs": "an ID token's algorithm is the one its signing key allows (never none or HMAC),"
+                   " whatever the document lists",
+    "claims": "the claims are those of the ID token itself",
+    "revocationEndpoint": "tokens are not revoked at logout: the session is deleted and the browser sent to"
+                          " end_session_endpoint",
+}
 
 
 @attrs.frozen
@@ -346,18 +355,21 @@ def binding_of(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:16]
 
 
+#: what an ``oauth2`` entry holds (exactly one of them)
+ENTRY_FIELDS = ("oidcAuthorizationCode", "accessTokenValidation")
+
+
 def check_entry(raw: Any) -> tuple[str, Any]:
     """``oauth2`` holds exactly one of ``oidcAuthorizationCode`` or
     ``accessTokenValidation``."""
-    if not isinstance(raw, Mapping):
-        raise OptionsError((), f"must be a mapping, got {type_name(raw)}")
-    known = ("oidcAuthorizationCode", "accessTokenValidation")
-    problems = [OptionsError((str(k),), "Gloo's plain OAuth2 flow (oauth2.oauth2) is not supported by twistgw:"
-                             " use oidcAuthorizationCode, which validates an ID token" if k == "oauth2"
-                             else unknown_field(k, known)) for k in raw if k not in known]
-    if problems:
-        raise OptionsError.several(problems)
-    present = [k for k in known if k in raw]
+    problems = Problems()
+    read = Reader(problems, ())
+    entry = read.mapping(raw, ENTRY_FIELDS + ("oauth2",))
+    if "oauth2" in entry:
+        read.fail("oauth2", "Gloo's plain OAuth2 flow (oauth2.oauth2) is not supported by twistgw:"
+                            " use oidcAuthorizationCode, which validates an ID token")
+    problems.raise_if_any()
+    present = [k for k in ENTRY_FIELDS if k in entry]
     if len(present) != 1:
         raise OptionsError((), "set exactly one of oidcAuthorizationCode or accessTokenValidation")
-    return present[0], raw[present[0]]
+    return present[0], entry[present[0]]

@@ -119,6 +119,8 @@ class _Counted:
 
     @twistgw.hookimpl
     def twistgw_authorize(self, ctx: twistgw.RequestContext, options: GlobalLimits) -> Any:
+        if options.server.redis is None:  # nothing to count (includeVhRateLimits, no rules anywhere)
+            return None
         if ctx.dry_run:
             hits = options.hits(ctx)
             if not hits:

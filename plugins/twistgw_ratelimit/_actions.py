@@ -18,9 +18,10 @@ from typing import Any, Callable, Mapping
 import attrs
 
 from twistgw.api.types import RequestContext
-from twistgw.options import Path, Problems, type_name, unknown_field
+from twistgw.options import Path, Problems, type_name
 from twistgw.regex import SafeRegex, UnsafePattern
 
+from twistgw_ratelimit import _fields
 from twistgw_ratelimit._descriptors import Entries
 
 #: ctx -> the entry's value, or None when the action produces nothing
@@ -106,20 +107,18 @@ def _required_text(raw: Mapping[str, Any], name: str, path: Path, problems: Prob
     return value
 
 
-def _fields(raw: Any, allowed: tuple[str, ...], path: Path, problems: Problems) -> Mapping[str, Any]:
+def _mapping(raw: Any, allowed: tuple[str, ...], path: Path, problems: Problems) -> Mapping[str, Any]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
         problems.add(path, f"must be a mapping, got {type_name(raw)}")
         return {}
-    for k in raw:
-        if k not in allowed:
-            problems.add(path + (str(k),), unknown_field(k, allowed))
+    _fields.check(raw, allowed, path, problems)
     return raw
 
 
 def _matcher(raw: Any, path: Path, problems: Problems) -> Callable[[RequestContext], bool] | None:
-    spec = _fields(raw, MATCHER_FIELDS, path, problems)
+    spec = _mapping(raw, MATCHER_FIELDS, path, problems)
     name = _required_text(spec, "name", path, problems)
     kinds = [k for k in MATCHER_FIELDS[1:7] if k in spec]
     if len(kinds) > 1:
@@ -150,7 +149,7 @@ def _value_test(spec: Mapping[str, Any], kind: str | None, path: Path,
             return None
         return lambda v: (v is not None) == arg
     if kind == "rangeMatch":
-        rng = _fields(arg, ("start", "end"), where, problems)
+        rng = _mapping(arg, ("start", "end"), where, problems)
         start, end = rng.get("start"), rng.get("end")
         if not all(isinstance(x, int) and not isinstance(x, bool) for x in (start, end)):
             problems.add(where, "needs whole numbers start (inclusive) and end (exclusive)")
@@ -204,14 +203,14 @@ def _metadata(spec: Mapping[str, Any], path: Path, problems: Problems) -> Action
     source = spec.get("source", "DYNAMIC")
     if source != "DYNAMIC":
         problems.add(path + ("source",), "only DYNAMIC metadata (the JWT filter's) exists in twistgw")
-    mkey = _fields(spec.get("metadataKey"), ("key", "path"), path + ("metadataKey",), problems)
+    mkey = _mapping(spec.get("metadataKey"), ("key", "path"), path + ("metadataKey",), problems)
     segments = mkey.get("path")
     parts: list[str] = []
     if not isinstance(segments, list) or not segments:
         problems.add(path + ("metadataKey", "path"), "must be a non-empty list of {key: ...}")
     else:
         for i, seg in enumerate(segments):
-            seg = _fields(seg, ("key",), path + ("metadataKey", "path", i), problems)
+            seg = _mapping(seg, ("key",), path + ("metadataKey", "path", i), problems)
             parts.append(_required_text(seg, "key", path + ("metadataKey", "path", i), problems))
     if mkey.get("key") != JWT_METADATA or (parts and parts[0] != JWT_PAYLOAD_KEY):
         problems.add(path + ("metadataKey",),
@@ -235,33 +234,35 @@ def _action(raw: Any, path: Path, problems: Problems) -> Action | None:
         return None
     (kind, spec), = raw.items()
     where = path + (str(kind),)
+    if kind == "sourceCluster":
+        problems.add(where, "there is no source cluster: twistgw is not part of a service mesh")
+        return None
+    before = len(problems.errors)
+    _fields.check(raw, ACTIONS[:-1], path, problems)  # one of them (sourceCluster: refused above)
+    if len(problems.errors) > before:
+        return None
     if kind == "genericKey":
-        value = _required_text(_fields(spec, ("descriptorValue",), where, problems), "descriptorValue", where,
+        value = _required_text(_mapping(spec, ("descriptorValue",), where, problems), "descriptorValue", where,
                                problems)
         return Action("generic_key", lambda ctx: value) if value else None
     if kind == "remoteAddress":
-        _fields(spec, (), where, problems)
+        _mapping(spec, (), where, problems)
         return Action("remote_address", lambda ctx: ctx.client_address or None)
     if kind == "destinationCluster":
-        _fields(spec, (), where, problems)
+        _mapping(spec, (), where, problems)
         return Action("destination_cluster",
                       lambda ctx: cluster_name(getattr(ctx, "upstream", "") or "") or None)
     if kind == "requestHeaders":
-        spec = _fields(spec, ("headerName", "descriptorKey"), where, problems)
+        spec = _mapping(spec, ("headerName", "descriptorKey"), where, problems)
         name = _required_text(spec, "headerName", where, problems)
         key = _required_text(spec, "descriptorKey", where, problems)
         return Action(key, _header_getter(name)) if name and key else None
     if kind == "headerValueMatch":
-        return _header_value_match(_fields(spec, ("descriptorValue", "expectMatch", "headers"), where, problems),
+        return _header_value_match(_mapping(spec, ("descriptorValue", "expectMatch", "headers"), where, problems),
                                    where, problems)
-    if kind == "metadata":
-        return _metadata(_fields(spec, ("descriptorKey", "metadataKey", "defaultValue", "source"), where,
-                                 problems), where, problems)
-    if kind == "sourceCluster":
-        problems.add(where, "there is no source cluster: twistgw is not part of a service mesh")
-        return None
-    problems.add(where, unknown_field(kind, ACTIONS[:-1]))
-    return None
+    assert kind == "metadata", kind
+    return _metadata(_mapping(spec, ("descriptorKey", "metadataKey", "defaultValue", "source"), where, problems),
+                     where, problems)
 
 
 def _action_list(raw: Any, path: Path, problems: Problems) -> tuple[Action, ...]:
@@ -280,7 +281,7 @@ def parse_rate_limits(raw: Any, path: Path, problems: Problems) -> tuple[RateLim
     out = []
     for i, item in enumerate(raw):
         where = path + (i,)
-        spec = _fields(item, ("actions", "setActions"), where, problems)
+        spec = _mapping(item, ("actions", "setActions"), where, problems)
         if not spec.get("actions") and not spec.get("setActions"):
             problems.add(where, "needs actions or setActions")
             continue

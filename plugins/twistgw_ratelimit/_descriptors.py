@@ -23,8 +23,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 
 from twistgw.api.types import OptionsError
-from twistgw.options import Path, Problems, type_name, unknown_field
+from twistgw.options import Path, Problems, type_name
 
+from twistgw_ratelimit import _fields
 from twistgw_ratelimit._limits import RateLimit, parse_rate_limit
 
 #: an ordered descriptor a request produced: ((key, value), ...)
@@ -89,9 +90,7 @@ def _node(raw: Any, path: Path, problems: Problems) -> _Node | None:
     if not isinstance(raw, Mapping):
         problems.add(path, f"a descriptor must be a mapping, got {type_name(raw)}")
         return None
-    for k in raw:
-        if k not in DESCRIPTOR_FIELDS:
-            problems.add(path + (str(k),), unknown_field(k, DESCRIPTOR_FIELDS))
+    _fields.check(raw, DESCRIPTOR_FIELDS, path, problems)
     key = _text(raw, "key", path, problems, required=True)
     value = _text(raw, "value", path, problems, required=False)
     limit = None
@@ -138,9 +137,7 @@ def _set_rule(raw: Any, index: int, path: Path, problems: Problems) -> _SetRule 
     if not isinstance(raw, Mapping):
         problems.add(path, f"a set descriptor must be a mapping, got {type_name(raw)}")
         return None
-    for k in raw:
-        if k not in SET_FIELDS:
-            problems.add(path + (str(k),), unknown_field(k, SET_FIELDS))
+    _fields.check(raw, SET_FIELDS, path, problems)
     simple: list[tuple[str, str | None]] = []
     items = raw.get("simpleDescriptors", [])
     if not isinstance(items, list):
@@ -151,9 +148,7 @@ def _set_rule(raw: Any, index: int, path: Path, problems: Problems) -> _SetRule 
         if not isinstance(item, Mapping):
             problems.add(where, f"must be a mapping {{key, value}}, got {type_name(item)}")
             continue
-        for k in item:
-            if k not in ("key", "value"):
-                problems.add(where + (str(k),), unknown_field(k, ("key", "value")))
+        _fields.check(item, ("key", "value"), where, problems)
         key = _text(item, "key", where, problems, required=True)
         if key is not None:
             simple.append((key, _text(item, "value", where, problems, required=False)))

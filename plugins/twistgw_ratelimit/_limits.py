@@ -15,10 +15,15 @@ from typing import Any
 
 import attrs
 
-from twistgw.options import Path, require_mapping, type_name, unknown_field
+from twistgw.options import Path, Problems, require_mapping, type_name
+
+from twistgw_ratelimit import _fields
 
 #: seconds per Gloo ``RateLimit.Unit``
 UNITS: dict[str, int] = {"SECOND": 1, "MINUTE": 60, "HOUR": 3600, "DAY": 86400}
+
+#: the fields of a ``RateLimit``
+RATE_LIMIT_FIELDS = ("requestsPerUnit", "unit")
 
 #: the largest ``requestsPerUnit`` accepted (Gloo's is a uint32)
 MAX_REQUESTS = 2**32 - 1
@@ -51,20 +56,16 @@ class RateLimit:
 
 def parse_rate_limit(value: Any, path: Path) -> RateLimit:
     """``{requestsPerUnit: N, unit: MINUTE}`` → :class:`RateLimit`."""
-    from twistgw.api.types import OptionsError
-
     raw = require_mapping(value, path, "rateLimit")
-    errors = [OptionsError(path + (str(k),), unknown_field(k, ("requestsPerUnit", "unit")))
-              for k in raw if k not in ("requestsPerUnit", "unit")]
+    problems = Problems()
+    _fields.check(raw, RATE_LIMIT_FIELDS, path, problems)
     unit = raw.get("unit")
     if unit not in UNITS:
         got = repr(unit) if isinstance(unit, str) else type_name(unit)
-        errors.append(OptionsError(path + ("unit",), f"must be one of SECOND, MINUTE, HOUR, DAY; got {got}"))
+        problems.add(path + ("unit",), f"must be one of SECOND, MINUTE, HOUR, DAY; got {got}")
     rpu = raw.get("requestsPerUnit")
     if isinstance(rpu, bool) or not isinstance(rpu, int) or not 0 <= rpu <= MAX_REQUESTS:
-        errors.append(OptionsError(path + ("requestsPerUnit",),
-                                   f"must be a whole number from 0 to {MAX_REQUESTS}, got {rpu!r}"))
-    if errors:
-        raise OptionsError.several(errors)
+        problems.add(path + ("requestsPerUnit",), f"must be a whole number from 0 to {MAX_REQUESTS}, got {rpu!r}")
+    problems.raise_if_any()
     assert isinstance(rpu, int)
     return RateLimit(rpu, str(unit))

@@ -15,7 +15,9 @@ from typing import Any, Callable, Mapping
 import attrs
 
 from twistgw.api.types import OptionsError
-from twistgw.options import Path, Problems, parse_duration, type_name, unknown_field
+from twistgw.options import Path, Problems, parse_duration, type_name
+
+from twistgw_ratelimit import _fields
 
 BUCKET_FIELDS = ("maxTokens", "tokensPerFill", "fillInterval")
 MIN_INTERVAL = 0.05
@@ -94,9 +96,7 @@ def parse_bucket(raw: Any, path: Path = ()) -> BucketSpec:
     if not isinstance(raw, Mapping):
         raise OptionsError(path, f"must be a mapping {{maxTokens, tokensPerFill, fillInterval}}, got {type_name(raw)}")
     problems = Problems()
-    for k in raw:
-        if k not in BUCKET_FIELDS:
-            problems.add(path + (str(k),), unknown_field(k, BUCKET_FIELDS))
+    _fields.check(raw, BUCKET_FIELDS, path, problems)
     if "maxTokens" not in raw:
         problems.add(path + ("maxTokens",), "is required: how many requests the bucket holds")
     max_tokens = _positive(raw, "maxTokens", path, problems, 1)

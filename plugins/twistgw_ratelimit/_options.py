@@ -13,8 +13,9 @@ from typing import Any, Callable, Mapping, Sequence
 import attrs
 
 from twistgw.api.types import InvalidResource, OptionsError, OptionsScope, RequestContext
-from twistgw.options import Problems, check_fields, require_mapping, type_name
+from twistgw.options import Problems, require_mapping, type_name
 
+from twistgw_ratelimit import _fields
 from twistgw_ratelimit._actions import RateLimitActions, parse_rate_limits
 from twistgw_ratelimit._descriptors import DescriptorSet, Hit, escape, parse_descriptor_set, resolve
 from twistgw_ratelimit._limits import RateLimit, parse_rate_limit
@@ -86,8 +87,7 @@ def compile_basic(options: Mapping[str, Any], scope: OptionsScope) -> GlobalLimi
     """``ratelimitBasic: {anonymousLimits, authorizedLimits}``."""
     fields = ("anonymousLimits", "authorizedLimits")
     problems = Problems()
-    with problems.check():
-        check_fields(options, fields, ())
+    _fields.check(options, fields, (), problems)
     limits: dict[str, RateLimit | None] = {f: None for f in fields}
     for field in fields:
         if field in options:
@@ -144,14 +144,19 @@ def _producer(groups: Sequence[tuple[DescriptorSet, tuple[RateLimitActions, ...]
     return hits
 
 
+def _nothing(ctx: RequestContext) -> list[Hit]:
+    return []
+
+
 def compile_actions(key: str, options: Mapping[str, Any], scope: OptionsScope) -> GlobalLimits:
     """``ratelimit`` (or a stage of it): ``{rateLimits}`` on a virtual host,
     ``{includeVhRateLimits, rateLimits}`` on a route, counted against the
-    descriptors of ``Settings spec.ratelimit``."""
+    descriptors of ``Settings spec.ratelimit``. A route's
+    ``includeVhRateLimits: true`` with no rules, its own or its virtual
+    host's, counts nothing (and needs no Redis), as in Gloo."""
     on_route = scope.route is not None
     problems = Problems()
-    with problems.check():
-        check_fields(options, ("includeVhRateLimits", "rateLimits") if on_route else ("rateLimits",), ())
+    _fields.check(options, ("includeVhRateLimits", "rateLimits") if on_route else ("rateLimits",), (), problems)
     include = options.get("includeVhRateLimits", False)
     if not isinstance(include, bool):
         problems.add(("includeVhRateLimits",), f"must be true or false, got {type_name(include)}")
@@ -162,6 +167,10 @@ def compile_actions(key: str, options: Mapping[str, Any], scope: OptionsScope) -
         if isinstance(host, Mapping) and isinstance(host.get("rateLimits"), list):
             # reported where written, on the virtual host, if broken
             rate_limits += parse_rate_limits(host["rateLimits"], ("rateLimits",), Problems())
+    if include and not problems and not rate_limits:
+        # the virtual host's rules and none of its own, and the host has none: as in Gloo, nothing to count
+        return GlobalLimits(key, where_of(scope), _nothing, ServerSettings(),
+                            "nothing to count: includeVhRateLimits, and the virtual host has no rateLimits")
     if not problems and not rate_limits:
         problems.add(("rateLimits",), "needs at least one {actions: [...]} or {setActions: [...]}"
                      + (" (or includeVhRateLimits: true with the virtual host's)" if on_route else ""))
@@ -184,8 +193,7 @@ def _config(scope: OptionsScope, ref: Any, i: int,
     if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str) or not ref["name"]:
         problems.add(path, f"must be {{name: CONFIG, namespace: NS}}, got {ref!r}")
         return None
-    with problems.check():
-        check_fields(ref, ("name", "namespace"), path)
+    _fields.check(ref, ("name", "namespace"), path, problems)
     ns = ref.get("namespace", scope.namespace)
     if not isinstance(ns, str) or not ns:
         problems.add(path + ("namespace",), f"must be a namespace, got {type_name(ns)}")
@@ -222,8 +230,7 @@ def compile_configs(options: Mapping[str, Any], scope: OptionsScope) -> GlobalLi
     """``rateLimitConfigs: {refs: [{name, namespace}]}``: each config's
     actions counted against its own descriptors."""
     problems = Problems()
-    with problems.check():
-        check_fields(options, ("refs",), ())
+    _fields.check(options, ("refs",), (), problems)
     refs = options.get("refs")
     if not isinstance(refs, list) or not refs:
         problems.add(("refs",), "must be a non-empty list of {name, namespace}")

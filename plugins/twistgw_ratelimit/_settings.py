@@ -27,10 +27,11 @@ from typing import Any, Mapping
 import attrs
 
 from twistgw.api.types import OptionsError
-from twistgw.options import Path, Problems, parse_duration, type_name, unknown_field
+from twistgw.options import Path, Problems, parse_duration, type_name
 from twistgw.redis import RedisConfig
 from twistgw.tls import TLSSettingsError, client_tls
 
+from twistgw_ratelimit import _fields
 from twistgw_ratelimit._descriptors import DescriptorSet, parse_descriptor_set
 
 #: the Settings section of the server settings (a plugin of its own name)
@@ -42,6 +43,8 @@ SERVER_FIELDS = ("rateLimitBeforeAuth", "denyOnFail", "requestTimeout", "enableX
                  "shadowMode", "redis", "ratelimitServerRef")
 REDIS_FIELDS = ("address", "db", "authSecretRef", "tls", "clustered")
 TLS_FIELDS = ("caSecretRef", "caFile")
+SECRET_REF_FIELDS = ("name", "namespace")
+SERVICE_FIELDS = ("descriptors", "setDescriptors")
 DEFAULT_TIMEOUT = 0.1
 #: plugins that authenticate or authorize: rateLimitBeforeAuth runs before them
 AUTH_PLUGINS = ("extauth", "jwt", "rbac")
@@ -70,9 +73,7 @@ def _redis(raw: Any, problems: Problems, resources: Any) -> RedisConfig | None:
     if not isinstance(raw, Mapping):
         problems.add(path, f"must be a mapping {{address: host:port, db: 0}}, got {type_name(raw)}")
         return None
-    for k in raw:
-        if k not in REDIS_FIELDS:
-            problems.add(path + (str(k),), unknown_field(k, REDIS_FIELDS))
+    _fields.check(raw, REDIS_FIELDS, path, problems)
     if raw.get("clustered", False) is not False:
         problems.add(path + ("clustered",), "Redis Cluster is not supported: one batch's counters (one Lua"
                      " script) span many hash slots, which a cluster refuses (CROSSSLOT); point address at one"
@@ -112,8 +113,12 @@ def _secret(ref: Any, path: Path, problems: Problems, resources: Any) -> Mapping
     """The data of the Secret ``ref`` names ({name, namespace}); None when
     it does not resolve (reported), or when there are no resources to look in."""
     if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str) or \
-            not isinstance(ref.get("namespace", "gloo-system"), str) or set(ref) - {"name", "namespace"}:
+            not isinstance(ref.get("namespace", "gloo-system"), str):
         problems.add(path, "must be a Secret reference {name: ..., namespace: ...}")
+        return None
+    before = len(problems.errors)
+    _fields.check(ref, SECRET_REF_FIELDS, path, problems)
+    if len(problems.errors) > before:
         return None
     if resources is None:
         return None
@@ -130,9 +135,7 @@ def _tls_ca(raw: Any, path: Path, problems: Problems, resources: Any) -> bytes |
     if not isinstance(raw, Mapping):
         problems.add(path, "must be a mapping: {} (the system's CAs), {caSecretRef: ...} or {caFile: path}")
         return None
-    for k in raw:
-        if k not in TLS_FIELDS:
-            problems.add(path + (str(k),), unknown_field(k, TLS_FIELDS))
+    _fields.check(raw, TLS_FIELDS, path, problems)
     if "caSecretRef" in raw and "caFile" in raw:
         problems.add(path, "set caSecretRef or caFile, not both")
     if "caSecretRef" in raw:
@@ -160,9 +163,7 @@ def parse_server_settings(raw: Mapping[str, Any], resources: Any = None) -> Serv
     problems = Problems()
     if not isinstance(raw, Mapping):
         raise OptionsError((), f"must be a mapping, got {type_name(raw)}")
-    for k in raw:
-        if k not in SERVER_FIELDS:
-            problems.add((str(k),), unknown_field(k, SERVER_FIELDS))
+    _fields.check(raw, SERVER_FIELDS, (), problems)
     if "ratelimitServerRef" in raw:
         problems.add(("ratelimitServerRef",), "twistgw is its own rate-limit server: say where its counters"
                      " live with redis: {address: host:port}")
@@ -196,9 +197,7 @@ def parse_service_settings(raw: Mapping[str, Any]) -> DescriptorSet:
     if not isinstance(raw, Mapping):
         raise OptionsError((), f"must be a mapping, got {type_name(raw)}")
     problems = Problems()
-    for k in raw:
-        if k not in ("descriptors", "setDescriptors"):
-            problems.add((str(k),), unknown_field(k, ("descriptors", "setDescriptors")))
+    _fields.check(raw, SERVICE_FIELDS, (), problems)
     found = parse_descriptor_set("settings", raw.get("descriptors"), raw.get("setDescriptors"), (), problems)
     problems.raise_if_any()
     return found

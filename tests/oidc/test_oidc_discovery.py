@@ -124,3 +124,55 @@ async def test_a_document_for_another_issuer_is_never_taken(provider: tuple[Well
         assert discovery.last_error is not None and "is not" in discovery.last_error
     finally:
         await client.close()
+
+
+class TokenEndpoint(resource.Resource):
+    """Records what the gateway sends to a token endpoint."""
+
+    isLeaf = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[tuple[bytes | None, dict[bytes, list[bytes]]]] = []
+
+    def render_POST(self, request: Any) -> bytes:  # noqa: N802 (twisted.web's name)
+        self.requests.append((request.getHeader(b"authorization"), dict(request.args)))
+        request.setHeader(b"content-type", b"application/json")
+        return json.dumps({"error": "invalid_grant"}).encode()
+
+
+@pytest_twisted.ensureDeferred
+async def test_discovery_override_fields_are_what_the_login_uses(provider: tuple[WellKnown, str]) -> None:
+    """discoveryOverride as compiled from its fields (authMethods, authEndpoint,
+    tokenEndpoint, jwksUri, endSessionEndpoint) over the document the
+    provider serves: the token request goes to the overriding endpoint with
+    the overriding client authentication (client_secret_post, where the
+    document says client_secret_basic)."""
+    from test_oidc_units import compile_oidc_checker
+    from twistgw_oidc._login import exchange
+
+    well_known, issuer = provider
+    well_known.doc["token_endpoint_auth_methods_supported"] = ["client_secret_basic"]
+    token = TokenEndpoint()
+    port = reactor.listenTCP(0, server.Site(token), interface="127.0.0.1")
+    other = f"http://127.0.0.1:{port.getHost().port}"
+    checker = compile_oidc_checker(issuerUrl=issuer, discoveryOverride={
+        "authMethods": ["client_secret_post"], "tokenEndpoint": f"{other}/token", "jwksUri": f"{other}/keys",
+        "endSessionEndpoint": f"{other}/end", "authEndpoint": f"{other}/login"})
+    try:
+        doc = await checker.provider.get()
+        assert doc is not None and well_known.reads == 1
+        assert (doc["token_endpoint"], doc["jwks_uri"], doc["end_session_endpoint"]) == (
+            f"{other}/token", f"{other}/keys", f"{other}/end")
+        assert doc["token_endpoint_auth_methods_supported"] == ["client_secret_post"]
+        assert doc["authorization_endpoint"] == f"{other}/login"
+        assert doc["issuer"] == issuer  # not overridden: the provider's
+        answer = await exchange(checker, doc, {"grant_type": "authorization_code", "code": "c1"})
+        assert answer.status == 200
+        [(authorization, form)] = token.requests
+        assert authorization is None
+        assert form[b"client_id"] == [b"app"] and form[b"client_secret"] == [b"s3cret"]
+        assert form[b"code"] == [b"c1"]
+    finally:
+        await port.stopListening()
+        await checker.runtime.client().close()

@@ -66,6 +66,19 @@ async def test_exactly_n_of_3n_concurrent(redis: RedisServer) -> None:
 
 
 @pytest_twisted.ensureDeferred
+async def test_counters_live_in_the_redis_database_named_by_db(redis: RedisServer) -> None:
+    """Settings spec.ratelimitServer.redis.db: the counters are written in that database, not in 0."""
+    fresh_window(3600, 30)
+    tester = await make(config(BASIC, settings={"ratelimitServer": {"redis": {"address": redis.address, "db": 5}}}))
+    try:
+        assert await statuses(tester, 4) == [200] * 3 + [429]
+        assert int(redis.command("-n", "5", "DBSIZE")) > 0
+        assert int(redis.command("-n", "0", "DBSIZE")) == 0
+    finally:
+        await close(tester)
+
+
+@pytest_twisted.ensureDeferred
 async def test_users_have_separate_budgets_and_anonymous_goes_by_address(redis: RedisServer) -> None:
     fresh_window(3600, 30)
     tester = await make(config(BASIC, redis=redis.address))

@@ -78,9 +78,13 @@ async def test_tls_with_a_ca_from_a_secret(tmp_path: Path) -> None:
             testers.append(ChainTester.from_yaml(with_redis(
                 {"address": f"localhost:{server.tls_port}", "tls": {"caSecretRef": {"name": name}}},
                 secret(name, ca_crt=pem)), WITH_AUTH))
-        good, wrong = testers
+        # the same CA from a file (tls.caFile)
+        testers.append(ChainTester.from_yaml(with_redis(
+            {"address": f"localhost:{server.tls_port}", "tls": {"caFile": str(directory / "ca.crt")}}), WITH_AUTH))
+        good, wrong, from_file = testers
         assert await statuses(good, 3) == [200, 200, 429]
         assert await statuses(wrong, 1) == [500]  # the server's certificate is not from that CA
+        assert await statuses(from_file, 1) == [429]  # the same Redis, the same counters: verified, counted
     finally:
         for tester in testers:
             await tester.host.unconfigure()

@@ -351,6 +351,9 @@ class OptionsTests(TestCase):
          ".ratelimit.rateLimits[0].actions[0].metadata.metadataKey", "verified JWT claims only"),
         ({"ratelimit": {"includeVhRateLimits": True, "rateLimits": []}}, ".ratelimit.includeVhRateLimits",
          "unknown field"),
+        ({"ratelimit": {"rateLimits": [{"actions": [{"metadata": {"descriptorKey": "k", "source": "ROUTE_ENTRY",
+            "metadataKey": {"key": "envoy.filters.http.jwt_authn", "path": [{"key": "principal"}, {"key": "sub"}]}}}]}]}},
+         ".ratelimit.rateLimits[0].actions[0].metadata.source", "only DYNAMIC metadata"),
         ({"ratelimit": {"rateLimits": [{}]}}, ".ratelimit.rateLimits[0]", "needs actions or setActions"),
         ({"localRatelimit": {"maxTokens": 0}}, ".localRatelimit.maxTokens", "at least 1"),
         ({"localRatelimit": {"maxTokens": 1, "fillInterval": "10ms"}}, ".localRatelimit.fillInterval",
@@ -449,17 +452,43 @@ class RouteOptionsTests(TestCase):
         settings = {"ratelimit": {"descriptors": [
             {"key": "generic_key", "value": "vh", "rateLimit": per(1, "MINUTE")},
             {"key": "generic_key", "value": "route", "rateLimit": per(1, "MINUTE")}]}}
-        vh = {"ratelimit": {"rateLimits": [{"actions": [{"genericKey": {"descriptorValue": "vh"}}]}]}}
         own = [{"actions": [{"genericKey": {"descriptorValue": "route"}}]}]
-        routes = [route("/with", {"ratelimit": {"includeVhRateLimits": True, "rateLimits": own}}, name="with"),
-                  route("/without", {"ratelimit": {"rateLimits": own}}, name="without"), route("/", name="plain")]
-        tester = ChainTester.from_yaml(config(vh, routes, settings=settings), PLUGINS)
-        labels = {}
-        for runtime in tester.snapshot.routes.values():
-            (step,) = runtime.chain
-            labels[runtime.route.name] = sorted(h.label for h in step.options.hits(ctx()))
-        assert labels == {"with": ["settings:generic_key=route", "settings:generic_key=vh"],
-                          "without": ["settings:generic_key=route"], "plain": ["settings:generic_key=vh"]}
+        for key in ("ratelimit", "ratelimitRegular", "ratelimitEarly"):  # the same for Gloo's two stages
+            vh = {key: {"rateLimits": [{"actions": [{"genericKey": {"descriptorValue": "vh"}}]}]}}
+            routes = [route("/with", {key: {"includeVhRateLimits": True, "rateLimits": own}}, name="with"),
+                      route("/without", {key: {"includeVhRateLimits": False, "rateLimits": own}}, name="without"),
+                      route("/", name="plain")]
+            tester = ChainTester.from_yaml(config(vh, routes, settings=settings), PLUGINS)
+            labels = {}
+            for runtime in tester.snapshot.routes.values():
+                (step,) = runtime.chain
+                assert step.options.plugin == key
+                labels[runtime.route.name] = sorted(h.label for h in step.options.hits(ctx()))
+            assert labels == {"with": ["settings:generic_key=route", "settings:generic_key=vh"],
+                              "without": ["settings:generic_key=route"], "plain": ["settings:generic_key=vh"]}, key
+
+    async def test_include_vh_rate_limits_with_nothing_to_include_counts_nothing(self) -> None:
+        """A route's includeVhRateLimits: true, no rateLimits of its own and none
+        on its virtual host: Gloo accepts it and counts nothing; so does twistgw
+        (no Redis, no descriptors needed). A local bucket beside it still limits."""
+        for key in ("ratelimit", "ratelimitRegular", "ratelimitEarly"):
+            routes = [route("/only", {key: {"includeVhRateLimits": True}}, name="only"),
+                      route("/empty", {key: {"includeVhRateLimits": True, "rateLimits": []}}, name="empty"),
+                      route("/local", {key: {"includeVhRateLimits": True, "localRatelimit": {"maxTokens": 1}}},
+                            name="local")]
+            tester = ChainTester.from_yaml(config(routes=routes, redis=None), PLUGINS)
+            for path in ("/only", "/empty"):
+                runtime = next(r for r in tester.snapshot.routes.values() if r.route.name == path[1:])
+                (step,) = runtime.chain
+                assert step.options.plugin == key and step.options.hits(ctx()) == []
+                for _ in range(3):
+                    assert (await tester.request("GET", f"http://a{path}")).status == 200, (key, path)
+            statuses = [(await tester.request("GET", "http://a/local")).status for _ in range(2)]
+            assert statuses == [200, 429], key
+        # with rules on the virtual host, the route still adds them (needs Redis and descriptors)
+        found = issues(config({"ratelimit": {"rateLimits": [{"actions": [{"remoteAddress": {}}]}]}},
+                              [route("/", {"ratelimit": {"includeVhRateLimits": True}})], redis=None))
+        assert any("Redis" in reason for _, reason in found), found
 
     async def test_upstream_on_the_context(self) -> None:
         tester = ChainTester.from_yaml(config(routes=[route("/", upstream="gloo-system/echo-1")], redis=None,

@@ -1,6 +1,8 @@
-"""The field walk: every field the loader accepts — the core's and the three
-shipped plugins' — either changes behaviour (a named test file exercises it)
-or is documented as informational. Nothing is accepted and ignored.
+"""The field walk: every field the loader accepts — the core's and the
+shipped plugins' (jwt, rbac, extauth with ldap, passThroughAuth and oauth2,
+the rate-limit plugins) — either changes behaviour (a named test file
+exercises it) or is documented as informational. Nothing is accepted and
+ignored.
 
 How: a configuration that sets every field is loaded and compiled while the
 validators are watched; each mapping they check records the fields it
@@ -9,6 +11,14 @@ and every entry must have been recorded (no stale entries). An entry is
 either ``("test", "tests/<file>.py")`` — that test file sets the field and
 asserts what it does — or ``("info", "<docs file>")`` — the docs say it is
 informational. A new field without an entry fails this test.
+
+What is watched: the loader's :class:`FieldReader`, and each plugin's own
+field check — jwt's ``_only``, rbac's ``_check_keys``, ldap's
+``LdapReader.mapping``, passThroughAuth's ``_common.mapping``, oauth2's
+``Reader.mapping`` (scope ``oauth2:``, paths from the config entry) and the
+rate-limit plugins' ``_fields.check`` (scope: the options key, ``Settings``
+or ``RateLimitConfig``, marked where each reading starts). A plugin that
+reads a mapping some other way is not seen: give it one such check.
 """
 
 from __future__ import annotations
@@ -24,6 +34,11 @@ import pytest
 import twistgw_authtypes._common as authtypes_common
 import twistgw_jwt._options as jwt_options
 import twistgw_ldap._fields as ldap_fields
+import twistgw_oidc._options as oidc_options
+import twistgw_ratelimit
+import twistgw_ratelimit._fields as rl_fields
+import twistgw_ratelimit._options as rl_options
+import twistgw_ratelimit._settings as rl_settings
 import twistgw_rbac._policy as rbac_policy
 from twistgw.api.fields import FieldReader
 from twistgw.config.gloo import CORE_OPTION_KEYS
@@ -57,7 +72,7 @@ spec:
   rbac: {{requireRbac: false}}
   jwt: {{verifiedTokenCacheSize: 10}}
   extauth: {{devDirectory: {{ldif: users.ldif, listen: "tcp:0:interface=127.0.0.1"}}}}
----
+{ratelimit_settings}---
 apiVersion: v1
 kind: Service
 metadata: {{name: svc, labels: {{a: b}}, annotations: {{x: y}}}}
@@ -548,6 +563,227 @@ spec:
           jsonFormat: {{code: '%RESPONSE_CODE%'}}
 """
 
+#: The ``oauth2`` config type (plugins/twistgw_oidc) and the rate-limit
+#: plugins (plugins/twistgw_ratelimit): every variant of each, since a
+#: variant's fields are only read when it is chosen.
+WALK_OAUTH2_RATELIMIT = """\
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: walk-oauth}}
+type: extauth.solo.io/oauth
+stringData: {{client-secret: s3cret}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: walk-cipher}}
+stringData: {{key: 0123456789abcdef0123456789abcdef}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: walk-redis-auth}}
+stringData: {{username: walk, password: pw}}
+---
+apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {{name: walk-oidc-cookie}}
+spec:
+  configs:
+  - oauth2:
+      oidcAuthorizationCode:
+        issuerUrl: https://idp.walk.example.com/
+        clientId: walk
+        clientSecretRef: {{name: walk-oauth, namespace: default}}
+        appUrl: https://auth.walk.example.com
+        callbackPath: /callback
+        logoutPath: /logout
+        afterLogoutUrl: https://auth.walk.example.com/bye
+        scopes: [email]
+        authEndpointQueryParams: {{prompt: login}}
+        tokenEndpointQueryParams: {{audience: api}}
+        discoveryOverride:
+          authEndpoint: https://idp.walk.example.com/auth
+          tokenEndpoint: https://idp.walk.example.com/token
+          jwksUri: https://idp.walk.example.com/jwks
+          endSessionEndpoint: https://idp.walk.example.com/end
+          authMethods: [client_secret_basic]
+        discoveryPollInterval: 30m
+        jwksCacheRefreshPolicy: {{maxIdpReqPerPollingInterval: 2}}
+        session:
+          failOnFetchFailure: true
+          cookieOptions: {{maxAge: 3600, notSecure: false, httpOnly: true, path: /, sameSite: LaxMode,
+                          domain: auth.walk.example.com}}
+          cookie: {{allowRefreshing: true, keyPrefix: walk}}
+          cipherConfig: {{keyRef: {{name: walk-cipher, namespace: default}}}}
+        headers: {{idTokenHeader: x-id-token, accessTokenHeader: x-access-token, useBearerSchemaForAuthorization: true}}
+        identityToken: {{claimsToHeaders: [{{claim: email, header: x-email, append: false}}]}}
+        dynamicMetadataFromClaims: {{x-subject: sub}}
+        frontChannelLogout: {{path: /front-logout}}
+        endSessionProperties: {{methodType: PostMethod}}
+        default: {{}}
+---
+apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {{name: walk-oidc-redis}}
+spec:
+  configs:
+  - oauth2:
+      oidcAuthorizationCode:
+        issuerUrl: https://idp.walk.example.com/
+        clientId: walk-redis
+        clientAuthentication: {{clientSecret: {{clientSecretRef: {{name: walk-oauth, namespace: default}}}}}}
+        appUrl: https://auth.walk.example.com/r
+        callbackPath: /callback
+        session:
+          redis:
+            options: {{host: "127.0.0.1:6379", db: 1, poolSize: 2, socketType: TLS, tlsCertMountPath: {ca_path}}}
+            keyPrefix: walk
+            cookieName: walk-sid
+            allowRefreshing: true
+            preExpiryBuffer: 2s
+---
+apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {{name: walk-access-tokens}}
+spec:
+  configs:
+  - oauth2:
+      accessTokenValidation:
+        introspection:
+          introspectionUrl: https://idp.walk.example.com/introspect
+          clientId: walk-rs
+          clientSecretRef: {{name: walk-oauth, namespace: default}}
+          userIdAttributeName: sub
+          disableClientSecret: false
+        userinfoUrl: https://idp.walk.example.com/me
+        cacheTimeout: 1m
+        requiredScopes: {{scope: [read]}}
+        claimsToHeaders: [{{claim: sub, header: x-token-sub, append: false}}]
+        dynamicMetadataFromClaims: {{x-token-client: client_id}}
+        default: {{}}
+  - oauth2:
+      accessTokenValidation:
+        jwt:
+          remoteJwks: {{url: https://idp.walk.example.com/jwks, refreshInterval: 5m}}
+          issuer: https://idp.walk.example.com/
+          audiences: [api]
+  - oauth2:
+      accessTokenValidation:
+        jwt:
+          localJwks:
+            inlineString: |
+{key3}
+  - oauth2:
+      accessTokenValidation: {{introspectionUrl: https://idp.walk.example.com/introspect}}
+---
+apiVersion: ratelimit.solo.io/v1alpha1
+kind: RateLimitConfig
+metadata: {{name: walk-rl}}
+spec:
+  raw:
+    descriptors: [{{key: generic_key, value: config, rateLimit: {{requestsPerUnit: 1, unit: MINUTE}}}}]
+    setDescriptors:
+    - simpleDescriptors: [{{key: generic_key, value: config}}]
+      rateLimit: {{requestsPerUnit: 2, unit: MINUTE}}
+    rateLimits:
+    - actions: [{{genericKey: {{descriptorValue: config}}}}]
+    - setActions: [{{genericKey: {{descriptorValue: config}}}}]
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {{name: walk-oauth2}}
+spec:
+  virtualHost:
+    domains: [auth.walk.example.com]
+    routes:
+    - matchers: [{{prefix: /r}}]
+      options: {{extauth: {{configRef: {{name: walk-oidc-redis}}}}}}
+      directResponseAction: {{status: 200}}
+    - matchers: [{{prefix: /api}}]
+      options: {{extauth: {{configRef: {{name: walk-access-tokens}}}}}}
+      directResponseAction: {{status: 200}}
+    - matchers: [{{prefix: /}}]
+      options: {{extauth: {{configRef: {{name: walk-oidc-cookie}}}}}}
+      directResponseAction: {{status: 200}}
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {{name: walk-ratelimit}}
+spec:
+  virtualHost:
+    domains: [rl.walk.example.com]
+    options:
+      ratelimitBasic:
+        anonymousLimits: {{requestsPerUnit: 10, unit: MINUTE}}
+        authorizedLimits: {{requestsPerUnit: 100, unit: MINUTE}}
+      ratelimit:
+        rateLimits:
+        - actions:
+          - genericKey: {{descriptorValue: walk}}
+          - remoteAddress: {{}}
+          - requestHeaders: {{headerName: x-plan, descriptorKey: plan}}
+          - destinationCluster: {{}}
+          - headerValueMatch:
+              descriptorValue: matched
+              expectMatch: true
+              headers:
+              - {{name: x-a, exactMatch: a, invertMatch: false}}
+              - {{name: x-b, regexMatch: "b+"}}
+              - {{name: x-c, rangeMatch: {{start: 1, end: 10}}}}
+              - {{name: x-d, presentMatch: true}}
+              - {{name: x-e, prefixMatch: e}}
+              - {{name: x-f, suffixMatch: f}}
+          - metadata:
+              descriptorKey: sub
+              metadataKey: {{key: envoy.filters.http.jwt_authn, path: [{{key: principal}}, {{key: sub}}]}}
+              defaultValue: anonymous
+              source: DYNAMIC
+        - setActions: [{{genericKey: {{descriptorValue: walk}}}}]
+      ratelimitEarly: {{rateLimits: [{{actions: [{{genericKey: {{descriptorValue: early}}}}]}}]}}
+      ratelimitRegular: {{rateLimits: [{{actions: [{{genericKey: {{descriptorValue: regular}}}}]}}]}}
+      rateLimitConfigs: {{refs: [{{name: walk-rl, namespace: default}}]}}
+      localRatelimit: {{maxTokens: 10, tokensPerFill: 1, fillInterval: 1s}}
+    routes:
+    - matchers: [{{prefix: /route}}]
+      options:
+        ratelimit: {{includeVhRateLimits: true, rateLimits: [{{actions: [{{genericKey: {{descriptorValue: route}}}}]}}]}}
+        ratelimitEarly: {{includeVhRateLimits: true}}
+        ratelimitRegular: {{includeVhRateLimits: false, rateLimits: [{{actions: [{{remoteAddress: {{}}}}]}}]}}
+      directResponseAction: {{status: 200}}
+    - matchers: [{{prefix: /}}]
+      directResponseAction: {{status: 200}}
+"""
+
+#: the Settings sections of the rate-limit plugins (added to the walk's Settings)
+WALK_RATELIMIT_SETTINGS = """\
+  ratelimitServer:
+    rateLimitBeforeAuth: false
+    denyOnFail: false
+    requestTimeout: 100ms
+    enableXRatelimitHeaders: true
+    shadowMode: false
+    redis:
+      address: "127.0.0.1:6379"
+      db: 0
+      authSecretRef: {{name: walk-redis-auth, namespace: default}}
+      tls: {{caSecretRef: {{name: upstream-tls, namespace: default}}}}
+      clustered: false
+  ratelimit:
+    descriptors:
+    - key: generic_key
+      value: walk
+      rateLimit: {{requestsPerUnit: 10, unit: MINUTE}}
+      weight: 1
+      alwaysApply: true
+      descriptors:
+      - key: remote_address
+        rateLimit: {{requestsPerUnit: 5, unit: SECOND}}
+    setDescriptors:
+    - simpleDescriptors: [{{key: generic_key, value: walk}}]
+      rateLimit: {{requestsPerUnit: 1, unit: HOUR}}
+      alwaysApply: true
+"""
+
 LDIF = "dn: dc=example,dc=org\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n"
 
 
@@ -621,28 +857,88 @@ def walk(tmp_path, monkeypatch) -> set[str]:
     # the AuthConfig config types' fields (paths relative to the config entry): passThroughAuth's
     monkeypatch.setattr(authtypes_common, "mapping", recorder_mapping("authtypes", authtypes_common.mapping))
 
+    # oauth2's (paths relative to the config entry: oidcAuthorizationCode..., accessTokenValidation...)
+    real_oidc = oidc_options.Reader.mapping
+
+    def oidc_mapping(self, value, allowed, field=None):
+        for key in allowed:
+            seen.add(f"oauth2:{_norm(self.path + ((field,) if field else ()) + (key,))}")
+        return real_oidc(self, value, allowed, field)
+
+    monkeypatch.setattr(oidc_options.Reader, "mapping", oidc_mapping)
+
+    # The rate-limit plugins check every mapping's fields with one function,
+    # on paths relative to what is being read: an options key, a Settings
+    # section or a RateLimitConfig. Where each reading starts is marked here.
+    where: list[tuple[str, tuple[str, ...]]] = []
+
+    def reading(real, scope):
+        def read(*args, **kwargs):
+            where.append(scope(*args) if callable(scope) else scope)
+            try:
+                return real(*args, **kwargs)
+            finally:
+                where.pop()
+        return read
+
+    for module, name, scope in (
+            (rl_options, "compile_basic", ("ratelimitBasic", ())),
+            (rl_options, "compile_actions", lambda key, *_: (key, ())),
+            (rl_options, "compile_configs", ("rateLimitConfigs", ())),
+            (rl_options, "compile_config_spec", ("RateLimitConfig", ())),  # paths from spec.raw
+            (rl_options, "compile_local", ("localRatelimit", ())),
+            *((m, "parse_server_settings", ("Settings", ("spec", "ratelimitServer")))
+              for m in (twistgw_ratelimit, rl_options, rl_settings)),
+            *((m, "parse_service_settings", ("Settings", ("spec", "ratelimit")))
+              for m in (twistgw_ratelimit, rl_options, rl_settings))):
+        monkeypatch.setattr(module, name, reading(getattr(module, name), scope))
+    real_rl = rl_fields.check
+
+    def rl_check(raw, allowed, path, problems):
+        kind, prefix = where[-1] if where else ("unmarked-ratelimit-reading", ())
+        for key in allowed:
+            seen.add(f"{kind}:{_norm(prefix + tuple(path) + (key,))}")
+        return real_rl(raw, allowed, path, problems)
+
+    monkeypatch.setattr(rl_fields, "check", rl_check)
+
     pem = _public_pem()
     (tmp_path / "users.ldif").write_text(LDIF)
     ca = TestCA()
     (tmp_path / "ca.crt").write_bytes(ca.pem)
     ca.issue("gateway.test", dns=["gateway.test"], client=True).write(tmp_path, "client")
     server = ca.issue("tls.walk.example.com", dns=["tls.walk.example.com"])
-    (tmp_path / "walk.yaml").write_text(WALK.format(key=textwrap.indent(pem, " " * 18),
+    template = WALK.replace("{ratelimit_settings}", WALK_RATELIMIT_SETTINGS) + WALK_OAUTH2_RATELIMIT
+    (tmp_path / "walk.yaml").write_text(template.format(key=textwrap.indent(pem, " " * 18),
                                                     key2=textwrap.indent(pem, " " * 22),
+                                                    key3=textwrap.indent(pem, " " * 14),
+                                                    ca_path=tmp_path / "ca.crt",
                                                     ca_b64=base64.b64encode(ca.pem).decode(),
                                                     srv_crt=base64.b64encode(server.cert_pem).decode(),
                                                     srv_key=base64.b64encode(server.key_pem).decode()))
     config = load_directory(str(tmp_path), keep_going=True)
     snapshot = build_snapshot(config, PluginHost.create())
-    assert len(snapshot.routes) == 15  # the walk loaded whole, every route compiled
+    assert len(snapshot.routes) == 20  # the walk loaded whole, every route compiled
     return seen
 
 
+#: where the rate-limit plugins read rules (rateLimits) and descriptors
+_RATELIMIT_SCOPES = ("ratelimit:", "ratelimitEarly:", "ratelimitRegular:", "RateLimitConfig:spec.raw.",
+                     "Settings:spec.ratelimit.")
+
+
 def _scope(field: str) -> str:
-    """Routes are read by one parser whether a VirtualService or a RouteTable holds them."""
+    """Routes are read by one parser whether a VirtualService or a RouteTable
+    holds them; so are a rate limit's ``rateLimits`` (its actions) wherever
+    they are written, and ``descriptors`` (at every level of their tree) and
+    ``setDescriptors`` in Settings or a RateLimitConfig."""
     for prefix in ("VirtualService:spec.virtualHost.routes[]", "RouteTable:spec.routes[]"):
         if field.startswith(prefix):
             return "Route:" + field[len(prefix):].lstrip(".")
+    if field.startswith(_RATELIMIT_SCOPES):
+        for marker in ("rateLimits[]", "setDescriptors[]", "descriptors[]"):
+            if marker in field:
+                return marker[:-2] + ":" + field.rsplit(marker, 1)[1].lstrip(".").replace("setActions[]", "actions[]")
     return field
 
 
@@ -1098,6 +1394,121 @@ FIELDS.update({
     # what Gloo's discovery wrote on an Upstream: metadata only
     "Upstream:spec.discoveryMetadata": (INFO, CONF_DOC), "Upstream:spec.discoveryMetadata.labels": (INFO, CONF_DOC),
 })
+
+# -- oauth2 (the twistgw_oidc plugin; paths relative to the config entry) ------------------
+OIDC_UNITS = "tests/oidc/test_oidc_units.py"
+OIDC_FLOW = "tests/oidc/test_oidc_flow.py"
+OIDC_STACK = "tests/oidc/stack.py"  # the flow tests' configuration
+OIDC_FIELDS = "tests/oidc/test_oidc_fields.py"
+OIDC_DISCOVERY = "tests/oidc/test_oidc_discovery.py"
+OIDC_WARM = "tests/oidc/test_oidc_warm_paths.py"
+OAUTH2_AT = "tests/oidc/test_oauth2_access_tokens.py"
+_OIDC = "oauth2:oidcAuthorizationCode"
+_ATV = "oauth2:accessTokenValidation"
+FIELDS.update({
+    "oauth2:oidcAuthorizationCode": (T, OIDC_UNITS), "oauth2:accessTokenValidation": (T, OIDC_UNITS),
+    "oauth2:oauth2": (T, OIDC_UNITS),  # refused by name (Gloo's plain OAuth2 flow)
+    **{f"{_OIDC}.{k}": (T, OIDC_FLOW, OIDC_STACK) for k in (
+        "issuerUrl", "clientId", "appUrl", "callbackPath", "logoutPath", "afterLogoutUrl", "scopes",
+        "authEndpointQueryParams", "tokenEndpointQueryParams", "frontChannelLogout", "frontChannelLogout.path",
+        "headers", "headers.idTokenHeader", "headers.accessTokenHeader", "session.cookie",
+        "session.cookie.keyPrefix", "session.cookie.allowRefreshing", "session.redis", "session.redis.options",
+        "session.redis.options.host", "session.redis.options.db", "session.redis.options.poolSize",
+        "session.redis.keyPrefix", "session.redis.cookieName", "session.redis.preExpiryBuffer")},
+    **{f"{_OIDC}.{k}": (T, OIDC_UNITS) for k in (
+        "clientSecretRef", "clientSecretRef.name", "disableClientSecret", "session", "session.cipherConfig",
+        "session.cipherConfig.keyRef", "session.cipherConfig.keyRef.name", "session.failOnFetchFailure",
+        "session.redis.options.tlsCertMountPath",
+        # refused by name, each with its reason
+        "parseCallbackPathAsRegex", "sessionIdHeaderName")},
+    f"{_OIDC}.clientSecretRef.namespace": (T, OIDC_UNITS, OIDC_STACK),
+    f"{_OIDC}.session.cipherConfig.keyRef.namespace": (T, OIDC_FIELDS),
+    f"{_OIDC}.session.redis.options.socketType": (T, "tests/oidc/test_oidc_redis_store.py", OIDC_UNITS),
+    **{f"{_OIDC}.{k}": (T, OIDC_FIELDS) for k in (
+        "clientAuthentication", "clientAuthentication.clientSecret", "clientAuthentication.clientSecret.clientSecretRef",
+        "clientAuthentication.clientSecret.clientSecretRef.name",
+        "clientAuthentication.clientSecret.clientSecretRef.namespace",
+        "clientAuthentication.clientSecret.disableClientSecret", "clientAuthentication.privateKeyJwt",
+        "headers.useBearerSchemaForAuthorization", "endSessionProperties", "endSessionProperties.methodType",
+        "jwksCacheRefreshPolicy", "jwksCacheRefreshPolicy.never", "jwksCacheRefreshPolicy.always",
+        "jwksCacheRefreshPolicy.maxIdpReqPerPollingInterval", "dynamicMetadataFromClaims",
+        "session.redis.allowRefreshing", "session.cookieOptions", "session.cookieOptions.maxAge",
+        "session.cookieOptions.notSecure", "session.cookieOptions.httpOnly", "session.cookieOptions.path",
+        "session.cookieOptions.domain", "session.cookieOptions.sameSite",
+        # Gloo's discoveryOverride members twistgw never reads: refused by name
+        "discoveryOverride.scopes", "discoveryOverride.responseTypes", "discoveryOverride.subjects",
+        "discoveryOverride.idTokenAlgs", "discoveryOverride.claims", "discoveryOverride.revocationEndpoint",
+        # refused by name, each with its reason
+        "autoMapFromMetadata", "accessToken", "azure", "session.cookie.targetDomain", "session.redis.targetDomain",
+        "session.redis.headerName")},
+    **{f"{_OIDC}.{k}": (T, OIDC_DISCOVERY) for k in (
+        "discoveryOverride", "discoveryOverride.authEndpoint", "discoveryOverride.tokenEndpoint",
+        "discoveryOverride.jwksUri", "discoveryOverride.endSessionEndpoint", "discoveryOverride.authMethods")},
+    f"{_OIDC}.discoveryPollInterval": (T, OIDC_DISCOVERY, OIDC_FIELDS),
+    **{f"{_OIDC}.identityToken{k}": (T, OIDC_WARM) for k in (
+        "", ".claimsToHeaders", ".claimsToHeaders[].claim", ".claimsToHeaders[].header", ".claimsToHeaders[].append")},
+    # Gloo's marker of the default provider (the other is azure, refused): nothing else to do
+    f"{_OIDC}.default": (INFO, "docs/oidc.md"), f"{_ATV}.default": (INFO, "docs/oidc.md"),
+    **{f"{_ATV}.{k}": (T, OAUTH2_AT, OIDC_STACK) for k in (
+        "introspection", "introspection.introspectionUrl", "introspection.clientId", "introspection.clientSecretRef",
+        "introspection.clientSecretRef.name", "introspection.clientSecretRef.namespace",
+        "introspection.userIdAttributeName", "userinfoUrl", "cacheTimeout", "requiredScopes", "requiredScopes.scope",
+        "claimsToHeaders", "claimsToHeaders[].claim", "claimsToHeaders[].header", "dynamicMetadataFromClaims",
+        "jwt", "jwt.remoteJwks", "jwt.remoteJwks.url", "jwt.issuer", "jwt.audiences")},
+    f"{_ATV}.claimsToHeaders[].append": (T, OIDC_WARM),  # the same reader as identityToken's
+    **{f"{_ATV}.{k}": (T, OIDC_FIELDS) for k in (
+        "introspectionUrl", "introspection.disableClientSecret", "jwt.remoteJwks.refreshInterval", "azure")},
+    f"{_ATV}.jwt.localJwks": (T, OIDC_WARM), f"{_ATV}.jwt.localJwks.inlineString": (T, OIDC_WARM, OIDC_UNITS),
+})
+
+# -- the rate-limit plugins (twistgw_ratelimit) ----------------------------------------------
+RL_UNITS = "tests/ratelimit/test_ratelimit_units.py"
+RL_REDIS = "tests/ratelimit/test_ratelimit_redis.py"
+RL_AUTH = "tests/ratelimit/test_ratelimit_redis_auth.py"
+RL_PROCESSES = "tests/ratelimit/test_ratelimit_processes.py"
+RL_HELPERS = "tests/ratelimit/rl_helpers.py"  # per(n, unit), rate_limit_config(name, raw)
+_SERVER = "Settings:spec.ratelimitServer"
+FIELDS.update({
+    **{f"{key}:{k}": (T, RL_UNITS) for key in ("ratelimit", "ratelimitEarly", "ratelimitRegular")
+       for k in ("rateLimits", "includeVhRateLimits")},
+    **{f"ratelimitBasic:{k}": (T, RL_REDIS) for k in (
+        "anonymousLimits", "anonymousLimits.requestsPerUnit", "anonymousLimits.unit", "authorizedLimits",
+        "authorizedLimits.requestsPerUnit", "authorizedLimits.unit")},
+    **{f"localRatelimit:{k}": (T, RL_PROCESSES, RL_UNITS) for k in ("maxTokens", "tokensPerFill", "fillInterval")},
+    **{f"rateLimitConfigs:{k}": (T, RL_REDIS) for k in ("refs", "refs[].name", "refs[].namespace")},
+    **{f"RateLimitConfig:spec.raw{k}": (T, RL_REDIS, RL_HELPERS) for k in ("", ".descriptors", ".setDescriptors", ".rateLimits")},
+    **{f"Settings:spec.ratelimit.{k}": (T, RL_REDIS) for k in ("descriptors", "setDescriptors")},
+    # descriptors (every level of the tree) and setDescriptors, in Settings or a RateLimitConfig
+    **{f"descriptors:{k}": (T, RL_REDIS) for k in (
+        "key", "value", "rateLimit", "rateLimit.requestsPerUnit", "rateLimit.unit", "descriptors", "weight",
+        "alwaysApply")},
+    **{f"setDescriptors:{k}": (T, RL_REDIS) for k in (
+        "simpleDescriptors", "simpleDescriptors[].key", "simpleDescriptors[].value", "rateLimit",
+        "rateLimit.requestsPerUnit", "rateLimit.unit", "alwaysApply")},
+    # rateLimits (actions and setActions: one reader), wherever they are written
+    **{f"rateLimits:{k}": (T, RL_UNITS) for k in (
+        "actions", "setActions", "actions[].genericKey", "actions[].genericKey.descriptorValue",
+        "actions[].remoteAddress", "actions[].requestHeaders", "actions[].requestHeaders.headerName",
+        "actions[].requestHeaders.descriptorKey", "actions[].destinationCluster", "actions[].headerValueMatch",
+        "actions[].headerValueMatch.descriptorValue", "actions[].headerValueMatch.expectMatch",
+        "actions[].headerValueMatch.headers", "actions[].metadata", "actions[].metadata.descriptorKey",
+        "actions[].metadata.metadataKey", "actions[].metadata.metadataKey.key",
+        "actions[].metadata.metadataKey.path", "actions[].metadata.metadataKey.path[].key",
+        "actions[].metadata.defaultValue", "actions[].metadata.source",
+        *(f"actions[].headerValueMatch.headers[].{m}" for m in (
+            "name", "exactMatch", "regexMatch", "rangeMatch", "rangeMatch.start", "rangeMatch.end",
+            "presentMatch", "prefixMatch", "suffixMatch", "invertMatch")))},
+    **{f"{_SERVER}.{k}": (T, RL_REDIS) for k in (
+        "rateLimitBeforeAuth", "denyOnFail", "requestTimeout", "enableXRatelimitHeaders", "shadowMode", "redis",
+        "redis.address", "redis.db")},
+    **{f"{_SERVER}.{k}": (T, RL_AUTH) for k in (
+        "redis.authSecretRef", "redis.authSecretRef.name", "redis.authSecretRef.namespace", "redis.tls",
+        "redis.tls.caSecretRef", "redis.tls.caSecretRef.name", "redis.tls.caSecretRef.namespace",
+        "redis.tls.caFile",
+        "redis.clustered")},  # only false: Redis Cluster is refused, with the reason
+    f"{_SERVER}.ratelimitServerRef": (T, RL_UNITS),  # refused: twistgw is its own rate-limit server
+})
+FIELDS.update({f: (*FIELDS[f], RL_HELPERS) for f in FIELDS if f.endswith((".requestsPerUnit", ".unit"))})
 
 
 #: Fields checked by hand-written code rather than a watched mapping (the
