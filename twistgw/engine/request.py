@@ -15,6 +15,7 @@ from typing import Any
 
 
 from twistgw.api.headers import Headers, InvalidHeaderName, canonical_name
+from twistgw.api.headers import _canonical_cache
 from twistgw.engine import framing
 from twistgw.engine.body import RequestBody
 from twistgw.engine.exchange import Exchange
@@ -36,6 +37,9 @@ _MAX_HEAD_BYTES = framing.MAX_HEAD_BYTES
 _MAX_TARGET = framing.MAX_TARGET
 _TOO_LARGE = framing.TOO_LARGE
 _BAD_REQUEST = framing.BAD_REQUEST
+#: header name as received -> canonical name, for names seen before
+#: (``canonical_name``'s bounded cache; a name that is not a token is never in it)
+_known_name = _canonical_cache.get
 
 
 class Reject(Exception):
@@ -117,10 +121,12 @@ class RequestReader:
         self._head_bytes += len(name) + len(value) + 4
         if self._nheaders > _MAX_HEADERS or self._head_bytes > _MAX_HEAD_BYTES:
             raise Reject(_TOO_LARGE)
-        try:
-            cname = canonical_name(name)
-        except InvalidHeaderName:
-            raise Reject(_BAD_REQUEST) from None
+        cname = _known_name(name)  # canonical_name's cache, read inline: no call for a name seen before
+        if cname is None:
+            try:
+                cname = canonical_name(name)
+            except InvalidHeaderName:
+                raise Reject(_BAD_REQUEST) from None
         value = value.rstrip(b" \t")
         values = self._raw.get(cname)
         if values is None:
