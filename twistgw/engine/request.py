@@ -14,8 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 
-from twistgw.api.headers import Headers, InvalidHeaderName, canonical_name
-from twistgw.api.headers import _canonical_cache
+from twistgw.api.headers import Headers, InvalidHeaderName, cached_canonical_name, canonical_name
 from twistgw.engine import framing
 from twistgw.engine.body import RequestBody
 from twistgw.engine.exchange import Exchange
@@ -39,7 +38,7 @@ _TOO_LARGE = framing.TOO_LARGE
 _BAD_REQUEST = framing.BAD_REQUEST
 #: header name as received -> canonical name, for names seen before
 #: (``canonical_name``'s bounded cache; a name that is not a token is never in it)
-_known_name = _canonical_cache.get
+_known_name = cached_canonical_name
 
 
 class Reject(Exception):
