@@ -17,13 +17,31 @@ Secret's ``user`` entry when it has one, else the Secret's name (Gloo's user
 identity). Keys are looked up by a keyed BLAKE2b digest under a per-process
 random key, and the digest found is compared with ``hmac.compare_digest``:
 neither the time a lookup takes nor any log line tells anything about a key.
+
+Why the lookup leaks nothing (kept by every change to :meth:`ApiKeyChecker.check`):
+
+* the presented value is never compared with a key, nor used as a dict
+  key: the only thing computed from it is its keyed digest, whose time
+  depends on its length alone (BLAKE2b has no data-dependent branches);
+* the table is a dict from digests to owners. Finding a digest hashes the
+  digest (SipHash) and compares it with at most the entries of its slot
+  chain, byte by byte: that time depends on the digest's bytes, which an
+  attacker cannot compute or steer without the per-process key
+  (``os.urandom(32)``, never logged, never leaves memory); so it is no
+  oracle on how close a guess is to a key;
+* the digest found is compared once more with ``hmac.compare_digest``
+  (constant time), so a dict implementation that compared differently
+  could not turn a near miss into a match;
+* every refusal is a prebuilt answer whose reason names no key (the
+  Secret, at most), so neither the answer nor its log line depends on the
+  value presented.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
+from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
@@ -54,10 +72,15 @@ _REFUSED = {
 
 #: Per-process secret key of the digests; never leaves memory, never logged.
 _SALT = os.urandom(32)
+#: BLAKE2b keyed with it, fed nothing: copied for each digest (_common.keyed_blake2b)
+_KEYED = c.keyed_blake2b(_SALT)
 
 
 def key_digest(key: bytes) -> bytes:
-    return hashlib.blake2b(key, key=_SALT, digest_size=32).digest()
+    """``blake2b(key, key=_SALT, digest_size=32)``: what the table holds and a request's key is looked up by."""
+    h = _KEYED.copy()
+    h.update(key)
+    return h.digest()
 
 
 @attrs.frozen
@@ -70,15 +93,21 @@ class KeyOwner:
     headers: tuple[tuple[bytes, bytes], ...] = ()
     #: required metadata entries this key's Secret lacks: requests with it are refused
     missing: tuple[str, ...] = ()
-    #: the verdict for this key, made once (immutable; a request costs no allocation)
+    #: the admission for this key, made once (immutable; a request costs no allocation)
     allow: AuthAllow = AuthAllow()
+    #: what a request with this key gets: :attr:`allow`, or the refusal when
+    #: its Secret lacks required metadata (made once too)
+    answer: AuthAllow | AuthDeny = AuthAllow()
 
     @classmethod
     def make(cls, principal: str, secret: str, digest: bytes, headers: tuple[tuple[bytes, bytes], ...],
              missing: tuple[str, ...]) -> "KeyOwner":
-        state = {h.decode(): v.decode("latin-1") for h, v in headers} or None
+        state = MappingProxyType({h.decode(): v.decode("latin-1") for h, v in headers}) if headers else None
         allow = AuthAllow(principal=principal, headers=headers, reason=f"API key of Secret {secret}", state=state)
-        return cls(principal, secret, digest, headers, missing, allow)
+        answer: AuthAllow | AuthDeny = allow
+        if missing:
+            answer = AuthDeny(401, reason=f"the key of Secret {secret} lacks required metadata {', '.join(missing)}")
+        return cls(principal, secret, digest, headers, missing, allow, answer)
 
 
 @attrs.frozen(eq=False)
@@ -88,7 +117,7 @@ class KeyTable:
     owners: Mapping[bytes, KeyOwner]
 
     def lookup(self, presented: bytes) -> KeyOwner | None:
-        digest = hashlib.blake2b(presented, key=_SALT, digest_size=32).digest()  # key_digest, inline
+        digest = key_digest(presented)
         owner = self.owners.get(digest)
         if owner is None or not hmac.compare_digest(owner.digest, digest):
             return None
@@ -150,26 +179,30 @@ class ApiKeyChecker:
     #: ``header`` in the headers' canonical form, for the per-request lookup
     canonical: bytes = attrs.field(eq=False, repr=False,
                                    default=attrs.Factory(lambda self: canonical_name(self.header), takes_self=True))
+    #: the table's ``dict.get``, looked up once
+    _find: Any = attrs.field(eq=False, repr=False, init=False,
+                             default=attrs.Factory(lambda self: self.table.owners.get, takes_self=True))
+    #: the refusals that name no Secret, made once
+    _no_header: AuthDeny = attrs.field(eq=False, repr=False, init=False, default=attrs.Factory(
+        lambda self: AuthDeny(401, reason=f"no {self.header.decode()} header"), takes_self=True))
+    _no_match: AuthDeny = attrs.field(eq=False, repr=False, init=False,
+                                      default=AuthDeny(401, reason="the API key matches no key"))
 
     def check(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
         values = ctx.headers.get_canonical(self.canonical)
-        if not values:
-            return AuthDeny(401, reason=f"no {self.header.decode()} header")
-        if len(values) > 1:
+        if values is None:
+            return self._no_header
+        if len(values) != 1:  # the header twice, in any case spelling: never "the first one"
             return AuthDeny(401, reason=f"{len(values)} {self.header.decode()} headers")
         presented = values[0]
-        owner = None
-        if presented:  # KeyTable.lookup, inline: the keyed digest, found and compared in constant time
-            digest = hashlib.blake2b(presented, key=_SALT, digest_size=32).digest()
-            owner = self.table.owners.get(digest)
-            if owner is not None and not hmac.compare_digest(owner.digest, digest):
-                owner = None
-        if owner is None:
-            return AuthDeny(401, reason="the API key matches no key")
-        if owner.missing:
-            return AuthDeny(401, reason=f"the key of Secret {owner.secret} lacks required metadata"
-                                        f" {', '.join(owner.missing)}")
-        return owner.allow
+        if presented:  # the keyed digest (key_digest, inline), found, and compared in constant time
+            h = _KEYED.copy()
+            h.update(presented)
+            digest = h.digest()
+            owner = self._find(digest)
+            if owner is not None and hmac.compare_digest(owner.digest, digest):
+                return owner.answer  # the admission, or the refusal for missing metadata
+        return self._no_match
 
     def dry_run(self, ctx: RequestContext) -> AuthAllow | AuthDeny:
         return self.check(ctx)  # decided from the request and the snapshot alone

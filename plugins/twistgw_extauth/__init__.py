@@ -35,6 +35,7 @@ from twistgw import (
     hookimpl,
 )
 from twistgw_extauth import _explain, _flow
+from twistgw_extauth._flow import admit_one
 from twistgw_extauth._options import CompiledExtAuth, compile_options
 from twistgw_extauth._settings import NO_POLICY, read_policy
 from twistgw_extauth._types import Registry, TypeProblem
@@ -149,7 +150,7 @@ class ExtAuthPlugin:
         if check is not None and not ctx.dry_run:
             answer = check(ctx)
             if answer.__class__ is AuthAllow:
-                return _flow.admit_one(ctx, options, answer)
+                return admit_one(ctx, options, answer)
             return _flow.answered(ctx, options, answer, self.get_reactor)
         if ctx.dry_run:
             return _explain.dry_run(ctx, options)

@@ -9,7 +9,6 @@ answers at once (a warm decision cache), the check makes no Deferred.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from typing import Any, Awaitable, Callable
 
@@ -209,28 +208,34 @@ def admit(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[i
 
 def admit_one(ctx: RequestContext, compiled: CompiledExtAuth, answer: AuthAllow, remove: bool = True) -> Allow:
     """:func:`admit` for an AuthConfig of one config (``remove``: the
-    consumed credentials are still there)."""
+    consumed credentials are still there). The per-request path of the
+    common case: nothing is built that the answer does not ask for."""
     headers = ctx.headers
     if remove:
         for credential in compiled.credential_canonical:
             headers.remove_canonical(credential)
-    for header, value in answer.headers:
-        if value is None:
-            headers.removeHeader(header)
-        else:
-            headers.setRawHeaders(header, [value])
-    for header, value in answer.response_headers:
-        ctx.add_response_header(header, value)
+    if answer.headers:
+        for header, value in answer.headers:
+            if value is None:
+                headers.removeHeader(header)
+            else:
+                headers.setRawHeaders(header, [value])
+    if answer.response_headers:
+        for header, value in answer.response_headers:
+            ctx.add_response_header(header, value)
     principal = answer.principal
+    state = answer.state
     if principal is not None:
         ctx.authenticated("extauth", principal)
     if answer.claims is not None:
         ctx.claims, ctx.claims_provider = dict(answer.claims), answer.claims_provider
-    name = compiled.entries[0].name
+    name = compiled.first_name
     ctx.state["extauth"] = {"user": principal, "authConfig": compiled.auth_config,
-                            "identities": {name: principal} if principal is not None else {},
-                            "state": {name: answer.state} if answer.state is not None else {}}
-    return _allow(answer.reason)
+                            "identities": {} if principal is None else {name: principal},
+                            "state": {} if state is None else {name: state}}
+    reason = answer.reason
+    allow = _ALLOWS.get(reason)
+    return allow if allow is not None else _allow(reason)
 
 
 def _apply_all(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[int, AuthAllow]]) -> str | None:
@@ -276,8 +281,18 @@ def share(ctx: RequestContext, compiled: CompiledExtAuth, index: int, answer: Au
     shared["state"][compiled.entries[index].name] = answer.state
 
 
-@functools.lru_cache(maxsize=1024)
+#: One Allow per reason (config types keep their admissions' reasons with
+#: their cached answers), not one per request: reason -> Allow, at most
+#: _ALLOWS_MAX (then emptied: a reason per user or per token cannot grow it
+#: without bound). A dict read, cheaper than functools.lru_cache's bookkeeping.
+_ALLOWS: dict[str, Allow] = {}
+_ALLOWS_MAX = 1024
+
+
 def _allow(reason: str) -> Allow:
-    # One Allow per reason (config types keep their admissions' reasons with
-    # their cached answers), not one per request.
-    return Allow(reason)
+    allow = _ALLOWS.get(reason)
+    if allow is None:
+        if len(_ALLOWS) >= _ALLOWS_MAX:
+            _ALLOWS.clear()
+        allow = _ALLOWS[reason] = Allow(reason)
+    return allow

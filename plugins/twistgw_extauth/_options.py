@@ -58,6 +58,9 @@ class CompiledExtAuth:
     #: :attr:`credential_headers` in the headers' canonical form (removed
     #: without re-spelling the names on every request)
     credential_canonical: tuple[bytes, ...] = ()
+    #: the first entry's name (the one config's, for ``_flow.admit_one``)
+    first_name: str = attrs.field(eq=False, repr=False, default=attrs.Factory(
+        lambda self: self.entries[0].name if self.entries else "", takes_self=True))
 
 
 def _header_names(names: Any, what: str, source: str) -> set[bytes]:

@@ -155,6 +155,43 @@ class ApiKeyCheckTests(TestCase):
         self.assertEqual(seen, [(key_digest(b"N2YwMDIxZTEtNGUzNS1jNzgz"),) * 2])
         self.assertNotEqual(key_digest(b"N2YwMDIxZTEtNGUzNS1jNzgz"), b"N2YwMDIxZTEtNGUzNS1jNzgz")
 
+    def test_the_digest_is_keyed_blake2b_and_its_template_is_never_fed(self) -> None:
+        import hashlib
+
+        from twistgw_authtypes import apikey
+
+        key = b"N2YwMDIxZTEtNGUzNS1jNzgz"
+        expected = hashlib.blake2b(key, key=apikey._SALT, digest_size=32).digest()
+        self.assertEqual(key_digest(key), expected)
+        for guess in (b"x", b"N2YwMDIx", key + b"x", b"\xff" * 300):  # requests copy the keyed template...
+            self.assertIsInstance(self._check(("api-key", guess.decode("latin-1"))), AuthDeny)
+        self.assertEqual(key_digest(key), expected)  # ...and never change it
+        self.assertEqual(apikey._KEYED.digest(), hashlib.blake2b(b"", key=apikey._SALT, digest_size=32).digest())
+        self.assertEqual(self._check(("api-key", key.decode())).principal, "alice")
+
+    def test_every_answer_is_made_when_the_configuration_loads(self) -> None:
+        checker = _apikey({"apiKeySecretRefs": [{"name": "infra-apikey"}, {"name": "ops-apikey"}],
+                           "headersFromMetadataEntry": {"x-user-email": {"name": "user-email", "required": True}}})
+
+        def check(*headers: tuple[str, str]) -> AuthAllow | AuthDeny:
+            return checker.check(request(headers=headers))
+
+        alice = ("api-key", "N2YwMDIxZTEtNGUzNS1jNzgz")
+        self.assertIs(check(alice), check(alice))
+        self.assertEqual(check(alice).state, {"x-user-email": "alice@example.com"})
+        with pytest.raises(TypeError):  # shared by every request with this key: read-only
+            check(alice).state["x-user-email"] = "changed"  # type: ignore[index]
+        lacking = check(("api-key", "b3BzLWtleS0xMjM0NTY3ODk"))
+        self.assertIs(lacking, check(("API-Key", "b3BzLWtleS0xMjM0NTY3ODk")))
+        self.assertEqual((lacking.status, lacking.reason),
+                         (401, "the key of Secret gloo-system/ops-apikey lacks required metadata user-email"))
+        self.assertIs(check(("api-key", "wrong")), check(("api-key", "")))
+        self.assertEqual(check(("api-key", "wrong")).reason, "the API key matches no key")
+        self.assertIs(check(), check())
+        self.assertEqual(check().reason, "no api-key header")
+        twice = check(alice, ("Api-Key", alice[1]))
+        self.assertEqual((twice.status, twice.reason), (401, "2 api-key headers"))
+
     def test_custom_header_name(self) -> None:
         checker = _apikey({"apiKeySecretRefs": [{"name": "ops-apikey"}], "headerName": "X-Api-Key"})
         self.assertEqual(checker.credential_headers, (b"x-api-key",))

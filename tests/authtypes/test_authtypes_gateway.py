@@ -5,17 +5,21 @@ headers, too slow, down) in front of a real backend."""
 
 from __future__ import annotations
 
+import io
 import json
 import pathlib
 import shutil
 import tempfile
 from typing import Any
 
+from twisted.internet import reactor
+from twisted.logger import formatEvent, globalLogPublisher
+from twistgw.runtime.logs import buffered_access_log
 from twistgw.testing import start_gateway
 from twistgw_authtypes import AuthTypesPlugin
 from twistgw_extauth import ExtAuthPlugin
 
-from support.http import http_request, sleep, start_backend
+from support.http import http_request, raw_exchange, sleep, start_backend
 from support.recorder import Recorded, start_recorder
 from support.trial import TestCase
 from test_services_loopback import _closed_port, reply
@@ -113,6 +117,75 @@ class KeyRotationTests(_GatewayTest):
         (self.dir / "k1.yaml").write_text(key_secret("k1", "rotated-key-333").replace("extauth.solo.io/apikey",
                                                                                          "Opaque"))
         self.assertFalse(self.gw.reload())  # a Secret of another type never holds a key
+
+
+def metadata_secret(name: str, key: str, user: str, email: str) -> str:
+    return key_secret(name, key).replace(f"stringData: {{api-key: {key}}}",
+                                         f"stringData: {{api-key: {key}, user: {user}, email: {email}}}")
+
+
+METADATA_AUTH = """apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {name: keys, namespace: gloo-system}
+spec:
+  configs:
+  - apiKeyAuth:
+      labelSelector: {team: infra}
+      headersFromMetadataEntry: {x-email: {name: email, required: true}}
+"""
+
+
+class KeyAnswersTests(_GatewayTest):
+    """The answers an apiKeyAuth makes when the configuration loads (one per
+    key, one per kind of refusal), seen from a client on loopback."""
+
+    async def test_an_owner_and_metadata_changed_on_reload_take_effect(self) -> None:
+        (self.dir / "vs.yaml").write_text(vs(self.backend.port, "      extauth: {configRef: {name: keys}}"))
+        (self.dir / "auth.yaml").write_text(METADATA_AUTH)
+        (self.dir / "k1.yaml").write_text(metadata_secret("k1", "first-key-111", "alice", "a@example.com"))
+        self.serve()
+        self.assertEqual((await self.get(api_key="first-key-111", x_email="forged@example.com")).status, 200)
+        self.assertEqual(self.backend.requests[-1].header(b"x-email"), [b"a@example.com"])
+
+        (self.dir / "k1.yaml").write_text(metadata_secret("k1", "first-key-111", "bob", "b@example.com"))
+        self.assertTrue(self.gw.reload())
+        self.assertEqual((await self.get(api_key="first-key-111")).status, 200)
+        self.assertEqual(self.backend.requests[-1].header(b"x-email"), [b"b@example.com"])
+
+        (self.dir / "k1.yaml").write_text(key_secret("k1", "first-key-111"))  # the required entry gone
+        self.assertTrue(self.gw.reload())
+        self.assertEqual((await self.get(api_key="first-key-111")).status, 401)
+
+    async def test_keys_never_reach_a_log_and_duplicates_in_any_case_are_refused(self) -> None:
+        (self.dir / "vs.yaml").write_text(vs(self.backend.port, "      extauth: {configRef: {name: keys}}"))
+        (self.dir / "auth.yaml").write_text(METADATA_AUTH)
+        (self.dir / "k1.yaml").write_text(metadata_secret("k1", "first-key-111", "alice", "a@example.com"))
+        (self.dir / "k2.yaml").write_text(key_secret("k2", "second-key-222"))  # no email: refused
+        events: list[str] = []
+
+        def observe(event: dict) -> None:
+            events.append(f"{formatEvent(event)} {event!r}")
+
+        globalLogPublisher.addObserver(observe)
+        self.addCleanup(globalLogPublisher.removeObserver, observe)
+        out = io.StringIO()
+        gw = start_gateway(str(self.dir), PLUGINS, access_log=buffered_access_log(out, "json", reactor))
+        self.gw = gw
+        self.assertEqual((await self.get(api_key="first-key-111")).status, 200)
+        self.assertEqual((await self.get(api_key="first-key-112")).status, 401)
+        self.assertEqual((await self.get(api_key="second-key-222")).status, 401)
+        for spellings in ((b"api-key", b"API-KEY"), (b"Api-Key", b"api-key"), (b"api-key", b"api-key")):
+            head = b"GET /pets HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + b"".join(
+                name + b": first-key-111\r\n" for name in spellings) + b"\r\n"
+            raw = await raw_exchange(gw.port, head)
+            self.assertTrue(raw.data.startswith(b"HTTP/1.1 401 "), raw.data[:80])
+        await gw.stop()  # writes the buffered access lines
+        lines = [line for line in out.getvalue().split("\n") if line]  # JSON records: "\x1e{...}\n"
+        self.assertEqual(len(lines), 6)
+        self.assertIn('"principal": "alice"', lines[0])
+        logged = "\n".join(lines + events)
+        for key in ("first-key-111", "first-key-112", "second-key-222"):
+            self.assertNotIn(key, logged)
 
 
 class LabelRotationTests(_GatewayTest):

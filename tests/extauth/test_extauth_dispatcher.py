@@ -314,3 +314,18 @@ class ResponseHeadersGatewayTests(TestCase):
         refused = await http_request("GET", gw.url("/x"))  # the token config refuses: none of them
         self.assertEqual(refused.status, 401)
         self.assertIsNone(refused.headers.getRawHeaders(b"set-cookie"))
+
+
+class AllowByReasonTests(TestCase):
+    """The one ``twistgw.Allow`` per admission reason (``_flow._allow``): the
+    same object for a reason seen before, and a bounded table."""
+
+    def test_one_allow_per_reason_and_the_table_stays_bounded(self) -> None:
+        from twistgw_extauth import _flow
+
+        first = _flow._allow("API key of Secret a/b")
+        self.assertIs(_flow._allow("API key of Secret a/b"), first)
+        self.assertEqual(first.reason, "API key of Secret a/b")
+        for i in range(_flow._ALLOWS_MAX * 2 + 3):  # a reason per user must not grow it without bound
+            self.assertEqual(_flow._allow(f"user {i}").reason, f"user {i}")
+            self.assertLessEqual(len(_flow._ALLOWS), _flow._ALLOWS_MAX)

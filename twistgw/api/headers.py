@@ -39,6 +39,11 @@ class InvalidHeaderName(ValueError):
     """A header name that is not an RFC 9110 token (spaces, colons, NUL...)."""
 
 
+#: ``canonical_name(name)`` for a name seen before, else None (its cache's
+#: ``get``): the engine's per-header path, without a Python call
+cached_canonical_name = _canonical_cache.get
+
+
 def canonical_name(name: str | bytes) -> bytes:
     """``b"x-forwarded-for"`` → ``b"X-Forwarded-For"`` (raises
     :class:`InvalidHeaderName` for a name that is not a token)."""

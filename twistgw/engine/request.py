@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 
-from twistgw.api.headers import CANONICAL_CACHE, Headers, InvalidHeaderName, canonical_name
+from twistgw.api.headers import Headers, InvalidHeaderName, cached_canonical_name, canonical_name
 from twistgw.engine import framing
 from twistgw.engine.body import RequestBody
 from twistgw.engine.exchange import Exchange
@@ -36,6 +36,9 @@ _MAX_HEAD_BYTES = framing.MAX_HEAD_BYTES
 _MAX_TARGET = framing.MAX_TARGET
 _TOO_LARGE = framing.TOO_LARGE
 _BAD_REQUEST = framing.BAD_REQUEST
+#: header name as received -> canonical name, for names seen before
+#: (``canonical_name``'s bounded cache; a name that is not a token is never in it)
+_known_name = cached_canonical_name
 
 
 class Reject(Exception):
@@ -117,7 +120,7 @@ class RequestReader:
         self._head_bytes += len(name) + len(value) + 4
         if self._nheaders > _MAX_HEADERS or self._head_bytes > _MAX_HEAD_BYTES:
             raise Reject(_TOO_LARGE)
-        cname = CANONICAL_CACHE.get(name)  # canonical_name's cache, without the call
+        cname = _known_name(name)  # canonical_name's cache, read inline: no call for a name seen before
         if cname is None:
             try:
                 cname = canonical_name(name)
