@@ -7,7 +7,7 @@ import binascii
 import sys
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from twistgw_jwt import _token
@@ -23,6 +23,7 @@ def _outcome(decode, data: bytes):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="compares with 3.11's strict_mode")
+@settings(deadline=None)
 @given(st.text(alphabet=ALPHABET, max_size=24))
 @example("")
 @example("QQ==")

@@ -183,6 +183,7 @@ class LdapSearchUnitsTests(TestCase):
         assert header_text(name) == encoded
         assert unquote(encoded.decode("ascii")) == name
 
+    @settings(deadline=None)
     @given(st.text(max_size=40))
     def test_header_text_never_splits_or_breaks_a_header(self, name: str) -> None:
         data = header_text(name)

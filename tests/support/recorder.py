@@ -10,12 +10,14 @@ the stream into requests, and keeps every request's bytes as received.
 
 * ``respond(request)`` returns what to do with each complete request:
   ``bytes`` (written at once), a :class:`Pieces` (written piece by piece, one
-  reactor turn apart, so the gateway reads them separately), ``None`` (stay
-  silent), :data:`CLOSE` (close without answering: FIN) or :data:`RESET`
-  (abort: RST). The default answers ``200`` with ``ok``.
+  reactor turn apart, so the gateway reads them separately; the pieces not
+  yet written when the connection is lost are dropped, so no timer outlives
+  it), ``None`` (stay silent), :data:`CLOSE` (close without answering: FIN)
+  or :data:`RESET` (abort: RST). The default answers ``200`` with ``ok``.
 * ``recorder.requests`` lists :class:`Recorded` requests in arrival order;
   ``recorder.data`` every byte received; ``recorder.connections`` the count
-  of accepted connections, ``recorder.open`` of those still open.
+  of accepted connections, ``recorder.open`` of those still open, and
+  ``recorder.all_closed()`` a Deferred that fires once none is open.
 
 Stop it with ``await recorder.close()``.
 """
@@ -162,6 +164,8 @@ class _RecorderProtocol(protocol.Protocol):
         self.buf = b""
         self.count = 0
         self.busy = False
+        self.lost = False
+        self.next_piece: Any = None  # the DelayedCall writing the next piece of a Pieces reply
 
     def dataReceived(self, data: bytes) -> None:
         self.factory.received.append(data)
@@ -203,11 +207,12 @@ class _RecorderProtocol(protocol.Protocol):
                 self.transport.loseConnection()
 
     def _write_pieces(self, parts: list[bytes], reply: Pieces) -> None:
-        if self.transport is None or not self.connected:
+        self.next_piece = None
+        if self.transport is None or self.lost:
             return
         if parts:
             self.transport.write(parts.pop(0))
-            reactor.callLater(reply.delay, self._write_pieces, parts, reply)
+            self.next_piece = reactor.callLater(reply.delay, self._write_pieces, parts, reply)
             return
         self.busy = False
         if reply.close:
@@ -216,7 +221,17 @@ class _RecorderProtocol(protocol.Protocol):
             self._next()
 
     def connectionLost(self, reason: Any = None) -> None:
+        # The rest of a Pieces reply has nobody to go to: its timer would
+        # otherwise run on (and outlive a test that already has its answer).
+        self.lost = True
+        if self.next_piece is not None and self.next_piece.active():
+            self.next_piece.cancel()
+        self.next_piece = None
         self.factory.live.discard(self)
+        if not self.factory.live:
+            waiting, self.factory.closing = self.factory.closing, []
+            for d in waiting:
+                d.callback(None)
 
 
 class Recorder(protocol.ServerFactory):
@@ -229,6 +244,7 @@ class Recorder(protocol.ServerFactory):
         self.bad: list[bytes] = []
         self.connections = 0
         self.live: set[_RecorderProtocol] = set()
+        self.closing: list[defer.Deferred[None]] = []
         self.listening: Any = None
         self.port = 0
 
@@ -239,6 +255,14 @@ class Recorder(protocol.ServerFactory):
     @property
     def open(self) -> int:
         return len(self.live)
+
+    def all_closed(self) -> defer.Deferred[None]:
+        """Fires once no accepted connection is open (at once if none is)."""
+        if not self.live:
+            return defer.succeed(None)
+        d: defer.Deferred[None] = defer.Deferred()
+        self.closing.append(d)
+        return d
 
     def reset(self) -> None:
         """Forget what was recorded (connections stay)."""

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import (LogLevel, eventsFromJSONLogFile, formatEvent, jsonFileLogObserver,
@@ -222,6 +222,7 @@ class AccessLogTests(TestCase):
     def test_escape_text(self, value: str, shown: str) -> None:
         assert escape_text(value) == shown
 
+    @settings(deadline=None)
     @given(st.text())
     def test_escaped_text_is_one_printable_line(self, value: str) -> None:
         safe = escape_text(value)
@@ -283,6 +284,7 @@ class AccessLogTests(TestCase):
         for line in raw.split("\x1e")[1:]:
             json.loads(line)
 
+    @settings(deadline=None)
     @given(st.integers(0, 8).filter(lambda i: i != 3), st.text())
     @example(8, 'a"b')
     @example(2, "a\\b")
@@ -305,6 +307,7 @@ class AccessLogTests(TestCase):
         assert [record[name] for name in names] == args[:9]
         assert (record["duration_ms"], record["log_time"]) == (1.2, 1795426276.5)
 
+    @settings(deadline=None)
     @given(st.integers(0, 8).filter(lambda i: i != 3), st.text(), st.integers(0, 4))
     @example(8, "é", 0)
     @example(2, "\x7f", 3)

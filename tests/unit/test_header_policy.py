@@ -4,7 +4,7 @@ client's request may tell the backend, HTTP/1.0 without Host."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.web.http_headers import Headers
 
@@ -106,6 +106,7 @@ class HeaderPolicyTests(TestCase):
     def test_parse_host_refuses(self, raw: bytes) -> None:
         assert parse_host(raw) is None
 
+    @settings(deadline=None)
     @given(st.binary(max_size=40))
     def test_parse_host_never_raises_and_accepts_only_safe_characters(self, raw: bytes) -> None:
         host = parse_host(raw)
