@@ -37,6 +37,38 @@ class ApiKeyCompileTests(TestCase):
         self.assertEqual(checker.header, b"api-key")
         self.assertEqual(checker.credential_headers, (b"api-key",))
 
+    def test_k8s_secret_apikey_storage_holds_the_sources(self) -> None:
+        """Gloo's k8sSecretApikeyStorage: labelSelector and apiKeySecretRefs
+        written under it select the Secrets as they do at the top."""
+        labelled = SecretInfo("gloo-system", "team-key", "extauth.solo.io/apikey", {"api-key": b"team-key-1"},
+                              {"team": "infra"})
+        by_ref = _apikey({"k8sSecretApikeyStorage": {"apiKeySecretRefs": [{"name": "ops-apikey"}]}},
+                         [INFRA, OPS, labelled])
+        self.assertIsInstance(by_ref.check(request(headers=[("api-key", "b3BzLWtleS0xMjM0NTY3ODk")])), AuthAllow)
+        self.assertIsInstance(by_ref.check(request(headers=[("api-key", "N2YwMDIxZTEtNGUzNS1jNzgz")])), AuthDeny)
+        by_label = _apikey({"k8sSecretApikeyStorage": {"labelSelector": {"team": "infra"}}}, [INFRA, OPS, labelled])
+        self.assertEqual([o.secret for o in by_label.table.owners.values()], ["gloo-system/team-key"])
+        with pytest.raises(OptionsError) as exc:
+            _apikey({"k8sSecretApikeyStorage": {"labelSelector": {"team": "infra"}},
+                     "apiKeySecretRefs": [{"name": "ops-apikey"}]}, [INFRA, OPS, labelled])
+        self.assertIn("k8sSecretApikeyStorage: write labelSelector and apiKeySecretRefs either here", _problems(exc.value)[0])
+
+    def test_secret_ref_namespace_defaults_to_the_auth_configs(self) -> None:
+        elsewhere = apikey_secret("team-key", "dGVhbS1rZXktMQ", namespace="team-a")
+        checker = _apikey({"apiKeySecretRefs": [{"name": "team-key", "namespace": "team-a"}]}, [INFRA, elsewhere])
+        self.assertEqual([o.secret for o in checker.table.owners.values()], ["team-a/team-key"])
+        with pytest.raises(OptionsError) as exc:  # without namespace: the AuthConfig's (gloo-system)
+            _apikey({"apiKeySecretRefs": [{"name": "team-key"}]}, [INFRA, elsewhere])
+        self.assertIn("dangling reference", str(exc.value))
+
+    def test_skip_metadata_validation_is_refused_unless_false(self) -> None:
+        refs = {"apiKeySecretRefs": [{"name": "ops-apikey"}]}
+        with pytest.raises(OptionsError) as exc:
+            _apikey({**refs, "skipMetadataValidation": True})
+        self.assertEqual(_problems(exc.value), ["skipMetadataValidation: is not supported by twistgw: metadata is"
+                                                " always checked when the configuration loads"])
+        self.assertEqual(len(_apikey({**refs, "skipMetadataValidation": False}).table), 1)
+
     def test_no_source_of_keys_is_refused(self) -> None:
         with pytest.raises(OptionsError) as exc:
             _apikey({"headerName": "x-key"})

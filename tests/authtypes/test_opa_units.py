@@ -166,6 +166,27 @@ class PolicyTests(TestCase):
         self.assertIn("dangling reference: no ConfigMap gloo-system/nope", text)
         self.assertIn("returnDecisionReason", text)
 
+    @pytest.mark.parametrize("option", ["fastInputConversion", "returnDecisionReason"])
+    def test_options_are_refused_unless_false(self, option: str) -> None:
+        maps = [ConfigMapInfo("gloo-system", "allow-get-users", {"policy.rego": GUIDE_POLICY_V1})]
+        raw = {"modules": [{"name": "allow-get-users"}], "query": "data.test.allow == true"}
+        with pytest.raises(OptionsError) as exc:
+            OpaAuth().compile({**raw, "options": {option: True}}, scope(Resources(config_maps=maps), type_name="opaAuth"))
+        self.assertIn(f"options.{option}", str(exc.value))
+        self.assertIn("is not supported by twistgw", str(exc.value))
+        OpaAuth().compile({**raw, "options": {option: False}}, scope(Resources(config_maps=maps), type_name="opaAuth"))
+
+    def test_module_namespace_defaults_to_the_auth_configs(self) -> None:
+        maps = [ConfigMapInfo("policies", "allow-get-users", {"policy.rego": GUIDE_POLICY_V1})]
+        resources = Resources(config_maps=maps)
+        checker = OpaAuth().compile({"modules": [{"name": "allow-get-users", "namespace": "policies"}],
+                                     "query": "data.test.allow == true"}, scope(resources, type_name="opaAuth"))
+        self.assertIsInstance(checker.check(request("GET", "/api/pets")), AuthAllow)
+        with pytest.raises(OptionsError) as exc:  # without namespace: the AuthConfig's (gloo-system)
+            OpaAuth().compile({"modules": [{"name": "allow-get-users"}], "query": "data.test.allow == true"},
+                              scope(resources, type_name="opaAuth"))
+        self.assertIn("dangling reference: no ConfigMap gloo-system/allow-get-users", str(exc.value))
+
     def test_policy_error_class(self) -> None:
         with pytest.raises(PolicyError):
             Policy.compile([("m", "package t\nallow { any([true]) }")], "data.t.allow")

@@ -1,6 +1,7 @@
 """The field walk: every field the loader accepts — the core's and the
-shipped plugins' (jwt, rbac, extauth with ldap, passThroughAuth and oauth2,
-the rate-limit plugins) — either changes behaviour (a named test file
+shipped plugins' (jwt, rbac, extauth with ldap, the AuthConfig types
+passThroughAuth, apiKeyAuth, basicAuth and opaAuth, oauth2, the rate-limit
+plugins) — either changes behaviour (a named test file
 exercises it) or is documented as informational. Nothing is accepted and
 ignored.
 
@@ -14,7 +15,8 @@ informational. A new field without an entry fails this test.
 
 What is watched: the loader's :class:`FieldReader`, and each plugin's own
 field check — jwt's ``_only``, rbac's ``_check_keys``, ldap's
-``LdapReader.mapping``, passThroughAuth's ``_common.mapping``, oauth2's
+``LdapReader.mapping``, the AuthConfig types' ``_common.mapping``
+(passThroughAuth, apiKeyAuth, basicAuth, opaAuth), oauth2's
 ``Reader.mapping`` (scope ``oauth2:``, paths from the config entry) and the
 rate-limit plugins' ``_fields.check`` (scope: the options key, ``Settings``
 or ``RateLimitConfig``, marked where each reading starts). A plugin that
@@ -233,6 +235,54 @@ kind: Secret
 metadata: {{name: walk-headers}}
 type: gloo.solo.io/header
 stringData: {{x-walk-token: t}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: walk-apikey, labels: {{walk: keys}}}}
+type: extauth.solo.io/apikey
+stringData: {{api-key: walk-key-1, user: alice, user-email: alice@example.com}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: walk-apikey-2}}
+type: extauth.solo.io/apikey
+stringData: {{api-key: walk-key-2, user-email: bob@example.com}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: walk-policy}}
+data:
+  policy.rego: |
+    package test
+    default allow = false
+    allow if input.http_request.method == "GET"
+---
+apiVersion: enterprise.gloo.solo.io/v1
+kind: AuthConfig
+metadata: {{name: walk-authtypes}}
+spec:
+  configs:
+  - apiKeyAuth:
+      headerName: x-walk-key
+      labelSelector: {{walk: keys}}
+      apiKeySecretRefs: [{{name: walk-apikey-2, namespace: default}}]
+      headersFromMetadataEntry: {{x-user-email: {{name: user-email, required: true}}}}
+      skipMetadataValidation: false
+  - apiKeyAuth:
+      k8sSecretApikeyStorage:
+        labelSelector: {{walk: keys}}
+        apiKeySecretRefs: [{{name: walk-apikey-2}}]
+  - basicAuth:
+      realm: walk
+      keepCredentials: false
+      apr: {{users: {{user: {{salt: TYiryv0/, hashedPassword: 8BvzLUO9IfGPGGsPnAgSu1}}}}}}
+  - basicAuth:
+      encryption: {{sha1: {{}}}}
+      userList: {{users: {{user: {{salt: TYiryv0/, hashedPassword: 010EB058A59F4AC5BA05639B0263CF91B4345FD6}}}}}}
+  - opaAuth:
+      modules: [{{name: walk-policy, namespace: default}}]
+      query: data.test.allow == true
+      options: {{fastInputConversion: false, returnDecisionReason: false}}
 ---
 apiVersion: gloo.solo.io/v1
 kind: Upstream
@@ -795,7 +845,8 @@ def _norm(path: Any) -> str:
         prev = out[-1] if out else ""
         if isinstance(part, int):
             out.append("[]")
-        elif prev in ("providers", "policies", "claims", "labels", "selector") and prev != part:
+        elif prev in ("providers", "policies", "claims", "labels", "selector", "users",
+                      "headersFromMetadataEntry") and prev != part:
             out.append("*")
         else:
             out.append(re.sub(r"\[\d+\]", "[]", str(part)))
@@ -854,7 +905,8 @@ def walk(tmp_path, monkeypatch) -> set[str]:
     monkeypatch.setattr(jwt_options, "_only", recorder("jwt", jwt_options._only))
     monkeypatch.setattr(rbac_policy, "_check_keys", recorder("rbac", rbac_policy._check_keys))
     monkeypatch.setattr(ldap_fields.LdapReader, "mapping", ldap_mapping)
-    # the AuthConfig config types' fields (paths relative to the config entry): passThroughAuth's
+    # the AuthConfig config types' fields (paths relative to the config entry): passThroughAuth's,
+    # apiKeyAuth's, basicAuth's and opaAuth's
     monkeypatch.setattr(authtypes_common, "mapping", recorder_mapping("authtypes", authtypes_common.mapping))
 
     # oauth2's (paths relative to the config entry: oidcAuthorizationCode..., accessTokenValidation...)
@@ -959,6 +1011,8 @@ RBAC_SEM = "tests/rbac/test_rbac_semantics.py"
 LDAP = "tests/ldap/test_ldap_units.py"
 PASS = "tests/authtypes/test_services_loopback.py"
 PASS_CLIENT = "tests/authtypes/test_passthrough_http_client.py"
+APIKEY_BASIC = "tests/authtypes/test_apikey_basic_units.py"
+OPA = "tests/authtypes/test_opa_units.py"
 LDAP_SLAPD = "tests/ldap/test_ldap_slapd.py"
 LDAP_SEARCH = "tests/ldap/test_ldap_search_units.py"
 SUBSETS = "tests/unit/test_subsets.py"
@@ -1151,6 +1205,20 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "tlsConfig.sslParams", "tlsConfig.sslParams.minimumProtocolVersion",
         "tlsConfig.sslParams.maximumProtocolVersion", "responseHeaderTimeout", "connectionPool",
         "connectionPool.maxConns", "connectionPool.idleTimeout")},
+    # -- apiKeyAuth, basicAuth and opaAuth (the twistgw_authtypes plugin) -------------
+    # skipMetadataValidation and opaAuth's options are refused unless false (what twistgw always does)
+    **{f"authtypes:{k}": (T, APIKEY_BASIC) for k in (
+        "headerName", "labelSelector", "apiKeySecretRefs", "apiKeySecretRefs[].name", "apiKeySecretRefs[].namespace",
+        "headersFromMetadataEntry", "headersFromMetadataEntry.*.name", "headersFromMetadataEntry.*.required",
+        "skipMetadataValidation", "k8sSecretApikeyStorage", "k8sSecretApikeyStorage.labelSelector",
+        "k8sSecretApikeyStorage.apiKeySecretRefs", "k8sSecretApikeyStorage.apiKeySecretRefs[].name",
+        "k8sSecretApikeyStorage.apiKeySecretRefs[].namespace",
+        "realm", "keepCredentials", "apr", "apr.users", "apr.users.*.salt", "apr.users.*.hashedPassword",
+        "encryption", "encryption.apr", "encryption.sha1", "userList", "userList.users",
+        "userList.users.*.salt", "userList.users.*.hashedPassword")},
+    **{f"authtypes:{k}": (T, OPA) for k in (
+        "modules", "modules[].name", "modules[].namespace", "query", "options", "options.fastInputConversion",
+        "options.returnDecisionReason")},
 }
 
 TRAFFIC = "tests/unit/test_traffic.py"
