@@ -8,16 +8,14 @@ authtypes, oidc) and the engine's half with traffic options
 from __future__ import annotations
 
 import textwrap
-import types
 from typing import Any
 
-from twisted.internet.defer import succeed
 
-import twistgw
 from twistgw.api.types import RequestContext
 from twistgw.core.plan import Forward, LocalResponse
 from twistgw.testing import ChainTester
 
+from support.plugins import adder
 from support.trial import TestCase
 
 UPSTREAM = """\
@@ -49,25 +47,6 @@ def config(route: str, route_options: str = "{adder: {}}", vh_options: str = "")
 FORWARD = "routeAction: {single: {upstream: {name: app}}}"
 
 
-def adder(deny: bool = False, later: bool = False) -> tuple[str, object]:
-    """A plugin that adds two response headers (``later``: from a
-    Deferred), then admits or (``deny``) refuses."""
-    module = types.ModuleType("plugin_adder")
-
-    @twistgw.hookimpl
-    def twistgw_compile_options(options: Any, scope: Any) -> Any:
-        return dict(options)
-
-    @twistgw.hookimpl
-    def twistgw_authenticate(ctx: RequestContext, options: Any) -> Any:
-        ctx.add_response_header(b"X-Seen-By", b"adder")
-        ctx.add_response_header(b"Set-Cookie", b"a=1")
-        answer = twistgw.Deny(401, b"no", ((b"www-authenticate", b"Basic"),)) if deny else None
-        return succeed(answer) if later else answer
-
-    module.twistgw_compile_options = twistgw_compile_options  # type: ignore[attr-defined]
-    module.twistgw_authenticate = twistgw_authenticate  # type: ignore[attr-defined]
-    return "adder", module
 
 
 async def run(text: str, plugin: tuple[str, object] | None = None) -> Any:

@@ -11,19 +11,17 @@ the quick path. Each case runs one request both ways through the same
 from __future__ import annotations
 
 import textwrap
-import types
 from typing import Any
 
 import pytest
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 
-import twistgw
 from twistgw.api.headers import Headers
-from twistgw.api.types import RequestContext
 from twistgw.core.pipeline import RequestHead
 from twistgw.core.plan import Forward, LocalResponse, RetryingForward
 from twistgw.testing import ChainTester
 
+from support.plugins import adder
 from support.trial import TestCase
 
 UPSTREAM = """\
@@ -85,24 +83,6 @@ def config(route_options: str, vhost_options: str = "") -> str:
     return text
 
 
-def adder(deny: bool = False, later: bool = False) -> tuple[str, object]:
-    """A plugin that adds a response header (``later``: answers through a
-    Deferred), then admits or (``deny``) refuses."""
-    module = types.ModuleType("plugin_adder")
-
-    @twistgw.hookimpl
-    def twistgw_compile_options(options: Any, scope: Any) -> Any:
-        return dict(options)
-
-    @twistgw.hookimpl
-    def twistgw_authenticate(ctx: RequestContext, options: Any) -> Any:
-        ctx.add_response_header(b"X-Seen-By", b"adder")
-        answer = twistgw.Deny(401, b"no", ((b"www-authenticate", b"Basic"),)) if deny else None
-        return succeed(answer) if later else answer
-
-    module.twistgw_compile_options = twistgw_compile_options  # type: ignore[attr-defined]
-    module.twistgw_authenticate = twistgw_authenticate  # type: ignore[attr-defined]
-    return "adder", module
 
 
 def described(plan: Any) -> tuple[Any, ...]:
