@@ -8,6 +8,6 @@ from support.fixtures import *  # noqa: F401,F403  (pytest finds fixtures by nam
 def pytest_collection_modifyitems(items: list) -> None:
     """trial ``TestCase`` modules spin the reactor themselves; run them
     before the pytest-twisted tests, which keep it running in a greenlet."""
-    from twistgw.testing import trial_tests_first
+    from twistgw.sdk.testing import trial_tests_first
 
     trial_tests_first(items)

@@ -1,6 +1,6 @@
-"""The recording backend of :mod:`twistgw.testing`: a real HTTP server on
+"""The recording backend of :mod:`twistgw.sdk.testing`: a real HTTP server on
 loopback that keeps every request it receives and answers what the test
-says. Public names are re-exported by :mod:`twistgw.testing`."""
+says. Public names are re-exported by :mod:`twistgw.sdk.testing`."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ class RecordingBackend:
 
     def upstream(self, name: str = "backend", namespace: str = "default") -> dict[str, Any]:
         """A static ``Upstream`` resource that sends to this backend, for
-        :func:`twistgw.testing.start_gateway`'s resources."""
+        :func:`twistgw.sdk.testing.start_gateway`'s resources."""
         return {"apiVersion": "gloo.solo.io/v1", "kind": "Upstream",
                 "metadata": {"name": name, "namespace": namespace},
                 "spec": {"static": {"hosts": [{"addr": "127.0.0.1", "port": self.port}]}}}

@@ -16,7 +16,7 @@ import warnings
 from typing import Any, Sequence
 
 from twistgw.api.commands import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Commands
-from twistgw.api.extauth import ConfigWarning
+from twistgw.api.types import ConfigWarning
 
 
 def _err(message: str) -> None:
@@ -78,7 +78,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _config_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
-    """The texts of the ConfigWarnings plugins gave (``twistgw.ConfigWarning``),
+    """The texts of the ConfigWarnings plugins gave (``sdk.ConfigWarning``),
     each once; other warnings are shown as Python shows them."""
     texts: list[str] = []
     for w in caught:
@@ -123,7 +123,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 async def _explain(args: argparse.Namespace, reactor: Any) -> int:
     from twistgw.api.headers import canonical_name, is_token
     from twistgw.config.loader import ConfigError
-    from twistgw.testing import ChainTester
+    from twistgw._testing import ChainTester
 
     headers = []
     for h in args.header or []:

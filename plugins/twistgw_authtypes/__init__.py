@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from twistgw import Commands, ExtAuthConfigType, OptionsError, OptionsScope, PluginInfo, hookimpl
+from twistgw.sdk import Commands, OptionsError, OptionsScope, PluginInfo, hookimpl
+from twistgw.api.extauth import ExtAuthConfigType
 
 from twistgw_authtypes.apikey import ApiKeyAuth
 from twistgw_authtypes.basic import BasicAuth

@@ -21,9 +21,10 @@ from typing import Any, Mapping
 
 import attrs
 
-from twistgw import AuthDeny, RequestContext
-from twistgw.api.types import BodyPrefix
-from twistgw.options import Problems
+from twistgw.sdk import RequestContext
+from twistgw.api.extauth import AuthDeny
+from twistgw.sdk import BodyPrefix
+from twistgw.sdk import Problems
 
 from twistgw_authtypes import _common as c
 

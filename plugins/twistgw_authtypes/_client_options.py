@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from twistgw import ConfigScope, OptionsError
-from twistgw.config.upstreamtls import read_pems
-from twistgw.options import Problems
-from twistgw.tls import TLSSettingsError
+from twistgw.sdk import OptionsError
+from twistgw.api.extauth import ConfigScope
+from twistgw.sdk import read_pems
+from twistgw.sdk import Problems
+from twistgw.sdk import TLSSettingsError
 
 from twistgw_authtypes import _common as c
 from twistgw_authtypes._http import ClientSettings

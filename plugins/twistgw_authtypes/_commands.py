@@ -14,8 +14,8 @@ import base64
 import sys
 import uuid
 
-from twistgw import Commands
-from twistgw.api.commands import EXIT_USAGE, write_secret
+from twistgw.sdk import Commands
+from twistgw.sdk import EXIT_USAGE, write_secret
 
 from twistgw_authtypes.apikey import APIKEY_TYPE
 

@@ -8,8 +8,8 @@ import hashlib
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from twistgw import OptionsError, RequestContext, read_basic_credentials
-from twistgw.options import check_fields, parse_duration, type_name
+from twistgw.sdk import OptionsError, RequestContext, read_basic_credentials
+from twistgw.sdk import check_fields, parse_duration, type_name
 
 Path = tuple[str | int, ...]
 

@@ -21,8 +21,8 @@ from twisted.web.iweb import IBodyProducer
 
 import treq
 
-from twistgw import BoundedBody
-from twistgw.tls import describe_tls_failure, verifying_https_policy
+from twistgw.sdk import BoundedBody
+from twistgw.sdk import describe_tls_failure, verifying_https_policy
 
 #: The most of an authorization service's answer that is read.
 MAX_REPLY_BODY = 64 * 1024

@@ -46,9 +46,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
-from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, OptionsError, RequestContext, SecretInfo
-from twistgw.api.headers import canonical_name
-from twistgw.options import Problems
+from twistgw.sdk import OptionsError, RequestContext, SecretInfo
+from twistgw.api.extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
+from twistgw.sdk import canonical_name
+from twistgw.sdk import Problems
 
 from twistgw_authtypes import _common as c
 

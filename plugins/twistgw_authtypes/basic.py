@@ -30,8 +30,9 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
-from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, OptionsError, RequestContext
-from twistgw.options import Problems
+from twistgw.sdk import OptionsError, RequestContext
+from twistgw.api.extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
+from twistgw.sdk import Problems
 
 from twistgw_authtypes import _common as c
 from twistgw_authtypes import _passwords

@@ -40,10 +40,11 @@ import attrs
 from twisted.internet.defer import Deferred
 from twisted.web.http_headers import Headers as TxHeaders
 
-from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, GatewayInfo, NotChecked, OptionsError
-from twistgw import RequestContext
-from twistgw.api.types import path_text
-from twistgw.options import Problems
+from twistgw.sdk import GatewayInfo, NotChecked, OptionsError
+from twistgw.api.extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
+from twistgw.sdk import RequestContext
+from twistgw.sdk import path_text
+from twistgw.sdk import Problems
 
 from twistgw_authtypes import _common as c
 from twistgw_authtypes._body import PARTIAL_HEADER, BodySettings, body_settings

@@ -33,8 +33,9 @@ from typing import Any, Mapping, Sequence
 
 import attrs
 
-from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, OptionsError, RequestContext
-from twistgw.options import Problems
+from twistgw.sdk import OptionsError, RequestContext
+from twistgw.api.extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
+from twistgw.sdk import Problems
 
 from twistgw_authtypes import _common as c
 from twistgw_authtypes._rego import Policy, PolicyError, code_only as _code

@@ -47,10 +47,11 @@ import attrs
 from twisted.internet.defer import Deferred
 from twisted.web.http_headers import Headers as TxHeaders
 
-from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, GatewayInfo, OptionsError, RequestContext
-from twistgw.api.headers import OWNED_RESPONSE_HEADERS
-from twistgw.api.types import NotChecked
-from twistgw.options import Problems
+from twistgw.sdk import GatewayInfo, OptionsError, RequestContext
+from twistgw.api.extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
+from twistgw.sdk import OWNED_RESPONSE_HEADERS
+from twistgw.sdk import NotChecked
+from twistgw.sdk import Problems
 
 from twistgw_authtypes import _common as c
 from twistgw_authtypes._body import BodySettings, body_settings

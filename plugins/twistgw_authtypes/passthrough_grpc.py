@@ -47,9 +47,10 @@ from google.protobuf import json_format
 from twisted.internet.defer import CancelledError
 from twisted.internet.task import deferLater
 
-from twistgw import AuthAllow, AuthDeny, ConfigScope, NotChecked, OptionsError, RequestContext
-from twistgw.api.headers import OWNED_RESPONSE_HEADERS
-from twistgw.options import Problems
+from twistgw.sdk import NotChecked, OptionsError, RequestContext
+from twistgw.api.extauth import AuthAllow, AuthDeny, ConfigScope
+from twistgw.sdk import OWNED_RESPONSE_HEADERS
+from twistgw.sdk import Problems
 
 from twistgw_authtypes import _common as c
 from twistgw_authtypes._body import PARTIAL_HEADER, BodySettings

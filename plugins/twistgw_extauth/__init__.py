@@ -23,10 +23,8 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from twistgw import (
-    AuthAllow,
+from twistgw.sdk import (
     AuthConfigInfo,
-    ExtAuthConfigType,
     GatewayInfo,
     OptionsError,
     OptionsScope,
@@ -34,6 +32,7 @@ from twistgw import (
     RequestContext,
     hookimpl,
 )
+from twistgw.api.extauth import AuthAllow, ExtAuthConfigType
 from twistgw_extauth import _explain, _flow
 from twistgw_extauth._flow import admit_one
 from twistgw_extauth._options import CompiledExtAuth, compile_options

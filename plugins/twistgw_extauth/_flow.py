@@ -16,7 +16,8 @@ import attrs
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from twistgw import Allow, AuthAllow, AuthDeny, Deny, RequestContext
+from twistgw.sdk import Allow, Deny, RequestContext
+from twistgw.api.extauth import AuthAllow, AuthDeny
 from twistgw_extauth._expr import And, Node, Not, Ref
 from twistgw_extauth._options import CompiledExtAuth
 from twistgw_extauth._settings import ErrorPolicy

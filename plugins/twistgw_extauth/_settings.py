@@ -24,9 +24,9 @@ from __future__ import annotations
 from typing import Any, Collection, Mapping
 
 import attrs
-from twistgw.options import parse_duration, type_name, unknown_field
+from twistgw.sdk import parse_duration, type_name, unknown_field
 
-from twistgw import OptionsError
+from twistgw.sdk import OptionsError
 
 #: What ``Settings.spec.extauth`` accepts, besides the config types' own fields.
 FIELDS = ("failureModeAllow", "requestTimeout", "statusOnError")

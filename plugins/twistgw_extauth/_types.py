@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from twistgw import ExtAuthConfigType
+from twistgw.api.extauth import ExtAuthConfigType
 
 #: Keys of ``options.extauth`` the plugin itself reads; an inline type may
 #: not take one of these names.

@@ -12,7 +12,7 @@ context for later plugins (RBAC, third parties):
 
 :class:`JwtPlugin` is the plugin: the entry point ``jwt =
 "twistgw_jwt:JwtPlugin"`` names it, and each gateway makes an instance of it
-whose ``@twistgw.hookimpl`` methods pluggy calls.
+whose ``@sdk.hookimpl`` methods pluggy calls.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-import twistgw
+from twistgw import sdk
 from twistgw_jwt import _authn
 from twistgw_jwt._options import CompiledJwt, compile_options
 from twistgw_jwt._remote import Registry, RemoteKeySet, RemoteSpec, wait_for_fetch
@@ -65,39 +65,39 @@ class JwtPlugin:
     def _remote_key_set(self, spec: RemoteSpec) -> RemoteKeySet:
         return self.registry.get(spec, self._reactor, self.time)
 
-    @twistgw.hookimpl
-    def twistgw_plugin_info(self) -> twistgw.PluginInfo:
-        return twistgw.PluginInfo(
+    @sdk.hookimpl
+    def twistgw_plugin_info(self) -> sdk.PluginInfo:
+        return sdk.PluginInfo(
             order=200,
             description="JWT verification: local or remote key sets, claims for later plugins",
             # Gloo's JWT stages: jwtStaged: {beforeExtAuth: {...}, afterExtAuth: {...}}
             # on hosts and routes, jwtProvidersStaged on routes (docs/jwt.md, "Stages").
-            staged_options=twistgw.StagedOptions(
+            staged_options=sdk.StagedOptions(
                 "extauth", "beforeExtAuth", "afterExtAuth", ("jwtStaged", "jwtProvidersStaged"),
                 route_only=("jwtProvidersStaged",)),
         )
 
-    @twistgw.hookimpl
-    def twistgw_add_commands(self, commands: twistgw.Commands) -> None:
+    @sdk.hookimpl
+    def twistgw_add_commands(self, commands: sdk.Commands) -> None:
         from twistgw_jwt import _commands
 
         _commands.add_commands(commands)
 
-    @twistgw.hookimpl
-    def twistgw_configure(self, gateway: twistgw.GatewayInfo) -> None:
+    @sdk.hookimpl
+    def twistgw_configure(self, gateway: sdk.GatewayInfo) -> None:
         self.reactor = gateway.reactor
         self.dry_run = gateway.dry_run
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_unconfigure(self) -> None:
         for key_set in self.registry.all():
             key_set.cancel()
 
-    @twistgw.hookimpl
-    def twistgw_compile_options(self, options: Mapping[str, Any], scope: twistgw.OptionsScope) -> CompiledJwt:
+    @sdk.hookimpl
+    def twistgw_compile_options(self, options: Mapping[str, Any], scope: sdk.OptionsScope) -> CompiledJwt:
         return compile_options(options, scope, self._remote_key_set, self.time)
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_config_loaded(self, compiled: Sequence[object], settings: Mapping[str, Any]) -> Deferred[None] | None:
         """Prefetch every remote key set that has no keys yet, so the first
         request does not wait. Returns a Deferred firing when all attempts end.
@@ -125,6 +125,6 @@ class JwtPlugin:
 
         return Deferred.fromCoroutine(wait_all())
 
-    @twistgw.hookimpl
-    def twistgw_authenticate(self, ctx: twistgw.RequestContext, options: CompiledJwt) -> Any:
+    @sdk.hookimpl
+    def twistgw_authenticate(self, ctx: sdk.RequestContext, options: CompiledJwt) -> Any:
         return _authn.authenticate(ctx, options)

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from twistgw import Allow, Deny, NotChecked, RequestContext, counter
+from twistgw.sdk import Allow, Deny, NotChecked, RequestContext, counter
 from twistgw_jwt import _token as T
 from twistgw_jwt._options import CompiledJwt, HeaderSource, Provider, QuerySource
 from twistgw_jwt._keys import VerifyKey

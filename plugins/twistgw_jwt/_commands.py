@@ -7,9 +7,9 @@ import json
 import sys
 from typing import Any
 
-from twistgw import Commands
-from twistgw.api.commands import EXIT_OK, EXIT_USAGE
-from twistgw.options import DURATION_UNITS, parse_duration
+from twistgw.sdk import Commands
+from twistgw.sdk import EXIT_OK, EXIT_USAGE
+from twistgw.sdk import DURATION_UNITS, parse_duration
 
 from twistgw_jwt.tools import jwks_from_public_key, mint_token
 

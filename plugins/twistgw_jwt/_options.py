@@ -14,12 +14,12 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from twistgw.options import Path, Problems, check_fields, is_token, require_mapping, type_name
-from twistgw.options import parse_duration as _duration
-from twistgw import OptionsError, OptionsScope
+from twistgw.sdk import Path, Problems, check_fields, is_token, require_mapping, type_name
+from twistgw.sdk import parse_duration as _duration
+from twistgw.sdk import OptionsError, OptionsScope
 from twistgw_jwt._cache import VerifiedCache
 from twistgw_jwt._keys import KeyProblem, VerifyKey, parse_local_key
-from twistgw.tls import TLSSettingsError, client_tls
+from twistgw.sdk import TLSSettingsError, client_tls
 from twistgw_jwt._remote import RemoteKeySet, RemoteSpec
 
 VALIDATION_POLICIES = ("REQUIRE_VALID", "ALLOW_MISSING", "ALLOW_MISSING_OR_FAILED")

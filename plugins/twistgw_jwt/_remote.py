@@ -35,8 +35,8 @@ from twisted.logger import Logger
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IPolicyForHTTPS
 
-from twistgw import BoundedBody
-from twistgw.tls import client_tls, describe_tls_failure, https_policy
+from twistgw.sdk import BoundedBody
+from twistgw.sdk import client_tls, describe_tls_failure, https_policy
 
 from twistgw_jwt._keys import KeyProblem, VerifyKey, parse_remote_body
 

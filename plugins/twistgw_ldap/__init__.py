@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from twistgw import Commands, ExtAuthConfigType, OptionsError, OptionsScope, PluginInfo, hookimpl
+from twistgw.sdk import Commands, OptionsError, OptionsScope, PluginInfo, hookimpl
+from twistgw.api.extauth import ExtAuthConfigType
 from twistgw_extauth import ExtAuthPlugin as _ExtAuthPlugin
 
 from twistgw_ldap import secret

@@ -28,7 +28,7 @@ from twisted.internet.endpoints import (
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from twistgw.tls import client_tls, describe_tls_failure
+from twistgw.sdk import client_tls, describe_tls_failure
 
 from twistgw_ldap import _ber
 from twistgw_ldap._model import Target

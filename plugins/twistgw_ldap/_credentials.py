@@ -8,7 +8,8 @@ import hashlib
 import os
 import re
 
-from twistgw import AuthDeny, RequestContext, read_basic_credentials
+from twistgw.sdk import RequestContext, read_basic_credentials
+from twistgw.api.extauth import AuthDeny
 
 from twistgw_ldap._answers import unauthorized
 from twistgw_ldap._dn import clean_username

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from twistgw_ldap._ldaptor import LDAPServer, inmemory, interfaces
 from twisted.internet import defer
-from twistgw.options import loopback_problem, unknown_field
+from twistgw.sdk import loopback_problem, unknown_field
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from twistgw.api.fields import Path
-from twistgw.options import Problems, parse_duration
+from twistgw.sdk import Path
+from twistgw.sdk import Problems, parse_duration
 
 
 def at(field: str | Path) -> Path:

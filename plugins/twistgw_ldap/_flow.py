@@ -9,7 +9,8 @@ import time
 import attrs
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
-from twistgw import AuthAllow, AuthDeny, NotChecked, RequestContext
+from twistgw.sdk import NotChecked, RequestContext
+from twistgw.api.extauth import AuthAllow, AuthDeny
 
 from twistgw_ldap._answers import Verdict, internal_error, unauthorized, unavailable
 from twistgw_ldap._cache import CredentialsMemo, DecisionCache

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import Histogram
-from twistgw import counter
+from twistgw.sdk import counter
 
 # twistgw.counter: an increment is an integer addition, not a lock (per request).
 DECISIONS = counter(

@@ -14,10 +14,10 @@ from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from twistgw_ldap._ldaptor import parse_filter
-from twistgw.options import is_token, type_name
+from twistgw.sdk import is_token, type_name
 
-from twistgw import ConfigScope
-from twistgw.tls import TLSSettingsError, client_tls
+from twistgw.api.extauth import ConfigScope
+from twistgw.sdk import TLSSettingsError, client_tls
 
 from twistgw_ldap._ber import SCOPE_ONE, SCOPE_SUB
 from twistgw_ldap._dn import InvalidDN, NormalDN, format_dn, is_ad_logon_name, parse_dn

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from twistgw import RequestContext
+from twistgw.sdk import RequestContext
 
 from twistgw_ldap._cache import CredentialsMemo, DecisionCache
 from twistgw_ldap._client import Pool

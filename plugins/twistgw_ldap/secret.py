@@ -13,9 +13,9 @@ import base64
 import sys
 
 import yaml
-from twistgw import Commands
-from twistgw.api.commands import EXIT_USAGE, write_secret
-from twistgw.options import is_kubernetes_name
+from twistgw.sdk import Commands
+from twistgw.sdk import EXIT_USAGE, write_secret
+from twistgw.sdk import is_kubernetes_name
 
 from twistgw_ldap._dn import InvalidDN, is_ad_logon_name, parse_dn
 from twistgw_ldap._model import SECRET_TYPE

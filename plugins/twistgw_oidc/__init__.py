@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from twistgw import Commands, ConfigScope, ExtAuthConfigType, GatewayInfo, hookimpl
-from twistgw.options import Problems
+from twistgw.sdk import Commands, GatewayInfo, hookimpl
+from twistgw.api.extauth import ConfigScope, ExtAuthConfigType
+from twistgw.sdk import Problems
 from twistgw_oidc._access import AccessTokenChecker
 from twistgw_oidc._compile import compile_access_token, compile_oidc
 from twistgw_oidc._flow import OidcChecker

@@ -13,8 +13,8 @@ import secrets
 import string
 import sys
 
-from twistgw import Commands
-from twistgw.api.commands import EXIT_USAGE, write_secret
+from twistgw.sdk import Commands
+from twistgw.sdk import EXIT_USAGE, write_secret
 
 from twistgw_oidc._options import ENCRYPTION_SECRET_KEY, OAUTH_SECRET_KEY
 

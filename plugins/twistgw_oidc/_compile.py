@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
-from twistgw.options import Problems
-from twistgw.tls import TLSSettingsError, client_tls
+from twistgw.sdk import Problems
+from twistgw.sdk import TLSSettingsError, client_tls
 from twistgw_jwt.verify import KeyProblem, parse_local_key
 from twistgw_oidc._cookies import CookieOptions
 from twistgw_oidc._options import (

@@ -15,8 +15,8 @@ from typing import Any, Mapping
 import attrs
 from twisted.internet.defer import Deferred
 
-from twistgw import BoundedBody
-from twistgw.tls import verifying_https_policy
+from twistgw.sdk import BoundedBody
+from twistgw.sdk import verifying_https_policy
 
 MAX_BODY = 1024 * 1024
 

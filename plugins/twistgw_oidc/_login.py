@@ -16,7 +16,8 @@ import hmac
 from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import quote, urlencode, urlsplit
 
-from twistgw import AuthDeny, RequestContext
+from twistgw.sdk import RequestContext
+from twistgw.api.extauth import AuthDeny
 from twistgw_oidc import _idtoken
 from twistgw_oidc._cookies import CookieOptions, SessionTooLarge, delete_cookie, set_cookie, split_cookies
 from twistgw_oidc._http import Answer, CallFailed

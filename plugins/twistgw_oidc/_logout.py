@@ -15,7 +15,8 @@ import html
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
-from twistgw import AuthDeny, RequestContext
+from twistgw.sdk import RequestContext
+from twistgw.api.extauth import AuthDeny
 from twistgw_oidc._cookies import delete_cookie, delete_split, joined_value, parse_cookie_header
 from twistgw_oidc._options import origin
 from twistgw_oidc._session import RedisStore, StoreDown

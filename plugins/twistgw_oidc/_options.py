@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from twistgw import OptionsError
-from twistgw.options import Problems, is_token, parse_duration, type_name, unknown_field
-from twistgw.redis import RedisConfig
+from twistgw.sdk import OptionsError
+from twistgw.sdk import Problems, is_token, parse_duration, type_name, unknown_field
+from twistgw.sdk import RedisConfig
 from twistgw_jwt.verify import VerifyKey
 from twistgw_oidc._cookies import CookieOptions
 

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 import attrs
 from twisted.internet.defer import Deferred
 
-from twistgw.redis import RedisPool
+from twistgw.sdk import RedisPool
 
 from twistgw_oidc._cookies import Sealer
 from twistgw_oidc._options import RedisSpec, SessionSpec

@@ -30,8 +30,8 @@ from typing import Any, Callable, Mapping, Sequence
 from twisted.internet import defer
 from twisted.logger import Logger
 
-import twistgw
-from twistgw.redis import RedisConfig
+from twistgw import sdk
+from twistgw.sdk import RedisConfig
 
 from twistgw_ratelimit import _limiter, _options
 from twistgw_ratelimit._local import Buckets
@@ -55,7 +55,7 @@ _log = Logger(namespace="twistgw_ratelimit")
 ORDER = 350
 #: localRatelimit and ratelimitEarly: before every other plugin
 EARLY_ORDER = 50
-BEFORE_AUTH = twistgw.Placement(before=AUTH_PLUGINS)
+BEFORE_AUTH = sdk.Placement(before=AUTH_PLUGINS)
 
 
 class _Counted:
@@ -86,39 +86,39 @@ class _Counted:
             found = self.stores[key] = RedisCounters(reactor, server.redis, server.timeout)
         return found
 
-    @twistgw.hookimpl
-    def twistgw_plugin_info(self) -> twistgw.PluginInfo:
+    @sdk.hookimpl
+    def twistgw_plugin_info(self) -> sdk.PluginInfo:
         if self.always_early:
-            return twistgw.PluginInfo(order=EARLY_ORDER, description=self.description, placement=BEFORE_AUTH)
-        return twistgw.PluginInfo(order=ORDER, description=self.description)
+            return sdk.PluginInfo(order=EARLY_ORDER, description=self.description, placement=BEFORE_AUTH)
+        return sdk.PluginInfo(order=ORDER, description=self.description)
 
-    @twistgw.hookimpl
-    def twistgw_placement(self, resources: Any) -> twistgw.Placement | None:
+    @sdk.hookimpl
+    def twistgw_placement(self, resources: Any) -> sdk.Placement | None:
         if not self.always_early and server_settings(resources).before_auth:
             return BEFORE_AUTH
         return None
 
-    @twistgw.hookimpl
-    def twistgw_configure(self, gateway: twistgw.GatewayInfo) -> None:
+    @sdk.hookimpl
+    def twistgw_configure(self, gateway: sdk.GatewayInfo) -> None:
         self.reactor = gateway.reactor
         self.dry_run = gateway.dry_run
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_config_loaded(self, compiled: Sequence[object], settings: Mapping[str, Any]) -> None:
         """Close the Redis clients the new configuration no longer uses."""
         used = {(o.server.redis, o.server.timeout) for o in compiled if isinstance(o, GlobalLimits)}
         for key in [k for k in self.stores if k not in used]:
             self.stores.pop(key).close()
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_unconfigure(self) -> Any:
         stores, self.stores = list(self.stores.values()), {}
         if stores:
             return defer.gatherResults([s.close() for s in stores], consumeErrors=True)
         return None
 
-    @twistgw.hookimpl
-    def twistgw_authorize(self, ctx: twistgw.RequestContext, options: GlobalLimits) -> Any:
+    @sdk.hookimpl
+    def twistgw_authorize(self, ctx: sdk.RequestContext, options: GlobalLimits) -> Any:
         if options.server.redis is None:  # nothing to count (includeVhRateLimits, no rules anywhere)
             return None
         if ctx.dry_run:
@@ -127,7 +127,7 @@ class _Counted:
                 return None
             assert options.server.redis is not None
             rules = ", ".join(f"{h.label} ({h.limit.describe()})" for h in hits)
-            return twistgw.NotChecked(f"would count {rules} in Redis at {options.server.redis.address}")
+            return sdk.NotChecked(f"would count {rules} in Redis at {options.server.redis.address}")
         return _limiter.check_global(ctx, options, self.store(options.server, ctx.reactor), self.now)
 
 
@@ -137,8 +137,8 @@ class BasicPlugin(_Counted):
     key = "ratelimitBasic"
     description = "Gloo's ratelimitBasic: anonymous limits by address, authorized limits by principal (Redis)"
 
-    @twistgw.hookimpl
-    def twistgw_compile_options(self, options: Mapping[str, Any], scope: twistgw.OptionsScope) -> GlobalLimits:
+    @sdk.hookimpl
+    def twistgw_compile_options(self, options: Mapping[str, Any], scope: sdk.OptionsScope) -> GlobalLimits:
         return _options.compile_basic(options, scope)
 
 
@@ -148,11 +148,11 @@ class ActionsPlugin(_Counted):
     key = "ratelimit"
     description = "Envoy-style rate-limit actions against Settings descriptors (Redis)"
 
-    @twistgw.hookimpl
-    def twistgw_compile_options(self, options: Mapping[str, Any], scope: twistgw.OptionsScope) -> GlobalLimits:
+    @sdk.hookimpl
+    def twistgw_compile_options(self, options: Mapping[str, Any], scope: sdk.OptionsScope) -> GlobalLimits:
         return _options.compile_actions(self.key, options, scope)
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_default_options(self, settings: Mapping[str, Any]) -> None:
         if self.key == "ratelimit":
             parse_service_settings(settings)  # Settings spec.ratelimit: reported there
@@ -180,8 +180,8 @@ class ConfigsPlugin(_Counted):
     key = "rateLimitConfigs"
     description = "RateLimitConfig resources (ratelimit.solo.io/v1alpha1) by reference (Redis)"
 
-    @twistgw.hookimpl
-    def twistgw_compile_options(self, options: Mapping[str, Any], scope: twistgw.OptionsScope) -> GlobalLimits:
+    @sdk.hookimpl
+    def twistgw_compile_options(self, options: Mapping[str, Any], scope: sdk.OptionsScope) -> GlobalLimits:
         return _options.compile_configs(options, scope)
 
 
@@ -192,23 +192,23 @@ class LocalPlugin:
         self.now = now
         self.buckets = Buckets(lambda: self.now())
 
-    @twistgw.hookimpl
-    def twistgw_plugin_info(self) -> twistgw.PluginInfo:
-        return twistgw.PluginInfo(order=EARLY_ORDER, placement=BEFORE_AUTH,
+    @sdk.hookimpl
+    def twistgw_plugin_info(self) -> sdk.PluginInfo:
+        return sdk.PluginInfo(order=EARLY_ORDER, placement=BEFORE_AUTH,
                                   description="Envoy's local token bucket, per gateway process (no dependencies)")
 
-    @twistgw.hookimpl
-    def twistgw_compile_options(self, options: Mapping[str, Any], scope: twistgw.OptionsScope) -> LocalLimit:
+    @sdk.hookimpl
+    def twistgw_compile_options(self, options: Mapping[str, Any], scope: sdk.OptionsScope) -> LocalLimit:
         return _options.compile_local(options, scope, self.buckets.get)
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_config_loaded(self, compiled: Sequence[object], settings: Mapping[str, Any]) -> None:
         self.buckets.keep_only({id(o.bucket) for o in compiled if isinstance(o, LocalLimit)})
 
-    @twistgw.hookimpl
-    def twistgw_authorize(self, ctx: twistgw.RequestContext, options: LocalLimit) -> Any:
+    @sdk.hookimpl
+    def twistgw_authorize(self, ctx: sdk.RequestContext, options: LocalLimit) -> Any:
         if ctx.dry_run:
-            return twistgw.NotChecked(f"would take a token from the local bucket of {options.where}"
+            return sdk.NotChecked(f"would take a token from the local bucket of {options.where}"
                                       f" ({options.spec.describe()})")
         # On every request of the route: one clock read and the bucket's take.
         now = self.now()
@@ -222,17 +222,17 @@ class LocalPlugin:
 class ServerPlugin:
     """``ratelimitServer``: the name of a ``Settings`` section only."""
 
-    @twistgw.hookimpl
-    def twistgw_plugin_info(self) -> twistgw.PluginInfo:
-        return twistgw.PluginInfo(description=f"Settings spec.{SERVER_SECTION}: Redis, requestTimeout,"
+    @sdk.hookimpl
+    def twistgw_plugin_info(self) -> sdk.PluginInfo:
+        return sdk.PluginInfo(description=f"Settings spec.{SERVER_SECTION}: Redis, requestTimeout,"
                                               " denyOnFail, rateLimitBeforeAuth (no route options)")
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_default_options(self, settings: Mapping[str, Any]) -> None:
         parse_server_settings(settings)
         return None
 
-    @twistgw.hookimpl
-    def twistgw_compile_options(self, options: Mapping[str, Any], scope: twistgw.OptionsScope) -> object:
-        raise twistgw.OptionsError((), f"{SERVER_SECTION} is a Settings section (Settings spec.{SERVER_SECTION}),"
+    @sdk.hookimpl
+    def twistgw_compile_options(self, options: Mapping[str, Any], scope: sdk.OptionsScope) -> object:
+        raise sdk.OptionsError((), f"{SERVER_SECTION} is a Settings section (Settings spec.{SERVER_SECTION}),"
                                        " not an option of virtual hosts or routes")

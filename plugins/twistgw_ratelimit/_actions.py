@@ -17,9 +17,9 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
-from twistgw.api.types import RequestContext
-from twistgw.options import Path, Problems, type_name
-from twistgw.regex import SafeRegex, UnsafePattern
+from twistgw.sdk import RequestContext
+from twistgw.sdk import Path, Problems, type_name
+from twistgw.sdk import SafeRegex, UnsafePattern
 
 from twistgw_ratelimit import _fields
 from twistgw_ratelimit._descriptors import Entries

@@ -22,8 +22,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
-from twistgw.api.types import OptionsError
-from twistgw.options import Path, Problems, type_name
+from twistgw.sdk import OptionsError
+from twistgw.sdk import Path, Problems, type_name
 
 from twistgw_ratelimit import _fields
 from twistgw_ratelimit._limits import RateLimit, parse_rate_limit

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from twistgw.options import Path, Problems, unknown_field
+from twistgw.sdk import Path, Problems, unknown_field
 
 
 def check(raw: Mapping[str, Any], allowed: Sequence[str], path: Path, problems: Problems) -> None:

@@ -15,8 +15,8 @@ from typing import Any, Callable
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-import twistgw
-from twistgw.api.types import RequestContext
+from twistgw import sdk
+from twistgw.sdk import RequestContext
 
 from twistgw_ratelimit._descriptors import Hit
 from twistgw_ratelimit._limits import RateLimit
@@ -27,7 +27,7 @@ _log = Logger(namespace="twistgw_ratelimit")
 
 RATELIMITED = (b"x-envoy-ratelimited", b"true")
 
-DECISIONS = twistgw.counter(
+DECISIONS = sdk.counter(
     "twistgw_ratelimit_decisions",
     "Rate-limit rule checks by plugin, rule (as configured) and outcome: ok, over_limit,"
     " shadow_over_limit (counted, not refused), redis_failed_open, redis_failed_closed.",
@@ -43,8 +43,8 @@ def count(plugin: str, rule: str, outcome: str) -> None:
     child.inc()
 
 
-def limited(headers: tuple[tuple[bytes, bytes], ...] = (), body: bytes = b"", reason: str = "") -> twistgw.Deny:
-    return twistgw.Deny(429, body, (RATELIMITED,) + headers, reason=reason)
+def limited(headers: tuple[tuple[bytes, bytes], ...] = (), body: bytes = b"", reason: str = "") -> sdk.Deny:
+    return sdk.Deny(429, body, (RATELIMITED,) + headers, reason=reason)
 
 
 def draft_headers(limit: RateLimit, remaining: int, reset: int) -> tuple[tuple[bytes, bytes], ...]:
@@ -69,7 +69,7 @@ def local_headers(options: LocalLimit, now: float) -> tuple[tuple[bytes, bytes],
             (b"x-ratelimit-reset", str(bucket.reset_after(now)).encode()))
 
 
-def check_local(ctx: RequestContext, options: LocalLimit, now: float) -> twistgw.Deny | None:
+def check_local(ctx: RequestContext, options: LocalLimit, now: float) -> sdk.Deny | None:
     """Take a token from the route's bucket: None (admitted, with the
     draft headers when enabled), or 429. (``LocalPlugin.twistgw_authorize``
     runs the same steps inline: it is on every request of the route.)"""
@@ -80,7 +80,7 @@ def check_local(ctx: RequestContext, options: LocalLimit, now: float) -> twistgw
     return refuse_local(options, now)
 
 
-def refuse_local(options: LocalLimit, now: float) -> twistgw.Deny:
+def refuse_local(options: LocalLimit, now: float) -> sdk.Deny:
     """The 429 of an empty bucket (counted in the metrics)."""
     count("localRatelimit", options.where, "over_limit")
     headers = local_headers(options, now) if options.headers else ()
@@ -107,7 +107,7 @@ failure_log = _FailureLog()
 
 
 def check_global(ctx: RequestContext, options: GlobalLimits, store: RedisCounters,
-                 now: Callable[[], float]) -> Deferred[twistgw.Deny | None] | None:
+                 now: Callable[[], float]) -> Deferred[sdk.Deny | None] | None:
     """Count the request's hits in Redis; None at once when no rule applies.
     The Deferred (the one object the chain needs to wait) travels with the
     request through the batch: no closure, no callback chain per request."""
@@ -116,12 +116,12 @@ def check_global(ctx: RequestContext, options: GlobalLimits, store: RedisCounter
         return None
     moment = now()
     items = [(f"{hit.key}|{hit.limit.window(moment)}", hit.limit.seconds) for hit in hits]
-    d: Deferred[twistgw.Deny | None] = Deferred()
+    d: Deferred[sdk.Deny | None] = Deferred()
     store.increment(items, _deliver, (d, ctx, hits, options, moment))
     return d
 
 
-def _deliver(token: tuple[Deferred[twistgw.Deny | None], RequestContext, list[Hit], GlobalLimits, float],
+def _deliver(token: tuple[Deferred[sdk.Deny | None], RequestContext, list[Hit], GlobalLimits, float],
              counts: list[int] | None, error: str | None) -> None:
     """The batch's answer for one request: its decision fires its Deferred."""
     d, ctx, hits, options, moment = token
@@ -134,7 +134,7 @@ def _deliver(token: tuple[Deferred[twistgw.Deny | None], RequestContext, list[Hi
 
 
 def _decide(ctx: RequestContext, counts: list[int], hits: list[Hit], options: GlobalLimits,
-            moment: float) -> twistgw.Deny | None:
+            moment: float) -> sdk.Deny | None:
     """429 when a rule is over its limit (unless in shadow mode); the
     draft headers of the rule closest to its limit, when enabled, on the
     429 and on an admitted request's response alike."""
@@ -163,11 +163,11 @@ def _decide(ctx: RequestContext, counts: list[int], hits: list[Hit], options: Gl
     return None
 
 
-def _failed(reason: str | None, options: GlobalLimits) -> twistgw.Deny | None:
+def _failed(reason: str | None, options: GlobalLimits) -> sdk.Deny | None:
     """Redis failed (``reason``): refuse with 500 under denyOnFail, else admit."""
     deny = options.server.deny_on_fail
     count(options.plugin, "redis", "redis_failed_closed" if deny else "redis_failed_open")
     failure_log(options.plugin, str(reason), deny)
     if deny:
-        return twistgw.Deny(500, b"", reason=f"rate-limit counters unavailable: {reason}")
+        return sdk.Deny(500, b"", reason=f"rate-limit counters unavailable: {reason}")
     return None

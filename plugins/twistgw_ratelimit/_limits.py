@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from twistgw.options import Path, Problems, require_mapping, type_name
+from twistgw.sdk import Path, Problems, require_mapping, type_name
 
 from twistgw_ratelimit import _fields
 

@@ -14,8 +14,8 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
-from twistgw.api.types import OptionsError
-from twistgw.options import Path, Problems, parse_duration, type_name
+from twistgw.sdk import OptionsError
+from twistgw.sdk import Path, Problems, parse_duration, type_name
 
 from twistgw_ratelimit import _fields
 

@@ -12,8 +12,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
-from twistgw.api.types import InvalidResource, OptionsError, OptionsScope, RequestContext
-from twistgw.options import Problems, require_mapping, type_name
+from twistgw.sdk import InvalidResource, OptionsError, OptionsScope, RequestContext
+from twistgw.sdk import Problems, require_mapping, type_name
 
 from twistgw_ratelimit import _fields
 from twistgw_ratelimit._actions import RateLimitActions, parse_rate_limits

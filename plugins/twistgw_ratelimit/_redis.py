@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 from twisted.internet.defer import Deferred
 
-import twistgw
-from twistgw.redis import RedisClient, RedisConfig, ReplyError
+from twistgw import sdk
+from twistgw.sdk import RedisClient, RedisConfig, ReplyError
 
 #: INCRBY each key by its hits; EXPIRE it when this batch created it. KEYS:
 #: counters; ARGV: hits1, ttl1, hits2, ttl2, ... Returns the new counts.
@@ -49,10 +49,10 @@ Deliver = Callable[[Any, "list[int] | None", "str | None"], None]
 #: every counter's name starts with this (one Redis may serve other tools)
 KEY_PREFIX = "twistgw:rl:"
 
-COMMANDS = twistgw.counter(
+COMMANDS = sdk.counter(
     "twistgw_ratelimit_redis_commands", "Redis commands sent by the rate-limit plugins (one per batch),"
     " by server and outcome (ok, failed).", ["server", "outcome"])
-INCREMENTS = twistgw.counter(
+INCREMENTS = sdk.counter(
     "twistgw_ratelimit_redis_increments", "Counters incremented in Redis (several per command under load),"
     " by server.", ["server"])
 

@@ -26,10 +26,10 @@ from typing import Any, Mapping
 
 import attrs
 
-from twistgw.api.types import OptionsError
-from twistgw.options import Path, Problems, parse_duration, type_name
-from twistgw.redis import RedisConfig
-from twistgw.tls import TLSSettingsError, client_tls
+from twistgw.sdk import OptionsError
+from twistgw.sdk import Path, Problems, parse_duration, type_name
+from twistgw.sdk import RedisConfig
+from twistgw.sdk import TLSSettingsError, client_tls
 
 from twistgw_ratelimit import _fields
 from twistgw_ratelimit._descriptors import DescriptorSet, parse_descriptor_set

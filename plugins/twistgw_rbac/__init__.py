@@ -16,8 +16,8 @@ from typing import Any, Mapping
 
 from twisted.logger import Logger
 
-import twistgw
-from twistgw.regex import max_program_size
+from twistgw import sdk
+from twistgw.sdk import max_program_size
 from twistgw_rbac._policy import REQUIRED_BY_SETTINGS, PolicySet, compile_options, settings_problem
 
 __all__ = ["DENY_BODY", "PolicySet"]
@@ -28,13 +28,13 @@ DENY_BODY = b"RBAC: access denied"
 
 # Defined once, at import, on the default registry (SPEC: many gateways may
 # be built in one process; registering twice would raise).
-# twistgw.counter: an increment is an integer addition, not a lock (per request).
-DECISIONS = twistgw.counter(
+# sdk.counter: an increment is an integer addition, not a lock (per request).
+DECISIONS = sdk.counter(
     "twistgw_rbac_decisions_total",
     "RBAC decisions enforced, by outcome.",
     ["decision"],
 )
-SHADOW_DECISIONS = twistgw.counter(
+SHADOW_DECISIONS = sdk.counter(
     "twistgw_rbac_shadow_decisions_total",
     "Would-be decisions of RBAC policy sets in shadow mode (never enforced).",
     ["decision"],
@@ -47,19 +47,19 @@ _DENY_COUNT = DECISIONS.labels("deny")
 
 
 @functools.lru_cache(maxsize=1024)
-def _allow(reason: str) -> twistgw.Allow:
+def _allow(reason: str) -> sdk.Allow:
     """One (immutable) Allow per verdict reason, i.e. per configured policy
     principal: an admitted request allocates nothing."""
-    return twistgw.Allow(reason=reason)
+    return sdk.Allow(reason=reason)
 
 
-@twistgw.hookimpl
-def twistgw_plugin_info() -> twistgw.PluginInfo:
-    return twistgw.PluginInfo(
+@sdk.hookimpl
+def twistgw_plugin_info() -> sdk.PluginInfo:
+    return sdk.PluginInfo(
         order=300, description="Role-based access control on verified JWT claims")
 
 
-@twistgw.hookimpl
+@sdk.hookimpl
 def twistgw_default_options(settings: Mapping[str, Any]) -> Mapping[str, Any] | None:
     problem = settings_problem(settings)
     if problem is not None:
@@ -71,23 +71,23 @@ def twistgw_default_options(settings: Mapping[str, Any]) -> Mapping[str, Any] | 
     return None
 
 
-@twistgw.hookimpl
-def twistgw_compile_options(options: Mapping[str, Any], scope: twistgw.OptionsScope) -> PolicySet:
+@sdk.hookimpl
+def twistgw_compile_options(options: Mapping[str, Any], scope: sdk.OptionsScope) -> PolicySet:
     problem = options.get("_settingsError")
     if isinstance(problem, tuple):  # only ever from twistgw_default_options (YAML has no tuples)
         path, reason = problem
-        raise twistgw.OptionsError(path, reason)
+        raise sdk.OptionsError(path, reason)
     invalid = settings_problem(scope.resources.settings("rbac"))
     if invalid is not None:
         path, reason = invalid
         dotted = ".".join(str(p) for p in path)
-        raise twistgw.OptionsError((), f"the gateway-wide Settings spec.rbac.{dotted} is"
+        raise sdk.OptionsError((), f"the gateway-wide Settings spec.rbac.{dotted} is"
                                        f" invalid: {reason}")
     return compile_options(options, max_program_size(scope.resources.settings("gateway")))
 
 
-@twistgw.hookimpl
-def twistgw_authorize(ctx: twistgw.RequestContext, options: PolicySet) -> twistgw.Decision:
+@sdk.hookimpl
+def twistgw_authorize(ctx: sdk.RequestContext, options: PolicySet) -> sdk.Decision:
     verdict = options.evaluate(ctx.method, ctx.path, ctx.claims, ctx.claims_provider)
     if options.shadow:
         decision = "allow" if verdict.allowed else "deny"
@@ -98,10 +98,10 @@ def twistgw_authorize(ctx: twistgw.RequestContext, options: PolicySet) -> twistg
             decision=decision, method=ctx.method, path=ctx.path, vs=ctx.virtual_service,
             route=ctx.route, reason=verdict.reason,
         )
-        return twistgw.Allow(reason=f"shadow mode, not enforced; would {decision}:"
+        return sdk.Allow(reason=f"shadow mode, not enforced; would {decision}:"
                                     f" {verdict.reason}")
     if verdict.allowed:
         _ALLOW_COUNT.inc()
         return _allow(verdict.reason)
     _DENY_COUNT.inc()
-    return twistgw.Deny(403, DENY_BODY, reason=verdict.reason)
+    return sdk.Deny(403, DENY_BODY, reason=verdict.reason)

@@ -18,9 +18,9 @@ from typing import Any, Mapping
 
 import attrs
 
-from twistgw.options import Path, Problems, check_fields, is_token, require_mapping, type_name, unknown_field
-from twistgw import OptionsError
-from twistgw.regex import DEFAULT_MAX_PROGRAM_SIZE, SafeRegex, UnsafePattern
+from twistgw.sdk import Path, Problems, check_fields, is_token, require_mapping, type_name, unknown_field
+from twistgw.sdk import OptionsError
+from twistgw.sdk import DEFAULT_MAX_PROGRAM_SIZE, SafeRegex, UnsafePattern
 
 # Method names are RFC 9110 tokens.
 

@@ -7,7 +7,8 @@ import base64
 import subprocess
 from typing import Any, Mapping, Sequence
 
-from twistgw import ConfigScope, Headers, OptionsScope, RequestContext
+from twistgw.sdk import Headers, OptionsScope, RequestContext
+from twistgw import ConfigScope
 from twistgw.api.types import AuthConfigInfo, ResourceView, SecretInfo, UpstreamInfo
 from twistgw.config.configmaps import ConfigMapInfo
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twistgw import AuthAllow, AuthDeny, OptionsError
+from twistgw.sdk import OptionsError
+from twistgw import AuthAllow, AuthDeny
 from twistgw.api.types import SecretInfo
 from twistgw_authtypes.apikey import ApiKeyAuth, key_digest
 from twistgw_authtypes.basic import BasicAuth, VerifiedMemo

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from twistgw import ConfigError
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ConfigError
+from twistgw.sdk.testing import ChainTester
 from twistgw_authtypes import AuthTypesPlugin
 from twistgw_extauth import ExtAuthPlugin
 

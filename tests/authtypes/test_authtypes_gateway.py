@@ -15,7 +15,7 @@ from typing import Any
 from twisted.internet import reactor
 from twisted.logger import formatEvent, globalLogPublisher
 from twistgw.runtime.logs import buffered_access_log
-from twistgw.testing import start_gateway
+from twistgw.sdk.testing import start_gateway
 from twistgw_authtypes import AuthTypesPlugin
 from twistgw_extauth import ExtAuthPlugin
 

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 from twistgw_authtypes import AuthTypesPlugin
 from twistgw_extauth import ExtAuthPlugin
 

@@ -168,7 +168,7 @@ class RetryPolicyTests(_GrpcTest):
         self.assertEqual(len(refusing.requests), 1)
 
     def test_bad_policies_are_refused_with_the_field(self) -> None:
-        from twistgw import OptionsError
+        from twistgw.sdk import OptionsError
 
         for policy, field in (({"numRetries": -1}, "numRetries"), ({"numRetries": "3"}, "numRetries"),
                               ({"retryBackOff": {"baseInterval": "soon"}}, "baseInterval"),

@@ -15,7 +15,8 @@ from cryptography.hazmat.primitives import serialization
 from OpenSSL import crypto
 from twisted.internet import defer, reactor, ssl, task
 
-from twistgw import AuthAllow, AuthDeny, OptionsError
+from twistgw.sdk import OptionsError
+from twistgw import AuthAllow, AuthDeny
 from twistgw.api.types import SecretInfo
 from twistgw_authtypes.passthrough import PassThroughAuth
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from twisted.internet import reactor
 
-from twistgw import AuthAllow, AuthDeny, OptionsError
+from twistgw.sdk import OptionsError
+from twistgw import AuthAllow, AuthDeny
 from twistgw.api.types import Endpoint, UpstreamInfo
 from twistgw_authtypes.custom import CustomAuth
 from twistgw_authtypes.passthrough import PassThroughAuth

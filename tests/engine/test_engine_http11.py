@@ -25,7 +25,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer
 
-import twistgw
+from twistgw import sdk
 from engine_helpers import assert_400_and_closed, get, route, still_served
 from support.http import raw_connect, reactor, sleep, static_upstream_yaml, vs_yaml, wait_for
 from support.recorder import CLOSE, RESET, Pieces, dechunk
@@ -298,11 +298,11 @@ async def test_head_response_has_no_body_and_keeps_the_length(eng: Any, reply: b
 class SlowAllow:
     """``slowallow: {}``: admits every request after 300 ms."""
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_compile_options(self, options: Any, scope: Any) -> Any:
         return True
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_authenticate(self, ctx: Any, options: Any) -> Any:
         d: defer.Deferred = defer.Deferred()
         reactor.callLater(0.3, d.callback, None)

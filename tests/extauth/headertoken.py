@@ -10,7 +10,8 @@ from typing import Any
 import attrs
 
 import twistgw
-from twistgw.options import Problems, check_fields, require_mapping
+from twistgw import sdk
+from twistgw.sdk import Problems, check_fields, require_mapping
 
 
 @attrs.frozen
@@ -19,7 +20,7 @@ class TokenChecker:
     tokens: tuple[tuple[str, bytes], ...] = attrs.field(repr=False)
     credential_headers: tuple[bytes, ...]  # removed before forwarding when the check admits
 
-    def check(self, ctx: twistgw.RequestContext) -> twistgw.AuthDecision:
+    def check(self, ctx: sdk.RequestContext) -> twistgw.AuthDecision:
         values = ctx.headers.getRawHeaders(self.header) or []
         if len(values) != 1:
             return twistgw.AuthDeny(401, b"token required", reason=f"{len(values)} {self.header.decode()} headers")
@@ -28,7 +29,7 @@ class TokenChecker:
                 return twistgw.AuthAllow(principal=owner, reason=f"token of {owner}")
         return twistgw.AuthDeny(403, b"token refused", reason="no token matches")
 
-    def dry_run(self, ctx: twistgw.RequestContext) -> twistgw.AuthDecision:
+    def dry_run(self, ctx: sdk.RequestContext) -> twistgw.AuthDecision:
         return self.check(ctx)  # nothing to contact: the real answer
 
 
@@ -58,6 +59,6 @@ class HeaderToken(twistgw.ExtAuthConfigType):
 
 
 class HeaderTokenPlugin:  # entry point: headertoken = "my_package:HeaderTokenPlugin"
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_extauth_config_types(self) -> list[twistgw.ExtAuthConfigType]:
         return [HeaderToken()]

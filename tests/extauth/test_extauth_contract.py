@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import twistgw
-from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, OptionsError, OptionsScope
+from twistgw import sdk
+from twistgw.sdk import OptionsError, OptionsScope
+from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
 from twistgw.api.extauth import relocate
 from twistgw.api.types import ResourceView, SecretInfo
 from twistgw.core.plugins import PluginHost
@@ -71,7 +72,7 @@ class _Type(ExtAuthConfigType):
 
 
 class _Provider:
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:
         return [_Type()]
 

@@ -17,9 +17,11 @@ from headertoken import HeaderTokenPlugin
 from twisted.internet import defer
 
 import twistgw
+from twistgw import sdk
 import twistgw_extauth
-from twistgw import AuthAllow, AuthDeny, ConfigError
-from twistgw.testing import ChainTester, start_gateway
+from twistgw import AuthAllow, AuthDeny
+from twistgw.sdk.testing import ConfigError
+from twistgw.sdk.testing import ChainTester, start_gateway
 
 from support.http import http_request, start_backend
 from support.trial import TestCase
@@ -37,7 +39,7 @@ class _Fixed:
     credential_headers: tuple[bytes, ...] = (b"x-other",)
     owned_request_headers: tuple[bytes, ...] = (b"x-fixed",)
 
-    def check(self, ctx: twistgw.RequestContext) -> Any:
+    def check(self, ctx: sdk.RequestContext) -> Any:
         if isinstance(self.answer, Exception):
             raise self.answer
         return defer.succeed(self.answer) if self.later else self.answer
@@ -74,7 +76,7 @@ class _FixedType(twistgw.ExtAuthConfigType):
 class _Peek:
     """Admits, saying what the configs before it shared."""
 
-    def check(self, ctx: twistgw.RequestContext) -> AuthAllow:
+    def check(self, ctx: sdk.RequestContext) -> AuthAllow:
         shared = ctx.state.get("extauth", {}).get("state", {})
         return AuthAllow(reason=f"peek saw {sorted(shared.items())}")
 
@@ -92,12 +94,12 @@ class _Inline(twistgw.ExtAuthConfigType):
 
     def compile(self, raw: Any, scope: twistgw.ConfigScope) -> _Fixed:
         if raw.get("status") not in (401, 403):
-            raise twistgw.OptionsError(("status",), "must be 401 or 403")
+            raise sdk.OptionsError(("status",), "must be 401 or 403")
         return _Fixed(AuthDeny(raw["status"], b"inline", reason="inline"))
 
 
 class _Types:
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_extauth_config_types(self) -> list[twistgw.ExtAuthConfigType]:
         return [_FixedType(), _PeekType(), _Inline()]
 
@@ -244,7 +246,7 @@ class ConfigurationTests(TestCase):
 
     def test_two_plugins_providing_one_name_are_refused(self) -> None:
         class Again:
-            @twistgw.hookimpl
+            @sdk.hookimpl
             def twistgw_extauth_config_types(self) -> list[Any]:
                 class Other(_FixedType):
                     pass

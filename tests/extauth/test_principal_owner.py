@@ -14,12 +14,12 @@ from headertoken import HeaderTokenPlugin
 from twisted.internet import reactor
 from twisted.web.http_headers import Headers
 
-import twistgw
+from twistgw.sdk import testing as sdk_testing
 import twistgw_extauth
 import twistgw_jwt
 from twistgw.api.types import RequestContext
 from twistgw.runtime.logs import buffered_access_log
-from twistgw.testing import ChainTester, start_gateway, start_recording_backend
+from twistgw.sdk.testing import ChainTester, start_gateway, start_recording_backend
 from twistgw_jwt.tools import mint_token
 
 from support.trial import TestCase
@@ -107,21 +107,21 @@ class PrincipalOwnerTests(TestCase):
 
 class LeftOutPluginTests(TestCase):
     def test_installed_but_not_passed_in(self) -> None:
-        with self.assertRaises(twistgw.ConfigError) as caught:
+        with self.assertRaises(sdk_testing.ConfigError) as caught:
             ChainTester.from_resources(resources(), PLUGINS[:2])
         self.assertIn("plugin 'jwt' is installed but not in this ChainTester's plugins=['extauth', 'headertoken']",
                       str(caught.exception))
         self.assertNotIn("no plugin named 'jwt'", str(caught.exception))
 
     def test_start_gateway_says_so_too(self) -> None:
-        with self.assertRaises(twistgw.ConfigError) as caught:
+        with self.assertRaises(sdk_testing.ConfigError) as caught:
             start_gateway(resources(), [])
         self.assertIn("plugin 'extauth' is installed but not in start_gateway's plugins=[]", str(caught.exception))
 
     def test_a_name_nothing_installs(self) -> None:
         vs = resources()[0]
         vs["spec"]["virtualHost"]["options"] = {"nosuch": {}}
-        with self.assertRaises(twistgw.ConfigError) as caught:
+        with self.assertRaises(sdk_testing.ConfigError) as caught:
             ChainTester.from_resources([vs], PLUGINS)
         self.assertIn("or an installed plugin's name (no plugin named 'nosuch' is installed; installed: extauth,"
                       " headertoken, jwt)", str(caught.exception))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest_twisted
 
-import twistgw
+from twistgw import sdk
 from support.http import http_request, raw_exchange, static_upstream_yaml, vs_yaml
 from twistgw.core.accesslog import AccessLog
 from twistgw.runtime.logs import buffered_access_log
@@ -22,14 +22,14 @@ class Namer:
     """``namer: {}``: admits, naming the principal after the X-Name header
     (as a JWT plugin names it after a claim the client chose)."""
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_compile_options(self, options: Any, scope: Any) -> Any:
         return True
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_authenticate(self, ctx: Any, options: Any) -> Any:
         ctx.principal = HOSTILE if ctx.headers.getRawHeaders(b"x-name") else None
-        return twistgw.Allow()
+        return sdk.Allow()
 
 
 def config(port: int) -> str:

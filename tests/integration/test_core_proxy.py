@@ -11,7 +11,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer, task
 
-import twistgw
+from twistgw import sdk
 from support.http import (
     ChunkedBody,
     http_request,
@@ -614,20 +614,20 @@ async def test_client_disconnect_mid_upload_aborts_upstream(env: Env, raw_server
 class Gate:
     """``gate: {mode: deny|raise|garbage|allow}``: a test plugin."""
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_compile_options(self, options: Any, scope: Any) -> Any:
         return options["mode"]
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_authenticate(self, ctx: Any, options: Any) -> Any:
         if options == "deny":
-            return twistgw.Deny(403, b"gate says no", headers=((b"x-gate", b"closed"),))
+            return sdk.Deny(403, b"gate says no", headers=((b"x-gate", b"closed"),))
         if options == "raise":
             raise RuntimeError("gate exploded")
         if options == "garbage":
             return 42
         ctx.headers.setRawHeaders(b"x-gate", [b"passed"])
-        return twistgw.Allow()
+        return sdk.Allow()
 
 
 GATE_CONFIG = """\
@@ -689,7 +689,7 @@ class Router:
 
     foreign: Any = None
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_route_match(self, ctx: Any, virtual_service: Any) -> Any:
         choice = ctx.header("x-route")
         if choice is None:
@@ -758,14 +758,14 @@ async def test_route_match_plugin(config_dir: Any, gateway: Any) -> None:
 class SlowAllow:
     """``slow: {ms: N}``: admits after N ms (an asynchronous plugin)."""
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_compile_options(self, options: Any, scope: Any) -> Any:
         return options["ms"] / 1000
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     async def twistgw_authenticate(self, ctx: Any, options: Any) -> Any:
         await sleep(options)
-        return twistgw.Allow()
+        return sdk.Allow()
 
 
 @pytest.mark.parametrize("chunked", [False, True])

@@ -10,7 +10,7 @@ import pytest_twisted
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.logger import globalLogPublisher
 
-import twistgw
+from twistgw import sdk
 from support.http import http_request, static_upstream_yaml, wait_for
 
 VS = """\
@@ -35,15 +35,15 @@ spec:
 class Gate:
     """``gate: {mode: open|closed}``; anything else is an OptionsError."""
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_compile_options(self, options: Any, scope: Any) -> Any:
         if options.get("mode") not in ("open", "closed"):
-            raise twistgw.OptionsError("mode", "must be open or closed")
+            raise sdk.OptionsError("mode", "must be open or closed")
         return options["mode"]
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_authenticate(self, ctx: Any, options: Any) -> Any:
-        return twistgw.Allow() if options == "open" else twistgw.Deny(401, b"closed")
+        return sdk.Allow() if options == "open" else sdk.Deny(401, b"closed")
 
 
 def metric(text: str, name: str, **labels: str) -> float:

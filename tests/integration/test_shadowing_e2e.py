@@ -19,7 +19,7 @@ from twisted.internet.task import deferLater
 
 from support.http import http_request, raw_connect, raw_exchange
 from test_core_twist import _free_port, start_twist, stop_process
-from twistgw.testing import BackendResponse, start_recording_backend
+from twistgw.sdk.testing import BackendResponse, start_recording_backend
 
 
 class _Silent(Protocol):

@@ -12,8 +12,8 @@ import treq
 from twisted.trial import unittest
 from twisted.web.http_headers import Headers
 
-import twistgw
-from twistgw.testing import (BackendResponse, ChainTester, RecordedRequest, resources_yaml, start_gateway,
+from twistgw.sdk import testing as sdk_testing
+from twistgw.sdk.testing import (BackendResponse, ChainTester, RecordedRequest, resources_yaml, start_gateway,
                              start_recording_backend)
 
 VS = {
@@ -113,7 +113,7 @@ class GatewayFromDataTests(unittest.TestCase):
         private = os.path.abspath(self.mktemp())  # temporary directories go here, seen by this test alone
         os.makedirs(private)
         self.patch(tempfile, "tempdir", private)
-        with self.assertRaises(twistgw.ConfigError) as caught:
+        with self.assertRaises(sdk_testing.ConfigError) as caught:
             start_gateway([bad], [])
         self.assertIn("nowhere", str(caught.exception))
         self.assertEqual(os.listdir(private), [])

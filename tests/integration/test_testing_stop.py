@@ -16,7 +16,7 @@ from twisted.web import resource, server
 from twisted.web.client import ResponseFailed, ResponseNeverReceived
 
 from support.http import static_upstream_yaml, vs_yaml
-from twistgw.testing import start_gateway
+from twistgw.sdk.testing import start_gateway
 
 
 class _Hang(resource.Resource):

@@ -17,7 +17,7 @@ from twisted.internet import reactor
 from twisted.web import resource, server
 
 import twistgw_jwt
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 from twistgw_jwt import tools
 
 ISSUER = "https://issuer.example.com"

@@ -12,7 +12,7 @@ from jwt_helpers import (ClockedJwtPlugin, CLOCK,
     public_pem, signed, token,
 )
 
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 from twistgw_jwt import _cache
 from twistgw_jwt import _token as T
 

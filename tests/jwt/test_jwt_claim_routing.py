@@ -135,7 +135,7 @@ async def test_the_route_selected_again_runs_its_own_chain(backend_factory, conf
 
 @pytest_twisted.ensureDeferred
 async def test_explain_shows_the_route_selected_again(tmp_path):
-    from twistgw.testing import ChainTester
+    from twistgw.sdk.testing import ChainTester
 
     (tmp_path / "c.yaml").write_text(_guide_yaml(1, 2))
     tester = ChainTester.from_directory(str(tmp_path), plugins=PLUGINS, load_entry_points=False)

@@ -17,8 +17,8 @@ from jwt_helpers import (ClockedJwtPlugin,
 )
 
 import twistgw_jwt
-from twistgw import ConfigError
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ConfigError
+from twistgw.sdk.testing import ChainTester
 
 from support.trial import TestCase
 

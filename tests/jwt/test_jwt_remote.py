@@ -20,7 +20,7 @@ from twisted.internet import defer, reactor, task
 
 from twistgw.config.loader import load_text
 from twistgw.core.snapshot import build_snapshot
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 from twistgw_jwt import _remote
 
 _unique = itertools.count()

@@ -20,7 +20,7 @@ from twisted.logger import globalLogPublisher
 
 from support.http import http_request
 from support.pki import Issued, TestCA
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 _unique = itertools.count()
 HOST = "auth.example.com"

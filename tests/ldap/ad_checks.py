@@ -23,7 +23,7 @@ from twisted.internet import defer, task, threads
 from twisted.logger import formatEvent, globalLogPublisher
 
 import twistgw_ldap
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 URL = "http://ad.example.com/x"
 SEARCH = {"baseDn": USERS_DN, "filter": "(sAMAccountName=%s)"}

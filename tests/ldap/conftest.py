@@ -20,7 +20,7 @@ import pytest
 from slapd import Slapd, SlapdMissing, stop_all
 import pytest_twisted
 from twisted.internet import defer
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 
 def _start(directory: Path, permissive: bool) -> Slapd:

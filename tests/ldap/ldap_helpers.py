@@ -11,7 +11,7 @@ import twistgw_ldap
 from slapd import SERVICE_DN, SERVICE_PW
 from twistgw.config.loader import load_text
 from twistgw.core.snapshot import build_snapshot
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 from twistgw_ldap._state import State
 
 PLUGINS = [("extauth", twistgw_ldap.ExtAuthPlugin)]

@@ -20,7 +20,7 @@ from ldap_helpers import basic, ldap_config, ldap_state, make_tester
 from slapd import SUFFIX, free_port
 from twisted.internet import reactor, task
 
-from twistgw import ConfigError
+from twistgw.sdk.testing import ConfigError
 
 URL = "http://api.example.com/pets"
 PEOPLE = {"baseDn": f"ou=people,{SUFFIX}", "filter": "(uid=%s)"}

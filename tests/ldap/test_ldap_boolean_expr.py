@@ -12,7 +12,7 @@ import yaml
 from ldap_helpers import MANAGERS_DN, basic, ldap_config, make_tester
 from slapd import free_port
 
-from twistgw import ConfigError
+from twistgw.sdk.testing import ConfigError
 
 URL = "http://api.example.com/pets"
 DEVELOPERS_DN = "cn=developers,ou=groups,dc=example,dc=org"

@@ -13,7 +13,7 @@ from ldap_helpers import SA_SETTINGS, basic, ldap_config, make_tester
 from slapd import free_port
 from twisted.internet import defer, reactor, task
 
-from twistgw import ConfigError
+from twistgw.sdk.testing import ConfigError
 
 URL = "http://api.example.com/pets"
 OPEN = "http://api.example.com/open/x"

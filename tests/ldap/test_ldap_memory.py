@@ -19,8 +19,8 @@ from twisted.internet import defer, reactor, task
 
 from twistgw.config.loader import load_directory
 from twistgw.core.snapshot import build_snapshot
-from twistgw import ConfigError
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ConfigError
+from twistgw.sdk.testing import ChainTester
 
 REPO = Path(__file__).resolve().parents[2]
 URL = "http://api.example.com/pets"

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from ldap_helpers import ldap_config, ldap_configs, make_tester
 from twistgw_ldap._ldaptor import parse_filter, pureldap
 
-from twistgw import ConfigError
+from twistgw.sdk.testing import ConfigError
 from twistgw_ldap import _ber
 from twistgw_ldap._dn import InvalidDN, first_value
 from twistgw_ldap._filter import compile_filter

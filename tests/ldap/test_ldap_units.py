@@ -13,16 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ldap_helpers import PLUGINS, SA_SETTINGS, basic, ldap_config, ldap_configs, make_tester
 
-from twistgw import RequestContext
-from twistgw import ConfigError
+from twistgw.sdk import RequestContext
+from twistgw.sdk.testing import ConfigError
 from twistgw.config.loader import load_text
-from twistgw.testing import ChainTester, make_headers
+from twistgw.sdk.testing import ChainTester, make_headers
 from twistgw_ldap._devdir import DevDirectoryError, check_loopback, read_settings
 from twistgw_ldap._dn import InvalidDN, clean_username, format_dn, parse_dn
 from twistgw_ldap._cache import DecisionCache
 from twistgw_ldap._credentials import password_digest, read_basic
 from twistgw_ldap._options import parse_address
-from twistgw.options import parse_duration
+from twistgw.sdk import parse_duration
 from twistgw_ldap.secret import SECRET_TYPE, secret_yaml
 
 from support.trial import TestCase
@@ -248,7 +248,7 @@ class LdapUnitsTests(TestCase):
         (tmp_path / "ca.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         (tmp_path / "c.yaml").write_text(ldap_config("ldap://127.0.0.1:1", startTLS=True,
                                                      tls={"caFile": "ca.pem", "serverName": "ldap.local"}))
-        from twistgw.testing import ChainTester
+        from twistgw.sdk.testing import ChainTester
         import twistgw_ldap
 
         tester = ChainTester.from_directory(str(tmp_path), plugins=[("extauth", twistgw_ldap.ExtAuthPlugin)],

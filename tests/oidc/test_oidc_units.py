@@ -13,7 +13,8 @@ from typing import Any
 
 from twisted.trial import unittest
 
-from twistgw import AuthConfigInfo, ConfigScope, Headers, OptionsError, OptionsScope, RequestContext, ResourceView
+from twistgw.sdk import AuthConfigInfo, Headers, OptionsError, OptionsScope, RequestContext, ResourceView
+from twistgw import ConfigScope
 from twistgw.api.types import SecretInfo
 from twistgw_oidc import AccessTokenChecker, OAuth2Type, OidcChecker
 from twistgw_oidc._cookies import (
@@ -323,7 +324,7 @@ class WorkedExampleTests(unittest.TestCase):
     def setUp(self) -> None:
         import twistgw_extauth
         import twistgw_rbac
-        from twistgw.testing import ChainTester
+        from twistgw.sdk.testing import ChainTester
         from twistgw_oidc import OidcPlugin
 
         self.tester = ChainTester.from_directory(

@@ -13,7 +13,8 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.trial import unittest
 
-from twistgw import AuthAllow, AuthDeny, Headers, RequestContext
+from twistgw.sdk import Headers, RequestContext
+from twistgw import AuthAllow, AuthDeny
 from twistgw_oidc import AccessTokenChecker, OAuth2Type, OidcChecker
 from twistgw_oidc._session import Session
 

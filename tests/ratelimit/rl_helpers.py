@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-import twistgw
+from twistgw import sdk
 import twistgw_ratelimit as rl
 
 USER = "x-test-user"
@@ -36,18 +36,18 @@ PLUGINS: list[tuple[str, object]] = [
 def _make_fakeauth() -> types.ModuleType:
     mod = types.ModuleType("rl_fakeauth")
 
-    @twistgw.hookimpl
-    def twistgw_plugin_info() -> twistgw.PluginInfo:
-        return twistgw.PluginInfo(order=200, description="test stand-in for an auth plugin")
+    @sdk.hookimpl
+    def twistgw_plugin_info() -> sdk.PluginInfo:
+        return sdk.PluginInfo(order=200, description="test stand-in for an auth plugin")
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_compile_options(options: Any, scope: Any) -> Any:
         return dict(options)
 
-    @twistgw.hookimpl
-    def twistgw_authenticate(ctx: twistgw.RequestContext, options: Any) -> Any:
+    @sdk.hookimpl
+    def twistgw_authenticate(ctx: sdk.RequestContext, options: Any) -> Any:
         if ctx.header(DENY):
-            return twistgw.Deny(401, b"Jwt is missing")
+            return sdk.Deny(401, b"Jwt is missing")
         user = ctx.header(USER)
         if user is not None:
             ctx.principal = user

@@ -10,7 +10,7 @@ import pytest
 import pytest_twisted
 from rl_helpers import PLUGINS, fresh_window
 
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 from support.redis import RedisServer
 

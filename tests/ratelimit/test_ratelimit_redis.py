@@ -3,7 +3,7 @@ started per test on loopback): exact counts under concurrency, separate
 budgets, Gloo's guide examples, Redis hanging and dying, shadow mode, the
 draft headers, and authentication before or after counting.
 
-Requests run through :class:`twistgw.testing.ChainTester` in this process
+Requests run through :class:`twistgw.sdk.testing.ChainTester` in this process
 (the same pipeline the server runs); test_ratelimit_processes.py runs real
 gateway processes.
 """
@@ -19,7 +19,7 @@ import pytest_twisted
 from rl_helpers import DENY, USER, WITH_AUTH, config, fresh_window, per
 from twisted.internet import defer, reactor, task
 
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 from support.redis import RedisServer
 

@@ -14,7 +14,7 @@ from rl_helpers import WITH_AUTH, config, fresh_window, per
 from twisted.internet import defer
 
 from twistgw.config.errors import ConfigError
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 from support.pki import TestCA
 from support.redis import RedisServer

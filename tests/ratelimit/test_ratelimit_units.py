@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from rl_helpers import PLUGINS, UPSTREAM, WITH_AUTH, config, per, rate_limit_config, route
 
-from twistgw import ConfigError, RequestContext
+from twistgw.sdk import RequestContext
+from twistgw.sdk.testing import ConfigError
 from twistgw.api.headers import Headers
-from twistgw.options import Problems
-from twistgw.testing import ChainTester
+from twistgw.sdk import Problems
+from twistgw.sdk.testing import ChainTester
 
 from support.trial import TestCase
 from twistgw_ratelimit._actions import cluster_name, parse_rate_limits

@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-import twistgw
+from twistgw import sdk
 import twistgw_rbac
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 CLAIMS_HEADER = "x-test-claims"
 PROVIDER_HEADER = "x-test-provider"
@@ -25,21 +25,21 @@ PROVIDER_HEADER = "x-test-provider"
 def _make_fakejwt() -> types.ModuleType:
     mod = types.ModuleType("rbac_fakejwt")
 
-    @twistgw.hookimpl
-    def twistgw_plugin_info() -> twistgw.PluginInfo:
-        return twistgw.PluginInfo(order=200, description="test stand-in for jwt")
+    @sdk.hookimpl
+    def twistgw_plugin_info() -> sdk.PluginInfo:
+        return sdk.PluginInfo(order=200, description="test stand-in for jwt")
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_compile_options(options: Any, scope: Any) -> Any:
         return dict(options)
 
-    @twistgw.hookimpl
-    def twistgw_authenticate(ctx: twistgw.RequestContext, options: Any) -> Any:
+    @sdk.hookimpl
+    def twistgw_authenticate(ctx: sdk.RequestContext, options: Any) -> Any:
         raw = ctx.header(CLAIMS_HEADER)
         if raw is None:
             if options.get("allowMissing"):
                 return None
-            return twistgw.Deny(401, b"Jwt is missing")
+            return sdk.Deny(401, b"Jwt is missing")
         ctx.claims = json.loads(base64.urlsafe_b64decode(raw))
         ctx.claims_provider = ctx.header(PROVIDER_HEADER) or "default"
         return None

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from rbac_helpers import claims_headers, config, make_tester, policy, route
 
-from twistgw import ConfigError
+from twistgw.sdk.testing import ConfigError
 
 from support.trial import TestCase
 
@@ -159,7 +159,7 @@ class RbacConfigTests(TestCase):
     def test_the_internal_required_marker_cannot_be_written_in_yaml(self):
         """``requireRbac`` marks its default options with an object YAML cannot
     write; a configuration that writes the key itself is refused."""
-        from twistgw import OptionsError
+        from twistgw.sdk import OptionsError
         from twistgw_rbac._policy import compile_options
 
         with pytest.raises(OptionsError) as info:

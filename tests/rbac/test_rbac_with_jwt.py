@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from rbac_helpers import UPSTREAM, claims_headers, config, fakejwt, make_tester, policy
 
 import twistgw_rbac
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 try:
     import twistgw_jwt

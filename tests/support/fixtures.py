@@ -16,7 +16,7 @@
                       its path; call again with the same ``directory=`` to
                       add or replace files.
 ``gateway``           ``gateway(config_dir_path, plugins=..., **service_options)``
-                      starts :func:`twistgw.testing.start_gateway` and stops it
+                      starts :func:`twistgw.sdk.testing.start_gateway` and stops it
                       at teardown. ``load_entry_points`` defaults to False
                       here; pass True to load the installed plugins.
 """
@@ -116,12 +116,12 @@ def config_dir(tmp_path: Any) -> Any:
 @pytest.fixture
 def gateway() -> Any:
     """``gateway(config_dir, plugins=(), load_entry_points=False, **service_options)``
-    → a :class:`twistgw.testing.RunningGateway`, stopped at teardown.
+    → a :class:`twistgw.sdk.testing.RunningGateway`, stopped at teardown.
 
     ``service_options`` go to ``GatewayService`` (e.g. ``head_timeout=0.5``,
     ``upstream_timeout=2``, ``idle_timeout=5``, ``poll_interval=0.1``).
     """
-    from twistgw.testing import start_gateway
+    from twistgw.sdk.testing import start_gateway
 
     started: list[Any] = []
 

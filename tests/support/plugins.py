@@ -15,7 +15,7 @@ from typing import Any
 
 from twisted.internet.defer import succeed
 
-import twistgw
+from twistgw import sdk
 
 __all__ = ["DenyAll", "adder"]
 
@@ -23,13 +23,13 @@ __all__ = ["DenyAll", "adder"]
 class DenyAll:
     """``denyall: {}``: refuses every request with 401."""
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_compile_options(self, options: Any, scope: Any) -> Any:
         return True
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_authenticate(self, ctx: Any, options: Any) -> Any:
-        return twistgw.Deny(401, b"go away", headers=((b"www-authenticate", b"Basic realm=x"),))
+        return sdk.Deny(401, b"go away", headers=((b"www-authenticate", b"Basic realm=x"),))
 
 
 def adder(deny: bool = False, later: bool = False) -> tuple[str, object]:
@@ -38,15 +38,15 @@ def adder(deny: bool = False, later: bool = False) -> tuple[str, object]:
     ``ChainTester``'s plugins."""
     module = types.ModuleType("plugin_adder")
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_compile_options(options: Any, scope: Any) -> Any:
         return dict(options)
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_authenticate(ctx: Any, options: Any) -> Any:
         ctx.add_response_header(b"X-Seen-By", b"adder")
         ctx.add_response_header(b"Set-Cookie", b"a=1")
-        answer = twistgw.Deny(401, b"no", ((b"www-authenticate", b"Basic"),)) if deny else None
+        answer = sdk.Deny(401, b"no", ((b"www-authenticate", b"Basic"),)) if deny else None
         return succeed(answer) if later else answer
 
     module.twistgw_compile_options = twistgw_compile_options  # type: ignore[attr-defined]

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-import twistgw
+from twistgw import sdk
+from twistgw.sdk import testing as sdk_testing
 import twistgw_ldap
 from twistgw.config.loader import ConfigError, load_text
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 from support.trial import TestCase
 
@@ -48,7 +49,7 @@ GOOD = ("{address: 'ldap://127.0.0.1:389', userDnTemplate: 'uid=%s,ou=people,dc=
 BAD = GOOD.replace("ldap://", "ftp://")
 
 
-def issues(text: str, plugins: list[tuple[str, Any]]) -> list[twistgw.ConfigIssue]:
+def issues(text: str, plugins: list[tuple[str, Any]]) -> list[sdk_testing.ConfigIssue]:
     with pytest.raises(ConfigError) as info:
         ChainTester.from_yaml(text, plugins=plugins, load_entry_points=False)
     return info.value.issues
@@ -73,11 +74,11 @@ class CheckEveryResourceTests(TestCase):
         seen: list[tuple[str, str]] = []
 
         class Checker:
-            @twistgw.hookimpl
-            def twistgw_check_resource(self, kind: str, resource: object, scope: twistgw.OptionsScope) -> None:
+            @sdk.hookimpl
+            def twistgw_check_resource(self, kind: str, resource: object, scope: sdk.OptionsScope) -> None:
                 seen.append((kind, scope.namespace))
                 if kind == "Secret":
-                    raise twistgw.OptionsError(("stringData", "token"), "is too short")
+                    raise sdk.OptionsError(("stringData", "token"), "is too short")
 
         text = VS + "---\napiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: team}\n" \
                     "stringData: {token: x}\n"

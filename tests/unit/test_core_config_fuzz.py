@@ -15,7 +15,7 @@ from twistgw.config.loader import ConfigError, load_text
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
 
-import twistgw
+from twistgw import sdk
 
 from support.trial import TestCase
 
@@ -23,19 +23,19 @@ from support.trial import TestCase
 class Strict:
     """A plugin whose compile validates a little, so fuzzed options reach it."""
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_compile_options(self, options: Any, scope: Any) -> Any:
         if not isinstance(options.get("key", ""), str):
-            raise twistgw.OptionsError("key", "must be a string")
+            raise sdk.OptionsError("key", "must be a string")
         return dict(options)
 
 
 class StagedJwt(Strict):
     """Declares Gloo's jwtStaged, as the shipped jwt plugin does."""
 
-    @twistgw.hookimpl
-    def twistgw_plugin_info(self) -> twistgw.PluginInfo:
-        return twistgw.PluginInfo(order=200, staged_options=twistgw.StagedOptions(
+    @sdk.hookimpl
+    def twistgw_plugin_info(self) -> sdk.PluginInfo:
+        return sdk.PluginInfo(order=200, staged_options=sdk.StagedOptions(
             "extauth", "beforeExtAuth", "afterExtAuth", ("jwtStaged", "jwtProvidersStaged"),
             route_only=("jwtProvidersStaged",)))
 

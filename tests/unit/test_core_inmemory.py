@@ -16,7 +16,7 @@ from twisted.internet.error import ConnectionDone
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-import twistgw
+from twistgw import sdk
 from twistgw.config.loader import load_text
 from twistgw.core.plugins import PluginHost
 from twistgw.engine.server import Gateway, GatewayFactory
@@ -43,11 +43,11 @@ spec:
 class _Gate:
     """A test plugin: admits only requests with ``X-Pass: yes``."""
 
-    @twistgw.hookimpl
-    def twistgw_authenticate(self, ctx: twistgw.RequestContext, options: Any) -> twistgw.Decision:
+    @sdk.hookimpl
+    def twistgw_authenticate(self, ctx: sdk.RequestContext, options: Any) -> sdk.Decision:
         if ctx.header("x-pass") == "yes":
-            return twistgw.Allow()
-        return twistgw.Deny(401, b"no pass")
+            return sdk.Allow()
+        return sdk.Deny(401, b"no pass")
 
 
 def _gateway(reactor: MemoryReactorClock, head_timeout: float = 10.0) -> GatewayFactory:

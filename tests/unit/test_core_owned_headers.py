@@ -1,4 +1,4 @@
-"""A plugin's owned request headers (twistgw.OwnsRequestHeaders), in memory,
+"""A plugin's owned request headers (sdk.OwnsRequestHeaders), in memory,
 with a third-party plugin written only against the public API: the client's
 copies are gone before routing and before any plugin runs, on every route of
 every virtual service, including routes that turn the plugin off and a
@@ -11,9 +11,9 @@ from typing import Any
 import attrs
 import pytest
 
-import twistgw
+from twistgw import sdk
 from twistgw.config.loader import ConfigError
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 from support.http import vs_yaml
 
 from support.trial import TestCase
@@ -32,13 +32,13 @@ class Tenant:
         self.owned = owned
         self.seen: list[Any] = []
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_compile_options(self, options: Any, scope: Any) -> Compiled:
         header = options.get("header", "X-Tenant")
         return Compiled(header, (header,) if self.owned is None else self.owned)
 
-    @twistgw.hookimpl
-    def twistgw_authenticate(self, ctx: twistgw.RequestContext, options: Compiled) -> None:
+    @sdk.hookimpl
+    def twistgw_authenticate(self, ctx: sdk.RequestContext, options: Compiled) -> None:
         self.seen.append(ctx.header_values(options.header))
         ctx.headers.setRawHeaders(options.header, ["acme"])
 
@@ -49,12 +49,12 @@ class Watcher:
     def __init__(self) -> None:
         self.seen: list[Any] = []
 
-    @twistgw.hookimpl
-    def twistgw_plugin_info(self) -> twistgw.PluginInfo:
-        return twistgw.PluginInfo(order=1)
+    @sdk.hookimpl
+    def twistgw_plugin_info(self) -> sdk.PluginInfo:
+        return sdk.PluginInfo(order=1)
 
-    @twistgw.hookimpl
-    def twistgw_authenticate(self, ctx: twistgw.RequestContext, options: Any) -> None:
+    @sdk.hookimpl
+    def twistgw_authenticate(self, ctx: sdk.RequestContext, options: Any) -> None:
         self.seen.append(ctx.header_values("x-tenant"))
 
 
@@ -128,5 +128,5 @@ class OwnedHeadersTests(TestCase):
                    and "ValueError" not in str(i) for i in info.value.issues), info.value.issues
 
     def test_the_protocol_is_public(self) -> None:
-        assert isinstance(Compiled("X-Tenant", ("X-Tenant",)), twistgw.OwnsRequestHeaders)
-        assert not isinstance(object(), twistgw.OwnsRequestHeaders)
+        assert isinstance(Compiled("X-Tenant", ("X-Tenant",)), sdk.OwnsRequestHeaders)
+        assert not isinstance(object(), sdk.OwnsRequestHeaders)

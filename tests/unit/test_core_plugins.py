@@ -12,13 +12,13 @@ import pytest
 from twisted.internet import defer
 from twisted.logger import globalLogPublisher
 
-import twistgw
+from twistgw import sdk
 from twistgw.config.loader import ConfigError, load_text
 from twistgw.api.headers import Headers
 from twistgw.core.pipeline import RequestHead
 from twistgw.core.plugins import PluginError, PluginHost
 from twistgw.core.snapshot import build_snapshot
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 from support.trial import TestCase, fixture
 
@@ -41,28 +41,28 @@ class Recorder:
         self.compiled: list[Any] = []
         self.asynchronous = asynchronous
 
-    @twistgw.hookimpl
-    def twistgw_plugin_info(self) -> twistgw.PluginInfo:
-        return twistgw.PluginInfo(order=self.order, **self.info)
+    @sdk.hookimpl
+    def twistgw_plugin_info(self) -> sdk.PluginInfo:
+        return sdk.PluginInfo(order=self.order, **self.info)
 
-    @twistgw.hookimpl
-    def twistgw_compile_options(self, options: Any, scope: twistgw.OptionsScope) -> Any:
+    @sdk.hookimpl
+    def twistgw_compile_options(self, options: Any, scope: sdk.OptionsScope) -> Any:
         if self.compile_error is not None:
             raise self.compile_error
         if options.get("bad") is not None:
-            raise twistgw.OptionsError(("bad", 0, "value"), "is not acceptable")
+            raise sdk.OptionsError(("bad", 0, "value"), "is not acceptable")
         compiled = ("compiled", self.name, tuple(sorted(options.items())), scope.route)
         self.compiled.append(compiled)
         return compiled
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_default_options(self, settings: Any) -> Any:
         if self.defaults is None:
             return None
         return self.defaults(settings)
 
-    @twistgw.hookimpl
-    def twistgw_authenticate(self, ctx: twistgw.RequestContext, options: Any) -> Any:
+    @sdk.hookimpl
+    def twistgw_authenticate(self, ctx: sdk.RequestContext, options: Any) -> Any:
         self.calls.append((self.name, "authenticate"))
         if self.raise_in == "authenticate":
             raise RuntimeError("boom in authenticate")
@@ -76,14 +76,14 @@ class Recorder:
             return d
         return None
 
-    @twistgw.hookimpl
-    async def twistgw_authorize(self, ctx: twistgw.RequestContext, options: Any) -> Any:
+    @sdk.hookimpl
+    async def twistgw_authorize(self, ctx: sdk.RequestContext, options: Any) -> Any:
         self.calls.append((self.name, "authorize"))
         if self.raise_in == "authorize":
             raise ValueError("boom in authorize")
         if isinstance(options, tuple) and dict(options[2]).get("deny"):
-            return twistgw.Deny(403, f"denied by {self.name}".encode())
-        return twistgw.Allow()
+            return sdk.Deny(403, f"denied by {self.name}".encode())
+        return sdk.Allow()
 
 
 def vs(options: str = "{}", route_options: str = "{}", routes: str | None = None) -> str:
@@ -110,7 +110,7 @@ def issues_of(text: str, host: PluginHost) -> list:
 
 
 #: what the shipped jwt plugin declares: Gloo's jwtStaged
-JWT_STAGED = twistgw.StagedOptions("extauth", "beforeExtAuth", "afterExtAuth",
+JWT_STAGED = sdk.StagedOptions("extauth", "beforeExtAuth", "afterExtAuth",
                                    ("jwtStaged", "jwtProvidersStaged"), route_only=("jwtProvidersStaged",))
 
 
@@ -279,7 +279,7 @@ class CorePluginsTests(TestCase):
         assert issue.field == "spec.virtualHost.routes[0].options.apikey.bad[0].value"
 
     def test_options_error_with_dotted_string_path(self) -> None:
-        host = host_with(Recorder("apikey", compile_error=twistgw.OptionsError("a.b", "nope")))
+        host = host_with(Recorder("apikey", compile_error=sdk.OptionsError("a.b", "nope")))
         (issue,) = issues_of(vs("{apikey: {}}"), host)
         assert issue.field == "spec.virtualHost.options.apikey.a.b" and issue.reason == "nope"
 
@@ -376,8 +376,8 @@ class CorePluginsTests(TestCase):
         """PluginInfo.placement: 'audit' (order 50) must run after rbac, and
     'gate' (order 1000) before jwt; explicit pluginOrder still wins."""
         host = host_with(Recorder("jwt", 200), Recorder("rbac", 300),
-                         Recorder("audit", 50, placement=twistgw.Placement(after=("rbac",))),
-                         Recorder("gate", placement=twistgw.Placement(before=("jwt", "rbac"))))
+                         Recorder("audit", 50, placement=sdk.Placement(after=("rbac",))),
+                         Recorder("gate", placement=sdk.Placement(before=("jwt", "rbac"))))
         assert host.default_order() == ["gate", "jwt", "rbac", "audit"]
         assert chain_of(vs("{audit: {}, gate: {}, jwt: {}, rbac: {}}"), host) == ["gate", "jwt", "rbac", "audit"]
         assert chain_of(vs("{audit: {}, jwt: {}}"), host) == ["audit", "jwt"]  # rbac not enabled: no constraint
@@ -389,14 +389,14 @@ class CorePluginsTests(TestCase):
         return value or an exception rejects the configuration."""
 
         class Mover(Recorder):
-            @twistgw.hookimpl
+            @sdk.hookimpl
             def twistgw_placement(self, resources: Any) -> Any:
                 setting = resources.settings("mover").get("first")
                 if setting == "boom":
                     raise RuntimeError("boom")
                 if setting == "junk":
                     return "first"
-                return twistgw.Placement(before=("jwt",)) if setting else None
+                return sdk.Placement(before=("jwt",)) if setting else None
 
         host = host_with(Recorder("jwt", 200), Mover("mover", 350))
         settings = "apiVersion: gateway.vendor.io/v1\nkind: Settings\nmetadata: {{name: s}}\nspec: {{mover: {}}}\n---\n"
@@ -406,7 +406,7 @@ class CorePluginsTests(TestCase):
         assert chain_of(settings.format("{first: true}") + vs("{jwt: {}, mover: {}, pluginOrder: [jwt, mover]}"),
                         host) == ["jwt", "mover"]
         (issue,) = issues_of(settings.format("{first: junk}") + vs(opts), host)
-        assert "twistgw_placement must return twistgw.Placement or None, got 'first'" in issue.reason
+        assert "twistgw_placement must return sdk.Placement or None, got 'first'" in issue.reason
         (issue,) = issues_of(settings.format("{first: boom}") + vs(opts), host)
         assert issue.field == "spec.mover"
         assert "plugin 'mover' failed choosing its place in the chain: RuntimeError('boom')" in issue.reason
@@ -515,11 +515,11 @@ class CorePluginsTests(TestCase):
 
     def test_plugin_info_must_return_plugin_info(self) -> None:
         class Bad:
-            @twistgw.hookimpl
+            @sdk.hookimpl
             def twistgw_plugin_info(self) -> Any:
                 return {"order": 1}
 
-        with pytest.raises(PluginError, match="must return twistgw.PluginInfo"):
+        with pytest.raises(PluginError, match="must return sdk.PluginInfo"):
             PluginHost.create(extra=[("bad", Bad())], load_entry_points=False)
 
     async def test_chain_runs_authenticate_then_authorize_in_order(self) -> None:
@@ -582,7 +582,7 @@ class CorePluginsTests(TestCase):
         assert (plan.status, plan.body) == (403, b"denied by a")
         assert calls == [("a", "authenticate"), ("a", "authorize")]
 
-    @pytest.mark.parametrize("returns", [True, "deny", object(), twistgw.NotChecked("no network")])
+    @pytest.mark.parametrize("returns", [True, "deny", object(), sdk.NotChecked("no network")])
     async def test_untraced_chain_fails_closed_on_garbage(self, returns: Any) -> None:
         calls: list = []
         a, b = Recorder("a", 10, calls=calls, returns=returns), Recorder("b", 20, calls=calls)
@@ -605,7 +605,7 @@ class CorePluginsTests(TestCase):
         calls: list = []
         a = Recorder("a", 10, calls=calls, asynchronous=True)
         b = Recorder("b", 20, calls=calls, asynchronous=True)
-        c = Recorder("c", 30, calls=calls, returns=defer.succeed(twistgw.Deny(429, b"slow down")))
+        c = Recorder("c", 30, calls=calls, returns=defer.succeed(sdk.Deny(429, b"slow down")))
         d = Recorder("d", 40, calls=calls)
         plan = await untraced(make_tester(d, c, b, a, options="{a: {}, b: {}, c: {}, d: {}}"))
         assert (plan.status, plan.body) == (429, b"slow down")
@@ -629,7 +629,7 @@ class CorePluginsTests(TestCase):
         assert len(self.flushLoggedErrors(RuntimeError)) == 1
 
     async def test_untraced_chain_goes_on_after_an_allow_subclass(self) -> None:
-        class Verdict(twistgw.Allow):
+        class Verdict(sdk.Allow):
             pass
 
         calls: list = []
@@ -645,23 +645,23 @@ class CorePluginsTests(TestCase):
         seen: list = []
 
         class Reversed:
-            @twistgw.hookimpl
+            @sdk.hookimpl
             def twistgw_compile_options(self, options: Any, scope: Any) -> Any:
                 return "compiled-reversed"
 
-            @twistgw.hookimpl
-            def twistgw_authenticate(self, options: Any, ctx: twistgw.RequestContext) -> Any:
+            @sdk.hookimpl
+            def twistgw_authenticate(self, options: Any, ctx: sdk.RequestContext) -> Any:
                 seen.append(("reversed", options, ctx.path))
 
         class OnlyCtx:
-            @twistgw.hookimpl
+            @sdk.hookimpl
             def twistgw_compile_options(self, options: Any, scope: Any) -> Any:
                 return "compiled-only"
 
-            @twistgw.hookimpl
-            def twistgw_authorize(self, ctx: twistgw.RequestContext) -> Any:
+            @sdk.hookimpl
+            def twistgw_authorize(self, ctx: sdk.RequestContext) -> Any:
                 seen.append(("only", ctx.path))
-                return twistgw.Deny(401, b"no")
+                return sdk.Deny(401, b"no")
 
         tester = ChainTester.from_yaml(vs("{rev: {}, only: {}, pluginOrder: [rev, only]}"),
                                        plugins=[("rev", Reversed()), ("only", OnlyCtx())], load_entry_points=False)

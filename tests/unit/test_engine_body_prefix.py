@@ -17,7 +17,7 @@ from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-import twistgw
+from twistgw import sdk
 from twistgw.api.types import BodyPrefix, BytesBody, RequestContext
 from twistgw.config.loader import load_text
 from twistgw.core.plugins import PluginHost
@@ -47,13 +47,13 @@ class _BodyGate:
     def __init__(self) -> None:
         self.seen: list[BodyPrefix] = []
 
-    @twistgw.hookimpl
-    def twistgw_authenticate(self, ctx: RequestContext, options: Any) -> Deferred[twistgw.Decision]:
-        def decide(prefix: BodyPrefix) -> twistgw.Decision:
+    @sdk.hookimpl
+    def twistgw_authenticate(self, ctx: RequestContext, options: Any) -> Deferred[sdk.Decision]:
+        def decide(prefix: BodyPrefix) -> sdk.Decision:
             self.seen.append(prefix)
             if not prefix.complete and not options["partial"]:
-                return twistgw.Deny(413, b"too large")
-            return twistgw.Deny(403, b"no") if b"deny" in prefix.data else twistgw.Allow()
+                return sdk.Deny(413, b"too large")
+            return sdk.Deny(403, b"no") if b"deny" in prefix.data else sdk.Allow()
 
         return ctx.read_body(options["max"], options["partial"]).addCallback(decide)
 

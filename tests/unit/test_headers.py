@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 from twisted.web.http_headers import Headers as TwistedHeaders
 
-import twistgw
+from twistgw import sdk
 from twistgw.api.headers import Headers, InvalidHeaderName, canonical_name
 
 from support.trial import TestCase
 
 
 def _both(script):
-    ours, theirs = twistgw.Headers(), TwistedHeaders()
+    ours, theirs = sdk.Headers(), TwistedHeaders()
     return script(ours), script(theirs), ours, theirs
 
 
@@ -33,14 +33,14 @@ class HeadersTests(TestCase):
         assert ours == theirs
 
     def test_names_must_be_tokens(self) -> None:
-        h = twistgw.Headers()
+        h = sdk.Headers()
         with pytest.raises(InvalidHeaderName):
             h.addRawHeader(b"bad name", b"v")
         with pytest.raises(InvalidHeaderName):
             canonical_name("x:y")
 
     def test_constructor_copy_and_equality(self) -> None:
-        h = twistgw.Headers({b"x-a": [b"1"], "X-B": ["2"]})
+        h = sdk.Headers({b"x-a": [b"1"], "X-B": ["2"]})
         assert list(h.getAllRawHeaders()) == [(b"X-A", [b"1"]), (b"X-B", [b"2"])]
         c = h.copy()
         assert c == h
@@ -49,7 +49,7 @@ class HeadersTests(TestCase):
 
     def test_set_raw_headers_refuses_a_single_value(self) -> None:
         with pytest.raises(TypeError):
-            twistgw.Headers().setRawHeaders(b"x-a", b"value")
+            sdk.Headers().setRawHeaders(b"x-a", b"value")
 
 
 class HeadersRawDoorTests(TestCase):

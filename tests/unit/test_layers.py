@@ -37,13 +37,12 @@ PACKAGE = Path(twistgw.__file__).resolve().parent
 
 #: In order; a module may import its own layer and the ones before it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("api", ("twistgw.api", "twistgw.hookspecs", "twistgw.options", "twistgw.regex", "twistgw.tls",
-             "twistgw.stdtls", "twistgw.servertls", "twistgw.redis")),
+    ("api", ("twistgw.api", "twistgw.regex", "twistgw.tls", "twistgw.stdtls", "twistgw.servertls", "twistgw.redis")),
     ("config", ("twistgw.config",)),
     ("core", ("twistgw.core",)),
     ("engine", ("twistgw.engine",)),
     ("runtime", ("twistgw.runtime",)),
-    ("surface", ("twistgw", "twistgw.__main__", "twistgw.cli", "twistgw.tap", "twistgw.testing")),
+    ("surface", ("twistgw", "twistgw.__main__", "twistgw.cli", "twistgw.tap", "twistgw._testing", "twistgw.sdk")),
 ]
 
 #: Attributes of Twisted objects that ``engine/`` reads although they are

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import pytest
 
-from twistgw import counter
+from twistgw.sdk import counter
 from twistgw.runtime.metrics import _BUCKETS, Metrics, multiprocess
 
 from support.trial import TestCase

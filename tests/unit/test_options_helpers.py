@@ -6,9 +6,16 @@ from __future__ import annotations
 import pytest
 
 from twistgw.config.names import is_loopback_endpoint
-from twistgw import OptionsError
-from twistgw.options import (DURATION_UNITS, check_fields, is_kubernetes_name, is_token, loopback_problem, parse_duration,
-                             require_mapping)
+from twistgw.sdk import OptionsError
+from twistgw.sdk import (
+    DURATION_UNITS,
+    check_fields,
+    is_kubernetes_name,
+    is_token,
+    loopback_problem,
+    parse_duration,
+    require_mapping,
+)
 
 from support.trial import TestCase
 

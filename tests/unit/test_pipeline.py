@@ -11,14 +11,14 @@ from typing import Any
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 
-from twistgw import Deny
+from twistgw.sdk import Deny
 from twistgw.config.loader import load_text
 from twistgw.core.pipeline import Pipeline, RequestHead
 from twistgw.core.plan import Forward, LocalResponse
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
 from twistgw.engine.server import Gateway, GatewayFactory
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 from support.trial import TestCase
 
@@ -51,7 +51,7 @@ def _pipeline() -> tuple[Pipeline, Any]:
 
 
 def _headers() -> Any:
-    from twistgw import Headers
+    from twistgw.sdk import Headers
 
     return Headers({b"host": [b"api.example.com"], b"connection": [b"keep-alive"]})
 

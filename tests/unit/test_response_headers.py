@@ -13,7 +13,7 @@ from typing import Any
 
 from twistgw.api.types import RequestContext
 from twistgw.core.plan import Forward, LocalResponse
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 from support.plugins import adder
 from support.trial import TestCase

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from twistgw.config.loader import ConfigError, load_text
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 from support.trial import TestCase
 

@@ -16,7 +16,7 @@ from twistgw.core.plan import Forward, RetryingForward
 from twistgw.core.plugins import PluginHost
 from twistgw.core.shadowing import Shadow, shadow_host
 from twistgw.core.snapshot import build_snapshot
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 from support.trial import TestCase
 

@@ -10,10 +10,11 @@ import types
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-import twistgw
+from twistgw import sdk
+from twistgw.sdk import testing as sdk_testing
 import twistgw_jwt
 import twistgw_ldap
-from twistgw.testing import ChainTester, resolve_plugins
+from twistgw.sdk.testing import ChainTester, resolve_plugins
 from twistgw_jwt.tools import mint_token
 
 from support.trial import TestCase
@@ -41,11 +42,11 @@ def plugin(name: str, authenticate) -> tuple[str, object]:
     """A minimal plugin module whose authenticate is ``authenticate``."""
     module = types.ModuleType(f"plugin_{name}")
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_compile_options(options, scope):
         return dict(options)
 
-    @twistgw.hookimpl
+    @sdk.hookimpl
     def twistgw_authenticate(ctx, options):
         return authenticate(ctx, options)
 
@@ -56,7 +57,7 @@ def plugin(name: str, authenticate) -> tuple[str, object]:
 
 class ExplicitPluginsTests(TestCase):
     def test_only_the_named_plugins_take_part(self) -> None:
-        with self.assertRaises(twistgw.ConfigError) as caught:
+        with self.assertRaises(sdk_testing.ConfigError) as caught:
             ChainTester.from_yaml(virtual_service("{jwt: {providers: {}}}"), [])
         self.assertIn("plugin 'jwt' is installed but not in this ChainTester's plugins=[]", str(caught.exception))
 
@@ -73,9 +74,9 @@ class ExplicitPluginsTests(TestCase):
         self.assertIn("jwt", str(caught.exception))
 
     def test_config_error_is_public_and_lists_every_issue(self) -> None:
-        self.assertIs(twistgw.ConfigError, __import__("twistgw.config.loader", fromlist=["x"]).ConfigError)
+        self.assertIs(sdk_testing.ConfigError, __import__("twistgw.config.loader", fromlist=["x"]).ConfigError)
         text = virtual_service("{a: {}, b: {}}")
-        with self.assertRaises(twistgw.ConfigError) as caught:
+        with self.assertRaises(sdk_testing.ConfigError) as caught:
             ChainTester.from_yaml(text, [])
         self.assertEqual(len(caught.exception.issues), 2)
 
@@ -89,14 +90,14 @@ class DryRunTests(TestCase):
 
     async def test_not_checked_goes_on_in_a_dry_run(self) -> None:
         seen = []
-        tester = self._tester(lambda ctx, o: seen.append(ctx.dry_run) or twistgw.NotChecked("would ask"), True)
+        tester = self._tester(lambda ctx, o: seen.append(ctx.dry_run) or sdk.NotChecked("would ask"), True)
         result = await tester.request("GET", "http://any/x")
         self.assertEqual(seen, [True])
         self.assertEqual((result.status, result.body), (200, b"ok"))
-        self.assertEqual(result.trace, [("probe", "authenticate", twistgw.NotChecked("would ask"))])
+        self.assertEqual(result.trace, [("probe", "authenticate", sdk.NotChecked("would ask"))])
 
     async def test_not_checked_outside_a_dry_run_fails_closed(self) -> None:
-        tester = self._tester(lambda ctx, o: twistgw.NotChecked("would ask"), False)
+        tester = self._tester(lambda ctx, o: sdk.NotChecked("would ask"), False)
         result = await tester.request("GET", "http://any/x")
         self.assertEqual(result.status, 500)
 
@@ -122,7 +123,7 @@ class DryRunTests(TestCase):
         result = await tester.request("GET", "http://any/x", headers={"Authorization": "Basic YWxpY2U6cHc="})
         self.assertEqual(result.status, 200)
         (_, _, decision), = result.trace
-        self.assertIsInstance(decision, twistgw.NotChecked)
+        self.assertIsInstance(decision, sdk.NotChecked)
         self.assertIn("would bind as 'uid=alice,ou=people,dc=example,dc=org' at ldap://127.0.0.1:1",
                       decision.reason)
         self.assertIn("cn=admins,ou=groups,dc=example,dc=org", decision.reason)
@@ -147,7 +148,7 @@ class DryRunTests(TestCase):
         token = mint_token(pem, ISSUER, "alice", {}, 60)
         result = await tester.request("GET", "http://any/x", headers={"Authorization": f"Bearer {token}"})
         (_, _, decision), = result.trace
-        self.assertIsInstance(decision, twistgw.NotChecked)
+        self.assertIsInstance(decision, sdk.NotChecked)
         self.assertIn("would fetch its key set http://auth.example/jwks.json from upstream default/keys"
                       " (127.0.0.1:1)", decision.reason)
         missing = await tester.request("GET", "http://any/x")
@@ -184,9 +185,9 @@ class KeyFileTests(TestCase):
             f.write(virtual_service("{jwt: {providers: {mine: {issuer: '%s', jwks: {local: %s}}}}}"
                                     % (ISSUER, local)))
 
-    def _issue(self, local: str) -> twistgw.ConfigError:
+    def _issue(self, local: str) -> sdk_testing.ConfigError:
         self._write(local)
-        with self.assertRaises(twistgw.ConfigError) as caught:
+        with self.assertRaises(sdk_testing.ConfigError) as caught:
             ChainTester.from_directory(self.directory, [("jwt", twistgw_jwt.JwtPlugin)])
         return caught.exception
 
@@ -231,7 +232,7 @@ class KeyFileTests(TestCase):
     def test_relative_without_a_directory(self) -> None:
         text = virtual_service("{jwt: {providers: {mine: {issuer: '%s', jwks: {local: {keyFile: k.pem}}}}}}"
                                % ISSUER)
-        with self.assertRaises(twistgw.ConfigError) as caught:
+        with self.assertRaises(sdk_testing.ConfigError) as caught:
             ChainTester.from_yaml(text, [("jwt", twistgw_jwt.JwtPlugin)])
         self.assertIn("is relative, but this configuration was not read from a directory",
                       str(caught.exception))

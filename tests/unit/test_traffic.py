@@ -17,7 +17,7 @@ from twistgw.core.plan import Forward, LocalResponse
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
 from twistgw.core.traffic import HeaderLevel, ResponseEdit
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 from support.trial import TestCase
 

@@ -19,7 +19,7 @@ from twisted.internet.defer import Deferred
 from twistgw.api.headers import Headers
 from twistgw.core.pipeline import RequestHead
 from twistgw.core.plan import Forward, LocalResponse, RetryingForward
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 from support.plugins import adder
 from support.trial import TestCase

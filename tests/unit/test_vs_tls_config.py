@@ -190,7 +190,7 @@ class ClientHelloProbeTests(TestCase):
 
 class ExplainTests(TestCase):
     async def test_an_https_url_is_routed_by_its_certificate(self):
-        from twistgw.testing import ChainTester
+        from twistgw.sdk.testing import ChainTester
 
         t = ChainTester.from_yaml(secret("a") + vs("a", "{secretRef: {name: a}, sniDomains: [a.example.com]}")
                                   + vs("plain", None, "['*']"), [])

@@ -21,7 +21,7 @@ class BodyTooLarge(Exception):
 class BoundedBody:
     """Collects a body chunk by chunk, refusing it past ``limit`` bytes::
 
-        body = twistgw.BoundedBody(1024 * 1024, lambda limit: FetchError(f"larger than {limit} bytes"))
+        body = sdk.BoundedBody(1024 * 1024, lambda limit: FetchError(f"larger than {limit} bytes"))
         await treq.collect(response, body)      # raises FetchError past the limit
         data = body.value()
 

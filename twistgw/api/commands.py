@@ -27,7 +27,7 @@ EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 class Commands:
     """The ``twistgw`` sub-commands, for ``twistgw_add_commands``::
 
-        @twistgw.hookimpl
+        @sdk.hookimpl
         def twistgw_add_commands(commands):
             p = commands.add("create", "secret", "mytype", help="...")
             p.add_argument("--name", required=True)
@@ -73,7 +73,7 @@ def write_secret(name: str, namespace: str | None, secret_type: str, data: dict[
 
     import yaml
 
-    from twistgw.options import is_kubernetes_name
+    from twistgw.api.options import is_kubernetes_name
 
     defaulted = namespace is None
     namespace = "default" if namespace is None else namespace

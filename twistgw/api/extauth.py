@@ -18,7 +18,7 @@ answers for it, one request at a time.
 A minimal type (a header must carry a fixed value)::
 
     import attrs, hmac, twistgw
-    from twistgw.options import check_fields
+    from twistgw.api.options import check_fields
 
     @attrs.frozen
     class _Checker:
@@ -38,14 +38,14 @@ A minimal type (a header must carry a fixed value)::
         def compile(self, raw, scope):
             check_fields(raw, ("header", "secretRef"), ())
             if "secretRef" not in raw:
-                raise twistgw.OptionsError(("secretRef",), "is required: {name: SECRET}")
+                raise sdk.OptionsError(("secretRef",), "is required: {name: SECRET}")
             secret = scope.secret(raw["secretRef"]["name"])   # KeyError: dangling
             header = raw.get("header", "x-token").lower().encode("ascii")
             return _Checker(header, secret.data["token"], (header,))
 
     class MyAuthPlugin:                        # entry point: myauth = "my_pkg:MyAuthPlugin"
         # (tests/extauth/headertoken.py is a complete, tested example)
-        @twistgw.hookimpl
+        @sdk.hookimpl
         def twistgw_extauth_config_types(self):
             return [MyAuth()]
 """
@@ -59,6 +59,7 @@ import attrs
 from twistgw.api.plugin import GatewayInfo
 from twistgw.api.types import (
     AuthConfigInfo,
+    ConfigWarning,
     OptionsError,
     OptionsScope,
     RequestContext,
@@ -117,7 +118,7 @@ class AuthAllow:
         ``response_headers_to_add``): whoever answers the admitted request
         (the upstream, or the gateway itself when a later plugin refuses)
         and only when the whole AuthConfig admits, in config order. Through
-        :meth:`twistgw.RequestContext.add_response_header`: a framing or
+        :meth:`sdk.RequestContext.add_response_header`: a framing or
         hop-by-hop name (``Content-Length``, ``Connection``...) fails the
         request (500), as any broken checker does.
     """
@@ -201,7 +202,7 @@ class ExtAuthChecker(Protocol):
     Optional attributes (the extauth plugin uses ``getattr`` defaults):
 
     ``owned_request_headers: Collection[str | bytes]`` (default ``()``)
-        headers this config sets (:class:`twistgw.OwnsRequestHeaders`): the
+        headers this config sets (:class:`sdk.OwnsRequestHeaders`): the
         gateway removes a client's copies from every request.
     ``credential_headers: Collection[str | bytes]`` (default ``()``)
         the request headers holding credentials this config consumed
@@ -236,7 +237,7 @@ class ConfigScope:
     """Where a config entry is written, and what it may refer to.
 
     Handed to :meth:`ExtAuthConfigType.compile`. Raise
-    :class:`twistgw.OptionsError` with paths **relative to the entry**
+    :class:`sdk.OptionsError` with paths **relative to the entry**
     (``("headerName",)``, ``("apiKeySecretRefs", 2, "name")``): the extauth
     plugin locates them at ``spec.configs[i].<type name>.<path>`` of the
     AuthConfig, and the core adds its file and line. A problem inside a
@@ -318,14 +319,6 @@ class ConfigScope:
         return relocate(OptionsError(path, reason), self)
 
 
-class ConfigWarning(UserWarning):
-    """A configuration the gateway serves, but probably not as its author
-    meant (a ``booleanExpr`` that admits requests no config
-    authenticated). Give it with ``warnings.warn(msg, twistgw.ConfigWarning)``
-    while compiling: ``twistgw check`` prints it as ``warning: ...`` and
-    exits 0; the gateway logs it."""
-
-
 def relocate(error: OptionsError, scope: ConfigScope) -> OptionsError:
     """``error`` (paths relative to the entry) located in the AuthConfig:
     each problem without a ``resource`` of its own gets ``scope.path``
@@ -378,8 +371,8 @@ class ExtAuthConfigType:
         network I/O, no reactor. Runs at every load and under ``twistgw
         check``.
 
-        :raise twistgw.OptionsError: paths relative to the entry; report
-            every problem at once (``twistgw.options.Problems``). A
+        :raise sdk.OptionsError: paths relative to the entry; report
+            every problem at once (``sdk.Problems``). A
             ``KeyError`` from a ``scope`` lookup is yours to turn into an
             OptionsError (``dangling reference: ...``).
         """
@@ -389,7 +382,7 @@ class ExtAuthConfigType:
         """Check this type's ``settings_fields`` of ``Settings.spec.extauth``
         at every load, whether or not a config uses the type.
 
-        :raise twistgw.OptionsError: path below ``Settings.spec.extauth``.
+        :raise sdk.OptionsError: path below ``Settings.spec.extauth``.
         """
 
     def configure(self, gateway: GatewayInfo) -> None:

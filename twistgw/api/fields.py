@@ -10,7 +10,7 @@ a problem goes is the reader's *sink*:
 * the configuration loader (``twistgw.config``) turns each problem into a
   :class:`~twistgw.config.errors.ConfigIssue` with file, line, resource and
   field;
-* a plugin uses :class:`twistgw.options.Problems` (a ``FieldReader`` whose
+* a plugin uses :class:`sdk.Problems` (a ``FieldReader`` whose
   sink collects :class:`~twistgw.api.types.OptionsError` s); the core then
   locates them below the plugin's options key, in the same format.
 

@@ -31,7 +31,7 @@ _canonical_cache = CANONICAL_CACHE
 
 def is_token(text: str) -> bool:
     """Whether ``text`` is an RFC 9110 token (a valid header name or method);
-    also :func:`twistgw.options.is_token`."""
+    also :func:`sdk.is_token`."""
     return _TOKEN.fullmatch(text) is not None
 
 
@@ -61,7 +61,7 @@ def canonical_name(name: str | bytes) -> bytes:
 
 
 #: Response headers only the engine writes (the framing of the answer,
-#: hop-by-hop ones): :meth:`twistgw.RequestContext.add_response_header`
+#: hop-by-hop ones): :meth:`sdk.RequestContext.add_response_header`
 #: refuses them.
 OWNED_RESPONSE_HEADERS = frozenset({
     b"content-length", b"transfer-encoding", b"connection", b"keep-alive", b"proxy-connection", b"te",

@@ -12,7 +12,11 @@ if TYPE_CHECKING:
 
 DEFAULT_ORDER = 1000
 
+#: Marks a plugin's hook implementations (``@sdk.hookimpl``).
 hookimpl = pluggy.HookimplMarker("twistgw")
+#: Marks hook specifications: the gateway's own (``twistgw.sdk.hookspecs``)
+#: and those a plugin adds for other plugins (``twistgw_addhooks``).
+hookspec = pluggy.HookspecMarker("twistgw")
 
 
 @attrs.frozen
@@ -103,7 +107,7 @@ class GatewayInfo:
         the plugin must contact nothing and listen on nothing. In
         ``twistgw_config_loaded`` start no server and fetch nothing; in
         ``twistgw_authenticate``/``twistgw_authorize``, where the answer
-        would need the network, return :class:`twistgw.NotChecked` saying
+        would need the network, return :class:`sdk.NotChecked` saying
         what would be done.
     :ivar may_listen: ``False`` under ``twistgw explain``, even with
         ``--live``: start no server of your own (such as a development

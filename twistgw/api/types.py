@@ -149,7 +149,7 @@ class OptionsError(Exception):
         field, once however many routes refer to it.
 
     To report several problems at once (``twistgw check`` lists them all),
-    collect them with :class:`twistgw.options.Problems`, or raise
+    collect them with :class:`sdk.Problems`, or raise
     ``OptionsError.several([...])``; :attr:`problems` holds each one (just
     this error for a plain one).
     """
@@ -180,6 +180,14 @@ class OptionsError(Exception):
 
     def dotted_path(self) -> str:
         return path_text(self.path)
+
+
+class ConfigWarning(UserWarning):
+    """A configuration the gateway serves, but probably not as its author
+    meant. Give it with ``warnings.warn(msg, sdk.ConfigWarning)`` while
+    compiling: ``twistgw check`` prints it as ``warning: ...`` and exits 0;
+    the gateway logs it. (The ``extauth`` plugin warns so about a
+    ``booleanExpr`` that admits requests no config authenticated.)"""
 
 
 def path_text(path: Sequence[str | int]) -> str:
@@ -219,7 +227,7 @@ class RequestContext:
     :ivar query: ``bytes``: the raw query string, without ``?``; what is
         forwarded (see :meth:`set_query_params`).
     :ivar headers: the request headers that will be sent upstream
-        (:class:`twistgw.Headers`, mutable, names and values ``bytes``, with
+        (:class:`sdk.Headers`, mutable, names and values ``bytes``, with
         the methods of Twisted's ``Headers``: ``getRawHeaders``,
         ``setRawHeaders``, ``addRawHeader``, ``removeHeader``, ``hasHeader``,
         ``getAllRawHeaders``; hop-by-hop headers already removed). Plugins may

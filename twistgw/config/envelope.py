@@ -13,7 +13,7 @@ import attrs
 from twistgw.api.fields import type_name, unknown_field
 from twistgw.config.model import Source
 from twistgw.config.reader import ResourceReader
-from twistgw.options import is_kubernetes_name
+from twistgw.api.options import is_kubernetes_name
 
 __all__ = ["Envelope", "Kind", "Skipped", "TOP_LEVEL", "read_envelope"]
 

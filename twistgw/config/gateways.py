@@ -34,7 +34,7 @@ from twistgw.api.fields import FieldReader, Path
 from twistgw.config.accesslogs import AccessLogSink, read_listener_options
 from twistgw.config.envelope import Envelope
 from twistgw.config.model import Source, VirtualService
-from twistgw.options import parse_duration
+from twistgw.api.options import parse_duration
 
 __all__ = ["DEFAULT_PROXY", "GlooGateway", "HcmSettings", "LocalLimitSettings", "read_gateway", "selects"]
 

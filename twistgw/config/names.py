@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from twistgw.options import loopback_problem
+from twistgw.api.options import loopback_problem
 
 #: RFC 3986 ``unreserved`` (lower-cased): what a reg-name or IPv4 address may
 #: hold here. Percent-encoding and ``sub-delims`` (``!$&'()*+,;=``) are valid

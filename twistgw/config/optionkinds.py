@@ -19,7 +19,7 @@ from twistgw.config.model import OptionsResource, Route, RouteTable, Source, Ups
 from twistgw.config.resolution import Locate
 from twistgw.config.routeoptions import read_options
 from twistgw.config.virtualservices import read_weighted
-from twistgw.options import parse_duration
+from twistgw.api.options import parse_duration
 
 __all__ = ["merge_delegated_options", "read_route_option", "read_upstream_group", "read_virtual_host_option"]
 

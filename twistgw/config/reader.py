@@ -4,7 +4,7 @@ the file, document, line, resource and field.
 
 The resource readers (``virtualservices``, ``routetables``, ``upstreams``,
 ``secrets``, ``settings``) and the matchers all read through it; plugins
-read their options through the same checks (:class:`twistgw.options.Problems`).
+read their options through the same checks (:class:`sdk.Problems`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from twistgw.api.fields import FieldReader, Path
-from twistgw.options import parse_duration
+from twistgw.api.options import parse_duration
 
 __all__ = ["RETRY_ON", "REPLAY_LIMIT", "Retries", "read_retries"]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from twistgw.api.fields import FieldReader, Path
 from twistgw.config.traffic import CORE_ROUTE_ONLY, CORE_TRAFFIC_KEYS, read_header_manipulation, read_traffic_option
-from twistgw.options import parse_duration
+from twistgw.api.options import parse_duration
 
 __all__ = ["GLOO_PLUGIN_KEYS", "KNOWN_OPTION_KEYS", "LOCAL_LIMIT_KEY", "NESTED_LOCAL_LIMIT", "UNSUPPORTED_OPTIONS",
            "read_destination_options", "read_options", "websocket_enabled"]

@@ -39,7 +39,7 @@ from twistgw.config.envelope import Envelope
 from twistgw.config.matchers import Matcher
 from twistgw.config.model import OPERATORS, Delegate, Route, RouteTable, Selector, VirtualService
 from twistgw.config.virtualservices import read_routes
-from twistgw.options import parse_duration
+from twistgw.api.options import parse_duration
 
 __all__ = ["OPERATORS", "Flattener", "read_route_table", "selects"]
 

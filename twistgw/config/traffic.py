@@ -20,7 +20,7 @@ from twistgw.api.fields import FieldReader, Path
 from twistgw.config.retries import read_retries
 from twistgw.config.shadowing import read_shadowing
 from twistgw.api.headers import InvalidHeaderName, canonical_name
-from twistgw.options import parse_duration
+from twistgw.api.options import parse_duration
 from twistgw.regex import RewriteRegex, SafeRegex, UnsafePattern
 
 __all__ = [

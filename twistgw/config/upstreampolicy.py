@@ -11,7 +11,7 @@ from typing import Any
 
 from twistgw.api.fields import FieldReader, Path
 from twistgw.api.upstreampolicy import ConnectionConfig, OutlierDetection, TcpKeepalive
-from twistgw.options import parse_duration
+from twistgw.api.options import parse_duration
 
 __all__ = ["read_connection_config", "read_outlier_detection"]
 

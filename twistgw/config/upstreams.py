@@ -17,7 +17,7 @@ from twistgw.config.envelope import Envelope
 from twistgw.config.gloo import unsupported
 from twistgw.config.upstreampolicy import read_connection_config, read_outlier_detection
 from twistgw.config.upstreamtls import SslSpec, read_ssl_config
-from twistgw.options import parse_duration
+from twistgw.api.options import parse_duration
 from twistgw.config.model import (
     EndpointsResource,
     EndpointSubset,

@@ -32,7 +32,7 @@ from twistgw.config.reader import reference
 from twistgw.config.servertls import read_server_ssl_config
 from twistgw.config.routeoptions import read_destination_options, read_options, websocket_enabled
 from twistgw.config.traffic import read_redirect
-from twistgw.options import parse_duration
+from twistgw.api.options import parse_duration
 
 __all__ = ["read_destination", "read_options", "read_options_refs", "read_routes", "read_virtual_service",
            "read_weighted"]

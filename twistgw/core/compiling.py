@@ -94,7 +94,7 @@ def check_unused_route_tables(config: Config, host: PluginHost, view: ResourceVi
 
 def owned_headers(compiled: Any) -> tuple[bytes, ...]:
     """The canonical names ``compiled`` declares in ``owned_request_headers``
-    (:class:`twistgw.OwnsRequestHeaders`); raises ValueError for a plugin
+    (:class:`sdk.OwnsRequestHeaders`); raises ValueError for a plugin
     declaring something that is not a header name, or ``Host``."""
     names = getattr(compiled, "owned_request_headers", None)
     if names is None:

@@ -1,5 +1,5 @@
 """The request pipeline: what the gateway does with a request, decided
-without I/O. The server, ``twistgw explain`` and :class:`twistgw.testing.ChainTester`
+without I/O. The server, ``twistgw explain`` and :class:`twistgw.sdk.testing.ChainTester`
 all call :meth:`Pipeline.handle`, so what they show is what is done.
 
 ``handle(head, snapshot)`` normalises the target, picks the virtual service
@@ -144,7 +144,7 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     upstream_headers = Headers()
     copy_request_headers(headers, upstream_headers.raw)
     for name in snapshot.owned_headers:
-        # Plugins own these (twistgw.OwnsRequestHeaders): a client's copy
+        # Plugins own these (sdk.OwnsRequestHeaders): a client's copy
         # never reaches a route matcher, a plugin or a backend.
         upstream_headers.raw.pop(name, None)
     if authority is not None:

@@ -35,7 +35,7 @@ class LocalResponse:
 
     @classmethod
     def refusal(cls, deny: Deny) -> "LocalResponse":
-        """The answer to a plugin's :class:`~twistgw.Deny`."""
+        """The answer to a plugin's :class:`~sdk.Deny`."""
         return cls(deny.status, deny.body, deny.headers, deny.content_type, deny.reason)
 
     def __repr__(self) -> str:

@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from twistgw import hookspecs
+from twistgw.api import hookspecs
 from twistgw.api.plugin import DEFAULT_ORDER, GatewayInfo, Placement, PluginInfo, hookimpl
 
 __all__ = ["DEFAULT_ORDER", "GatewayInfo", "PluginError", "PluginHost", "PluginInfo", "hookimpl", "maybe_await",
@@ -92,7 +92,7 @@ class PluginHost:
         self.pm = pm
         self._per_plugin: dict[tuple[str, str], Callable[..., Any] | None] = {}
         self.infos: dict[str, PluginInfo] = {}
-        #: set when only chosen plugins take part (``twistgw.testing``: "this
+        #: set when only chosen plugins take part (``twistgw.sdk.testing``: "this
         #: ChainTester's plugins=[...]"): :meth:`missing` then tells an
         #: installed plugin that was left out from one that is not installed.
         self.selection: str | None = None
@@ -150,7 +150,7 @@ class PluginHost:
         info = fn()
         if not isinstance(info, PluginInfo):
             raise PluginError(
-                f"plugin {name!r}: twistgw_plugin_info must return twistgw.PluginInfo,"
+                f"plugin {name!r}: twistgw_plugin_info must return sdk.PluginInfo,"
                 f" got {info!r}"
             )
         return info

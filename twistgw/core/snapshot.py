@@ -56,7 +56,7 @@ class Snapshot:
         #: upstream → its outlier detection, for the runtime's sweeps (outlierDetection)
         self.outliers = outliers or {}
         #: canonical names of the request headers plugins own
-        #: (:class:`twistgw.OwnsRequestHeaders`): a client's copies are removed
+        #: (:class:`sdk.OwnsRequestHeaders`): a client's copies are removed
         #: from every request before routing and before the chain
         self.owned_headers = owned_headers
         #: the virtual services of plain listeners (those without
@@ -192,7 +192,7 @@ def _placements(build: _Build) -> None:
         if placement is None:
             continue
         if not isinstance(placement, Placement):
-            build.settings_issue((name,), f"plugin {name!r}: twistgw_placement must return twistgw.Placement"
+            build.settings_issue((name,), f"plugin {name!r}: twistgw_placement must return sdk.Placement"
                                  f" or None, got {placement!r}", with_line=False)
             continue
         build.placements[name] = placement

@@ -1,5 +1,5 @@
 """Staged options, as Gloo runs its JWT stages, for any plugin that declares
-them (:class:`twistgw.StagedOptions` in its ``PluginInfo``; the shipped
+them (:class:`sdk.StagedOptions` in its ``PluginInfo``; the shipped
 ``jwt`` plugin declares ``jwtStaged`` and ``jwtProvidersStaged`` around
 ``extauth``).
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from twistgw.api.plugin import StagedOptions
-from twistgw.options import type_name
+from twistgw.api.options import type_name
 
 Where = tuple[str | int, ...]
 #: (raw options, where they were written, route name or None)

@@ -144,7 +144,7 @@ class RequestBody:
     def read_prefix(self, max_bytes: int, partial: bool) -> Deferred[BodyPrefix]:
         """The first ``max_bytes`` (or the whole shorter body) once they are
         here, without taking them: see :meth:`RequestContext.read_body
-        <twistgw.RequestContext.read_body>`. Only before :meth:`attach`."""
+        <sdk.RequestContext.read_body>`. Only before :meth:`attach`."""
         if self.consumer is not None or self._waiter is not None:
             raise RuntimeError("the body is read before it is forwarded, by one reader at a time")
         if not partial and self.length is not None and self.length > max_bytes:

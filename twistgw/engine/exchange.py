@@ -255,7 +255,7 @@ class Exchange:
     # -- the request body, read before the chain decides (api.BodySource) -------
 
     def read_prefix(self, max_bytes: int, partial: bool) -> Deferred[BodyPrefix]:
-        """:meth:`RequestContext.read_body <twistgw.RequestContext.read_body>`
+        """:meth:`RequestContext.read_body <sdk.RequestContext.read_body>`
         (``ctx.body_source`` is this exchange when the request has a body)."""
         body = self.body
         if body is None:

@@ -1,4 +1,4 @@
-from twistgw.testing import trial_tests_first
+from twistgw.sdk.testing import trial_tests_first
 
 
 def pytest_collection_modifyitems(items):

@@ -12,8 +12,7 @@ import pytest
 import pytest_twisted
 import treq
 
-import twistgw
-from twistgw.testing import ChainTester, start_gateway, start_recording_backend
+from twistgw.sdk.testing import ChainTester, ConfigError, start_gateway, start_recording_backend
 
 from tests.apikey_support import CONFIG_DIR, HOST, PLUGINS, resources
 
@@ -35,7 +34,7 @@ async def test_in_memory(tester, headers, status, body):
 
 
 def test_bad_options_are_a_config_error():
-    with pytest.raises(twistgw.ConfigError, match="options.apikey.keysSecretRef: is required"):
+    with pytest.raises(ConfigError, match="options.apikey.keysSecretRef: is required"):
         ChainTester.from_yaml(
             "apiVersion: gateway.vendor.io/v1\nkind: VirtualService\nmetadata: {name: p}\nspec:\n"
             "  virtualHost:\n    domains: ['*']\n    options: {apikey: {}}\n"

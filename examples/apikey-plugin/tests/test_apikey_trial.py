@@ -6,9 +6,9 @@ both runners (from ``examples/apikey-plugin``)::
     python -m twisted.trial tests     # every TestCase under tests/
     pytest tests/test_apikey_trial.py
 
-In memory, :class:`twistgw.testing.ChainTester` compiles the configuration
+In memory, :class:`twistgw.sdk.testing.ChainTester` compiles the configuration
 and runs requests through the plugin chain: no sockets. End to end,
-:func:`twistgw.testing.start_gateway` serves the configuration on a free
+:func:`twistgw.sdk.testing.start_gateway` serves the configuration on a free
 loopback port; ``await gw.stop()`` (here an ``addCleanup``) closes every
 connection and timer, so trial finds a clean reactor even after requests
 made with treq's default (keep-alive) pool.
@@ -20,8 +20,7 @@ import treq
 from twisted.trial import unittest
 from twisted.web.http_headers import Headers
 
-import twistgw
-from twistgw.testing import BackendResponse, ChainTester, start_gateway, start_recording_backend
+from twistgw.sdk.testing import BackendResponse, ChainTester, ConfigError, start_gateway, start_recording_backend
 
 from tests.apikey_support import CONFIG_DIR, HOST, PLUGINS, resources
 
@@ -67,7 +66,7 @@ spec:
     - matchers: [{prefix: /}]
       directResponseAction: {status: 200}
 """
-        with self.assertRaises(twistgw.ConfigError) as caught:
+        with self.assertRaises(ConfigError) as caught:
             ChainTester.from_yaml(bad, PLUGINS)
         self.assertIn("options.apikey.keysSecretRef: is required", str(caught.exception))
 

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import attrs
 
-import twistgw
+from twistgw import sdk
 
 
 @attrs.frozen
@@ -28,43 +28,43 @@ class Compiled:
     keys: tuple[tuple[str, bytes], ...]  # (name, key)
 
 
-@twistgw.hookimpl
-def twistgw_plugin_info() -> twistgw.PluginInfo:
+@sdk.hookimpl
+def twistgw_plugin_info() -> sdk.PluginInfo:
     # After extauth (100), jwt (200) and rbac (300).
-    return twistgw.PluginInfo(order=400, description="API keys in a request header")
+    return sdk.PluginInfo(order=400, description="API keys in a request header")
 
 
-@twistgw.hookimpl
-def twistgw_compile_options(options: Mapping[str, Any], scope: twistgw.OptionsScope) -> Compiled:
+@sdk.hookimpl
+def twistgw_compile_options(options: Mapping[str, Any], scope: sdk.OptionsScope) -> Compiled:
     unknown = set(options) - {"header", "keysSecretRef"}
     if unknown:
-        raise twistgw.OptionsError(sorted(unknown)[0], "unknown field (expected header, keysSecretRef)")
+        raise sdk.OptionsError(sorted(unknown)[0], "unknown field (expected header, keysSecretRef)")
     header = options.get("header", "X-Api-Key")
     if not isinstance(header, str) or not header:
-        raise twistgw.OptionsError("header", "must be a non-empty string")
+        raise sdk.OptionsError("header", "must be a non-empty string")
     ref = options.get("keysSecretRef")
     if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str):
-        raise twistgw.OptionsError("keysSecretRef", "is required: {name: SECRET, namespace: NS}")
+        raise sdk.OptionsError("keysSecretRef", "is required: {name: SECRET, namespace: NS}")
     try:
         secret = scope.resources.secret(ref["name"], ref.get("namespace", scope.namespace))
     except KeyError as exc:
-        raise twistgw.OptionsError(("keysSecretRef", "name"), f"dangling reference: {exc.args[0]}") from None
+        raise sdk.OptionsError(("keysSecretRef", "name"), f"dangling reference: {exc.args[0]}") from None
     if not secret.data:
-        raise twistgw.OptionsError("keysSecretRef", "the Secret holds no keys")
+        raise sdk.OptionsError("keysSecretRef", "the Secret holds no keys")
     return Compiled(header, tuple(sorted(secret.data.items())))
 
 
-@twistgw.hookimpl
-def twistgw_authenticate(ctx: twistgw.RequestContext, options: Compiled) -> twistgw.Decision:
+@sdk.hookimpl
+def twistgw_authenticate(ctx: sdk.RequestContext, options: Compiled) -> sdk.Decision:
     values = ctx.header_values(options.header)
     if not values:
-        return twistgw.Deny(401, b"API key is missing", reason=f"no {options.header} header")
+        return sdk.Deny(401, b"API key is missing", reason=f"no {options.header} header")
     if len(values) > 1:
-        return twistgw.Deny(401, b"API key is ambiguous", reason=f"{len(values)} {options.header} headers")
+        return sdk.Deny(401, b"API key is ambiguous", reason=f"{len(values)} {options.header} headers")
     presented = values[0].encode("latin-1")
     for name, key in options.keys:
         if hmac.compare_digest(presented, key):
             ctx.authenticated("apikey", name)  # ctx.identities["apikey"]; ctx.principal unless set earlier
             ctx.headers.removeHeader(options.header.encode("ascii"))
-            return twistgw.Allow(f"key {name!r}")
-    return twistgw.Deny(403, b"API key is not valid", reason="no key matches")
+            return sdk.Allow(f"key {name!r}")
+    return sdk.Deny(403, b"API key is not valid", reason="no key matches")

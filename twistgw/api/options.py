@@ -1,10 +1,10 @@
-"""Helpers for validating a plugin's options in ``twistgw_compile_options``.
+"""Helpers for validating a plugin's options (re-exported by :mod:`twistgw.sdk`).
 
-They raise :class:`twistgw.OptionsError` with the field path, so the
+They raise :class:`sdk.OptionsError` with the field path, so the
 gateway reports file, line, resource and field like its own errors;
 :class:`Problems` collects several so ``twistgw check`` lists them all::
 
-    from twistgw.options import check_fields, require_mapping
+    from twistgw.sdk import check_fields, require_mapping
 
     def twistgw_compile_options(options, scope):
         check_fields(options, ("header", "keysSecretRef"), ())

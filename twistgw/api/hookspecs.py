@@ -1,6 +1,7 @@
-"""The twistgw hook API: the reference for plugin authors.
+"""The twistgw hook API: the reference for plugin authors (import it as
+:mod:`twistgw.sdk.hookspecs`; this module is the one the gateway adds).
 
-A plugin is a module (or object) with functions marked ``@twistgw.hookimpl``
+A plugin is a module (or object) with functions marked ``@sdk.hookimpl`` (``from twistgw import sdk``)
 whose names are the hooks below, or a class whose methods are (each gateway
 then makes an instance of its own, which holds the plugin's state),
 registered under the entry point group ``twistgw.plugins``::
@@ -34,7 +35,7 @@ How the gateway calls hooks:
   **closed** with ``500`` and is logged with the plugin's name.
 
 The chain for a route: each enabled plugin, in order, first authenticates
-then authorizes; the first :class:`~twistgw.Deny` ends the request. Default
+then authorizes; the first :class:`~twistgw.sdk.Deny` ends the request. Default
 order: ``extauth`` (100) → ``jwt`` (200) → ``rbac`` (300) → third-party
 plugins (1000, unless their ``twistgw_plugin_info`` says otherwise).
 ``options.pluginOrder: [name, ...]`` on a virtual host or route sets it
@@ -45,8 +46,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import pluggy
-
 if TYPE_CHECKING:
     from twistgw.api.commands import Commands
     from twistgw.api.extauth import ExtAuthConfigType
@@ -54,7 +53,24 @@ if TYPE_CHECKING:
     from twistgw.config.model import Route, VirtualService
     from twistgw.api.plugin import GatewayInfo, Placement, PluginInfo
 
-hookspec = pluggy.HookspecMarker("twistgw")
+from twistgw.api.plugin import hookspec
+
+__all__ = [
+    "twistgw_plugin_info",
+    "twistgw_add_commands",
+    "twistgw_configure",
+    "twistgw_unconfigure",
+    "twistgw_compile_options",
+    "twistgw_check_resource",
+    "twistgw_default_options",
+    "twistgw_placement",
+    "twistgw_config_loaded",
+    "twistgw_extauth_config_types",
+    "twistgw_route_match",
+    "twistgw_authenticate",
+    "twistgw_authorize",
+    "twistgw_request_finished",
+]
 
 
 # ---------------------------------------------------------------------------
@@ -68,7 +84,7 @@ def twistgw_plugin_info() -> PluginInfo | None:
 
     Called once per plugin when it is registered (per-plugin).
 
-    :return: a :class:`twistgw.PluginInfo`. Plugins without this hook get
+    :return: a :class:`sdk.PluginInfo`. Plugins without this hook get
         ``PluginInfo(order=1000)``.
     """
 
@@ -78,7 +94,7 @@ def twistgw_add_commands(commands: Commands) -> None:
     """Add the plugin's sub-commands to the ``twistgw`` command line
     (broadcast: every plugin is called when ``twistgw`` starts).
 
-    :param commands: :class:`twistgw.Commands`; ``commands.add("token",
+    :param commands: :class:`sdk.Commands`; ``commands.add("token",
         help=...)`` returns an ``argparse`` parser: add arguments, then
         ``set_defaults(func=run)`` where ``run(args)`` returns the exit code.
         The shipped plugins add ``twistgw token`` and ``keys`` (jwt) and
@@ -125,7 +141,7 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: OptionsScope) -> 
     Request headers your plugin sets (the user, groups or claims it vouches
     for) must never come from the client: give the returned object an
     ``owned_request_headers`` attribute naming them
-    (:class:`twistgw.OwnsRequestHeaders`), and the gateway removes the
+    (:class:`sdk.OwnsRequestHeaders`), and the gateway removes the
     client's copies from every request, on every route and virtual service,
     before routing and before any plugin runs, even where your plugin is
     disabled.
@@ -136,10 +152,10 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: OptionsScope) -> 
         turns the plugin off for that route itself.
     :param scope: where the options were written, and lookups of the other
         resources (upstreams, secrets, auth configs) in the same snapshot.
-    :raise twistgw.OptionsError: with the field path (below your key) and a
+    :raise sdk.OptionsError: with the field path (below your key) and a
         reason. The whole configuration is then rejected and the last good
         one keeps serving. Report every problem at once (``twistgw check``
-        lists them all): collect them with :class:`twistgw.options.Problems`
+        lists them all): collect them with :class:`sdk.Problems`
         or raise ``OptionsError.several([...])``.
     """
 
@@ -155,16 +171,16 @@ def twistgw_check_resource(kind: str, resource: object, scope: OptionsScope) -> 
     problem of its own, of every kind (``AuthConfig``, ``Secret``...,
     including kinds added to the configuration's table of kinds); return
     None at once for kinds you do not own. Raise
-    :class:`~twistgw.OptionsError` (several with
-    :class:`twistgw.options.Problems`) with paths from the top of the
+    :class:`~twistgw.sdk.OptionsError` (several with
+    :class:`sdk.Problems`) with paths from the top of the
     resource (``("spec", "configs", 0, "ldap", "address")``); a problem
     without ``resource=`` is reported at this resource's file and line.
     The same problem found again when a route compiles options that refer
     to the resource is reported once.
 
     :param kind: the resource's kind.
-    :param resource: what the loader read: :class:`~twistgw.AuthConfigInfo`
-        for an ``AuthConfig``, :class:`~twistgw.SecretInfo` for a ``Secret``;
+    :param resource: what the loader read: :class:`~twistgw.sdk.AuthConfigInfo`
+        for an ``AuthConfig``, :class:`~twistgw.sdk.SecretInfo` for a ``Secret``;
         for other kinds the object their reader returns.
     :param scope: ``scope.namespace`` is the resource's namespace,
         ``virtual_service`` is "" and ``route`` None; ``scope.resources``
@@ -186,7 +202,7 @@ def twistgw_default_options(settings: Mapping[str, Any], config_dir: str) -> Map
     :param config_dir: the configuration directory ("" when loaded from
         text), for resolving relative file names in settings.
     :return: a raw options mapping, compiled like any other, or None.
-    :raise twistgw.OptionsError: for invalid settings (path below
+    :raise sdk.OptionsError: for invalid settings (path below
         ``Settings.spec.<plugin name>``); the configuration is rejected.
     """
 
@@ -196,7 +212,7 @@ def twistgw_placement(resources: ResourceView) -> Placement | None:
     """Where the plugin runs in this configuration, when that depends on
     its settings (per-plugin, each time the configuration loads; optional).
 
-    The returned :class:`twistgw.Placement` applies on top of
+    The returned :class:`sdk.Placement` applies on top of
     ``PluginInfo.placement`` to every route that does not set
     ``pluginOrder``. The rate-limit plugins use it for Gloo's
     ``rateLimitBeforeAuth``: ``Placement(before=("extauth", "jwt", "rbac"))``.
@@ -234,7 +250,7 @@ def twistgw_extauth_config_types() -> Sequence[ExtAuthConfigType]:
     this hook by the ``twistgw_ldap`` plugin, exactly as yours would be::
 
         class MyAuthPlugin:                    # [project.entry-points."twistgw.plugins"]
-            @twistgw.hookimpl                  # myauth = "my_pkg:MyAuthPlugin"
+            @sdk.hookimpl                  # myauth = "my_pkg:MyAuthPlugin"
             def twistgw_extauth_config_types(self):
                 return [MyAuth()]              # a twistgw.ExtAuthConfigType
 
@@ -242,16 +258,16 @@ def twistgw_extauth_config_types() -> Sequence[ExtAuthConfigType]:
     ``spec.configs[i].<name>: raw``:
 
     * when the configuration loads: ``type.compile(raw, scope)`` with a
-      :class:`twistgw.ConfigScope` (the AuthConfig's namespace, Secrets,
+      :class:`sdk.ConfigScope` (the AuthConfig's namespace, Secrets,
       ConfigMaps, ``Settings.spec.extauth``, the configuration directory).
-      It returns a checker (:class:`twistgw.ExtAuthChecker`) or raises
-      :class:`twistgw.OptionsError` with paths **relative to the entry**;
+      It returns a checker (:class:`sdk.ExtAuthChecker`) or raises
+      :class:`sdk.OptionsError` with paths **relative to the entry**;
       the problem is reported at ``spec.configs[i].<name>.<path>`` with the
       AuthConfig's file and line. ``type.check_settings`` checks the type's
       ``settings_fields`` of ``Settings.spec.extauth`` at every load;
     * on each request: ``checker.check(ctx)`` returns (or resolves to)
-      :class:`twistgw.AuthAllow` (principal, request headers to set) or
-      :class:`twistgw.AuthDeny` (the answer; ``error=True`` for an outage or
+      :class:`sdk.AuthAllow` (principal, request headers to set) or
+      :class:`sdk.AuthDeny` (the answer; ``error=True`` for an outage or
       a misconfiguration, to which ``Settings.spec.extauth``'s
       ``failureModeAllow`` / ``statusOnError`` apply). The configs run in
       order and all must admit, or as the AuthConfig's ``booleanExpr``
@@ -268,7 +284,7 @@ def twistgw_extauth_config_types() -> Sequence[ExtAuthConfigType]:
     pointer to ``options.extauth``) if it implements
     ``twistgw_compile_options`` to say so, as ``twistgw_ldap`` does.
 
-    :return: a sequence of config type objects (:class:`twistgw.ExtAuthConfigType`
+    :return: a sequence of config type objects (:class:`sdk.ExtAuthConfigType`
         instances). Two plugins providing the same ``name`` are a
         configuration error naming both.
     """
@@ -309,10 +325,10 @@ def twistgw_authenticate(ctx: RequestContext, options: object) -> Decision | Non
     (``ctx.authenticated(NAME, principal)``: ``ctx.identities[NAME]``, and
     ``ctx.principal`` if no earlier plugin set it; ``ctx.claims``,
     ``ctx.state[NAME]`` for anything else) and return
-    :class:`twistgw.Allow` (or None). Return :class:`twistgw.Deny` to refuse
+    :class:`sdk.Allow` (or None). Return :class:`sdk.Deny` to refuse
     the request with that response.
 
-    In a dry run (``ctx.dry_run``), return :class:`twistgw.NotChecked`
+    In a dry run (``ctx.dry_run``), return :class:`sdk.NotChecked`
     saying what would be done instead of contacting anything.
 
     **Response headers.** ``ctx.add_response_header(b"set-cookie",
@@ -339,7 +355,7 @@ def twistgw_authorize(ctx: RequestContext, options: object) -> Decision | None:
     Called right after the same plugin's ``twistgw_authenticate`` admitted
     the request, so a plugin may implement either hook or both.
 
-    :return: :class:`twistgw.Deny` to refuse, :class:`twistgw.Allow` or None
+    :return: :class:`sdk.Deny` to refuse, :class:`sdk.Allow` or None
         to go on.
     """
 

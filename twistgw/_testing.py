@@ -1,8 +1,9 @@
-"""Helpers for testing plugins and configurations in memory (no sockets).
+"""The machinery of :mod:`twistgw.sdk.testing` (import it from there):
+helpers for testing plugins and configurations in memory (no sockets).
 
 Example::
 
-    from twistgw.testing import ChainTester
+    from twistgw.sdk.testing import ChainTester
 
     tester = ChainTester.from_yaml(CONFIG_YAML, plugins=[("apikey", my_plugin)])
     result = await tester.request("GET", "http://api.example.com/pets",
@@ -186,7 +187,7 @@ class ChainTester:
 
     Only the plugins you pass take part: a test of one plugin does not
     pick up whatever else is installed. Build one with :meth:`from_yaml` or
-    :meth:`from_directory`; both raise :class:`twistgw.ConfigError` (its
+    :meth:`from_directory`; both raise :class:`twistgw.sdk.testing.ConfigError` (its
     ``issues`` list every problem, with file, line and field) when the
     configuration is rejected.
     """
@@ -214,7 +215,7 @@ class ChainTester:
         :param reactor: for plugins that do I/O (default: the global reactor).
         :param dry_run: tell the plugins to contact nothing (see
             :meth:`from_directory`), e.g. to test compiled options alone.
-        :raises twistgw.ConfigError: the configuration is rejected.
+        :raises twistgw.sdk.testing.ConfigError: the configuration is rejected.
         """
         host = _configured_host(plugins, load_entry_points, reactor, dry_run)
         return cls(build_snapshot(load_text(text, keep_going=True), host), host, reactor, dry_run)
@@ -236,7 +237,7 @@ class ChainTester:
 
         Arguments as :meth:`from_yaml`. With ``dry_run`` the plugins are told
         (``GatewayInfo.dry_run``) to contact nothing, and answer
-        :class:`twistgw.NotChecked` where they would need to; with
+        :class:`sdk.NotChecked` where they would need to; with
         ``may_listen=False`` they start no server of their own (such as the
         development LDAP directory). ``twistgw explain`` passes both;
         ``--live`` only the second.
@@ -330,7 +331,7 @@ def start_gateway(config: str | os.PathLike[str] | Resources, plugins: Iterable[
     ``routeAction: {single: {upstream: {name: backend}}}``.
 
     ``plugins`` as for :meth:`ChainTester.from_yaml`. Raises
-    :class:`twistgw.ConfigError` if the configuration is invalid. Call
+    :class:`twistgw.sdk.testing.ConfigError` if the configuration is invalid. Call
     ``await gw.stop()`` when done: it stops listening, closes every client
     connection (idle keep-alive ones and any in flight) and their timers,
     the idle connections of treq's default pool, the upstream pool and the
@@ -383,7 +384,7 @@ def trial_tests_first(items: list[Any]) -> None:
 
     For a ``conftest.py`` whose session holds both styles::
 
-        from twistgw.testing import trial_tests_first
+        from twistgw.sdk.testing import trial_tests_first
 
         def pytest_collection_modifyitems(items):
             trial_tests_first(items)
