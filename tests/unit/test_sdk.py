@@ -1,0 +1,120 @@
+"""The plugin SDK (``twistgw.sdk``): the one package plugins import, and
+twistgw 0.1's plugin API kept for one release with a deprecation warning
+naming the new import (see docs/sdk.md and docs/decisions.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+import twistgw
+import twistgw.sdk
+import twistgw.sdk.testing
+from twistgw import _deprecated
+
+from support.trial import TestCase
+
+#: twistgw 0.1's ``twistgw.__all__`` (docs/plugins.md of session 9), minus ``__version__``
+OLD_NAMES = ["Allow", "AuthAllow", "AuthConfigInfo", "AuthDecision", "AuthDeny", "BodyTooLarge", "BoundedBody",
+             "Commands", "ConfigError", "ConfigIssue", "ConfigScope", "ConfigWarning", "Decision", "Deny",
+             "Endpoint", "ExtAuthChecker", "ExtAuthConfigType", "GatewayInfo", "Headers", "NotChecked",
+             "OptionsError", "OptionsScope", "OwnsRequestHeaders", "Placement", "PluginInfo", "RequestContext",
+             "ResourceView", "Route", "SecretInfo", "StagedOptions", "UpstreamInfo", "VirtualService", "counter",
+             "hookimpl", "read_basic_credentials"]
+
+#: twistgw 0.1's ``twistgw.options.__all__``
+OLD_OPTIONS = ["DURATION_UNITS", "FieldReader", "Invalid", "Path", "Problems", "check_fields", "is_kubernetes_name",
+               "is_token", "loopback_problem", "parse_duration", "require_mapping", "type_name", "unknown_field"]
+
+#: twistgw 0.1's ``twistgw.testing.__all__``
+OLD_TESTING = ["BackendResponse", "ChainResult", "ChainTester", "RecordedRequest", "RecordingBackend", "Resources",
+               "RunningGateway", "make_headers", "resolve_plugins", "resources_yaml", "start_gateway",
+               "start_recording_backend", "trial_tests_first"]
+
+
+def _fresh(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a new interpreter (modules imported for the first time), warnings shown."""
+    return subprocess.run([sys.executable, "-W", "always::DeprecationWarning", "-c", code], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": ""}, check=False)
+
+
+class DeprecatedNamesTests(TestCase):
+    def test_the_package_exports_nothing_but_its_version(self) -> None:
+        assert twistgw.__all__ == ["__version__"]
+
+    @pytest.mark.parametrize("name", [n for n in OLD_NAMES if n in _deprecated.NAMES])
+    def test_an_old_name_warns_with_the_new_import_and_is_the_same_object(self, name: str) -> None:
+        module, attribute, instead = _deprecated.NAMES[name]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = getattr(twistgw, name)
+        (warning,) = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+        text = str(warning.message)
+        assert f"twistgw.{name} is deprecated" in text and "removed in twistgw 0.2" in text
+        assert f"import {name}" in text and module in text
+        assert warning.filename == __file__  # attributed to the line that used it
+        assert value is getattr(sys.modules[module], attribute)
+
+    def test_every_old_name_still_resolves(self) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name in OLD_NAMES:
+                assert getattr(twistgw, name) is not None, name
+
+    def test_an_unknown_name_is_an_attribute_error(self) -> None:
+        with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+            twistgw.Nope  # noqa: B018
+
+    def test_the_sdk_holds_every_old_plugin_name_but_the_loaders(self) -> None:
+        """What 0.1 exported is in the SDK, but the loader's classes
+        (ConfigError and ConfigIssue are in twistgw.sdk.testing)."""
+        for name in OLD_NAMES:
+            if name in ("ConfigError", "ConfigIssue"):
+                assert hasattr(twistgw.sdk.testing, name) and not hasattr(twistgw.sdk, name)
+            elif name in _deprecated.NAMES:
+                assert hasattr(twistgw.sdk, name), name
+
+
+class DeprecatedModulesTests(TestCase):
+    @pytest.mark.parametrize("old, new, names", [
+        ("twistgw.options", "twistgw.sdk", OLD_OPTIONS),
+        ("twistgw.testing", "twistgw.sdk.testing", OLD_TESTING),
+        ("twistgw.hookspecs", "twistgw.sdk.hookspecs", ["twistgw_compile_options", "twistgw_authenticate"]),
+    ])
+    def test_an_old_module_warns_at_the_import_and_exports_its_names(self, old: str, new: str,
+                                                                     names: list[str]) -> None:
+        code = (f"import json, {new} as new\n"
+                f"from {old} import {', '.join(names)}\n"
+                f"import {old} as old\n"
+                f"print(json.dumps([n for n in {names!r} if getattr(old, n) is not getattr(new, n)]))\n")
+        result = _fresh(code)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout) == []
+        assert f'<string>:2: TwistgwDeprecationWarning: {old} is deprecated and will be removed in twistgw 0.2' \
+            in result.stderr, result.stderr
+        assert new in result.stderr
+        assert result.stderr.count("TwistgwDeprecationWarning") == 1  # once, where it is first imported
+
+    def test_a_plugin_written_for_0_1_imports_and_warns(self) -> None:
+        """The 0.1 guide's plugin (docs/plugins.md of session 9), unchanged."""
+        code = ("import twistgw\nfrom twistgw.options import Problems\n"
+                "@twistgw.hookimpl\ndef twistgw_plugin_info():\n"
+                "    return twistgw.PluginInfo(order=400)\n"
+                "print(twistgw_plugin_info().order, Problems().count())\n")
+        result = _fresh(code)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == ["400", "0"]
+        for what in ("twistgw.hookimpl", "twistgw.options", "twistgw.PluginInfo"):
+            assert f"{what} is deprecated" in result.stderr, what
+
+    def test_importing_twistgw_loads_no_gateway(self) -> None:
+        """``import twistgw`` (every plugin's first import) costs nothing:
+        neither the SDK nor the core is loaded until asked for."""
+        result = _fresh("import sys, twistgw\nprint(sorted(m for m in sys.modules if m.startswith('twistgw')))")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout.replace("'", '"')) == ["twistgw", "twistgw._deprecated"]
