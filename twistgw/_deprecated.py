@@ -52,6 +52,15 @@ NAMES.update({
     for name in ("ConfigError", "ConfigIssue")
 })
 
+NAMES.update({
+    "Route": ("twistgw.config.model", "Route", "it is the configuration loader's class, not plugin API:"
+              " twistgw_route_match gets read-only views, sdk.VirtualServiceView and sdk.RouteView"
+              " (from twistgw.sdk import RouteView)"),
+    "VirtualService": ("twistgw.config.model", "VirtualService", "it is the configuration loader's class, not"
+                       " plugin API: twistgw_route_match gets a read-only sdk.VirtualServiceView"
+                       " (from twistgw.sdk import VirtualServiceView)"),
+})
+
 #: Names still exported by ``twistgw`` without a warning (not moved yet).
 KEPT: dict[str, tuple[str, str]] = {
     "AuthAllow": ("twistgw.api.extauth", "AuthAllow"),
@@ -60,8 +69,6 @@ KEPT: dict[str, tuple[str, str]] = {
     "ConfigScope": ("twistgw.api.extauth", "ConfigScope"),
     "ExtAuthChecker": ("twistgw.api.extauth", "ExtAuthChecker"),
     "ExtAuthConfigType": ("twistgw.api.extauth", "ExtAuthConfigType"),
-    "Route": ("twistgw.config.model", "Route"),
-    "VirtualService": ("twistgw.config.model", "VirtualService"),
 }
 
 #: Frames of these files are the import machinery, not the importer.

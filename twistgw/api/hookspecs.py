@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from twistgw.api.commands import Commands
     from twistgw.api.extauth import ExtAuthConfigType
     from twistgw.api.types import Decision, OptionsScope, RequestContext, ResourceView
-    from twistgw.config.model import Route, VirtualService
+    from twistgw.api.views import RouteView, VirtualServiceView
     from twistgw.api.plugin import GatewayInfo, Placement, PluginInfo
 
 from twistgw.api.plugin import hookspec
@@ -298,13 +298,14 @@ def twistgw_extauth_config_types() -> Sequence[ExtAuthConfigType]:
 
 @hookspec(firstresult=True)
 def twistgw_route_match(
-    ctx: RequestContext, virtual_service: VirtualService
-) -> Route | None:
+    ctx: RequestContext, virtual_service: VirtualServiceView
+) -> RouteView | None:
     """Choose the route for a request (broadcast, first non-None wins).
 
     The gateway's own matcher (Gloo's matchers: path, headers, query
-    parameters, methods) runs last, so a plugin implementing this hook takes
-    precedence for the requests it answers. Must be synchronous.
+    parameters, methods) runs when every implementation returned None, so a
+    plugin implementing this hook takes precedence for the requests it
+    answers. Must be synchronous.
 
     When a virtual service has routes matching headers or query parameters,
     the route is chosen a second time after the chain admitted the request
@@ -312,8 +313,12 @@ def twistgw_route_match(
     ``claimsToHeaders`` does); this hook is called again then.
 
     :param ctx: the request (``ctx.path`` is already normalised).
-    :param virtual_service: the virtual service chosen by Host.
-    :return: one of ``virtual_service.routes``, or None to let others decide.
+    :param virtual_service: the virtual service chosen by Host, as a
+        read-only :class:`~twistgw.sdk.VirtualServiceView` (its name,
+        domains and :class:`~twistgw.sdk.RouteView` s).
+    :return: one of ``virtual_service.routes`` (the view itself, not a copy),
+        or None to let others decide. Anything else fails the request
+        closed (500).
     """
 
 

@@ -26,6 +26,7 @@ from twisted.logger import Logger
 
 from twistgw.api.headers import Headers
 from twistgw.api.types import Allow, Deny, RequestContext
+from twistgw.api.views import RouteView
 from twistgw.config.defaults import UPSTREAM_TIMEOUT
 from twistgw.config.model import Route, VirtualService
 from twistgw.core.chain import Call, Trace, start_calls
@@ -163,7 +164,7 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     ctx.owned_headers = snapshot.owned_headers
     if head.body is not None:
         ctx.body_source = head.body
-    route = select_route(ctx, vs, route_hook)
+    route = select_route(ctx, vs, route_hook, snapshot)
     if route is None:
         return NOT_FOUND
     ctx.route = route.name
@@ -191,16 +192,22 @@ def _virtual_service(table: HostTable, authority: bytes | None, hosts: list[byte
     return host, vs, None if vs is not None else NOT_FOUND
 
 
-def select_route(ctx: RequestContext, vs: VirtualService, route_hook: Any = None) -> Route | None:
-    """The route for the request as it is now (the core's matcher, or the
-    ``twistgw_route_match`` hook when a plugin implements it)."""
-    if route_hook is None:
+def select_route(ctx: RequestContext, vs: VirtualService, route_hook: Any = None,
+                 snapshot: Snapshot | None = None) -> Route | None:
+    """The route for the request as it is now: the ``twistgw_route_match``
+    hook's choice when a plugin implements it and chooses (it sees the
+    virtual service's read-only view and returns one of its route views),
+    else the core's matcher."""
+    if route_hook is None or snapshot is None:
         return first_route(vs.routes, ctx)
-    route = route_hook(ctx=ctx, virtual_service=vs)
-    if route is not None and not (isinstance(route, Route) and 0 <= route.index < len(vs.routes)
-                                  and vs.routes[route.index] == route):
-        raise TypeError(f"twistgw_route_match returned {route!r}, not one of the virtual service's routes")
-    return route
+    view = snapshot.view(vs)
+    chosen = route_hook(ctx=ctx, virtual_service=view)
+    if chosen is None:
+        return first_route(vs.routes, ctx)
+    if not (isinstance(chosen, RouteView) and 0 <= chosen.index < len(view.routes)
+            and view.routes[chosen.index] is chosen):
+        raise TypeError(f"twistgw_route_match returned {chosen!r}, not one of the virtual service's routes")
+    return vs.routes[chosen.index]
 
 
 def reroute(snapshot: Snapshot, ctx: RequestContext, runtime: RouteRuntime,
@@ -214,7 +221,7 @@ def reroute(snapshot: Snapshot, ctx: RequestContext, runtime: RouteRuntime,
     such as the virtual host's, is not asked twice), or 404 when no route
     matches any more.
     """
-    route = select_route(ctx, runtime.virtual_service, route_hook)
+    route = select_route(ctx, runtime.virtual_service, route_hook, snapshot)
     if route is None:
         return NOT_FOUND
     if route is runtime.route:
@@ -246,8 +253,8 @@ class Pipeline:
         self.upstream_timeout = upstream_timeout
         self.dry_run = dry_run
         hook = plugins.pm.hook.twistgw_route_match
-        # Only the core's own matcher: call it directly, not through pluggy.
-        self.route_hook = hook if len(hook.get_hookimpls()) > 1 else None
+        # No plugin chooses routes: the core's matcher, called directly.
+        self.route_hook = hook if hook.get_hookimpls() else None
 
     def handle(self, head: RequestHead, snapshot: Snapshot | None,
                trace: Trace | None = None) -> Plan | Deferred[Plan]:

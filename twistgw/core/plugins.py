@@ -121,11 +121,8 @@ class PluginHost:
         state lives in that object, not in module globals), as the shipped
         plugins do (``jwt = "twistgw_jwt:JwtPlugin"``).
         """
-        from twistgw.core import routing
-
         pm = pluggy.PluginManager("twistgw")
         pm.add_hookspecs(hookspecs)
-        pm.register(routing, name="_core_routing")
         for name in blocked:
             pm.set_blocked(name)
         if load_entry_points:

@@ -1,19 +1,23 @@
-"""Host and route matching (pure). The core's route matcher is a hookimpl that
-runs last, so a plugin's ``twistgw_route_match`` can take precedence."""
+"""Host and route matching (pure). The core's route matcher runs when no
+plugin's ``twistgw_route_match`` chose a route (the pipeline asks the
+plugins first); :func:`view_of` is the read-only view that hook gets."""
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from twistgw.api.plugin import hookimpl
 from twistgw.api.types import RequestContext
+from twistgw.api.views import RouteView, VirtualServiceView
 from twistgw.config.model import RequestView, Route, VirtualService
 from twistgw.config.names import parse_host
 
 
-@hookimpl(trylast=True)
-def twistgw_route_match(ctx: RequestContext, virtual_service: VirtualService) -> Route | None:
-    return first_route(virtual_service.routes, ctx)
+def view_of(vs: VirtualService, upstream_names: Iterable[str]) -> VirtualServiceView:
+    """The read-only view of ``vs`` plugins see (``twistgw_route_match``);
+    ``upstream_names``: each route's upstream, in order."""
+    routes = tuple(RouteView(route.name, route.index, upstream, tuple(m.describe() for m in route.matchers))
+                   for route, upstream in zip(vs.routes, upstream_names, strict=True))
+    return VirtualServiceView(vs.key, vs.namespace, vs.name, tuple(vs.domains), routes)
 
 
 def first_route(routes: Iterable[Route], request: RequestView | RequestContext) -> Route | None:

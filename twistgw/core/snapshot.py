@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from twistgw.api.plugin import Placement
 from twistgw.api.types import OptionsError, OptionsScope, ResourceView
 from twistgw.api.types import path_text
+from twistgw.api.views import VirtualServiceView
 from twistgw.config.errors import ConfigError, ConfigIssue
 from twistgw.config.routeoptions import GLOO_PLUGIN_KEYS, KNOWN_OPTION_KEYS
 from twistgw.config.resolution import Config
@@ -31,7 +32,7 @@ from twistgw.core.routeruntime import RouteRuntime
 from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 from twistgw.core.gateways import GatewayView, build_gateway_views
-from twistgw.core.routing import HostTable
+from twistgw.core.routing import HostTable, view_of
 from twistgw.core.tlsroutes import TlsRoutes
 from twistgw.core.balancers import make_balancer
 from twistgw.core.health import HealthState, UpstreamStates
@@ -68,9 +69,21 @@ class Snapshot:
         self.generation = generation
         self.loaded_at = time.time()
         self.plugin_compiled = plugin_compiled
+        #: each virtual service's read-only view, by key (:meth:`view`)
+        self._views: dict[str, VirtualServiceView] = {}
 
     def runtime(self, vs: VirtualService, route: Route) -> RouteRuntime:
         return self.routes[(vs.key, route.index)]
+
+    def view(self, vs: VirtualService) -> VirtualServiceView:
+        """The read-only view of ``vs`` plugins see (``twistgw_route_match``),
+        made the first time one asks and kept with the snapshot."""
+        found = self._views.get(vs.key)
+        if found is None:
+            found = self._views[vs.key] = view_of(vs, (
+                self.routes[(vs.key, r.index)].upstream_name if (vs.key, r.index) in self.routes else ""
+                for r in vs.routes))
+        return found
 
 
 def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Snapshot:

@@ -64,6 +64,7 @@ from twistgw.api.types import (
     RequestContext,
     path_text,
 )
+from twistgw.api.views import RouteView, VirtualServiceView
 from twistgw.config.upstreamtls import read_pems
 from twistgw.redis import RedisClient, RedisConfig, RedisError, RedisPool, RedisUnavailable, ReplyError
 from twistgw.regex import DEFAULT_MAX_PROGRAM_SIZE, SafeRegex, UnsafePattern, max_program_size
@@ -96,6 +97,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "OptionsScope", "ResourceView", "SecretInfo", "AuthConfigInfo", "UpstreamInfo", "Endpoint",
         "InvalidResource", "OwnsRequestHeaders", "OptionsError", "ConfigWarning", "path_text",
     ),
+    "Routes as plugins see them": ("VirtualServiceView", "RouteView"),
     "Reading configuration fields": (
         "Problems", "FieldReader", "Invalid", "Path", "check_fields", "require_mapping", "type_name",
         "unknown_field", "parse_duration", "DURATION_UNITS", "is_kubernetes_name", "loopback_problem",
@@ -115,10 +117,10 @@ __all__ = [
     "RequestContext", "Headers", "canonical_name", "is_token", "InvalidHeaderName", "OWNED_RESPONSE_HEADERS",
     "BodyPrefix", "BodySource", "BytesBody", "read_basic_credentials", "OptionsScope", "ResourceView", "SecretInfo",
     "AuthConfigInfo", "UpstreamInfo", "Endpoint", "InvalidResource", "OwnsRequestHeaders", "OptionsError",
-    "ConfigWarning", "path_text", "Problems", "FieldReader", "Invalid", "Path", "check_fields", "require_mapping",
-    "type_name", "unknown_field", "parse_duration", "DURATION_UNITS", "is_kubernetes_name", "loopback_problem",
-    "SafeRegex", "UnsafePattern", "max_program_size", "DEFAULT_MAX_PROGRAM_SIZE", "BoundedBody", "BodyTooLarge",
-    "client_tls", "https_policy", "verifying_https_policy", "describe_tls_failure", "TLSSettingsError", "PeerRefused",
-    "TLS_VERSIONS", "read_pems", "RedisClient", "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable",
-    "ReplyError", "counter", "__version__",
+    "ConfigWarning", "path_text", "VirtualServiceView", "RouteView", "Problems", "FieldReader", "Invalid", "Path",
+    "check_fields", "require_mapping", "type_name", "unknown_field", "parse_duration", "DURATION_UNITS",
+    "is_kubernetes_name", "loopback_problem", "SafeRegex", "UnsafePattern", "max_program_size",
+    "DEFAULT_MAX_PROGRAM_SIZE", "BoundedBody", "BodyTooLarge", "client_tls", "https_policy", "verifying_https_policy",
+    "describe_tls_failure", "TLSSettingsError", "PeerRefused", "TLS_VERSIONS", "read_pems", "RedisClient",
+    "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError", "counter", "__version__",
 ]
