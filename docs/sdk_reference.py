@@ -24,7 +24,16 @@ TARGET = Path(__file__).resolve().parent / "sdk.md"
 
 #: Extension points of shipped plugins: (package, title, what it is, its hook
 #: specification module or None, the names of its contract).
-EXTENSIONS: list[tuple[str, str, str, str | None, str]] = []
+EXTENSIONS: list[tuple[str, str, str, str | None, str]] = [
+    ("twistgw_extauth", "The extauth plugin's config types",
+     "The `extauth` plugin defines a hook of its own, `twistgw_extauth_config_types` (in"
+     " `twistgw_extauth.hookspecs`, added with `twistgw_addhooks`), and exports its contract from"
+     " `twistgw_extauth`: `from twistgw_extauth import ExtAuthConfigType, AuthAllow, AuthDeny, ...`. Not part of"
+     " `twistgw.sdk`: a plugin that adds AuthConfig config types depends on the extauth plugin, as a pytest plugin"
+     " that implements another plugin's hooks depends on that plugin. The guide is"
+     " [plugins.md](plugins.md#authconfig-config-types).",
+     "twistgw_extauth.hookspecs", "CONTRACT"),
+]
 
 _ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|exc|obj):`~?([^`]+)`")
 _MACHINERY = re.compile(r"\btwistgw\.(?:api|config|core|engine|runtime|_testing|_recording)\.(?:\w+\.)*")

@@ -58,6 +58,7 @@ MODULES = (
     "unit/test_traffic_quick.py",
     "unit/test_upstream_policy.py",
     "unit/test_testing_api.py",
+    "unit/test_sdk.py",
     "jwt/test_jwt_behaviour.py",
     "jwt/test_jwt_options.py",
     "jwt/test_jwt_security.py",

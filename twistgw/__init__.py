@@ -19,6 +19,6 @@ _deprecated.install()
 
 
 def __getattr__(name: str) -> Any:
-    if name in _deprecated.NAMES or name in _deprecated.KEPT:
+    if name in _deprecated.NAMES:
         return _deprecated.moved_name(name)
     raise AttributeError(f"module 'twistgw' has no attribute {name!r}")

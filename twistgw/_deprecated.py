@@ -22,7 +22,7 @@ import types
 import warnings
 from typing import Any, Sequence
 
-__all__ = ["MODULES", "NAMES", "TwistgwDeprecationWarning", "install", "moved_name", "warn_at_caller"]
+__all__ = ["MODULES", "NAMES", "REMOVED_IN", "TwistgwDeprecationWarning", "install", "moved_name", "warn_at_caller"]
 
 REMOVED_IN = "twistgw 0.2"
 
@@ -61,15 +61,11 @@ NAMES.update({
                        " (from twistgw.sdk import VirtualServiceView)"),
 })
 
-#: Names still exported by ``twistgw`` without a warning (not moved yet).
-KEPT: dict[str, tuple[str, str]] = {
-    "AuthAllow": ("twistgw.api.extauth", "AuthAllow"),
-    "AuthDecision": ("twistgw.api.extauth", "AuthDecision"),
-    "AuthDeny": ("twistgw.api.extauth", "AuthDeny"),
-    "ConfigScope": ("twistgw.api.extauth", "ConfigScope"),
-    "ExtAuthChecker": ("twistgw.api.extauth", "ExtAuthChecker"),
-    "ExtAuthConfigType": ("twistgw.api.extauth", "ExtAuthConfigType"),
-}
+NAMES.update({
+    name: ("twistgw_extauth", name, f"the AuthConfig config-type contract is the extauth plugin's:"
+                                    f" from twistgw_extauth import {name}")
+    for name in ("AuthAllow", "AuthDecision", "AuthDeny", "ConfigScope", "ExtAuthChecker", "ExtAuthConfigType")
+})
 
 #: Frames of these files are the import machinery, not the importer.
 _MACHINERY = ("<frozen importlib", __file__, os.path.join(os.path.dirname(__file__), "__init__.py"))
@@ -91,9 +87,6 @@ def warn_at_caller(message: str) -> None:
 
 def moved_name(name: str) -> Any:
     """``twistgw.<name>`` of twistgw 0.1 (the package's ``__getattr__``)."""
-    if name in KEPT:
-        module, attribute = KEPT[name]
-        return getattr(importlib.import_module(module), attribute)
     module, attribute, instead = NAMES[name]
     warn_at_caller(f"twistgw.{name} is deprecated and will be removed in {REMOVED_IN}: {instead}")
     return getattr(importlib.import_module(module), attribute)

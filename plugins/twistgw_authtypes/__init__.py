@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from twistgw.sdk import Commands, OptionsError, OptionsScope, PluginInfo, hookimpl
-from twistgw.api.extauth import ExtAuthConfigType
+from twistgw_extauth import ExtAuthConfigType
 
 from twistgw_authtypes.apikey import ApiKeyAuth
 from twistgw_authtypes.basic import BasicAuth
@@ -39,7 +39,7 @@ class AuthTypesPlugin:
         return PluginInfo(order=1000, description="AuthConfig types apiKeyAuth, basicAuth, opaAuth,"
                                                   " passThroughAuth and customAuth (used through options.extauth)")
 
-    @hookimpl
+    @hookimpl(optionalhook=True)  # the extauth plugin's hook: absent without it
     def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:
         return self.types
 

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import attrs
 
 from twistgw.sdk import RequestContext
-from twistgw.api.extauth import AuthDeny
+from twistgw_extauth import AuthDeny
 from twistgw.sdk import BodyPrefix
 from twistgw.sdk import Problems
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from twistgw.sdk import OptionsError
-from twistgw.api.extauth import ConfigScope
+from twistgw_extauth import ConfigScope
 from twistgw.sdk import read_pems
 from twistgw.sdk import Problems
 from twistgw.sdk import TLSSettingsError

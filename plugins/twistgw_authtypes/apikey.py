@@ -47,7 +47,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 
 from twistgw.sdk import OptionsError, RequestContext, SecretInfo
-from twistgw.api.extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
+from twistgw_extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
 from twistgw.sdk import canonical_name
 from twistgw.sdk import Problems
 

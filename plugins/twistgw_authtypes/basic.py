@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 import attrs
 
 from twistgw.sdk import OptionsError, RequestContext
-from twistgw.api.extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
+from twistgw_extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
 from twistgw.sdk import Problems
 
 from twistgw_authtypes import _common as c

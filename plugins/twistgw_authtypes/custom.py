@@ -41,7 +41,7 @@ from twisted.internet.defer import Deferred
 from twisted.web.http_headers import Headers as TxHeaders
 
 from twistgw.sdk import GatewayInfo, NotChecked, OptionsError
-from twistgw.api.extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
+from twistgw_extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
 from twistgw.sdk import RequestContext
 from twistgw.sdk import path_text
 from twistgw.sdk import Problems

@@ -48,7 +48,7 @@ from twisted.internet.defer import Deferred
 from twisted.web.http_headers import Headers as TxHeaders
 
 from twistgw.sdk import GatewayInfo, OptionsError, RequestContext
-from twistgw.api.extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
+from twistgw_extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
 from twistgw.sdk import OWNED_RESPONSE_HEADERS
 from twistgw.sdk import NotChecked
 from twistgw.sdk import Problems

@@ -48,7 +48,7 @@ from twisted.internet.defer import CancelledError
 from twisted.internet.task import deferLater
 
 from twistgw.sdk import NotChecked, OptionsError, RequestContext
-from twistgw.api.extauth import AuthAllow, AuthDeny, ConfigScope
+from twistgw_extauth import AuthAllow, AuthDeny, ConfigScope
 from twistgw.sdk import OWNED_RESPONSE_HEADERS
 from twistgw.sdk import Problems
 

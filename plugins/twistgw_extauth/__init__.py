@@ -8,8 +8,11 @@ A virtual host or route enables it with::
 naming an ``AuthConfig`` whose ``spec.configs`` entries are checked in
 order (all must admit), or as its ``booleanExpr`` says. Each entry's config
 type (``ldap``, ``apiKeyAuth``, a team's ``myAuth``) comes from an installed
-plugin through the ``twistgw_extauth_config_types`` hook; this plugin knows
-none of them by name. Written only against the public ``twistgw`` API;
+plugin through the ``twistgw_extauth_config_types`` hook, which this plugin
+defines (:mod:`twistgw_extauth.hookspecs`, added with ``twistgw_addhooks``)
+and whose contract it exports (:data:`CONTRACT`: :class:`ExtAuthConfigType`,
+:class:`ConfigScope`, :class:`AuthAllow`, :class:`AuthDeny`...); it knows
+none of the types by name. Written only against ``twistgw.sdk``;
 :class:`ExtAuthPlugin` is the plugin (the entry point
 ``extauth = "twistgw_extauth:ExtAuthPlugin"`` names it). See
 ``docs/plugins.md``, "AuthConfig config types".
@@ -32,14 +35,30 @@ from twistgw.sdk import (
     RequestContext,
     hookimpl,
 )
-from twistgw.api.extauth import AuthAllow, ExtAuthConfigType
-from twistgw_extauth import _explain, _flow
+from twistgw.sdk import HookRegistry
+from twistgw_extauth import _explain, _flow, hookspecs
+from twistgw_extauth._contract import (
+    CHECKER_DEFAULTS,
+    AuthAllow,
+    AuthDecision,
+    AuthDeny,
+    ConfigScope,
+    ConfigTypes,
+    ExtAuthChecker,
+    ExtAuthConfigType,
+    relocate,
+)
 from twistgw_extauth._flow import admit_one
 from twistgw_extauth._options import CompiledExtAuth, compile_options
 from twistgw_extauth._settings import NO_POLICY, read_policy
 from twistgw_extauth._types import Registry, TypeProblem
 
-__all__ = ["CompiledExtAuth", "ExtAuthPlugin"]
+#: The contract with the plugins that add config types (docs/sdk.md lists it).
+CONTRACT = ("ExtAuthConfigType", "ExtAuthChecker", "ConfigScope", "AuthAllow", "AuthDeny", "AuthDecision",
+            "ConfigTypes", "CHECKER_DEFAULTS", "relocate")
+
+__all__ = ["CHECKER_DEFAULTS", "CONTRACT", "AuthAllow", "AuthDecision", "AuthDeny", "CompiledExtAuth", "ConfigScope",
+           "ConfigTypes", "ExtAuthChecker", "ExtAuthConfigType", "ExtAuthPlugin", "hookspecs", "relocate"]
 
 NAME = "extauth"
 _log = Logger(namespace="twistgw_extauth")
@@ -68,6 +87,11 @@ class ExtAuthPlugin:
         from twisted.internet import reactor
 
         return reactor
+
+    @hookimpl
+    def twistgw_addhooks(self, pluginmanager: HookRegistry) -> None:
+        """This plugin's hook, ``twistgw_extauth_config_types``."""
+        pluginmanager.add_hookspecs(hookspecs)
 
     @hookimpl
     def twistgw_plugin_info(self) -> PluginInfo:

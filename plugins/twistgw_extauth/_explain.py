@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from twistgw.sdk import Allow, Deny, NotChecked, RequestContext
-from twistgw.api.extauth import AuthAllow, AuthDeny
+from twistgw_extauth._contract import AuthAllow, AuthDeny
 from twistgw_extauth._expr import value
 from twistgw_extauth._flow import admit
 from twistgw_extauth._options import CompiledExtAuth, Entry

@@ -2,8 +2,8 @@
 Gloo's rule) or its ``booleanExpr``; the admission (principal, headers,
 consumed credentials removed); ``Settings.spec.extauth``'s error policy.
 
-Each config answers with a :class:`twistgw.AuthAllow` or
-:class:`twistgw.AuthDeny`, at once or through a Deferred. When every config
+Each config answers with a :class:`twistgw_extauth.AuthAllow` or
+:class:`twistgw_extauth.AuthDeny`, at once or through a Deferred. When every config
 answers at once (a warm decision cache), the check makes no Deferred.
 """
 
@@ -17,7 +17,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from twistgw.sdk import Allow, Deny, RequestContext
-from twistgw.api.extauth import AuthAllow, AuthDeny
+from twistgw_extauth._contract import AuthAllow, AuthDeny
 from twistgw_extauth._expr import And, Node, Not, Ref
 from twistgw_extauth._options import CompiledExtAuth
 from twistgw_extauth._settings import ErrorPolicy
@@ -78,7 +78,7 @@ async def _resolve(answer: Any) -> Any:
 def _answer(answer: Any, where: str) -> AuthAllow | AuthDeny:
     if isinstance(answer, (AuthAllow, AuthDeny)):
         return answer
-    raise TypeError(f"{where}: check() must give twistgw.AuthAllow or twistgw.AuthDeny, got {answer!r}")
+    raise TypeError(f"{where}: check() must give twistgw_extauth.AuthAllow or AuthDeny, got {answer!r}")
 
 
 async def _sequence(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[int, AuthAllow]],

@@ -11,13 +11,13 @@ import warnings
 from typing import Any, Callable, Mapping
 
 import attrs
-from twistgw.api.extauth import relocate
+from twistgw_extauth._contract import relocate
 from twistgw.sdk import canonical_name
 from twistgw.sdk import InvalidResource
 from twistgw.sdk import Problems, is_token, type_name, unknown_field
 
 from twistgw.sdk import AuthConfigInfo, ConfigWarning, OptionsError, OptionsScope
-from twistgw.api.extauth import ConfigScope, ExtAuthConfigType
+from twistgw_extauth._contract import ConfigScope, ExtAuthConfigType
 from twistgw_extauth._expr import NAME, ExprError, Node, admits_with_no_config_admitting, parse, references
 from twistgw_extauth._settings import NO_POLICY, ErrorPolicy
 from twistgw_extauth._types import Registry, TypeProblem

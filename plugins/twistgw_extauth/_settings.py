@@ -12,7 +12,7 @@ AuthConfig, connection waits included)::
         statusOnError: 503       # the status an error answers with
         devDirectory: {...}      # a config type's own field (ldap's)
 
-An *error* is an :class:`twistgw.AuthDeny` with ``error=True`` (a directory
+An *error* is an :class:`twistgw_extauth.AuthDeny` with ``error=True`` (a directory
 that refuses, resets or does not answer in time, a service account that
 cannot bind, a policy that failed) and the ``requestTimeout`` running out.
 Decisions (401, 403) are never errors. Without these settings a config's

@@ -1,11 +1,12 @@
 """The AuthConfig config types the installed plugins provide
-(``twistgw_extauth_config_types``), collected once per gateway."""
+(``twistgw_extauth_config_types``, this plugin's own hook), collected once
+per gateway."""
 
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from twistgw.api.extauth import ExtAuthConfigType
+from twistgw_extauth._contract import ExtAuthConfigType
 
 #: Keys of ``options.extauth`` the plugin itself reads; an inline type may
 #: not take one of these names.
@@ -37,8 +38,9 @@ class Registry:
     def _collect(self) -> dict[str, ExtAuthConfigType]:
         found: dict[str, ExtAuthConfigType] = {}
         answers: list[Any] = [self._builtin]
-        if self._hook is not None:
-            answers += self._hook.twistgw_extauth_config_types()
+        collect = getattr(self._hook, "twistgw_extauth_config_types", None)  # None: made outside a host
+        if collect is not None:
+            answers += collect()
         for answer in answers:
             if answer is None:
                 continue

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from twistgw.sdk import Commands, OptionsError, OptionsScope, PluginInfo, hookimpl
-from twistgw.api.extauth import ExtAuthConfigType
+from twistgw_extauth import ExtAuthConfigType
 from twistgw_extauth import ExtAuthPlugin as _ExtAuthPlugin
 
 from twistgw_ldap import secret
@@ -42,7 +42,7 @@ class LdapPlugin:
     def twistgw_plugin_info(self) -> PluginInfo:
         return PluginInfo(description="the 'ldap' AuthConfig config type (run by the extauth plugin)")
 
-    @hookimpl
+    @hookimpl(optionalhook=True)  # the extauth plugin's hook: absent without it
     def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:
         return [self.config_type]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import attrs
-from twistgw.api.extauth import AuthAllow, AuthDeny
+from twistgw_extauth import AuthAllow, AuthDeny
 
 from twistgw_ldap._metrics import DECISIONS, FORBIDDEN
 

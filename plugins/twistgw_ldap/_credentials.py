@@ -9,7 +9,7 @@ import os
 import re
 
 from twistgw.sdk import RequestContext, read_basic_credentials
-from twistgw.api.extauth import AuthDeny
+from twistgw_extauth import AuthDeny
 
 from twistgw_ldap._answers import unauthorized
 from twistgw_ldap._dn import clean_username

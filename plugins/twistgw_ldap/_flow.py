@@ -10,7 +10,7 @@ import attrs
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twistgw.sdk import NotChecked, RequestContext
-from twistgw.api.extauth import AuthAllow, AuthDeny
+from twistgw_extauth import AuthAllow, AuthDeny
 
 from twistgw_ldap._answers import Verdict, internal_error, unauthorized, unavailable
 from twistgw_ldap._cache import CredentialsMemo, DecisionCache
@@ -27,7 +27,7 @@ _log = Logger(namespace="twistgw_ldap")
 
 @attrs.frozen
 class LdapChecker:
-    """One compiled ``spec.configs[i].ldap`` (a :class:`twistgw.ExtAuthChecker`)."""
+    """One compiled ``spec.configs[i].ldap`` (a :class:`twistgw_extauth.ExtAuthChecker`)."""
 
     cfg: LdapConfig
     state: State = attrs.field(eq=False, repr=False)

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from twistgw_ldap._ldaptor import parse_filter
 from twistgw.sdk import is_token, type_name
 
-from twistgw.api.extauth import ConfigScope
+from twistgw_extauth import ConfigScope
 from twistgw.sdk import TLSSettingsError, client_tls
 
 from twistgw_ldap._ber import SCOPE_ONE, SCOPE_SUB

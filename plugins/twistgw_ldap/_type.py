@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from twisted.internet import defer
 from twistgw.sdk import GatewayInfo, OptionsError
-from twistgw.api.extauth import ConfigScope, ExtAuthChecker, ExtAuthConfigType
+from twistgw_extauth import ConfigScope, ExtAuthChecker, ExtAuthConfigType
 
 from twistgw_ldap._devdir import DevDirectory, DevDirectoryError, check_settings
 from twistgw_ldap._flow import LdapChecker

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from twistgw.sdk import Commands, GatewayInfo, hookimpl
-from twistgw.api.extauth import ConfigScope, ExtAuthConfigType
+from twistgw_extauth import ConfigScope, ExtAuthConfigType
 from twistgw.sdk import Problems
 from twistgw_oidc._access import AccessTokenChecker
 from twistgw_oidc._compile import compile_access_token, compile_oidc
@@ -97,7 +97,7 @@ class OidcPlugin:
     def __init__(self) -> None:
         self.type = OAuth2Type()
 
-    @hookimpl
+    @hookimpl(optionalhook=True)  # the extauth plugin's hook: absent without it
     def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:
         return [self.type]
 

@@ -20,7 +20,7 @@ import attrs
 from twisted.internet.defer import Deferred
 
 from twistgw.sdk import NotChecked, RequestContext
-from twistgw.api.extauth import AuthDeny
+from twistgw_extauth import AuthDeny
 from twistgw_jwt.verify import Failure as TokenFailure
 from twistgw_jwt.verify import VerifyKey, candidate_keys, check_claims, claim_text, parse_token, verify_signature
 from twistgw_oidc._flow import make_allow

@@ -20,7 +20,7 @@ import attrs
 from twisted.internet.defer import Deferred
 
 from twistgw.sdk import NotChecked, RequestContext
-from twistgw.api.extauth import AuthAllow, AuthDeny
+from twistgw_extauth import AuthAllow, AuthDeny
 from twistgw_jwt.verify import claim_text
 from twistgw_oidc import _login, _logout
 from twistgw_oidc._cookies import joined_value, parse_cookie_header, split_cookies, without_cookies

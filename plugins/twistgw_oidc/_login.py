@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import quote, urlencode, urlsplit
 
 from twistgw.sdk import RequestContext
-from twistgw.api.extauth import AuthDeny
+from twistgw_extauth import AuthDeny
 from twistgw_oidc import _idtoken
 from twistgw_oidc._cookies import CookieOptions, SessionTooLarge, delete_cookie, set_cookie, split_cookies
 from twistgw_oidc._http import Answer, CallFailed

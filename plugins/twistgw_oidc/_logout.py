@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from twistgw.sdk import RequestContext
-from twistgw.api.extauth import AuthDeny
+from twistgw_extauth import AuthDeny
 from twistgw_oidc._cookies import delete_cookie, delete_split, joined_value, parse_cookie_header
 from twistgw_oidc._options import origin
 from twistgw_oidc._session import RedisStore, StoreDown

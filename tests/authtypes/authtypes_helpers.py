@@ -8,7 +8,7 @@ import subprocess
 from typing import Any, Mapping, Sequence
 
 from twistgw.sdk import Headers, OptionsScope, RequestContext
-from twistgw import ConfigScope
+from twistgw_extauth import ConfigScope
 from twistgw.api.types import AuthConfigInfo, ResourceView, SecretInfo, UpstreamInfo
 from twistgw.config.configmaps import ConfigMapInfo
 

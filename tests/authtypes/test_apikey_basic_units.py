@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from twistgw.sdk import OptionsError
-from twistgw import AuthAllow, AuthDeny
+from twistgw_extauth import AuthAllow, AuthDeny
 from twistgw.api.types import SecretInfo
 from twistgw_authtypes.apikey import ApiKeyAuth, key_digest
 from twistgw_authtypes.basic import BasicAuth, VerifiedMemo

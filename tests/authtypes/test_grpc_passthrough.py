@@ -14,7 +14,7 @@ import grpc
 import pytest
 from twisted.internet import reactor
 
-from twistgw import AuthAllow, AuthDeny
+from twistgw_extauth import AuthAllow, AuthDeny
 from twistgw.api.types import BytesBody, SecretInfo
 from twistgw_authtypes.passthrough import PassThroughAuth
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from twistgw.sdk import OptionsError
-from twistgw import AuthAllow, AuthDeny
+from twistgw_extauth import AuthAllow, AuthDeny
 from twistgw_authtypes._rego import Policy, PolicyError, missing_functions
 from twistgw_authtypes.opa import OpaAuth, input_document
 

@@ -16,7 +16,7 @@ from OpenSSL import crypto
 from twisted.internet import defer, reactor, ssl, task
 
 from twistgw.sdk import OptionsError
-from twistgw import AuthAllow, AuthDeny
+from twistgw_extauth import AuthAllow, AuthDeny
 from twistgw.api.types import SecretInfo
 from twistgw_authtypes.passthrough import PassThroughAuth
 

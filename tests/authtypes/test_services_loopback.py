@@ -12,7 +12,7 @@ import pytest
 from twisted.internet import reactor
 
 from twistgw.sdk import OptionsError
-from twistgw import AuthAllow, AuthDeny
+from twistgw_extauth import AuthAllow, AuthDeny
 from twistgw.api.types import Endpoint, UpstreamInfo
 from twistgw_authtypes.custom import CustomAuth
 from twistgw_authtypes.passthrough import PassThroughAuth

@@ -9,9 +9,8 @@ from typing import Any
 
 import attrs
 
-import twistgw
 from twistgw import sdk
-from twistgw.sdk import Problems, check_fields, require_mapping
+from twistgw_extauth import AuthAllow, AuthDecision, AuthDeny, ConfigScope, ExtAuthConfigType
 
 
 @attrs.frozen
@@ -20,26 +19,26 @@ class TokenChecker:
     tokens: tuple[tuple[str, bytes], ...] = attrs.field(repr=False)
     credential_headers: tuple[bytes, ...]  # removed before forwarding when the check admits
 
-    def check(self, ctx: sdk.RequestContext) -> twistgw.AuthDecision:
+    def check(self, ctx: sdk.RequestContext) -> AuthDecision:
         values = ctx.headers.getRawHeaders(self.header) or []
         if len(values) != 1:
-            return twistgw.AuthDeny(401, b"token required", reason=f"{len(values)} {self.header.decode()} headers")
+            return AuthDeny(401, b"token required", reason=f"{len(values)} {self.header.decode()} headers")
         for owner, token in self.tokens:  # every token compared, in constant time
             if hmac.compare_digest(values[0], token):
-                return twistgw.AuthAllow(principal=owner, reason=f"token of {owner}")
-        return twistgw.AuthDeny(403, b"token refused", reason="no token matches")
+                return AuthAllow(principal=owner, reason=f"token of {owner}")
+        return AuthDeny(403, b"token refused", reason="no token matches")
 
-    def dry_run(self, ctx: sdk.RequestContext) -> twistgw.AuthDecision:
+    def dry_run(self, ctx: sdk.RequestContext) -> AuthDecision:
         return self.check(ctx)  # nothing to contact: the real answer
 
 
-class HeaderToken(twistgw.ExtAuthConfigType):
+class HeaderToken(ExtAuthConfigType):
     name = "headerToken"  # spec.configs[i].headerToken
 
-    def compile(self, raw: Any, scope: twistgw.ConfigScope) -> TokenChecker:
-        spec = require_mapping(raw, (), "headerToken")  # OptionsError: located by the extauth plugin
-        check_fields(spec, ("header", "secretRef", "keepToken"), ())
-        problems = Problems()  # report every problem at once
+    def compile(self, raw: Any, scope: ConfigScope) -> TokenChecker:
+        spec = sdk.require_mapping(raw, (), "headerToken")  # OptionsError: located by the extauth plugin
+        sdk.check_fields(spec, ("header", "secretRef", "keepToken"), ())
+        problems = sdk.Problems()  # report every problem at once
         header = spec.get("header", "x-token")
         if not isinstance(header, str) or not header:
             problems.add(("header",), "must be a header name")
@@ -60,5 +59,5 @@ class HeaderToken(twistgw.ExtAuthConfigType):
 
 class HeaderTokenPlugin:  # entry point: headertoken = "my_package:HeaderTokenPlugin"
     @sdk.hookimpl
-    def twistgw_extauth_config_types(self) -> list[twistgw.ExtAuthConfigType]:
+    def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:
         return [HeaderToken()]

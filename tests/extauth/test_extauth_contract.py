@@ -1,6 +1,7 @@
-"""The AuthConfig config-type contract (``twistgw.api.extauth``): located
+"""The AuthConfig config-type contract (``twistgw_extauth``): located
 problems, the compile scope, and the hook relay a plugin class is given to
-collect ``twistgw_extauth_config_types``."""
+collect ``twistgw_extauth_config_types`` (a hook the extauth plugin adds with
+``twistgw_addhooks``, as the collector here does)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import Any
 
 from twistgw import sdk
 from twistgw.sdk import OptionsError, OptionsScope
-from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
-from twistgw.api.extauth import relocate
+from twistgw_extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
+from twistgw_extauth import relocate
+import twistgw_extauth
 from twistgw.api.types import ResourceView, SecretInfo
 from twistgw.core.plugins import PluginHost
 
@@ -72,7 +74,7 @@ class _Type(ExtAuthConfigType):
 
 
 class _Provider:
-    @sdk.hookimpl
+    @sdk.hookimpl(optionalhook=True)  # the extauth plugin's hook: absent without a plugin adding it
     def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:
         return [_Type()]
 
@@ -82,6 +84,10 @@ class _Collector:
 
     def __init__(self, hook: Any) -> None:
         self.hook = hook
+
+    @sdk.hookimpl
+    def twistgw_addhooks(self, pluginmanager: sdk.HookRegistry) -> None:
+        pluginmanager.add_hookspecs(twistgw_extauth.hookspecs)  # the hook it collects, as the extauth plugin does
 
     def names(self) -> list[str]:
         return [t.name for types in self.hook.twistgw_extauth_config_types() for t in types]
@@ -101,3 +107,40 @@ class HookRelayTests(TestCase):
     def test_the_default_compile_refuses(self) -> None:
         with self.assertRaises(NotImplementedError):
             _Type().compile({}, _scope())
+
+
+class AddHooksTests(TestCase):
+    """The extauth plugin brings its own hook: the core's hooks do not have it."""
+
+    def test_the_core_has_no_hook_of_a_plugin(self) -> None:
+        host = PluginHost.create([], load_entry_points=False)
+        assert not hasattr(host.pm.hook, "twistgw_extauth_config_types")
+        import twistgw.sdk.hookspecs
+
+        assert "twistgw_extauth_config_types" not in twistgw.sdk.hookspecs.__all__
+
+    def test_the_extauth_plugin_adds_its_hook_whatever_the_registration_order(self) -> None:
+        for plugins in ([("provider", _Provider), ("extauth", twistgw_extauth.ExtAuthPlugin)],
+                        [("extauth", twistgw_extauth.ExtAuthPlugin), ("provider", _Provider)]):
+            host = PluginHost.create(plugins, load_entry_points=False)
+            assert host.pm.hook.twistgw_extauth_config_types.has_spec()
+            assert list(host.plugin("extauth").registry.types()) == ["myAuth"]  # type: ignore[attr-defined]
+
+    def test_adding_the_same_specifications_twice_is_one_addition(self) -> None:
+        host = PluginHost.create([("extauth", twistgw_extauth.ExtAuthPlugin), ("collector", _Collector),
+                                  ("provider", _Provider)], load_entry_points=False)
+        assert host.plugin("collector").names() == ["myAuth"]  # type: ignore[attr-defined]
+
+    def test_a_provider_that_is_not_optional_needs_the_plugin_that_defines_the_hook(self) -> None:
+        class Strict:
+            @sdk.hookimpl
+            def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:
+                return [_Type()]
+
+        import pluggy
+
+        with self.assertRaises(pluggy.PluginValidationError):
+            PluginHost.create([("strict", Strict)], load_entry_points=False)
+        host = PluginHost.create([("strict", Strict), ("extauth", twistgw_extauth.ExtAuthPlugin)],
+                                 load_entry_points=False)
+        assert list(host.plugin("extauth").registry.types()) == ["myAuth"]  # type: ignore[attr-defined]

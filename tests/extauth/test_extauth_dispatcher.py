@@ -16,10 +16,9 @@ import attrs
 from headertoken import HeaderTokenPlugin
 from twisted.internet import defer
 
-import twistgw
 from twistgw import sdk
 import twistgw_extauth
-from twistgw import AuthAllow, AuthDeny
+from twistgw_extauth import AuthAllow, AuthDeny
 from twistgw.sdk.testing import ConfigError
 from twistgw.sdk.testing import ChainTester, start_gateway
 
@@ -45,13 +44,13 @@ class _Fixed:
         return defer.succeed(self.answer) if self.later else self.answer
 
 
-class _FixedType(twistgw.ExtAuthConfigType):
+class _FixedType(twistgw_extauth.ExtAuthConfigType):
     """``fixed: {allow: NAME | deny: STATUS | error: true | hang: true, later: bool}``."""
 
     name = "fixed"
 
-    def compile(self, raw: Any, scope: twistgw.ConfigScope) -> _Fixed:
-        twistgw.options.check_fields(raw, ("allow", "deny", "error", "hang", "boom", "later", "claims", "share",
+    def compile(self, raw: Any, scope: twistgw_extauth.ConfigScope) -> _Fixed:
+        sdk.check_fields(raw, ("allow", "deny", "error", "hang", "boom", "later", "claims", "share",
                                            "cookie", "credential"), ())
         if "credential" in raw:  # a type that names its credential header badly
             return _Fixed(AuthAllow(reason="fixed"), credential_headers=(raw["credential"].encode(),))
@@ -81,18 +80,18 @@ class _Peek:
         return AuthAllow(reason=f"peek saw {sorted(shared.items())}")
 
 
-class _PeekType(twistgw.ExtAuthConfigType):
+class _PeekType(twistgw_extauth.ExtAuthConfigType):
     name = "peek"
 
-    def compile(self, raw: Any, scope: twistgw.ConfigScope) -> _Peek:
+    def compile(self, raw: Any, scope: twistgw_extauth.ConfigScope) -> _Peek:
         return _Peek()
 
 
-class _Inline(twistgw.ExtAuthConfigType):
+class _Inline(twistgw_extauth.ExtAuthConfigType):
     name = "inlineAuth"
     where = "inline"
 
-    def compile(self, raw: Any, scope: twistgw.ConfigScope) -> _Fixed:
+    def compile(self, raw: Any, scope: twistgw_extauth.ConfigScope) -> _Fixed:
         if raw.get("status") not in (401, 403):
             raise sdk.OptionsError(("status",), "must be 401 or 403")
         return _Fixed(AuthDeny(raw["status"], b"inline", reason="inline"))
@@ -100,7 +99,7 @@ class _Inline(twistgw.ExtAuthConfigType):
 
 class _Types:
     @sdk.hookimpl
-    def twistgw_extauth_config_types(self) -> list[twistgw.ExtAuthConfigType]:
+    def twistgw_extauth_config_types(self) -> list[twistgw_extauth.ExtAuthConfigType]:
         return [_FixedType(), _PeekType(), _Inline()]
 
 

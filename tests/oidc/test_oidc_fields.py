@@ -17,7 +17,7 @@ from typing import Any
 from twisted.trial import unittest
 
 from twistgw.sdk import OptionsError
-from twistgw import AuthAllow, AuthDeny
+from twistgw_extauth import AuthAllow, AuthDeny
 from twistgw_oidc import AccessTokenChecker, OAuth2Type, OidcChecker
 from twistgw_oidc._cookies import split_cookies
 from twistgw_oidc._options import OVERRIDE_REFUSED, Override

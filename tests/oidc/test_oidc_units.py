@@ -14,7 +14,7 @@ from typing import Any
 from twisted.trial import unittest
 
 from twistgw.sdk import AuthConfigInfo, Headers, OptionsError, OptionsScope, RequestContext, ResourceView
-from twistgw import ConfigScope
+from twistgw_extauth import ConfigScope
 from twistgw.api.types import SecretInfo
 from twistgw_oidc import AccessTokenChecker, OAuth2Type, OidcChecker
 from twistgw_oidc._cookies import (

@@ -14,7 +14,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial import unittest
 
 from twistgw.sdk import Headers, RequestContext
-from twistgw import AuthAllow, AuthDeny
+from twistgw_extauth import AuthAllow, AuthDeny
 from twistgw_oidc import AccessTokenChecker, OAuth2Type, OidcChecker
 from twistgw_oidc._session import Session
 

@@ -19,7 +19,7 @@ from twisted.web.http_headers import Headers
 import twistgw_ldap
 import twistgw_ldap._flow as flow
 from twistgw.sdk import RequestContext
-from twistgw import AuthDeny
+from twistgw_extauth import AuthDeny
 from twistgw.sdk.testing import ChainTester
 from twistgw_ldap._client import DirectoryFault
 from twistgw_ldap._dn import clean_username

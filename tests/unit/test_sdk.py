@@ -4,11 +4,14 @@ naming the new import (see docs/sdk.md and docs/decisions.md)."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -76,6 +79,8 @@ class DeprecatedNamesTests(TestCase):
         for name in OLD_NAMES:
             if name in ("ConfigError", "ConfigIssue"):
                 assert hasattr(twistgw.sdk.testing, name) and not hasattr(twistgw.sdk, name)
+            elif _deprecated.NAMES[name][0] == "twistgw_extauth":  # the extauth plugin's contract
+                assert not hasattr(twistgw.sdk, name) and hasattr(__import__("twistgw_extauth"), name)
             elif name in ("Route", "VirtualService"):
                 assert not hasattr(twistgw.sdk, name) and hasattr(twistgw.sdk, name + "View")
             elif name in _deprecated.NAMES:
@@ -182,3 +187,94 @@ class RouteViewTests(TestCase):
         tester = twistgw.sdk.testing.ChainTester.from_yaml(ROUTES, [("router", Copier())])
         with pytest.raises(TypeError, match="not one of the virtual service's routes"):
             await tester.request("GET", "http://gw.test/a")
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _plugin_files() -> list[Path]:
+    """Every module of a shipped plugin (``plugins/``), of the examples
+    (``examples/``, their tests included) and the config type docs/plugins.md
+    shows (``tests/extauth/headertoken.py``)."""
+    found = [p for base in ("plugins", "examples") for p in sorted((ROOT / base).rglob("*.py"))
+             if "build" not in p.relative_to(ROOT).parts and "node_modules" not in p.parts]
+    return found + [ROOT / "tests" / "extauth" / "headertoken.py"]
+
+
+def _allowed(module: str) -> bool:
+    return module == "twistgw.sdk" or module.startswith("twistgw.sdk.")
+
+
+def sdk_violations(source: str, where: str = "<source>") -> list[str]:
+    """``where:line what`` for every use of twistgw other than the SDK:
+    each import (module level, function level, ``if TYPE_CHECKING:``), and
+    each attribute of a ``twistgw`` name other than ``sdk``."""
+    tree = ast.parse(source, where)
+    found = []
+    binds_twistgw = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.name
+                if name == "twistgw" or name.startswith("twistgw."):
+                    binds_twistgw |= alias.asname is None
+                    if not _allowed(name):
+                        found.append(f"{where}:{node.lineno} import {name}")
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            module = node.module
+            if module == "twistgw":
+                found += [f"{where}:{node.lineno} from twistgw import {a.name}" for a in node.names if a.name != "sdk"]
+            elif module.startswith("twistgw.") and not _allowed(module):
+                found.append(f"{where}:{node.lineno} from {module} import "
+                             + ", ".join(a.name for a in node.names))
+    if binds_twistgw:
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "twistgw"
+                    and node.attr != "sdk"):
+                found.append(f"{where}:{node.lineno} twistgw.{node.attr}")
+    return sorted(found, key=lambda text: int(text.rsplit(":", 1)[1].split(" ", 1)[0]))
+
+
+class PluginsImportOnlyTheSdkTests(TestCase):
+    """A plugin, shipped or example, uses exactly what a third party gets."""
+
+    def test_every_plugin_imports_only_the_sdk_from_twistgw(self) -> None:
+        files = _plugin_files()
+        assert len(files) > 80 and any("twistgw_apikey" in str(p) for p in files)
+        found = [v for path in files for v in sdk_violations(path.read_text(), str(path.relative_to(ROOT)))]
+        assert not found, "plugins import twistgw around the SDK:\n" + "\n".join(found)
+
+    def test_the_check_finds_every_kind_of_import_around_the_sdk(self) -> None:
+        source = (
+            "from typing import TYPE_CHECKING\n"
+            "import twistgw.sdk\n"                         # 2 allowed
+            "from twistgw import sdk\n"                    # 3 allowed
+            "from twistgw.sdk import Problems, testing\n"  # 4 allowed
+            "import twistgw.sdk.testing as t\n"            # 5 allowed
+            "from twistgw.options import Problems\n"       # 6
+            "from twistgw import Deny, sdk\n"              # 7
+            "if TYPE_CHECKING:\n"
+            "    from twistgw.config.model import Route\n"  # 9
+            "def f():\n"
+            "    import twistgw.api.types\n"               # 11
+            "    return twistgw.api.types.Allow\n"         # 12
+            "import twistgw\n"                             # 13
+            "from twistgw_jwt.verify import parse_token\n"  # another plugin's public module: not twistgw
+        )
+        assert sdk_violations(source) == [
+            "<source>:6 from twistgw.options import Problems", "<source>:7 from twistgw import Deny",
+            "<source>:9 from twistgw.config.model import Route", "<source>:11 import twistgw.api.types",
+            "<source>:12 twistgw.api", "<source>:13 import twistgw"]
+
+    def test_the_docs_first_plugin_uses_only_the_sdk(self) -> None:
+        """The Python blocks of docs/plugins.md and docs/sdk.md are written as a plugin is."""
+        found = []
+        for doc in ("plugins.md", "sdk.md"):
+            text = (ROOT / "docs" / doc).read_text()
+            for i, block in enumerate(re.findall(r"```python\n(.*?)```", text, re.S)):
+                try:
+                    found += sdk_violations(block, f"docs/{doc} block {i}")
+                except SyntaxError:
+                    continue  # a signature or a fragment, not a module
+        assert not found, "\n".join(found)
+

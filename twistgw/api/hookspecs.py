@@ -25,10 +25,12 @@ How the gateway calls hooks:
   service's chain. pluggy's global order plays no part in them.
 * *Broadcast hooks* (configure, unconfigure, route_match,
   request_finished) are ordinary pluggy calls to every plugin.
-* *Hooks a plugin defines for others* (``twistgw_extauth_config_types``,
-  which the ``extauth`` plugin calls): a plugin class whose constructor
-  takes a ``hook`` argument is given the host's hook relay (pluggy's
-  ``pm.hook``) and calls them through it.
+* *Hooks a plugin defines for others*: the plugin adds their
+  specifications in ``twistgw_addhooks`` (as pytest plugins do in
+  ``pytest_addhooks``), and a plugin class whose constructor takes a
+  ``hook`` argument is given the host's hook relay (pluggy's ``pm.hook``)
+  to call them through. The ``extauth`` plugin defines
+  ``twistgw_extauth_config_types`` this way (``twistgw_extauth.hookspecs``).
 * Any hook that does I/O may be ``async def`` or return a
   :class:`~twisted.internet.defer.Deferred`; the gateway awaits it. An
   exception (or failed Deferred) from a request hook fails the request
@@ -48,15 +50,15 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:
     from twistgw.api.commands import Commands
-    from twistgw.api.extauth import ExtAuthConfigType
     from twistgw.api.types import Decision, OptionsScope, RequestContext, ResourceView
     from twistgw.api.views import RouteView, VirtualServiceView
-    from twistgw.api.plugin import GatewayInfo, Placement, PluginInfo
+    from twistgw.api.plugin import GatewayInfo, HookRegistry, Placement, PluginInfo
 
 from twistgw.api.plugin import hookspec
 
 __all__ = [
     "twistgw_plugin_info",
+    "twistgw_addhooks",
     "twistgw_add_commands",
     "twistgw_configure",
     "twistgw_unconfigure",
@@ -65,7 +67,6 @@ __all__ = [
     "twistgw_default_options",
     "twistgw_placement",
     "twistgw_config_loaded",
-    "twistgw_extauth_config_types",
     "twistgw_route_match",
     "twistgw_authenticate",
     "twistgw_authorize",
@@ -86,6 +87,29 @@ def twistgw_plugin_info() -> PluginInfo | None:
 
     :return: a :class:`sdk.PluginInfo`. Plugins without this hook get
         ``PluginInfo(order=1000)``.
+    """
+
+
+@hookspec(historic=True)
+def twistgw_addhooks(pluginmanager: HookRegistry) -> None:
+    """Add the hook specifications this plugin defines for other plugins
+    (historic: called for every plugin as it is registered, before any
+    other hook).
+
+    The plugin that runs the hook owns its specification, in a module of its
+    own, as the ``extauth`` plugin owns ``twistgw_extauth_config_types``::
+
+        @sdk.hookimpl
+        def twistgw_addhooks(self, pluginmanager):
+            from my_plugin import hookspecs     # functions marked @sdk.hookspec
+            pluginmanager.add_hookspecs(hookspecs)
+
+    It calls them through the host's hook relay, the ``hook`` argument of
+    its class's constructor (``hook.my_hook()``). Plugins that implement
+    such a hook mark it ``@sdk.hookimpl(optionalhook=True)`` when the plugin
+    defining it may be absent.
+
+    :param pluginmanager: :class:`sdk.HookRegistry`.
     """
 
 
@@ -235,60 +259,6 @@ def twistgw_config_loaded(compiled: Sequence[object], settings: Mapping[str, Any
     :return: may be a Deferred; the gateway does not wait for it before
         serving, but logs its failure.
     """
-
-
-@hookspec
-def twistgw_extauth_config_types() -> Sequence[ExtAuthConfigType]:
-    """AuthConfig config types this plugin adds to the ``extauth`` plugin
-    (broadcast: the ``extauth`` plugin collects every plugin's answer the
-    first time it needs them, once per gateway).
-
-    A config type is the YAML key of one entry of an AuthConfig's
-    ``spec.configs`` (``ldap``, ``apiKeyAuth``, ``basicAuth``, ``opaAuth``,
-    ``passThroughAuth``, ``oauth2``, or your own ``myAuth``), with its
-    validation and its check. The shipped ``ldap`` type is provided through
-    this hook by the ``twistgw_ldap`` plugin, exactly as yours would be::
-
-        class MyAuthPlugin:                    # [project.entry-points."twistgw.plugins"]
-            @sdk.hookimpl                  # myauth = "my_pkg:MyAuthPlugin"
-            def twistgw_extauth_config_types(self):
-                return [MyAuth()]              # a twistgw.ExtAuthConfigType
-
-    How the ``extauth`` plugin uses them, per AuthConfig entry
-    ``spec.configs[i].<name>: raw``:
-
-    * when the configuration loads: ``type.compile(raw, scope)`` with a
-      :class:`sdk.ConfigScope` (the AuthConfig's namespace, Secrets,
-      ConfigMaps, ``Settings.spec.extauth``, the configuration directory).
-      It returns a checker (:class:`sdk.ExtAuthChecker`) or raises
-      :class:`sdk.OptionsError` with paths **relative to the entry**;
-      the problem is reported at ``spec.configs[i].<name>.<path>`` with the
-      AuthConfig's file and line. ``type.check_settings`` checks the type's
-      ``settings_fields`` of ``Settings.spec.extauth`` at every load;
-    * on each request: ``checker.check(ctx)`` returns (or resolves to)
-      :class:`sdk.AuthAllow` (principal, request headers to set) or
-      :class:`sdk.AuthDeny` (the answer; ``error=True`` for an outage or
-      a misconfiguration, to which ``Settings.spec.extauth``'s
-      ``failureModeAllow`` / ``statusOnError`` apply). The configs run in
-      order and all must admit, or as the AuthConfig's ``booleanExpr``
-      says; the first denial's answer is returned. Under ``twistgw
-      explain`` without ``--live`` it calls ``checker.dry_run(ctx)``
-      instead, which contacts nothing;
-    * lifecycle: ``type.configure(gateway)`` at start-up,
-      ``type.config_loaded(checkers, settings)`` when a configuration
-      serves (each checker of this type in it: warm pools, drop stale
-      state), ``type.unconfigure()`` at shutdown.
-
-    A plugin that only provides config types needs no other hook; it never
-    gets an options key of its own (``options.<its name>`` is refused with a
-    pointer to ``options.extauth``) if it implements
-    ``twistgw_compile_options`` to say so, as ``twistgw_ldap`` does.
-
-    :return: a sequence of config type objects (:class:`sdk.ExtAuthConfigType`
-        instances). Two plugins providing the same ``name`` are a
-        configuration error naming both.
-    """
-    return ()
 
 
 # ---------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Collection, Protocol, runtime_checkable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Collection, Protocol, runtime_checkable
 
 import attrs
 import pluggy
@@ -17,6 +18,27 @@ hookimpl = pluggy.HookimplMarker("twistgw")
 #: Marks hook specifications: the gateway's own (``twistgw.sdk.hookspecs``)
 #: and those a plugin adds for other plugins (``twistgw_addhooks``).
 hookspec = pluggy.HookspecMarker("twistgw")
+
+
+class HookRegistry:
+    """What ``twistgw_addhooks`` is handed: the place a plugin adds the hook
+    specifications it defines for other plugins (pluggy's
+    ``add_hookspecs``), as a pytest plugin adds its own in
+    ``pytest_addhooks``. The ``extauth`` plugin adds
+    ``twistgw_extauth.hookspecs`` (its config types) this way."""
+
+    def __init__(self, add: Callable[[Any], None]) -> None:
+        self._add = add
+        self._added: list[object] = []
+
+    def add_hookspecs(self, namespace: ModuleType | type) -> None:
+        """Add the functions of ``namespace`` (a module or class) marked
+        ``@sdk.hookspec`` to the gateway's hooks; adding the same namespace
+        again does nothing."""
+        if any(namespace is seen for seen in self._added):
+            return
+        self._add(namespace)
+        self._added.append(namespace)
 
 
 @attrs.frozen

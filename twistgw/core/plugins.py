@@ -18,7 +18,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from twistgw.api import hookspecs
-from twistgw.api.plugin import DEFAULT_ORDER, GatewayInfo, Placement, PluginInfo, hookimpl
+from twistgw.api.plugin import DEFAULT_ORDER, GatewayInfo, HookRegistry, Placement, PluginInfo, hookimpl
 
 __all__ = ["DEFAULT_ORDER", "GatewayInfo", "PluginError", "PluginHost", "PluginInfo", "hookimpl", "maybe_await",
            "place"]
@@ -49,9 +49,8 @@ def _instance(plugin: object, hook: Any) -> object:
     """A plugin class becomes an instance (one per host); anything else is the plugin.
 
     A class whose constructor takes a ``hook`` keyword gets the host's hook
-    relay (pluggy's ``pm.hook``), to call a hook it defines for other
-    plugins, as the ``extauth`` plugin calls ``twistgw_extauth_config_types``
-    (pytest's ``config.hook`` pattern)."""
+    relay (pluggy's ``pm.hook``), to call the hooks it defines for other
+    plugins (``twistgw_addhooks``; pytest's ``config.hook`` pattern)."""
     if not isinstance(plugin, type):
         return plugin
     try:
@@ -123,6 +122,8 @@ class PluginHost:
         """
         pm = pluggy.PluginManager("twistgw")
         pm.add_hookspecs(hookspecs)
+        # Each plugin, as it is registered, adds the hooks it defines for others.
+        pm.hook.twistgw_addhooks.call_historic(kwargs={"pluginmanager": HookRegistry(pm.add_hookspecs)})
         for name in blocked:
             pm.set_blocked(name)
         if load_entry_points:

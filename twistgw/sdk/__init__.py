@@ -35,6 +35,7 @@ from twistgw.api.options import (
 from twistgw.api.plugin import (
     DEFAULT_ORDER,
     GatewayInfo,
+    HookRegistry,
     OwnsRequestHeaders,
     Placement,
     PluginInfo,
@@ -85,7 +86,8 @@ __version__ = "0.1.0"
 #: fails when it is stale).
 SECTIONS: dict[str, tuple[str, ...]] = {
     "Hooks and what a plugin says about itself": (
-        "hookimpl", "hookspec", "PluginInfo", "DEFAULT_ORDER", "Placement", "StagedOptions", "GatewayInfo",
+        "hookimpl", "hookspec", "HookRegistry", "PluginInfo", "DEFAULT_ORDER", "Placement", "StagedOptions",
+        "GatewayInfo",
         "Commands", "EXIT_OK", "EXIT_INVALID", "EXIT_USAGE", "write_secret",
     ),
     "Decisions": ("Allow", "Deny", "NotChecked", "Decision"),
@@ -112,15 +114,16 @@ SECTIONS: dict[str, tuple[str, ...]] = {
 }
 
 __all__ = [
-    "hookimpl", "hookspec", "PluginInfo", "DEFAULT_ORDER", "Placement", "StagedOptions", "GatewayInfo", "Commands",
-    "EXIT_OK", "EXIT_INVALID", "EXIT_USAGE", "write_secret", "Allow", "Deny", "NotChecked", "Decision",
-    "RequestContext", "Headers", "canonical_name", "is_token", "InvalidHeaderName", "OWNED_RESPONSE_HEADERS",
-    "BodyPrefix", "BodySource", "BytesBody", "read_basic_credentials", "OptionsScope", "ResourceView", "SecretInfo",
-    "AuthConfigInfo", "UpstreamInfo", "Endpoint", "InvalidResource", "OwnsRequestHeaders", "OptionsError",
-    "ConfigWarning", "path_text", "VirtualServiceView", "RouteView", "Problems", "FieldReader", "Invalid", "Path",
-    "check_fields", "require_mapping", "type_name", "unknown_field", "parse_duration", "DURATION_UNITS",
-    "is_kubernetes_name", "loopback_problem", "SafeRegex", "UnsafePattern", "max_program_size",
-    "DEFAULT_MAX_PROGRAM_SIZE", "BoundedBody", "BodyTooLarge", "client_tls", "https_policy", "verifying_https_policy",
-    "describe_tls_failure", "TLSSettingsError", "PeerRefused", "TLS_VERSIONS", "read_pems", "RedisClient",
-    "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError", "counter", "__version__",
+    "hookimpl", "hookspec", "HookRegistry", "PluginInfo", "DEFAULT_ORDER", "Placement", "StagedOptions",
+    "GatewayInfo", "Commands", "EXIT_OK", "EXIT_INVALID", "EXIT_USAGE", "write_secret", "Allow", "Deny", "NotChecked",
+    "Decision", "RequestContext", "Headers", "canonical_name", "is_token", "InvalidHeaderName",
+    "OWNED_RESPONSE_HEADERS", "BodyPrefix", "BodySource", "BytesBody", "read_basic_credentials", "OptionsScope",
+    "ResourceView", "SecretInfo", "AuthConfigInfo", "UpstreamInfo", "Endpoint", "InvalidResource",
+    "OwnsRequestHeaders", "OptionsError", "ConfigWarning", "path_text", "VirtualServiceView", "RouteView", "Problems",
+    "FieldReader", "Invalid", "Path", "check_fields", "require_mapping", "type_name", "unknown_field",
+    "parse_duration", "DURATION_UNITS", "is_kubernetes_name", "loopback_problem", "SafeRegex", "UnsafePattern",
+    "max_program_size", "DEFAULT_MAX_PROGRAM_SIZE", "BoundedBody", "BodyTooLarge", "client_tls", "https_policy",
+    "verifying_https_policy", "describe_tls_failure", "TLSSettingsError", "PeerRefused", "TLS_VERSIONS", "read_pems",
+    "RedisClient", "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError", "counter",
+    "__version__",
 ]

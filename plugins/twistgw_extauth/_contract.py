@@ -1,10 +1,12 @@
-"""AuthConfig config types: what a plugin implements to add one (``ldap``,
-``apiKeyAuth``, ``basicAuth``, ``opaAuth``, ``passThroughAuth``, ``oauth2``,
-or a team's own ``myAuth``) to the ``extauth`` plugin.
+"""AuthConfig config types: the contract of the ``extauth`` plugin with the
+plugins that add one (``ldap``, ``apiKeyAuth``, ``basicAuth``, ``opaAuth``,
+``passThroughAuth``, ``oauth2``, or a team's own ``myAuth``).
 
-Everything here is re-exported from :mod:`twistgw`. The hook is
-``twistgw_extauth_config_types`` (see :mod:`twistgw.hookspecs`); the guide with
-a complete example is ``docs/plugins.md``, "AuthConfig config types".
+Everything here is re-exported from :mod:`twistgw_extauth` (import it from
+there). The hook is ``twistgw_extauth_config_types``
+(:mod:`twistgw_extauth.hookspecs`, which the extauth plugin adds to the
+gateway's hooks); the guide with a complete example is ``docs/plugins.md``,
+"AuthConfig config types".
 
 The ``extauth`` plugin owns everything around the configs: ``options.extauth``
 (``configRef``, ``disable``, ``customAuth``), finding the ``AuthConfig``,
@@ -17,8 +19,9 @@ answers for it, one request at a time.
 
 A minimal type (a header must carry a fixed value)::
 
-    import attrs, hmac, twistgw
-    from twistgw.api.options import check_fields
+    import attrs, hmac
+    from twistgw import sdk
+    from twistgw_extauth import AuthAllow, AuthDeny, ExtAuthConfigType
 
     @attrs.frozen
     class _Checker:
@@ -29,14 +32,14 @@ A minimal type (a header must carry a fixed value)::
         def check(self, ctx):
             got = ctx.headers.getRawHeaders(self.header) or []
             if len(got) == 1 and hmac.compare_digest(got[0], self.value):
-                return twistgw.AuthAllow(principal="robot", reason="token matches")
-            return twistgw.AuthDeny(401, b"no entry", reason="token missing or wrong")
+                return AuthAllow(principal="robot", reason="token matches")
+            return AuthDeny(401, b"no entry", reason="token missing or wrong")
 
-    class MyAuth(twistgw.ExtAuthConfigType):
+    class MyAuth(ExtAuthConfigType):
         name = "myAuth"                        # spec.configs[i].myAuth
 
         def compile(self, raw, scope):
-            check_fields(raw, ("header", "secretRef"), ())
+            sdk.check_fields(raw, ("header", "secretRef"), ())
             if "secretRef" not in raw:
                 raise sdk.OptionsError(("secretRef",), "is required: {name: SECRET}")
             secret = scope.secret(raw["secretRef"]["name"])   # KeyError: dangling
@@ -56,15 +59,15 @@ from typing import Any, Collection, Literal, Mapping, Protocol, Sequence, Union,
 
 import attrs
 
-from twistgw.api.plugin import GatewayInfo
-from twistgw.api.types import (
+from twistgw.sdk import (
     AuthConfigInfo,
-    ConfigWarning,
+    GatewayInfo,
     OptionsError,
     OptionsScope,
     RequestContext,
     ResourceView,
     SecretInfo,
+    path_text,
 )
 
 __all__ = [
@@ -74,7 +77,6 @@ __all__ = [
     "AuthDeny",
     "ConfigScope",
     "ConfigTypes",
-    "ConfigWarning",
     "ExtAuthChecker",
     "ExtAuthConfigType",
     "relocate",
@@ -280,8 +282,6 @@ class ConfigScope:
     @property
     def source(self) -> str:
         """``AuthConfig ns/name: spec.configs[0].ldap``, for reasons and logs."""
-        from twistgw.api.types import path_text
-
         where = path_text(self.path)
         if self.resource is None:
             return f"{self.options.virtual_service} options.extauth.{where}"
