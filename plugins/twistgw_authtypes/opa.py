@@ -37,6 +37,8 @@ from twistgw.sdk import OptionsError, RequestContext
 from twistgw_extauth import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType
 from twistgw.sdk import Problems
 
+from twistgw_jwt.claims import claims_of
+
 from twistgw_authtypes import _common as c
 from twistgw_authtypes._rego import Policy, PolicyError, code_only as _code
 
@@ -96,8 +98,9 @@ def input_document(ctx: RequestContext, config_id: str, parts: frozenset[str] = 
     doc: dict[str, Any] = {}
     if "state" in parts:
         state = c.shared_state(ctx)
-        if ctx.claims is not None:
-            state["jwt"] = ctx.claims
+        claims = claims_of(ctx)
+        if claims is not None:
+            state["jwt"] = claims
         doc["state"] = state
     if "http_request" in parts:
         doc["http_request"] = http

@@ -111,8 +111,9 @@ class AuthAllow:
         as this config admits (Gloo's shared state, ``readStateFromResponse``);
         None for nothing.
     :ivar claims: verified claims (an OIDC ID token's), or None. When the
-        AuthConfig admits, the first admitting config with claims sets
-        ``ctx.claims`` (a copy) and ``ctx.claims_provider`` (below), as the
+        AuthConfig admits, the first admitting config with claims leaves
+        them (a copy) and ``claims_provider`` (below) as the request's
+        verified claims (``twistgw_jwt.claims.set_verified_claims``), as the
         jwt plugin does: rbac and ``claimsToHeaders`` work on them.
     :ivar claims_provider: who verified ``claims`` (the issuer).
     :ivar response_headers: headers added to the client's response,

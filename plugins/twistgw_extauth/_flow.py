@@ -17,6 +17,8 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from twistgw.sdk import Allow, Deny, RequestContext
+from twistgw_jwt.claims import set_verified_claims
+
 from twistgw_extauth._contract import AuthAllow, AuthDeny
 from twistgw_extauth._expr import And, Node, Not, Ref
 from twistgw_extauth._options import CompiledExtAuth
@@ -191,8 +193,9 @@ def _remove(ctx: RequestContext, names: tuple[bytes, ...]) -> None:
 def admit(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[int, AuthAllow]],
           refused_principal: str | None) -> Allow:
     """Apply the admitting configs' answers, in the order they ran: the
-    first principal named is the request's, the first claims are
-    ``ctx.claims``; consumed credentials go."""
+    first principal named is the request's, the first claims the
+    request's verified claims (``twistgw_jwt.claims``); consumed
+    credentials go."""
     headers = ctx.headers
     for name in compiled.credential_headers:
         headers.removeHeader(name)
@@ -229,7 +232,7 @@ def admit_one(ctx: RequestContext, compiled: CompiledExtAuth, answer: AuthAllow,
     if principal is not None:
         ctx.authenticated("extauth", principal)
     if answer.claims is not None:
-        ctx.claims, ctx.claims_provider = dict(answer.claims), answer.claims_provider
+        set_verified_claims(ctx, dict(answer.claims), answer.claims_provider)
     name = compiled.first_name
     ctx.state["extauth"] = {"user": principal, "authConfig": compiled.auth_config,
                             "identities": {} if principal is None else {name: principal},
@@ -258,7 +261,8 @@ def _apply_all(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tu
             identities[compiled.entries[index].name] = answer.principal
             principal = answer.principal if principal is None else principal
         if answer.claims is not None and not claimed:
-            ctx.claims, ctx.claims_provider, claimed = dict(answer.claims), answer.claims_provider, True
+            set_verified_claims(ctx, dict(answer.claims), answer.claims_provider)
+            claimed = True
     _record(ctx, compiled, principal, identities)
     return principal
 

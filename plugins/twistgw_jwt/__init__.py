@@ -2,10 +2,11 @@
 
 Enable it with ``options.jwt`` on a virtual host or route (see
 ``docs/jwt.md``). On success the verified claims are left on the request
-context for later plugins (RBAC, third parties):
+context for later plugins (RBAC, third parties), in this plugin's state:
 
-* ``ctx.claims`` — the token's payload (a ``dict``),
-* ``ctx.claims_provider`` — the name of the provider that verified it,
+* ``twistgw_jwt.claims.verified_claims(ctx)`` — the token's payload
+  (``.claims``, a ``dict``) and the name of the provider that verified it
+  (``.provider``);
 * ``ctx.principal`` — the ``sub`` claim, unless a plugin earlier in the
   chain authenticated the request (``ctx.identities["jwt"]`` is the
   ``sub`` either way).

@@ -19,6 +19,7 @@ from twistgw_jwt import _token as T
 from twistgw_jwt._options import CompiledJwt, HeaderSource, Provider, QuerySource
 from twistgw_jwt._keys import VerifyKey
 from twistgw_jwt._token import Failure, ParsedToken
+from twistgw_jwt.claims import CLAIMS, VerifiedClaims
 
 _log = Logger(namespace="twistgw_jwt")
 
@@ -161,7 +162,7 @@ _SCALARS = frozenset((str, int, float, bool, type(None)))
 
 def _copy_json(value: Any) -> Any:
     """A deep copy of JSON data (dicts, lists, scalars), so a plugin changing
-    its ``ctx.claims`` never changes a cached entry."""
+    its copy of the claims (``twistgw_jwt.claims``) never changes a cached entry."""
     if isinstance(value, dict):
         out = dict(value)  # scalars (the usual claims) are immutable: shared
         for k, v in value.items():
@@ -175,8 +176,7 @@ def _copy_json(value: Any) -> Any:
 
 def succeed(ctx: RequestContext, opts: CompiledJwt, provider: Provider,
             claims: Mapping[str, Any], where: tuple[int, ...], cached: bool) -> Allow:
-    ctx.claims = _copy_json(claims)
-    ctx.claims_provider = provider.name
+    ctx.state[CLAIMS] = VerifiedClaims(_copy_json(claims), provider.name)
     sub = claims.get("sub")
     if isinstance(sub, str):
         ctx.authenticated("jwt", sub)

@@ -21,6 +21,8 @@ from twistgw.sdk import RequestContext
 from twistgw.sdk import Path, Problems, type_name
 from twistgw.sdk import SafeRegex, UnsafePattern
 
+from twistgw_jwt.claims import claims_of
+
 from twistgw_ratelimit import _fields
 from twistgw_ratelimit._descriptors import Entries
 
@@ -92,7 +94,7 @@ def _header_getter(name: str) -> Getter:
 
 def _claim_getter(path: tuple[str, ...], default: str | None) -> Getter:
     def get(ctx: RequestContext) -> str | None:
-        value: Any = ctx.claims
+        value: Any = claims_of(ctx)
         for part in path:
             value = value.get(part) if isinstance(value, Mapping) else None
         return value if isinstance(value, str) else default

@@ -1,10 +1,10 @@
 """The ``rbac`` plugin: role-based access control on verified JWT claims.
 
-Options key ``rbac`` (SPEC.md §3, docs/rbac.md). Runs after the ``jwt``
-plugin (order 300 vs 200), which leaves the verified claims in
-``ctx.claims`` and the verifying provider's name in ``ctx.claims_provider``.
+Options key ``rbac`` (docs/rbac.md). Runs after the ``jwt`` plugin (order
+300 vs 200), whose state holds the verified claims and the verifying
+provider's name (read with ``twistgw_jwt.claims.verified_claims``).
 
-Written only against the public hook API, exactly as a third-party plugin
+Written only against ``twistgw.sdk``, exactly as a third-party plugin
 would be. The policy language lives in :mod:`twistgw_rbac._policy` (pure);
 this module is the thin hook layer: compile, authorize, log and count.
 """
@@ -18,6 +18,7 @@ from twisted.logger import Logger
 
 from twistgw import sdk
 from twistgw.sdk import max_program_size
+from twistgw_jwt.claims import verified_claims
 from twistgw_rbac._policy import REQUIRED_BY_SETTINGS, PolicySet, compile_options, settings_problem
 
 __all__ = ["DENY_BODY", "PolicySet"]
@@ -88,7 +89,11 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: sdk.OptionsScope)
 
 @sdk.hookimpl
 def twistgw_authorize(ctx: sdk.RequestContext, options: PolicySet) -> sdk.Decision:
-    verdict = options.evaluate(ctx.method, ctx.path, ctx.claims, ctx.claims_provider)
+    found = verified_claims(ctx)
+    if found is None:
+        verdict = options.evaluate(ctx.method, ctx.path, None, None)
+    else:
+        verdict = options.evaluate(ctx.method, ctx.path, found.claims, found.provider)
     if options.shadow:
         decision = "allow" if verdict.allowed else "deny"
         SHADOW_DECISIONS.labels(decision).inc()

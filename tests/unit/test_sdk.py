@@ -278,3 +278,88 @@ class PluginsImportOnlyTheSdkTests(TestCase):
                     continue  # a signature or a fragment, not a module
         assert not found, "\n".join(found)
 
+
+RBAC_ROUTE = """\
+apiVersion: gateway.vendor.io/v1
+kind: VirtualService
+metadata: {name: v}
+spec:
+  virtualHost:
+    domains: [gw.test]
+    options:
+      verifier: {}
+      rbac: {policies: {admins: {principals: [{jwtPrincipal: {claims: {role: admin}}}], permissions: {}}}}
+    routes:
+    - matchers: [{prefix: /}]
+      directResponseAction: {status: 200, body: ok}
+"""
+
+
+class _Verifier:
+    """Stands for a plugin that verified a token: the role comes from a header."""
+
+    def __init__(self, legacy: bool = False) -> None:
+        self.legacy = legacy
+
+    @twistgw.sdk.hookimpl
+    def twistgw_plugin_info(self) -> twistgw.sdk.PluginInfo:
+        return twistgw.sdk.PluginInfo(order=200)
+
+    @twistgw.sdk.hookimpl
+    def twistgw_authenticate(self, ctx: twistgw.sdk.RequestContext, options: object) -> None:
+        from twistgw_jwt.claims import set_verified_claims
+
+        role = ctx.header("x-role")
+        if role is None:
+            return
+        if self.legacy:  # twistgw 0.1's way
+            ctx.claims = {"role": role}  # type: ignore[assignment]
+            ctx.claims_provider = "legacy"  # type: ignore[assignment]
+        else:
+            set_verified_claims(ctx, {"role": role}, "verifier")
+
+
+class RequestStateTests(TestCase):
+    """Per-plugin state on the request context; the verified claims are the
+    jwt plugin's state, not fields of the core's type."""
+
+    def test_a_state_key_is_typed_per_plugin_storage(self) -> None:
+        ctx = twistgw.sdk.RequestContext("GET", "/")
+        mine: twistgw.sdk.StateKey[int] = twistgw.sdk.StateKey("mine", "count")
+        other: twistgw.sdk.StateKey[int] = twistgw.sdk.StateKey("mine", "count")
+        assert mine.get(ctx) is None
+        mine.set(ctx, 3)
+        assert (mine.get(ctx), other.get(ctx)) == (3, None)  # keys are distinct objects, never names
+        ctx.state["mine"] = "plain names still work"
+        assert repr(mine) == "StateKey('mine', 'count')"
+
+    def test_the_core_context_has_no_claims_of_its_own(self) -> None:
+        slots = twistgw.sdk.RequestContext.__slots__
+        assert "claims" not in slots and "claims_provider" not in slots
+        ctx = twistgw.sdk.RequestContext("GET", "/")
+        assert ctx.state == {}
+
+    async def test_rbac_reads_the_claims_a_plugin_verified(self) -> None:
+        from twistgw_jwt.claims import verified_claims
+
+        tester = twistgw.sdk.testing.ChainTester.from_yaml(RBAC_ROUTE, [("verifier", _Verifier()), "rbac"])
+        admin = await tester.request("GET", "http://gw.test/", headers={"x-role": "admin"})
+        assert admin.status == 200
+        found = verified_claims(admin.ctx)  # type: ignore[arg-type]
+        assert found is not None and (found.claims, found.provider) == ({"role": "admin"}, "verifier")
+        viewer = await tester.request("GET", "http://gw.test/", headers={"x-role": "viewer"})
+        assert (viewer.status, viewer.decided_by) == (403, "rbac")
+        nobody = await tester.request("GET", "http://gw.test/")
+        assert nobody.status == 403 and verified_claims(nobody.ctx) is None  # type: ignore[arg-type]
+
+    async def test_ctx_claims_of_0_1_still_works_and_warns(self) -> None:
+        tester = twistgw.sdk.testing.ChainTester.from_yaml(RBAC_ROUTE, [("verifier", _Verifier(legacy=True)), "rbac"])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            admin = await tester.request("GET", "http://gw.test/", headers={"x-role": "admin"})
+            assert admin.status == 200
+            assert (admin.ctx.claims, admin.ctx.claims_provider) == ({"role": "admin"}, "legacy")  # type: ignore
+        texts = {str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)}
+        assert any("RequestContext.claims is deprecated" in t and "twistgw_jwt.claims" in t for t in texts), texts
+        assert any("RequestContext.claims_provider is deprecated" in t for t in texts), texts
+        assert all(w.filename == __file__ for w in caught if "RequestContext.claims" in str(w.message))

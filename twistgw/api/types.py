@@ -6,7 +6,7 @@ Everything here is re-exported from :mod:`twistgw`; import it from there.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Iterable, Mapping, Protocol, Sequence, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 import attrs
@@ -129,6 +129,19 @@ class BytesBody:
 _NO_BODY = BodyPrefix(b"", True)
 
 
+def _jwt_claims(attribute: str) -> Any:
+    """twistgw 0.1's ``RequestContext.claims`` / ``claims_provider``, kept for
+    one release: the claims are the jwt plugin's state (``ctx.state``), read
+    and written through its documented module, named here only to say so."""
+    import importlib
+    import warnings
+
+    warnings.warn(f"RequestContext.{attribute} is deprecated and will be removed in twistgw 0.2: the verified"
+                  " claims are the jwt plugin's state; use twistgw_jwt.claims (verified_claims(ctx),"
+                  " set_verified_claims(ctx, claims, provider))", DeprecationWarning, stacklevel=3)
+    return importlib.import_module("twistgw_jwt.claims")
+
+
 # --------------------------------------------------------------------------
 # Errors
 # --------------------------------------------------------------------------
@@ -206,6 +219,47 @@ def path_text(path: Sequence[str | int]) -> str:
 # The request as plugins see it
 # --------------------------------------------------------------------------
 
+_T = TypeVar("_T")
+
+
+class StateKey(Generic[_T]):
+    """A typed key of :attr:`RequestContext.state`, the request's per-plugin
+    state: what one plugin leaves on the request for itself or for the
+    plugins after it (pytest's ``StashKey``). The plugin that owns the value
+    makes the key once, at import, and exports it (or functions reading it)
+    as its documented API; a reader imports the key from that plugin::
+
+        CLAIMS: sdk.StateKey[VerifiedClaims] = sdk.StateKey("jwt", "claims")
+
+        CLAIMS.set(ctx, VerifiedClaims(claims, provider))   # the jwt plugin
+        found = CLAIMS.get(ctx)                             # rbac: None when unset
+
+    Keys compare by identity, so two plugins never collide whatever they
+    name them. ``ctx.state`` takes plain string keys too (a plugin's own
+    name, for untyped values).
+
+    :ivar plugin: the name of the plugin that owns the value.
+    :ivar name: what the value is, for ``repr`` and debugging.
+    """
+
+    __slots__ = ("plugin", "name")
+
+    def __init__(self, plugin: str, name: str) -> None:
+        self.plugin = plugin
+        self.name = name
+
+    def get(self, ctx: "RequestContext") -> _T | None:
+        """The value on ``ctx``, or None when its plugin left none."""
+        value: _T | None = ctx.state.get(self)
+        return value
+
+    def set(self, ctx: "RequestContext", value: _T) -> None:
+        """Leave ``value`` on ``ctx`` (replacing what was there)."""
+        ctx.state[self] = value
+
+    def __repr__(self) -> str:
+        return f"StateKey({self.plugin!r}, {self.name!r})"
+
 
 class RequestContext:
     """One request on its way through the plugin chain.
@@ -241,10 +295,10 @@ class RequestContext:
     :ivar upstream: ``str``: ``namespace/name`` of the matched route's
         upstream (a Kubernetes service's as discovered,
         ``namespace/namespace-service-port``), ``""`` for a direct response.
-    :ivar claims: ``dict | None``: the verified JWT claims, set by the
-        ``jwt`` plugin (``None`` when no token was verified).
-    :ivar claims_provider: ``str | None``: the name of the JWT provider that
-        verified them.
+    :ivar claims: deprecated (removed in twistgw 0.2): the verified claims
+        are the ``jwt`` plugin's state now, read with
+        ``twistgw_jwt.claims.verified_claims(ctx)``.
+    :ivar claims_provider: deprecated, as ``claims``.
     :ivar principal: ``str | None``: who the request is from, once a plugin
         knows (the JWT ``sub`` or the LDAP user); shown in the access log.
         Set through :meth:`authenticated`, it is the identity of the **first**
@@ -253,8 +307,10 @@ class RequestContext:
         plugin name to principal, in the order the plugins authenticated
         (``{"extauth": "alice", "jwt": "svc-42"}``); filled by
         :meth:`authenticated`. Read-only: write through that method.
-    :ivar state: ``dict``: free for plugins to share values; key by plugin
-        name.
+    :ivar state: ``dict``: the request's per-plugin state, where plugins
+        leave values for themselves and the plugins after them: keyed by a
+        :class:`StateKey` the owning plugin exports (typed), or by the
+        plugin's name.
     :ivar reactor: the reactor, for plugins that do I/O.
     :ivar scheme: ``str``: ``"https"`` when the client connection is TLS,
         else ``"http"``.
@@ -286,8 +342,6 @@ class RequestContext:
         "virtual_service",
         "route",
         "upstream",
-        "claims",
-        "claims_provider",
         "principal",
         "identities",
         "state",
@@ -330,17 +384,41 @@ class RequestContext:
         self.route = route
         #: ``namespace/name`` of the route's upstream ("" for a direct response)
         self.upstream = ""
-        self.claims: dict[str, Any] | None = None
-        self.claims_provider: str | None = None
         self.principal: str | None = None
         self.identities: Mapping[str, str] = _NO_IDENTITIES  # shared until a plugin authenticates: no dict per request
-        self.state: dict[str, Any] = {}
+        self.state: dict[str | StateKey[Any], Any] = {}
         self.reactor = reactor
         self.decided_by: str | None = None
         self.dry_run = False
         self.received_headers: Any = None
         self.owned_headers: tuple[bytes, ...] = ()
         self.response_headers: list[tuple[bytes, bytes]] | None = None
+
+    # twistgw 0.1's claims, now the jwt plugin's state ----------------------
+
+    @property
+    def claims(self) -> dict[str, Any] | None:
+        """Deprecated: ``twistgw_jwt.claims.verified_claims(ctx).claims``."""
+        claims: dict[str, Any] | None = _jwt_claims("claims").claims_of(self)
+        return claims
+
+    @claims.setter
+    def claims(self, value: dict[str, Any] | None) -> None:
+        module = _jwt_claims("claims")
+        found = module.verified_claims(self)
+        module.set_verified_claims(self, value, found.provider if found is not None else None)
+
+    @property
+    def claims_provider(self) -> str | None:
+        """Deprecated: ``twistgw_jwt.claims.verified_claims(ctx).provider``."""
+        found = _jwt_claims("claims_provider").verified_claims(self)
+        return found.provider if found is not None else None
+
+    @claims_provider.setter
+    def claims_provider(self, value: str | None) -> None:
+        module = _jwt_claims("claims_provider")
+        found = module.verified_claims(self)
+        module.set_verified_claims(self, found.claims if found is not None else None, value)
 
     # Body ------------------------------------------------------------------
 

@@ -63,6 +63,7 @@ from twistgw.api.types import (
     NotChecked,
     OptionsError,
     RequestContext,
+    StateKey,
     path_text,
 )
 from twistgw.api.views import RouteView, VirtualServiceView
@@ -92,7 +93,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     ),
     "Decisions": ("Allow", "Deny", "NotChecked", "Decision"),
     "The request": (
-        "RequestContext", "Headers", "canonical_name", "is_token", "InvalidHeaderName",
+        "RequestContext", "StateKey", "Headers", "canonical_name", "is_token", "InvalidHeaderName",
         "OWNED_RESPONSE_HEADERS", "BodyPrefix", "BodySource", "BytesBody", "read_basic_credentials",
     ),
     "Compiling options": (
@@ -116,7 +117,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
 __all__ = [
     "hookimpl", "hookspec", "HookRegistry", "PluginInfo", "DEFAULT_ORDER", "Placement", "StagedOptions",
     "GatewayInfo", "Commands", "EXIT_OK", "EXIT_INVALID", "EXIT_USAGE", "write_secret", "Allow", "Deny", "NotChecked",
-    "Decision", "RequestContext", "Headers", "canonical_name", "is_token", "InvalidHeaderName",
+    "Decision", "RequestContext", "StateKey", "Headers", "canonical_name", "is_token", "InvalidHeaderName",
     "OWNED_RESPONSE_HEADERS", "BodyPrefix", "BodySource", "BytesBody", "read_basic_credentials", "OptionsScope",
     "ResourceView", "SecretInfo", "AuthConfigInfo", "UpstreamInfo", "Endpoint", "InvalidResource",
     "OwnsRequestHeaders", "OptionsError", "ConfigWarning", "path_text", "VirtualServiceView", "RouteView", "Problems",
