@@ -6,12 +6,13 @@ Everything here is re-exported from :mod:`twistgw`; import it from there.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Generic, Iterable, Mapping, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 from urllib.parse import parse_qsl, urlencode
 
 import attrs
 
 from twistgw.api.headers import Headers, checked_response_header
+from twistgw.api.state import StateKey
 # re-exported: the resource infos used to live here, and plugins import them from this module
 from twistgw.api.resources import AuthConfigInfo as AuthConfigInfo
 from twistgw.api.resources import Endpoint as Endpoint
@@ -218,48 +219,6 @@ def path_text(path: Sequence[str | int]) -> str:
 # --------------------------------------------------------------------------
 # The request as plugins see it
 # --------------------------------------------------------------------------
-
-_T = TypeVar("_T")
-
-
-class StateKey(Generic[_T]):
-    """A typed key of :attr:`RequestContext.state`, the request's per-plugin
-    state: what one plugin leaves on the request for itself or for the
-    plugins after it (pytest's ``StashKey``). The plugin that owns the value
-    makes the key once, at import, and exports it (or functions reading it)
-    as its documented API; a reader imports the key from that plugin::
-
-        CLAIMS: sdk.StateKey[VerifiedClaims] = sdk.StateKey("jwt", "claims")
-
-        CLAIMS.set(ctx, VerifiedClaims(claims, provider))   # the jwt plugin
-        found = CLAIMS.get(ctx)                             # rbac: None when unset
-
-    Keys compare by identity, so two plugins never collide whatever they
-    name them. ``ctx.state`` takes plain string keys too (a plugin's own
-    name, for untyped values).
-
-    :ivar plugin: the name of the plugin that owns the value.
-    :ivar name: what the value is, for ``repr`` and debugging.
-    """
-
-    __slots__ = ("plugin", "name")
-
-    def __init__(self, plugin: str, name: str) -> None:
-        self.plugin = plugin
-        self.name = name
-
-    def get(self, ctx: "RequestContext") -> _T | None:
-        """The value on ``ctx``, or None when its plugin left none."""
-        value: _T | None = ctx.state.get(self)
-        return value
-
-    def set(self, ctx: "RequestContext", value: _T) -> None:
-        """Leave ``value`` on ``ctx`` (replacing what was there)."""
-        ctx.state[self] = value
-
-    def __repr__(self) -> str:
-        return f"StateKey({self.plugin!r}, {self.name!r})"
-
 
 class RequestContext:
     """One request on its way through the plugin chain.

@@ -63,9 +63,9 @@ from twistgw.api.types import (
     NotChecked,
     OptionsError,
     RequestContext,
-    StateKey,
     path_text,
 )
+from twistgw.api.state import StateKey
 from twistgw.api.views import RouteView, VirtualServiceView
 from twistgw.config.upstreamtls import read_pems
 from twistgw.redis import RedisClient, RedisConfig, RedisError, RedisPool, RedisUnavailable, ReplyError
