@@ -218,7 +218,8 @@ class ChainTester:
         :raises twistgw.sdk.testing.ConfigError: the configuration is rejected.
         """
         host = _configured_host(plugins, load_entry_points, reactor, dry_run)
-        return cls(build_snapshot(load_text(text, keep_going=True), host), host, reactor, dry_run)
+        config = load_text(text, keep_going=True, merges=host.option_merges())
+        return cls(build_snapshot(config, host), host, reactor, dry_run)
 
     @classmethod
     def from_resources(cls, resources: Resources, plugins: Iterable[tuple[str, object] | str], *,
@@ -243,7 +244,8 @@ class ChainTester:
         ``--live`` only the second.
         """
         host = _configured_host(plugins, load_entry_points, reactor, dry_run, may_listen)
-        return cls(build_snapshot(load_directory(directory, keep_going=True), host), host, reactor, dry_run)
+        config = load_directory(directory, keep_going=True, merges=host.option_merges())
+        return cls(build_snapshot(config, host), host, reactor, dry_run)
 
     async def request(self, method: str, url: str, headers: Any = None,
                       client_address: str = "127.0.0.1") -> ChainResult:

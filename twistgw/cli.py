@@ -35,7 +35,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     try:
         host = PluginHost.create()
-        config = load_directory(args.directory, keep_going=True)
+        config = load_directory(args.directory, keep_going=True, merges=host.option_merges())
         for note in config.skipped:
             print(f"note: {note}", file=sys.stderr)
         with warnings.catch_warnings(record=True) as caught:

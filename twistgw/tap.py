@@ -153,7 +153,8 @@ def _workers_service(options: Options, admin: str | None) -> IService:
     from twistgw.runtime.workers import WorkersService
 
     try:
-        snapshot = build_snapshot(load_directory(options["config"], keep_going=True), PluginHost.create())
+        host = PluginHost.create()
+        snapshot = build_snapshot(load_directory(options["config"], keep_going=True, merges=host.option_merges()), host)
     except ConfigError as exc:
         _refuse(options, exc)
     if snapshot.gateways:

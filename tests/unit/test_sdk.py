@@ -363,3 +363,78 @@ class RequestStateTests(TestCase):
         assert any("RequestContext.claims is deprecated" in t and "twistgw_jwt.claims" in t for t in texts), texts
         assert any("RequestContext.claims_provider is deprecated" in t for t in texts), texts
         assert all(w.filename == __file__ for w in caught if "RequestContext.claims" in str(w.message))
+
+
+def _delegating(parent: str, children: list[str]) -> str:
+    """A virtual service delegating ``/t/`` to a RouteTable: ``parent`` and
+    each child's ``options`` as YAML flow mappings; child i matches ``/t/i``."""
+    routes = "".join(f"    - matchers: [{{prefix: /t/{i}}}]\n      directResponseAction: {{status: 200, body: c{i}}}\n"
+                     f"      options: {child}\n" for i, child in enumerate(children))
+    return ("apiVersion: gateway.vendor.io/v1\nkind: VirtualService\nmetadata: {name: v}\nspec:\n"
+            "  virtualHost:\n    domains: [gw.test]\n    routes:\n    - matchers: [{prefix: /t/}]\n"
+            f"      delegateAction: {{ref: {{name: t}}}}\n      options: {parent}\n---\n"
+            "apiVersion: gateway.vendor.io/v1\nkind: RouteTable\nmetadata: {name: t}\nspec:\n  routes:\n" + routes)
+
+
+class _Recorder:
+    """A plugin whose compiled options are the options as written."""
+
+    def __init__(self, info: twistgw.sdk.PluginInfo) -> None:
+        self.info = info
+
+    @twistgw.sdk.hookimpl
+    def twistgw_plugin_info(self) -> twistgw.sdk.PluginInfo:
+        return self.info
+
+    @twistgw.sdk.hookimpl
+    def twistgw_compile_options(self, options: object, scope: twistgw.sdk.OptionsScope) -> object:
+        return options
+
+
+def _chains(tester: twistgw.sdk.testing.ChainTester) -> list[list[tuple[str, object]]]:
+    """Each delegated route's chain: (step label, its options), in order."""
+    snapshot = tester.snapshot
+    (vs,) = snapshot.config.virtual_services
+    return [[(step.label, step.options) for step in snapshot.runtime(vs, route).chain] for route in vs.routes]
+
+
+class DelegatedOptionsMergeTests(TestCase):
+    """Delegation merges options as each plugin declares, for any plugin:
+    the loader knows no plugin's keys."""
+
+    def test_any_staged_plugin_merges_stage_by_stage(self) -> None:
+        """The jwt plugin's rule (docs/jwt.md, "Stages") for a plugin named
+        otherwise: the parent's before stage stays when a child sets only
+        its own key (the after stage), and {disable: true} turns all off."""
+        sig = _Recorder(twistgw.sdk.PluginInfo(order=200, staged_options=twistgw.sdk.StagedOptions(
+            "gate", "early", "late", ("sigStaged", "sigRouteStaged"), route_only=("sigRouteStaged",))))
+        gate = _Recorder(twistgw.sdk.PluginInfo(order=100))
+        text = _delegating("{gate: {}, sigRouteStaged: {early: {k: parent}}}",
+                           ["{sig: {k: child}}", "{sig: {disable: true}}", "{sigStaged: {late: {disable: true}}}"])
+        chains = _chains(twistgw.sdk.testing.ChainTester.from_yaml(text, [("gate", gate), ("sig", sig)]))
+        assert chains == [
+            [("sig[early]", {"k": "parent"}), ("gate", {}), ("sig[late]", {"k": "child"})],  # both stages
+            [("gate", {})],  # every stage off
+            [("sig", {"k": "parent"}), ("gate", {})],  # the parent's early stage alone
+        ]
+
+    def test_a_plugin_declares_its_own_merge(self) -> None:
+        def union(parent: object, child: object) -> object:
+            assert isinstance(parent, dict) and isinstance(child, dict)
+            return {"allow": sorted({*parent.get("allow", ()), *child.get("allow", ())})}
+
+        merging = _Recorder(twistgw.sdk.PluginInfo(merge_options=union))
+        plain = _Recorder(twistgw.sdk.PluginInfo())
+        text = _delegating("{merging: {allow: [a]}, plain: {allow: [a]}}",
+                           ["{merging: {allow: [b]}, plain: {allow: [b]}}", "{}"])
+        chains = _chains(twistgw.sdk.testing.ChainTester.from_yaml(text, [("merging", merging), ("plain", plain)]))
+        assert chains == [
+            [("merging", {"allow": ["a", "b"]}), ("plain", {"allow": ["b"]})],  # plain: the child's replaces
+            [("merging", {"allow": ["a"]}), ("plain", {"allow": ["a"]})],  # only the parent sets them
+        ]
+
+    def test_the_route_table_code_names_no_plugin(self) -> None:
+        import twistgw.config.routetables as routetables
+
+        source = Path(routetables.__file__).read_text()
+        assert not re.search(r"\bjwt", source, re.I), "config/routetables.py names the jwt plugin"

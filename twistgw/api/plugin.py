@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Collection, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Protocol, runtime_checkable
 
 import attrs
 import pluggy
@@ -80,6 +80,24 @@ class StagedOptions:
 
 
 @attrs.frozen
+class OptionMerge:
+    """How a plugin's options keys combine when a RouteTable route inherits
+    the options of the route delegating to it, where that is more than
+    "a key the child sets replaces the parent's" (the loader applies it;
+    the core builds it from the plugin's declarations: its
+    ``StagedOptions``, or ``PluginInfo.merge_options``).
+
+    :ivar keys: the options keys merged together.
+    :ivar merge: ``merge(parent options, child options)`` → the entries of
+        ``keys`` of the child's effective options; called when both set one
+        of ``keys``.
+    """
+
+    keys: frozenset[str]
+    merge: Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any]]
+
+
+@attrs.frozen
 class PluginInfo:
     """What a plugin says about itself (``twistgw_plugin_info``).
 
@@ -89,12 +107,19 @@ class PluginInfo:
     :ivar placement: ordering constraints against other plugins by name
         (:class:`Placement`), applied to the default order.
     :ivar staged_options: a staged options key (:class:`StagedOptions`), or None.
+    :ivar merge_options: how a RouteTable route's value of the plugin's
+        options key combines with the value of the route delegating to it:
+        ``merge_options(parent value, child value)`` → the child's value
+        (called when both set the key; ``{disable: true}`` included). None:
+        the child's replaces the parent's, as Gloo does. (A staged plugin's
+        keys merge stage by stage, from ``staged_options``.)
     """
 
     order: int = DEFAULT_ORDER
     description: str = ""
     placement: Placement = Placement()
     staged_options: StagedOptions | None = None
+    merge_options: Callable[[Any, Any], Any] | None = None
 
 
 @runtime_checkable

@@ -11,11 +11,12 @@ objects, never touches the reactor.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Sequence
 
 import attrs
 
 from twistgw.api.fields import Invalid
+from twistgw.api.plugin import OptionMerge
 from twistgw.api.types import AuthConfigInfo, SecretInfo
 from twistgw.config.envelope import Envelope, Skipped, read_envelope
 from twistgw.config.errors import ConfigError, ConfigIssue
@@ -54,12 +55,14 @@ __all__ = [
 ]
 
 
-def load_directory(directory: str, keep_going: bool = False) -> Config:
+def load_directory(directory: str, keep_going: bool = False, merges: Sequence[OptionMerge] = ()) -> Config:
     """Read and cross-check a configuration directory.
 
     :param keep_going: return what could be read, with every problem in
         ``Config.issues``, instead of raising; :func:`twistgw.core.snapshot.build_snapshot`
         then adds the plugins' problems and raises them all at once.
+    :param merges: how the installed plugins' options keys merge under
+        delegation (``PluginHost.option_merges``), where they declared it.
     """
     docs, issues = read_documents(directory)
     if issues and not keep_going:
@@ -69,15 +72,16 @@ def load_directory(directory: str, keep_going: bool = False) -> Config:
         # flux); serving "nothing" would turn every route into a 404.
         raise ConfigError([ConfigIssue(
             "the configuration directory has no *.yaml or *.yml files", file=directory)])
-    config = build_config(docs, keep_going=keep_going, partial=bool(issues))
+    config = build_config(docs, keep_going=keep_going, partial=bool(issues), merges=merges)
     return attrs.evolve(config, directory=os.path.abspath(directory), issues=tuple(issues) + config.issues)
 
 
-def load_text(text: str, filename: str = "<string>", keep_going: bool = False) -> Config:
+def load_text(text: str, filename: str = "<string>", keep_going: bool = False,
+              merges: Sequence[OptionMerge] = ()) -> Config:
     docs, issues = parse_yaml_text(text, filename)
     if issues and not keep_going:
         raise ConfigError(issues)
-    config = build_config(docs, keep_going=keep_going, partial=bool(issues))
+    config = build_config(docs, keep_going=keep_going, partial=bool(issues), merges=merges)
     return attrs.evolve(config, issues=tuple(issues) + config.issues)
 
 
@@ -100,12 +104,14 @@ class _Read:
             self.invalid = Unresolvable()
 
 
-def build_config(docs: list[Document], keep_going: bool = False, partial: bool = False) -> Config:
+def build_config(docs: list[Document], keep_going: bool = False, partial: bool = False,
+                 merges: Sequence[OptionMerge] = ()) -> Config:
     """Every resource of ``docs``, cross-checked. Raises ConfigError listing
     every problem (or, with ``keep_going``, returns them in ``issues``).
 
     :param partial: some documents could not be read (invalid YAML), so
         references are not checked: what they name may be in those.
+    :param merges: how plugins' options keys merge under delegation.
     """
     issues: list[ConfigIssue] = []
     read = _Read(partial)
@@ -123,7 +129,7 @@ def build_config(docs: list[Document], keep_going: bool = False, partial: bool =
     config = attrs.evolve(config, virtual_services=merged_vs, route_tables=merged_tables)
     # Delegation: each virtual service's route tree, flattened.
     flattener = Flattener(config.route_tables, {(n, m) for k, n, m in read.invalid if k == "RouteTable"},
-                          issue, partial)
+                          issue, partial, merges)
     config = attrs.evolve(config, virtual_services=tuple(
         attrs.evolve(vs, routes=flattener.flatten(vs)) for vs in config.virtual_services))
     config = attrs.evolve(config, route_tables_used=frozenset(flattener.used))

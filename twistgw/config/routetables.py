@@ -23,25 +23,27 @@ Gloo Edge's rules, which we follow:
   conditions instead of repeating them; ``inheritablePathMatchers: true``
   makes it match its parent's prefix instead of its own path conditions;
 * a child's options are the parent's options with the child's own on top
-  (a plugin key the child sets replaces the parent's entry wholesale);
+  (a plugin key the child sets replaces the parent's entry wholesale, or
+  merges as its plugin declared: :class:`~twistgw.api.plugin.OptionMerge`);
 * a reference to a missing table, a selector choosing none, and a cycle are
   configuration errors.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
 from twistgw.api.fields import FieldReader
+from twistgw.api.plugin import OptionMerge
 from twistgw.config.envelope import Envelope
 from twistgw.config.matchers import Matcher
 from twistgw.config.model import OPERATORS, Delegate, Route, RouteTable, Selector, VirtualService
 from twistgw.config.virtualservices import read_routes
 from twistgw.api.options import parse_duration
 
-__all__ = ["OPERATORS", "Flattener", "read_route_table", "selects"]
+__all__ = ["OPERATORS", "Flattener", "merge_options", "read_route_table", "selects"]
 
 
 def read_route_table(r: FieldReader, res: Envelope) -> RouteTable:
@@ -56,10 +58,6 @@ def read_route_table(r: FieldReader, res: Envelope) -> RouteTable:
                                 name=rt.name if not rt.name.startswith("routes[") else
                                 f"RouteTable {ns}/{name} {rt.name}") for rt in routes)
     return RouteTable(ns, name, routes, dict(res.labels), weight, source)
-
-#: Options keys that replace each other as a group when a child sets one.
-_JWT_KEYS = frozenset({"jwt", "jwtStaged", "jwtProvidersStaged"})
-
 
 def selects(selector: Selector, owner_ns: str, table: RouteTable) -> bool:
     namespaces = selector.namespaces or (owner_ns,)
@@ -102,70 +100,36 @@ def _specificity(route: Route) -> tuple[int, int]:
     return best
 
 
-def _merge_options(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
+def merge_options(parent: Mapping[str, Any], child: Mapping[str, Any],
+                  merges: Sequence[OptionMerge] = ()) -> dict[str, Any]:
     """A child route's options: the delegating route's, with the child's own
-    on top (a plugin key replaces the parent's entry wholesale; the JWT keys
-    merge stage by stage, see :func:`_merge_jwt_stages`)."""
+    on top. A key the child sets replaces the parent's entry wholesale,
+    unless a plugin declared how its keys merge (``merges``: a staged
+    plugin's stages merge stage by stage, from its ``StagedOptions``)."""
     out = dict(parent)
-    if _JWT_KEYS & child.keys() and _JWT_KEYS & parent.keys():
-        merged = _merge_jwt_stages(parent, child)
-        for k in _JWT_KEYS:
-            out.pop(k, None)
-        out.update({k: v for k, v in child.items() if k not in _JWT_KEYS})
-        out.update(merged)
-        return out
-    out.update(child)
+    handled: set[str] = set()
+    for merge in merges:
+        if merge.keys & child.keys() and merge.keys & parent.keys():
+            for key in merge.keys:
+                out.pop(key, None)
+            out.update(merge.merge(parent, child))
+            handled |= merge.keys
+    out.update({k: v for k, v in child.items() if k not in handled} if handled else child)
     return out
-
-
-#: Gloo's JWT stages, in the order they run.
-_STAGES = ("beforeExtAuth", "afterExtAuth")
-_OFF: Mapping[str, Any] = {"disable": True}
-
-
-def _jwt_stages(options: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A route's JWT keys as {stage: options}, the way docs/jwt.md's table
-    reads them (``jwt`` is the afterExtAuth stage); None when ``jwt: {disable:
-    true}`` turns every stage off. A shape the checks will refuse is kept as
-    it is (its own key reports it)."""
-    jwt = options.get("jwt")
-    if isinstance(jwt, Mapping) and jwt.get("disable") is True:
-        return None
-    stages: dict[str, Any] = {}
-    if jwt is not None:
-        stages["afterExtAuth"] = jwt
-    for key in ("jwtStaged", "jwtProvidersStaged"):
-        staged = options.get(key)
-        if isinstance(staged, Mapping):
-            stages.update(staged)
-    return stages
-
-
-def _merge_jwt_stages(parent: Mapping[str, Any], child: Mapping[str, Any]) -> dict[str, Any]:
-    """The JWT keys of a child route under a delegating route that sets JWT
-    too, stage by stage (docs/jwt.md, "Stages"): a stage the child names
-    replaces (or, with ``{disable: true}``, turns off) the parent's at that
-    stage, the parent's other stage stays; ``jwt: {disable: true}`` on the
-    child turns every stage off. Written back as one route-level staged key."""
-    mine = _jwt_stages(child)
-    if mine is None:
-        return {"jwt": dict(_OFF)}
-    inherited = _jwt_stages(parent)
-    stages = {s: _OFF for s in _STAGES} if inherited is None else dict(inherited)
-    stages.update(mine)
-    key = "jwtStaged" if "jwtStaged" in child else "jwtProvidersStaged"
-    return {key: {s: stages[s] for s in _STAGES if s in stages}}
 
 
 class Flattener:
     """Resolves delegation for every virtual service of one configuration."""
 
     def __init__(self, tables: Mapping[tuple[str, str], RouteTable], invalid: set[tuple[str, str]],
-                 issue: Callable[[Any, str, tuple[str | int, ...], str], None], partial: bool = False) -> None:
+                 issue: Callable[[Any, str, tuple[str | int, ...], str], None], partial: bool = False,
+                 merges: Sequence[OptionMerge] = ()) -> None:
         """:param invalid: (namespace, name) of RouteTables declared but
             rejected (their problems are reported already; references to
             them are not reported again).
         :param issue: ``issue(source, owner, path, reason)`` records a problem.
+        :param merges: how the plugins' options keys merge, where a plugin
+            declared more than "the child's replaces the parent's".
         """
         self.tables = tables
         self.invalid = invalid
@@ -173,6 +137,7 @@ class Flattener:
         #: some documents could not be read: a missing table may be in them
         self.partial = partial
         self.used: set[tuple[str, str]] = set()
+        self.merges = tuple(merges)
 
     def flatten(self, vs: VirtualService) -> tuple[Route, ...]:
         out: list[Route] = []
@@ -253,7 +218,7 @@ class Flattener:
                 ok = False
         if not ok:
             return None
-        options = _merge_options(parent_options, route.options)
+        options = merge_options(parent_options, route.options, self.merges)
         timeout = parse_duration(options["timeout"]) if "timeout" in options else None
         # A regex (or a case-insensitive path under a case-sensitive prefix)
         # can match paths outside the delegated prefix: the parent's matcher

@@ -8,6 +8,7 @@ plugin concerned and call it ourselves, awaiting whatever it returns.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import inspect
 from typing import Any, Awaitable, Callable, Iterable, Mapping
@@ -18,7 +19,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from twistgw.api import hookspecs
-from twistgw.api.plugin import DEFAULT_ORDER, GatewayInfo, HookRegistry, Placement, PluginInfo, hookimpl
+from twistgw.api.plugin import DEFAULT_ORDER, GatewayInfo, HookRegistry, OptionMerge, Placement, PluginInfo, hookimpl
+from twistgw.core import stages
 
 __all__ = ["DEFAULT_ORDER", "GatewayInfo", "PluginError", "PluginHost", "PluginInfo", "hookimpl", "maybe_await",
            "place"]
@@ -163,6 +165,20 @@ class PluginHost:
             raise KeyError(f"no plugin named {name!r}")
         return found
 
+    def option_merges(self) -> tuple[OptionMerge, ...]:
+        """How each plugin's options keys merge under delegation, where it
+        declared more than "the child's replaces the parent's" (for the
+        loader): a staged plugin's stages, a ``PluginInfo.merge_options``."""
+        merges = []
+        for name, info in self.infos.items():
+            decl = info.staged_options
+            if decl is not None:
+                merges.append(OptionMerge(frozenset((name, *decl.keys)),
+                                          functools.partial(stages.merge_delegated, name, decl)))
+            elif info.merge_options is not None:
+                merges.append(OptionMerge(frozenset((name,)), functools.partial(_merge_one, name, info.merge_options)))
+        return tuple(merges)
+
     def names(self) -> list[str]:
         return sorted(self.infos)
 
@@ -249,6 +265,15 @@ class PluginHost:
 
     def _loaded_failed(self, failure: Failure, name: str) -> None:
         self._log.failure("Plugin {plugin} failed in twistgw_config_loaded", failure=failure, plugin=name)
+
+
+def _merge_one(name: str, merge: Callable[[Any, Any], Any], parent: Mapping[str, Any],
+               child: Mapping[str, Any]) -> dict[str, Any]:
+    """A plugin's ``merge_options`` on its one key (the child's value alone
+    when the parent has none)."""
+    if name not in parent:
+        return {name: child[name]}
+    return {name: merge(parent[name], child[name])}
 
 
 async def _awaited(awaitable: Awaitable[object]) -> object:

@@ -133,3 +133,45 @@ def place(plugin: str, decl: StagedOptions, chain: list[tuple[str, str]], stages
             at = next(i for i, (name, _) in enumerate(out) if name == around)
         out.insert(at, (plugin, decl.before))
     return out
+
+
+_OFF: Mapping[str, Any] = {"disable": True}
+
+
+def _stages_written(plugin: str, decl: StagedOptions, options: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A route's keys of a staged plugin as {stage: options}, the way
+    docs/jwt.md's table reads them (the plugin's own key is the after
+    stage); None when ``PLUGIN: {disable: true}`` turns every stage off. A
+    shape the checks will refuse is kept as it is (its own key reports it)."""
+    own = options.get(plugin)
+    if is_disabled(own):
+        return None
+    found: dict[str, Any] = {}
+    if own is not None:
+        found[decl.after] = own
+    for key in decl.keys:
+        staged = options.get(key)
+        if isinstance(staged, Mapping):
+            found.update(staged)
+    return found
+
+
+def merge_delegated(plugin: str, decl: StagedOptions, parent: Mapping[str, Any],
+                    child: Mapping[str, Any]) -> dict[str, Any]:
+    """A staged plugin's keys of a child route under a delegating route that
+    sets them too, stage by stage (docs/jwt.md, "Stages"): a stage the child
+    names replaces (or, with ``{disable: true}``, turns off) the parent's at
+    that stage, the parent's other stage stays; ``PLUGIN: {disable: true}``
+    on the child turns every stage off. Written back as one route-level
+    staged key (the first of ``decl.keys`` the child writes, else the
+    route-only one)."""
+    mine = _stages_written(plugin, decl, child)
+    if mine is None:
+        return {plugin: dict(_OFF)}
+    inherited = _stages_written(plugin, decl, parent)
+    order = (decl.before, decl.after)
+    merged = {s: _OFF for s in order} if inherited is None else dict(inherited)
+    merged.update(mine)
+    fallback = decl.route_only[0] if decl.route_only else decl.keys[-1]
+    key = next((k for k in decl.keys if k in child), fallback)
+    return {key: {s: merged[s] for s in order if s in merged}}

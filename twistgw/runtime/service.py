@@ -168,7 +168,7 @@ class GatewayService(service.MultiService):
     def load(self) -> Snapshot:
         """Build a snapshot from the directory (raises ConfigError)."""
         fp = fingerprint(self.config_dir)
-        config = load_directory(self.config_dir, keep_going=True)
+        config = load_directory(self.config_dir, keep_going=True, merges=self.plugins.option_merges())
         snapshot = build_snapshot(config, self.plugins, self.generation + 1)
         for note in (*config.skipped, *gateway_notes(config)):
             self._log.info("{note}", note=note)
