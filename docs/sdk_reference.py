@@ -227,7 +227,7 @@ def render() -> str:
              " `from twistgw import sdk`, except the hooks (implemented by name, specified in"
              " `twistgw.sdk.hookspecs`) and the test helpers (`twistgw.sdk.testing`). A guide that builds a"
              " plugin with them is [plugins.md](plugins.md).", "", "## Contents", ""]
-    titles = list(sections) + ["Hooks", "Test helpers"] + [e[1] for e in EXTENSIONS]
+    titles = list(sections) + ["Hooks", "Test helpers"] + [e[1] for e in EXTENSIONS] + [SHIPPED]
     parts += [f"* [{t}](#{_anchor(t)})" for t in titles] + [""]
     for title, names in sections.items():
         parts += [f"## {title}", ""]
@@ -255,9 +255,34 @@ def render() -> str:
                           _text(spec.__doc__), ""]
         for name in getattr(module, contract):
             parts += _entry(name, getattr(module, name), package)
+    parts += _shipped()
     text = "\n".join(parts)
     text = re.sub(r"\n{3,}", "\n\n", text)
     return text.rstrip() + "\n"
+
+
+SHIPPED = "What the shipped plugins read"
+
+
+def _shipped() -> list[str]:
+    """The table of the shipped plugins' declarations (``PluginInfo``
+    options and settings), from the installed entry points."""
+    from importlib.metadata import entry_points
+
+    plugins = importlib.import_module("twistgw.core.plugins")
+    host = plugins.PluginHost.create(load_entry_points=True)
+    shipped = {ep.name for ep in entry_points(group="twistgw.plugins") if ep.dist is not None
+               and ep.dist.name == "twistgw"}
+    out = [f"## {SHIPPED}", "",
+           "Each plugin declares the options keys and `Settings` sections it reads (`PluginInfo.options`,"
+           " `PluginInfo.settings`); the loader refuses any other key or section, `twistgw plugins` prints"
+           " them, and this table is made from them (default chain order):", "",
+           "| plugin | order | reads | what it is |", "|---|---|---|---|"]
+    for name in host.default_order():
+        if name in shipped:
+            info = host.infos[name]
+            out.append(f"| `{name}` | {info.order} | {host.reads(name)} | {info.description} |")
+    return out + [""]
 
 
 def main(argv: list[str]) -> int:

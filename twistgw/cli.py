@@ -282,7 +282,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     for name in host.default_order():
         info = host.infos[name]
-        print(f"{name:12} order={info.order:<5} {info.description}")
+        print(f"{name:16} order={info.order:<5} {info.description} [reads {host.reads(name)}]")
     return EXIT_OK
 
 
@@ -327,7 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="loopback endpoint (default tcp:9000:interface=127.0.0.1)")
     ec.set_defaults(func=cmd_echo)
 
-    pl = sub.add_parser("plugins", help="list installed plugins and their default order")
+    pl = sub.add_parser("plugins", help="list installed plugins, their default order and what each reads",
+                        description="Each installed plugin in the default chain order, with its description and"
+                        " the options keys and Settings sections it reads (its PluginInfo).")
     pl.set_defaults(func=cmd_plugins)
     _add_plugin_commands(Commands(sub))
     return p

@@ -11,9 +11,7 @@ One module per type (``apikey``, ``basic``, ``opa``, ``passthrough``,
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
-from twistgw.sdk import Commands, OptionsError, OptionsScope, PluginInfo, hookimpl
+from twistgw.sdk import Commands, PluginInfo, hookimpl
 from twistgw_extauth import ExtAuthConfigType
 
 from twistgw_authtypes.apikey import ApiKeyAuth
@@ -37,7 +35,9 @@ class AuthTypesPlugin:
     @hookimpl
     def twistgw_plugin_info(self) -> PluginInfo:
         return PluginInfo(order=1000, description="AuthConfig types apiKeyAuth, basicAuth, opaAuth,"
-                                                  " passThroughAuth and customAuth (used through options.extauth)")
+                                                  " passThroughAuth and customAuth, run by the extauth plugin: name an"
+                                                  " AuthConfig in options.extauth (configRef), or write"
+                                                  " options.extauth.customAuth", options=(), settings=())
 
     @hookimpl(optionalhook=True)  # the extauth plugin's hook: absent without it
     def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:
@@ -48,8 +48,3 @@ class AuthTypesPlugin:
         from twistgw_authtypes import _commands
 
         _commands.add_commands(commands)
-
-    @hookimpl
-    def twistgw_compile_options(self, options: Mapping[str, Any], scope: OptionsScope) -> Any:
-        raise OptionsError((), "authtypes has no options of its own: name an AuthConfig in options.extauth"
-                               " (configRef), or write options.extauth.customAuth")

@@ -68,7 +68,11 @@ def twistgw_extauth_config_types() -> Sequence[ExtAuthConfigType]:
       serves (each checker of this type in it: warm pools, drop stale
       state), ``type.unconfigure()`` at shutdown.
 
-    A plugin that only provides config types needs no other hook.
+    A plugin that only provides config types needs no other hook; it
+    declares that it reads no options and no Settings section
+    (``PluginInfo(options=(), settings=())``), so ``options.<its name>``
+    is refused with its description, as the shipped ``ldap``, ``authtypes``
+    and ``oidc`` plugins do.
 
     :return: a sequence of config type objects (:class:`ExtAuthConfigType`
         instances). Two plugins providing the same ``name`` are a

@@ -18,9 +18,9 @@ development directory, ``secret`` writes service-account Secrets.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
-from twistgw.sdk import Commands, OptionsError, OptionsScope, PluginInfo, hookimpl
+from twistgw.sdk import Commands, PluginInfo, hookimpl
 from twistgw_extauth import ExtAuthConfigType
 from twistgw_extauth import ExtAuthPlugin as _ExtAuthPlugin
 
@@ -40,7 +40,11 @@ class LdapPlugin:
 
     @hookimpl
     def twistgw_plugin_info(self) -> PluginInfo:
-        return PluginInfo(description="the 'ldap' AuthConfig config type (run by the extauth plugin)")
+        # No options key and no Settings section of its own: it gives the extauth plugin a config type
+        # (written in an AuthConfig's spec.configs[].ldap; its settings are Settings spec.extauth's devDirectory).
+        return PluginInfo(description="the 'ldap' AuthConfig config type, run by the extauth plugin: write it in an"
+                                      " AuthConfig (spec.configs[].ldap) named by options.extauth.configRef",
+                          options=(), settings=())
 
     @hookimpl(optionalhook=True)  # the extauth plugin's hook: absent without it
     def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:
@@ -49,12 +53,6 @@ class LdapPlugin:
     @hookimpl
     def twistgw_add_commands(self, commands: Commands) -> None:
         secret.add_commands(commands)
-
-    @hookimpl
-    def twistgw_compile_options(self, options: Mapping[str, Any], scope: OptionsScope) -> None:
-        raise OptionsError((), "ldap is an AuthConfig config type, not a route option: write the ldap"
-                           " settings in an AuthConfig (spec.configs[].ldap) and name it with"
-                           " options.extauth: {configRef: {name: ...}}")
 
 
 class ExtAuthPlugin(_ExtAuthPlugin):

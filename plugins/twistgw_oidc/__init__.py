@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from twistgw.sdk import Commands, GatewayInfo, hookimpl
+from twistgw.sdk import Commands, GatewayInfo, PluginInfo, hookimpl
 from twistgw_extauth import ConfigScope, ExtAuthConfigType
 from twistgw.sdk import Problems
 from twistgw_oidc._access import AccessTokenChecker
@@ -96,6 +96,12 @@ class OidcPlugin:
 
     def __init__(self) -> None:
         self.type = OAuth2Type()
+
+    @hookimpl
+    def twistgw_plugin_info(self) -> PluginInfo:
+        return PluginInfo(description="the 'oauth2' AuthConfig config type (OIDC logins, access tokens), run by the"
+                                      " extauth plugin: write it in an AuthConfig (spec.configs[].oauth2)",
+                          options=(), settings=())
 
     @hookimpl(optionalhook=True)  # the extauth plugin's hook: absent without it
     def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:

@@ -12,9 +12,13 @@ options key), all on the public hook API:
 ``ratelimitRegular``   the same, Gloo's name for the regular stage
 ``ratelimitEarly``     the same, always before authentication (Gloo's early stage)
 ``rateLimitConfigs``   ``RateLimitConfig`` resources by reference; counted in Redis
-``ratelimitServer``    ``Settings spec.ratelimitServer`` only: Redis, timeouts,
-                       ``denyOnFail``, ``rateLimitBeforeAuth``, headers, shadow mode
 =====================  ==========================================================
+
+Every one of them reads ``Settings spec.ratelimitServer`` (Redis, timeouts,
+``denyOnFail``, ``rateLimitBeforeAuth``, headers, shadow mode), and says so
+in its ``PluginInfo.settings``; the ``ratelimit`` stages also read
+``Settings spec.ratelimit`` (the descriptors). Each checks the sections it
+reads (``twistgw_check_settings``); no plugin exists for a section alone.
 
 The counted plugins run after authentication (``extauth``, ``jwt``,
 ``rbac``) so that ``authorizedLimits`` and claim actions see who the caller
@@ -39,6 +43,7 @@ from twistgw_ratelimit._options import GlobalLimits, LocalLimit
 from twistgw_ratelimit._redis import RedisCounters
 from twistgw_ratelimit._settings import (
     AUTH_PLUGINS,
+    DESCRIPTORS_SECTION,
     SERVER_SECTION,
     ServerSettings,
     parse_server_settings,
@@ -46,8 +51,7 @@ from twistgw_ratelimit._settings import (
     server_settings,
 )
 
-__all__ = ["ActionsPlugin", "BasicPlugin", "ConfigsPlugin", "EarlyPlugin", "LocalPlugin", "RegularPlugin",
-           "ServerPlugin"]
+__all__ = ["ActionsPlugin", "BasicPlugin", "ConfigsPlugin", "EarlyPlugin", "LocalPlugin", "RegularPlugin"]
 
 _log = Logger(namespace="twistgw_ratelimit")
 
@@ -58,6 +62,15 @@ EARLY_ORDER = 50
 BEFORE_AUTH = sdk.Placement(before=AUTH_PLUGINS)
 
 
+def check_settings(section: str, settings: Mapping[str, Any]) -> None:
+    """The ``Settings`` sections the rate-limit plugins read, checked by each
+    plugin that reads them (a problem is reported once)."""
+    if section == SERVER_SECTION:
+        parse_server_settings(settings)
+    elif section == DESCRIPTORS_SECTION:
+        parse_service_settings(settings)
+
+
 class _Counted:
     """What the plugins counting in Redis share: the reactor, the clock and
     their Redis clients (one per address, reused across reloads)."""
@@ -66,6 +79,8 @@ class _Counted:
     description = ""
     #: runs before authentication whatever rateLimitBeforeAuth says (early stage)
     always_early = False
+    #: the Settings sections it reads (PluginInfo.settings)
+    sections: tuple[str, ...] = (SERVER_SECTION,)
 
     def __init__(self, now: Callable[[], float] = time.time) -> None:
         self.now = now
@@ -89,8 +104,13 @@ class _Counted:
     @sdk.hookimpl
     def twistgw_plugin_info(self) -> sdk.PluginInfo:
         if self.always_early:
-            return sdk.PluginInfo(order=EARLY_ORDER, description=self.description, placement=BEFORE_AUTH)
-        return sdk.PluginInfo(order=ORDER, description=self.description)
+            return sdk.PluginInfo(order=EARLY_ORDER, description=self.description, placement=BEFORE_AUTH,
+                                  settings=self.sections)
+        return sdk.PluginInfo(order=ORDER, description=self.description, settings=self.sections)
+
+    @sdk.hookimpl
+    def twistgw_check_settings(self, section: str, settings: Mapping[str, Any]) -> None:
+        check_settings(section, settings)
 
     @sdk.hookimpl
     def twistgw_placement(self, resources: Any) -> sdk.Placement | None:
@@ -147,6 +167,7 @@ class ActionsPlugin(_Counted):
 
     key = "ratelimit"
     description = "Envoy-style rate-limit actions against Settings descriptors (Redis)"
+    sections = (DESCRIPTORS_SECTION, SERVER_SECTION)
 
     @sdk.hookimpl
     def twistgw_compile_options(self, options: Mapping[str, Any], scope: sdk.OptionsScope) -> GlobalLimits:
@@ -154,8 +175,8 @@ class ActionsPlugin(_Counted):
 
     @sdk.hookimpl
     def twistgw_default_options(self, settings: Mapping[str, Any]) -> None:
-        if self.key == "ratelimit":
-            parse_service_settings(settings)  # Settings spec.ratelimit: reported there
+        if self.key == DESCRIPTORS_SECTION:
+            parse_service_settings(settings)  # its own section, Settings spec.ratelimit: reported there
         return None
 
 
@@ -194,8 +215,12 @@ class LocalPlugin:
 
     @sdk.hookimpl
     def twistgw_plugin_info(self) -> sdk.PluginInfo:
-        return sdk.PluginInfo(order=EARLY_ORDER, placement=BEFORE_AUTH,
+        return sdk.PluginInfo(order=EARLY_ORDER, placement=BEFORE_AUTH, settings=(SERVER_SECTION,),
                                   description="Envoy's local token bucket, per gateway process (no dependencies)")
+
+    @sdk.hookimpl
+    def twistgw_check_settings(self, section: str, settings: Mapping[str, Any]) -> None:
+        check_settings(section, settings)
 
     @sdk.hookimpl
     def twistgw_compile_options(self, options: Mapping[str, Any], scope: sdk.OptionsScope) -> LocalLimit:
@@ -217,22 +242,3 @@ class LocalPlugin:
                 _limiter.add_headers(ctx, _limiter.local_headers(options, now))
             return None
         return _limiter.refuse_local(options, now)
-
-
-class ServerPlugin:
-    """``ratelimitServer``: the name of a ``Settings`` section only."""
-
-    @sdk.hookimpl
-    def twistgw_plugin_info(self) -> sdk.PluginInfo:
-        return sdk.PluginInfo(description=f"Settings spec.{SERVER_SECTION}: Redis, requestTimeout,"
-                                              " denyOnFail, rateLimitBeforeAuth (no route options)")
-
-    @sdk.hookimpl
-    def twistgw_default_options(self, settings: Mapping[str, Any]) -> None:
-        parse_server_settings(settings)
-        return None
-
-    @sdk.hookimpl
-    def twistgw_compile_options(self, options: Mapping[str, Any], scope: sdk.OptionsScope) -> object:
-        raise sdk.OptionsError((), f"{SERVER_SECTION} is a Settings section (Settings spec.{SERVER_SECTION}),"
-                                       " not an option of virtual hosts or routes")

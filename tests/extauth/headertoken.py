@@ -59,5 +59,9 @@ class HeaderToken(ExtAuthConfigType):
 
 class HeaderTokenPlugin:  # entry point: headertoken = "my_package:HeaderTokenPlugin"
     @sdk.hookimpl
+    def twistgw_plugin_info(self) -> sdk.PluginInfo:  # no options key, no Settings section of its own
+        return sdk.PluginInfo(description="the headerToken AuthConfig config type", options=(), settings=())
+
+    @sdk.hookimpl(optionalhook=True)  # the extauth plugin's hook: absent without it
     def twistgw_extauth_config_types(self) -> list[ExtAuthConfigType]:
         return [HeaderToken()]

@@ -29,7 +29,7 @@ DENY = "x-test-deny"
 PLUGINS: list[tuple[str, object]] = [
     ("localRatelimit", rl.LocalPlugin), ("ratelimitBasic", rl.BasicPlugin), ("ratelimit", rl.ActionsPlugin),
     ("ratelimitRegular", rl.RegularPlugin), ("ratelimitEarly", rl.EarlyPlugin),
-    ("rateLimitConfigs", rl.ConfigsPlugin), ("ratelimitServer", rl.ServerPlugin),
+    ("rateLimitConfigs", rl.ConfigsPlugin),
 ]
 
 

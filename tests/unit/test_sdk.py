@@ -5,6 +5,7 @@ naming the new import (see docs/sdk.md and docs/decisions.md)."""
 from __future__ import annotations
 
 import ast
+from typing import Any
 import json
 import re
 import os
@@ -438,3 +439,138 @@ class DelegatedOptionsMergeTests(TestCase):
 
         source = Path(routetables.__file__).read_text()
         assert not re.search(r"\bjwt", source, re.I), "config/routetables.py names the jwt plugin"
+
+
+SETTINGS = """\
+apiVersion: gateway.vendor.io/v1
+kind: Settings
+metadata: {name: s}
+spec: %s
+---
+apiVersion: gateway.vendor.io/v1
+kind: VirtualService
+metadata: {name: v}
+spec:
+  virtualHost:
+    domains: [gw.test]
+    options: %s
+    routes:
+    - matchers: [{prefix: /}]
+      directResponseAction: {status: 200}
+"""
+
+
+class _Shared:
+    """Reads options.NAME and the shared Settings section ``pool``, whose
+    ``size`` must be an integer."""
+
+    def __init__(self, settings: tuple[str, ...] = ("pool",)) -> None:
+        self.settings = settings
+        self.checked: list[tuple[str, object]] = []
+
+    @twistgw.sdk.hookimpl
+    def twistgw_plugin_info(self) -> twistgw.sdk.PluginInfo:
+        return twistgw.sdk.PluginInfo(settings=self.settings, description="shares a pool")
+
+    @twistgw.sdk.hookimpl
+    def twistgw_check_settings(self, section: str, settings: Any) -> None:
+        self.checked.append((section, dict(settings)))
+        if not isinstance(settings.get("size", 0), int):
+            raise twistgw.sdk.OptionsError(("size",), "must be an integer")
+
+
+class _Provider:
+    """Reads no options and no Settings section: gives something else."""
+
+    @twistgw.sdk.hookimpl
+    def twistgw_plugin_info(self) -> twistgw.sdk.PluginInfo:
+        return twistgw.sdk.PluginInfo(description="the 'x' widget, configured elsewhere", options=(), settings=())
+
+
+def _issues(text: str, plugins: list[tuple[str, object]]) -> list[tuple[str, str]]:
+    with pytest.raises(twistgw.sdk.testing.ConfigError) as caught:
+        twistgw.sdk.testing.ChainTester.from_yaml(text, plugins)
+    return [(i.field or "", i.reason) for i in caught.value.issues]
+
+
+class DeclaredReadsTests(TestCase):
+    """A plugin declares the options keys and Settings sections it reads;
+    the loader, check, explain and the docs read that declaration, so no
+    plugin exists only to refuse a key."""
+
+    def test_a_shared_section_is_checked_by_its_readers_and_reported_once(self) -> None:
+        a, b = _Shared(), _Shared()
+        twistgw.sdk.testing.ChainTester.from_yaml(SETTINGS % ("{pool: {size: 3}}", "{a: {}}"), [("a", a), ("b", b)])
+        assert a.checked == b.checked == [("pool", {"size": 3})]
+        found = _issues(SETTINGS % ("{pool: {size: big}}", "{}"), [("a", _Shared()), ("b", _Shared())])
+        assert found == [("spec.pool.size", "must be an integer")]
+
+    def test_a_section_only_is_no_options_key(self) -> None:
+        (found,) = _issues(SETTINGS % ("{}", "{pool: {size: 1}}"), [("a", _Shared()), ("b", _Shared())])
+        assert found == ("spec.virtualHost.options.pool", "pool is a Settings section (Settings spec.pool, read by"
+                                                           " a, b), not an option of virtual hosts or routes")
+
+    def test_a_plugin_without_options_is_no_options_key_and_no_section(self) -> None:
+        (found,) = _issues(SETTINGS % ("{}", "{widget: {}}"), [("widget", _Provider())])
+        assert found == ("spec.virtualHost.options.widget", "plugin 'widget' reads no options of virtual hosts or"
+                                                             " routes (the 'x' widget, configured elsewhere)")
+        (found,) = _issues(SETTINGS % ("{widget: {}}", "{}"), [("widget", _Provider())])
+        assert found == ("spec.widget", "plugin 'widget' reads no Settings section (the 'x' widget, configured"
+                                        " elsewhere)")
+
+    def test_a_section_its_plugin_does_not_read_is_refused(self) -> None:
+        """Its own name's section too, when it declares others only (it used
+        to be accepted and ignored)."""
+        (found,) = _issues(SETTINGS % ("{a: {size: 1}}", "{}"), [("a", _Shared())])
+        assert found[0] == "spec.a" and found[1].startswith("plugin 'a' reads no Settings section")
+
+    def test_a_declaration_the_core_cannot_serve_is_a_plugin_error(self) -> None:
+        from twistgw.core.plugins import PluginError, PluginHost
+
+        class Other:
+            @twistgw.sdk.hookimpl
+            def twistgw_plugin_info(self) -> twistgw.sdk.PluginInfo:
+                return twistgw.sdk.PluginInfo(options=("elsewhere",))
+
+        with pytest.raises(PluginError, match="may list its own name and its staged keys, not 'elsewhere'"):
+            PluginHost.create([("other", Other())], load_entry_points=False)
+
+    def test_the_shipped_plugins_declare_what_they_read_and_none_only_refuses(self) -> None:
+        """One entry point per real plugin; the ones that give the extauth
+        plugin config types read no options and no section of their own."""
+        from importlib.metadata import entry_points
+
+        from twistgw.core.plugins import PluginHost
+
+        shipped = sorted(ep.name for ep in entry_points(group="twistgw.plugins")
+                         if ep.dist is not None and ep.dist.name == "twistgw")
+        assert shipped == ["authtypes", "extauth", "jwt", "ldap", "localRatelimit", "oidc", "rateLimitConfigs",
+                           "ratelimit", "ratelimitBasic", "ratelimitEarly", "ratelimitRegular", "rbac"]
+        host = PluginHost.create(load_entry_points=True, blocked=())
+        reads = {name: host.reads(name) for name in shipped}
+        assert reads["jwt"] == "options.jwt, options.jwtStaged, options.jwtProvidersStaged; Settings spec.jwt"
+        assert reads["ratelimit"] == "options.ratelimit; Settings spec.ratelimit, Settings spec.ratelimitServer"
+        assert reads["localRatelimit"] == "options.localRatelimit; Settings spec.ratelimitServer"
+        for provider in ("ldap", "authtypes", "oidc"):
+            assert reads[provider] == "no options, no Settings section"
+            assert host.impl(provider, "twistgw_compile_options") is None  # nothing to refuse
+        assert sorted(host.sections["ratelimitServer"]) == ["localRatelimit", "rateLimitConfigs", "ratelimit",
+                                                            "ratelimitBasic", "ratelimitEarly", "ratelimitRegular"]
+
+
+class SdkIsAFacadeTests(TestCase):
+    def test_nothing_in_the_gateway_imports_the_sdk(self) -> None:
+        """The SDK only re-exports: the gateway's modules import the machinery,
+        never ``twistgw.sdk`` (which sits above them, with the public surface)."""
+        package = Path(twistgw.__file__).resolve().parent
+        found = []
+        for path in sorted(package.rglob("*.py")):
+            if "sdk" in path.relative_to(package).parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) and \
+                    node.module else []
+                found += [f"{path.name}:{node.lineno} {n}" for n in names
+                          if n == "twistgw.sdk" or n.startswith("twistgw.sdk.")]
+        assert not found, found

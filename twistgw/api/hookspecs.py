@@ -11,7 +11,8 @@ registered under the entry point group ``twistgw.plugins``::
     apikey = "my_package.apikey"
 
 The entry point's *name* (``apikey``) is the plugin's name and also its
-**options key**: a VirtualService enables the plugin by writing
+**options key** (unless its ``PluginInfo.options`` says it reads none): a
+VirtualService enables the plugin by writing
 ``spec.virtualHost.options.apikey: {...}`` (or the same under a route's
 ``options``). The gateway hands that mapping to your
 ``twistgw_compile_options`` when the configuration loads, and the compiled
@@ -65,6 +66,7 @@ __all__ = [
     "twistgw_compile_options",
     "twistgw_check_resource",
     "twistgw_default_options",
+    "twistgw_check_settings",
     "twistgw_placement",
     "twistgw_config_loaded",
     "twistgw_route_match",
@@ -231,6 +233,24 @@ def twistgw_default_options(settings: Mapping[str, Any], config_dir: str) -> Map
     """
 
 
+@hookspec
+def twistgw_check_settings(section: str, settings: Mapping[str, Any], config_dir: str) -> None:
+    """Check a ``Settings`` section the plugin reads besides its own
+    (per-plugin, each time the configuration loads, once per section of
+    ``PluginInfo.settings`` other than the plugin's name, whether or not a
+    route uses the plugin).
+
+    Several plugins may read one section (the rate-limit plugins all read
+    ``ratelimitServer``): each checks what it reads, and a problem two of
+    them find is reported once.
+
+    :param section: the section's name (``spec.<section>``).
+    :param settings: the section as written ({} if absent).
+    :param config_dir: as for ``twistgw_default_options``.
+    :raise sdk.OptionsError: path below ``Settings.spec.<section>``.
+    """
+
+
 @hookspec(firstresult=True)
 def twistgw_placement(resources: ResourceView) -> Placement | None:
     """Where the plugin runs in this configuration, when that depends on
@@ -298,8 +318,8 @@ def twistgw_authenticate(ctx: RequestContext, options: object) -> Decision | Non
 
     Verify credentials; on success record the identity on ``ctx``
     (``ctx.authenticated(NAME, principal)``: ``ctx.identities[NAME]``, and
-    ``ctx.principal`` if no earlier plugin set it; ``ctx.claims``,
-    ``ctx.state[NAME]`` for anything else) and return
+    ``ctx.principal`` if no earlier plugin set it; anything else for later
+    plugins in ``ctx.state``, under a :class:`sdk.StateKey` you export) and return
     :class:`sdk.Allow` (or None). Return :class:`sdk.Deny` to refuse
     the request with that response.
 

@@ -107,6 +107,20 @@ class PluginInfo:
     :ivar placement: ordering constraints against other plugins by name
         (:class:`Placement`), applied to the default order.
     :ivar staged_options: a staged options key (:class:`StagedOptions`), or None.
+    :ivar options: the options keys of virtual hosts and routes the plugin
+        reads: None (the default) is its own name, with its staged keys
+        (``staged_options``); ``()`` for a plugin that reads none (one that
+        gives another plugin something, such as AuthConfig config types, or
+        adds commands). ``options.<its name>`` is then refused, naming the
+        plugin and its description. An options key is the plugin's name or
+        one of its staged keys.
+    :ivar settings: the ``Settings`` sections it reads (``spec.<section>``):
+        None (the default) is its own name; ``()`` none. Sections are
+        checked where they are read: its own by ``twistgw_default_options``,
+        the others (a section several plugins share, such as the rate-limit
+        plugins' ``ratelimitServer``) by ``twistgw_check_settings``. A
+        section no installed plugin reads is refused, and a key that is only
+        a section is refused as an option (``... is a Settings section``).
     :ivar merge_options: how a RouteTable route's value of the plugin's
         options key combines with the value of the route delegating to it:
         ``merge_options(parent value, child value)`` → the child's value
@@ -120,6 +134,18 @@ class PluginInfo:
     placement: Placement = Placement()
     staged_options: StagedOptions | None = None
     merge_options: Callable[[Any, Any], Any] | None = None
+    options: tuple[str, ...] | None = None
+    settings: tuple[str, ...] | None = None
+
+    def options_keys(self, name: str) -> tuple[str, ...]:
+        """The options keys the plugin registered as ``name`` reads."""
+        if self.options is not None:
+            return self.options
+        return (name, *(self.staged_options.keys if self.staged_options is not None else ()))
+
+    def settings_sections(self, name: str) -> tuple[str, ...]:
+        """The ``Settings`` sections the plugin registered as ``name`` reads."""
+        return (name,) if self.settings is None else self.settings
 
 
 @runtime_checkable

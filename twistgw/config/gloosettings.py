@@ -7,9 +7,9 @@ Served: ``gloo.regexMaxProgramSize`` (twistgw's
 ``spec.gateway.regexMaxProgramSize``), ``discoveryNamespace`` (twistgw's
 ``spec.gateway.discoveryNamespace``: where the Upstreams discovered from
 Services are also found), and the add-on sections ``extauth``,
-``rbac``, ``ratelimit`` and ``ratelimitServer``, handed to the plugin of that
-name exactly as a twistgw ``Settings`` section (the plugin checks them; with
-no such plugin installed they are refused).
+``rbac``, ``ratelimit`` and ``ratelimitServer``, handed to the plugins that
+read them exactly as a twistgw ``Settings`` section (they check them; with
+no installed plugin reading one it is refused).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ CONTROL_PLANE = frozenset({
 _GLOO_CONTROL = frozenset({"xdsBindAddr", "restXdsBindAddr", "validationBindAddr", "proxyDebugBindAddr",
                            "enableRestEds", "disableProxyGarbageCollection", "removeUnusedFunctions"})
 _GATEWAY_CONTROL = frozenset({"validation", "readGatewaysFromAllNamespaces", "compressedProxySpec"})
-#: Sections handed to the plugin of the same name.
+#: Gloo's Settings sections handed to the plugins that read them.
 GLOO_SETTINGS_SECTIONS = ("extauth", "rbac", "ratelimit", "ratelimitServer")
 
 

@@ -1,6 +1,7 @@
-"""``Settings``: the gateway-wide sections, one per plugin (``spec.jwt``,
-``spec.extauth``...) checked by each plugin's ``twistgw_default_options``,
-and the core's own (``spec.gateway``), checked here.
+"""``Settings``: the gateway-wide sections the plugins read (``spec.jwt``,
+``spec.extauth``, ``spec.ratelimitServer``..., declared in their
+``PluginInfo.settings``, checked by their ``twistgw_default_options`` and
+``twistgw_check_settings``), and the core's own (``spec.gateway``), checked here.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ problems located at the resource they are about.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from twistgw.api.headers import InvalidHeaderName, canonical_name
 from twistgw.api.plugin import StagedOptions
@@ -19,8 +19,8 @@ from twistgw.config.resolution import Config
 from twistgw.core import stages
 from twistgw.core.plugins import PluginHost
 
-__all__ = ["about_invalid_resource", "check_resources", "check_unused_route_tables", "compile_plugin",
-           "owned_headers", "plugin_options", "resource_problems", "written_on_host"]
+__all__ = ["about_invalid_resource", "check_resources", "check_settings_sections", "check_unused_route_tables",
+           "compile_plugin", "owned_headers", "plugin_options", "resource_problems", "written_on_host"]
 
 
 def check_resources(config: Config, host: PluginHost, view: ResourceView, issues: list[ConfigIssue]) -> None:
@@ -42,6 +42,27 @@ def check_resources(config: Config, host: PluginHost, view: ResourceView, issues
                 except Exception as exc:  # a plugin bug: reject, never serve what it could not check
                     problem = OptionsError((), f"plugin {name!r} failed checking it: {exc!r}")
                     resource_problems(config, problem, key, issues)
+
+
+def check_settings_sections(config: Config, host: PluginHost, view: ResourceView,
+                            issue: Callable[[stages.Where, str, bool], None]) -> None:
+    """Each plugin checks the ``Settings`` sections it reads besides its own
+    (``PluginInfo.settings``, ``twistgw_check_settings``; its own is
+    ``twistgw_default_options``'s). ``issue(path below spec, reason, with_line)``."""
+    for name, info in host.infos.items():
+        fn = host.impl(name, "twistgw_check_settings")
+        if fn is None:
+            continue
+        for section in info.settings_sections(name):
+            if section == name:
+                continue
+            try:
+                fn(section=section, settings=view.settings(section), config_dir=config.directory)
+            except OptionsError as exc:
+                for p in exc.problems:
+                    issue((section,) + p.path, p.reason, True)
+            except Exception as exc:  # a plugin bug: reject, never serve what it could not check
+                issue((section,), f"plugin {name!r} failed checking Settings spec.{section}: {exc!r}", False)
 
 
 def resource_problems(config: Config, exc: OptionsError, resource: tuple[str, str, str],
@@ -78,8 +99,8 @@ def check_unused_route_tables(config: Config, host: PluginHost, view: ResourceVi
             for name, raw, where in entries:
                 if stages.is_disabled(raw):
                     continue
-                if name not in host.infos:
-                    problem = OptionsError(where, host.missing(name))
+                if name not in host.option_keys:
+                    problem = OptionsError(where, host.option_problem(name) or host.missing(name))
                 else:
                     try:
                         compile_plugin(host, name, raw, OptionsScope(table.namespace, "", route.name, view))

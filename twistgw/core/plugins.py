@@ -101,6 +101,51 @@ class PluginHost:
             if name is None or plugin is None or name.startswith("_"):
                 continue
             self.infos[name] = self._info_of(name)
+        #: options key → the plugin that reads it (``PluginInfo.options``)
+        self.option_keys: dict[str, str] = {}
+        #: Settings section → the plugins that read it (``PluginInfo.settings``)
+        self.sections: dict[str, tuple[str, ...]] = {}
+        for name, info in self.infos.items():
+            self._declare(name, info)
+
+    def _declare(self, name: str, info: PluginInfo) -> None:
+        """Record what the plugin reads; refuse a declaration the core cannot serve."""
+        staged = set(info.staged_options.keys) if info.staged_options is not None else set()
+        for key in info.options_keys(name):
+            if key != name and key not in staged:
+                raise PluginError(f"plugin {name!r}: PluginInfo.options may list its own name and its staged"
+                                  f" keys, not {key!r}")
+            if key in self.option_keys:
+                raise PluginError(f"plugins {self.option_keys[key]!r} and {name!r} both read options.{key}")
+            self.option_keys[key] = name
+        if staged and name not in self.option_keys:
+            raise PluginError(f"plugin {name!r} declares staged options but not its own options key")
+        for section in info.settings_sections(name):
+            self.sections[section] = (*self.sections.get(section, ()), name)
+
+    def option_problem(self, key: str) -> str | None:
+        """Why ``key`` of an ``options`` mapping is no installed plugin's
+        options key, when a declaration says (a Settings section, a plugin
+        that reads no options); None otherwise."""
+        if key in self.option_keys:
+            return None
+        readers = self.sections.get(key)
+        if readers:
+            return (f"{key} is a Settings section (Settings spec.{key}, read by {', '.join(readers)}),"
+                    " not an option of virtual hosts or routes")
+        info = self.infos.get(key)
+        if info is not None:
+            what = f" ({info.description})" if info.description else ""
+            return f"plugin {key!r} reads no options of virtual hosts or routes{what}"
+        return None
+
+    def reads(self, name: str) -> str:
+        """What the plugin reads, for ``twistgw plugins`` and the docs:
+        ``options.jwt, options.jwtStaged; Settings spec.jwt``."""
+        info = self.infos[name]
+        parts = [", ".join(f"options.{k}" for k in info.options_keys(name)),
+                 ", ".join(f"Settings spec.{s}" for s in info.settings_sections(name))]
+        return "; ".join(p for p in parts if p) or "no options, no Settings section"
 
     # -- building ----------------------------------------------------------
 

@@ -22,6 +22,7 @@ from twistgw.core.chain import ChainStep
 from twistgw.core.compiling import (
     about_invalid_resource,
     check_resources,
+    check_settings_sections,
     check_unused_route_tables,
     compile_plugin,
     owned_headers,
@@ -98,6 +99,7 @@ def build_snapshot(config: Config, host: PluginHost, generation: int = 1) -> Sna
     build = _Build(config, host)
     _compile_defaults(build)
     _check_settings_sections(build)
+    check_settings_sections(config, host, build.view, build.settings_issue)
     check_resources(config, host, build.view, build.issues)
     _placements(build)
     for vs in config.virtual_services:
@@ -217,12 +219,16 @@ def _check_forged_headers(build: _Build) -> None:
 
 
 def _check_settings_sections(build: _Build) -> None:
-    """Every ``Settings.spec`` section but ``gateway`` names an installed plugin."""
+    """Every ``Settings.spec`` section but ``gateway`` is read by an installed
+    plugin (``PluginInfo.settings``), which checks it."""
     src = build.config.settings_source
+    host = build.host
     for key in build.config.settings:
-        if key not in build.host.infos and key != "gateway":
+        if key not in host.sections and key != "gateway":
+            info = host.infos.get(key)
+            about = f" ({info.description})" if info is not None and info.description else ""
             build.issues.append(ConfigIssue(
-                build.host.missing(key),
+                f"plugin {key!r} reads no Settings section{about}" if info is not None else host.missing(key),
                 file=src.file if src else "", document=src.document if src else None,
                 line=src.line if src else None, resource="Settings", field=f"spec.{key}"))
 
@@ -345,9 +351,12 @@ class _HostCompiler:
                route_stages: Mapping[str, Mapping[str, _Entry]]) -> list[tuple[str, str]]:
         """The chain as (plugin, stage) pairs, in order; raises _Failed."""
         host = self.build.host
-        unknown = [k for k in enabled if k not in host.infos]
+        unknown = [k for k in enabled if k not in host.option_keys]
         for key in unknown:
-            if key in GLOO_PLUGIN_KEYS:  # a Gloo option an add-on serves
+            declared = host.option_problem(key)  # a Settings section, a plugin without options
+            if declared is not None:
+                self.issue(enabled[key][1], declared, route)
+            elif key in GLOO_PLUGIN_KEYS:  # a Gloo option an add-on serves
                 self.issue(enabled[key][1], f"{host.missing(key)};"
                            " refusing to serve a route whose protection cannot be enforced", route)
             else:
@@ -464,7 +473,7 @@ class _HostCompiler:
         client forge what the plugin vouches for elsewhere."""
         vs, build = self.vs, self.build
         for name, raw, where in written_on_host(vs.options, self.VH_PATH + ("options",), vh_plugins, build.staged):
-            if name not in build.host.infos or (vs.key, id(raw), name) in build.reported:
+            if name not in build.host.option_keys or (vs.key, id(raw), name) in build.reported:
                 continue
             try:
                 self.compile(name, raw, where, None, None, runs=False)
