@@ -19,18 +19,17 @@ them with :func:`set_verified_claims`::
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
-import attrs
+from typing import Any, Mapping, NamedTuple
 
 from twistgw.sdk import RequestContext, StateKey
 
 __all__ = ["CLAIMS", "VerifiedClaims", "claims_of", "set_verified_claims", "verified_claims"]
 
 
-@attrs.frozen
-class VerifiedClaims:
-    """A verified token's claims.
+class VerifiedClaims(NamedTuple):
+    """A verified token's claims (a named pair: ``claims, provider =
+    found`` unpacks it; one is made per verified request, so it is a tuple,
+    the cheapest immutable object to make).
 
     :ivar claims: the payload, the request's own copy (a plugin changing
         it changes nothing cached, nor another request's).

@@ -18,11 +18,13 @@ from twisted.logger import Logger
 
 from twistgw import sdk
 from twistgw.sdk import max_program_size
-from twistgw_jwt.claims import verified_claims
+from twistgw_jwt.claims import CLAIMS
 from twistgw_rbac._policy import REQUIRED_BY_SETTINGS, PolicySet, compile_options, settings_problem
 
 __all__ = ["DENY_BODY", "PolicySet"]
 
+#: no verified claims on the request
+_NO_CLAIMS = (None, None)
 _log = Logger(namespace="twistgw.rbac")
 
 DENY_BODY = b"RBAC: access denied"
@@ -89,11 +91,8 @@ def twistgw_compile_options(options: Mapping[str, Any], scope: sdk.OptionsScope)
 
 @sdk.hookimpl
 def twistgw_authorize(ctx: sdk.RequestContext, options: PolicySet) -> sdk.Decision:
-    found = verified_claims(ctx)
-    if found is None:
-        verdict = options.evaluate(ctx.method, ctx.path, None, None)
-    else:
-        verdict = options.evaluate(ctx.method, ctx.path, found.claims, found.provider)
+    claims, provider = ctx.state.get(CLAIMS, _NO_CLAIMS)  # the jwt plugin's (twistgw_jwt.claims)
+    verdict = options.evaluate(ctx.method, ctx.path, claims, provider)
     if options.shadow:
         decision = "allow" if verdict.allowed else "deny"
         SHADOW_DECISIONS.labels(decision).inc()
