@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping
 import attrs
 from twisted.internet.defer import Deferred
 
+from twistgw.api.b64 import b64decode_strict
 from twistgw.redis import RedisPool
 
 from twistgw_oidc._cookies import Sealer
@@ -48,8 +49,7 @@ def new_id() -> str:
 
 def _payload(id_token: str) -> dict[str, Any]:
     """The payload of an ID token this gateway verified before storing it."""
-    segment = id_token.split(".")[1]
-    return dict(json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))))
+    return dict(json.loads(b64decode_strict(id_token.split(".")[1], urlsafe=True, padded=False)))
 
 
 @attrs.define

@@ -65,6 +65,22 @@ class SealedCookieTests(unittest.TestCase):
     def test_key_must_be_32_bytes(self) -> None:
         self.assertRaises(ValueError, Sealer, b"short")
 
+    def test_unused_low_bits_of_the_last_character_are_refused(self) -> None:
+        """Issue 32 item 21: a sealed value whose last base64url character
+        differs only in bits past the last byte decodes to the same bytes;
+        it is a different cookie and is refused (one spelling per value)."""
+        alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+        for size in (17, 18):  # sealed lengths 46 and 47 bytes: a last group of 2 and of 3 characters
+            value = self.sealer.seal("__session", b"x" * size)
+            self.assertNotEqual(len(value) % 4, 0)
+            self.assertEqual(self.sealer.open("__session", value), b"x" * size)
+            last = alphabet.index(value[-1])
+            for low in range(1, 16 if len(value) % 4 == 2 else 4):
+                twin = value[:-1] + alphabet[last + low]
+                self.assertIsNone(self.sealer.open("__session", twin), twin[-3:])
+            # padding, and the other alphabet, are not this value either
+            self.assertIsNone(self.sealer.open("__session", value + "=" * (-len(value) % 4)))
+
 
 class CookieTests(unittest.TestCase):
     def test_parse(self) -> None:
