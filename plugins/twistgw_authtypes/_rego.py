@@ -15,6 +15,13 @@ request with a fresh ``input``. Two properties of the engine shape this:
 * Built-in errors are made strict (a division by zero, a bad ``to_number``):
   they end the evaluation with an error, which the caller turns into a
   refusal, rather than an undefined that might be negated.
+
+One form the engine does not parse is read all the same, because Gloo's
+OPA guide writes it: a destructuring assignment at the top of a module,
+``[header, payload, signature] := io.jwt.decode(input.state.jwt)``
+(:func:`desugar`). It means what it would inside a rule body: each name is
+a rule holding its element, defined when the value is an array of exactly
+that length.
 """
 
 from __future__ import annotations
@@ -47,6 +54,85 @@ _STRINGS = re.compile(r'"(?:[^"\\\n]|\\.)*"|`[^`]*`')
 _COMMENT = re.compile(r"#[^\n]*")
 _CALL = re.compile(r"(?<![\w.\]])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*\(")
 _IMPORT = re.compile(r"^\s*import\s+([\w.\[\]\"]+)(?:\s+as\s+(\w+))?", re.M)
+
+
+#: A top-level ``[a, b, _] := expression`` on one line (names and ``_`` only).
+_DESTRUCTURE = re.compile(r"^\[\s*((?:[A-Za-z_]\w*\s*,\s*)*[A-Za-z_]\w*)\s*\]\s*:=\s*(\S.*?)\s*$")
+
+
+def _top_level_lines(text: str) -> list[bool]:
+    """For each line of ``text``, whether it starts outside any brace,
+    bracket, parenthesis, string or comment (a top-level statement)."""
+    starts: list[bool] = []
+    depth, quote, comment, escaped = 0, "", False, False
+    at_line_start = True
+    for ch in text + "\n":
+        if at_line_start:
+            starts.append(depth == 0 and not quote)
+            at_line_start = False
+        if ch == "\n":
+            comment, at_line_start = False, True
+            if quote == '"':
+                quote = ""  # an unterminated string: the parser reports it
+            continue
+        if comment:
+            continue
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote == '"':
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"`":
+            quote = ch
+        elif ch == "#":
+            comment = True
+        elif ch in "{[(":
+            depth += 1
+        elif ch in "}])":
+            depth = max(0, depth - 1)
+    return starts[:len(text.split("\n"))]
+
+
+def _without_comment(line: str) -> str:
+    """The line up to a ``#`` that is outside strings."""
+    quote, escaped = "", False
+    for i, ch in enumerate(line):
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote == '"':
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"`":
+            quote = ch
+        elif ch == "#":
+            return line[:i]
+    return line
+
+
+def desugar(text: str) -> str:
+    """The module with each top-level destructuring assignment written as
+    rules the engine parses: line ``n``'s ``[a, b, _] := e`` becomes
+    ``__twistgw_destructured_n := [..] if { [..] := e }`` on the same line
+    (the lines keep their numbers) and ``a := __twistgw_destructured_n[0]``,
+    ``b := ...[1]`` at the end."""
+    lines = text.split("\n")
+    tops = _top_level_lines(text)
+    extra: list[str] = []
+    for number, (line, top) in enumerate(zip(lines, tops, strict=False), 1):
+        m = _DESTRUCTURE.match(_without_comment(line)) if top else None
+        if m is None or not all(_top_level_lines(m.group(2) + "\n")[1:]):
+            continue  # the expression must end on its own line
+        names = [n.strip() for n in m.group(1).split(",")]
+        fresh = f"__twistgw_destructured_{number}"
+        parts = [f"{fresh}_{i}" for i in range(len(names))]
+        pattern = "[" + ", ".join(parts) + "]"
+        lines[number - 1] = f"{fresh} := {pattern} if {{ {pattern} := {m.group(2)} }}"
+        extra += [f"{name} := {fresh}[{i}]" for i, name in enumerate(names) if name != "_"]
+    return "\n".join(lines + extra) + ("\n" if extra else "")
 
 
 class PolicyError(Exception):
@@ -120,7 +206,7 @@ class Policy:
         builder = Interpreter()
         for mid, text in modules:
             try:
-                builder.add_module(mid, text)
+                builder.add_module(mid, desugar(text))
             except Exception as exc:  # regopy raises its RegoError with the parser's report
                 raise PolicyError(f"module {mid} does not parse: {_parse_report(exc, text)}") from None
         missing = missing_functions(modules, builder)

@@ -231,7 +231,10 @@ class OidcChecker:
         sub = claims.get("sub")
         return make_allow(principal=sub if isinstance(sub, str) else None, headers=tuple(headers),
                           reason=f"oidc: session of {sub!r} from {spec.issuer_url}",
-                          state=MappingProxyType({"claims": dict(claims), "issuer": spec.issuer_url}),
+                          # Gloo's state: "jwt" is the raw ID token (its OPA guide decodes it with
+                          # io.jwt.decode); "claims" its verified claims (twistgw's)
+                          state=MappingProxyType({"jwt": session.id_token, "claims": dict(claims),
+                                                  "issuer": spec.issuer_url}),
                           claims=dict(claims), claims_provider=spec.issuer_url, response_headers=response_headers)
 
 

@@ -257,13 +257,18 @@ class RedisStore:
     async def delete(self, session_id: str) -> None:
         await self._do("DEL", _key(self.prefix, "session", session_id))
 
-    async def delete_sid(self, sid: str) -> int:
+    async def delete_sid(self, sid: str) -> list[Session]:
+        """Delete every session of ``sid``; the sessions deleted (their tokens are then revoked)."""
         sid_key = _key(self.prefix, "sid", sid)
         keys = await self._do("SMEMBERS", sid_key)
+        sessions = []
         for key in keys or ():
-            await self._do("DEL", key)
+            raw = await self._do("GETDEL", key)
+            session = self.parse(raw) if raw is not None else None
+            if session is not None:
+                sessions.append(session)
         await self._do("DEL", sid_key)
-        return len(keys or ())
+        return sessions
 
     async def put_login(self, login_id: str, login: Mapping[str, Any]) -> None:
         await self._do("SET", _key(self.prefix, "login", login_id), json.dumps(login), "EX", LOGIN_TTL)
