@@ -656,6 +656,7 @@ spec:
           tokenEndpoint: https://idp.walk.example.com/token
           jwksUri: https://idp.walk.example.com/jwks
           endSessionEndpoint: https://idp.walk.example.com/end
+          revocationEndpoint: https://idp.walk.example.com/revoke
           authMethods: [client_secret_basic]
         discoveryPollInterval: 30m
         jwksCacheRefreshPolicy: {{maxIdpReqPerPollingInterval: 2}}
@@ -1505,7 +1506,7 @@ FIELDS.update({
         "session.cookieOptions.domain", "session.cookieOptions.sameSite",
         # Gloo's discoveryOverride members twistgw never reads: refused by name
         "discoveryOverride.scopes", "discoveryOverride.responseTypes", "discoveryOverride.subjects",
-        "discoveryOverride.idTokenAlgs", "discoveryOverride.claims", "discoveryOverride.revocationEndpoint",
+        "discoveryOverride.idTokenAlgs", "discoveryOverride.claims",
         # refused by name, each with its reason
         "autoMapFromMetadata", "accessToken", "azure", "session.cookie.targetDomain", "session.redis.targetDomain",
         "session.redis.headerName")},
@@ -1513,6 +1514,7 @@ FIELDS.update({
         "discoveryOverride", "discoveryOverride.authEndpoint", "discoveryOverride.tokenEndpoint",
         "discoveryOverride.jwksUri", "discoveryOverride.endSessionEndpoint", "discoveryOverride.authMethods")},
     f"{_OIDC}.discoveryPollInterval": (T, OIDC_DISCOVERY, OIDC_FIELDS),
+    f"{_OIDC}.discoveryOverride.revocationEndpoint": (T, "tests/oidc/test_oidc_logout_revocation.py", OIDC_STACK),
     **{f"{_OIDC}.identityToken{k}": (T, OIDC_WARM) for k in (
         "", ".claimsToHeaders", ".claimsToHeaders[].claim", ".claimsToHeaders[].header", ".claimsToHeaders[].append")},
     # Gloo's marker of the default provider (the other is azure, refused): nothing else to do
