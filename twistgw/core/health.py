@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import attrs
 
-from typing import Any
+from typing import Any, Sequence
 
 from twistgw.api.types import Endpoint, UpstreamInfo
 from twistgw.config.model import HealthCheck, LoadBalancer, UpstreamResource
@@ -126,6 +126,12 @@ class CheckedBalancer:
 
     def pick_hash(self, h: int) -> Endpoint | None:
         found: Endpoint | None = self._current.pick_hash(h)
+        return found
+
+    def pick_retry(self, tried: Sequence[Endpoint], h: int | None = None) -> Endpoint | None:
+        """A retry's endpoint: among those taking traffic now (health,
+        ejections and panic as for a first try), one not ``tried``."""
+        found: Endpoint | None = self._current.pick_retry(tried, h)
         return found
 
 
