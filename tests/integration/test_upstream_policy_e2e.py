@@ -133,7 +133,8 @@ async def test_panic_when_none_is_healthy(tmp_path: Path, config_dir: Any) -> No
     listening = _serve(*backends)
     ports = [p.getHost().port for p in listening]
     spec = ("  outlierDetection: {consecutive5xx: 2, interval: 10s, baseEjectionTime: 60s, maxEjectionPercent: 100}\n"
-            "  healthChecks:\n  - {timeout: 1s, interval: 0.1s, unhealthyThreshold: 1, healthyThreshold: 1,"
+            "  healthChecks:\n  - {timeout: 1s, interval: 0.1s, noTrafficInterval: 0.1s, unhealthyThreshold: 1,"
+            " healthyThreshold: 1,"
             " httpHealthCheck: {path: /healthz}}\n")
     config = (_upstream("panic", ports, spec)
               + _upstream("nopanic", ports, spec + "  loadBalancerConfig: {healthyPanicThreshold: 0}\n")
