@@ -74,15 +74,17 @@ class UpstreamPool:
         upstream = plan.upstream
         if upstream.breakers is None and upstream.connection is None:
             # key_of's last line, inline: a plain route makes no call for its key
-            endpoint, tls = plan.endpoint, upstream.tls
+            endpoint = plan.endpoint
+            tls = upstream.tls
             key: Any = (endpoint.host, endpoint.port) if tls is None else (endpoint.host, endpoint.port, tls)
+            label = self._labels.get(key)
+            if label is None:
+                label = self.label(key)
         else:
             key = self.key_of(plan.endpoint, upstream)
-        label = self._labels.get(key)
-        if label is None:
             label = self.label(key)
-        if upstream.breakers is not None:
-            return self._forward_limited(ex, plan, key, label)
+            if upstream.breakers is not None:
+                return self._forward_limited(ex, plan, key, label)
         retries = plan.retry
         req = UpstreamRequest(self, ex, plan, key, label) if retries is None else \
             RetryingRequest(self, ex, plan, key, label, retries)
