@@ -36,6 +36,7 @@ MODULES = (
     "unit/test_engine_phases.py",
     "unit/test_engine_upgrades_option.py",
     "unit/test_retries_inmemory.py",
+    "unit/test_retry_hosts.py",
     "unit/test_shadowing.py",
     "unit/test_engine_reactor.py",
     "unit/test_engine_timers.py",

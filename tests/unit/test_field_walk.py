@@ -304,6 +304,7 @@ spec:
   healthChecks:
   - timeout: 1s
     interval: 10s
+    noTrafficInterval: 30s
     unhealthyThreshold: 2
     healthyThreshold: 2
     httpHealthCheck: {{path: /healthz, host: h.internal, expectedStatuses: [{{start: 200, end: 300}}]}}
@@ -1353,6 +1354,7 @@ TRAFFIC_FIELDS = """
     Upstream:spec.healthChecks[].httpHealthCheck.expectedStatuses[].end
 """
 FIELDS.update({field: (T, TRAFFIC) for field in TRAFFIC_FIELDS.split()})
+FIELDS["Upstream:spec.healthChecks[].noTrafficInterval"] = (T, "tests/integration/test_health_traffic_e2e.py")
 FIELDS.update({f"Upstream:spec.{k}": (T, POLICY_E2E) for k in (
     "outlierDetection", "outlierDetection.consecutive5xx", "outlierDetection.interval",
     "outlierDetection.baseEjectionTime", "outlierDetection.maxEjectionPercent", "loadBalancerConfig.leastRequest",

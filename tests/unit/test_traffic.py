@@ -751,7 +751,38 @@ class HealthTests(TestCase):
             state.report(ep, False)
         assert await self.hosts(t) == {e.host for e in eps}
 
+    async def test_no_traffic_interval_until_the_first_request(self):
+        """``noTrafficInterval`` (Envoy's default 60 s) until a request goes
+        to the upstream, ``interval`` from then on; the runtime is told once."""
+        t = self.t()
+        (state,) = t.snapshot.health.values()
+        told: list[bool] = []
+        state.on_traffic = lambda: told.append(True)
+        assert (state.check.no_traffic_interval, state.traffic, state.interval) == (60.0, False, 60.0)
+        await self.hosts(t, 3)
+        assert (state.traffic, state.interval, told) == (True, 5.0, [True])
+        custom = gateway_plan(lb_upstream("{roundRobin: {}}").replace("---\n", HEALTHY.replace(
+            "interval: 5s", "interval: 5s\n    noTrafficInterval: 30s"))
+            + vs(f"- matchers: [{{prefix: /}}]\n  {TO_POOL}\n"))
+        (state,) = custom.snapshot.health.values()
+        assert (state.check.no_traffic_interval, state.interval) == (30.0, 30.0)
+
+    async def test_a_route_without_an_endpoint_is_no_traffic(self):
+        t = gateway_plan(lb_upstream("{roundRobin: {}, healthyPanicThreshold: 0}").replace("---\n", HEALTHY)
+                         + vs(f"- matchers: [{{prefix: /}}]\n  {TO_POOL}\n"))
+        (state,) = t.snapshot.health.values()
+        for ep in state.upstream.endpoints:
+            state.report(ep, False)
+            state.report(ep, False)
+        answer = (await t.request("GET", "http://api.example.com/x")).plan
+        assert isinstance(answer, LocalResponse) and answer.status == 503
+        assert not state.traffic  # nothing was sent
+
     @pytest.mark.parametrize("check, field", [
+        ("{timeout: 1s, interval: 1s, noTrafficInterval: 0s, unhealthyThreshold: 1, healthyThreshold: 1,"
+         " httpHealthCheck: {path: /}}", "spec.healthChecks[0].noTrafficInterval"),
+        ("{timeout: 1s, interval: 1s, unhealthyEdgeInterval: 1s, unhealthyThreshold: 1, healthyThreshold: 1,"
+         " httpHealthCheck: {path: /}}", "spec.healthChecks[0].unhealthyEdgeInterval"),
         ("{tcpHealthCheck: {}, timeout: 1s, interval: 1s, unhealthyThreshold: 1, healthyThreshold: 1,"
          " httpHealthCheck: {path: /}}", "spec.healthChecks[0].tcpHealthCheck"),
         ("{timeout: 1s, interval: 1s, unhealthyThreshold: 1, healthyThreshold: 1, httpHealthCheck: {path: x}}",

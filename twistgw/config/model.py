@@ -403,6 +403,9 @@ class HealthCheck:
     host: str = ""
     #: [start, end) status ranges that pass (default: 200 only, as Envoy)
     statuses: tuple[tuple[int, int], ...] = ((200, 201),)
+    #: ``noTrafficInterval``: the interval while the upstream has had no
+    #: traffic (Envoy's default, 60 s); ``interval`` once it has
+    no_traffic_interval: float = 60.0
 
     def passes(self, status: int) -> bool:
         return any(lo <= status < hi for lo, hi in self.statuses)

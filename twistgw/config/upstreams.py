@@ -373,16 +373,19 @@ def read_health_checks(r: FieldReader, value: Any, path: Path) -> HealthCheck | 
     for key in ("tcpHealthCheck", "grpcHealthCheck", "customHealthCheck"):
         if m.pop(key, None) is not None:
             r.issue(p + (key,), _HC_LATER)
-    for key in ("noTrafficInterval", "unhealthyInterval", "unhealthyEdgeInterval", "healthyEdgeInterval",
+    for key in ("unhealthyInterval", "unhealthyEdgeInterval", "healthyEdgeInterval",
                 "initialJitter", "intervalJitter", "intervalJitterPercent", "eventLogPath",
                 "alwaysLogHealthCheckFailures", "reuseConnection", "tlsOptions", "transportSocketMatchCriteria"):
         if m.pop(key, None) is not None:
-            r.issue(p + (key,), "is not supported by twistgw (the check runs every interval on a kept-alive"
-                    " connection)")
-    m = r.mapping(m, p, {"timeout", "interval", "unhealthyThreshold", "healthyThreshold", "httpHealthCheck"},
+            r.issue(p + (key,), "is not supported by twistgw (the check runs every interval, or"
+                    " noTrafficInterval before any traffic, on a kept-alive connection)")
+    m = r.mapping(m, p, {"timeout", "interval", "unhealthyThreshold", "healthyThreshold", "httpHealthCheck",
+                         "noTrafficInterval"},
                   required=("timeout", "interval", "unhealthyThreshold", "healthyThreshold", "httpHealthCheck"))
     timeout = _duration(r, m["timeout"], p + ("timeout",))
     interval = _duration(r, m["interval"], p + ("interval",))
+    quiet = 60.0 if m.get("noTrafficInterval") is None else \
+        _duration(r, m["noTrafficInterval"], p + ("noTrafficInterval",))
     unhealthy = r.integer(m["unhealthyThreshold"], p + ("unhealthyThreshold",), 1, 1000)
     healthy = r.integer(m["healthyThreshold"], p + ("healthyThreshold",), 1, 1000)
     hp = p + ("httpHealthCheck",)
@@ -399,4 +402,4 @@ def read_health_checks(r: FieldReader, value: Any, path: Path) -> HealthCheck | 
         if lo >= hi:
             raise r.fail(rp, "start must be below end (the range is [start, end))")
         statuses.append((lo, hi))
-    return HealthCheck(interval, timeout, unhealthy, healthy, hpath, host, tuple(statuses) or ((200, 201),))
+    return HealthCheck(interval, timeout, unhealthy, healthy, hpath, host, tuple(statuses) or ((200, 201),), quiet)

@@ -242,6 +242,9 @@ class Exchange:
         if self.phase < _DONE:
             self.proto.gateway.upstream_broke(self, reason)
 
+    def upstream_moved(self, label: str) -> None:
+        self.upstream_label = label
+
     def upgraded(self, tunnel: Splice) -> list[bytes]:
         """RESPONDING → UPGRADED (the 101 went out)."""
         self.upstream = None

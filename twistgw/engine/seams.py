@@ -88,6 +88,10 @@ class Downstream(BodyFlow, Protocol):
     def upstream_broke(self, reason: str) -> None:
         """The response broke off after its head: cut the client off."""
 
+    def upstream_moved(self, label: str) -> None:
+        """A retry goes to another endpoint (``host:port``, or
+        ``https://host:port``): the access log's upstream is the last try's."""
+
     def upgraded(self, tunnel: Splice) -> list[bytes]:
         """The ``101`` went out: from now on the connection is ``tunnel``.
         Returns the bytes the client sent after its request."""

@@ -15,6 +15,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint
 from twisted.internet.protocol import Factory
 
+from twistgw.api.types import Endpoint, UpstreamInfo
 from twistgw.api.upstreampolicy import ConnectionConfig, UpstreamTls
 from twistgw.config.defaults import CONNECT_TIMEOUT, IDLE_TIMEOUT
 from twistgw.core.plan import Forward
@@ -70,26 +71,20 @@ class UpstreamPool:
     def forward(self, ex: Downstream, plan: Forward) -> UpstreamRequest:
         """Send ``plan`` on an idle connection to its endpoint, or a new
         one; the outcome is reported to ``ex``."""
-        endpoint = plan.endpoint
-        tls = plan.upstream.tls
-        # A TLS upstream's connections are kept apart from plain ones to
-        # the same address (and from other TLS settings): its key has a third
-        # part. A plain route reads one attribute more, nothing else.
-        key: Any = (endpoint.host, endpoint.port) if tls is None else (endpoint.host, endpoint.port, tls)
-        label = self._labels.get(key)
-        if label is None:
-            label = self.label(key)
         upstream = plan.upstream
-        if upstream.breakers is not None:
-            # its connections are its own (Envoy's pools are per cluster): counted, never shared
-            key = (endpoint.host, endpoint.port, tls, (upstream.namespace, upstream.name))
-            if upstream.connection is not None:
-                key += (upstream.connection,)
-            return self._forward_limited(ex, plan, key, self.label(key))
-        if upstream.connection is not None:
-            # connectionConfig: pooled apart, ConfiguredConnections (configured.py)
-            key = (endpoint.host, endpoint.port, tls, None, upstream.connection)
+        if upstream.breakers is None and upstream.connection is None:
+            # key_of's last line, inline: a plain route makes no call for its key
+            endpoint = plan.endpoint
+            tls = upstream.tls
+            key: Any = (endpoint.host, endpoint.port) if tls is None else (endpoint.host, endpoint.port, tls)
+            label = self._labels.get(key)
+            if label is None:
+                label = self.label(key)
+        else:
+            key = self.key_of(plan.endpoint, upstream)
             label = self.label(key)
+            if upstream.breakers is not None:
+                return self._forward_limited(ex, plan, key, label)
         retries = plan.retry
         req = UpstreamRequest(self, ex, plan, key, label) if retries is None else \
             RetryingRequest(self, ex, plan, key, label, retries)
@@ -104,6 +99,23 @@ class UpstreamPool:
         if ex.body_complete:
             req.client_body_done()
         return req
+
+    @staticmethod
+    def key_of(endpoint: Endpoint, upstream: UpstreamInfo) -> Any:
+        """The pool key of ``endpoint``'s connections (a request's, or a
+        retry's on another endpoint)."""
+        tls = upstream.tls
+        if upstream.breakers is not None:
+            # its connections are its own (Envoy's pools are per cluster): counted, never shared
+            key: Any = (endpoint.host, endpoint.port, tls, (upstream.namespace, upstream.name))
+            return key if upstream.connection is None else key + (upstream.connection,)
+        if upstream.connection is not None:
+            # connectionConfig: pooled apart, ConfiguredConnections (configured.py)
+            return (endpoint.host, endpoint.port, tls, None, upstream.connection)
+        # A TLS upstream's connections are kept apart from plain ones to
+        # the same address (and from other TLS settings): its key has a third
+        # part. A plain route reads one attribute more, nothing else.
+        return (endpoint.host, endpoint.port) if tls is None else (endpoint.host, endpoint.port, tls)
 
     def _forward_limited(self, ex: Downstream, plan: Forward, key: Any, label: str) -> UpstreamRequest:
         """:meth:`forward` to an upstream with circuit breakers."""

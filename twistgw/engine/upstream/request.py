@@ -133,7 +133,9 @@ class UpstreamRequest:
         status, body, why = answer
         watch = self.watch
         if watch is not None:
-            if answer is not policy.OVERFLOW:  # a local failure counts as its 5xx (Envoy's default)
+            # a local failure counts as its 5xx (Envoy's default); an overflow or
+            # no endpoint left for a retry is not the endpoint's doing
+            if answer is not policy.OVERFLOW and answer is not policy.NO_HEALTHY:
                 watch.answered(self.plan.endpoint, status)
             watch.ended(self.plan.endpoint)
         self.ex.upstream_failed(status, body, why, error, headers)
