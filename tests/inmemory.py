@@ -54,6 +54,7 @@ MODULES = (
     "unit/test_route_tables.py",
     "unit/test_subsets.py",
     "unit/test_response_headers.py",
+    "unit/test_csrf_origins.py",
     "unit/test_traffic.py",
     "unit/test_traffic_quick.py",
     "unit/test_upstream_policy.py",
