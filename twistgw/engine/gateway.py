@@ -152,6 +152,7 @@ class Gateway:
         self._log.warn("Upstream {upstream} broke off the response to {method} {path}: {reason}",
                        upstream=ex.upstream_label, method=ex.method,
                        path=ex.ctx.path if ex.ctx else ex.target, reason=reason)
+        ex.truncated = "upstream"
         ex.abort()
 
     # -- accounting ------------------------------------------------------------
@@ -188,12 +189,12 @@ class Gateway:
                     principal = "-" if principal is None else str(principal)
                 access.request(ctx.client_address, ctx.method, ctx.path, status, ctx.virtual_service,
                                ctx.route or "-", ex.upstream_label or "-", ctx.decided_by or "-",
-                               principal or "-", duration)
+                               principal or "-", duration, ex.truncated)
             else:
                 access.request(ex.proto.peer_host or "-",
                                ex.method.decode("latin-1") if ex.method else "-",
                                (ex.target or b"").decode("latin-1")[:200], status, "-", "-",
-                               ex.upstream_label or "-", "-", "-", duration)
+                               ex.upstream_label or "-", "-", "-", duration, ex.truncated)
         if self._finished_hook is not None and ctx is not None:
             try:
                 self._finished_hook(ctx=ctx, status=status)
