@@ -50,6 +50,7 @@ MODULES = (
     "unit/test_metrics.py",
     "unit/test_options_helpers.py",
     "unit/test_pipeline.py",
+    "unit/test_proxy_header.py",
     "unit/test_route_matchers.py",
     "unit/test_route_tables.py",
     "unit/test_subsets.py",

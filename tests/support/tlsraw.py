@@ -119,7 +119,7 @@ class TruncatingTLSServer:
                     conn.sendall(pending)
                 data = conn.recv(65536)
                 if not data:
-                    raise OSError("the client went away")
+                    raise OSError("the client went away") from None
                 incoming.write(data)
                 continue
             pending = outgoing.read()

@@ -25,7 +25,7 @@ from twistgw.core.snapshot import Snapshot
 from twistgw.engine import framing, wire
 from twistgw.engine.connection import GatewayProtocol
 from twistgw.engine.exchange import Exchange
-from twistgw.engine.proxyproto import ProxiedGatewayProtocol, wrapping_factory
+from twistgw.engine.proxyproto import ProxyHeaderReader
 from twistgw.engine.upstream import UpstreamPool
 from twistgw.engine.upstream.shadow import Shadows
 
@@ -225,10 +225,9 @@ class GatewayFactory(Factory):
     #: ``useProxyProto``; on a TLS listener the header comes before the
     #: handshake, and the TLS endpoint reads it: ``SniServerEndpoint.proxy_protocol``)
     proxy_protocol = False
-    _proxy_wrapping: Any = None
 
     def buildProtocol(self, addr: Any) -> Any:
-        p = GatewayProtocol(self.gateway) if not self.proxy_protocol else ProxiedGatewayProtocol(self.gateway)
+        p = GatewayProtocol(self.gateway)
         p.factory = self
         p.head_timeout = self.head_timeout
         p.gateway_key = self.gateway_key
@@ -236,10 +235,8 @@ class GatewayFactory(Factory):
         self.connections.add(p)
         if not self.proxy_protocol:
             return p
-        wrapping = self._proxy_wrapping
-        if wrapping is None:
-            wrapping = self._proxy_wrapping = wrapping_factory(self)
-        return wrapping.protocol(wrapping, p)
+        # connected once its header is read, within the head timeout
+        return ProxyHeaderReader(p, self.gateway.reactor, self.head_timeout)
 
     def drain(self, timeout: float) -> Deferred[None]:
         """Close idle connections now and the others once the requests they
