@@ -34,7 +34,7 @@ from test_traffic import TO_BLUE, problems, vs
 SUFFIX = ".trusted.example"
 
 
-def tester(origins: str = f"[{{suffix: {SUFFIX}}}, {{exact: partner.example}}]", key: str = "filterEnabled",
+def make_tester(origins: str = f"[{{suffix: {SUFFIX}}}, {{exact: partner.example}}]", key: str = "filterEnabled",
            percent: int = 100) -> ChainTester:
     return ChainTester.from_yaml(vs(f"- matchers: [{{prefix: /}}]\n  {TO_BLUE}\n", f"""\
         csrf:
@@ -43,7 +43,7 @@ def tester(origins: str = f"[{{suffix: {SUFFIX}}}, {{exact: partner.example}}]",
         """), [])
 
 
-_CSRF = tester()
+_CSRF = make_tester()
 
 
 async def status(headers: dict[str, str], url: str = "http://api.example.com/x", t: ChainTester = _CSRF) -> int:
@@ -142,7 +142,7 @@ class CsrfOriginTests(TestCase):
         assert r.status == 403
 
     async def test_ignore_case_and_regex_match_the_host(self) -> None:
-        t = tester("[{exact: One.Example, ignoreCase: true}, {prefix: two.}, "
+        t = make_tester("[{exact: One.Example, ignoreCase: true}, {prefix: two.}, "
                    "{safeRegex: {regex: 'three[0-9]+\\.example(:[0-9]+)?'}}]")
         for origin, expected in (("https://one.example", 200), ("https://ONE.EXAMPLE", 200),
                                  ("https://two.example", 200), ("https://two.example@evil.com", 403),
@@ -151,7 +151,7 @@ class CsrfOriginTests(TestCase):
             assert await status({"origin": origin}, t=t) == expected, origin
 
     async def test_shadow_evaluates_counts_and_admits(self) -> None:
-        t = tester(key="shadowEnabled")
+        t = make_tester(key="shadowEnabled")
 
         def count(result: str) -> int:
             return int(CSRF_REQUESTS.labels("shadow", result).value)
