@@ -553,17 +553,18 @@ class ResponseEditTests(TestCase):
 
 class MatcherAndOverrideTests(TestCase):
     async def test_csrf_additional_origin_matchers(self):
+        # matched against the origin's host[:port] (Envoy's), never the whole value
         t = gateway_plan(vs(f"- matchers: [{{prefix: /}}]\n  {TO_BLUE}\n", """\
             csrf:
               filterEnabled: {defaultValue: {numerator: 100}}
               additionalOrigins:
-              - {exact: "https://one.example"}
-              - {prefix: "https://two.", ignoreCase: true}
-              - {safeRegex: {regex: "https://three[0-9]+\\\\.example"}}
+              - {exact: "one.example"}
+              - {prefix: "TWO.", ignoreCase: true}
+              - {safeRegex: {regex: "three[0-9]+\\\\.example"}}
             """))
-        for origin, status in (("https://one.example", 200), ("https://ONE.example", 403),
-                               ("https://TWO.example", 200), ("https://three42.example", 200),
-                               ("https://three.example", 403)):
+        for origin, status in (("https://one.example", 200), ("https://ONE.example", 200),
+                               ("https://one.example:8443", 403), ("https://TWO.example", 200),
+                               ("https://three42.example", 200), ("https://three.example", 403)):
             r = await t.request("POST", "http://api.example.com/x", {"origin": origin})
             assert r.status == status, origin
 

@@ -42,7 +42,8 @@ class Exchange:
 
     __slots__ = ("proto", "method", "target", "version", "headers", "keep_alive", "body", "body_complete",
                  "expect_continue", "upgrade", "head", "status", "started", "upstream_label", "upstream",
-                 "chunked", "no_body", "phase", "upstream_started", "content_length", "held")
+                 "chunked", "no_body", "phase", "upstream_started", "content_length", "held", "unframed",
+                 "truncated")
 
     def __init__(self, proto: "GatewayProtocol", method: bytes, target: bytes, version: bytes,
                  headers: Headers, keep_alive: bool, started: float) -> None:
@@ -69,6 +70,10 @@ class Exchange:
         self.content_length: bytes | None = None
         #: a response head waiting to go out with the first body bytes
         self.held: bytes | None = None
+        #: the response's body ends with the connection (no length, not chunked)
+        self.unframed = False
+        #: who cut the response short after its head ("upstream"), "" if nobody did
+        self.truncated = ""
 
     @property
     def ctx(self) -> RequestContext | None:
@@ -127,6 +132,7 @@ class Exchange:
                 lines.append(b"Transfer-Encoding: chunked\r\n")
             else:
                 self.keep_alive = False
+                self.unframed = True
         if not self.keep_alive:
             lines.append(framing.CLOSE_LINE)
         lines.append(b"\r\n")
@@ -196,12 +202,18 @@ class Exchange:
 
     def abort(self) -> None:
         """→ ABORTED: the response broke off. The client connection closes
-        without the rest of the body (the client sees a truncated response)."""
+        without the rest of the body (the client sees a truncated response:
+        no terminating chunk, a body shorter than its Content-Length); a
+        response delimited by the close is reset instead, since a clean
+        close would end it as if it were complete."""
         if self.phase >= _DONE:
             return
+        unframed = self.unframed and self.phase is _RESPONDING
         self._end_aborted()
         self.keep_alive = False
         proto = self.proto
+        if unframed:
+            proto.abort()
         proto.stop_reading()
         proto.exchange_done(self)
         proto.close()

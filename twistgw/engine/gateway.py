@@ -25,7 +25,7 @@ from twistgw.core.snapshot import Snapshot
 from twistgw.engine import framing, wire
 from twistgw.engine.connection import GatewayProtocol
 from twistgw.engine.exchange import Exchange
-from twistgw.engine.proxyproto import ProxiedGatewayProtocol, wrapping_factory
+from twistgw.engine.proxyproto import ProxyHeaderReader
 from twistgw.engine.upstream import UpstreamPool
 from twistgw.engine.upstream.shadow import Shadows
 
@@ -152,6 +152,7 @@ class Gateway:
         self._log.warn("Upstream {upstream} broke off the response to {method} {path}: {reason}",
                        upstream=ex.upstream_label, method=ex.method,
                        path=ex.ctx.path if ex.ctx else ex.target, reason=reason)
+        ex.truncated = "upstream"
         ex.abort()
 
     # -- accounting ------------------------------------------------------------
@@ -188,12 +189,12 @@ class Gateway:
                     principal = "-" if principal is None else str(principal)
                 access.request(ctx.client_address, ctx.method, ctx.path, status, ctx.virtual_service,
                                ctx.route or "-", ex.upstream_label or "-", ctx.decided_by or "-",
-                               principal or "-", duration)
+                               principal or "-", duration, ex.truncated)
             else:
                 access.request(ex.proto.peer_host or "-",
                                ex.method.decode("latin-1") if ex.method else "-",
                                (ex.target or b"").decode("latin-1")[:200], status, "-", "-",
-                               ex.upstream_label or "-", "-", "-", duration)
+                               ex.upstream_label or "-", "-", "-", duration, ex.truncated)
         if self._finished_hook is not None and ctx is not None:
             try:
                 self._finished_hook(ctx=ctx, status=status)
@@ -224,10 +225,9 @@ class GatewayFactory(Factory):
     #: ``useProxyProto``; on a TLS listener the header comes before the
     #: handshake, and the TLS endpoint reads it: ``SniServerEndpoint.proxy_protocol``)
     proxy_protocol = False
-    _proxy_wrapping: Any = None
 
     def buildProtocol(self, addr: Any) -> Any:
-        p = GatewayProtocol(self.gateway) if not self.proxy_protocol else ProxiedGatewayProtocol(self.gateway)
+        p = GatewayProtocol(self.gateway)
         p.factory = self
         p.head_timeout = self.head_timeout
         p.gateway_key = self.gateway_key
@@ -235,10 +235,8 @@ class GatewayFactory(Factory):
         self.connections.add(p)
         if not self.proxy_protocol:
             return p
-        wrapping = self._proxy_wrapping
-        if wrapping is None:
-            wrapping = self._proxy_wrapping = wrapping_factory(self)
-        return wrapping.protocol(wrapping, p)
+        # connected once its header is read, within the head timeout
+        return ProxyHeaderReader(p, self.gateway.reactor, self.head_timeout)
 
     def drain(self, timeout: float) -> Deferred[None]:
         """Close idle connections now and the others once the requests they

@@ -12,6 +12,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 import httptools
+from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
@@ -141,8 +142,12 @@ class UpstreamConnection(Protocol):
             if req.retrying and req.again_on_reset():  # a route with retries (a class attribute otherwise)
                 return
             req.fail(policy.MALFORMED if state is _HEAD else policy.RESET, error)
-        elif self.close_delimited:
-            req.done()  # the body ends with the connection (RFC 9112 §6.3)
+        elif self.close_delimited and reason is not None and reason.check(ConnectionDone):
+            # the body ends with the connection (RFC 9112 §6.3), if it ended
+            # cleanly: over TLS only a close_notify is (memtls reports a TCP
+            # close without one as ConnectionLost: RFC 8446 §6.1), on TCP a
+            # FIN, never a reset
+            req.done()
             req.ex.finish()
         else:
             req.broke(error)
