@@ -124,3 +124,28 @@ def test_explain_live_asks_the_running_directory_and_listens_on_nothing(demo):
     network = out.stderr.split("NETWORK:", 1)[1]
     assert "socket.connect" in network and "3389" in network  # the demo's directory
     assert "socket.bind" not in network
+
+
+def test_a_second_demo_says_in_one_line_each_what_cannot_listen_and_exits_3(demo):
+    """Issue 32, item 12: the README's command run while the demo already
+    runs. Every endpoint it cannot take (the development directory and echo
+    server from etc/settings.yaml, --listen and --admin) is one line naming
+    it and the reason; no traceback; exit status 3."""
+    cmd, cwd = twist_command()
+    out = subprocess.run([*cmd, "--log-format=text", "twistgw", "--config", "etc/"], cwd=cwd,
+                         capture_output=True, text=True, timeout=60)
+    text = out.stdout + out.stderr
+    assert out.returncode == 3, text
+    assert "Traceback" not in text and "Unhandled Error" not in text, text
+    busy = "address already in use"
+    expected = [
+        f"twistgw: Development LDAP directory not started: cannot listen on tcp:3389:interface=127.0.0.1"
+        f" (Settings spec.extauth.devDirectory.listen): {busy}",
+        f"twistgw: Development echo server not started: cannot listen on tcp:8081:interface=127.0.0.1"
+        f" (Settings spec.gateway.echoServer.listen): {busy}",
+        f"twistgw: cannot listen on --listen tcp:8080: {busy}",
+        f"twistgw: cannot listen on --admin tcp:9901:interface=127.0.0.1: {busy}",
+    ]
+    # on stderr, in this order, and nothing else there
+    assert out.stderr.splitlines() == expected, out.stderr
+    assert demo.poll() is None  # the first demo still runs
