@@ -405,7 +405,7 @@ def cases():
 
 def test_every_row_names_fields():
     assert len(rows()) > 30
-    for first, where, line in rows():
+    for first, _where, line in rows():
         assert names(first), f"a row without a backticked name: {line}"
 
 
