@@ -1579,6 +1579,7 @@ FIELDS.update({
         "redis.tls.caFile",
         "redis.clustered")},  # only false: Redis Cluster is refused, with the reason
     f"{_SERVER}.ratelimitServerRef": (T, RL_UNITS),  # refused: twistgw is its own rate-limit server
+    f"{_SERVER}.grpcService": (T, "tests/docs/test_coming_from_gloo_table.py"),  # refused, the same
 })
 FIELDS.update({f: (*FIELDS[f], RL_HELPERS) for f in FIELDS if f.endswith((".requestsPerUnit", ".unit"))})
 

@@ -300,7 +300,8 @@ def read_load_balancer(r: FieldReader, value: Any, path: Path) -> LoadBalancer:
     """``loadBalancerConfig`` (Gloo's LoadBalancerConfig, Envoy's lb_policy)."""
     m = dict(r.mapping(value, path))
     for key, why in (("localityWeightedLbConfig", " (endpoints have no locality)"),
-                     ("updateMergeWindow", " (a configuration change applies at once)")):
+                     ("updateMergeWindow", " (a configuration change applies at once)"),
+                     ("slowStartConfig", " (a new endpoint takes its full share at once)")):
         if m.pop(key, None) is not None:
             r.issue(path + (key,), _LB_LATER + why)
     m = r.mapping(m, path, set(_LB_KINDS) | {"healthyPanicThreshold"})
