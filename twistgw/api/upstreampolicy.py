@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import attrs
 
-__all__ = ["H2_DEFAULT_WINDOW", "CircuitBreakers", "ConnectionConfig", "Http2Settings", "OutlierDetection", "TcpKeepalive",
-           "UpstreamTls"]
+__all__ = ["H2_DEFAULT_WINDOW", "CircuitBreakers", "ConnectionConfig", "Http2Settings", "OutlierDetection",
+           "TcpKeepalive", "UpstreamTls"]
 
 
 @attrs.frozen(cache_hash=True)

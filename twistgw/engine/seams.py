@@ -19,7 +19,7 @@ does not change when it grows.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, Sequence
 
 from twistgw.engine.body import BodyFlow, RequestBody
 
@@ -77,8 +77,10 @@ class Downstream(BodyFlow, Protocol):
     def flush(self) -> None:
         """Write a held head (the read that brought it ended)."""
 
-    def finish(self) -> None:
-        """The response ended."""
+    def finish(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """The response ended, with its ``trailers`` (lower-case names,
+        already filtered by ``core.headers.trailer_pairs``): HTTP/2 HEADERS
+        with END_STREAM, or an HTTP/1.1 upstream's chunked trailers."""
 
     def upstream_failed(self, status: int, body: bytes, why: str, error: str,
                         headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:

@@ -193,10 +193,10 @@ class UpstreamRequest:
 
     def pause(self) -> None:
         conn = self.conn
-        if conn is not None and conn.transport is not None:
-            conn.transport.pauseProducing()
+        if conn is not None:
+            conn.pause_relay()
 
     def resume(self) -> None:
         conn = self.conn
-        if conn is not None and conn.transport is not None:
-            conn.transport.resumeProducing()
+        if conn is not None:
+            conn.resume_relay()
