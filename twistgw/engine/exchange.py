@@ -77,6 +77,11 @@ class Exchange:
         return head.ctx if head is not None else None
 
     @property
+    def protocol(self) -> bytes:
+        """What the client speaks (``seams.Downstream.protocol``)."""
+        return b"HTTP/1.1" if self.version is _HTTP11 else b"HTTP/1.0"
+
+    @property
     def finished(self) -> bool:
         return self.phase >= _DONE
 

@@ -66,6 +66,10 @@ class Downstream(BodyFlow, Protocol):
     #: a response head kept to go out with the first body bytes
     held: bytes | None
 
+    @property
+    def protocol(self) -> bytes:
+        """What the client speaks: ``b"HTTP/1.0"``, ``b"HTTP/1.1"`` or ``b"HTTP/2"``."""
+
     def send_head(self, status: int, reason: bytes, lines: list[bytes], length: bytes | None,
                   hold: bool = False) -> None:
         """The upstream's response head (end-to-end ``lines``, its

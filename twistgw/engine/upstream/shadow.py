@@ -51,6 +51,7 @@ class ShadowExchange:
     __slots__ = ("shadows", "method", "body", "content_length", "label", "ended", "status")
 
     upgrade: bytes | None = None
+    protocol = b"HTTP/1.1"
     body_complete = True
     held: bytes | None = None
 
