@@ -2,7 +2,9 @@
 becomes when its upstream speaks HTTP/2 (``useHttp2``).
 
 * ``te: trailers`` goes on when the client said it (the one ``te`` value
-  carried; ``core.headers.wants_trailers``);
+  carried; ``core.headers.wants_trailers``), and on every gRPC request
+  (gRPC's PROTOCOL-HTTP2 requires it; the client that did not say it still
+  gets no trailers);
 * a grpc-web request (``application/grpc-web``, ``application/grpc-web+proto``,
   ``application/grpc-web-text``, ``-text+proto``) becomes gRPC, as Envoy's
   ``grpc_web`` filter does and as Gloo turns it on by default: the content
@@ -86,8 +88,12 @@ def prepare_http2(forward: Any, received_te: list[bytes] | None, grpc_web: bool)
         text_body = _media(raw[b"Content-Type"][0]).startswith(_WEB_TEXT)
         raw[b"Content-Type"] = [web[1]]
         raw[b"TE"] = [b"trailers"]
+    ct = raw.get(b"Content-Type")
+    if ct is None or not is_grpc(ct[0]):
+        return None if web is None else (web[0], text_body)
+    raw[b"TE"] = [b"trailers"]  # gRPC requires it over HTTP/2 (a client that did not say so gets no trailers)
     timeout = raw.get(b"Grpc-Timeout")
-    if timeout and is_grpc(raw[b"Content-Type"][0] if b"Content-Type" in raw else None):
+    if timeout:
         seconds = grpc_timeout(timeout[0])
         if seconds is not None and seconds < forward.timeout:
             forward.timeout = seconds

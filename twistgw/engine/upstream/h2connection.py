@@ -13,8 +13,9 @@ stream IDs ran out: no new stream; the open ones finish) → CLOSED.
 hyper-h2 closes its whole state machine when a GOAWAY arrives (its issue
 #1181), so streams at or below the GOAWAY's last stream ID could never
 finish; a GOAWAY with NO_ERROR (a graceful shutdown, as grpcio's
-``server.stop(grace)`` sends) puts the machine back to OPEN here, and the
-gateway opens no stream on it again (docs/decisions.md). Streams above the
+``server.stop(grace)`` sends) leaves the machine open here
+(``_ClientConnection``), and the gateway opens no stream on it again
+(docs/decisions.md). Streams above the
 last stream ID were not processed (RFC 9113 §6.8): their requests are sent
 again on a new connection when that is safe.
 """
@@ -29,7 +30,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
-from h2.connection import ConnectionState
+from h2.connection import ConnectionInputs, ConnectionState
 from h2.errors import ErrorCodes
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IPushProducer
@@ -66,6 +67,30 @@ _CONNECTING, _READY, _DRAINING, _CLOSED = H2State
 #: §6.5.2 recommends at least 100)
 _BEFORE_SETTINGS = 100
 
+class _ClientConnection(h2.connection.H2Connection):
+    """hyper-h2's client connection, where a graceful GOAWAY (NO_ERROR)
+    leaves the connection open for the streams at or below its last stream
+    ID (RFC 9113 §6.8; h2 closes at once, its issue #1181). The frames after
+    the GOAWAY in the same read are then processed, not refused."""
+
+    def _receive_goaway_frame(self, frame: Any) -> tuple[list[Any], list[Any]]:
+        events: list[Any] = self.state_machine.process_input(ConnectionInputs.RECV_GOAWAY)
+        try:
+            code: Any = ErrorCodes(frame.error_code)
+        except ValueError:
+            code = frame.error_code
+        if code == ErrorCodes.NO_ERROR:
+            self.state_machine.state = ConnectionState.CLIENT_OPEN
+        else:
+            self.clear_outbound_data_buffer()
+        event = h2.events.ConnectionTerminated()
+        event.error_code = code
+        event.last_stream_id = frame.last_stream_id
+        event.additional_data = frame.additional_data or None
+        events.append(event)
+        return [], events
+
+
 _CONFIG = h2.config.H2Configuration(client_side=True, header_encoding=None, validate_inbound_headers=True,
                                     normalize_inbound_headers=True, validate_outbound_headers=False,
                                     normalize_outbound_headers=False)
@@ -84,7 +109,7 @@ class H2Connection(Protocol):
         self.scheme = b"https" if tls else b"http"
         self.tls = tls
         self.state = _CONNECTING
-        self.h2 = h2.connection.H2Connection(config=_CONFIG)
+        self.h2 = _ClientConnection(config=_CONFIG)
         self.streams: dict[int, H2Stream] = {}
         #: streams given a place before the connection is up, with the Deferred each waits on
         self.waiting: list[tuple[H2Stream, Deferred[H2Stream]]] = []
@@ -358,9 +383,7 @@ class H2Connection(Protocol):
 
     def _goaway(self, code: int, last: int | None) -> None:
         last = 0 if last is None else last
-        graceful = code == ErrorCodes.NO_ERROR
-        if graceful:
-            self.h2.state_machine.state = ConnectionState.CLIENT_OPEN  # h2 issue #1181: let the open streams finish
+        graceful = code == ErrorCodes.NO_ERROR  # the open streams go on (_ClientConnection)
         self.state = _DRAINING
         self.pool.forget(self)
         error = f"the upstream closed the connection (GOAWAY {_code_name(code)})"
