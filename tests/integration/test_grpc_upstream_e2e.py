@@ -9,7 +9,6 @@ a slow reader, a graceful GOAWAY, TLS with ALPN h2, JWT in front."""
 from __future__ import annotations
 
 import base64
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import pytest_twisted
 from support.grpc_backend import GrpcBackend, frame, start_grpc_backend, unframe
 from twisted.internet import defer, endpoints, protocol, reactor
 
-from support.http import parse_responses, raw_connect, raw_exchange, sleep, wait_for
+from support.http import parse_responses, raw_exchange, sleep, wait_for
 from support.pki import TestCA
 
 
