@@ -203,21 +203,7 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
                      {"kube", "static", "discoveryMetadata", "loadBalancerConfig", "healthChecks", "sslConfig",
                       "circuitBreakers", "outlierDetection", "connectionConfig"} | H2_FIELDS)
     lb = hc = ssl = breakers = None
-    policy: dict[str, Any] = {}
-    with r.part():
-        kind = spec.get("kube") if "kube" in spec else spec.get("static")
-        where = ("spec", "kube" if "kube" in spec else "static", "serviceSpec")
-        grpc = isinstance(kind, dict) and kind.get("serviceSpec") is not None and \
-            read_service_spec(r, kind["serviceSpec"], where)
-        http2 = read_http2(r, spec, ("spec",), grpc)
-        if http2 is not None:
-            policy["http2"] = http2
-    if spec.get("outlierDetection") is not None:
-        with r.part():
-            policy["outlier"] = read_outlier_detection(r, spec["outlierDetection"], ("spec", "outlierDetection"))
-    if spec.get("connectionConfig") is not None:
-        with r.part():
-            policy["connection"] = read_connection_config(r, spec["connectionConfig"], ("spec", "connectionConfig"))
+    policy = _read_policy(r, spec)
     if spec.get("circuitBreakers") is not None:
         with r.part():
             breakers = read_circuit_breakers(r, spec["circuitBreakers"], ("spec", "circuitBreakers"))
@@ -258,6 +244,27 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     return UpstreamResource(ns, name, kube=KubeRef(sname, sns, port), source=source, selector=selector,
                             subset_spec=subset_spec, load_balancer=lb, health_check=hc, ssl=ssl,
                             breakers=breakers, **policy)
+
+
+def _read_policy(r: FieldReader, spec: dict[str, Any]) -> dict[str, Any]:
+    """An Upstream's HTTP/2 (``useHttp2``, a gRPC ``serviceSpec``),
+    ``outlierDetection`` and ``connectionConfig``, as UpstreamResource's fields."""
+    policy: dict[str, Any] = {}
+    with r.part():
+        kind = spec.get("kube") if "kube" in spec else spec.get("static")
+        where = ("spec", "kube" if "kube" in spec else "static", "serviceSpec")
+        grpc = isinstance(kind, dict) and kind.get("serviceSpec") is not None and \
+            read_service_spec(r, kind["serviceSpec"], where)
+        http2 = read_http2(r, spec, ("spec",), grpc)
+        if http2 is not None:
+            policy["http2"] = http2
+    if spec.get("outlierDetection") is not None:
+        with r.part():
+            policy["outlier"] = read_outlier_detection(r, spec["outlierDetection"], ("spec", "outlierDetection"))
+    if spec.get("connectionConfig") is not None:
+        with r.part():
+            policy["connection"] = read_connection_config(r, spec["connectionConfig"], ("spec", "connectionConfig"))
+    return policy
 
 
 def read_circuit_breakers(r: FieldReader, value: Any, path: Path) -> CircuitBreakers:
