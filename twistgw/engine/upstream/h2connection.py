@@ -334,7 +334,7 @@ class H2Connection(Protocol):
         self.pool.forget(self)
         self.transport.abortConnection()
         for stream in streams.values():
-            stream.on_lost(error)
+            stream.on_lost(error, malformed=malformed)
 
     def _event(self, event: Any) -> None:
         cls = event.__class__

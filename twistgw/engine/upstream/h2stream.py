@@ -266,9 +266,11 @@ class H2Stream:
         else:
             req.fail(policy.RESET, f"the upstream reset the stream ({why})")
 
-    def on_lost(self, error: str, unprocessed: bool = False, tls_failure: str | None = None) -> None:
+    def on_lost(self, error: str, unprocessed: bool = False, tls_failure: str | None = None,
+                malformed: bool = False) -> None:
         """The connection is gone (or went away above this stream:
-        ``unprocessed``, the upstream said it never saw it)."""
+        ``unprocessed``, the upstream said it never saw it; ``malformed``:
+        it broke HTTP/2, a 502)."""
         req, self.req = self.req, None
         state, self.state = self.state, _CLOSED
         if req is None or req.finished:
@@ -278,6 +280,9 @@ class H2Stream:
             return
         if tls_failure is not None:
             req.fail(policy.TLS_FAILURE, tls_failure)
+            return
+        if malformed:
+            req.fail(policy.MALFORMED, error)
             return
         if unprocessed and req.retry_unprocessed():
             return
