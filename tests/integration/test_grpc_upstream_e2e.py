@@ -299,3 +299,38 @@ async def test_unreachable_h2_upstream_is_503(config_dir: Any, gateway: Any, unu
     gw = gateway(config_dir(config(unused_port)))
     result = await raw_exchange(gw.port, request("/test.Echo/Unary", frame(b"x")), timeout=5)
     assert result.status == 503
+
+
+@pytest_twisted.ensureDeferred
+async def test_jwt_and_rbac_in_front_of_a_grpc_service(grpc_backend: Any, config_dir: Any, gateway: Any) -> None:
+    import json
+
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                        serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+
+    def token(**claims: Any) -> str:
+        return jwt.encode({"iss": "https://issuer.test", "sub": "alice", "exp": int(time.time()) + 3600, **claims},
+                          key, algorithm="RS256")
+    backend = grpc_backend()
+    options = ("      options:\n"
+               f"        jwt: {{providers: {{p: {{issuer: https://issuer.test, jwks: {{local: {{key: {json.dumps(pem)}}}}}}}}}}}\n"
+               "        rbac: {policies: {callers: {principals: [{jwtPrincipal: {claims: {role: caller}}}]}}}\n")
+    gw = gateway(config_dir(config(backend.port, route_options=options)), load_entry_points=True)
+    body = frame(b"secret")
+    denied = await raw_exchange(gw.port, request("/test.Echo/Unary", body), timeout=5, until=one_response)
+    assert denied.status == 401  # h2down's gRPC answers map it to grpc-status 16 (docs/http2.md)
+    wrong = await raw_exchange(gw.port, request("/test.Echo/Unary", body, "application/grpc-web+proto",
+                                                f"Authorization: Bearer {token(role='guest')}"),
+                               timeout=5, until=one_response)
+    assert wrong.status == 403
+    data = await call(gw, request("/test.Echo/Unary", body, "application/grpc-web+proto",
+                                  f"Authorization: Bearer {token(role='caller')}"))
+    messages, fields = grpc_web_parts(chunked(data)[1])
+    assert messages == [b"secret"] and fields[b"grpc-status"] == b"0"
+    assert "authorization" not in backend.seen[-1][1]  # the token stays at the gateway (forwardToken unset)
+    assert len(backend.seen) == 1  # the refused calls never reached the service
