@@ -22,9 +22,11 @@ again on a new connection when that is safe.
 
 from __future__ import annotations
 
+import socket
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Sequence
 
+import hpack
 import h2.config
 import h2.connection
 import h2.events
@@ -42,6 +44,7 @@ from zope.interface import implementer
 from twistgw.api.upstreampolicy import H2_DEFAULT_WINDOW, Http2Settings
 from twistgw.engine import framing
 from twistgw.engine.timers import LazyTimer
+from twistgw.engine.upstream.configured import socket_of
 from twistgw.engine.upstream.h2stream import SEND_ERRORS, H2Stream
 from twistgw.tls import describe_tls_failure
 
@@ -66,6 +69,16 @@ _CONNECTING, _READY, _DRAINING, _CLOSED = H2State
 #: streams assumed before the peer's first SETTINGS says how many (RFC 9113
 #: §6.5.2 recommends at least 100)
 _BEFORE_SETTINGS = 100
+
+class _PlainEncoder(hpack.Encoder):
+    """HPACK without Huffman coding of what the gateway sends: the dynamic
+    table still makes repeated fields one byte each, and Huffman coding in
+    pure Python costs more CPU than the bytes it saves on a data-centre link
+    (docs/decisions.md)."""
+
+    def encode(self, headers: Any, huffman: bool = False) -> bytes:
+        return super().encode(headers, huffman=False)
+
 
 class _ClientConnection(h2.connection.H2Connection):
     """hyper-h2's client connection, where a graceful GOAWAY (NO_ERROR)
@@ -110,6 +123,7 @@ class H2Connection(Protocol):
         self.tls = tls
         self.state = _CONNECTING
         self.h2 = _ClientConnection(config=_CONFIG)
+        self.h2.encoder = _PlainEncoder()
         self.streams: dict[int, H2Stream] = {}
         #: streams given a place before the connection is up, with the Deferred each waits on
         self.waiting: list[tuple[H2Stream, Deferred[H2Stream]]] = []
@@ -117,6 +131,7 @@ class H2Connection(Protocol):
         self.checked_alpn = not tls
         self.timer = LazyTimer(pool.reactor.seconds, pool.reactor.callLater)
         self._heads: list[Any] = []  # exchanges whose held head goes out after this read
+        self._corked = False  # a write of h2's frames is due at the end of this reactor turn
 
     # -- places ----------------------------------------------------------------------
 
@@ -148,6 +163,11 @@ class H2Connection(Protocol):
     def connectionMade(self) -> None:
         transport = self.transport
         transport.registerProducer(self, True)
+        sock = socket_of(transport)
+        if sock is not None:
+            # HEADERS, DATA and WINDOW_UPDATE are small writes of their own: Nagle would hold
+            # each behind the peer's delayed ACK (40 ms a request)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         s = self.settings
         self.h2.initiate_connection()
         self.h2.update_settings({
@@ -195,12 +215,12 @@ class H2Connection(Protocol):
             self._close_now()
 
     def _close_now(self) -> None:
-        self.state = _CLOSED
         try:
             self.h2.close_connection()
-            self.flush()
         except h2.exceptions.ProtocolError:
             pass
+        self._send_now()  # the GOAWAY, before the close
+        self.state = _CLOSED
         if self.transport is not None:
             self.transport.loseConnection()
 
@@ -221,8 +241,17 @@ class H2Connection(Protocol):
         pass
 
     def flush(self) -> None:
+        """Send what h2 has for the peer, once per reactor turn: the frames
+        of every stream that changed in this turn (HEADERS, DATA, END_STREAM,
+        WINDOW_UPDATE) go out in one write."""
+        if not self._corked:
+            self._corked = True
+            self.pool.reactor.callLater(0, self._send_now)
+
+    def _send_now(self) -> None:
+        self._corked = False
         data = self.h2.data_to_send()
-        if data and self.transport is not None:
+        if data and self.transport is not None and self.state is not _CLOSED:
             self.transport.write(data)
 
     # -- what streams do -----------------------------------------------------------------------
@@ -246,7 +275,8 @@ class H2Connection(Protocol):
         stream.sid = sid
         stream.ended_local = end
         self.streams[sid] = stream
-        self.flush()
+        if end:
+            self.flush()  # else the body's first DATA goes in the same write
         return True
 
     def room(self, stream: H2Stream) -> int:
@@ -255,12 +285,12 @@ class H2Connection(Protocol):
         except SEND_ERRORS:
             return 0
 
+    # data, end and acknowledge leave the bytes to the caller's flush (one write per turn)
     def data(self, stream: H2Stream, chunk: bytes) -> None:
         try:
             self.h2.send_data(stream.sid, chunk)
         except SEND_ERRORS:
             return
-        self.flush()
 
     def end(self, stream: H2Stream, trailers: Sequence[tuple[bytes, bytes]]) -> None:
         try:
@@ -270,7 +300,6 @@ class H2Connection(Protocol):
                 self.h2.end_stream(stream.sid)
         except SEND_ERRORS:
             return
-        self.flush()
 
     def reset(self, stream: H2Stream, code: int) -> None:
         try:
@@ -287,7 +316,6 @@ class H2Connection(Protocol):
             self.h2.acknowledge_received_data(n, stream.sid)
         except SEND_ERRORS:
             return
-        self.flush()
 
     def _gone(self, sid: int) -> None:
         """A stream is over: its place frees."""
@@ -328,8 +356,8 @@ class H2Connection(Protocol):
         self.flush()
 
     def _abort(self, error: str, malformed: bool = False) -> None:
+        self._send_now()  # h2's GOAWAY for a protocol error
         self.state = _CLOSED
-        self.flush()  # h2's GOAWAY for a protocol error
         streams, self.streams = self.streams, {}
         self.pool.forget(self)
         self.transport.abortConnection()

@@ -75,7 +75,7 @@ class H2Stream:
 
     __slots__ = ("pool", "key", "breaker", "state", "timer", "req", "conn", "sid", "reused", "head_only",
                  "pending", "pending_bytes", "ending", "end_trailers", "ended_local", "body_paused", "paused",
-                 "unacked", "trailers")
+                 "unacked", "trailers", "in_send")
 
     #: an HTTP/2 stream is never handed out again (the pool asks this of connections)
     usable = False
@@ -105,6 +105,7 @@ class H2Stream:
         self.paused = False
         self.unacked = 0
         self.trailers: tuple[tuple[bytes, bytes], ...] = ()
+        self.in_send = False
 
     # -- what the request asks (as of an UpstreamConnection) -----------------------
 
@@ -128,7 +129,10 @@ class H2Stream:
         if not conn.start(self, headers, body is None):
             return
         if body is not None:
+            self.in_send = True  # what attach sends goes out with the HEADERS, in one write
             body.attach(self)
+            self.in_send = False
+            conn.flush()
 
     def abandon(self) -> None:
         """The request was given up (client gone, deadline, a retried status):
@@ -148,6 +152,7 @@ class H2Stream:
         if self.unacked and self.conn is not None and self.state is not _CLOSED:
             n, self.unacked = self.unacked, 0
             self.conn.acknowledge(self, n)
+            self.conn.flush()
 
     # -- the request body (BodyConsumer) ----------------------------------------------
 
@@ -189,6 +194,8 @@ class H2Stream:
         if not pending and self.ending:
             self.ended_local = True
             conn.end(self, self.end_trailers)
+        if not self.in_send:
+            conn.flush()
         if self.body_paused and self.pending_bytes <= BODY_BUFFER_LIMIT // 2 and self.req is not None:
             self.body_paused = False
             self.req.ex.resume_body()
