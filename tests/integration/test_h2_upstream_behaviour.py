@@ -128,6 +128,29 @@ async def test_refused_stream_is_retried_and_other_resets_are_503(h2_server: Any
     assert (await get(gw, b"GET /fine HTTP/1.1\r\nHost: a\r\n\r\n")).status == 200
 
 
+@pytest.mark.parametrize("fields", [
+    [(b":status", b"200"), (b"connection", b"close")],
+    [(b":status", b"200"), (b"X-Upper", b"1")],
+    [(b":status", b"200"), (b"x-split", b"a\r\nSet-Cookie: evil=1")],
+    [(b"x-first", b"1"), (b":status", b"200")],
+    [(b":status", b"200"), (b":path", b"/")],
+])
+@pytest_twisted.ensureDeferred
+async def test_a_malformed_response_head_is_502_and_never_relayed(h2_server: Any, config_dir: Any, gateway: Any,
+                                                                  fields: list) -> None:
+    def behave(conn: Any, sid: int, headers: dict, body: bytes) -> None:
+        if headers[b":path"] == b"/bad":
+            conn.h2.send_headers(sid, fields, end_stream=True)
+            conn.flush()
+        else:
+            ok(conn, sid, headers, body)
+    server = h2_server(behave)
+    gw = gateway(config_dir(config(server.port)))
+    result = await get(gw, b"GET /bad HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert result.status == 502 and b"evil" not in result.data
+    assert (await get(gw, b"GET /fine HTTP/1.1\r\nHost: a\r\n\r\n")).status == 200  # a new connection
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_routes_retries_and_an_upstreams_breakers_apply_per_stream(h2_server: Any, config_dir: Any,
                                                                            gateway: Any) -> None:

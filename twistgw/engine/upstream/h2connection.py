@@ -27,6 +27,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Sequence
 
 import hpack
+import hpack.hpack
 import h2.config
 import h2.connection
 import h2.events
@@ -70,6 +71,17 @@ _CONNECTING, _READY, _DRAINING, _CLOSED = H2State
 #: §6.5.2 recommends at least 100)
 _BEFORE_SETTINGS = 100
 
+class _Silent:
+    """hpack's module logger, quiet: it logs every header field it encodes
+    or decodes at DEBUG, some fifty calls a request even with logging off."""
+
+    def debug(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+hpack.hpack.log = _Silent()  # type: ignore[assignment]
+
+
 class _PlainEncoder(hpack.Encoder):
     """HPACK without Huffman coding of what the gateway sends: the dynamic
     table still makes repeated fields one byte each, and Huffman coding in
@@ -104,8 +116,10 @@ class _ClientConnection(h2.connection.H2Connection):
         return [], events
 
 
-_CONFIG = h2.config.H2Configuration(client_side=True, header_encoding=None, validate_inbound_headers=True,
-                                    normalize_inbound_headers=True, validate_outbound_headers=False,
+#: what h2 checks of headers is checked by the streams themselves (h2stream.field_problem), at a
+#: fraction of the cost; h2 still checks the framing, HPACK, flow control and stream states
+_CONFIG = h2.config.H2Configuration(client_side=True, header_encoding=None, validate_inbound_headers=False,
+                                    normalize_inbound_headers=False, validate_outbound_headers=False,
                                     normalize_outbound_headers=False)
 
 
@@ -349,11 +363,24 @@ class H2Connection(Protocol):
             return
         for event in events:
             self._event(event)
+            if self.state is _CLOSED:
+                return  # a malformed header block ended the connection
         heads, self._heads = self._heads, []
         for ex in heads:
             if ex.held is not None:
                 ex.flush()
         self.flush()
+
+    def malformed(self, error: str) -> None:
+        """A stream found a malformed header block: the whole connection
+        ends (RFC 9113 §8.1.1; Envoy's default), its streams answered 502 or cut."""
+        if self.state is _CLOSED:
+            return
+        try:
+            self.h2.close_connection(error_code=ErrorCodes.PROTOCOL_ERROR)
+        except h2.exceptions.ProtocolError:
+            pass
+        self._abort(error, malformed=True)
 
     def _abort(self, error: str, malformed: bool = False) -> None:
         self._send_now()  # h2's GOAWAY for a protocol error
