@@ -334,3 +334,43 @@ async def test_jwt_and_rbac_in_front_of_a_grpc_service(grpc_backend: Any, config
     assert messages == [b"secret"] and fields[b"grpc-status"] == b"0"
     assert "authorization" not in backend.seen[-1][1]  # the token stays at the gateway (forwardToken unset)
     assert len(backend.seen) == 1  # the refused calls never reached the service
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_discovered_service_port_named_grpc_speaks_http2(grpc_backend: Any, config_dir: Any,
+                                                                 gateway: Any) -> None:
+    """Gloo's gRPC guide: the Service's port is named ``grpc`` (or annotated
+    ``gloo.solo.io/h2_service: "true"``) and the route names the discovered
+    Upstream ``default-grpcstore-demo-80``."""
+    backend = grpc_backend()
+    text = f"""\
+apiVersion: v1
+kind: Service
+metadata: {{name: grpcstore-demo, namespace: default}}
+spec:
+  ports: [{{name: grpc, port: 80, protocol: TCP, targetPort: 8080}}]
+  selector: {{app: grpcstore-demo}}
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {{name: grpcstore-demo, namespace: default}}
+subsets: [{{addresses: [{{ip: 127.0.0.1}}], ports: [{{name: grpc, port: {backend.port}}}]}}]
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {{name: grpc, namespace: gloo-system}}
+spec:
+  virtualHost:
+    routes:
+      - matchers:
+          - prefix: /
+        routeAction:
+          single:
+            upstream:
+              name: default-grpcstore-demo-80
+              namespace: gloo-system
+"""
+    gw = gateway(config_dir(text))
+    data = await call(gw, request("/test.Echo/Unary", frame(b"store")))
+    messages, fields = grpc_web_parts(chunked(data)[1])
+    assert messages == [b"store"] and fields[b"grpc-status"] == b"0"
