@@ -577,6 +577,7 @@ spec:
         idleTimeout: 30s
         requestHeadersTimeout: 5s
       healthCheck: {{path: /healthz}}
+      grpcWeb: {{disable: false}}
       httpLocalRatelimit:
         defaultLimit: {{maxTokens: 10, tokensPerFill: 1, fillInterval: 1s}}
         enableXRatelimitHeaders: true
@@ -1020,6 +1021,9 @@ LDAP_SEARCH = "tests/ldap/test_ldap_search_units.py"
 SUBSETS = "tests/unit/test_subsets.py"
 RETRIES = "tests/integration/test_retries_e2e.py"
 BREAKERS = "tests/integration/test_breakers_e2e.py"
+H2_CONFIG = "tests/unit/test_http2_config.py"
+H2_CORE = "tests/unit/test_grpc_core.py"
+H2_E2E = "tests/integration/test_grpc_upstream_e2e.py"
 UPSTREAM_TLS = "tests/integration/test_upstream_tls_e2e.py"
 POLICY_E2E = "tests/integration/test_upstream_policy_e2e.py"
 POLICY = "tests/unit/test_upstream_policy.py"
@@ -1060,6 +1064,10 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "Upstream:spec.static.hosts[].addr": (T, PROXY), "Upstream:spec.static.hosts[].port": (T, PROXY),
     "Upstream:spec.static.useTls": (T, GLOO), "Upstream:spec.static.autoSniRewrite": (T, GLOO, CONF_DOC),
     "Upstream:spec.static.hosts[].sniAddr": (T, UPSTREAM_TLS),
+    **{f"Upstream:spec.{k}": (T, H2_CONFIG, H2_E2E) for k in (
+        "useHttp2", "initialStreamWindowSize", "initialConnectionWindowSize", "maxConcurrentStreams")},
+    **{f"Upstream:spec.{k}": (T, H2_CONFIG) for k in (
+        "overrideStreamErrorOnInvalidHttpMessage", "protocolSelection", "kube.serviceSpec", "static.serviceSpec")},
     **{f"Upstream:spec.circuitBreakers{k}": (T, BREAKERS) for k in (
         "", ".maxConnections", ".maxPendingRequests", ".maxRequests", ".maxRetries")},
     **{f"Upstream:spec.sslConfig{k}": (T, UPSTREAM_TLS) for k in (
@@ -1395,6 +1403,7 @@ FIELDS.update({
     **{f"{_HTTP}.options.httpConnectionManagerSettings.{k}": (T, GW_UNIT, GW_DOC)
        for k in ("serverName", "idleTimeout", "requestHeadersTimeout")},
     f"{_HTTP}.options.healthCheck.path": (T, GW_UNIT),
+    f"{_HTTP}.options.grpcWeb": (T, H2_CONFIG), f"{_HTTP}.options.grpcWeb.disable": (T, H2_CONFIG, H2_CORE),
     f"{_HTTP}.options.httpLocalRatelimit": (T, GW_E2E),
     f"{_HTTP}.options.httpLocalRatelimit.defaultLimit": (T, GW_E2E),
     f"{_HTTP}.options.httpLocalRatelimit.enableXRatelimitHeaders": (T, GW_E2E),
@@ -1602,6 +1611,7 @@ MANUAL = {
     # a Gateway's httpGateway.options keys (refused ones get their own message)
     "Gateway:spec.httpGateway.options.httpConnectionManagerSettings",
     "Gateway:spec.httpGateway.options.httpLocalRatelimit",
+    "Gateway:spec.httpGateway.options.grpcWeb",
     # the traffic options keys (the fields inside them are watched)
     *(f"Route:options.{k}" for k in CORE_TRAFFIC_KEYS),
     *(f"VirtualService:spec.virtualHost.options.{k}" for k in CORE_TRAFFIC_KEYS - CORE_ROUTE_ONLY),

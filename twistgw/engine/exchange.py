@@ -6,12 +6,13 @@ exactly once, on the way into a final phase.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from twisted.internet.defer import Deferred, succeed
 
 from twistgw.api.headers import Headers
 from twistgw.api.types import BodyPrefix, RequestContext
+from twistgw.core.headers import wants_trailers
 from twistgw.core.pipeline import RequestHead
 from twistgw.core.plan import LocalResponse
 from twistgw.engine import framing, wire
@@ -79,6 +80,11 @@ class Exchange:
     def ctx(self) -> RequestContext | None:
         head = self.head
         return head.ctx if head is not None else None
+
+    @property
+    def protocol(self) -> bytes:
+        """What the client speaks (``seams.Downstream.protocol``)."""
+        return b"HTTP/1.1" if self.version is _HTTP11 else b"HTTP/1.0"
 
     @property
     def finished(self) -> bool:
@@ -162,13 +168,19 @@ class Exchange:
             data = _CHUNK % (len(data), data)
         self._out(data)
 
-    def finish(self) -> None:
-        """RESPONDING → DONE."""
+    def finish(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """RESPONDING → DONE. ``trailers`` (lower-case names) go in the last
+        chunk when the response is chunked and the client said ``TE:
+        trailers``; otherwise they are dropped (RFC 9110 §6.5.1: a recipient
+        may discard them)."""
         if self.phase >= _DONE:
             return
         self.upstream = None
         if self.chunked:
-            self._out(framing.LAST_CHUNK)
+            if trailers and wants_trailers(self.headers.getRawHeaders(b"te")):
+                self._out(framing.last_chunk(trailers))
+            else:
+                self._out(framing.LAST_CHUNK)
         elif self.held is not None:
             self._out(b"")
         self.phase = _DONE

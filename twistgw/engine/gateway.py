@@ -18,6 +18,7 @@ from zope.interface import implementer
 
 from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT, UPSTREAM_TIMEOUT
 from twistgw.core.accesslog import AccessLog
+from twistgw.core.grpc import prepare_http2
 from twistgw.core.pipeline import INTERNAL_ERROR, NOT_FOUND, Pipeline, RequestHead
 from twistgw.core.plan import Forward, LocalResponse, Plan
 from twistgw.core.plugins import PluginHost
@@ -25,6 +26,7 @@ from twistgw.core.snapshot import Snapshot
 from twistgw.engine import framing, wire
 from twistgw.engine.connection import GatewayProtocol
 from twistgw.engine.exchange import Exchange
+from twistgw.engine.grpcweb import GrpcWebDownstream
 from twistgw.engine.proxyproto import ProxyHeaderReader
 from twistgw.engine.upstream import UpstreamPool
 from twistgw.engine.upstream.shadow import Shadows
@@ -130,7 +132,14 @@ class Gateway:
             # a route's shadowing: the body tapped before the primary takes
             # it, the copy sent after the primary is on its way
             pending = self.shadows.prepare(ex, plan.mirror) if plan.mirror is not None else None
-            req = ex.upstream = self.forwarder.forward(ex, plan)
+            down: Any = ex
+            if plan.upstream.http2 is not None:  # te: trailers, grpc-web, grpc-timeout (core/grpc.py)
+                gateway = ex.head.gateway if ex.head is not None else None
+                web = prepare_http2(plan, ex.headers.getRawHeaders(b"te"),
+                                    gateway is None or not gateway.gateway.grpc_web_disabled)
+                if web is not None:
+                    down = GrpcWebDownstream(ex, *web)
+            req = ex.upstream = self.forwarder.forward(down, plan)
             ex.upstream_label = req.label
             if pending is not None:
                 pending.go()
