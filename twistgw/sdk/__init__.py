@@ -17,6 +17,7 @@ and read the hooks in :mod:`twistgw.sdk.hookspecs`; test it with
 ``__all__`` and docstrings, is ``docs/sdk.md``.
 """
 
+from twistgw.api.b64 import b64decode_strict
 from twistgw.api.basic import read_basic_credentials
 from twistgw.api.bodies import BodyTooLarge, BoundedBody
 from twistgw.api.commands import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Commands, write_secret
@@ -95,6 +96,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "The request": (
         "RequestContext", "StateKey", "Headers", "canonical_name", "is_token", "InvalidHeaderName",
         "OWNED_RESPONSE_HEADERS", "BodyPrefix", "BodySource", "BytesBody", "read_basic_credentials",
+        "b64decode_strict",
     ),
     "Compiling options": (
         "OptionsScope", "ResourceView", "SecretInfo", "AuthConfigInfo", "UpstreamInfo", "Endpoint",
@@ -115,16 +117,15 @@ SECTIONS: dict[str, tuple[str, ...]] = {
 }
 
 __all__ = [
-    "hookimpl", "hookspec", "HookRegistry", "PluginInfo", "DEFAULT_ORDER", "Placement", "StagedOptions",
-    "GatewayInfo", "Commands", "EXIT_OK", "EXIT_INVALID", "EXIT_USAGE", "write_secret", "Allow", "Deny", "NotChecked",
-    "Decision", "RequestContext", "StateKey", "Headers", "canonical_name", "is_token", "InvalidHeaderName",
-    "OWNED_RESPONSE_HEADERS", "BodyPrefix", "BodySource", "BytesBody", "read_basic_credentials", "OptionsScope",
-    "ResourceView", "SecretInfo", "AuthConfigInfo", "UpstreamInfo", "Endpoint", "InvalidResource",
+    "hookimpl", "hookspec", "HookRegistry", "PluginInfo", "DEFAULT_ORDER", "Placement", "StagedOptions", "GatewayInfo",
+    "Commands", "EXIT_OK", "EXIT_INVALID", "EXIT_USAGE", "write_secret", "Allow", "Deny", "NotChecked", "Decision",
+    "RequestContext", "StateKey", "Headers", "canonical_name", "is_token", "InvalidHeaderName",
+    "OWNED_RESPONSE_HEADERS", "BodyPrefix", "BodySource", "BytesBody", "read_basic_credentials", "b64decode_strict",
+    "OptionsScope", "ResourceView", "SecretInfo", "AuthConfigInfo", "UpstreamInfo", "Endpoint", "InvalidResource",
     "OwnsRequestHeaders", "OptionsError", "ConfigWarning", "path_text", "VirtualServiceView", "RouteView", "Problems",
-    "FieldReader", "Invalid", "Path", "check_fields", "require_mapping", "type_name", "unknown_field",
-    "parse_duration", "DURATION_UNITS", "is_kubernetes_name", "loopback_problem", "SafeRegex", "UnsafePattern",
-    "max_program_size", "DEFAULT_MAX_PROGRAM_SIZE", "BoundedBody", "BodyTooLarge", "client_tls", "https_policy",
-    "verifying_https_policy", "describe_tls_failure", "TLSSettingsError", "PeerRefused", "TLS_VERSIONS", "read_pems",
-    "RedisClient", "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError", "counter",
-    "__version__",
+    "FieldReader", "Invalid", "Path", "check_fields", "require_mapping", "type_name", "unknown_field", "parse_duration",
+    "DURATION_UNITS", "is_kubernetes_name", "loopback_problem", "SafeRegex", "UnsafePattern", "max_program_size",
+    "DEFAULT_MAX_PROGRAM_SIZE", "BoundedBody", "BodyTooLarge", "client_tls", "https_policy", "verifying_https_policy",
+    "describe_tls_failure", "TLSSettingsError", "PeerRefused", "TLS_VERSIONS", "read_pems", "RedisClient", "RedisPool",
+    "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError", "counter", "__version__",
 ]
