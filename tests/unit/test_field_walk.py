@@ -860,12 +860,12 @@ def walk(tmp_path, monkeypatch) -> set[str]:
 
     real_mapping = FieldReader.mapping
 
-    def mapping(self, value, path, allowed=None, required=()):
+    def mapping(self, value, path, allowed=None, required=(), **kwargs):
         if allowed is not None and hasattr(self, "resource"):  # the loader's reader (plugins: below)
             kind = self.resource.split(" ")[0] or "?"
             for key in allowed:
                 seen.add(f"{kind}:{_norm(tuple(path) + (key,))}")
-        return real_mapping(self, value, path, allowed, required)
+        return real_mapping(self, value, path, allowed, required, **kwargs)
 
     def recorder(scope: str, real):
         def check(value, allowed, path, *rest):
