@@ -27,7 +27,6 @@ from typing import Any, Iterable, Mapping
 from twistgw.api.durations import DURATION_UNITS, parse_duration
 from twistgw.api.fields import FieldReader, Fields, Invalid, Path, Problems, Ref, type_name, unknown_field
 from twistgw.api.headers import is_token
-from twistgw.api.types import OptionsError
 
 __all__ = ["DURATION_UNITS", "FieldReader", "Fields", "Invalid", "Path", "Problems", "Ref", "check_fields",
            "is_kubernetes_name", "is_token", "loopback_problem", "parse_duration", "require_mapping", "type_name",

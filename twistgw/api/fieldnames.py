@@ -51,5 +51,5 @@ def written_field(lines: Collection[Path], path: Path) -> str:
     written = written_path(lines, path)
     if written == path:
         return text
-    spelled = ", ".join(str(w) for p, w in zip(path, written) if p != w)
+    spelled = ", ".join(str(w) for p, w in zip(path, written, strict=True) if p != w)
     return f"{text} (written {spelled})"

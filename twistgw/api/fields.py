@@ -148,7 +148,7 @@ class FieldReader:
 
     def mapping(self, value: Any, path: Path, allowed: Iterable[str] | None = None,
                 required: tuple[str, ...] = (), *, optional: bool = False,
-                proto_names: bool = True) -> dict[str, Any]:
+                proto_names: bool = True, names: Collection[str] = ()) -> dict[str, Any]:
         """A mapping with string keys; records every unknown and every
         missing field, and gives up only when it is not a mapping or misses
         a required field.
@@ -157,6 +157,10 @@ class FieldReader:
             field may be written with its proto name too (``num_retries`` for
             ``numRetries``) unless ``proto_names`` is false (Kubernetes'
             own objects); the mapping returned has the names of ``allowed``.
+        :param names: with ``allowed=None``, the names some of its keys have
+            (a route's ``options``: the core's and Gloo's keys beside the
+            plugins'): their proto spellings are read as these, other keys
+            kept as written.
         :param optional: null reads as an empty mapping.
         """
         if value is None and optional:
@@ -170,7 +174,9 @@ class FieldReader:
         if allowed is not None:
             known = allowed if isinstance(allowed, (set, frozenset, dict)) else frozenset(allowed)
             if any(key not in known for key in value):
-                out = self._named(value, path, known, proto_names)
+                out = self._named(value, path, known, proto_names, strict=True)
+        elif names and any("_" in key for key in value):
+            out = self._named(value, path, names, True, strict=False)
         missing = [key for key in required if key not in out]
         for key in missing:
             self.issue(path + (key,), "is required")
@@ -179,18 +185,18 @@ class FieldReader:
         return out if isinstance(out, dict) else dict(out)
 
     def _named(self, value: Mapping[str, Any], path: Path, known: Collection[str],
-               proto_names: bool) -> dict[str, Any]:
-        """``value`` with each field under its name in ``known``; unknown
-        fields recorded (and kept as written)."""
+               proto_names: bool, strict: bool) -> dict[str, Any]:
+        """``value`` with each field under its name in ``known``; other keys
+        kept as written (and, when ``strict``, recorded as unknown)."""
         aliases = {proto_name(k): k for k in known} if proto_names else {}
         out: dict[str, Any] = {}
         written: dict[str, str] = {}
         for key, item in value.items():
             name = key if key in known else aliases.get(key)
             if name is None:
-                self.issue(path + (key,), unknown_field(key, sorted(known)))
-                out[key] = item
-                continue
+                if strict:
+                    self.issue(path + (key,), unknown_field(key, sorted(known)))
+                name = key
             if name in written:
                 self.issue(path + (name,), f"is written twice, as {written[name]!r} and {key!r}: the proto name"
                            " and the JSON name of one field; keep one")

@@ -34,7 +34,6 @@ from twistgw.api.fields import FieldReader, Path
 from twistgw.config.accesslogs import AccessLogSink, read_listener_options
 from twistgw.config.envelope import Envelope
 from twistgw.config.model import Source, VirtualService
-from twistgw.options import parse_duration
 
 __all__ = ["DEFAULT_PROXY", "GlooGateway", "HcmSettings", "LocalLimitSettings", "read_gateway", "selects"]
 
@@ -292,10 +291,7 @@ def _read_hcm(r: FieldReader, value: Any, path: Path) -> HcmSettings:
     for field, attr in (("idleTimeout", "idle_timeout"), ("requestHeadersTimeout", "head_timeout")):
         with r.part():
             if field in m:
-                seconds = parse_duration(m[field])
-                if seconds is None or seconds <= 0:
-                    raise r.fail(path + (field,), f"must be a positive duration (e.g. 30s), got {m[field]!r}")
-                out[attr] = seconds
+                out[attr] = r.duration(m[field], path + (field,))
     return HcmSettings(**out)
 
 

@@ -17,7 +17,6 @@ from twistgw.config.envelope import Envelope
 from twistgw.config.gloo import unsupported
 from twistgw.config.upstreampolicy import read_connection_config, read_outlier_detection
 from twistgw.config.upstreamtls import SslSpec, read_ssl_config
-from twistgw.options import parse_duration
 from twistgw.config.model import (
     EndpointsResource,
     EndpointSubset,
@@ -354,13 +353,6 @@ def _ring_size(r: FieldReader, value: Any, path: Path) -> int:
 _HC_LATER = "is not supported by twistgw: active checks are HTTP (httpHealthCheck)"
 
 
-def _duration(r: FieldReader, value: Any, path: Path) -> float:
-    found = parse_duration(value)
-    if not found:
-        raise r.fail(path, f"must be a duration above zero such as '5s', got {value!r}")
-    return found
-
-
 def read_health_checks(r: FieldReader, value: Any, path: Path) -> HealthCheck | None:
     """``healthChecks``: one active HTTP check (Envoy's HealthCheck as Gloo writes it)."""
     checks = r.sequence(value, path)
@@ -381,8 +373,8 @@ def read_health_checks(r: FieldReader, value: Any, path: Path) -> HealthCheck | 
                     " connection)")
     m = r.mapping(m, p, {"timeout", "interval", "unhealthyThreshold", "healthyThreshold", "httpHealthCheck"},
                   required=("timeout", "interval", "unhealthyThreshold", "healthyThreshold", "httpHealthCheck"))
-    timeout = _duration(r, m["timeout"], p + ("timeout",))
-    interval = _duration(r, m["interval"], p + ("interval",))
+    timeout = r.duration(m["timeout"], p + ("timeout",))
+    interval = r.duration(m["interval"], p + ("interval",))
     unhealthy = r.integer(m["unhealthyThreshold"], p + ("unhealthyThreshold",), 1, 1000)
     healthy = r.integer(m["healthyThreshold"], p + ("healthyThreshold",), 1, 1000)
     hp = p + ("httpHealthCheck",)
