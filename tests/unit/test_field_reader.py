@@ -62,7 +62,7 @@ class ProtoNameTests(TestCase):
     @pytest.mark.parametrize("camel, snake", [
         ("retriableStatusCodes", "retriable_status_codes"), ("numRetries", "num_retries"),
         ("http2ProtocolOptions", "http2_protocol_options"), ("timeout", "timeout"), ("oauth2", "oauth2"),
-        ("useXForwardedFor", "use_x_forwarded_for"),
+        ("useXForwardedFor", "use_x_forwarded_for"), ("startTLS", "start_tls"), ("enableXRatelimitHeaders", "enable_x_ratelimit_headers"),
     ])
     def test_proto_name(self, camel, snake) -> None:
         assert proto_name(camel) == snake
@@ -120,7 +120,7 @@ class FieldsTests(TestCase):
         with pytest.raises(OptionsError) as caught:
             p.raise_if_any()
         assert [(e.dotted_path(), e.reason) for e in caught.value.problems] == [
-            ("cfg.extra", "unknown field 'extra'; expected one of: keep, name, timeout, url"),
+            ("cfg.extra", "unknown field 'extra'; expected one of: timeout, name, keep, url"),
             ("cfg.timeout", "must be a duration above zero such as '5s' or '250ms', got 'soon'"),
             ("cfg.name", "must be a string, got an integer"),
             ("cfg.keep", "must be true or false, got a string"),

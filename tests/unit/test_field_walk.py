@@ -954,6 +954,15 @@ def walk(tmp_path, monkeypatch) -> set[str]:
 
     monkeypatch.setattr(rl_fields, "check", rl_check)
 
+    write_walk(tmp_path)
+    config = load_directory(str(tmp_path), keep_going=True)
+    snapshot = build_snapshot(config, PluginHost.create())
+    assert len(snapshot.routes) == 20  # the walk loaded whole, every route compiled
+    return seen
+
+
+def write_walk(tmp_path: pathlib.Path) -> None:
+    """The walk configuration (walk.yaml) and the files it names, in ``tmp_path``."""
     pem = _public_pem()
     (tmp_path / "users.ldif").write_text(LDIF)
     ca = TestCA()
@@ -968,10 +977,6 @@ def walk(tmp_path, monkeypatch) -> set[str]:
                                                     ca_b64=base64.b64encode(ca.pem).decode(),
                                                     srv_crt=base64.b64encode(server.cert_pem).decode(),
                                                     srv_key=base64.b64encode(server.key_pem).decode()))
-    config = load_directory(str(tmp_path), keep_going=True)
-    snapshot = build_snapshot(config, PluginHost.create())
-    assert len(snapshot.routes) == 20  # the walk loaded whole, every route compiled
-    return seen
 
 
 #: where the rate-limit plugins read rules (rateLimits) and descriptors

@@ -47,7 +47,7 @@ import math
 from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, NamedTuple, TypeVar
 
 from twistgw.api.durations import DURATION_UNITS, duration_text, parse_duration
-from twistgw.api.fieldnames import proto_name, written_field, written_path
+from twistgw.api.fieldnames import named, proto_name, refused_removed, unknown_field, written_field, written_path
 from twistgw.api.types import OptionsError
 
 __all__ = ["DURATION_UNITS", "FieldReader", "Fields", "Invalid", "Path", "Problems", "REQUIRED", "Ref",
@@ -66,12 +66,6 @@ def type_name(value: object) -> str:
         return "null"
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
             list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
-
-
-def unknown_field(key: object, allowed: Iterable[str]) -> str:
-    """The one wording of an unknown-field problem, shared by the core and
-    the plugins: ``unknown field 'colour'; expected one of: name, options``."""
-    return f"unknown field {str(key)!r}; expected one of: {', '.join(allowed)}"
 
 
 class Invalid(Exception):
@@ -112,6 +106,10 @@ class FieldReader:
     def __init__(self, report: Callable[[Path, str], None]) -> None:
         self._report = report
         self._count = 0
+        #: whether fields may be written with their proto names (the
+        #: default of :meth:`mapping`'s ``proto_names``; the loader turns it
+        #: off for Kubernetes' own kinds)
+        self.proto_names = True
 
     # -- recording ----------------------------------------------------------
 
@@ -148,7 +146,8 @@ class FieldReader:
 
     def mapping(self, value: Any, path: Path, allowed: Iterable[str] | None = None,
                 required: tuple[str, ...] = (), *, optional: bool = False,
-                proto_names: bool = True, names: Collection[str] = ()) -> dict[str, Any]:
+                proto_names: bool | None = None, names: Collection[str] = (),
+                refused: Mapping[str, str] | None = None) -> dict[str, Any]:
         """A mapping with string keys; records every unknown and every
         missing field, and gives up only when it is not a mapping or misses
         a required field.
@@ -156,53 +155,41 @@ class FieldReader:
         :param allowed: its fields (None: any key, a free-form mapping). A
             field may be written with its proto name too (``num_retries`` for
             ``numRetries``) unless ``proto_names`` is false (Kubernetes'
-            own objects); the mapping returned has the names of ``allowed``.
+            own objects; None: the reader's :attr:`proto_names`); the mapping
+            returned has the names of ``allowed``.
         :param names: with ``allowed=None``, the names some of its keys have
             (a route's ``options``: the core's and Gloo's keys beside the
             plugins'): their proto spellings are read as these, other keys
             kept as written.
         :param optional: null reads as an empty mapping.
+        :param refused: fields Gloo has that twistgw refuses, each with the
+            reason: one written (not null) is recorded as ``is not supported by
+            twistgw: REASON``; the mapping returned leaves them out.
         """
         if value is None and optional:
             value = {}
+        if proto_names is None:
+            proto_names = self.proto_names
         if not isinstance(value, Mapping):
             raise self.fail(path, f"must be a mapping, got {type_name(value)}")
         for key in value:
             if not isinstance(key, str):
                 raise self.fail(path, f"keys must be strings, got {key!r}")
         out: Mapping[str, Any] = value
+        if refused:
+            out = refused_removed(value, path, refused, proto_names, self.issue)
         if allowed is not None:
-            known = allowed if isinstance(allowed, (set, frozenset, dict)) else frozenset(allowed)
-            if any(key not in known for key in value):
-                out = self._named(value, path, known, proto_names, strict=True)
-        elif names and any("_" in key for key in value):
-            out = self._named(value, path, names, True, strict=False)
+            known = allowed if isinstance(allowed, (set, frozenset, dict, tuple, list)) else tuple(allowed)
+            if any(key not in known for key in out):
+                out = named(out, path, known, proto_names, self.issue, strict=True)
+        elif names and proto_names and any("_" in key for key in out):
+            out = named(out, path, names, True, self.issue, strict=False)
         missing = [key for key in required if key not in out]
         for key in missing:
             self.issue(path + (key,), "is required")
         if missing:
             raise self.invalid()
         return out if isinstance(out, dict) else dict(out)
-
-    def _named(self, value: Mapping[str, Any], path: Path, known: Collection[str],
-               proto_names: bool, strict: bool) -> dict[str, Any]:
-        """``value`` with each field under its name in ``known``; other keys
-        kept as written (and, when ``strict``, recorded as unknown)."""
-        aliases = {proto_name(k): k for k in known} if proto_names else {}
-        out: dict[str, Any] = {}
-        written: dict[str, str] = {}
-        for key, item in value.items():
-            name = key if key in known else aliases.get(key)
-            if name is None:
-                if strict:
-                    self.issue(path + (key,), unknown_field(key, sorted(known)))
-                name = key
-            if name in written:
-                self.issue(path + (name,), f"is written twice, as {written[name]!r} and {key!r}: the proto name"
-                           " and the JSON name of one field; keep one")
-            written[name] = key
-            out[name] = item
-        return out
 
     def boolean(self, value: Any, path: Path) -> bool:
         if not isinstance(value, bool):
@@ -288,7 +275,7 @@ class FieldReader:
         return Ref(name, ns)
 
     def fields(self, value: Any, path: Path, allowed: Iterable[str] | None = None,
-               required: tuple[str, ...] = (), *, proto_names: bool = True) -> "Fields":
+               required: tuple[str, ...] = (), *, proto_names: bool | None = None) -> "Fields":
         """``value``'s fields, read by name (:class:`Fields`); null reads as
         no field. A value that is not a mapping is recorded, and every read
         of the result gives its default."""
@@ -336,25 +323,25 @@ class Fields(Mapping[str, Any]):
     def __init__(self, reader: FieldReader, path: Path, values: Mapping[str, Any], ok: bool = True) -> None:
         self.reader = reader
         self.path = path
-        self.values = values
+        self.data = values
         #: False when the value was not a mapping (recorded): every read gives its default
         self.ok = ok
 
     def __getitem__(self, name: str) -> Any:
-        return self.values[name]
+        return self.data[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.values)
+        return iter(self.data)
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.data)
 
     def at(self, *names: str | int) -> Path:
         """The path of a field (or of something inside it)."""
         return self.path + names
 
     def _read(self, name: str, default: Any, check: Callable[..., Any], *args: Any) -> Any:
-        value = self.values.get(name)
+        value = self.data.get(name)
         if value is None:
             if default is REQUIRED:
                 if self.ok:
@@ -406,11 +393,11 @@ class Fields(Mapping[str, Any]):
         return self._read(name, REQUIRED, self.reader.reference, namespace)  # type: ignore[no-any-return]
 
     def fields(self, name: str, allowed: Iterable[str] | None = None, required: tuple[str, ...] = (), *,
-               proto_names: bool = True) -> "Fields":
+               proto_names: bool | None = None) -> "Fields":
         """A nested mapping's fields (absent: none)."""
         if not self.ok:
             return Fields(self.reader, self.at(name), {}, ok=False)
-        return self.reader.fields(self.values.get(name), self.at(name), allowed, required, proto_names=proto_names)
+        return self.reader.fields(self.data.get(name), self.at(name), allowed, required, proto_names=proto_names)
 
     def items_of(self, name: str, allowed: Iterable[str] | None = None,
                  required: tuple[str, ...] = ()) -> list["Fields"]:

@@ -185,12 +185,7 @@ def selects(gw: GlooGateway, vs: VirtualService, labels: Mapping[str, str], has_
 
 
 def _refuse(r: FieldReader, m: Mapping[str, Any], path: Path, refused: Mapping[str, str]) -> dict[str, Any]:
-    out = dict(m)
-    for key in list(out):
-        if key in refused:
-            r.issue(path + (key,), f"is not supported by twistgw: {refused[key]}")
-            del out[key]
-    return out
+    return dict(r.mapping(m, path, refused=refused))
 
 
 def read_gateway(r: FieldReader, res: Envelope) -> GlooGateway:
@@ -254,8 +249,8 @@ def _read_http(r: FieldReader, value: Any, path: Path, ns: str) -> dict[str, Any
             out["namespaces"] = tuple(r.string(n, npath + (i,))
                                       for i, n in enumerate(r.sequence(http["virtualServiceNamespaces"], npath)))
     with r.part():
-        opts = r.mapping(http.get("options") or {}, path + ("options",))
         known = _OPTIONS_FIELDS
+        opts = r.mapping(http.get("options"), path + ("options",), optional=True, names=known)
         for key in opts:
             if key not in known:
                 r.issue(path + ("options", key), f"is not supported by twistgw on a Gateway (it applies"

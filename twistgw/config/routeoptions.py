@@ -176,7 +176,8 @@ def read_destination_options(r: FieldReader, value: Any, path: Path, ns: str) ->
     """A weighted destination's ``options`` (Gloo's
     WeightedDestinationOptions): ``headerManipulation`` is served; the rest
     refused by name."""
-    m = r.mapping(value or {}, path)
+    m = r.mapping(value, path, optional=True,
+                  names=("headerManipulation", "transformations", "stagedTransformations", "extauth", "bufferPerRoute"))
     out: dict[str, Any] = {}
     for key, v in m.items():
         if key == "headerManipulation":
