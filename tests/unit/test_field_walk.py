@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import pathlib
 import re
+import sys
 import textwrap
 from typing import Any
 
@@ -35,7 +36,7 @@ import pytest
 
 import twistgw_authtypes._common as authtypes_common
 import twistgw_jwt._options as jwt_options
-import twistgw_ldap._fields as ldap_fields
+import twistgw_ldap._devdir as ldap_devdir
 import twistgw_oidc._options as oidc_options
 import twistgw_ratelimit
 import twistgw_ratelimit._fields as rl_fields
@@ -837,6 +838,30 @@ WALK_RATELIMIT_SETTINGS = """\
 LDIF = "dn: dc=example,dc=org\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n"
 
 
+#: the scope of a plugin's fields in FIELDS, by the package reading them
+#: (paths relative to its options key, or to its AuthConfig config entry)
+PLUGIN_SCOPES = {"twistgw_jwt": "jwt", "twistgw_rbac": "rbac", "twistgw_ldap": "extauth",
+                 "twistgw_extauth": "extauth", "twistgw_authtypes": "authtypes", "twistgw_oidc": "oauth2"}
+
+
+def _plugin_scope(where: list[tuple[str, tuple[str, ...]]]) -> tuple[str | None, tuple[str, ...]]:
+    """The scope and path prefix of a plugin's reading: where it was marked
+    (the rate-limit plugins, Settings sections), else the first plugin
+    module up the stack; None for the core's own readers (stages: watched
+    apart)."""
+    if where:
+        return where[-1]
+    frame = sys._getframe(2)
+    while frame is not None:
+        package = frame.f_globals.get("__name__", "").split(".")[0]
+        if package == "twistgw_ratelimit":
+            return "unmarked-ratelimit-reading", ()
+        if package in PLUGIN_SCOPES:
+            return PLUGIN_SCOPES[package], ()
+        frame = frame.f_back
+    return None, ()
+
+
 def _norm(path: Any) -> str:
     """A field path with list indices as ``[]`` and names the walk chose as ``*``."""
     parts = path.split(".") if isinstance(path, str) else list(path)
@@ -857,14 +882,19 @@ def walk(tmp_path, monkeypatch) -> set[str]:
     """Load and compile the walk configuration; every accepted field, as
     ``<scope>:<path>.<field>``."""
     seen: set[str] = set()
+    where: list[tuple[str, tuple[str, ...]]] = []
 
     real_mapping = FieldReader.mapping
 
     def mapping(self, value, path, allowed=None, required=(), **kwargs):
-        if allowed is not None and hasattr(self, "resource"):  # the loader's reader (plugins: below)
-            kind = self.resource.split(" ")[0] or "?"
-            for key in allowed:
-                seen.add(f"{kind}:{_norm(tuple(path) + (key,))}")
+        if allowed is not None:
+            if hasattr(self, "resource"):  # the loader's reader
+                scope, prefix = self.resource.split(" ")[0] or "?", ()
+            else:  # a plugin's (twistgw.api.fields.Problems): whose, from the module reading
+                scope, prefix = _plugin_scope(where)
+            if scope is not None:
+                for key in allowed:
+                    seen.add(f"{scope}:{_norm(prefix + tuple(path) + (key,))}")
         return real_mapping(self, value, path, allowed, required, **kwargs)
 
     def recorder(scope: str, real):
@@ -882,13 +912,6 @@ def walk(tmp_path, monkeypatch) -> set[str]:
             return real(value, path, allowed)
         return check
 
-    real_ldap = ldap_fields.LdapReader.mapping
-
-    def ldap_mapping(self, value, path, allowed=None, required=()):
-        for key in allowed or ():
-            seen.add(f"extauth:{_norm(ldap_fields.at(path) + (key,))}")
-        return real_ldap(self, value, path, allowed, required)
-
     real_staged = stages.check
 
     def staged_check(plugin, decl, options, path, on_route, issue):
@@ -904,7 +927,6 @@ def walk(tmp_path, monkeypatch) -> set[str]:
     monkeypatch.setattr(stages, "check", staged_check)
     monkeypatch.setattr(jwt_options, "_only", recorder("jwt", jwt_options._only))
     monkeypatch.setattr(rbac_policy, "_check_keys", recorder("rbac", rbac_policy._check_keys))
-    monkeypatch.setattr(ldap_fields.LdapReader, "mapping", ldap_mapping)
     # the AuthConfig config types' fields (paths relative to the config entry): passThroughAuth's,
     # apiKeyAuth's, basicAuth's and opaAuth's
     monkeypatch.setattr(authtypes_common, "mapping", recorder_mapping("authtypes", authtypes_common.mapping))
@@ -919,10 +941,9 @@ def walk(tmp_path, monkeypatch) -> set[str]:
 
     monkeypatch.setattr(oidc_options.Reader, "mapping", oidc_mapping)
 
-    # The rate-limit plugins check every mapping's fields with one function,
-    # on paths relative to what is being read: an options key, a Settings
-    # section or a RateLimitConfig. Where each reading starts is marked here.
-    where: list[tuple[str, tuple[str, ...]]] = []
+    # The rate-limit plugins read on paths relative to what is being read: an
+    # options key, a Settings section or a RateLimitConfig. Where each reading
+    # starts is marked here.
 
     def reading(real, scope):
         def read(*args, **kwargs):
@@ -942,7 +963,8 @@ def walk(tmp_path, monkeypatch) -> set[str]:
             *((m, "parse_server_settings", ("Settings", ("spec", "ratelimitServer")))
               for m in (twistgw_ratelimit, rl_options, rl_settings)),
             *((m, "parse_service_settings", ("Settings", ("spec", "ratelimit")))
-              for m in (twistgw_ratelimit, rl_options, rl_settings))):
+              for m in (twistgw_ratelimit, rl_options, rl_settings)),
+            (ldap_devdir, "read_settings", ("Settings", ("spec", "extauth")))):
         monkeypatch.setattr(module, name, reading(getattr(module, name), scope))
     real_rl = rl_fields.check
 
@@ -1592,7 +1614,6 @@ MANUAL = {
     "Secret:data", "Secret:stringData", "Secret:type", "Secret:immutable", "Endpoints:subsets",
     "Pod:spec", "Pod:status.podIP",
     "Settings:spec.rbac.requireRbac", "Settings:spec.jwt.verifiedTokenCacheSize",
-    "Settings:spec.extauth.devDirectory.ldif", "Settings:spec.extauth.devDirectory.listen",
     "extauth:configRef", "extauth:configRef.name", "extauth:configRef.namespace",
     # the core's own options keys (every other key names a plugin): loader.CORE_OPTION_KEYS
     "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder", "Route:options.upgrades",

@@ -48,6 +48,7 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Named
 
 from twistgw.api.durations import DURATION_UNITS, duration_text, parse_duration
 from twistgw.api.fieldnames import named, proto_name, refused_removed, unknown_field, written_field, written_path
+from twistgw.api.headers import is_token
 from twistgw.api.types import OptionsError
 
 __all__ = ["DURATION_UNITS", "FieldReader", "Fields", "Invalid", "Path", "Problems", "REQUIRED", "Ref",
@@ -238,6 +239,13 @@ class FieldReader:
         items = self.sequence(value, path, nonempty, optional=optional)
         return [self.string(v, path + (i,)) for i, v in enumerate(items)]
 
+    def header_name(self, value: Any, path: Path) -> str:
+        """An HTTP header name (an RFC 9110 token), as written."""
+        name = self.string(value, path)
+        if not is_token(name):
+            raise self.fail(path, f"{name!r} is not a valid HTTP header name")
+        return name
+
     def choice(self, value: Any, path: Path, choices: Iterable[str], what: str = "value") -> str:
         """A string that is one of ``choices``."""
         text = self.string(value, path)
@@ -369,6 +377,9 @@ class Fields(Mapping[str, Any]):
     def duration(self, name: str, default: _D = REQUIRED, lo: float | None = None,
                  hi: float | None = None) -> float | _D:
         return self._read(name, default, self.reader.duration, lo, hi)  # type: ignore[no-any-return]
+
+    def header_name(self, name: str, default: _D = REQUIRED) -> str | _D:
+        return self._read(name, default, self.reader.header_name)  # type: ignore[no-any-return]
 
     def choice(self, name: str, choices: Iterable[str], default: _D = REQUIRED, what: str = "value") -> str | _D:
         return self._read(name, default, self.reader.choice, tuple(choices), what)  # type: ignore[no-any-return]
