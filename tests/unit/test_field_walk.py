@@ -42,6 +42,7 @@ import twistgw_ratelimit
 import twistgw_ratelimit._fields as rl_fields
 import twistgw_ratelimit._options as rl_options
 import twistgw_ratelimit._settings as rl_settings
+import twistgw_rbac
 import twistgw_rbac._policy as rbac_policy
 from twistgw.api.fields import FieldReader
 from twistgw.config.gloo import CORE_OPTION_KEYS
@@ -926,7 +927,6 @@ def walk(tmp_path, monkeypatch) -> set[str]:
     monkeypatch.setattr(FieldReader, "mapping", mapping)
     monkeypatch.setattr(stages, "check", staged_check)
     monkeypatch.setattr(jwt_options, "_only", recorder("jwt", jwt_options._only))
-    monkeypatch.setattr(rbac_policy, "_check_keys", recorder("rbac", rbac_policy._check_keys))
     # the AuthConfig config types' fields (paths relative to the config entry): passThroughAuth's,
     # apiKeyAuth's, basicAuth's and opaAuth's
     monkeypatch.setattr(authtypes_common, "mapping", recorder_mapping("authtypes", authtypes_common.mapping))
@@ -964,7 +964,9 @@ def walk(tmp_path, monkeypatch) -> set[str]:
               for m in (twistgw_ratelimit, rl_options, rl_settings)),
             *((m, "parse_service_settings", ("Settings", ("spec", "ratelimit")))
               for m in (twistgw_ratelimit, rl_options, rl_settings)),
-            (ldap_devdir, "read_settings", ("Settings", ("spec", "extauth")))):
+            (ldap_devdir, "read_settings", ("Settings", ("spec", "extauth"))),
+            *((m, f, ("Settings", ("spec", "rbac"))) for m in (twistgw_rbac, rbac_policy)
+              for f in ("settings_problem", "require_rbac"))):
         monkeypatch.setattr(module, name, reading(getattr(module, name), scope))
     real_rl = rl_fields.check
 
@@ -1613,7 +1615,7 @@ MANUAL = {
     "*:apiVersion", "*:kind", "*:metadata.name", "*:metadata.namespace", "*:metadata.labels", "*:status",
     "Secret:data", "Secret:stringData", "Secret:type", "Secret:immutable", "Endpoints:subsets",
     "Pod:spec", "Pod:status.podIP",
-    "Settings:spec.rbac.requireRbac", "Settings:spec.jwt.verifiedTokenCacheSize",
+    "Settings:spec.jwt.verifiedTokenCacheSize",
     "extauth:configRef", "extauth:configRef.name", "extauth:configRef.namespace",
     # the core's own options keys (every other key names a plugin): loader.CORE_OPTION_KEYS
     "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder", "Route:options.upgrades",

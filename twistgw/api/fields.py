@@ -148,7 +148,7 @@ class FieldReader:
     def mapping(self, value: Any, path: Path, allowed: Iterable[str] | None = None,
                 required: tuple[str, ...] = (), *, optional: bool = False,
                 proto_names: bool | None = None, names: Collection[str] = (),
-                refused: Mapping[str, str] | None = None) -> dict[str, Any]:
+                refused: Mapping[str, str] | None = None, what: str | None = None) -> dict[str, Any]:
         """A mapping with string keys; records every unknown and every
         missing field, and gives up only when it is not a mapping or misses
         a required field.
@@ -163,6 +163,9 @@ class FieldReader:
             plugins'): their proto spellings are read as these, other keys
             kept as written.
         :param optional: null reads as an empty mapping.
+        :param what: names the value where its path does not (an item of a
+            list, a value of a free-form mapping): ``policies.p: a policy
+            must be a mapping, got a string``.
         :param refused: fields Gloo has that twistgw refuses, each with the
             reason: one written (not null) is recorded as ``is not supported by
             twistgw: REASON``; the mapping returned leaves them out.
@@ -172,7 +175,8 @@ class FieldReader:
         if proto_names is None:
             proto_names = self.proto_names
         if not isinstance(value, Mapping):
-            raise self.fail(path, f"must be a mapping, got {type_name(value)}")
+            named_as = f"{what} " if what is not None and path and what != str(path[-1]) else ""
+            raise self.fail(path, f"{named_as}must be a mapping, got {type_name(value)}")
         for key in value:
             if not isinstance(key, str):
                 raise self.fail(path, f"keys must be strings, got {key!r}")
@@ -283,12 +287,13 @@ class FieldReader:
         return Ref(name, ns)
 
     def fields(self, value: Any, path: Path, allowed: Iterable[str] | None = None,
-               required: tuple[str, ...] = (), *, proto_names: bool | None = None) -> "Fields":
+               required: tuple[str, ...] = (), *, proto_names: bool | None = None,
+               refused: Mapping[str, str] | None = None, what: str | None = None) -> "Fields":
         """``value``'s fields, read by name (:class:`Fields`); null reads as
         no field. A value that is not a mapping is recorded, and every read
-        of the result gives its default."""
+        of the result gives its default. The arguments are :meth:`mapping`'s."""
         try:
-            m = self.mapping(value, path, allowed, optional=True, proto_names=proto_names)
+            m = self.mapping(value, path, allowed, optional=True, proto_names=proto_names, refused=refused, what=what)
         except Invalid:
             return Fields(self, path, {}, ok=False)
         for key in required:
