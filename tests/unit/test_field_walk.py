@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 import twistgw_authtypes._common as authtypes_common
+import twistgw_jwt
 import twistgw_jwt._options as jwt_options
 import twistgw_ldap._devdir as ldap_devdir
 import twistgw_oidc._options as oidc_options
@@ -926,7 +927,6 @@ def walk(tmp_path, monkeypatch) -> set[str]:
 
     monkeypatch.setattr(FieldReader, "mapping", mapping)
     monkeypatch.setattr(stages, "check", staged_check)
-    monkeypatch.setattr(jwt_options, "_only", recorder("jwt", jwt_options._only))
     # the AuthConfig config types' fields (paths relative to the config entry): passThroughAuth's,
     # apiKeyAuth's, basicAuth's and opaAuth's
     monkeypatch.setattr(authtypes_common, "mapping", recorder_mapping("authtypes", authtypes_common.mapping))
@@ -966,7 +966,8 @@ def walk(tmp_path, monkeypatch) -> set[str]:
               for m in (twistgw_ratelimit, rl_options, rl_settings)),
             (ldap_devdir, "read_settings", ("Settings", ("spec", "extauth"))),
             *((m, f, ("Settings", ("spec", "rbac"))) for m in (twistgw_rbac, rbac_policy)
-              for f in ("settings_problem", "require_rbac"))):
+              for f in ("settings_problem", "require_rbac")),
+            *((m, "verified_cache_size", ("Settings", ("spec", "jwt"))) for m in (twistgw_jwt, jwt_options))):
         monkeypatch.setattr(module, name, reading(getattr(module, name), scope))
     real_rl = rl_fields.check
 
@@ -1615,7 +1616,6 @@ MANUAL = {
     "*:apiVersion", "*:kind", "*:metadata.name", "*:metadata.namespace", "*:metadata.labels", "*:status",
     "Secret:data", "Secret:stringData", "Secret:type", "Secret:immutable", "Endpoints:subsets",
     "Pod:spec", "Pod:status.podIP",
-    "Settings:spec.jwt.verifiedTokenCacheSize",
     "extauth:configRef", "extauth:configRef.name", "extauth:configRef.namespace",
     # the core's own options keys (every other key names a plugin): loader.CORE_OPTION_KEYS
     "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder", "Route:options.upgrades",
