@@ -14,7 +14,8 @@ import attrs
 from twistgw.api.extauth import relocate
 from twistgw.api.headers import canonical_name
 from twistgw.api.types import InvalidResource
-from twistgw.options import Problems, is_token, type_name, unknown_field
+from twistgw.api.fields import Problems, type_name
+from twistgw.api.headers import is_token
 
 from twistgw import AuthConfigInfo, ConfigScope, ConfigWarning, ExtAuthConfigType, OptionsError, OptionsScope
 from twistgw_extauth._expr import NAME, ExprError, Node, admits_with_no_config_admitting, parse, references
@@ -90,62 +91,52 @@ def _entry(kind: ExtAuthConfigType, raw: Any, scope: ConfigScope) -> Entry:
     return Entry(scope.config_name, kind.name, scope.source, checker, check)
 
 
-def _reference(options: Mapping[str, Any], scope: OptionsScope) -> AuthConfigInfo:
-    ref = options["configRef"]
-    if not isinstance(ref, dict):
-        raise OptionsError(("configRef",), f"must be a mapping {{name, namespace}}, got {type_name(ref)}")
-    unknown = [OptionsError(("configRef", key), unknown_field(key, ("name", "namespace")))
-               for key in ref if key not in ("name", "namespace")]
-    if unknown:
-        raise OptionsError.several(unknown)
-    name = ref.get("name")
-    if not isinstance(name, str) or not name:
-        raise OptionsError(("configRef", "name"), "is required: the name of an AuthConfig")
-    ns = ref.get("namespace", scope.namespace)
-    if not isinstance(ns, str) or not ns:
-        raise OptionsError(("configRef", "namespace"), "must be a non-empty string")
+def _reference(r: Problems, ref: Any, scope: OptionsScope) -> AuthConfigInfo:
+    name, ns = r.reference(ref, ("configRef",), scope.namespace)
     try:
         return scope.resources.auth_config(name, ns)
     except KeyError as exc:
-        raise OptionsError(("configRef",), f"dangling reference: {exc.args[0]}") from exc
+        raise r.fail(("configRef",), f"dangling reference: {exc.args[0]}") from exc
 
 
 def compile_options(options: Mapping[str, Any], scope: OptionsScope, registry: Registry,
-                    policy: ErrorPolicy) -> CompiledExtAuth:
-    """The body of ``twistgw_compile_options`` for ``extauth``."""
+                    policy: ErrorPolicy, settings: Mapping[str, Any] | None = None) -> CompiledExtAuth:
+    """The body of ``twistgw_compile_options`` for ``extauth``; ``settings``:
+    ``Settings.spec.extauth`` as :func:`~._settings.read_section` read it."""
+    r = Problems()
     try:
         types = registry.types()
     except TypeProblem as exc:
-        raise OptionsError((), str(exc)) from None
-    inline = [k for k in options if k in types and types[k].where == "inline"]
-    allowed = ["configRef", *registry.names("inline")]
-    unknown = [OptionsError((key,), unknown_field(key, allowed)) for key in options
-               if key != "configRef" and key not in inline]
-    if unknown:
-        raise OptionsError.several(unknown)
-    if len(inline) + ("configRef" in options) != 1:
-        raise OptionsError(("configRef",), "is required: {configRef: {name: NAME, namespace: NS}}"
-                           if not inline else f"set one of configRef, {', '.join(inline)}")
+        raise r.fail((), str(exc)) from None
+    inline_names = registry.names("inline")
+    f = r.fields(options, (), ("configRef", *inline_names))
+    r.raise_if_any()
+    inline = [k for k in f if k in inline_names]
+    if len(inline) + ("configRef" in f) != 1:
+        raise r.fail(("configRef",), "is required: {configRef: {name: NAME, namespace: NS}}"
+                     if not inline else f"set one of configRef, {', '.join(inline)}")
     if inline:
         kind = types[inline[0]]
-        where = ConfigScope(scope, scope.namespace, None, kind.name, 0, None, (kind.name,))
-        return _compiled("", (_entry(kind, options[kind.name], where),), None, "", policy)
-    return _from_auth_config(_reference(options, scope), scope, types, policy)
+        where = ConfigScope(scope, scope.namespace, None, kind.name, 0, None, (kind.name,), settings)
+        return _compiled("", (_entry(kind, f[kind.name], where),), None, "", policy)
+    return _from_auth_config(_reference(r, f["configRef"], scope), scope, types, policy, settings)
 
 
 def _from_auth_config(info: AuthConfigInfo, scope: OptionsScope, types: Mapping[str, ExtAuthConfigType],
-                      policy: ErrorPolicy) -> CompiledExtAuth:
+                      policy: ErrorPolicy, settings: Mapping[str, Any] | None) -> CompiledExtAuth:
     resource = ("AuthConfig", info.namespace, info.name)
     problems = Problems()
     entries: list[Entry] = []
     names: dict[str, int] = {}
     for i, raw in enumerate(info.configs):
         with problems.check():
-            name = _config_name(raw, i, names, resource)
+            entry = _entry_fields(raw, i, types, resource)
+            name = _config_name(entry, i, names, resource)
             names[name] = i
-            kind_name = _type_of(raw, i, types, resource)
-            where = ConfigScope(scope, info.namespace, info, name, i, resource, ("spec", "configs", i, kind_name))
-            entries.append(_entry(types[kind_name], raw[kind_name], where))
+            kind_name = _type_of(entry, i, types, resource)
+            where = ConfigScope(scope, info.namespace, info, name, i, resource, ("spec", "configs", i, kind_name),
+                                settings)
+            entries.append(_entry(types[kind_name], entry[kind_name], where))
     with problems.check():
         _unread_fields(info, [types[e.type_name] for e in entries], resource)
     expression = None
@@ -154,6 +145,19 @@ def _from_auth_config(info: AuthConfigInfo, scope: OptionsScope, types: Mapping[
             expression = _expression(info, names, resource)
     problems.raise_if_any()
     return _compiled(f"{info.namespace}/{info.name}", tuple(entries), expression, info.boolean_expr or "", policy)
+
+
+def _entry_fields(raw: Any, index: int, types: Mapping[str, ExtAuthConfigType],
+                  resource: tuple[str, str, str]) -> Any:
+    """``spec.configs[i]`` with its type under the type's name, however it is
+    written (``api_key_auth``: protobuf's proto name of ``apiKeyAuth``)."""
+    if not isinstance(raw, Mapping):
+        return raw
+    r = Problems()
+    entry = r.mapping(raw, ("spec", "configs", index), names=(*types, "name"))
+    if r.errors:
+        raise OptionsError.several([OptionsError(e.path, e.reason, resource) for e in r.errors])
+    return entry
 
 
 def _compiled(auth_config: str, entries: tuple[Entry, ...], expression: Node | None, text: str,

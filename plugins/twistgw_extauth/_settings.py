@@ -24,9 +24,7 @@ from __future__ import annotations
 from typing import Any, Collection, Mapping
 
 import attrs
-from twistgw.options import parse_duration, type_name, unknown_field
-
-from twistgw import OptionsError
+from twistgw.api.fields import Problems, type_name, unknown_field
 
 #: What ``Settings.spec.extauth`` accepts, besides the config types' own fields.
 FIELDS = ("failureModeAllow", "requestTimeout", "statusOnError")
@@ -61,38 +59,39 @@ class ErrorPolicy:
 NO_POLICY = ErrorPolicy()
 
 
+def read_section(settings: Mapping[str, Any], type_fields: Collection[str], r: Problems) -> dict[str, Any]:
+    """``Settings.spec.extauth`` with each field under its JSON name (either
+    spelling is read), every problem of its keys recorded on ``r``;
+    ``type_fields`` are the keys config types read (checked by them)."""
+    known = sorted({*FIELDS, *type_fields})
+    section = r.mapping(settings, (), names=(*known, *SERVER_FIELDS), optional=True)
+    for key in section:
+        if key in type_fields or key in FIELDS:
+            continue
+        if key in SERVER_FIELDS:
+            r.issue((key,), "is Gloo's setting for reaching a separate external auth server; twistgw runs extauth"
+                    " inside the gateway (the extauth plugin) and no installed config type reads it: remove it")
+        else:
+            r.issue((key,), unknown_field(key, known))
+    return section
+
+
 def read_policy(settings: Mapping[str, Any], type_fields: Collection[str] = ()) -> ErrorPolicy:
     """The policy of ``Settings.spec.extauth``; ``type_fields`` are the keys
     config types read (checked by them).
 
     :raise OptionsError: every problem, located below ``Settings.spec.extauth``.
     """
-    problems = []
-    for key in settings:
-        if key in type_fields or key in FIELDS:
-            continue
-        if key in SERVER_FIELDS:
-            problems.append(OptionsError((key,), "is Gloo's setting for reaching a separate external auth"
-                                         " server; twistgw runs extauth inside the gateway (the extauth"
-                                         " plugin) and no installed config type reads it: remove it"))
-        else:
-            problems.append(OptionsError((key,), unknown_field(key, sorted({*FIELDS, *type_fields}))))
-    timeout = None
-    if "requestTimeout" in settings:
-        timeout = parse_duration(settings["requestTimeout"])
-        if timeout is None or not 0.001 <= timeout <= 60:
-            problems.append(OptionsError(("requestTimeout",), "must be a duration from 1ms to 60s, such as"
-                                         f" '2s' or '500ms'; got {settings['requestTimeout']!r}"))
-    allow = settings.get("failureModeAllow", False)
-    if not isinstance(allow, bool):
-        problems.append(OptionsError(("failureModeAllow",), f"must be true or false, got {allow!r}"))
-    status = settings.get("statusOnError")
+    r = Problems()
+    f = r.fields(read_section(settings, type_fields, r), ())
+    timeout = f.duration("requestTimeout", None, 0.001, 60)
+    allow = f.boolean("failureModeAllow", False)
+    status = f.get("statusOnError")
     if status is not None:
         reason = _status_problem(status)
         if reason:
-            problems.append(OptionsError(("statusOnError",), reason))
-    if problems:
-        raise OptionsError.several(problems)
+            r.issue(("statusOnError",), reason)
+    r.raise_if_any()
     return ErrorPolicy(timeout, allow, status)
 
 

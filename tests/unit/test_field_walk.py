@@ -34,7 +34,6 @@ from typing import Any
 
 import pytest
 
-import twistgw_authtypes._common as authtypes_common
 import twistgw_jwt
 import twistgw_jwt._options as jwt_options
 import twistgw_ldap._devdir as ldap_devdir
@@ -927,9 +926,6 @@ def walk(tmp_path, monkeypatch) -> set[str]:
 
     monkeypatch.setattr(FieldReader, "mapping", mapping)
     monkeypatch.setattr(stages, "check", staged_check)
-    # the AuthConfig config types' fields (paths relative to the config entry): passThroughAuth's,
-    # apiKeyAuth's, basicAuth's and opaAuth's
-    monkeypatch.setattr(authtypes_common, "mapping", recorder_mapping("authtypes", authtypes_common.mapping))
 
     # oauth2's (paths relative to the config entry: oidcAuthorizationCode..., accessTokenValidation...)
     real_oidc = oidc_options.Reader.mapping
@@ -1191,6 +1187,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "rbac:policies.*.principals[].jwtPrincipal.provider": (T, RBAC_SEM),
     # -- extauth (LDAP) ------------------------------------------------------------
     "extauth:configRef": (T, LDAP), "extauth:configRef.name": (T, LDAP), "extauth:configRef.namespace": (T, LDAP),
+    "extauth:customAuth": (T, "tests/authtypes/test_services_loopback.py"),
     "extauth:address": (T, LDAP), "extauth:startTLS": (T, LDAP_SLAPD), "extauth:tls": (T, LDAP_SLAPD),
     "extauth:tls.caFile": (T, LDAP_SLAPD), "extauth:tls.caPem": (T, LDAP), "extauth:tls.serverName": (T, LDAP_SLAPD),
     "extauth:userDnTemplate": (T, LDAP), "extauth:membershipAttributeName": (T, LDAP),
@@ -1616,7 +1613,6 @@ MANUAL = {
     "*:apiVersion", "*:kind", "*:metadata.name", "*:metadata.namespace", "*:metadata.labels", "*:status",
     "Secret:data", "Secret:stringData", "Secret:type", "Secret:immutable", "Endpoints:subsets",
     "Pod:spec", "Pod:status.podIP",
-    "extauth:configRef", "extauth:configRef.name", "extauth:configRef.namespace",
     # the core's own options keys (every other key names a plugin): loader.CORE_OPTION_KEYS
     "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder", "Route:options.upgrades",
     "VirtualService:spec.virtualHost.options.pluginOrder",

@@ -265,6 +265,9 @@ class ConfigScope:
     index: int
     resource: tuple[str, str, str] | None
     path: tuple[str | int, ...]
+    #: ``Settings.spec.extauth`` as the extauth plugin read it (each field
+    #: under its JSON name); None: as written
+    extauth_settings: Mapping[str, Any] | None = None
 
     @property
     def resources(self) -> ResourceView:
@@ -287,7 +290,10 @@ class ConfigScope:
         return f"{self.resource[0]} {self.resource[1]}/{self.resource[2]}: {where}"
 
     def settings(self) -> Mapping[str, Any]:
-        """``Settings.spec.extauth`` ({} if absent)."""
+        """``Settings.spec.extauth`` ({} if absent), each field under its
+        JSON name (``requestBody`` however it is written)."""
+        if self.extauth_settings is not None:
+            return self.extauth_settings
         return self.options.resources.settings("extauth")
 
     def secret(self, name: str, namespace: str | None = None) -> SecretInfo:
