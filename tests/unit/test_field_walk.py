@@ -37,7 +37,6 @@ import pytest
 import twistgw_jwt
 import twistgw_jwt._options as jwt_options
 import twistgw_ldap._devdir as ldap_devdir
-import twistgw_oidc._options as oidc_options
 import twistgw_ratelimit
 import twistgw_ratelimit._fields as rl_fields
 import twistgw_ratelimit._options as rl_options
@@ -927,15 +926,6 @@ def walk(tmp_path, monkeypatch) -> set[str]:
     monkeypatch.setattr(FieldReader, "mapping", mapping)
     monkeypatch.setattr(stages, "check", staged_check)
 
-    # oauth2's (paths relative to the config entry: oidcAuthorizationCode..., accessTokenValidation...)
-    real_oidc = oidc_options.Reader.mapping
-
-    def oidc_mapping(self, value, allowed, field=None):
-        for key in allowed:
-            seen.add(f"oauth2:{_norm(self.path + ((field,) if field else ()) + (key,))}")
-        return real_oidc(self, value, allowed, field)
-
-    monkeypatch.setattr(oidc_options.Reader, "mapping", oidc_mapping)
 
     # The rate-limit plugins read on paths relative to what is being read: an
     # options key, a Settings section or a RateLimitConfig. Where each reading
@@ -1502,7 +1492,6 @@ _OIDC = "oauth2:oidcAuthorizationCode"
 _ATV = "oauth2:accessTokenValidation"
 FIELDS.update({
     "oauth2:oidcAuthorizationCode": (T, OIDC_UNITS), "oauth2:accessTokenValidation": (T, OIDC_UNITS),
-    "oauth2:oauth2": (T, OIDC_UNITS),  # refused by name (Gloo's plain OAuth2 flow)
     **{f"{_OIDC}.{k}": (T, OIDC_FLOW, OIDC_STACK) for k in (
         "issuerUrl", "clientId", "appUrl", "callbackPath", "logoutPath", "afterLogoutUrl", "scopes",
         "authEndpointQueryParams", "tokenEndpointQueryParams", "frontChannelLogout", "frontChannelLogout.path",
@@ -1513,9 +1502,7 @@ FIELDS.update({
     **{f"{_OIDC}.{k}": (T, OIDC_UNITS) for k in (
         "clientSecretRef", "clientSecretRef.name", "disableClientSecret", "session", "session.cipherConfig",
         "session.cipherConfig.keyRef", "session.cipherConfig.keyRef.name", "session.failOnFetchFailure",
-        "session.redis.options.tlsCertMountPath",
-        # refused by name, each with its reason
-        "parseCallbackPathAsRegex", "sessionIdHeaderName")},
+        "session.redis.options.tlsCertMountPath")},
     f"{_OIDC}.clientSecretRef.namespace": (T, OIDC_UNITS, OIDC_STACK),
     f"{_OIDC}.session.cipherConfig.keyRef.namespace": (T, OIDC_FIELDS),
     f"{_OIDC}.session.redis.options.socketType": (T, "tests/oidc/test_oidc_redis_store.py", OIDC_UNITS),
@@ -1534,8 +1521,7 @@ FIELDS.update({
         "discoveryOverride.scopes", "discoveryOverride.responseTypes", "discoveryOverride.subjects",
         "discoveryOverride.idTokenAlgs", "discoveryOverride.claims", "discoveryOverride.revocationEndpoint",
         # refused by name, each with its reason
-        "autoMapFromMetadata", "accessToken", "azure", "session.cookie.targetDomain", "session.redis.targetDomain",
-        "session.redis.headerName")},
+        "session.cookie.targetDomain", "session.redis.targetDomain", "session.redis.headerName")},
     **{f"{_OIDC}.{k}": (T, OIDC_DISCOVERY) for k in (
         "discoveryOverride", "discoveryOverride.authEndpoint", "discoveryOverride.tokenEndpoint",
         "discoveryOverride.jwksUri", "discoveryOverride.endSessionEndpoint", "discoveryOverride.authMethods")},
@@ -1552,7 +1538,7 @@ FIELDS.update({
         "jwt", "jwt.remoteJwks", "jwt.remoteJwks.url", "jwt.issuer", "jwt.audiences")},
     f"{_ATV}.claimsToHeaders[].append": (T, OIDC_WARM),  # the same reader as identityToken's
     **{f"{_ATV}.{k}": (T, OIDC_FIELDS) for k in (
-        "introspectionUrl", "introspection.disableClientSecret", "jwt.remoteJwks.refreshInterval", "azure")},
+        "introspectionUrl", "introspection.disableClientSecret", "jwt.remoteJwks.refreshInterval")},
     f"{_ATV}.jwt.localJwks": (T, OIDC_WARM), f"{_ATV}.jwt.localJwks.inlineString": (T, OIDC_WARM, OIDC_UNITS),
 })
 

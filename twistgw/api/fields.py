@@ -353,6 +353,11 @@ class Fields(Mapping[str, Any]):
         """The path of a field (or of something inside it)."""
         return self.path + names
 
+    def issue(self, name: str | Path, reason: str) -> None:
+        """Record a problem of a field (a name, a path below this mapping,
+        or ``()`` for the mapping itself)."""
+        self.reader.issue(self.at(name) if isinstance(name, str) else self.path + tuple(name), reason)
+
     def _read(self, name: str, default: Any, check: Callable[..., Any], *args: Any) -> Any:
         value = self.data.get(name)
         if value is None:
