@@ -38,7 +38,6 @@ import twistgw_jwt
 import twistgw_jwt._options as jwt_options
 import twistgw_ldap._devdir as ldap_devdir
 import twistgw_ratelimit
-import twistgw_ratelimit._fields as rl_fields
 import twistgw_ratelimit._options as rl_options
 import twistgw_ratelimit._settings as rl_settings
 import twistgw_rbac
@@ -946,24 +945,14 @@ def walk(tmp_path, monkeypatch) -> set[str]:
             (rl_options, "compile_configs", ("rateLimitConfigs", ())),
             (rl_options, "compile_config_spec", ("RateLimitConfig", ())),  # paths from spec.raw
             (rl_options, "compile_local", ("localRatelimit", ())),
-            *((m, "parse_server_settings", ("Settings", ("spec", "ratelimitServer")))
-              for m in (twistgw_ratelimit, rl_options, rl_settings)),
+            (rl_settings, "read_server_settings", ("Settings", ("spec", "ratelimitServer"))),
             *((m, "parse_service_settings", ("Settings", ("spec", "ratelimit")))
-              for m in (twistgw_ratelimit, rl_options, rl_settings)),
+              for m in (twistgw_ratelimit, rl_settings)),
             (ldap_devdir, "read_settings", ("Settings", ("spec", "extauth"))),
             *((m, f, ("Settings", ("spec", "rbac"))) for m in (twistgw_rbac, rbac_policy)
               for f in ("settings_problem", "require_rbac")),
             *((m, "verified_cache_size", ("Settings", ("spec", "jwt"))) for m in (twistgw_jwt, jwt_options))):
         monkeypatch.setattr(module, name, reading(getattr(module, name), scope))
-    real_rl = rl_fields.check
-
-    def rl_check(raw, allowed, path, problems):
-        kind, prefix = where[-1] if where else ("unmarked-ratelimit-reading", ())
-        for key in allowed:
-            seen.add(f"{kind}:{_norm(prefix + tuple(path) + (key,))}")
-        return real_rl(raw, allowed, path, problems)
-
-    monkeypatch.setattr(rl_fields, "check", rl_check)
 
     write_walk(tmp_path)
     config = load_directory(str(tmp_path), keep_going=True)
