@@ -223,15 +223,15 @@ def _action(raw: Any, path: Path, problems: Problems) -> Action | None:
     if not isinstance(raw, Mapping) or len(raw) != 1:
         problems.add(path, f"an action is a mapping with one of: {', '.join(ACTIONS)}")
         return None
+    before = len(problems.errors)
+    raw = problems.mapping(raw, path, ACTIONS[:-1], refused={  # one of them
+        "sourceCluster": "there is no source cluster: twistgw is not part of a service mesh"})
+    if len(problems.errors) > before or len(raw) != 1:
+        if len(problems.errors) == before:
+            problems.add(path, f"an action is a mapping with one of: {', '.join(ACTIONS)}")
+        return None
     (kind, spec), = raw.items()
     where = path + (str(kind),)
-    if kind == "sourceCluster":
-        problems.add(where, "there is no source cluster: twistgw is not part of a service mesh")
-        return None
-    before = len(problems.errors)
-    raw = problems.mapping(raw, path, ACTIONS[:-1])  # one of them (sourceCluster: refused above)
-    if len(problems.errors) > before:
-        return None
     if kind == "genericKey":
         value = _required_text(_mapping(spec, ("descriptorValue",), where, problems), "descriptorValue", where,
                                problems)

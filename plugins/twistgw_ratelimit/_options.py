@@ -161,9 +161,11 @@ def compile_actions(key: str, options: Mapping[str, Any], scope: OptionsScope) -
     rate_limits = parse_rate_limits(options.get("rateLimits", []), ("rateLimits",), problems)
     if include:
         host = scope.host_options.get(key)
-        if isinstance(host, Mapping) and isinstance(host.get("rateLimits"), list):
+        host_limits = Problems().mapping(host, (), names=("rateLimits",)).get("rateLimits") \
+            if isinstance(host, Mapping) else None
+        if isinstance(host_limits, list):
             # reported where written, on the virtual host, if broken
-            rate_limits += parse_rate_limits(host["rateLimits"], ("rateLimits",), Problems())
+            rate_limits += parse_rate_limits(host_limits, ("rateLimits",), Problems())
     if include and not problems and not rate_limits:
         # the virtual host's rules and none of its own, and the host has none: as in Gloo, nothing to count
         return GlobalLimits(key, where_of(scope), _nothing, ServerSettings(),
