@@ -459,6 +459,13 @@ class Problems(FieldReader):
         self._count += 1
         self.errors.append(OptionsError(path, reason, resource))
 
+    def fail(self, path: Path, reason: str, resource: tuple[str, str, str] | None = None) -> Exception:
+        """:meth:`FieldReader.fail`, and ``resource`` as :meth:`add`'s."""
+        if resource is None:
+            return super().fail(path, reason)
+        self.add(path, reason, resource)
+        return self.invalid()
+
     def invalid(self) -> Exception:
         # An OptionsError carrying the problems so far: caught by part()
         # (which keeps each problem once), or reported by the core when a
