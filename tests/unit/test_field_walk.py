@@ -13,14 +13,15 @@ either ``("test", "tests/<file>.py")`` — that test file sets the field and
 asserts what it does — or ``("info", "<docs file>")`` — the docs say it is
 informational. A new field without an entry fails this test.
 
-What is watched: the loader's :class:`FieldReader`, and each plugin's own
-field check — jwt's ``_only``, rbac's ``_check_keys``, ldap's
-``LdapReader.mapping``, the AuthConfig types' ``_common.mapping``
-(passThroughAuth, apiKeyAuth, basicAuth, opaAuth), oauth2's
-``Reader.mapping`` (scope ``oauth2:``, paths from the config entry) and the
-rate-limit plugins' ``_fields.check`` (scope: the options key, ``Settings``
-or ``RateLimitConfig``, marked where each reading starts). A plugin that
-reads a mapping some other way is not seen: give it one such check.
+What is watched: the one field reader, :meth:`FieldReader.mapping` (the
+loader's reader and every plugin's ``Problems``): each mapping it checks
+records the fields it accepts there. A plugin's reading is placed by the
+plugin package reading (:data:`PLUGIN_SCOPES`: jwt, rbac, the ldap and
+extauth entries as ``extauth``, the AuthConfig types' as ``authtypes``,
+oauth2's), or where it was marked (:func:`walk`'s ``reading``: the
+rate-limit plugins' options keys, ``RateLimitConfig`` and Settings
+sections); the JWT stages through the core's ``stages.check``. A plugin that
+reads a mapping some other way is not seen: read it with the reader.
 """
 
 from __future__ import annotations
@@ -895,21 +896,6 @@ def walk(tmp_path, monkeypatch) -> set[str]:
                 for key in allowed:
                     seen.add(f"{scope}:{_norm(prefix + tuple(path) + (key,))}")
         return real_mapping(self, value, path, allowed, required, **kwargs)
-
-    def recorder(scope: str, real):
-        def check(value, allowed, path, *rest):
-            allowed = tuple(allowed)
-            for key in allowed:
-                seen.add(f"{scope}:{_norm(tuple(path) + (key,))}")
-            return real(value, allowed, path, *rest)
-        return check
-
-    def recorder_mapping(scope: str, real):
-        def check(value, path, allowed=None):
-            for key in allowed or ():
-                seen.add(f"{scope}:{_norm(tuple(path) + (key,))}")
-            return real(value, path, allowed)
-        return check
 
     real_staged = stages.check
 
