@@ -15,7 +15,7 @@ import math
 import re
 from typing import Any, Mapping
 
-__all__ = ["DURATION_UNITS", "duration_text", "parse_duration"]
+__all__ = ["DURATION_UNITS", "duration_problem", "duration_text", "parse_duration"]
 
 #: Seconds per unit of a duration: Go's (``time.ParseDuration``, Gloo's parser).
 DURATION_UNITS: Mapping[str, float] = {
@@ -57,3 +57,16 @@ def duration_text(seconds: float) -> str:
     if 0 < seconds < 1 and seconds * 1000 == int(seconds * 1000):
         return f"{int(seconds * 1000)}ms"
     return f"{seconds:g}s"
+
+
+def duration_problem(value: Any, lo: float | None, hi: float | None) -> str:
+    """The one wording of a value that is not a duration in ``[lo, hi]``
+    (``lo`` None: above zero): ``must be a duration from 1ms to 60s such as
+    '5s' or '250ms', got '2m'``."""
+    if lo is None:
+        bounds = " above zero" if hi is None else f" above zero and at most {duration_text(hi)}"
+    elif hi is not None:
+        bounds = f" from {duration_text(lo)} to {duration_text(hi)}"
+    else:
+        bounds = f" of at least {duration_text(lo)}" if lo > 0 else ""
+    return f"must be a duration{bounds} such as '5s' or '250ms', got {value!r}"

@@ -18,7 +18,7 @@ answers for it, one request at a time.
 A minimal type (a header must carry a fixed value)::
 
     import attrs, hmac, twistgw
-    from twistgw.options import check_fields
+    from twistgw.options import Problems
 
     @attrs.frozen
     class _Checker:
@@ -36,11 +36,12 @@ A minimal type (a header must carry a fixed value)::
         name = "myAuth"                        # spec.configs[i].myAuth
 
         def compile(self, raw, scope):
-            check_fields(raw, ("header", "secretRef"), ())
-            if "secretRef" not in raw:
-                raise twistgw.OptionsError(("secretRef",), "is required: {name: SECRET}")
-            secret = scope.secret(raw["secretRef"]["name"])   # KeyError: dangling
-            header = raw.get("header", "x-token").lower().encode("ascii")
+            r = Problems()                     # the gateway's field reader (docs/plugins.md)
+            f = r.fields(raw, (), ("header", "secretRef"))
+            header = f.header_name("header", "x-token").lower().encode("ascii")
+            ref = f.reference("secretRef", scope.namespace)   # absent: "is required"
+            r.raise_if_any()
+            secret = scope.secret(ref.name, ref.namespace)    # KeyError: dangling
             return _Checker(header, secret.data["token"], (header,))
 
     class MyAuthPlugin:                        # entry point: myauth = "my_pkg:MyAuthPlugin"

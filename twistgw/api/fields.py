@@ -46,7 +46,7 @@ import contextlib
 import math
 from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, NamedTuple, TypeVar
 
-from twistgw.api.durations import DURATION_UNITS, duration_text, parse_duration
+from twistgw.api.durations import DURATION_UNITS, duration_problem, parse_duration
 from twistgw.api.fieldnames import named, proto_name, refused_removed, unknown_field, written_field, written_path
 from twistgw.api.headers import is_token
 from twistgw.api.types import OptionsError
@@ -275,7 +275,7 @@ class FieldReader:
         """
         seconds = parse_duration(value)
         if seconds is None or (seconds <= 0 if lo is None else seconds < lo) or (hi is not None and seconds > hi):
-            raise self.fail(path, f"must be a duration{_bounds(lo, hi)} such as '5s' or '250ms', got {value!r}")
+            raise self.fail(path, duration_problem(value, lo, hi))
         return seconds
 
     def reference(self, value: Any, path: Path, namespace: str) -> Ref:
@@ -311,14 +311,6 @@ def _range(lo: float | None, hi: float | None, value: float) -> str:
     if lo is not None:
         return f"must be {text(lo)} or more, got {text(value)}"
     return f"must be at most {text(hi)}, got {text(value)}"
-
-
-def _bounds(lo: float | None, hi: float | None) -> str:
-    if lo is None:
-        return " above zero" if hi is None else f" above zero and at most {duration_text(hi)}"
-    if hi is not None:
-        return f" from {duration_text(lo)} to {duration_text(hi)}"
-    return f" of at least {duration_text(lo)}" if lo > 0 else ""
 
 
 class Fields(Mapping[str, Any]):
