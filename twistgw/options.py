@@ -25,6 +25,7 @@ import re
 from typing import Any, Iterable, Mapping
 
 from twistgw.api.durations import DURATION_UNITS, parse_duration
+from twistgw.api.endpoints import syntax_problem
 from twistgw.api.fields import FieldReader, Fields, Invalid, Path, Problems, Ref, type_name, unknown_field
 from twistgw.api.headers import is_token
 
@@ -41,7 +42,12 @@ def loopback_problem(listen: str, allow_unix: bool = True) -> str | None:
     could accept connections from other hosts, or None when it listens on
     loopback only: ``tcp``/``tcp6`` on a loopback ``interface=`` (or
     ``localhost``), or a ``unix`` socket when ``allow_unix``. For development
-    servers a plugin starts (the extauth plugin's in-memory directory)."""
+    servers a plugin starts (the extauth plugin's in-memory directory).
+    A malformed string is refused in its own words (``port must be a
+    number...``)."""
+    malformed = syntax_problem(listen)
+    if malformed is not None:
+        return f"{listen!r} is not a valid endpoint: {malformed}"
     parts = re.split(r"(?<!\\):", listen)
     kind = parts[0].strip().lower()
     if kind == "unix" and allow_unix:

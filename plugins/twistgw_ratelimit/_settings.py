@@ -39,7 +39,7 @@ SERVER_SECTION = "ratelimitServer"
 DESCRIPTORS_SECTION = "ratelimit"
 
 SERVER_FIELDS = ("rateLimitBeforeAuth", "denyOnFail", "requestTimeout", "enableXRatelimitHeaders",
-                 "shadowMode", "redis", "ratelimitServerRef")
+                 "shadowMode", "redis", "ratelimitServerRef", "grpcService")
 REDIS_FIELDS = ("address", "db", "authSecretRef", "tls", "clustered")
 TLS_FIELDS = ("caSecretRef", "caFile")
 SECRET_REF_FIELDS = ("name", "namespace")
@@ -154,9 +154,10 @@ def read_server_settings(raw: Mapping[str, Any], resources: Any = None) -> tuple
     it names), every path below the section."""
     problems, found = Problems(), Problems()
     f = problems.fields(raw, (), SERVER_FIELDS)
-    if "ratelimitServerRef" in f:
-        f.issue("ratelimitServerRef", "twistgw is its own rate-limit server: say where its counters"
-                " live with redis: {address: host:port}")
+    for key in ("ratelimitServerRef", "grpcService"):
+        if key in f:
+            f.issue(key, "twistgw is its own rate-limit server: say where its counters"
+                    " live with redis: {address: host:port}")
     timeout = f.duration("requestTimeout", DEFAULT_TIMEOUT, hi=60)
     redis = _redis(f["redis"], problems, resources, found) if "redis" in f else None
     settings = ServerSettings(f.boolean("rateLimitBeforeAuth", False), f.boolean("denyOnFail", False), timeout,
