@@ -44,14 +44,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, NamedTuple, TypeVar
 
 from twistgw.api.durations import DURATION_UNITS, duration_problem, parse_duration
 from twistgw.api.fieldnames import named, proto_name, refused_removed, unknown_field, written_field, written_path
 from twistgw.api.headers import is_token
-from twistgw.api.resources import InvalidResource
-from twistgw.api.types import OptionsError
+from twistgw.api.types import OptionsError, recorded_error
 
 __all__ = ["DURATION_UNITS", "FieldReader", "Fields", "Invalid", "Path", "Problems", "REQUIRED", "Ref",
            "parse_duration", "proto_name", "type_name", "unknown_field", "written_field", "written_path"]
@@ -445,13 +443,13 @@ class Problems(FieldReader):
         super().__init__(self._record)
 
     def _record(self, path: Path, reason: str) -> None:
-        self.errors.append(_error(path, reason, None))
+        self.errors.append(recorded_error(path, reason, None))
 
     def add(self, path: Path | str, reason: str, resource: tuple[str, str, str] | None = None) -> None:
         """Record a problem; ``resource`` for one inside another resource
         the options refer to (see :class:`~twistgw.api.types.OptionsError`)."""
         self._count += 1
-        self.errors.append(_error(path, reason, resource))
+        self.errors.append(recorded_error(path, reason, resource))
 
     def fail(self, path: Path, reason: str, resource: tuple[str, str, str] | None = None) -> Exception:
         """:meth:`FieldReader.fail`, and ``resource`` as :meth:`add`'s."""
@@ -496,14 +494,3 @@ class Problems(FieldReader):
         if self.errors:
             raise OptionsError.several(self.errors)
 
-
-def _error(path: Path | str, reason: str, resource: tuple[str, str, str] | None) -> OptionsError:
-    """A recorded problem; one recorded while an :class:`InvalidResource` is
-    handled (``except KeyError:`` around a lookup of a resource that is
-    declared but invalid) keeps it as its cause, so the core does not report
-    the reference a second time (``about_invalid_resource``)."""
-    error = OptionsError(path, reason, resource)
-    handled = sys.exc_info()[1]
-    if isinstance(handled, InvalidResource):
-        error.__cause__ = handled
-    return error
