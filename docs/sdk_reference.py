@@ -17,6 +17,7 @@ import importlib
 import inspect
 import re
 import sys
+import typing
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -145,6 +146,8 @@ def _signature(obj: Any) -> str:
 
 
 def _annotation(annotation: Any) -> str:
+    if isinstance(annotation, typing.ForwardRef):  # a NamedTuple's fields under postponed annotations
+        return annotation.__forward_arg__
     return annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
 
 
@@ -185,16 +188,49 @@ def _entry(name: str, obj: Any, owner: str) -> list[str]:
             if isinstance(member, property):
                 out += [f"* `{name}.{member_name}` (property): {_first(member.__doc__)}"]
             else:
-                out += [f"* `{name}.{member_name}{_signature(member)}`: {_first(member.__doc__)}"]
+                doc = member.__doc__ or _twin(obj, member_name)
+                out += [f"* `{name}.{member_name}{_signature(member)}`: {_first(doc)}"]
         if out[-1].startswith("* "):
             out.append("")
     elif inspect.isfunction(obj) or inspect.isbuiltin(obj):
         out += ["```python", f"def {name}{_signature(obj)}", "```", "", _text(obj.__doc__), ""]
     else:
         out += ["```python", f"{name} = {_value(obj)}", "```", ""]
-        if " at 0x" in repr(obj) and type(obj).__doc__:
+        comment = _comment_of(name)
+        if comment:
+            out += [_text(comment), ""]
+        elif " at 0x" in repr(obj) and type(obj).__doc__:
             out += [_text(type(obj).__doc__), ""]
     return out
+
+
+def _comment_of(name: str) -> str | None:
+    """The ``#:`` comment above ``NAME = ...`` (or ``NAME: T = ...``) in the
+    gateway module that defines a value the SDK exports."""
+    pattern = re.compile(rf"^((?:#:.*\n)+){re.escape(name)}\s*[:=]", re.M)
+    for module_name, module in sorted(sys.modules.items()):
+        if not module_name.startswith("twistgw.") or module_name.startswith("twistgw.sdk") or module is None:
+            continue
+        try:
+            found = pattern.search(inspect.getsource(module))
+        except (OSError, TypeError):
+            continue
+        if found:
+            return "\n".join(line[2:].strip() for line in found.group(1).splitlines())
+    return None
+
+
+def _twin(cls: type, member_name: str) -> str | None:
+    """For a method without a docstring: the docstring of the same-named
+    method of another documented class of its module (``Fields.string``
+    reads a field by name as ``FieldReader.string`` reads a value)."""
+    module = sys.modules.get(cls.__module__)
+    for other_name, other in sorted(vars(module).items()) if module else ():
+        if inspect.isclass(other) and other is not cls and other.__module__ == cls.__module__:
+            method = vars(other).get(member_name)
+            if inspect.isfunction(method) and method.__doc__:
+                return f"As `{other_name}.{member_name}`, for the field named `name`: {_first(method.__doc__)}"
+    return None
 
 
 def _first(doc: str | None) -> str:

@@ -62,13 +62,29 @@ EARLY_ORDER = 50
 BEFORE_AUTH = sdk.Placement(before=AUTH_PLUGINS)
 
 
+#: The last check of each section: (the mapping checked, its problem or None).
+_checked: dict[str, tuple[Mapping[str, Any], sdk.OptionsError | None]] = {}
+
+
 def check_settings(section: str, settings: Mapping[str, Any]) -> None:
-    """The ``Settings`` sections the rate-limit plugins read, checked by each
-    plugin that reads them (a problem is reported once)."""
-    if section == SERVER_SECTION:
-        parse_server_settings(settings)
-    elif section == DESCRIPTORS_SECTION:
-        parse_service_settings(settings)
+    """The ``Settings`` sections the rate-limit plugins read, checked for each
+    plugin that reads them but parsed once per load: the six plugins are
+    handed the same mapping (the load's), so the first check's answer is
+    the others' (the core reports a problem once)."""
+    last = _checked.get(section)
+    if last is not None and last[0] is settings:
+        if last[1] is not None:
+            raise last[1]
+        return
+    try:
+        if section == SERVER_SECTION:
+            parse_server_settings(settings)
+        elif section == DESCRIPTORS_SECTION:
+            parse_service_settings(settings)
+    except sdk.OptionsError as exc:
+        _checked[section] = (settings, exc)
+        raise
+    _checked[section] = (settings, None)
 
 
 class _Counted:
@@ -176,7 +192,7 @@ class ActionsPlugin(_Counted):
     @sdk.hookimpl
     def twistgw_default_options(self, settings: Mapping[str, Any]) -> None:
         if self.key == DESCRIPTORS_SECTION:
-            parse_service_settings(settings)  # its own section, Settings spec.ratelimit: reported there
+            check_settings(DESCRIPTORS_SECTION, settings)  # its own section, Settings spec.ratelimit: reported there
         return None
 
 

@@ -40,8 +40,8 @@ from twistgw.api.plugin import OptionMerge
 from twistgw.config.envelope import Envelope
 from twistgw.config.matchers import Matcher
 from twistgw.config.model import OPERATORS, Delegate, Route, RouteTable, Selector, VirtualService
+from twistgw.config.routeoptions import route_values
 from twistgw.config.virtualservices import read_routes
-from twistgw.api.options import parse_duration
 
 __all__ = ["OPERATORS", "Flattener", "merge_options", "read_route_table", "selects"]
 
@@ -219,16 +219,14 @@ class Flattener:
         if not ok:
             return None
         options = merge_options(parent_options, route.options, self.merges)
-        timeout = parse_duration(options["timeout"]) if "timeout" in options else None
         # A regex (or a case-insensitive path under a case-sensitive prefix)
         # can match paths outside the delegated prefix: the parent's matcher
         # then guards the route too.
         if any(m.regex is not None or (parent.case_sensitive and not m.case_sensitive) for m in matchers):
             guard = guard + (_path_only(parent),)
-        websocket = _websocket(options.get("upgrades"))
+        rewrite, timeout, websocket = route_values(options)
         return attrs.evolve(route, matchers=matchers, options=options,
-                            prefix_rewrite=options.get("prefixRewrite"), timeout=timeout, guard=guard,
-                            websocket=websocket)
+                            prefix_rewrite=rewrite, timeout=timeout, guard=guard, websocket=websocket)
 
     def _delegating_matcher(self, route: Route, source: Any, owner: str) -> Matcher | None:
         if len(route.matchers) != 1:
@@ -288,10 +286,3 @@ def _in_order(tables: list[RouteTable]) -> list[tuple[RouteTable | None, Route]]
     return out
 
 
-def _websocket(upgrades: Any) -> bool:
-    """``upgrades`` of merged route options, already checked where written."""
-    for entry in upgrades or ():
-        spec = entry.get("websocket") if isinstance(entry, dict) else None
-        if isinstance(spec, dict) and "enabled" in spec:
-            return bool(spec["enabled"])
-    return True

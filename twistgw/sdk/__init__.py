@@ -22,17 +22,10 @@ from twistgw.api.basic import read_basic_credentials
 from twistgw.api.bodies import BodyTooLarge, BoundedBody
 from twistgw.api.commands import EXIT_INVALID, EXIT_OK, EXIT_USAGE, Commands, write_secret
 from twistgw.api.counters import counter
-from twistgw.api.fields import FieldReader, Invalid, Path, type_name, unknown_field
+from twistgw.api.durations import DURATION_UNITS, parse_duration
+from twistgw.api.fields import REQUIRED, FieldReader, Fields, Invalid, Path, Problems, Ref, type_name, unknown_field
 from twistgw.api.headers import OWNED_RESPONSE_HEADERS, Headers, InvalidHeaderName, canonical_name, is_token
-from twistgw.api.options import (
-    DURATION_UNITS,
-    Problems,
-    check_fields,
-    is_kubernetes_name,
-    loopback_problem,
-    parse_duration,
-    require_mapping,
-)
+from twistgw.api.options import check_fields, is_kubernetes_name, loopback_problem, require_mapping
 from twistgw.api.plugin import (
     DEFAULT_ORDER,
     GatewayInfo,
@@ -104,8 +97,9 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     ),
     "Routes as plugins see them": ("VirtualServiceView", "RouteView"),
     "Reading configuration fields": (
-        "Problems", "FieldReader", "Invalid", "Path", "check_fields", "require_mapping", "type_name",
-        "unknown_field", "parse_duration", "DURATION_UNITS", "is_kubernetes_name", "loopback_problem",
+        "Problems", "Fields", "REQUIRED", "Ref", "FieldReader", "Invalid", "Path", "type_name", "unknown_field",
+        "parse_duration", "DURATION_UNITS", "check_fields", "require_mapping", "is_kubernetes_name",
+        "loopback_problem",
     ),
     "Regular expressions": ("SafeRegex", "UnsafePattern", "max_program_size", "DEFAULT_MAX_PROGRAM_SIZE"),
     "Side calls: bounded bodies and client TLS": (
@@ -123,9 +117,10 @@ __all__ = [
     "OWNED_RESPONSE_HEADERS", "BodyPrefix", "BodySource", "BytesBody", "read_basic_credentials", "b64decode_strict",
     "OptionsScope", "ResourceView", "SecretInfo", "AuthConfigInfo", "UpstreamInfo", "Endpoint", "InvalidResource",
     "OwnsRequestHeaders", "OptionsError", "ConfigWarning", "path_text", "VirtualServiceView", "RouteView", "Problems",
-    "FieldReader", "Invalid", "Path", "check_fields", "require_mapping", "type_name", "unknown_field", "parse_duration",
-    "DURATION_UNITS", "is_kubernetes_name", "loopback_problem", "SafeRegex", "UnsafePattern", "max_program_size",
-    "DEFAULT_MAX_PROGRAM_SIZE", "BoundedBody", "BodyTooLarge", "client_tls", "https_policy", "verifying_https_policy",
-    "describe_tls_failure", "TLSSettingsError", "PeerRefused", "TLS_VERSIONS", "read_pems", "RedisClient", "RedisPool",
-    "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError", "counter", "__version__",
+    "Fields", "REQUIRED", "Ref", "FieldReader", "Invalid", "Path", "check_fields", "require_mapping", "type_name",
+    "unknown_field", "parse_duration", "DURATION_UNITS", "is_kubernetes_name", "loopback_problem", "SafeRegex",
+    "UnsafePattern", "max_program_size", "DEFAULT_MAX_PROGRAM_SIZE", "BoundedBody", "BodyTooLarge", "client_tls",
+    "https_policy", "verifying_https_policy", "describe_tls_failure", "TLSSettingsError", "PeerRefused", "TLS_VERSIONS",
+    "read_pems", "RedisClient", "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError", "counter",
+    "__version__",
 ]
