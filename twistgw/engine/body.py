@@ -16,6 +16,7 @@ byte upstream. A request nobody asks about never takes that path.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from twisted.internet.defer import Deferred, succeed
@@ -39,7 +40,9 @@ class BodyConsumer(Protocol):
 
     def send_body(self, data: bytes) -> None: ...
 
-    def end_body(self) -> None: ...
+    def end_body(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """The body ended, with the client's ``trailers`` (lower-case names;
+        an HTTP/2 client's trailing HEADERS frame)."""
 
 
 class BodyTap(Protocol):
@@ -55,11 +58,13 @@ class BodyTap(Protocol):
 class RequestBody:
     """A client's request body on its way upstream.
 
-    ``length`` is the Content-Length (None: chunked, re-framed upstream).
+    ``length`` is the Content-Length (None: chunked, re-framed upstream);
+    ``trailers`` the request's trailer fields once it ended (lower-case
+    names; () without).
     """
 
     __slots__ = ("length", "flow", "_buffer", "_buffered", "consumer", "complete", "stopped", "kept", "_kept_bytes",
-                 "_limit", "_attached", "tap", "_waiter", "_want")
+                 "_limit", "_attached", "tap", "_waiter", "_want", "trailers")
 
     def __init__(self, length: int | None, flow: BodyFlow) -> None:
         self.length = length
@@ -77,6 +82,7 @@ class RequestBody:
         #: a read_prefix waiting for more bytes, and how many it wants
         self._waiter: Deferred[BodyPrefix] | None = None
         self._want = 0
+        self.trailers: Sequence[tuple[bytes, bytes]] = ()
 
     def keep(self, limit: int) -> None:
         """Keep a copy of the body, up to ``limit`` bytes, so that a retry
@@ -128,8 +134,10 @@ class RequestBody:
         if self._buffered > BODY_BUFFER_LIMIT:
             self.flow.pause_body()
 
-    def finish(self) -> None:
+    def finish(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
         self.complete = True
+        if trailers:
+            self.trailers = trailers
         tap = self.tap
         if tap is not None:
             self.tap = None
@@ -139,7 +147,7 @@ class RequestBody:
             # attach then ends the body itself, so it is not ended here too.
             self._answer()
         elif self.consumer is not None and not self.stopped:
-            self.consumer.end_body()
+            self.consumer.end_body(self.trailers)
 
     def read_prefix(self, max_bytes: int, partial: bool) -> Deferred[BodyPrefix]:
         """The first ``max_bytes`` (or the whole shorter body) once they are
@@ -182,7 +190,7 @@ class RequestBody:
             consumer.send_body(chunk)
         self.flow.resume_body()
         if self.complete:
-            consumer.end_body()
+            consumer.end_body(self.trailers)
 
     def detach(self) -> None:
         """The consumer failed (a retry follows): hold what comes meanwhile."""

@@ -19,6 +19,7 @@ does not change when it grows.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from twistgw.engine.body import BodyFlow, RequestBody
@@ -63,8 +64,14 @@ class Downstream(BodyFlow, Protocol):
     content_length: bytes | None
     #: the client sent all of its request body
     body_complete: bool
-    #: a response head kept to go out with the first body bytes
+    #: a response head kept to go out with the first body bytes; not None
+    #: while response bytes wait to be written: the upstream side calls
+    #: :meth:`flush` at the end of the read that brought them
     held: bytes | None
+
+    @property
+    def protocol(self) -> bytes:
+        """What the client speaks: ``b"HTTP/1.0"``, ``b"HTTP/1.1"`` or ``b"HTTP/2"``."""
 
     def send_head(self, status: int, reason: bytes, lines: list[bytes], length: bytes | None,
                   hold: bool = False) -> None:
@@ -77,8 +84,9 @@ class Downstream(BodyFlow, Protocol):
     def flush(self) -> None:
         """Write a held head (the read that brought it ended)."""
 
-    def finish(self) -> None:
-        """The response ended."""
+    def finish(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """The response ended, with its ``trailers`` (lower-case names; an
+        HTTP/2 client gets them as the last HEADERS frame)."""
 
     def upstream_failed(self, status: int, body: bytes, why: str, error: str,
                         headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:

@@ -8,6 +8,7 @@ Its life is :class:`State`; every change of it is in this module.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
@@ -218,7 +219,8 @@ class UpstreamConnection(Protocol):
             data = framing.CHUNK % (len(data), data)
         wire.write(self.transport, data)
 
-    def end_body(self) -> None:
+    def end_body(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        # an HTTP/1.1 upstream gets no request trailers (the chunked body ends bare)
         if self.req is None:
             return
         if self.chunked_up:

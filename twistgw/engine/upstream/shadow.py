@@ -23,6 +23,7 @@ Outcomes are counted in ``twistgw_shadow_requests_total{outcome}``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
@@ -53,6 +54,8 @@ class ShadowExchange:
     upgrade: bytes | None = None
     body_complete = True
     held: bytes | None = None
+    #: a shadow is sent as HTTP/1.1, whatever the client spoke
+    protocol = b"HTTP/1.1"
 
     def __init__(self, shadows: "Shadows", method: bytes, body: RequestBody | None,
                  content_length: bytes | None) -> None:
@@ -74,7 +77,7 @@ class ShadowExchange:
     def flush(self) -> None:
         pass
 
-    def finish(self) -> None:
+    def finish(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
         self._end("answered")
 
     def upstream_failed(self, status: int, body: bytes, why: str, error: str,
