@@ -6,12 +6,14 @@ exactly once, on the way into a final phase.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from twisted.internet.defer import Deferred, succeed
 
 from twistgw.api.headers import Headers
 from twistgw.api.types import BodyPrefix, RequestContext
+from twistgw.core.grpc import local_reply
 from twistgw.core.pipeline import RequestHead
 from twistgw.core.plan import LocalResponse
 from twistgw.engine import framing, wire
@@ -78,6 +80,11 @@ class Exchange:
     @property
     def finished(self) -> bool:
         return self.phase >= _DONE
+
+    @property
+    def protocol(self) -> bytes:
+        """What the client speaks (seams.Downstream): its request's version."""
+        return self.version
 
     def wait(self) -> None:
         """→ QUEUED: read while another request is being answered."""
@@ -156,8 +163,8 @@ class Exchange:
             data = _CHUNK % (len(data), data)
         self._out(data)
 
-    def finish(self) -> None:
-        """RESPONDING → DONE."""
+    def finish(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """RESPONDING → DONE. (``trailers``: not sent to an HTTP/1.1 client.)"""
         if self.phase >= _DONE:
             return
         self.upstream = None
@@ -170,10 +177,19 @@ class Exchange:
         proto.gateway.record(self)
         proto.exchange_done(self)
 
+    def send_continue(self) -> None:
+        """``100 Continue``: the chain admitted the request, the body may come."""
+        self.expect_continue = False
+        wire.write(self.proto.transport, framing.CONTINUE)
+
     def respond(self, answer: LocalResponse) -> None:
-        """Send the gateway's own answer."""
+        """Send the gateway's own answer (in gRPC's form to a gRPC request,
+        :func:`twistgw.core.grpc.local_reply`)."""
         if self.phase is not _HANDLING:
             return
+        values = self.headers.get_canonical(b"Content-Type")
+        if values is not None:
+            answer = local_reply(answer, values[0])
         lines = []
         body = answer.body
         if body and answer.content_type:
@@ -263,8 +279,7 @@ class Exchange:
         if self.expect_continue and not self.body_complete and not (
                 not partial and body.length is not None and body.length > max_bytes):
             # The body is wanted before the chain decides: invite it now.
-            self.expect_continue = False
-            wire.write(self.proto.transport, framing.CONTINUE)
+            self.send_continue()
         return body.read_prefix(max_bytes, partial)
 
     def pause_body(self) -> None:
