@@ -113,9 +113,9 @@ class Metrics:
             registry.register(_Collector(self._children))
         else:
             self.requests_total = Counter(*_REQUESTS, registry=registry)
+            self.by_protocol = Counter(*_BY_PROTOCOL, registry=registry)
             self.request_duration = Histogram(*_REQUEST_DURATION, buckets=_BUCKETS, registry=registry)
             self.upstream_duration = Histogram(*_UPSTREAM_DURATION, buckets=_BUCKETS, registry=registry)
-            self.by_protocol = Counter(*_BY_PROTOCOL, registry=registry)
         self.reloads_total = Counter(
             "twistgw_config_reloads", "Configuration loads, by result", ["result"], registry=registry)
         self.config_generation = Gauge(
