@@ -91,6 +91,7 @@ class Flow:
             window = h2.local_flow_control_window(sid)
             if window <= 0:
                 self._blocked(st)
+                st.drained()
                 return
             chunk = out[0]
             size = min(window, h2.max_outbound_frame_size)
