@@ -26,6 +26,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -92,11 +93,20 @@ def _cached_context(cert_pem: bytes, key_pem: bytes, ca_pem: bytes | None, one_w
         context = ssl.CertificateOptions(**options).getContext()  # type: ignore[arg-type]
     except (SSL.Error, crypto.Error, ValueError) as exc:
         raise TLSSettingsError(f"TLS settings refused by OpenSSL: {exc}") from None
+    if not alpn:
+        # Twisted installs an ALPN callback on every context, which fails the
+        # handshake of a client offering ALPN when no protocol is listed;
+        # [allow_empty] means the handshake goes on without ALPN
+        context.set_alpn_select_callback(_no_alpn)
     if cas:
         mode = SSL.VERIFY_PEER if one_way else SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT
         context.set_verify(mode, client_verifier(verify_names))
         context.set_client_ca_list([crypto.X509.from_cryptography(c).get_subject() for c in cas])
     return context
+
+
+def _no_alpn(conn: SSL.Connection, offered: list[bytes]) -> Any:
+    return SSL.NO_OVERLAPPING_PROTOCOLS
 
 
 def _check_key_matches(cert_pem: bytes, key_pem: bytes) -> None:
