@@ -86,6 +86,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _answer
 
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except OSError:
+            pass  # the gateway gave up on this request (a timeout, a reset stream)
+
     def log_message(self, *args: Any) -> None:
         pass
 

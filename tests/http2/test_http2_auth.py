@@ -10,12 +10,10 @@ The HTTP/2 upstream side (gRPC services behind these plugins) is the
 
 from __future__ import annotations
 
-import base64
 import http.server
 import json
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import jwt as pyjwt
