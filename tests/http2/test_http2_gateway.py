@@ -266,3 +266,22 @@ def test_h2c_and_alpn_h2_behind_the_proxy_protocol(tmp_path: Path, backend: Back
             s.sendall(conn.data_to_send())
         assert json.loads(body)["headers"]["X-Forwarded-For"] == "198.51.100.9"
         s.close()
+
+
+def test_a_gateways_envoy_access_log_names_the_protocol(tmp_path: Path, backend: Backend) -> None:
+    port = free_port()
+    log = tmp_path / "access.log"
+    sink = {"fileSink": {"path": str(log), "stringFormat": "%PROTOCOL% %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE%"
+                                                           " %REQ(:AUTHORITY)%\n"}}
+    gw_doc = gateway("gw", port)
+    gw_doc["spec"]["options"] = {"accessLoggingService": {"accessLog": [sink]}}
+    with started(tmp_path, resources(backend.port, gw_doc), port):
+        wait_listening(port)
+        assert curl("--http2-prior-knowledge", "-o", "/dev/null", f"http://127.0.0.1:{port}/logged").returncode == 0
+        assert curl("--http1.1", "-o", "/dev/null", f"http://127.0.0.1:{port}/logged-1").returncode == 0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "/logged-1" not in (log.read_text() if log.exists() else ""):
+            time.sleep(0.1)
+    lines = log.read_text().splitlines()
+    assert f"HTTP/2 GET /logged 200 127.0.0.1:{port}" in lines
+    assert f"HTTP/1.1 GET /logged-1 200 127.0.0.1:{port}" in lines

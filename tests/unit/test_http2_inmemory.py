@@ -295,3 +295,24 @@ class GrpcAnswerTests(TestCase):
         assert b"\r\ncontent-type: application/grpc-web+proto" in head
         assert b"\r\ngrpc-status: 16" in head and b"\r\ngrpc-message: go away" in head
         assert b"\r\ncontent-length: 0" in head
+
+
+class _Replaced:
+    """A TLS connection's certificate choice after a reload replaced it."""
+
+    server_name = "gw.test"
+
+    def hosts(self, snapshot: object) -> None:
+        return None
+
+
+class MisdirectedTests(TestCase):
+    def test_a_replaced_certificate_gets_421_and_a_goaway(self):
+        m = h2(preface=False)
+        m.proto.tls = _Replaced()  # as engine/sni.py sets it before the first bytes
+        m.send()
+        sid = m.request(b"/a")
+        assert m.response(sid)[0] == 421
+        goaway = m.goaway()
+        assert goaway is not None and goaway.error_code == 0 and goaway.last_stream_id == sid
+        assert m.t.disconnecting and len(m.upstreams) == 0
