@@ -30,6 +30,17 @@ if ! command -v curl >/dev/null 2>&1; then
   fi
 fi
 
+if ! command -v h2load >/dev/null 2>&1; then
+  echo "run-tests: h2load (nghttp2-client) is required: the HTTP/2 tests drive the gateway with it." >&2
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nghttp2-client >/dev/null
+  else
+    echo "run-tests: install it with: sudo apt-get install nghttp2-client" >&2
+    exit 1
+  fi
+fi
+
 if ! command -v samba-tool >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
   echo "run-tests: Samba's AD DC is required: the LDAP tests run a real Active Directory." >&2
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -71,8 +71,11 @@ def test_rapid_reset_is_refused_and_reaches_few_upstream_requests(gw: Any, backe
     except OSError:
         pass  # the gateway closed the connection under the flood
     assert goaway_after(c) == ErrorCodes.ENHANCE_YOUR_CALM
-    assert sid // 2 < 700
-    assert len(backend.seen) - before < 300
+    streams = sid // 2
+    # Envoy's rule ends it after 250 premature resets; a stream answered before its reset arrived (a busy
+    # gateway reads the pair in two reads) is not premature, so the count varies with the machine's load
+    assert streams < 1500
+    assert len(backend.seen) - before < streams / 2  # most never reached the pipeline
     assert served(gw.port)
 
 
@@ -199,29 +202,31 @@ def test_zero_window_stalls_pause_the_upstream_and_are_reset(gw: Any) -> None:
         c.close()
 
 
-def _flood(port: int, frame: bytes, seconds: float, outcome: dict[str, Any]) -> None:
-    """Send ``frame`` over and over without reading, for ``seconds``."""
+def _flood(port: int, frame: bytes, outcome: dict[str, Any]) -> None:
+    """Send ``frame`` over and over without reading (with a slow stream
+    open, so that the idle timeout is not what ends it) until the gateway
+    ends the connection, or 90 s passed. The acknowledgements first fill
+    the kernel's buffers (megabytes on loopback), then the gateway's."""
     c = H2Client(port)
-    c.sock.settimeout(0.5)
-    sent, deadline = 0, time.monotonic() + seconds
+    c.request("/slow?s=90")
+    c.sock.settimeout(1.0)
+    sent, deadline = 0, time.monotonic() + 90
     batch = frame * 500
+    outcome["closed"] = False
     try:
         while time.monotonic() < deadline:
             try:
                 c.sock.sendall(batch)
                 sent += 500
             except socket.timeout:
-                continue  # our socket's buffer is full: the gateway stopped reading
+                pass  # the gateway reads slower than we send, or stopped reading
     except OSError:
-        outcome["closed"] = True
+        outcome["closed"] = True  # reset by the gateway
     outcome["sent"] = sent
-    c.sock.settimeout(3)
-    c.read(timeout=3, parse=False)
-    outcome["goaway"] = c.goaway()
-    outcome["closed"] = outcome.get("closed") or c.closed
     c.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("frame", [PingFrame(0, opaque_data=b"12345678").serialize(),
                                    SettingsFrame(0, settings={SettingCodes.HEADER_TABLE_SIZE: 4096}).serialize()],
                          ids=["ping", "settings"])
@@ -229,17 +234,16 @@ def test_ping_and_settings_floods_from_a_client_that_never_reads(gw: Any, frame:
     gw.wait_idle()
     rss = gw.rss()
     outcome: dict[str, Any] = {}
-    flood = threading.Thread(target=_flood, args=(gw.port, frame, 4.0, outcome))
+    flood = threading.Thread(target=_flood, args=(gw.port, frame, outcome))
     flood.start()
     time.sleep(1.0)
-    assert served(gw.port, timeout=3)  # meanwhile
-    peak = gw.rss()
-    flood.join(20)
-    assert peak - rss < 30 * MB
-    goaway = outcome["goaway"]
-    assert outcome["closed"] or goaway is not None
-    if goaway is not None:
-        assert goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
+    assert served(gw.port, timeout=5)  # meanwhile
+    flood.join(120)
+    assert gw.rss() - rss < 30 * MB
+    assert outcome["closed"], outcome  # ended by the gateway, not held open for the client
+    h2_lines = [line[:300] for line in gw.log_text().split("\x1e") if "HTTP/2 client" in line]
+    assert any("control frames (PING, SETTINGS, RST_STREAM answers) the client does not read" in line
+               for line in h2_lines), (outcome, h2_lines[-3:])
     assert served(gw.port)
 
 

@@ -111,11 +111,11 @@ def problems(hcm: dict[str, Any]) -> dict[str, str]:
     return {issue.field: issue.reason for issue in info.value.issues}
 
 
-def test_codec_type_http2_and_a_stream_error_override_are_refused_by_name() -> None:
-    found = problems({"codecType": "HTTP2", "http2ProtocolOptions": {"overrideStreamErrorOnInvalidHttpMessage": True}})
+def test_codec_type_http2_is_refused_by_name() -> None:
+    found = problems({"codecType": "HTTP2", "http2ProtocolOptions": {"overrideStreamErrorOnInvalidHttpMessage": "x"}})
     base = "spec.httpGateway.options.httpConnectionManagerSettings"
     assert "never HTTP/2 only" in found[f"{base}.codecType"]
-    assert "ends the whole connection" in found[f"{base}.http2ProtocolOptions.overrideStreamErrorOnInvalidHttpMessage"]
+    assert "true or false" in found[f"{base}.http2ProtocolOptions.overrideStreamErrorOnInvalidHttpMessage"]
     assert "unknown value 'H3'" in problems({"codecType": "H3"})[f"{base}.codecType"]
 
 
@@ -131,12 +131,13 @@ def test_http2_protocol_options_and_codec_type_are_read() -> None:
         gateway("auto", 8080, hcm={"http2ProtocolOptions": {"maxConcurrentStreams": 7,
                                                             "initialStreamWindowSize": 131072,
                                                             "initialConnectionWindowSize": 2097152,
-                                                            "overrideStreamErrorOnInvalidHttpMessage": False}}),
+                                                            "overrideStreamErrorOnInvalidHttpMessage": True}}),
         gateway("h1", 8081, hcm={"codecType": "HTTP1"}),
         gateway("default", 8082)]), "gw.yaml")
     gws = {gw.name: gw for gw in config.of_kind("Gateway").values()}
     h2 = gws["auto"].hcm.http2
     assert (h2.max_concurrent_streams, h2.initial_stream_window, h2.initial_connection_window) == (7, 131072, 2097152)
+    assert h2.stream_error_on_invalid and not gws["default"].hcm.http2.stream_error_on_invalid
     assert gws["h1"].hcm.http2 is None
     assert gws["default"].hcm.http2.max_concurrent_streams == 100
 

@@ -89,6 +89,16 @@ class MalformedRequestTests(TestCase):
         self.assert_refused(BASE + [(b"x-a", b"a\x00b")])
         self.assert_refused(BASE + [(b"host", b"other.test")])  # differs from :authority (§8.3.1)
 
+    def test_with_override_stream_error_only_the_stream_is_reset(self):
+        # Gloo's overrideStreamErrorOnInvalidHttpMessage: true (RFC 9113 §8.1.1's stream error)
+        r = Raw(options=Http2Options(stream_error_on_invalid=True))
+        out = r.send(raw_headers(1, BASE + [(b"connection", b"close")], r.encoder))
+        resets = [f for f in frames_of(out) if isinstance(f, RstStreamFrame)]
+        assert [(f.stream_id, f.error_code) for f in resets] == [(1, ErrorCodes.PROTOCOL_ERROR)]
+        assert r.goaway() is None and not r.closing
+        r.send(raw_headers(3, BASE, r.encoder))
+        assert len(r.m.upstreams) == 1  # the connection serves on
+
     def test_te_trailers_is_the_one_te_allowed(self):
         r = Raw()
         r.send(raw_headers(1, BASE + [(b"te", b"trailers")]))

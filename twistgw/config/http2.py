@@ -64,6 +64,10 @@ class Http2Options:
     :ivar priority_frames_per_stream: Envoy's ``max_inbound_priority_frames_per_stream``.
     :ivar window_updates_per_data_frame: Envoy's
         ``max_inbound_window_update_frames_per_data_frame_sent``.
+    :ivar stream_error_on_invalid: Gloo's
+        ``overrideStreamErrorOnInvalidHttpMessage``: a malformed request
+        resets its stream only (RST_STREAM PROTOCOL_ERROR, RFC 9113 §8.1.1);
+        default False, Envoy's: the connection ends (GOAWAY PROTOCOL_ERROR).
     """
 
     max_concurrent_streams: int = 100
@@ -77,6 +81,7 @@ class Http2Options:
     max_empty_frames: int = 1
     priority_frames_per_stream: int = 100
     window_updates_per_data_frame: int = 10
+    stream_error_on_invalid: bool = False
 
 
 #: the limits of a listener that says nothing (``--listen``, a Gateway without ``http2ProtocolOptions``)
@@ -103,10 +108,8 @@ def read_http2_options(r: FieldReader, value: Any, path: Path) -> Http2Options:
                 out[attr] = r.integer(m[field], path + (field,), MIN_WINDOW, MAX_WINDOW)
     with r.part():
         field = "overrideStreamErrorOnInvalidHttpMessage"
-        if field in m and r.boolean(m[field], path + (field,)):
-            r.issue(path + (field,), "is not supported by twistgw: a malformed HEADERS frame (pseudo-header or"
-                    " connection-specific header abuse, RFC 9113 §8.2) ends the whole connection, Envoy's"
-                    " default; set it to false or leave it out")
+        if field in m:
+            out["stream_error_on_invalid"] = r.boolean(m[field], path + (field,))
     return Http2Options(**out)
 
 

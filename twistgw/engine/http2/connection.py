@@ -131,8 +131,10 @@ class H2ServerConnection(Protocol):
 
     @staticmethod
     def _codec(options: Http2Options) -> H2Connection:
-        config = H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=True,
-                                 normalize_inbound_headers=True, validate_outbound_headers=False,
+        # inbound header lists are validated by headers.request_fields (h2's
+        # rules in one pass); outbound ones are made valid by headers.response_fields
+        config = H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=False,
+                                 normalize_inbound_headers=False, validate_outbound_headers=False,
                                  normalize_outbound_headers=False)
         h2 = H2Connection(config)
         # before initiate_connection: the first SETTINGS frame carries these
@@ -262,6 +264,10 @@ class H2ServerConnection(Protocol):
         for st in streams.values():
             st.client_lost()
         self.close()
+        if self._grace is None and self.transport is not None:
+            # a client that does not read (a flood) would keep the socket
+            # and its buffer forever: aborted once nothing moves for the grace
+            self._grace = self.callLater(framing.CLOSE_GRACE, self._grace_over, -1)
 
     # -- flow control (IPushProducer: the client does not read what we write) ------------
 
@@ -384,9 +390,7 @@ class H2ServerConnection(Protocol):
         try:
             fields = request_fields(ev.headers or ())
         except Malformed as exc:
-            _log.info("HTTP/2 client {peer}: stream {sid} refused: {why}", peer=self.peer_host, sid=sid, why=exc)
-            self.h2.reset_stream(sid, ErrorCodes.PROTOCOL_ERROR)
-            self.flow.resets += 1
+            self._malformed(sid, str(exc))
             return
         except TooLarge as exc:
             st = self.streams[sid] = H2Stream(self, sid, b"", b"", Headers(), self.clock())
@@ -416,9 +420,31 @@ class H2ServerConnection(Protocol):
         st.received(ev.data, ev.flow_controlled_length)
 
     def _trailers(self, ev: TrailersReceived, starting: list[H2Stream]) -> None:
+        try:
+            trailers = trailer_fields(ev.headers or ())
+        except Malformed as exc:
+            self._malformed(ev.stream_id, str(exc))
+            return
         st = self.streams.get(ev.stream_id)
         if st is not None and not st.remote_ended:
-            st.ended(trailer_fields(ev.headers or ()))
+            st.ended(trailers)
+
+    def _malformed(self, sid: int, why: str) -> None:
+        """A malformed request (RFC 9113 §8.1.1): the connection ends
+        (GOAWAY PROTOCOL_ERROR, Envoy's default), or with
+        ``overrideStreamErrorOnInvalidHttpMessage`` only the stream."""
+        if not self.options.stream_error_on_invalid:
+            self._refuse_connection(ErrorCodes.PROTOCOL_ERROR, f"malformed request: {why}", "protocol_error")
+            return
+        _log.info("HTTP/2 client {peer}: stream {sid} refused: {why}", peer=self.peer_host, sid=sid, why=why)
+        st = self.streams.get(sid)
+        if st is not None:
+            self.flow.reset(st, ErrorCodes.PROTOCOL_ERROR)
+            st.client_lost()
+            self._forget(st, False)
+        else:
+            self.h2.reset_stream(sid, ErrorCodes.PROTOCOL_ERROR)
+            self.flow.resets += 1
 
     def _ended(self, ev: StreamEnded, starting: list[H2Stream]) -> None:
         st = self.streams.get(ev.stream_id)

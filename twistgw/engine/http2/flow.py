@@ -25,7 +25,7 @@ from h2.errors import ErrorCodes
 from h2.exceptions import ProtocolError
 
 from twistgw.engine.http2.frames import FrameWatch
-from twistgw.engine.http2.headers import trailer_fields
+from twistgw.engine.http2.headers import response_trailers
 from twistgw.engine.http2.stream import H2Stream
 from twistgw.engine.states import Phase
 from twistgw.engine.timers import LazyTimer
@@ -115,7 +115,7 @@ class Flow:
         ending = st.ending
         if ending is not None:
             if ending:
-                h2.send_headers(sid, list(trailer_fields(ending)), end_stream=True)
+                h2.send_headers(sid, response_trailers(ending), end_stream=True)
             else:
                 h2.end_stream(sid)
             self.end(st)
