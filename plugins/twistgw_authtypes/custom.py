@@ -53,14 +53,14 @@ _INLINE = ("contextExtensions", "name")
 _SERVER = ("extauthzServerRef", "httpService", "grpcService", "requestTimeout", "failureModeAllow",
            "statusOnError", "requestBody", "userIdHeader", "clearRouteCache", "transportApiVersion",
            "statPrefix")
-SETTINGS_FIELDS = ("extauthzServerRef", "httpService", "grpcService", "requestBody", "userIdHeader",
+SETTINGS_FIELDS = ("extauthzServerRef", "httpService", "grpcService", "requestBody",
                    "clearRouteCache", "transportApiVersion", "statPrefix", "namedExtauth")
 _HTTP_SERVICE = ("pathPrefix", "request", "response")
 _REQUEST = ("allowedHeaders", "headersToAdd", "allowedHeadersRegex")
 _RESPONSE = ("allowedUpstreamHeaders", "allowedClientHeaders", "allowedUpstreamHeadersToAppend")
 _REFUSED = {
     "grpcService": "is not supported by twistgw: only the HTTP ext_authz contract (httpService) is",
-    "userIdHeader": "is not supported by twistgw",
+    "userIdHeader": "is read from Settings.spec.extauth only (the extauth plugin sets it on every admission)",
     "clearRouteCache": "is not supported by twistgw: routes with header matchers are always chosen again"
                        " after the chain",
     "statPrefix": "is not supported by twistgw",

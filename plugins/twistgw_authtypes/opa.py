@@ -19,8 +19,13 @@ refuses the configuration) and evaluated on each request with Gloo's
   ``:method`` and ``:path``;
 * ``input.check_request.attributes.source.address.socketAddress.address``:
   the client's IP;
-* ``input.state.jwt``: the claims of a token the ``jwt`` plugin verified
-  before extauth ran (``jwtStaged: beforeExtAuth``), as an object.
+* ``input.state``: Gloo's shared ext-auth state, what the configs before
+  this one left: ``jwt``, the raw ID token of an ``oidcAuthorizationCode``
+  session (Gloo's OPA guide decodes it with ``io.jwt.decode``);
+  ``jwtAccessToken``, the claims of an ``accessTokenValidation.jwt`` token;
+  ``claims``, the verified claims of the OIDC session or access token, or,
+  when no earlier config gave any, of a token the ``jwt`` plugin verified
+  before extauth ran (``jwtStaged: beforeExtAuth``).
 
 The result admits when its first expression is ``true`` (or an array whose
 first element is ``true``); anything else, and any evaluation error, is 403.
@@ -96,7 +101,9 @@ def input_document(ctx: RequestContext, config_id: str, parts: frozenset[str] = 
     if "state" in parts:
         state = c.shared_state(ctx)
         if ctx.claims is not None:
-            state["jwt"] = ctx.claims
+            # the verified claims of a token the jwt plugin admitted before extauth: never
+            # input.state.jwt, which is the raw ID token of an OIDC login (Gloo)
+            state.setdefault("claims", ctx.claims)
         doc["state"] = state
     if "http_request" in parts:
         doc["http_request"] = http

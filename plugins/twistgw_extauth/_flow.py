@@ -188,7 +188,7 @@ def _remove(ctx: RequestContext, names: tuple[bytes, ...]) -> None:
 
 
 def admit(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[int, AuthAllow]],
-          refused_principal: str | None) -> Allow:
+          refused_principal: str | None) -> Allow | Deny:
     """Apply the admitting configs' answers, in the order they ran: the
     first principal named is the request's, the first claims are
     ``ctx.claims``; consumed credentials go."""
@@ -200,13 +200,16 @@ def admit(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[i
     principal = _apply_all(ctx, compiled, admitted) or refused_principal
     if principal is not None:
         ctx.authenticated("extauth", principal)
+        if compiled.on_error.user_id_header is not None and not write_user_id(ctx, compiled, principal):
+            return _unwritable(principal)
     ctx.state["extauth"]["user"] = principal
     if not admitted:
         return _allow(f"extauth: AuthConfig {compiled.auth_config} booleanExpr is true with no config admitting")
     return _allow(" | ".join(answer.reason for _, answer in admitted))
 
 
-def admit_one(ctx: RequestContext, compiled: CompiledExtAuth, answer: AuthAllow, remove: bool = True) -> Allow:
+def admit_one(ctx: RequestContext, compiled: CompiledExtAuth, answer: AuthAllow,
+              remove: bool = True) -> Allow | Deny:
     """:func:`admit` for an AuthConfig of one config (``remove``: the
     consumed credentials are still there). The per-request path of the
     common case: nothing is built that the answer does not ask for."""
@@ -227,6 +230,8 @@ def admit_one(ctx: RequestContext, compiled: CompiledExtAuth, answer: AuthAllow,
     state = answer.state
     if principal is not None:
         ctx.authenticated("extauth", principal)
+        if compiled.on_error.user_id_header is not None and not write_user_id(ctx, compiled, principal):
+            return _unwritable(principal)
     if answer.claims is not None:
         ctx.claims, ctx.claims_provider = dict(answer.claims), answer.claims_provider
     name = compiled.first_name
@@ -236,6 +241,24 @@ def admit_one(ctx: RequestContext, compiled: CompiledExtAuth, answer: AuthAllow,
     reason = answer.reason
     allow = _ALLOWS.get(reason)
     return allow if allow is not None else _allow(reason)
+
+
+def write_user_id(ctx: RequestContext, compiled: CompiledExtAuth, principal: str) -> bool:
+    """``Settings.spec.extauth.userIdHeader``: the principal on the admitted
+    request (UTF-8), as Gloo's auth server sets ``UserInfo.UserID``; False
+    when it holds a control character no header may carry."""
+    header = compiled.on_error.user_id_header
+    assert header is not None
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in principal):
+        return False
+    ctx.headers.setRawHeaders(header, [principal.encode("utf-8")])
+    return True
+
+
+def _unwritable(principal: str) -> Deny:
+    # fail closed: admitted, the request would reach the rate limits and the upstream as nobody's
+    return Deny(500, b"", (), b"", f"extauth: the user id {principal!r} cannot be written into"
+                                   " Settings spec.extauth.userIdHeader (a control character)")
 
 
 def _apply_all(ctx: RequestContext, compiled: CompiledExtAuth, admitted: list[tuple[int, AuthAllow]]) -> str | None:

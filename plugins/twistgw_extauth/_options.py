@@ -163,6 +163,8 @@ def _compiled(auth_config: str, entries: tuple[Entry, ...], expression: Node | N
     for e in entries:
         credentials |= _header_names(getattr(e.checker, "credential_headers", ()), "credential header", e.source)
         owned |= _header_names(getattr(e.checker, "owned_request_headers", ()), "owned header", e.source)
+    if policy.user_id_header is not None:
+        owned.add(policy.user_id_header)  # only the admission writes it: a client's copy never gets through
     names = tuple(sorted(credentials))
     single = entries[0].check if len(entries) == 1 and expression is None else None
     return CompiledExtAuth(auth_config, entries, expression, policy, names, frozenset(owned), text, single,

@@ -10,6 +10,7 @@ AuthConfig, connection waits included)::
         requestTimeout: 2s       # the whole check; past it, the check is an error
         failureModeAllow: false  # true: an error admits the request (fail OPEN)
         statusOnError: 503       # the status an error answers with
+        userIdHeader: x-user-id  # the authenticated user's id, set on the admitted request
         devDirectory: {...}      # a config type's own field (ldap's)
 
 An *error* is an :class:`twistgw.AuthDeny` with ``error=True`` (a directory
@@ -17,6 +18,12 @@ that refuses, resets or does not answer in time, a service account that
 cannot bind, a policy that failed) and the ``requestTimeout`` running out.
 Decisions (401, 403) are never errors. Without these settings a config's
 own error status applies unchanged.
+
+``userIdHeader`` is Gloo's too: the header in which the auth server puts the
+id of the user it authenticated (``UserInfo.UserID``; here the admission's
+principal), which the client's copy never gets through (removed from every
+request, on every route, before routing) and which the filters after auth
+(the rate limits' ``requestHeaders`` actions) and the upstream read.
 """
 
 from __future__ import annotations
@@ -24,15 +31,15 @@ from __future__ import annotations
 from typing import Any, Collection, Mapping
 
 import attrs
-from twistgw.options import parse_duration, type_name, unknown_field
+from twistgw.options import is_token, parse_duration, type_name, unknown_field
 
 from twistgw import OptionsError
 
 #: What ``Settings.spec.extauth`` accepts, besides the config types' own fields.
-FIELDS = ("failureModeAllow", "requestTimeout", "statusOnError")
+FIELDS = ("failureModeAllow", "requestTimeout", "statusOnError", "userIdHeader")
 #: Gloo's extauth Settings fields about reaching a separate auth server;
 #: refused unless an installed config type reads them (``customAuth``).
-SERVER_FIELDS = ("extauthzServerRef", "httpService", "grpcService", "userIdHeader", "requestBody",
+SERVER_FIELDS = ("extauthzServerRef", "httpService", "grpcService", "requestBody",
                  "clearRouteCache", "transportApiVersion", "statPrefix", "namedExtauth")
 #: The statuses Gloo accepts for statusOnError, less those that cannot end
 #: an exchange with an answer of their own: 1xx are not final (the client
@@ -52,10 +59,13 @@ class ErrorPolicy:
     timeout: float | None = None
     failure_mode_allow: bool = False
     status_on_error: int | None = None
+    #: ``userIdHeader`` (lower case), read with the policy from the same
+    #: Settings section: where an admission's principal is written
+    user_id_header: bytes | None = None
 
     @property
     def inactive(self) -> bool:
-        return self == NO_POLICY
+        return attrs.evolve(self, user_id_header=None) == NO_POLICY
 
 
 NO_POLICY = ErrorPolicy()
@@ -91,9 +101,30 @@ def read_policy(settings: Mapping[str, Any], type_fields: Collection[str] = ()) 
         reason = _status_problem(status)
         if reason:
             problems.append(OptionsError(("statusOnError",), reason))
+    header = _user_id_header(settings.get("userIdHeader"), problems)
     if problems:
         raise OptionsError.several(problems)
-    return ErrorPolicy(timeout, allow, status)
+    return ErrorPolicy(timeout, allow, status, header)
+
+
+#: Headers the user id may not be written into: HTTP's own, the gateway's, credentials.
+_RESERVED = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer",
+                       "upgrade", "proxy-connection", "proxy-authorization", "authorization", "cookie", "expect",
+                       "x-forwarded-for", "x-forwarded-proto", "forwarded", "x-real-ip"})
+
+
+def _user_id_header(value: Any, problems: list[OptionsError]) -> bytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not is_token(value):
+        problems.append(OptionsError(("userIdHeader",), f"must be an HTTP header name such as x-user-id,"
+                                     f" got {value!r}"))
+        return None
+    if value.lower() in _RESERVED:
+        problems.append(OptionsError(("userIdHeader",), f"{value!r} is a header HTTP or the gateway owns;"
+                                     " pick another, such as x-user-id"))
+        return None
+    return value.lower().encode("ascii")
 
 
 def _status_problem(status: Any) -> str:

@@ -165,7 +165,9 @@ async def _membership(s: _Session, user_dn: str) -> dict[Any, Group]:
         await s.bind_account(cfg.service_account, "group lookup")
     code, entries = await s.search(user_dn, cfg.filter_ber, [cfg.membership_attribute], SCOPE_BASE, 2, "search")
     if code == 32 or (code == 0 and not entries):
-        raise Answer("unauthorized", f"{user_dn} not found with filter {cfg.search_filter}")
+        # the user's own bind succeeded: the filter, not the password, refused the entry
+        raise Answer("unauthorized", f"{user_dn} not found with filter {cfg.search_filter} (searchFilter: the"
+                                     " user's own entry must match it)")
     if code != 0:
         raise Answer("error", f"search of {user_dn} failed with result code {code}")
     groups: dict[Any, Group] = {}
@@ -284,6 +286,7 @@ async def against_directory(cfg: LdapConfig, pool: Pool, user: str, password: by
             if attempt == 1 and fault.connection_lost and client.reused:
                 _log.debug("Pooled connection to {target} was closed; retrying on a new one",
                            target=cfg.target.describe())
+                pool.drop_idle()
                 continue
             raise
         finally:

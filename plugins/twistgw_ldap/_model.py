@@ -12,7 +12,10 @@ from twistgw_ldap._ber import SCOPE_ONE
 from twistgw_ldap._dn import NormalDN
 from twistgw_ldap._filter import SearchFilter
 
-DEFAULT_SEARCH_FILTER = "(uid=*)"
+#: The bound user's own entry, whatever its object classes. Gloo's default is
+#: ``(uid=*)``, which no Active Directory user matches (they have no ``uid``):
+#: every member of an allowed group got 401 (issue 32 item 11).
+DEFAULT_SEARCH_FILTER = "(objectClass=*)"
 DEFAULT_MEMBERSHIP_ATTRIBUTE = "memberOf"
 DEFAULT_POOL_MAX = 5
 DEFAULT_POOL_INITIAL = 2

@@ -164,7 +164,10 @@ class AccessTokenChecker:
             data = claim_text(claims.get(ch.claim))
             if data is not None:
                 headers.append((ch.header, data))
-        return make_allow(principal=principal, headers=tuple(headers), state=MappingProxyType({"claims": claims}),
+        # Gloo's AuthorizationRequest state: a JWT access token's claims under "jwtAccessToken"
+        # (extauth.proto, JwtValidation); "claims" for any access token (twistgw's)
+        state = {"claims": claims, "jwtAccessToken": claims} if spec.jwt is not None else {"claims": claims}
+        return make_allow(principal=principal, headers=tuple(headers), state=MappingProxyType(state),
                           reason="oauth2: access token valid" + (" (cached)" if cached else ""),
                           claims=dict(claims), claims_provider=spec.source)
 

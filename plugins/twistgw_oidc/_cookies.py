@@ -10,13 +10,13 @@ sealed for one cookie is refused under another.
 from __future__ import annotations
 
 import base64
-import binascii
 import os
 from typing import Iterable
 
 import attrs
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from twistgw.api.b64 import b64decode_strict
 
 #: Longest value the gateway puts in one cookie. Browsers keep at least 4096
 #: bytes per cookie (name, value and attributes); this leaves room for the rest.
@@ -174,8 +174,9 @@ class Sealer:
         """The data, or None for anything not sealed by this key for this
         purpose (tampered, truncated, another key, garbage)."""
         try:
-            raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
-        except (binascii.Error, ValueError):
+            # strict: one spelling per sealed value (no padding, no unused bits set)
+            raw = b64decode_strict(value, urlsafe=True, padded=False)
+        except ValueError:
             return None
         if len(raw) < 1 + NONCE_BYTES + 16 or raw[:1] != _VERSION:
             return None

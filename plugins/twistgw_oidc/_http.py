@@ -63,13 +63,20 @@ class Client:
     async def call(self, method: str, url: str, timeout: float, form: Mapping[str, str] | None = None,
                    headers: Mapping[bytes, bytes] | None = None) -> Answer:
         d = Deferred.fromCoroutine(self._call(method, url, form, headers))
-        d.addTimeout(timeout, self.reactor)
+        fired: list[bool] = []
+
+        def timed_out(result: Any, _timeout: float) -> Any:
+            fired.append(True)  # cancelled by the timeout (treq then fails with ResponseNeverReceived)
+            return result
+
+        d.addTimeout(timeout, self.reactor, onTimeoutCancel=timed_out)
         try:
             return await d
         except CallFailed:
             raise
         except Exception as exc:  # refused, reset, DNS, TLS, timeout: all one thing to the caller
-            name = "no answer within %gs" % timeout if type(exc).__name__ in ("TimeoutError", "CancelledError") \
+            name = "no answer within %gs" % timeout if fired or type(exc).__name__ in ("TimeoutError",
+                                                                                       "CancelledError") \
                 else f"{type(exc).__name__}: {exc}"
             raise CallFailed(f"{method} {url}: {name}") from None
 

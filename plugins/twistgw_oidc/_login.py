@@ -199,11 +199,13 @@ async def _store_new(ch: "OidcChecker", session: Session, cookies: Mapping[str, 
     return split_cookies(spec.cookie_name, ch.store.seal(session), spec.cookie, dict(cookies))
 
 
-async def exchange(ch: "OidcChecker", doc: Mapping[str, Any], form: dict[str, str]) -> Answer:
-    """POST to the token endpoint, authenticating the client as the
-    provider's discovery document allows (``client_secret_basic`` first)."""
-    spec = ch.spec
-    form = {**form, **dict(spec.token_params)}
+def client_authentication(spec: OidcSpec, doc: Mapping[str, Any], form: dict[str, str]) -> dict[bytes, bytes]:
+    """Authenticate the client as the provider's discovery document allows
+    for its token endpoint (``client_secret_basic`` first): the headers to
+    send; ``form`` gets the client's fields when they go in the body. The
+    token and revocation endpoints use it alike.
+
+    :raise ProviderDown: the provider allows neither way."""
     headers: dict[bytes, bytes] = {}
     methods = doc.get("token_endpoint_auth_methods_supported") or ["client_secret_basic"]
     if spec.client_secret is None:
@@ -215,6 +217,15 @@ async def exchange(ch: "OidcChecker", doc: Mapping[str, Any], form: dict[str, st
         form.update(client_id=spec.client_id, client_secret=spec.client_secret.decode("utf-8"))
     else:
         raise ProviderDown(f"the provider allows neither client_secret_basic nor client_secret_post ({methods})")
+    return headers
+
+
+async def exchange(ch: "OidcChecker", doc: Mapping[str, Any], form: dict[str, str]) -> Answer:
+    """POST to the token endpoint, authenticating the client as the
+    provider's discovery document allows (``client_secret_basic`` first)."""
+    spec = ch.spec
+    form = {**form, **dict(spec.token_params)}
+    headers = client_authentication(spec, doc, form)
     try:
         return await ch.runtime.client().call("POST", doc["token_endpoint"], spec.timeout, form=form, headers=headers)
     except CallFailed as exc:

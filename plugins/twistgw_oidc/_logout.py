@@ -1,7 +1,9 @@
 """``logoutPath`` (RP-initiated logout) and ``frontChannelLogout``.
 
 Logout clears the session here (the Redis key is deleted; the cookies are
-expired) and sends the browser to the provider's ``end_session_endpoint``
+expired), revokes its refresh and access tokens at the provider's
+``revocation_endpoint`` (:mod:`._revoke`: best effort, the answer waits for
+it at most a second) and sends the browser to the provider's ``end_session_endpoint``
 with ``id_token_hint`` and ``post_logout_redirect_uri=afterLogoutUrl``, or
 straight to ``afterLogoutUrl`` when the provider has none. The target is
 configuration only: no request parameter can change it. A logout the
@@ -16,9 +18,10 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from twistgw import AuthDeny, RequestContext
+from twistgw_oidc import _revoke
 from twistgw_oidc._cookies import delete_cookie, delete_split, joined_value, parse_cookie_header
 from twistgw_oidc._options import origin
-from twistgw_oidc._session import RedisStore, StoreDown
+from twistgw_oidc._session import RedisStore, Session, StoreDown
 
 if TYPE_CHECKING:
     from twistgw_oidc._flow import OidcChecker
@@ -42,6 +45,7 @@ async def logout(ch: "OidcChecker", ctx: RequestContext) -> AuthDeny:
     cookies = parse_cookie_header(ctx.headers.getRawHeaders(b"cookie") or ())
     name = spec.session.cookie_name
     id_token = None
+    ended: Session | None = None
     if isinstance(ch.store, RedisStore):
         session_id = cookies.get(name)
         if session_id:
@@ -51,19 +55,20 @@ async def logout(ch: "OidcChecker", ctx: RequestContext) -> AuthDeny:
             except StoreDown as exc:
                 return AuthDeny.failure(f"oidc: session store unreachable, session not cleared: {exc}", 503)
             if session is not None and session.binding == spec.binding:
-                id_token = session.id_token
+                id_token, ended = session.id_token, session
         lines = [delete_cookie(name, spec.session.cookie)]
     else:
         value = joined_value(cookies, name)
         session = ch.store.open(value) if value else None
         if session is not None and session.binding == spec.binding:
-            id_token = session.id_token
+            id_token, ended = session.id_token, session
             # a copy of this cookie stays refused by this process (the cookie store keeps no server state)
             until = session.created + (spec.session.cookie.max_age or 86400)
             for name_ in (session.sid, session.token_id):
                 if name_:
                     ch.runtime.revoke(spec.binding, name_, until)
         lines = delete_split(name, spec.session.cookie, cookies)
+    await _revoke.bounded(ch, _revoke.start(ch, [ended] if ended is not None else []))
     headers = [NO_STORE, *((b"set-cookie", line) for line in lines)]
     doc = ch.provider.doc_now()
     end = doc.get("end_session_endpoint") if doc else None
@@ -95,16 +100,23 @@ async def front_channel(ch: "OidcChecker", ctx: RequestContext) -> AuthDeny:
     issuer = doc["issuer"] if doc else spec.issuer_url
     if iss is not None and iss != issuer:
         return AuthDeny(400, b"Logout for another provider", headers=(NO_STORE,), reason="oidc: front-channel iss")
+    cookies = parse_cookie_header(ctx.headers.getRawHeaders(b"cookie") or ())
+    ended: list[Session] = []
     if sid:
         if isinstance(ch.store, RedisStore):
             try:
-                await ch.store.delete_sid(sid)
+                ended = await ch.store.delete_sid(sid)
             except StoreDown as exc:
                 return AuthDeny.failure(f"oidc: session store unreachable: {exc}", 503)
         else:
             max_age = spec.session.cookie.max_age or 86400
             ch.runtime.revoke(spec.binding, sid, ch.runtime.now() + max_age)
-    cookies = parse_cookie_header(ctx.headers.getRawHeaders(b"cookie") or ())
+            # the browser's own session, when the provider's frame carries its cookie
+            value = joined_value(cookies, spec.session.cookie_name)
+            own = ch.store.open(value) if value else None
+            if own is not None and own.sid == sid:
+                ended = [own]
+    await _revoke.bounded(ch, _revoke.start(ch, ended))
     lines = delete_split(spec.session.cookie_name, spec.session.cookie, cookies) \
         if spec.session.cookie_name in cookies else []
     return AuthDeny(200, b"", headers=(NO_STORE, *((b"set-cookie", line) for line in lines)), content_type=b"",

@@ -100,9 +100,10 @@ class Override:
 OVERRIDE_FIELDS = {
     "authEndpoint": "authorization_endpoint", "tokenEndpoint": "token_endpoint", "jwksUri": "jwks_uri",
     "authMethods": "token_endpoint_auth_methods_supported", "endSessionEndpoint": "end_session_endpoint",
+    "revocationEndpoint": "revocation_endpoint",
 }
 #: discoveryOverride fields whose value must be an absolute http(s) URL (checked by compile)
-URL_OVERRIDES = {"authEndpoint", "tokenEndpoint", "jwksUri", "endSessionEndpoint"}
+URL_OVERRIDES = {"authEndpoint", "tokenEndpoint", "jwksUri", "endSessionEndpoint", "revocationEndpoint"}
 #: Gloo's discoveryOverride fields for members twistgw never reads: refused, and why
 OVERRIDE_REFUSED = {
     "scopes": "the scopes asked for are oidcAuthorizationCode.scopes (openid always)",
@@ -111,8 +112,6 @@ OVERRIDE_REFUSED = {
     "idTokenAlgs": "an ID token's algorithm is the one its signing key allows (never none or HMAC),"
                    " whatever the document lists",
     "claims": "the claims are those of the ID token itself",
-    "revocationEndpoint": "tokens are not revoked at logout: the session is deleted and the browser sent to"
-                          " end_session_endpoint",
 }
 
 

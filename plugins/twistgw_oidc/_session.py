@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping
 import attrs
 from twisted.internet.defer import Deferred
 
+from twistgw.api.b64 import b64decode_strict
 from twistgw.redis import RedisPool
 
 from twistgw_oidc._cookies import Sealer
@@ -48,8 +49,7 @@ def new_id() -> str:
 
 def _payload(id_token: str) -> dict[str, Any]:
     """The payload of an ID token this gateway verified before storing it."""
-    segment = id_token.split(".")[1]
-    return dict(json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))))
+    return dict(json.loads(b64decode_strict(id_token.split(".")[1], urlsafe=True, padded=False)))
 
 
 @attrs.define
@@ -257,13 +257,18 @@ class RedisStore:
     async def delete(self, session_id: str) -> None:
         await self._do("DEL", _key(self.prefix, "session", session_id))
 
-    async def delete_sid(self, sid: str) -> int:
+    async def delete_sid(self, sid: str) -> list[Session]:
+        """Delete every session of ``sid``; the sessions deleted (their tokens are then revoked)."""
         sid_key = _key(self.prefix, "sid", sid)
         keys = await self._do("SMEMBERS", sid_key)
+        sessions = []
         for key in keys or ():
-            await self._do("DEL", key)
+            raw = await self._do("GETDEL", key)
+            session = self.parse(raw) if raw is not None else None
+            if session is not None:
+                sessions.append(session)
         await self._do("DEL", sid_key)
-        return len(keys or ())
+        return sessions
 
     async def put_login(self, login_id: str, login: Mapping[str, Any]) -> None:
         await self._do("SET", _key(self.prefix, "login", login_id), json.dumps(login), "EX", LOGIN_TTL)

@@ -274,6 +274,19 @@ class BasicTests(TestCase):
         checker = _basic({"apr": {"users": {"user": {"salt": "TYiryv0/", "hashedPassword": "8BvzLUO9IfGPGGsPnAgSu1"}}}})
         self.assertEqual(checker.check(request(headers=headers)).status, 401)
 
+    def test_only_the_canonical_base64_is_read(self) -> None:
+        """Issue 32 item 21: ``dXNlcjpwYXNzd29yZA==`` is user:password; the
+        same with the last character's unused bits set (``...ZB==``..``ZP==``)
+        decodes to the same bytes with Python's decoder, and is refused (401)."""
+        checker = _basic({"apr": {"users": {"user": {"salt": "TYiryv0/", "hashedPassword": "8BvzLUO9IfGPGGsPnAgSu1"}}}})
+        self.assertIsInstance(checker.check(request(headers=[("Authorization", "Basic dXNlcjpwYXNzd29yZA==")])),
+                              AuthAllow)
+        for twin in "BCDEFGHIJKLMNOP":
+            denied = checker.check(request(headers=[("Authorization", f"Basic dXNlcjpwYXNzd29yZ{twin}==")]))
+            self.assertEqual(denied.status, 401, twin)
+        for bad in ("dXNlcjpwYXNzd29yZA", "dXNlcjpwYXNzd29yZA=", "dXNlcjpwYXNzd29yZA===", "dXNlcjpw-XNzd29yZA=="):
+            self.assertEqual(checker.check(request(headers=[("Authorization", f"Basic {bad}")])).status, 401, bad)
+
     def test_memo_holds_no_password_and_is_bounded(self) -> None:
         checker = _basic({"apr": {"users": {"user": {"salt": "TYiryv0/", "hashedPassword": "8BvzLUO9IfGPGGsPnAgSu1"}}}})
         checker.check(request(headers=[basic("user", "password")]))

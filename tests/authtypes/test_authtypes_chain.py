@@ -264,10 +264,11 @@ binaryData: {blob: AAAA}
 
 
 class OpaWithRealJwtTests(TestCase):
-    """``input.state.jwt`` from a token the real ``jwt`` plugin verified
-    before extauth (``jwtStaged: {beforeExtAuth: ...}``), as Gloo's OPA+JWT
-    guide uses it: an email claim decides, and a token that did not verify
-    never reaches the policy."""
+    """The claims of a token the real ``jwt`` plugin verified before extauth
+    (``jwtStaged: {beforeExtAuth: ...}``) are ``input.state.claims``: an
+    email claim decides, and a token that did not verify never reaches the
+    policy. ``input.state.jwt`` is not them (Gloo puts only an OIDC login's
+    raw ID token there, issue 32 item 9): the rule on it admits no one."""
 
     def setUp(self) -> None:
         from cryptography.hazmat.primitives import serialization
@@ -319,11 +320,14 @@ data:
 
     default allow = false
     allow {{
-        input.state.jwt.email == "admin@example.com"
+        input.state.claims.email == "admin@example.com"
     }}
     allow {{
-        input.state.jwt.email == "user@example.com"
+        input.state.claims.email == "user@example.com"
         input.http_request.method == "GET"
+    }}
+    allow {{
+        input.state.jwt.email == "legacy@example.com"
     }}
 """
         self.tester = ChainTester.from_yaml(text, PLUGINS + [("jwt", JwtPlugin)])
@@ -342,6 +346,8 @@ data:
         self.assertEqual((await self.tester.request("POST", url, headers=[user])).status, 403)
         self.assertEqual((await self.tester.request("GET", url, headers=[self.token("eve@example.com")])).status,
                          403)
+        legacy = await self.tester.request("GET", url, headers=[self.token("legacy@example.com")])
+        self.assertEqual(legacy.status, 403)
 
     async def test_an_unverified_token_never_reaches_the_policy(self) -> None:
         from cryptography.hazmat.primitives import serialization

@@ -37,15 +37,15 @@ GUIDE_POLICY_V1 = GUIDE_POLICY.replace(
     'any({input.http_request.method == "GET",\n        input.http_request.method == "DELETE"\n    })',
     'input.http_request.method in {"GET", "DELETE"}')
 
-#: The guide's JWT policy, reading the claims the jwt plugin verified.
+#: The guide's JWT policy on the claims the jwt plugin verified (``input.state.claims``).
 CLAIMS_POLICY = """package test
 
 default allow = false
 allow {
-    input.state.jwt.email == "admin@example.com"
+    input.state.claims.email == "admin@example.com"
 }
 allow {
-    input.state.jwt.email == "user@example.com"
+    input.state.claims.email == "user@example.com"
     not startswith(input.http_request.path, "/owners")
 }
 """
@@ -109,11 +109,59 @@ allow {
 """
 
 
+def _jwt(claims: dict) -> str:
+    import base64
+    import json
+
+    def part(doc: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(doc).encode()).rstrip(b"=").decode()
+    return f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part(claims)}.c2lnbmF0dXJl"
+
+
+def _after_oidc(ctx: object, id_token: str) -> object:
+    """The state an oidcAuthorizationCode config before the policy leaves (as _flow.share does)."""
+    ctx.state["extauth"] = {"user": None, "authConfig": "a/b", "identities": {},  # type: ignore[attr-defined]
+                            "state": {"config_0": {"jwt": id_token, "claims": {"x": 1}, "issuer": "i"}}}
+    return ctx
+
+
 class PolicyTests(TestCase):
-    def test_gloo_jwt_guide_policy_is_refused_with_the_parsers_line(self) -> None:
+    @pytest.mark.parametrize("email, path, allowed", [
+        ("admin@example.com", "/owners/1", True),
+        ("user@example.com", "/vets", True),
+        ("user@example.com", "/owners/1", False),
+        ("eve@example.com", "/vets", False),
+    ])
+    def test_gloo_jwt_guide_policy_verbatim_decodes_the_raw_id_token(self, email: str, path: str,
+                                                                       allowed: bool) -> None:
+        """Issue 32 item 9: the guide's top-level destructuring (which the
+        engine does not parse) is read as rules, and ``input.state.jwt`` is
+        the raw ID token, as the guide's ``io.jwt.decode`` expects."""
+        verdict = _opa(GUIDE_JWT_POLICY).check(_after_oidc(request("GET", path), _jwt({"email": email})))
+        self.assertIsInstance(verdict, AuthAllow if allowed else AuthDeny)
+
+    def test_the_guide_policy_without_a_login_denies(self) -> None:
+        checker = _opa(GUIDE_JWT_POLICY)
+        self.assertEqual(checker.check(request("GET", "/vets")).status, 403)
+        # the jwt plugin's claims are not input.state.jwt (Gloo: that is the OIDC token only)
+        ctx = request("GET", "/vets")
+        ctx.claims = {"email": "admin@example.com", "sub": "x"}
+        self.assertEqual(checker.check(ctx).status, 403)
+
+    def test_destructuring_means_what_it_means_in_a_rule_body(self) -> None:
+        policy = """package test
+[a, _, c] := input.v  # a comment
+allow if { a == 1; c == 3 }
+n := count([x | some x in [a, c]])
+"""
+        checker = _opa(policy)
+        self.assertTrue(checker.policy.evaluate({"v": [1, 2, 3]}).allowed)
+        for wrong in ([1, 2], [1, 2, 3, 4], {"a": 1}, "123"):
+            self.assertFalse(checker.policy.evaluate({"v": wrong}).allowed, wrong)
+        # a module that does not parse is still refused, at its own line
         with pytest.raises(OptionsError) as exc:
-            _opa(GUIDE_JWT_POLICY)
-        self.assertIn("policy.rego does not parse: Syntax error at line", str(exc.value))
+            _opa("package test\n\nallow {\n  [a, b] := \n")
+        self.assertIn("does not parse", str(exc.value))
 
     def test_runtime_error_fails_closed(self) -> None:
         checker = _opa('package test\nallow { 1 / count(input.http_request.headers["x-n"]) > 0 }')
@@ -250,3 +298,44 @@ class InputPartsTests(TestCase):
         self.assertEqual(checker.parts, frozenset({"http_request"}))
         whole = _opa('package test\nallow { count(input) == 3; input.http_request.method == "GET" }')
         self.assertIsInstance(whole.check(request("GET")), AuthAllow)
+
+
+PARSE_IN_A_PROCESS = """
+import sys
+from twistgw_authtypes._rego import Policy, PolicyError
+try:
+    Policy.compile([("policy.rego", sys.argv[1])], sys.argv[2])
+except PolicyError as exc:
+    sys.stdout.write("REFUSED " + str(exc) + "\\n")
+else:
+    sys.stdout.write("COMPILED\\n")
+"""
+
+
+class ParserOutputTests(TestCase):
+    """Issue 32, item 19: rego-cpp prints its parser's report on the
+    process's own output; compiling captures it, and a refusal says where
+    (line and column) in its message instead."""
+
+    def _compile(self, module: str, query: str = "data.test.allow == true") -> tuple[str, str]:
+        import subprocess
+        import sys
+
+        out = subprocess.run([sys.executable, "-c", PARSE_IN_A_PROCESS, module, query], capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout, out.stderr
+
+    def test_a_module_that_does_not_parse_prints_nothing_and_says_where(self) -> None:
+        stdout, stderr = self._compile("package test\nallow {\n")
+        self.assertEqual(stderr, "")
+        self.assertEqual(stdout, "REFUSED module policy.rego does not parse: this is unclosed at line 2, column 7\n")
+
+    def test_a_query_that_does_not_compile_prints_nothing(self) -> None:
+        stdout, stderr = self._compile("package test\nallow := true\n", "data.test.allow ==")
+        self.assertEqual(stderr, "")
+        self.assertTrue(stdout.startswith("REFUSED the query 'data.test.allow ==' does not compile: "), stdout)
+        self.assertNotIn("Errors:", stdout)
+
+    def test_a_good_policy_compiles_silently(self) -> None:
+        self.assertEqual(self._compile("package test\nallow := true\n"), ("COMPILED\n", ""))

@@ -69,6 +69,24 @@ def ref() -> dict[str, str]:
     return {"name": "svc"}
 
 
+def docs_member_of_example(tls: dict[str, Any]) -> dict[str, Any]:
+    """docs/ldap.md's Active Directory ``memberOf`` example, its ldap entry as
+    written, with this domain's address, names and reader Secret."""
+    import re
+
+    import yaml
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "ldap.md").read_text()
+    start = text.index("<!-- example: ldap-active-directory-memberof")
+    block = re.search(r"```yaml\n(.*?)```", text[start:], re.S)
+    assert block is not None
+    ldap = yaml.safe_load(block.group(1))["spec"]["configs"][0]["ldap"]
+    assert ldap["address"] == "ldaps://dc1.corp.example.com:636" and "groupSearch" not in ldap
+    ldap.update(address=LDAPS, tls=tls, allowedGroups=[STAFF])
+    ldap["userSearch"].update(baseDn=BASE, credentialsSecretRef=ref())
+    return dict(ldap)
+
+
 def own_certificate_checks(directory: Path) -> dict[str, Check]:
     """While Samba serves the certificate it made itself: name -> (ldap
     entry, service account name, user, password)."""
@@ -112,9 +130,14 @@ def checks(directory: Path) -> dict[str, Check]:
                          "disableGroupChecking": True}, upn, "alice", PASSWORDS["alice"]),
         "wrong_password": ({"address": LDAPS, "tls": verified, "userSearch": with_account,
                             "disableGroupChecking": True}, backslash, "alice", "not-it"),
-        # 21: memberOf with the default searchFilter (uid=*) matches no AD user...
+        # issue 32 item 11: memberOf with the default searchFilter, (objectClass=*), admits a direct member...
         "member_of_default_filter": ({**member_of, "allowedGroups": [STAFF]}, backslash,
                                      "alice", PASSWORDS["alice"]),
+        # ...as docs/ldap.md's Active Directory memberOf example writes it (a user whose CN is not his name)
+        "member_of_docs_example": (docs_member_of_example(verified), backslash, "jdoe", PASSWORDS["jdoe"]),
+        # ...Gloo's default, (uid=*), matches no AD user (they have no uid): every member got 401
+        "member_of_uid_filter": ({**member_of, "allowedGroups": [STAFF], "searchFilter": "(uid=*)"}, backslash,
+                                 "alice", PASSWORDS["alice"]),
         # ...(objectClass=user) does
         "member_of_user_filter": ({**member_of, "allowedGroups": [STAFF], "searchFilter": "(objectClass=user)"},
                                   backslash, "alice", PASSWORDS["alice"]),

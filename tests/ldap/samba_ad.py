@@ -13,7 +13,8 @@ does exactly that and checks the report.
 The domain: realm ``CORP.EXAMPLE.TEST``, NetBIOS domain ``CORP``, DC ``dc1``.
 Users (in ``CN=Users``): alice (in staff), bob (in no group), ``qa(lead)``
 and ``ops#1`` (in staff: legal AD names with filter specials), and the
-service account svc-reader. Groups: staff, and engineering whose member is
+service account svc-reader; in ``OU=Staff``, jdoe, whose DN names him
+``CN=John Doe`` as AD usually does (in staff). Groups: staff, and engineering whose member is
 the group staff (nested). Samba's defaults as shipped: simple binds on
 plain ``ldap://`` are refused with strongAuthRequired, the LDAPS
 certificate it makes itself has no subjectAltName.
@@ -43,7 +44,7 @@ BASE = "DC=corp,DC=example,DC=test"
 USERS_DN = f"CN=Users,{BASE}"
 ADMIN_PW = "Adm1n-Passw0rd!"
 PASSWORDS = {"alice": "Alice-Passw0rd!", "bob": "Bob-Passw0rd!", "qa(lead)": "Qa-Passw0rd!",
-             "ops#1": "Ops-Passw0rd!", "svc-reader": "Svc-Passw0rd!"}
+             "ops#1": "Ops-Passw0rd!", "svc-reader": "Svc-Passw0rd!", "jdoe": "Jdoe-Passw0rd!"}
 GROUPS = {"staff": ["alice", "qa(lead)", "ops#1"]}
 DC_NAME = f"dc1.{REALM.lower()}"
 #: Where :func:`use_test_ca` writes the test CA (``ca.pem``) and the DC's key and certificate.
@@ -84,10 +85,16 @@ def provision(directory: Path) -> None:
         "[global]", f"[global]\n\tserver services = ldap\n\tlog file = {directory}/log.%m", 1) + "\n")
     sam = f"--URL={directory / 'private' / 'sam.ldb'}"
     for user, password in PASSWORDS.items():
-        _run(tool, "user", "create", user, password, sam, f"--configfile={conf}", log=log)
+        if user != "jdoe":  # below, in OU=Staff
+            _run(tool, "user", "create", user, password, sam, f"--configfile={conf}", log=log)
     for group, members in GROUPS.items():
         _run(tool, "group", "add", group, sam, f"--configfile={conf}", log=log)
         _run(tool, "group", "addmembers", group, ",".join(members), sam, f"--configfile={conf}", log=log)
+    # a user as AD usually has them: named by sAMAccountName, CN his full name, in an OU of its own
+    _run(tool, "ou", "create", f"OU=Staff,{BASE}", sam, f"--configfile={conf}", log=log)
+    _run(tool, "user", "create", "jdoe", PASSWORDS["jdoe"], "--given-name=John", "--surname=Doe", "--userou=OU=Staff",
+         sam, f"--configfile={conf}", log=log)
+    _run(tool, "group", "addmembers", "staff", "jdoe", sam, f"--configfile={conf}", log=log)
     _run(tool, "group", "add", "engineering", sam, f"--configfile={conf}", log=log)
     _run(tool, "group", "addmembers", "engineering", "staff", sam, f"--configfile={conf}", log=log)
 

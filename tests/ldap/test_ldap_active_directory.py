@@ -9,9 +9,9 @@ run against a certificate from a test CA, verified by name), 18 (an anonymous se
 problem: 500, saying to give userSearch.credentialsSecretRef), 19
 (strongAuthRequired says to use ldaps or StartTLS), 20 (legal names with
 filter specials log in with userSearch) and 21 (what docs/ldap.md's Active
-Directory section says: service-account names that are not DNs, memberOf
-needing searchFilter (objectClass=user), the primary group in neither
-memberOf nor member).
+Directory section says: service-account names that are not DNs, the primary
+group in neither memberOf nor member), and issue 32 item 11 (memberOf with
+the default searchFilter admits a direct member).
 
 A missing ``samba`` FAILS this test (``apt-get install -y samba smbclient
 ldb-tools``); it does not skip.
@@ -76,9 +76,18 @@ def test_the_canonical_name_is_sam_account_name(report: dict[str, Any]) -> None:
     assert report["wrong_password"]["status"] == 401
 
 
-def test_member_of_needs_the_user_object_class_filter(report: dict[str, Any]) -> None:
+def test_member_of_admits_a_direct_member_with_the_default_filter(report: dict[str, Any]) -> None:
+    """Issue 32 item 11: the default searchFilter was Gloo's (uid=*), which no
+    AD user matches, so a direct member of the allowed group got 401; it is
+    (objectClass=*) now, and docs/ldap.md's memberOf example admits."""
     default = report["member_of_default_filter"]
-    assert default["status"] == 401 and "not found with filter (uid=*)" in default["reason"]
+    assert (default["status"], default["principal"]) == (200, "alice"), default
+    assert f"groups from memberOf: CN=staff,{USERS}" in default["reason"]
+    example = report["member_of_docs_example"]
+    assert (example["status"], example["principal"]) == (200, "jdoe"), example
+    assert "jdoe is CN=John Doe,OU=Staff,DC=corp,DC=example,DC=test" in example["reason"]
+    uid = report["member_of_uid_filter"]
+    assert uid["status"] == 401 and "not found with filter (uid=*) (searchFilter:" in uid["reason"], uid
     assert (report["member_of_user_filter"]["status"], report["member_of_user_filter"]["principal"]) == (200, "alice")
     assert report["member_of_not_member"]["status"] == 403
 

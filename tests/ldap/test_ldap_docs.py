@@ -130,6 +130,19 @@ def test_documented_explain_line_is_what_explain_prints(slapd_open: Any, tmp_pat
     assert documented in [line.strip() for line in out.stdout.splitlines()], out.stdout
 
 
+def test_active_directory_member_of_example_loads() -> None:
+    """The memberOf variant (run against Samba's AD in test_ldap_active_directory.py)."""
+    reader = secret_yaml("ad-reader", "default", "CN=Gateway Reader,OU=Service Accounts,DC=corp,DC=example,DC=com",
+                         "reader-pw")
+    vs = ("apiVersion: gateway.vendor.io/v1\nkind: VirtualService\nmetadata: {name: intranet}\nspec:\n"
+          "  virtualHost:\n    domains: ['*']\n    options: {extauth: {configRef: {name: corp-ad-memberof}}}\n"
+          "    routes: [{matchers: [{prefix: /}], directResponseAction: {status: 200}}]\n")
+    tester = make_tester(marked_block("ldap-active-directory-memberof") + "---\n" + reader + "---\n" + vs)
+    (cfg,) = ldap_configs(tester)
+    assert cfg.group_search is None and cfg.membership_attribute == "memberOf"
+    assert cfg.search_filter == "(objectClass=*)"
+
+
 def test_active_directory_example_loads_and_sends_the_in_chain_filter() -> None:
     from twistgw_ldap._ldaptor import parse_filter
     from ldaptor.protocols import pureldap

@@ -228,7 +228,7 @@ class LdapUnitsTests(TestCase):
         (compiled,) = tester.snapshot.plugin_compiled["extauth"]
         (cfg,) = tuple(e.checker.cfg for e in compiled.entries)
         assert (cfg.target.scheme, cfg.target.host, cfg.target.port) == ("ldaps", "ldap.example.org", 636)
-        assert cfg.membership_attribute == "memberOf" and cfg.search_filter == "(uid=*)"
+        assert cfg.membership_attribute == "memberOf" and cfg.search_filter == "(objectClass=*)"
         assert (cfg.pool_max, cfg.pool_initial, cfg.cache_ttl, cfg.realm) == (5, 2, 60.0, "twistgw")
         assert cfg.service_account is None and not cfg.disable_group_checking
         assert "reader-pw" not in repr(cfg)

@@ -78,6 +78,9 @@ USERS = {
         "email": "alice@example.org", "email_verified": True, "name": "Alice", "groups": ["admins", "staff"]}},
     "bob": {"password": "builder", "claims": {
         "email": "bob@example.org", "email_verified": True, "name": "Bob", "groups": ["staff"]}},
+    # the two users of Gloo's OPA-over-OIDC guide policy
+    "admin": {"password": "admin-pw", "claims": {"email": "admin@example.com", "email_verified": True}},
+    "user": {"password": "user-pw", "claims": {"email": "user@example.com", "email_verified": True}},
 }
 
 

@@ -1,6 +1,7 @@
 """A real browser: headless Chromium driven by Selenium logs in through the
 gateway at the real OpenID provider, sees the backend's answer, logs out
-(RP-initiated, confirmed at the provider), and logs in again. One provider
+(RP-initiated, confirmed at the provider; the provider's introspection then
+says the session's tokens are revoked), and logs in again. One provider
 process and one browser for the module.
 
 Chromium and chromedriver are Debian's (``/usr/bin/chromium``,
@@ -96,9 +97,15 @@ def test_login_logout_login(stack: Stack, driver: webdriver.Chrome, prefix: str,
     assert cookie not in seen.get("cookie", "")  # the session cookie never reaches the backend
     names = {c["name"]: c for c in d.get_cookies()}
     assert names[cookie]["httpOnly"] is True and names[cookie]["sameSite"] == "Lax"
+    jar = {c["name"]: c["value"] for c in d.get_cookies()}
+    access, refresh = stack.sealed_tokens(cookie, jar) if prefix == "cookie" else stack.redis_tokens(jar[cookie])
+    assert stack.active(access, "access_token") and stack.active(refresh, "refresh_token")
     # log out: the provider asks, then sends the browser to afterLogoutUrl
     d.get(stack.url(f"/{prefix}/logout"))
-    wait(d, ec.element_to_be_clickable((By.ID, "logout-yes"))).click()
+    button = wait(d, ec.element_to_be_clickable((By.ID, "logout-yes")))
+    # the gateway revoked both tokens before it sent the browser to the provider (issue 32 item 8)
+    assert not stack.active(refresh, "refresh_token") and not stack.active(access, "access_token")
+    button.click()
     wait(d, lambda drv: drv.current_url == stack.url("/bye"))
     assert d.find_element(By.TAG_NAME, "body").text == "bye"
     assert cookie not in {c["name"] for c in d.get_cookies()}

@@ -118,12 +118,19 @@ class DiscoveryOverrideTests(unittest.TestCase):
         self.assertEqual(hash(Override((("a", ("x",)),))), hash(Override((("a", ("x",)),))))
 
     def test_members_twistgw_never_reads_are_refused(self) -> None:
-        fields = ("scopes", "responseTypes", "subjects", "idTokenAlgs", "claims", "revocationEndpoint")
+        fields = ("scopes", "responseTypes", "subjects", "idTokenAlgs", "claims")
         self.assertEqual(set(fields), set(OVERRIDE_REFUSED))
         for field in fields:
-            got = problems(oidc(discoveryOverride={field: ["x"] if field != "revocationEndpoint"
-                                                   else "https://idp.example/revoke"}))
+            got = problems(oidc(discoveryOverride={field: ["x"]}))
             self.assertIn("is not supported by twistgw", got[f"oidcAuthorizationCode.discoveryOverride.{field}"])
+
+    def test_revocation_endpoint_is_read(self) -> None:
+        """Issue 32 item 8: the logout revokes the tokens there
+        (tests/oidc/test_oidc_logout_revocation.py)."""
+        spec = compile_oidc_checker(discoveryOverride={"revocationEndpoint": "https://idp.example/revoke"}).spec
+        self.assertEqual(spec.override.apply({})["revocation_endpoint"], "https://idp.example/revoke")
+        got = problems(oidc(discoveryOverride={"revocationEndpoint": "ftp://idp.example/revoke"}))
+        self.assertIn("absolute http(s) URL", got["oidcAuthorizationCode.discoveryOverride.revocationEndpoint"])
 
 
 class RefreshPolicyTests(unittest.TestCase):

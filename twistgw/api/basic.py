@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Sequence
+
+from twistgw.api.b64 import b64decode_strict
 
 __all__ = ["read_basic_credentials"]
 
@@ -15,7 +15,7 @@ def read_basic_credentials(values: Sequence[bytes] | None, max_token: int = 4096
     (``ctx.headers.getRawHeaders(b"authorization")``), or the reason why
     there are none, for a log line (it never contains the password).
 
-    One header only; scheme ``Basic`` in any case; strict base64 of at most
+    One header only; scheme ``Basic`` in any case; strict base64 (:mod:`twistgw.api.b64`: padded, canonical) of at most
     ``max_token`` bytes; the password is everything after the *first* colon
     (so it may hold ``:``); both parts UTF-8.
     """
@@ -32,8 +32,8 @@ def read_basic_credentials(values: Sequence[bytes] | None, max_token: int = 4096
     if len(token) > max_token:
         return f"Basic credentials longer than {max_token} bytes"
     try:
-        decoded = base64.b64decode(token, validate=True)
-    except (binascii.Error, ValueError):
+        decoded = b64decode_strict(token, urlsafe=False, padded=True)
+    except ValueError:
         return "Basic credentials are not valid base64"
     user_raw, colon, password = decoded.partition(b":")
     if not colon:

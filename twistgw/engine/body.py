@@ -41,8 +41,8 @@ class BodyConsumer(Protocol):
     def send_body(self, data: bytes) -> None: ...
 
     def end_body(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
-        """The body ended, with the client's ``trailers`` (lower-case names;
-        an HTTP/2 client's trailing HEADERS frame)."""
+        """The body ended, with the client's ``trailers`` (lower-case names,
+        filtered by ``core.headers.trailer_pairs``; () for none)."""
 
 
 class BodyTap(Protocol):
@@ -82,7 +82,9 @@ class RequestBody:
         #: a read_prefix waiting for more bytes, and how many it wants
         self._waiter: Deferred[BodyPrefix] | None = None
         self._want = 0
-        self.trailers: Sequence[tuple[bytes, bytes]] = ()
+        #: the client's trailer fields (chunked HTTP/1.1, or HTTP/2's
+        #: trailing HEADERS), passed on at the end: ``trailer_pairs`` of them
+        self.trailers: tuple[tuple[bytes, bytes], ...] = ()
 
     def keep(self, limit: int) -> None:
         """Keep a copy of the body, up to ``limit`` bytes, so that a retry
@@ -137,7 +139,7 @@ class RequestBody:
     def finish(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
         self.complete = True
         if trailers:
-            self.trailers = trailers
+            self.trailers = tuple(trailers)
         tap = self.tap
         if tap is not None:
             self.tap = None

@@ -85,8 +85,9 @@ class Downstream(BodyFlow, Protocol):
         """Write a held head (the read that brought it ended)."""
 
     def finish(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
-        """The response ended, with its ``trailers`` (lower-case names; an
-        HTTP/2 client gets them as the last HEADERS frame)."""
+        """The response ended, with its ``trailers`` (lower-case names,
+        already filtered by ``core.headers.trailer_pairs``): HTTP/2 HEADERS
+        with END_STREAM, or an HTTP/1.1 upstream's chunked trailers."""
 
     def upstream_failed(self, status: int, body: bytes, why: str, error: str,
                         headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
@@ -95,6 +96,10 @@ class Downstream(BodyFlow, Protocol):
 
     def upstream_broke(self, reason: str) -> None:
         """The response broke off after its head: cut the client off."""
+
+    def upstream_moved(self, label: str) -> None:
+        """A retry goes to another endpoint (``host:port``, or
+        ``https://host:port``): the access log's upstream is the last try's."""
 
     def upgraded(self, tunnel: Splice) -> list[bytes]:
         """The ``101`` went out: from now on the connection is ``tunnel``.

@@ -67,7 +67,7 @@ class H2Stream:
                  "expect_continue", "head", "status", "started", "upstream_label", "upstream", "phase",
                  "upstream_started", "content_length", "held", "no_body", "fields", "out", "queued", "ending",
                  "sent_end", "withheld", "unacked", "remote_ended", "upstream_paused", "stall", "content_type",
-                 "responded")
+                 "responded", "truncated")
 
     version = HTTP2
     protocol = HTTP2
@@ -110,6 +110,9 @@ class H2Stream:
         self.responded = False
         #: runs while the client's window keeps output queued (zero-window stall)
         self.stall: LazyTimer | None = None
+        #: who cut the response short after its head ("upstream": the stream
+        #: was reset), "" if nobody did (the access line's ``truncated``)
+        self.truncated = ""
 
     @property
     def ctx(self) -> RequestContext | None:
@@ -297,6 +300,10 @@ class H2Stream:
         self.upstream = None
         if self.phase < _DONE:
             self.proto.gateway.upstream_broke(self, reason)
+
+    def upstream_moved(self, label: str) -> None:
+        """A retry went to another endpoint: the access line names the last one."""
+        self.upstream_label = label
 
     def upgraded(self, tunnel: Splice) -> list[bytes]:
         raise AssertionError("an HTTP/2 stream never asks for an upgrade")  # upgrade is None: a 101 is a 502

@@ -87,6 +87,9 @@ class ShadowExchange:
     def upstream_broke(self, reason: str) -> None:
         self._end("failed", f"the response broke off: {reason}")
 
+    def upstream_moved(self, label: str) -> None:
+        self.label = label  # never: a shadow is not retried
+
     def _end(self, outcome: str, why: str = "") -> None:
         if self.ended:
             return
