@@ -52,6 +52,7 @@ from twistgw.engine import framing, wire
 from twistgw.engine.body import RequestBody
 from twistgw.engine.http2.flow import Flow
 from twistgw.engine.http2.frames import Flood, FrameWatch
+from twistgw.core.headers import trailer_pairs
 from twistgw.engine.http2.headers import Malformed, TooLarge, request_fields, trailer_fields
 from twistgw.engine.http2.stream import H2Stream
 from twistgw.engine.states import H2State, Phase
@@ -421,7 +422,7 @@ class H2ServerConnection(Protocol):
 
     def _trailers(self, ev: TrailersReceived, starting: list[H2Stream]) -> None:
         try:
-            trailers = trailer_fields(ev.headers or ())
+            trailers = trailer_pairs(trailer_fields(ev.headers or ()))  # what passes the gateway
         except Malformed as exc:
             self._malformed(ev.stream_id, str(exc))
             return
