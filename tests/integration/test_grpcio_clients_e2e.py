@@ -1,6 +1,7 @@
 """gRPC end to end with real grpcio on both sides (issue 33): grpcio
 *clients* speaking HTTP/2 with prior knowledge (h2c) to the gateway's plain
-listener (downstream HTTP/2, ``engine/http2``), the gateway forwarding to a
+listener (downstream HTTP/2, ``engine/http2``; and over TLS by ALPN h2 to a
+``twist`` process), the gateway forwarding to a
 grpcio *server* behind ``useHttp2: true`` (upstream HTTP/2,
 ``engine/upstream/h2*``). Every call kind, errors with details and
 trailing metadata (the upstream's trailers, passed as the last HEADERS
@@ -28,9 +29,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from twisted.internet.threads import deferToThread
 
-from support.grpc_backend import frame
+from support.grpc_backend import GrpcBackend, frame, start_grpc_backend
 from support.http import parse_responses, raw_exchange
-from test_grpc_upstream_e2e import config, grpc_backend, request  # noqa: F401  (grpc_backend: the fixture)
+from test_grpc_upstream_e2e import config, request
 
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 PEM = KEY.public_key().public_bytes(serialization.Encoding.PEM,
@@ -39,6 +40,21 @@ ISSUER = "https://issuer.test"
 AUTH = ("      options:\n"
         f"        jwt: {{providers: {{p: {{issuer: {ISSUER}, jwks: {{local: {{key: {json.dumps(PEM)}}}}}}}}}}}\n"
         "        rbac: {policies: {callers: {principals: [{jwtPrincipal: {claims: {role: caller}}}]}}}\n")
+
+
+@pytest.fixture
+def grpc_backend() -> Any:
+    """``grpc_backend()`` → a running grpcio service (``support/grpc_backend.py``), stopped at teardown."""
+    started: list[GrpcBackend] = []
+
+    def start(credentials: Any = None) -> GrpcBackend:
+        b = start_grpc_backend(credentials)
+        started.append(b)
+        return b
+
+    yield start
+    for b in started:
+        b.stop(0)
 
 
 def token(**claims: Any) -> str:
@@ -155,3 +171,28 @@ async def test_grpc_web_refusal_is_trailers_only_in_the_head(grpc_backend: Any, 
     assert answer.header(b"grpc-status") == b"16" and answer.header(b"grpc-message")
     assert answer.header(b"content-type") == b"application/grpc-web+proto"
     assert not backend.seen
+
+
+def test_grpc_over_tls_by_alpn_h2(grpc_backend: Any, tmp_path: Any) -> None:
+    """A grpcio client with TLS credentials (ALPN h2) to a ``twist``
+    process's ``--listen ssl:`` endpoint, to the same service behind it."""
+    from support.pki import TestCA
+    from support.process import TwistGateway
+
+    ca = TestCA()
+    cert, key = ca.issue("grpc.test", dns=["grpc.test"]).write(tmp_path, "tls")
+    backend = grpc_backend()
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.yaml").write_text(config(backend.port))
+    with TwistGateway(tmp_path, str(tmp_path / "cfg"),
+                      listen=f"ssl:{{port}}:privateKey={key}:certKey={cert}:interface=127.0.0.1") as gw:
+        credentials = grpc.ssl_channel_credentials(root_certificates=ca.pem)
+        with grpc.secure_channel(f"127.0.0.1:{gw.port}", credentials,
+                                 options=(("grpc.ssl_target_name_override", "grpc.test"),)) as ch:
+            c = calls(ch)
+            value, call = c["unary"].with_call(b"tls", metadata=(("x-echo", "2"),), timeout=10)
+            assert value == b"tls" and ("x-echo", "2") in call.trailing_metadata()
+            assert list(c["bidi"](iter([b"p", b"q"]), timeout=5)) == [b"echo:p", b"echo:q"]
+            with pytest.raises(grpc.RpcError) as e:
+                ch.unary_unary("/test.Echo/Unary")(b"fail:ABORTED:over tls", timeout=5)
+            assert e.value.code() == grpc.StatusCode.ABORTED and e.value.details() == "over tls"
