@@ -220,7 +220,10 @@ def _http2_headers(method: str, url: str, headers: list[tuple[str, str]]) -> lis
     from twistgw.engine.http2.headers import Malformed, TooLarge, request_fields
 
     cookies = [v for n, v in headers if n.lower() == "cookie"]
-    fields = [(b":method", method.encode("latin-1")), (b":authority", urlsplit(url).netloc.encode("latin-1"))]
+    parts = urlsplit(url)
+    path = (parts.path or "/") + ("?" + parts.query if parts.query else "")
+    fields = [(b":method", method.encode("latin-1")), (b":scheme", (parts.scheme or "http").encode("latin-1")),
+              (b":authority", parts.netloc.encode("latin-1")), (b":path", path.encode("latin-1"))]
     fields += [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers
                if n.lower() not in ("cookie", "host")]
     if cookies:

@@ -358,14 +358,14 @@ class AccessLogTests(TestCase):
         # close_notify, a reset, a malformed chunk) must not look complete
         t = Turns()
         log = t.log()
-        log.request(*ARGS, "upstream")
+        log.request(*ARGS, truncated="upstream")
         log.request(*ARGS)
         t.end_turn()
         cut, whole = t.lines()
         assert cut.endswith(" principal=bob 1.2ms truncated=upstream\n") and "truncated" not in whole
         t = Turns()
         log = t.log("json")
-        log.request(*ARGS, "upstream")
+        log.request(*ARGS, truncated="upstream")
         log.request(*ARGS)
         t.end_turn()
         first, second = [json.loads(line) for line in "".join(t.writes).split("\x1e")[1:]]
@@ -375,7 +375,7 @@ class AccessLogTests(TestCase):
         seen: list[dict] = []
         globalLogPublisher.addObserver(seen.append)
         try:
-            AccessLog(fmt="events").request(*ARGS, "upstream")
+            AccessLog(fmt="events").request(*ARGS, truncated="upstream")
         finally:
             globalLogPublisher.removeObserver(seen.append)
         (event,) = [e for e in seen if e.get("log_namespace") == "twistgw.access"]
