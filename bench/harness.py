@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc_bench
+import h2_bench
 import oidc_bench
 from baseline import Baseline, BaselineError, prepare
 
@@ -72,12 +73,12 @@ DOCS = os.path.join(ROOT, "docs", "performance.md")
 
 # Scenario names, in the order of the table.
 REFERENCES = ["backend-direct", "nginx-proxy", "nginx-limit-req", "nginx-proxy-tls", "haproxy-proxy", "haproxy-jwt",
-              "bare-twisted", "probe-floor", *grpc_bench.REFERENCES]
+              "bare-twisted", "probe-floor", *h2_bench.REFERENCES, *grpc_bench.REFERENCES]
 GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
            "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "ratelimit-local", "ratelimit-redis",
            "traffic", "upstream-tls",
            "apikey", "basic-cache", "opa-path", "passthrough",
-           *oidc_bench.SCENARIOS, *grpc_bench.GATEWAY]
+           *oidc_bench.SCENARIOS, *h2_bench.SCENARIOS, *grpc_bench.GATEWAY]
 ALL = REFERENCES + GATEWAY
 #: Run only when named in --scenarios (the --workers measurement).
 OPTIONAL = ["plain-textlog", "plain-w2", "plain-w2-free"]
@@ -115,6 +116,7 @@ DESCRIPTIONS = {
     "upstream-tls": "twistgw to the TLS backend (nginx HTTPS on core 0), sslConfig with a root CA and SNI: the"
                     " peer verified by name, pooled connections (goal: CPU <= 3x nginx-proxy-tls)",
     **oidc_bench.DESCRIPTIONS,
+    **h2_bench.DESCRIPTIONS,
     **grpc_bench.DESCRIPTIONS,
 }
 
@@ -792,7 +794,8 @@ class Target:
     headers: list[str] = field(default_factory=list)  # for wrk -H
     script: list[str] = field(default_factory=list)  # ["-s", lua, ..., "--", args]
     fresh: bool = False
-    #: "h2load": the load is h2load -m 10 (gRPC over HTTP/2), not wrk
+    #: "h2load": HTTP/2 clients with prior knowledge (bench/h2_bench.py); "h2load-grpc":
+    #: gRPC unary calls over h2c (bench/grpc_bench.py)
     load: str = "wrk"
 
 
@@ -1016,12 +1019,17 @@ class Bench:
                                  haproxy_conf(self.prefix, name, port, self.backend_port, rules), port, PROXY_CPU)
             check(port, expect)
             return Target(name, port, proc.pid, headers)
+        if name == "nginx-h2":
+            proc = start_nginx(self.procs, self.prefix, name, nginx_conf(
+                self.prefix, name, h2_bench.nginx_block(port, self.backend_port, self.prefix)), port, PROXY_CPU)
+            h2_bench.check_h2(port, [("GET / over HTTP/2", {}, 200)], Skip)
+            return Target(name, port, proc.pid, load="h2load")
         if name == "nginx-grpc":
             extra, server = grpc_bench.grpc_pass_block(port, self.grpc_port, f"{self.prefix}/{name}.access.log")
             proc = start_nginx(self.procs, self.prefix, name, nginx_conf(self.prefix, name, server, extra), port,
                                PROXY_CPU)
             self.check_grpc(port, name)
-            return Target(name, port, proc.pid, load="h2load")
+            return Target(name, port, proc.pid, load="h2load-grpc")
         if name in ("bare-twisted", "probe-floor"):
             script = "bare_proxy.py" if name == "bare-twisted" else "probe_proxy.py"
             proc = self.procs.start(name, [PY, os.path.join(HERE, script), str(port),
@@ -1039,7 +1047,7 @@ class Bench:
         script: list[str] = []
         expect: list[tuple[str, dict[str, str], int]]
         mat = self.mat
-        if kind in ("plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free"):
+        if kind in ("plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "h2-plain"):
             gateway_config(directory, self.backend_port)
             expect = [("GET /", {}, 200)]
         elif kind == "upstream-tls":
@@ -1052,10 +1060,11 @@ class Bench:
             gateway_config(directory, self.backend_port, TRAFFIC_OPTIONS)
             expect = [("GET / from the allowed origin", {"Origin": "https://app.example.com"}, 200)]
             headers = ["Origin: https://app.example.com"]
-        elif kind in ("jwt", "jwt-fresh", "jwt-rbac"):
+        elif kind in ("jwt", "jwt-fresh", "jwt-rbac", "h2-jwt-rbac"):
             assert mat is not None
-            gateway_config(directory, self.backend_port, jwt_options(mat, rbac=kind == "jwt-rbac"))
-            expect = jwt_expectations(mat, rbac=kind == "jwt-rbac")
+            rbac = kind.endswith("jwt-rbac")
+            gateway_config(directory, self.backend_port, jwt_options(mat, rbac=rbac))
+            expect = jwt_expectations(mat, rbac=rbac)
             headers = [f"Authorization: Bearer {mat.alice}"]
             if kind == "jwt-fresh":
                 if not mat.tokens_file:
@@ -1113,24 +1122,24 @@ class Bench:
         try:
             wait_port(port, proc, self.procs, name, timeout=30)
             check(port, expect)
+            if kind.startswith("h2-"):
+                h2_bench.check_h2(port, expect, Skip)
             if kind == "grpc-h2":
                 self.check_grpc(port, name)
         except Skip:
             self.procs.stop(proc)
             raise
         return Target(name, port, proc.pid, headers, script, fresh=kind == "jwt-fresh",
-                      load="h2load" if kind == "grpc-h2" else "wrk")
+                      load="h2load" if kind.startswith("h2-") else "h2load-grpc" if kind == "grpc-h2" else "wrk")
 
     def check_grpc(self, port: int, name: str) -> None:
         """One unary call by h2load must succeed before the row is measured."""
         try:
             got = grpc_bench.h2load(port, 1, self.grpc_dir, LOAD_CPU, connections=1, streams=1, count=20)
         except RuntimeError as exc:
-            raise Skip(f"{name}: a gRPC call over h2c failed ({exc}); the gateway needs downstream HTTP/2"
-                       " (issue 33's h2down part) for this row" if name == "grpc-h2" else str(exc)) from None
+            raise Skip(f"{name}: a gRPC call over h2c failed ({exc})") from None
         if not got["requests"] or got["non2xx"] or got["socket_errors"]:
-            raise Skip(f"{name}: the functional gRPC call did not succeed ({got}); the gateway needs downstream"
-                       " HTTP/2 (h2c) for this row" if name == "grpc-h2" else f"{name}: the gRPC call failed: {got}")
+            raise Skip(f"{name}: the functional gRPC call did not succeed ({got})")
 
     def oauth2_material(self, name: str, directory: str) -> tuple[list[str], list[tuple[str, dict[str, str], int]]]:
         """The oidc-* and oauth2-* scenarios (bench/oidc_bench.py): the config, the header every request
@@ -1160,6 +1169,8 @@ class Bench:
 
     def wrk(self, target: Target, seconds: float, offset: int | None = None) -> dict[str, Any]:
         if target.load == "h2load":
+            return h2_bench.h2load(target, seconds, CONNECTIONS, LOAD_CPU)
+        if target.load == "h2load-grpc":
             return grpc_bench.h2load(target.port, seconds, self.grpc_dir, LOAD_CPU, CONNECTIONS)
         argv = ["taskset", "-c", LOAD_CPU, "wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds:g}s", "--latency",
                 "--timeout", "10s"]
@@ -1251,6 +1262,17 @@ class Bench:
             order = live if r % 2 == 0 else list(reversed(live))
             for name in order:
                 self.measure(name, r + 1)
+        #: KiB per idle connection, HTTP/2 and HTTP/1.1 (issue 33)
+        self.idle: dict[str, float] = {}
+        for name, label, http2 in (("h2-plain", "twistgw, an idle HTTP/2 connection", True),
+                                   ("plain", "twistgw, an idle HTTP/1.1 keep-alive connection", False),
+                                   ("nginx-h2", "nginx, an idle HTTP/2 connection", True)):
+            target = self.targets.get(name)
+            if target is not None and target.pid:
+                try:
+                    self.idle[label] = h2_bench.idle_memory(target.port, target.pid, http2, rss_kib)
+                except OSError as exc:
+                    self.results[name].notes.append(f"idle connections not measured: {exc}")
 
     def profile(self, name: str) -> str:
         """py-spy on a twistgw scenario under load; returns a text summary."""
@@ -1614,9 +1636,15 @@ def report(bench: Bench, elapsed: float) -> str:
                      f" ≥ 1,000 | {verdict(nc.rps(), 1000)} | {verdict(cap, 1000)} |")
     for name in GATEWAY:
         r = res.get(name)
-        if r and r.runs:
+        if r and r.runs and name not in h2_bench.SCENARIOS:  # h2load reports no percentiles
             v = r.p99() / r.p50()
             lines.append(f"| p99 / p50, {name} | {v:.1f} | | ≤ 5 | {verdict(v, 5, below=True)} | |")
+    lines += h2_bench.report_lines(res, ceiling, cpu_times, cpu_extra, fmt, getattr(bench, "idle", {}))
+    if any(res.get(n) and res[n].runs for n in (*h2_bench.SCENARIOS, *h2_bench.REFERENCES)):
+        lines.append("")
+        lines.append("HTTP/2 rows: h2load -c32 -m10 -t1 (HTTP/2 with prior knowledge) instead of wrk; their p50"
+                     " column is h2load's mean time per request and their p99 column its maximum (h2load has no"
+                     " percentiles).")
     lines.append("")
     raw = ["<details><summary>every measurement</summary>", "",
            "| scenario | round | requests | req/s | p50 ms | p99 ms | CPU µs/req | RSS MiB | non-2xx |"

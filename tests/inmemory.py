@@ -34,6 +34,8 @@ MODULES = (
     "unit/test_engine_inmemory.py",
     "unit/test_engine_body_prefix.py",
     "unit/test_engine_phases.py",
+    "unit/test_http2_inmemory.py",
+    "unit/test_http2_limits.py",
     "unit/test_engine_upgrades_option.py",
     "unit/test_retries_inmemory.py",
     "unit/test_retry_hosts.py",

@@ -248,10 +248,11 @@ class ChainTester:
         return cls(build_snapshot(config, host), host, reactor, dry_run)
 
     async def request(self, method: str, url: str, headers: Any = None,
-                      client_address: str = "127.0.0.1") -> ChainResult:
+                      client_address: str = "127.0.0.1", protocol: str = "HTTP/1.1") -> ChainResult:
         """Run a request (``url`` absolute: its host is the Host header; an
         ``https://`` one is routed as on a TLS listener, the host being the
-        server name the client asked for: see docs/tls.md)."""
+        server name the client asked for: see docs/tls.md). ``protocol``:
+        what the client speaks (``HTTP/1.1``, ``HTTP/1.0``, ``HTTP/2``)."""
         hdrs = make_headers(headers)
         target = url.encode("latin-1")
         authority, path, query = split_target(target)
@@ -259,7 +260,8 @@ class ChainTester:
             hdrs.setRawHeaders(b"host", [authority])
             target = path + (b"?" + query if query else b"")
         trace: list[tuple[str, str, Any]] = []
-        head = RequestHead(method.encode("latin-1"), target, hdrs, client_address)
+        head = RequestHead(method.encode("latin-1"), target, hdrs, client_address,
+                           version=protocol.encode("ascii"))
         if url[:8].lower() == "https://" and authority is not None:
             # as on a TLS listener with its own certificate, SNI = the URL's host (docs/tls.md)
             head.scheme = "https"

@@ -135,6 +135,12 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
     if not re.match(r"^https?://", args.url):
         _err(f"URL must be absolute (http://host/path), got {args.url!r}")
         return EXIT_USAGE
+    protocol = "HTTP/2" if args.http2 else "HTTP/1.1"
+    if args.http2:
+        converted = _as_http2(args, headers)
+        if converted is None:
+            return EXIT_INVALID
+        headers = converted
     try:
         tester = ChainTester.from_directory(args.directory, [], load_entry_points=True, reactor=reactor,
                                             dry_run=not args.live, may_listen=False)
@@ -143,12 +149,14 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
         for issue in exc.issues:
             print(f"  {issue}")
         return EXIT_INVALID
-    result = await tester.request(args.method, args.url, headers)
+    result = await tester.request(args.method, args.url, headers, protocol=protocol)
     print(f"Request: {args.method} {args.url}"
           + ("" if args.live else "  (dry run: nothing contacted; --live asks directories and key sets)"))
+    print(f"Protocol: {protocol}" + (" (h2c with prior knowledge, or ALPN h2 on TLS)" if args.http2 else ""))
     if result.ctx is None:
         print(f"Routing: {result.deny.reason if result.deny else 'n/a'}")
         print(f"Result: {result.status} (no plugin ran)")
+        _print_grpc(result.plan, headers)
         return EXIT_INVALID
     ctx, rt = result.ctx, result.runtime
     assert rt is not None  # a request context comes with its route
@@ -165,11 +173,91 @@ async def _explain(args: argparse.Namespace, reactor: Any) -> int:
     if result.deny is not None:
         print(f"Result: {result.status}, refused by {result.decided_by or 'routing'}"
               + (f" ({result.deny.reason})" if result.decided_by is None and result.deny.reason else ""))
+        _print_grpc(result.plan, headers)
         return EXIT_INVALID
     if unchecked:
         print(f"Unless {' or '.join(dict.fromkeys(unchecked))} refuses it (not checked in a dry run):")
     _print_plan(result)
+    _print_grpc(result.plan, headers)
     return EXIT_OK
+
+
+def _as_http2(args: argparse.Namespace, headers: list[tuple[str, str]]) -> list[tuple[str, str]] | None:
+    """The request's headers as the gateway reads them from an HTTP/2
+    client, or None after printing why such a request is refused."""
+    refused = _http2_refusal(headers)
+    if refused is not None:
+        print(f"Request: {args.method} {args.url} over HTTP/2")
+        print(f"Result: the connection is refused (GOAWAY PROTOCOL_ERROR): {refused}")
+        return None
+    try:
+        return _http2_headers(args.method, args.url, headers)
+    except ValueError as exc:
+        print(f"Request: {args.method} {args.url} over HTTP/2")
+        print(f"Result: {exc}")
+        return None
+
+
+def _http2_refusal(headers: list[tuple[str, str]]) -> str | None:
+    """Why an HTTP/2 request with these fields is malformed (RFC 9113
+    §8.2.2: connection-specific fields; ``te`` other than ``trailers``)."""
+    from twistgw.engine.http2.headers import CONNECTION_SPECIFIC
+
+    for name, value in headers:
+        lname = name.lower()
+        if lname == "te" and value.strip().lower() == "trailers":
+            continue
+        if lname.encode("latin-1") in CONNECTION_SPECIFIC:
+            return f"{name} is a connection-specific header field, malformed in HTTP/2 (RFC 9113 §8.2.2)"
+    return None
+
+
+def _http2_headers(method: str, url: str, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The headers the gateway makes of an HTTP/2 request (as the engine
+    does: ``:authority`` is Host, ``cookie`` crumbs joined with ``; ``)."""
+    from urllib.parse import urlsplit
+
+    from twistgw.engine.http2.headers import Malformed, TooLarge, request_fields
+
+    cookies = [v for n, v in headers if n.lower() == "cookie"]
+    parts = urlsplit(url)
+    path = (parts.path or "/") + ("?" + parts.query if parts.query else "")
+    fields = [(b":method", method.encode("latin-1")), (b":scheme", (parts.scheme or "http").encode("latin-1")),
+              (b":authority", parts.netloc.encode("latin-1")), (b":path", path.encode("latin-1"))]
+    fields += [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in headers
+               if n.lower() not in ("cookie", "host")]
+    if cookies:
+        fields.append((b"cookie", "; ".join(cookies).encode("latin-1")))
+    try:
+        converted = request_fields(fields).headers
+    except TooLarge as exc:
+        raise ValueError(f"{exc.status}: the request head is over the gateway's limits") from None
+    except Malformed as exc:
+        raise ValueError(f"the stream is refused (RST_STREAM PROTOCOL_ERROR): {exc}") from None
+    return [(name.decode("latin-1"), value.decode("latin-1"))
+            for name, values in converted.getAllRawHeaders() for value in values]
+
+
+def _print_grpc(plan: Any, headers: list[tuple[str, str]]) -> None:
+    """A gRPC request (its content-type) refused or answered by the gateway
+    itself: the answer in gRPC's form (:func:`twistgw.core.grpc.local_reply`)."""
+    from twistgw.core.grpc import grpc_kind, local_reply
+    from twistgw.core.plan import LocalResponse
+
+    content_type = next((v for n, v in headers if n.lower() == "content-type"), None)
+    kind = grpc_kind(content_type.encode("latin-1") if content_type is not None else None)
+    if kind is None or not isinstance(plan, LocalResponse):
+        return
+    answer = local_reply(plan, content_type.encode("latin-1") if content_type else None)
+    fields = dict(answer.headers)
+    status = int(fields[b"grpc-status"])
+    print(f"gRPC answer ({kind.decode()}): HTTP 200, grpc-status {status} ({_GRPC_NAMES.get(status, '?')})"
+          + (f", grpc-message {fields[b'grpc-message'].decode('latin-1')!r}" if b"grpc-message" in fields else "")
+          + ", trailers-only")
+
+
+_GRPC_NAMES = {0: "OK", 2: "UNKNOWN", 7: "PERMISSION_DENIED", 12: "UNIMPLEMENTED", 13: "INTERNAL",
+               14: "UNAVAILABLE", 16: "UNAUTHENTICATED"}
 
 
 def _print_trace(trace: Any) -> list[str]:
@@ -314,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("method", help="e.g. GET")
     e.add_argument("url", help="absolute URL; its host is the Host header, e.g. http://api.example.com/pets")
     e.add_argument("-H", "--header", action="append", help="request header 'Name: value' (repeatable)")
+    e.add_argument("--http2", action="store_true",
+                   help="as an HTTP/2 client sends it (h2c or ALPN h2): :authority as Host, cookies joined,"
+                        " connection-specific headers refused (RFC 9113 §8.2)")
     e.add_argument("--live", action="store_true",
                    help="let plugins contact directories and key-set servers to decide (still forwards"
                         " nothing and listens on nothing)")

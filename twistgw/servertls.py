@@ -26,6 +26,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -34,17 +35,19 @@ from twisted.internet import ssl
 
 from twistgw.tls import TLSSettingsError, acceptable_ciphers, identity_options, pem_certificates, version_options
 
-__all__ = ["ClientHelloProbe", "HTTP11", "MAX_CLIENT_HELLO", "client_verifier", "server_context"]
+__all__ = ["ClientHelloProbe", "H2", "HTTP11", "MAX_CLIENT_HELLO", "client_verifier", "server_context"]
 
-#: what the listener offers by ALPN: twistgw serves HTTP/1.1
+#: the ALPN names of what twistgw serves (RFC 7301, RFC 9113 §3.2)
 HTTP11 = b"http/1.1"
+H2 = b"h2"
 #: a ClientHello (all its records) larger than this is refused
 MAX_CLIENT_HELLO = 64 * 1024
 
 
 def server_context(cert_pem: bytes, key_pem: bytes, *, ca_pem: bytes | None = None, one_way: bool = False,
                    verify_names: Sequence[str] = (), min_version: str | None = None,
-                   max_version: str | None = None, ciphers: Sequence[str] = ()) -> SSL.Context:
+                   max_version: str | None = None, ciphers: Sequence[str] = (),
+                   alpn: Sequence[str] = ("http/1.1",)) -> SSL.Context:
     """The context of one server certificate; the same one for the same
     settings (cached). Do not change what it returns.
 
@@ -59,16 +62,19 @@ def server_context(cert_pem: bytes, key_pem: bytes, *, ca_pem: bytes | None = No
     :param min_version: ``TLSv1_0`` ... ``TLSv1_3``; default TLS 1.2.
     :param max_version: the same; default the highest OpenSSL knows.
     :param ciphers: cipher names (TLS 1.2 and below); default Twisted's.
+    :param alpn: what a client may pick by ALPN (``h2``, ``http/1.1``), in
+        the server's order of preference; a client offering none of them
+        fails the handshake (RFC 7301 §3.2). Empty: no ALPN at all.
     :raises TLSSettingsError: settings that cannot be used.
     """
     return _cached_context(cert_pem, key_pem, ca_pem, one_way, tuple(verify_names), min_version, max_version,
-                           tuple(ciphers))
+                           tuple(ciphers), tuple(alpn))
 
 
 @lru_cache(maxsize=256)
 def _cached_context(cert_pem: bytes, key_pem: bytes, ca_pem: bytes | None, one_way: bool,
                     verify_names: tuple[str, ...], min_version: str | None, max_version: str | None,
-                    ciphers: tuple[str, ...]) -> SSL.Context:
+                    ciphers: tuple[str, ...], alpn: tuple[str, ...]) -> SSL.Context:
     if verify_names and ca_pem is None:
         raise TLSSettingsError("verifySubjectAltName needs a root CA to verify client certificates with")
     options = {**identity_options(cert_pem, key_pem, "server"), **version_options(min_version, max_version)}
@@ -81,17 +87,27 @@ def _cached_context(cert_pem: bytes, key_pem: bytes, ca_pem: bytes | None, one_w
     accepted = acceptable_ciphers(ciphers or None)
     if accepted is not None:
         options["acceptableCiphers"] = accepted
-    options["acceptableProtocols"] = [HTTP11]
+    if alpn:
+        options["acceptableProtocols"] = [p.encode("ascii") for p in alpn]
     try:
         context = ssl.CertificateOptions(**options).getContext()  # type: ignore[arg-type]
     except (SSL.Error, crypto.Error, ValueError) as exc:
         raise TLSSettingsError(f"TLS settings refused by OpenSSL: {exc}") from None
+    if not alpn:
+        # Twisted installs an ALPN callback on every context, which fails the
+        # handshake of a client offering ALPN when no protocol is listed;
+        # [allow_empty] means the handshake goes on without ALPN
+        context.set_alpn_select_callback(_no_alpn)
     if cas:
         mode = SSL.VERIFY_PEER if one_way else SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT
         context.set_verify(mode, client_verifier(verify_names))
         for ca in cas:  # the CA names a client is told to choose its certificate by
             context.add_client_ca(ca)
     return context
+
+
+def _no_alpn(conn: SSL.Connection, offered: list[bytes]) -> Any:
+    return SSL.NO_OVERLAPPING_PROTOCOLS
 
 
 def _check_key_matches(cert_pem: bytes, key_pem: bytes) -> None:

@@ -34,6 +34,8 @@ class Options(usage.Options):
     ]
     optFlags = [
         ["no-access-log", None, "Do not log one line per request."],
+        ["no-http2", None, "Serve HTTP/1.1 only on the --listen endpoints: no ALPN h2 on TLS, no h2c (HTTP/2"
+         " with prior knowledge) on plain ones. (A Gateway resource says it with codecType: HTTP1.)"],
     ]
 
     def __init__(self) -> None:
@@ -107,6 +109,7 @@ def makeService(options: Options) -> IService:
         admin=admin,
         access_log=twist_access_log(options, options["no-access-log"]),
         backlog=options["backlog"],
+        http2=not options["no-http2"],
         **{keyword(flag): options[flag] for flag, _, _ in TIMINGS},
     )
     # twist's log begins once the service is built: what went wrong before
@@ -182,6 +185,8 @@ def _workers_service(options: Options, admin: str | None) -> IService:
         args += [f"--{name}", str(options[name])]
     if twist_access_log(options, options["no-access-log"]) is False:
         args.append("--no-access-log")
+    if options["no-http2"]:
+        args.append("--no-http2")
     args += ["--log-format", twist_options(options).get("logFormat", "text")]
     # The supervisor opens the listening sockets: the backlog is its business.
     svc = WorkersService(options["workers"], options["listen"], admin, args, backlog=options["backlog"])

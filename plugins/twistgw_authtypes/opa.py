@@ -64,7 +64,7 @@ def http_attributes(ctx: RequestContext) -> dict[str, Any]:
     headers[":method"] = ctx.method
     headers[":path"] = path
     return {"method": ctx.method, "path": path, "host": ctx.host, "scheme": ctx.scheme,
-            "protocol": "HTTP/1.1", "headers": headers}
+            "protocol": ctx.protocol, "headers": headers}
 
 
 #: The parts of ``input`` a policy may read (all of them unless the policy

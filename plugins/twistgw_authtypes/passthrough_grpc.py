@@ -148,7 +148,7 @@ def check_request(ctx: RequestContext, config: Any, body: Any, settings: BodySet
     authority = host_values[0].decode("latin-1") if host_values else ctx.host
     http.method, http.path, http.host, http.scheme = ctx.method, target, authority, ctx.scheme
     http.query = ctx.query.decode("latin-1")
-    http.protocol = "HTTP/1.1"
+    http.protocol = ctx.protocol
     headers = http.headers
     headers[":method"], headers[":path"], headers[":authority"], headers[":scheme"] = (
         ctx.method, target, authority, ctx.scheme)

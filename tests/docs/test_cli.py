@@ -301,3 +301,38 @@ spec:
     assert "Set-Cookie: (redacted)" in added and "s3cr3t" not in out.stdout
     plain = run("explain", str(ETC), "GET", "http://localhost/hello")
     assert "Headers added to the response" not in plain.stdout
+
+
+def test_explain_http2_names_the_protocol_joins_cookies_and_shows_the_grpc_answer():
+    ok = run("explain", "--http2", str(ETC), "GET", "http://localhost/hello", "-H", "Cookie: a=1", "-H", "cookie: b=2")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "Protocol: HTTP/2 (h2c with prior knowledge, or ALPN h2 on TLS)" in ok.stdout
+    assert "Cookie: a=1; (redacted)" in ok.stdout  # one field (RFC 9113 §8.2.3), its value not printed
+    assert "Host: localhost" in ok.stdout  # :authority
+    grpc = run("explain", "--http2", str(ETC), "POST", "http://localhost/jwt/pets.Store/List",
+               "-H", "content-type: application/grpc")
+    assert grpc.returncode == 1
+    assert "DENY 401 'Jwt is missing'" in grpc.stdout
+    assert ("gRPC answer (grpc): HTTP 200, grpc-status 16 (UNAUTHENTICATED), grpc-message 'Jwt is missing',"
+            " trailers-only") in grpc.stdout
+    forwarded = run("explain", "--http2", str(ETC), "POST", "http://localhost/x.Svc/Do",
+                    "-H", "content-type: application/grpc+proto")
+    assert forwarded.returncode == 0 and "gRPC answer" not in forwarded.stdout  # only the gateway's own answers
+
+
+def test_explain_a_grpc_request_no_route_matches(tmp_path):
+    (tmp_path / "vs.yaml").write_text(
+        "apiVersion: gateway.solo.io/v1\nkind: VirtualService\nmetadata: {name: only, namespace: default}\n"
+        "spec:\n  virtualHost:\n    domains: [only.example]\n    routes:\n"
+        "    - matchers: [{prefix: /a}]\n      directResponseAction: {status: 200, body: a}\n")
+    out = run("explain", "--http2", str(tmp_path), "POST", "http://only.example/x.Svc/Do",
+              "-H", "content-type: application/grpc+proto")
+    assert out.returncode == 1
+    assert "gRPC answer (grpc): HTTP 200, grpc-status 12 (UNIMPLEMENTED)" in out.stdout, out.stdout
+
+
+def test_explain_http2_refuses_connection_specific_headers():
+    out = run("explain", "--http2", str(ETC), "GET", "http://localhost/hello", "-H", "Connection: keep-alive")
+    assert out.returncode == 1
+    assert "GOAWAY PROTOCOL_ERROR" in out.stdout and "RFC 9113 §8.2.2" in out.stdout
+    assert run("explain", "--http2", str(ETC), "GET", "http://localhost/hello", "-H", "TE: trailers").returncode == 0

@@ -232,6 +232,21 @@ probe(VS_SPEC, "sslConfig.transportSocketConnectTimeout")(
     lambda k: (tls_vs("transportSocketConnectTimeout: 5s"), "sslConfig.transportSocketConnectTimeout"))
 probe(VS_SPEC, "sslConfig.alpnProtocols")(lambda k: (tls_vs("alpnProtocols: [grpc-exp]"),
                                                       "sslConfig.alpnProtocols"))
+probe("Upstream `spec`", "overrideStreamErrorOnInvalidHttpMessage: true")(lambda k: (
+    upstream("static: {hosts: [{addr: 127.0.0.1, port: 1}]}\nuseHttp2: true\n"
+             "overrideStreamErrorOnInvalidHttpMessage: true"), "overrideStreamErrorOnInvalidHttpMessage"))
+SERVICE_SPEC = {"serviceSpec.grpcJsonTranscoder": ("grpcJsonTranscoder: {}", "serviceSpec.grpcJsonTranscoder"),
+                "serviceSpec.rest": ("rest: {}", "serviceSpec.rest"),
+                "serviceSpec.graphql": ("graphql: {}", "serviceSpec.graphql"),
+                "serviceSpec.grpc.descriptors": ("grpc: {descriptors: AAAA}", "serviceSpec.grpc.descriptors"),
+                "grpcServices": ("grpc: {grpcServices: [{packageName: p}]}", "grpcServices")}
+for written, (yaml_, field) in SERVICE_SPEC.items():
+    probe("Upstream `spec.kube`, `spec.static`", written)(lambda k, yaml_=yaml_, field=field: (
+        upstream(f"static: {{hosts: [{{addr: 127.0.0.1, port: 1}}], serviceSpec: {{{yaml_}}}}}"), field))
+probe("Service `metadata.annotations`", "gloo.solo.io/...")(lambda k: (
+    "apiVersion: v1\nkind: Service\nmetadata:\n  name: pets\n  namespace: default\n"
+    "  annotations: {gloo.solo.io/sslService: 'true'}\nspec:\n  selector: {app: pets}\n"
+    "  ports: [{name: http, port: 80}]\n", "gloo.solo.io/sslService"))
 probe("route", "graphqlApiRef")(lambda k: (vs(route="graphqlApiRef: {name: g}", action=""), "graphqlApiRef"))
 probe("`routeAction`", "clusterHeader")(lambda k: (vs(action="routeAction: {clusterHeader: x-cluster}"),
                                                    "routeAction.clusterHeader"))

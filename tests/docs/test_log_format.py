@@ -52,4 +52,4 @@ def test_the_format_written_to_a_file(tmp_path, twist_args, json_lines):
         assert all(line.startswith("\x1e{") for line in lines), text[:2000]
     else:
         assert not any("\x1e" in line for line in lines), text[:2000]
-        assert any('[twistgw.access#info] 127.0.0.1 "GET /x"' in line for line in lines), text
+        assert any('[twistgw.access#info] 127.0.0.1 "GET /x HTTP/1.1"' in line for line in lines), text

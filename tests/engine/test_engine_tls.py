@@ -3,11 +3,11 @@ an ``ssl:`` listener (a self-signed certificate made here), reached by the
 real ``curl`` binary and by Python's ``ssl`` module offering ALPN.
 
 Covered: curl (which offers ALPN ``h2``, ``http/1.1``; also with
-``--http1.1`` and ``--http2``) completes the handshake and gets HTTP/1.1; a
-Python client offering ``http/1.1`` gets it by ALPN, one offering ``h2``
-first still gets ``http/1.1``, never ``h2``; one offering only ``h2`` is
+``--http1.1`` and ``--http2``) completes the handshake and gets HTTP/2 (HTTP/1.1
+with ``--http1.1``; issue 33); a Python client offering ``http/1.1`` gets it by
+ALPN, one offering ``h2`` gets ``h2``; one offering nothing we serve is
 refused in the handshake (RFC 7301 §3.2: no protocol in common); clients
-offering no ALPN are served; the upstream sees ``X-Forwarded-Proto: https``.
+offering no ALPN are served HTTP/1.1; the upstream sees ``X-Forwarded-Proto: https``.
 Before issue #13 every ALPN-offering client failed with ``tlsv1 alert
 internal error`` (the factory advertised no protocol).
 """
@@ -108,11 +108,13 @@ def test_curl_without_alpn_is_served(tls_gateway: Any) -> None:
     assert out.stdout.splitlines() == ["proto=https", "200 1.1"]
 
 
-@pytest.mark.parametrize("flags", [(), ("--http1.1",), ("--http2",)])
-def test_curl_with_alpn_completes_the_handshake_and_gets_http11(tls_gateway: Any, flags: tuple[str, ...]) -> None:
+@pytest.mark.parametrize("flags, version", [((), "2"), (("--http1.1",), "1.1"), (("--http2",), "2")])
+def test_curl_with_alpn_completes_the_handshake_and_gets_what_it_asked(tls_gateway: Any, flags: tuple[str, ...],
+                                                                        version: str) -> None:
+    # issue 33: the listener offers h2 then http/1.1; curl asks h2 unless --http1.1
     out = _curl(tls_gateway, *flags)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["proto=https", "200 1.1"]
+    assert out.stdout.splitlines() == ["proto=https", f"200 {version}"]
 
 
 def _python_tls_get(gw: Any, alpn: list[str] | None) -> tuple[str | None, bytes]:
@@ -134,15 +136,25 @@ def test_python_client_without_alpn_is_served(tls_gateway: Any) -> None:
     assert data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"proto=https")
 
 
-@pytest.mark.parametrize("offer", [["http/1.1"], ["h2", "http/1.1"]])
-def test_python_client_offering_alpn_gets_http11(tls_gateway: Any, offer: list[str]) -> None:
+@pytest.mark.parametrize("offer", [["http/1.1"], ["spdy/3", "http/1.1"]])
+def test_python_client_offering_http11_gets_it(tls_gateway: Any, offer: list[str]) -> None:
     selected, data = _python_tls_get(tls_gateway, offer)
     assert selected == "http/1.1"
     assert data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"proto=https")
 
 
-def test_python_client_offering_only_h2_is_refused_in_the_handshake(tls_gateway: Any) -> None:
+@pytest.mark.parametrize("offer", [["h2"], ["h2", "http/1.1"], ["http/1.1", "h2"]])
+def test_python_client_offering_h2_gets_h2(tls_gateway: Any, offer: list[str]) -> None:
+    # issue 33: h2 is served, and preferred (the server's order)
+    ctx = ssl.create_default_context(cafile=str(tls_gateway.cert))
+    ctx.set_alpn_protocols(offer)
+    with socket.create_connection(("127.0.0.1", tls_gateway.port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            assert s.selected_alpn_protocol() == "h2"
+
+
+def test_python_client_offering_nothing_we_serve_is_refused_in_the_handshake(tls_gateway: Any) -> None:
     # no protocol in common (RFC 7301 §3.2); such a client could not speak
     # to us anyway
     with pytest.raises(ssl.SSLError):
-        _python_tls_get(tls_gateway, ["h2"])
+        _python_tls_get(tls_gateway, ["spdy/3", "h3"])

@@ -55,7 +55,8 @@ async def test_hostile_principal_is_escaped_and_lines_are_whole_and_ordered(
     first = lines[0]
     assert "\r" not in first and "\x1b" not in first and first.count('"') == 2
     assert "principal=alice\\x0a2026-11-23T00:00:00+0000 [twistgw.access#info] 10.0.0.1 \\x22GET" in first
-    assert [line.split('"')[1] for line in lines[1:]] == [f"GET /p{i}" for i in range(30)] + ["GET /end"]
+    assert [line.split('"')[1] for line in lines[1:]] == ([f"GET /p{i} HTTP/1.1" for i in range(30)]
+                                                          + ["GET /end HTTP/1.1"])
 
 
 @pytest_twisted.ensureDeferred

@@ -177,7 +177,7 @@ async def test_twist_access_log_text_and_backlog(tmp_path: Path, backend: Any, c
         log.close()
     text = path.read_text()
     assert "\x1e" not in text
-    assert re.search(r'\n\S+ \[twistgw\.access#info\] 127\.0\.0\.1 "GET /text/line" 200 vs=default/vs'
+    assert re.search(r'\n\S+ \[twistgw\.access#info\] 127\.0\.0\.1 "GET /text/line HTTP/1\.1" 200 vs=default/vs'
                      r" route=\S+ upstream=127\.0\.0\.1:\d+ decided_by=- principal=- \d+\.\dms\n", text), text
 
 

@@ -145,7 +145,7 @@ async def _get(gw: Any, path: str, version: bytes = b"HTTP/1.1") -> Any:
 
 async def _line(gw: Any, path: str) -> str:
     for _ in range(200):
-        found = [line for line in "".join(gw.lines).splitlines() if f'"GET {path}"' in line]
+        found = [line for line in "".join(gw.lines).splitlines() if f'"GET {path} HTTP/1.' in line]
         if found:
             return found[-1]
         await sleep(0.01)

@@ -52,9 +52,18 @@ class AccessLogTests(TestCase):
         log.request(*ARGS)
         t.end_turn()
         (line,) = t.lines()
-        assert line.endswith(' [twistgw.access#info] 127.0.0.1 "GET /a" 200 vs=default/v route=r'
+        assert line.endswith(' [twistgw.access#info] 127.0.0.1 "GET /a HTTP/1.1" 200 vs=default/v route=r'
                              " upstream=127.0.0.1:8081 decided_by=- principal=bob 1.2ms\n")
         assert line.startswith("2026-11-2")  # twist's RFC 3339 timestamp
+
+    def test_text_line_names_the_protocol_the_client_spoke(self) -> None:
+        t = Turns()
+        log = t.log()
+        log.request(*ARGS, "HTTP/2")
+        log.request(*ARGS, "HTTP/1.0")
+        t.end_turn()
+        first, second = t.lines()
+        assert ' "GET /a HTTP/2" 200 ' in first and ' "GET /a HTTP/1.0" 200 ' in second
 
     def test_lines_wait_for_the_flush_interval_and_are_written_in_few_writes_in_order(self) -> None:
         t = Turns()
@@ -68,7 +77,7 @@ class AccessLogTests(TestCase):
         t.reactor.advance(FLUSH_SECONDS / 2)
         size = sum(map(len, t.writes))
         assert len(t.writes) == -(-size // WRITE_CHUNK) or len(t.writes) == -(-size // WRITE_CHUNK) + 1
-        assert [line.split('"')[1] for line in t.lines()] == [f"GET /{i}" for i in range(50)]
+        assert [line.split('"')[1] for line in t.lines()] == [f"GET /{i} HTTP/1.1" for i in range(50)]
         assert log.buffered == 0 and t.reactor.getDelayedCalls() == []
 
     def test_writes_are_whole_lines_of_at_most_a_pipe_buffer(self) -> None:
@@ -243,7 +252,7 @@ class AccessLogTests(TestCase):
         expected = list(ARGS)
         expected[field] = escape_text(args[field])
         assert escape_text(args[field]) != args[field]
-        assert line.endswith(' [twistgw.access#info] {} "{} {}" {} vs={} route={} upstream={} decided_by={}'
+        assert line.endswith(' [twistgw.access#info] {} "{} {} HTTP/1.1" {} vs={} route={} upstream={} decided_by={}'
                              " principal={} 1.2ms\n".format(*expected[:9]))
 
     def test_text_line_escapes_a_hostile_principal_and_path(self) -> None:
@@ -260,7 +269,7 @@ class AccessLogTests(TestCase):
         t = Turns()
         log = t.log("json")
         log.request(*ARGS)
-        log.request("::1", "POST", "/é", 403, "default/v", "r", "-", "rbac", "bad\n\x00\ud800", 0.5)
+        log.request("::1", "POST", "/é", 403, "default/v", "r", "-", "rbac", "bad\n\x00\ud800", 0.5, "HTTP/2")
         t.end_turn()
         raw = "".join(t.writes)
         assert raw.startswith("\x1e{") and raw.count("\x1e") == 2 and raw.endswith("}\n")
@@ -277,7 +286,8 @@ class AccessLogTests(TestCase):
         # a compact record: no log_format template and no log_source (docs/decisions.md),
         # but the text line is still one format away
         assert "log_format" not in first and "log_source" not in first
-        assert LOG_FORMAT.format(**first) == ('127.0.0.1 "GET /a" 200 vs=default/v route=r upstream=127.0.0.1:8081'
+        assert first["protocol"] == "HTTP/1.1" and second["protocol"] == "HTTP/2"
+        assert LOG_FORMAT.format(**first) == ('127.0.0.1 "GET /a HTTP/1.1" 200 vs=default/v route=r upstream=127.0.0.1:8081'
                                               " decided_by=- principal=bob 1.2ms")
         assert max(len(line) for line in raw.split("\x1e")[1:]) < 400
         assert second["principal"] == "bad\n\x00\ud800" and second["path"] == "/é"  # JSON keeps values exact
@@ -327,7 +337,7 @@ class AccessLogTests(TestCase):
         assert len(lines) == 5
         for i, line in enumerate(lines):
             shown = [escape_text(a) if isinstance(a, str) else a for a in (args if i == at else ARGS)]
-            assert line.endswith(' [twistgw.access#info] {} "{} {}" {} vs={} route={} upstream={} decided_by={}'
+            assert line.endswith(' [twistgw.access#info] {} "{} {} HTTP/1.1" {} vs={} route={} upstream={} decided_by={}'
                                  " principal={} 1.2ms\n".format(*shown[:9])), (line, shown)
 
     def test_events_format_emits_escaped_twisted_events(self) -> None:
@@ -348,14 +358,14 @@ class AccessLogTests(TestCase):
         # close_notify, a reset, a malformed chunk) must not look complete
         t = Turns()
         log = t.log()
-        log.request(*ARGS, "upstream")
+        log.request(*ARGS, truncated="upstream")
         log.request(*ARGS)
         t.end_turn()
         cut, whole = t.lines()
         assert cut.endswith(" principal=bob 1.2ms truncated=upstream\n") and "truncated" not in whole
         t = Turns()
         log = t.log("json")
-        log.request(*ARGS, "upstream")
+        log.request(*ARGS, truncated="upstream")
         log.request(*ARGS)
         t.end_turn()
         first, second = [json.loads(line) for line in "".join(t.writes).split("\x1e")[1:]]
@@ -365,7 +375,7 @@ class AccessLogTests(TestCase):
         seen: list[dict] = []
         globalLogPublisher.addObserver(seen.append)
         try:
-            AccessLog(fmt="events").request(*ARGS, "upstream")
+            AccessLog(fmt="events").request(*ARGS, truncated="upstream")
         finally:
             globalLogPublisher.removeObserver(seen.append)
         (event,) = [e for e in seen if e.get("log_namespace") == "twistgw.access"]

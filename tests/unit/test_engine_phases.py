@@ -58,7 +58,22 @@ SWITCH = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: w
 #   ("got_nothing",)            the client received nothing since the last check
 #   ("closing",)                the client transport is being closed
 #   ("log", status)             the last access line's status
+#: the HTTP/2 client preface and an empty SETTINGS frame (h2c with prior knowledge)
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
 TABLE: dict[str, list[tuple[Any, ...]]] = {
+    "the HTTP/2 preface, even split: the connection is HTTP/2's from then on": [
+        ("client", H2_PREFACE[:5]), ("conn", C.IDLE), ("got_nothing",),
+        ("client", H2_PREFACE[5:]), ("conn", C.HTTP2),
+        # the server's preface: its SETTINGS frame (7 settings, 42 bytes, type 4)
+        ("got", b"\x00\x00\x2a\x04\x00"),
+        # HTTP/1.1 bytes now are a broken HTTP/2 frame: h2's GOAWAY, and the connection closes
+        ("client", GET), ("conn", C.HTTP2), ("closing",),
+    ],
+    "a first read that only starts like the preface is HTTP/1.1": [
+        ("client", b"PRI"), ("conn", C.IDLE), ("client", b"NT /a HTTP/1.1\r\nHost: h\r\n\r\n"),
+        ("got", b"HTTP/1.1 400"), ("closing",),
+    ],
     "keep-alive request": [
         ("client", GET), ("conn", C.IDLE), ("phase", 0, P.HANDLING), ("up_state", 0, U.SENT),
         ("sent", 0, b"GET /a HTTP/1.1\r\n"),

@@ -577,6 +577,12 @@ spec:
         serverName: walk
         idleTimeout: 30s
         requestHeadersTimeout: 5s
+        codecType: AUTO
+        http2ProtocolOptions:
+          maxConcurrentStreams: 50
+          initialStreamWindowSize: 131072
+          initialConnectionWindowSize: 2097152
+          overrideStreamErrorOnInvalidHttpMessage: false
       healthCheck: {{path: /healthz}}
       grpcWeb: {{disable: false}}
       httpLocalRatelimit:
@@ -1380,6 +1386,7 @@ GW_UNIT = "tests/unit/test_gateway_kind.py"
 GW_E2E = "tests/integration/test_gateway_kind_e2e.py"
 GW_SSL_E2E = "tests/integration/test_gateway_ssl_e2e.py"
 GW_DOC = "docs/gateways.md"
+H2_GATEWAY = "tests/http2/test_http2_gateway.py"
 _HTTP = "Gateway:spec.httpGateway"
 FIELDS.update({
     "Gateway:spec.bindAddress": (T, GW_E2E), "Gateway:spec.bindPort": (T, GW_E2E),
@@ -1395,6 +1402,11 @@ FIELDS.update({
     **{f"{_HTTP}.options.httpConnectionManagerSettings.{k}": (T, GW_UNIT, GW_DOC)
        for k in ("serverName", "idleTimeout", "requestHeadersTimeout")},
     f"{_HTTP}.options.healthCheck.path": (T, GW_UNIT),
+    f"{_HTTP}.options.httpConnectionManagerSettings.codecType": (T, H2_GATEWAY),
+    f"{_HTTP}.options.httpConnectionManagerSettings.http2ProtocolOptions": (T, H2_GATEWAY),
+    **{f"{_HTTP}.options.httpConnectionManagerSettings.http2ProtocolOptions.{k}": (T, H2_GATEWAY)
+       for k in ("maxConcurrentStreams", "initialStreamWindowSize", "initialConnectionWindowSize",
+                 "overrideStreamErrorOnInvalidHttpMessage")},
     f"{_HTTP}.options.grpcWeb": (T, H2_CONFIG), f"{_HTTP}.options.grpcWeb.disable": (T, H2_CONFIG, H2_CORE),
     f"{_HTTP}.options.httpLocalRatelimit": (T, GW_E2E),
     f"{_HTTP}.options.httpLocalRatelimit.defaultLimit": (T, GW_E2E),

@@ -57,13 +57,13 @@ class SslConfigReadingTests(TestCase):
     def test_gloo_fields_not_served_are_refused_by_name_all_at_once(self):
         found = problems(secret("a") + vs("a", "{secretRef: {name: a}, sds: {targetUri: x},"
                                                " ocspStaplePolicy: MUST_STAPLE, transportSocketConnectTimeout: 1s,"
-                                               " alpnProtocols: [h2, http/1.1], disableTlsSessionResumption: false,"
+                                               " alpnProtocols: [h3, http/1.1], disableTlsSessionResumption: false,"
                                                " sniDomains: ['*', 'a.example.com:443', ok.example.com],"
                                                " tlsFancy: 1}"))
         assert "secret discovery (SDS)" in found["spec.sslConfig.sds"]
         assert "OCSP stapling" in found["spec.sslConfig.ocspStaplePolicy"]
         assert "--head-timeout" in found["spec.sslConfig.transportSocketConnectTimeout"]
-        assert "http/1.1 only" in found["spec.sslConfig.alpnProtocols[0]"]
+        assert "h2 or http/1.1" in found["spec.sslConfig.alpnProtocols[0]"]
         assert "spec.sslConfig.alpnProtocols[1]" not in found
         assert "never resumes" in found["spec.sslConfig.disableTlsSessionResumption"]
         assert "leave sniDomains out" in found["spec.sslConfig.sniDomains[0]"]

@@ -286,6 +286,9 @@ class RequestContext:
     :ivar reactor: the reactor, for plugins that do I/O.
     :ivar scheme: ``str``: ``"https"`` when the client connection is TLS,
         else ``"http"``.
+    :ivar protocol: ``str``: what the client speaks: ``"HTTP/1.1"``,
+        ``"HTTP/1.0"`` or ``"HTTP/2"`` (one request model: nothing else
+        differs for a plugin).
     :ivar dry_run: ``True`` under ``twistgw explain`` without ``--live``:
         contact nothing; return :class:`NotChecked` where the answer would
         need the network.
@@ -320,6 +323,7 @@ class RequestContext:
         "reactor",
         "decided_by",
         "scheme",
+        "protocol",
         "dry_run",
         "received_headers",
         "owned_headers",
@@ -343,8 +347,10 @@ class RequestContext:
         reactor: Any = None,
         scheme: str = "http",
         raw_target: bytes | None = None,
+        protocol: str = "HTTP/1.1",
     ) -> None:
         self.scheme = scheme
+        self.protocol = protocol
         self.method = method
         self.path = path
         self.raw_target = raw_target if raw_target is not None else path.encode("utf-8")

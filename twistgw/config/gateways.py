@@ -33,6 +33,7 @@ import attrs
 from twistgw.api.fields import FieldReader, Path
 from twistgw.config.accesslogs import AccessLogSink, read_listener_options
 from twistgw.config.envelope import Envelope
+from twistgw.config.http2 import DEFAULT as HTTP2_DEFAULT, Http2Options, read_codec_type, read_http2_options
 from twistgw.config.model import Source, VirtualService
 
 __all__ = ["DEFAULT_PROXY", "GlooGateway", "HcmSettings", "LocalLimitSettings", "read_gateway", "selects"]
@@ -57,11 +58,12 @@ _OPTIONS_FIELDS = ("grpcWeb", "healthCheck", "httpConnectionManagerSettings", "h
 _LOCAL_FIELDS = ("defaultLimit", "enableXRatelimitHeaders", "localRateLimitPerDownstreamConnection")
 
 #: HttpConnectionManagerSettings fields twistgw applies
-_HCM_FIELDS = ("idleTimeout", "requestHeadersTimeout", "serverName", "skipXffAppend", "useRemoteAddress",
-               "xffNumTrustedHops")
+_HCM_FIELDS = ("codecType", "http2ProtocolOptions", "idleTimeout", "requestHeadersTimeout", "serverName",
+               "skipXffAppend", "useRemoteAddress", "xffNumTrustedHops")
 #: the ones it does not, each with why
 _HCM_REFUSED = {
-    "maxRequestHeadersKb": "the request-head limit is fixed (16 KiB, answered 431), not per listener",
+    "maxRequestHeadersKb": "the request-head limit is fixed (16 KiB, answered 431, over HTTP/1.1 and HTTP/2),"
+                           " not per listener",
     "requestTimeout": "twistgw bounds the request head (requestHeadersTimeout) and each upstream answer"
                       " (the route's timeout), not a whole-request timer",
     "streamIdleTimeout": "use idleTimeout (the connection's) or the route's timeout",
@@ -86,8 +88,6 @@ _HCM_REFUSED = {
     "mergeSlashes": "paths are normalised by twistgw's own rules",
     "normalizePath": "paths are always normalised",
     "headersWithUnderscoresAction": "header names with '_' are always dropped",
-    "codecType": "twistgw speaks HTTP/1.1 to clients",
-    "http2ProtocolOptions": "twistgw speaks HTTP/1.1 to clients",
     "upgrades": "WebSocket upgrades are per route (options.upgrades)",
     "strictHeaderValidation": "header validation is always strict (llhttp)",
     "allowChunkedLength": "a request with both Content-Length and chunked framing is always refused",
@@ -118,6 +118,9 @@ class HcmSettings:
     server_name: str | None = None
     idle_timeout: float | None = None
     head_timeout: float | None = None
+    #: HTTP/2's limits (``http2ProtocolOptions``); None: ``codecType: HTTP1``,
+    #: the listener serves HTTP/1.1 only
+    http2: Http2Options | None = HTTP2_DEFAULT
 
 
 @attrs.frozen
@@ -296,6 +299,15 @@ def _read_hcm(r: FieldReader, value: Any, path: Path) -> HcmSettings:
         with r.part():
             if field in m:
                 out[attr] = r.duration(m[field], path + (field,))
+    auto = True
+    with r.part():
+        if "codecType" in m:
+            auto = read_codec_type(r, m["codecType"], path + ("codecType",))
+    with r.part():
+        if "http2ProtocolOptions" in m:
+            out["http2"] = read_http2_options(r, m["http2ProtocolOptions"], path + ("http2ProtocolOptions",))
+    if not auto:
+        out["http2"] = None
     return HcmSettings(**out)
 
 

@@ -50,6 +50,7 @@ class ServerSslSpec:
     max_version: str | None = None
     ciphers: tuple[str, ...] = ()
     one_way: bool = False
+    alpn: tuple[str, ...] = ("h2", "http/1.1")
 
 
 @attrs.frozen(cache_hash=True)
@@ -69,15 +70,22 @@ class ServerTls:
     sni_domains: tuple[str, ...] = ()
     #: the ``sslFiles`` read (absolute paths): a change to one reloads
     files: tuple[str, ...] = attrs.field(default=(), eq=False)
+    #: ``alpnProtocols``: what a client may pick by ALPN, in the server's
+    #: order of preference (Gloo's default ``h2``, ``http/1.1``); () for
+    #: ``[allow_empty]``: no ALPN at all (the client speaks HTTP/1.1)
+    alpn: tuple[str, ...] = ("h2", "http/1.1")
 
-    def context(self) -> Any:
+    def context(self, http2: bool = True) -> Any:
         """Its OpenSSL context (``OpenSSL.SSL.Context``; Any: the
-        configuration layer imports no TLS library at module level)."""
+        configuration layer imports no TLS library at module level).
+        ``http2=False``: for a listener serving HTTP/1.1 only (``h2`` not
+        offered by ALPN)."""
         from twistgw.servertls import server_context
 
         return server_context(self.cert_pem, self.key_pem, ca_pem=self.ca_pem, one_way=self.one_way,
                               verify_names=self.verify_names, min_version=self.min_version,
-                              max_version=self.max_version, ciphers=self.ciphers)
+                              max_version=self.max_version, ciphers=self.ciphers,
+                              alpn=self.alpn if http2 else tuple(p for p in self.alpn if p != "h2"))
 
 
 def server_name_problem(name: str) -> str | None:
@@ -114,24 +122,42 @@ def read_server_ssl_config(r: FieldReader, value: Any, path: Path, ns: str) -> S
     ciphers: tuple[str, ...] = ()
     if m.get("parameters") is not None:
         lo, hi, ciphers = read_parameters(r, m["parameters"], path + ("parameters",))
-    _alpn(r, m.get("alpnProtocols"), path + ("alpnProtocols",))
+    alpn = _alpn(r, m.get("alpnProtocols"), path + ("alpnProtocols",))
     one_way = r.boolean(m["oneWayTls"], path + ("oneWayTls",)) if m.get("oneWayTls") is not None else False
     if m.get("disableTlsSessionResumption") is not None and \
             not r.boolean(m["disableTlsSessionResumption"], path + ("disableTlsSessionResumption",)):
         r.issue(path + ("disableTlsSessionResumption",), "twistgw never resumes TLS sessions: set it to true"
                 " or leave it out")
-    return ServerSslSpec(secret, files, tuple(sni), names, lo, hi, ciphers, one_way)
+    return ServerSslSpec(secret, files, tuple(sni), names, lo, hi, ciphers, one_way, alpn)
 
 
-def _alpn(r: FieldReader, value: Any, path: Path) -> None:
-    """``alpnProtocols``: twistgw serves HTTP/1.1 and answers ALPN with it;
-    a list saying just that is accepted, anything else refused."""
+#: the protocols a client may pick by ALPN
+_ALPN = ("h2", "http/1.1")
+
+
+def _alpn(r: FieldReader, value: Any, path: Path) -> tuple[str, ...]:
+    """``alpnProtocols`` as Gloo's ssl.proto reads it: empty or absent,
+    ``[h2, http/1.1]``; ``[allow_empty]`` alone, no ALPN (clients speak
+    HTTP/1.1); otherwise ``h2`` and ``http/1.1`` in the order of preference
+    given (a client offering none of them fails the handshake, RFC 7301
+    §3.2). Other protocols are refused: twistgw serves these two."""
     if value is None:
-        return
-    for i, proto in enumerate(read_names(r, value, path)):
-        if proto != "http/1.1":
-            r.issue(path + (i,), f"{proto!r} is not served: twistgw answers ALPN with http/1.1 only"
-                    " (no HTTP/2, no allow_empty)")
+        return _ALPN
+    names = read_names(r, value, path)
+    if not names:
+        return _ALPN
+    if "allow_empty" in names:
+        if names != ("allow_empty",):
+            r.issue(path, "allow_empty stands alone: it means no ALPN at all")
+        return ()
+    out: list[str] = []
+    for i, proto in enumerate(names):
+        if proto not in _ALPN:
+            r.issue(path + (i,), f"{proto!r} is not served: twistgw answers ALPN with h2 or http/1.1"
+                    " (or allow_empty alone: no ALPN)")
+        elif proto not in out:
+            out.append(proto)
+    return tuple(out) or _ALPN
 
 
 def resolve_server_tls(spec: ServerSslSpec, secrets: Mapping[tuple[str, str], SecretInfo],
@@ -150,7 +176,7 @@ def resolve_server_tls(spec: ServerSslSpec, secrets: Mapping[tuple[str, str], Se
                          "sslConfig: no certificate")
     files = tuple(n if os.path.isabs(n) else os.path.join(base, n) for n in spec.files or () if n)
     tls = ServerTls(cert, key, ca, spec.verify_names, spec.min_version, spec.max_version, spec.ciphers,
-                    spec.one_way, spec.sni_domains, files)
+                    spec.one_way, spec.sni_domains, files, spec.alpn)
     from twistgw.tls import TLSSettingsError
 
     try:

@@ -15,7 +15,7 @@ with respect to other writers of the same open file).
 
 The lines look exactly like the events ``twist`` used to write:
 
-* ``text``: ``2026-11-23T09:21:30+0000 [twistgw.access#info] 127.0.0.1 "GET /a" 200 vs=default/v
+* ``text``: ``2026-11-23T09:21:30+0000 [twistgw.access#info] 127.0.0.1 "GET /a HTTP/1.1" 200 vs=default/v
   route=r upstream=127.0.0.1:8081 decided_by=- principal=bob 0.9ms``; control characters,
   ``"`` and ``\\`` in the fields are escaped (``\\x0a``, ``\\x22``) as nginx does,
   so a JWT claim or a user name can never forge or break a line;
@@ -64,7 +64,7 @@ FORMATS = ("text", "json", "events")
 
 #: The event format twist's text observer was given (kept for ``events``; the
 #: text format writes the same line).
-LOG_FORMAT = ('{client} "{method} {path}" {status} vs={virtual_service} route={route}'
+LOG_FORMAT = ('{client} "{method} {path} {protocol}" {status} vs={virtual_service} route={route}'
               " upstream={upstream} decided_by={decided_by} principal={principal} {duration_ms:.1f}ms")
 
 #: Twisted's serialised ``LogLevel.info`` (``eventAsJSON``'s form of it).
@@ -103,8 +103,8 @@ _encode: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 #: One request kept for the next batch: (client, method, path, status,
 #: virtual_service, route, upstream, decided_by, principal, duration, time,
-#: truncated).
-_Record = tuple[str, str, str, int, str, str, str, str, str, float, float, str]
+#: protocol, truncated).
+_Record = tuple[str, str, str, int, str, str, str, str, str, float, float, str, str]
 
 
 #: The characters a field may hold and be written as it is, in a text line
@@ -132,10 +132,10 @@ def _text_lines(records: list[_Record]) -> list[str]:
     lines: list[str] = []
     add = lines.append
     second, stamp = -1, ""
-    for c, m, p, s, v, ro, u, d, pr, du, t, cut in records:
+    for c, m, p, s, v, ro, u, d, pr, du, t, pt, cut in records:
         if int(t) != second:
             second, stamp = int(t), formatTime(t) + " [twistgw.access#info] "
-        add(f'{stamp}{c} "{m} {p}" {s} vs={v} route={ro} upstream={u} decided_by={d}'
+        add(f'{stamp}{c} "{m} {p} {pt}" {s} vs={v} route={ro} upstream={u} decided_by={d}'
             f" principal={pr} {du * 1000:.1f}ms{' truncated=' + cut if cut else ''}\n")
     return lines
 
@@ -145,10 +145,10 @@ def _text_lines(records: list[_Record]) -> list[str]:
 # the cost of repr(float).
 def _json_lines(records: list[_Record]) -> list[str]:
     """JSON records in twist's framing of ``records``, fields as they are."""
-    return [f'\x1e{{"client": "{c}", "method": "{m}", "path": "{p}", "status": {s},'
+    return [f'\x1e{{"client": "{c}", "method": "{m}", "path": "{p}", "protocol": "{pt}", "status": {s},'
             f' "virtual_service": "{v}", "route": "{ro}", "upstream": "{u}", "decided_by": "{d}",'
             f' "principal": "{pr}", "duration_ms": {du * 1000:.3f}{_truncated(cut)}{_JSON_TAIL}{t:.6f}}}\n'
-            for c, m, p, s, v, ro, u, d, pr, du, t, cut in records]
+            for c, m, p, s, v, ro, u, d, pr, du, t, pt, cut in records]
 
 
 def _truncated(cut: str) -> str:
@@ -160,7 +160,7 @@ def _own(lines: list[str]) -> int:
     return len(lines[0].encode("ascii").translate(None, _SAFE))
 
 
-_EMPTY = [("", "", "", 200, "", "", "", "", "", 0.0, 0.0, "")]
+_EMPTY: list[_Record] = [("", "", "", 200, "", "", "", "", "", 0.0, 0.0, "", "")]
 _TEXT_OWN = _own(_text_lines(_EMPTY))  # two quotes and the newline
 _JSON_OWN = _own(_json_lines(_EMPTY))  # the quotes, the record separator and the newline
 
@@ -175,8 +175,8 @@ def _batch(records: list[_Record], make: Callable[[list[_Record]], list[str]], o
     text = "".join(lines)
     if not _clean(text, len(lines), own):
         e = escape
-        lines = make([(e(c), e(m), e(p), s, e(v), e(ro), e(u), e(d), e(pr), du, t, cut)
-                      for c, m, p, s, v, ro, u, d, pr, du, t, cut in records])
+        lines = make([(e(c), e(m), e(p), s, e(v), e(ro), e(u), e(d), e(pr), du, t, e(pt), cut)
+                      for c, m, p, s, v, ro, u, d, pr, du, t, pt, cut in records])
         text = "".join(lines)
     return lines, text
 
@@ -209,7 +209,7 @@ class AccessLog:
         self._clock = clock
         self.chunk = chunk
         #: (client, method, path, status, virtual_service, route, upstream,
-        #: decided_by, principal, duration, time) of requests not yet written
+        #: decided_by, principal, duration, time, protocol) of requests not yet written
         self._records: list[_Record] = []
         self._pending = False
         #: what ``schedule`` returned for the pending flush (a reactor's
@@ -225,8 +225,9 @@ class AccessLog:
     # -- one request ---------------------------------------------------------
 
     # ``request(client, method, path, status, virtual_service, route,
-    # upstream, decided_by, principal, duration, truncated="")``:
-    # ``duration`` is in seconds; every text argument is a ``str``;
+    # upstream, decided_by, principal, duration, protocol, truncated="")``:
+    # ``duration`` is in seconds; ``protocol`` what the client speaks
+    # (``HTTP/1.1``, ``HTTP/2``); every text argument is a ``str``;
     # ``truncated`` names who cut the response short after its head
     # (``upstream``), written as ``truncated=upstream`` only then. For ``text`` and ``json``
     # the request is kept as it is, with the time, and its line made when
@@ -235,10 +236,11 @@ class AccessLog:
     # characters that need escaping in one pass (docs/performance.md).
 
     def _keep(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
-              upstream: str, decided_by: str, principal: str, duration: float, truncated: str = "") -> None:
+              upstream: str, decided_by: str, principal: str, duration: float, protocol: str = "HTTP/1.1",
+              truncated: str = "") -> None:
         records = self._records
         records.append((client, method, path, status, virtual_service, route, upstream, decided_by, principal,
-                        duration, self._clock(), truncated))
+                        duration, self._clock(), protocol, truncated))
         if len(records) >= self.limit or self._direct:
             self.flush()
         elif not self._pending:
@@ -246,17 +248,18 @@ class AccessLog:
             self._scheduled = self._schedule(self._turn_ended)  # type: ignore[misc]
 
     def _event(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
-               upstream: str, decided_by: str, principal: str, duration: float, truncated: str = "") -> None:
+               upstream: str, decided_by: str, principal: str, duration: float, protocol: str = "HTTP/1.1",
+               truncated: str = "") -> None:
         e = escape_text
         if truncated:
             _access.info(LOG_FORMAT + " truncated={truncated}", client=e(client), method=e(method), path=e(path),
-                         status=status, virtual_service=e(virtual_service), route=e(route), upstream=e(upstream),
-                         decided_by=e(decided_by), principal=e(principal), duration_ms=duration * 1000,
-                         truncated=truncated)
+                         protocol=e(protocol), status=status, virtual_service=e(virtual_service), route=e(route),
+                         upstream=e(upstream), decided_by=e(decided_by), principal=e(principal),
+                         duration_ms=duration * 1000, truncated=truncated)
             return
-        _access.info(LOG_FORMAT, client=e(client), method=e(method), path=e(path), status=status,
-                       virtual_service=e(virtual_service), route=e(route), upstream=e(upstream),
-                       decided_by=e(decided_by), principal=e(principal), duration_ms=duration * 1000)
+        _access.info(LOG_FORMAT, client=e(client), method=e(method), path=e(path), protocol=e(protocol),
+                     status=status, virtual_service=e(virtual_service), route=e(route), upstream=e(upstream),
+                     decided_by=e(decided_by), principal=e(principal), duration_ms=duration * 1000)
 
     # -- the buffer ----------------------------------------------------------
 

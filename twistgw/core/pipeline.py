@@ -155,9 +155,11 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     client = head.client_address
     if gateway is not None and gateway.hcm.gloo_xff:
         client, head.forwarded_for = forwarded(gateway.hcm, client, headers.getRawHeaders(b"x-forwarded-for"))
+    version = head.version
     ctx = RequestContext(
         head.method.decode("latin-1"), path, query, upstream_headers, host,
         client, vs.key, "", reactor, head.scheme, target,
+        "HTTP/1.1" if version == b"HTTP/1.1" else version.decode("latin-1"),
     )
     # Route matchers read a header the copy above dropped as the client sent it.
     ctx.received_headers = headers

@@ -16,7 +16,8 @@ byte upstream. A request nobody asks about never takes that path.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from twisted.internet.defer import Deferred, succeed
 
@@ -57,7 +58,9 @@ class BodyTap(Protocol):
 class RequestBody:
     """A client's request body on its way upstream.
 
-    ``length`` is the Content-Length (None: chunked, re-framed upstream).
+    ``length`` is the Content-Length (None: chunked, re-framed upstream);
+    ``trailers`` the request's trailer fields once it ended (lower-case
+    names; () without).
     """
 
     __slots__ = ("length", "flow", "_buffer", "_buffered", "consumer", "complete", "stopped", "kept", "_kept_bytes",
@@ -133,8 +136,10 @@ class RequestBody:
         if self._buffered > BODY_BUFFER_LIMIT:
             self.flow.pause_body()
 
-    def finish(self) -> None:
+    def finish(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
         self.complete = True
+        if trailers:
+            self.trailers = tuple(trailers)
         tap = self.tap
         if tap is not None:
             self.tap = None

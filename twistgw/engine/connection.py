@@ -22,8 +22,10 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT
+from twistgw.config.http2 import Http2Options
 from twistgw.engine import framing, wire
 from twistgw.engine.exchange import Exchange
+from twistgw.engine.http2 import PREFACE, H2ServerConnection
 from twistgw.engine.request import Reject, RequestReader, Stop
 from twistgw.engine.seams import Splice
 from twistgw.engine.states import ConnState
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["ConnState", "GatewayProtocol"]
 
 
-_IDLE, _HEAD, _BODY, _UPGRADING, _TUNNEL, _DRAINING, _CLOSING, _CLOSED = ConnState
+_IDLE, _HEAD, _BODY, _UPGRADING, _TUNNEL, _DRAINING, _CLOSING, _CLOSED, _HTTP2 = ConnState
 
 # Why reading from the client is paused (a bit each; read while none is set).
 _P_PIPELINE = 1   # a request waits behind the one being answered
@@ -63,6 +65,11 @@ class GatewayProtocol(Protocol, RequestReader):
     tls: Any = None
     #: the Gloo Gateway whose listener accepted it (None: a --listen one)
     gateway_key: str | None = None
+    #: HTTP/2's limits on this listener (set by the factory before
+    #: connectionMade); None: HTTP/1.1 only, no first-bytes check
+    http2: Http2Options | None = None
+    #: the first bytes of a plain connection while they may be the HTTP/2 preface
+    _sniffed = b""
 
     def __init__(self, gateway: "Gateway") -> None:
         self.gateway = gateway
@@ -103,6 +110,54 @@ class GatewayProtocol(Protocol, RequestReader):
         if tcp is not None and hasattr(tcp, "setTcpNoDelay"):
             tcp.setTcpNoDelay(True)
         self._arm_idle()
+        if self.http2 is not None:
+            # One look at the first bytes (an instance attribute: gone after
+            # it, so an HTTP/1.1 connection pays nothing per read)
+            self.dataReceived = self._first_bytes  # type: ignore[method-assign]
+
+    def _first_bytes(self, data: bytes) -> None:
+        """HTTP/2 or HTTP/1.1? On TLS, what ALPN agreed (``h2``); on a plain
+        connection, whether it starts with the client preface (h2c with
+        prior knowledge, RFC 9113 §3.3; ``Upgrade: h2c`` is never honoured)."""
+        if self.scheme == "https":
+            del self.dataReceived
+            if getattr(self.transport, "negotiatedProtocol", None) == b"h2":
+                self.become_http2(data)
+            else:
+                self.dataReceived(data)
+            return
+        data = self._sniffed + data if self._sniffed else data
+        if len(data) < len(PREFACE) and PREFACE.startswith(data):
+            self._sniffed = data  # a prefix of the preface: wait for the rest
+            return
+        del self.dataReceived
+        self._sniffed = b""
+        if data.startswith(PREFACE):
+            self.become_http2(data)
+        else:
+            self.dataReceived(data)
+
+    def become_http2(self, data: bytes) -> None:
+        """→ HTTP2: from now on an :class:`H2ServerConnection` serves the
+        connection (its bytes in, its end, the transport's producer, its
+        place among the factory's connections); ``data``: the first bytes."""
+        assert self.http2 is not None
+        self.state = _HTTP2
+        self.stop_timers()
+        transport = self.transport
+        transport.unregisterProducer()
+        peer = getattr(transport.getPeer(), "host", "") or self.peer_host  # a PROXY header's, by now
+        h2 = H2ServerConnection(self.gateway, self.http2, peer_host=peer, scheme=self.scheme, tls=self.tls,
+                                gateway_key=self.gateway_key, factory=self.factory, idle_timeout=self.idle_timeout,
+                                head_timeout=self.head_timeout)
+        connections = getattr(self.factory, "connections", None)
+        if connections is not None:
+            connections.discard(self)
+            connections.add(h2)
+        self.dataReceived = h2.dataReceived  # type: ignore[method-assign]
+        self.connectionLost = h2.connectionLost  # type: ignore[method-assign]
+        h2.makeConnection(transport)
+        h2.dataReceived(data)
 
     def connectionLost(self, reason: Failure = None) -> None:  # type: ignore[assignment]
         self.state = _CLOSED

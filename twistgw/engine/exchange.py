@@ -6,12 +6,14 @@ exactly once, on the way into a final phase.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from twisted.internet.defer import Deferred, succeed
 
 from twistgw.api.headers import Headers
 from twistgw.api.types import BodyPrefix, RequestContext
+from twistgw.core.grpc import local_reply
 from twistgw.core.headers import wants_trailers
 from twistgw.core.pipeline import RequestHead
 from twistgw.core.plan import LocalResponse
@@ -82,13 +84,13 @@ class Exchange:
         return head.ctx if head is not None else None
 
     @property
-    def protocol(self) -> bytes:
-        """What the client speaks (``seams.Downstream.protocol``)."""
-        return b"HTTP/1.1" if self.version is _HTTP11 else b"HTTP/1.0"
-
-    @property
     def finished(self) -> bool:
         return self.phase >= _DONE
+
+    @property
+    def protocol(self) -> bytes:
+        """What the client speaks (seams.Downstream): its request's version."""
+        return self.version
 
     def wait(self) -> None:
         """→ QUEUED: read while another request is being answered."""
@@ -188,10 +190,19 @@ class Exchange:
         proto.gateway.record(self)
         proto.exchange_done(self)
 
+    def send_continue(self) -> None:
+        """``100 Continue``: the chain admitted the request, the body may come."""
+        self.expect_continue = False
+        wire.write(self.proto.transport, framing.CONTINUE)
+
     def respond(self, answer: LocalResponse) -> None:
-        """Send the gateway's own answer."""
+        """Send the gateway's own answer (in gRPC's form to a gRPC request,
+        :func:`twistgw.core.grpc.local_reply`)."""
         if self.phase is not _HANDLING:
             return
+        values = self.headers.get_canonical(b"Content-Type")
+        if values is not None:
+            answer = local_reply(answer, values[0])
         lines = []
         body = answer.body
         if body and answer.content_type:
@@ -290,8 +301,7 @@ class Exchange:
         if self.expect_continue and not self.body_complete and not (
                 not partial and body.length is not None and body.length > max_bytes):
             # The body is wanted before the chain decides: invite it now.
-            self.expect_continue = False
-            wire.write(self.proto.transport, framing.CONTINUE)
+            self.send_continue()
         return body.read_prefix(max_bytes, partial)
 
     def pause_body(self) -> None:

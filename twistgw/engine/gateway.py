@@ -17,21 +17,26 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT, UPSTREAM_TIMEOUT
+from twistgw.config.http2 import DEFAULT as HTTP2_DEFAULT, Http2Options
 from twistgw.core.accesslog import AccessLog
 from twistgw.core.grpc import prepare_http2
 from twistgw.core.pipeline import INTERNAL_ERROR, NOT_FOUND, Pipeline, RequestHead
 from twistgw.core.plan import Forward, LocalResponse, Plan
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import Snapshot
-from twistgw.engine import framing, wire
 from twistgw.engine.connection import GatewayProtocol
 from twistgw.engine.exchange import Exchange
 from twistgw.engine.grpcweb import GrpcWebDownstream
+from twistgw.engine.http2 import H2ServerConnection, H2Stream
 from twistgw.engine.proxyproto import ProxyHeaderReader
 from twistgw.engine.upstream import UpstreamPool
 from twistgw.engine.upstream.shadow import Shadows
+from twistgw.servertls import H2, HTTP11
 
 __all__ = ["Gateway", "GatewayFactory"]
+
+#: a client's request, whatever it speaks: an HTTP/1.1 exchange or an HTTP/2 stream
+ClientRequest = Exchange | H2Stream
 
 #: what Pipeline.handle returns but a Deferred (RetryingForward is a Forward)
 _PLANS = (Forward, LocalResponse)
@@ -44,6 +49,14 @@ DRAINING = LocalResponse(503, reason="the Gateway's healthCheck path, while drai
 #: the client retries on a new connection, which gets the new certificate)
 MISDIRECTED = LocalResponse(421, b"Misdirected Request: the certificate for this server name changed;"
                             b" reconnect\n", reason="the TLS connection's certificate was replaced by a reload")
+
+
+#: the protocols as the access log writes them
+_PROTOCOLS = {b"HTTP/1.1": "HTTP/1.1", b"HTTP/1.0": "HTTP/1.0", b"HTTP/2": "HTTP/2"}
+
+
+def _text(protocol: bytes) -> str:
+    return protocol.decode("latin-1")
 
 
 class Gateway:
@@ -81,7 +94,7 @@ class Gateway:
 
     # -- dispatch ------------------------------------------------------------
 
-    def handle(self, ex: Exchange) -> None:
+    def handle(self, ex: ClientRequest) -> None:
         proto = ex.proto
         try:
             head = ex.head = RequestHead(ex.method, ex.target, ex.headers, proto.peer_host, proto.scheme,
@@ -117,13 +130,13 @@ class Gateway:
         else:
             self._carry_out(plan, ex)
 
-    def _carry_out(self, plan: Plan, ex: Exchange) -> None:
+    def _carry_out(self, plan: Plan, ex: ClientRequest) -> None:
         if ex.finished:
             return
         if isinstance(plan, Forward):  # a RetryingForward too (a route with retries or shadowing)
             if ex.expect_continue and not ex.body_complete:
                 # Only now, after the chain admitted it, invite the body.
-                wire.write(ex.proto.transport, framing.CONTINUE)
+                ex.send_continue()
             if ex.upgrade is not None:
                 runtime = ex.head.runtime if ex.head is not None else None
                 if runtime is None or not runtime.route.websocket:
@@ -146,18 +159,18 @@ class Gateway:
         else:
             ex.respond(plan)
 
-    def _internal_error(self, failure: Failure, ex: Exchange) -> None:
+    def _internal_error(self, failure: Failure, ex: ClientRequest) -> None:
         self._log.failure("Unexpected error handling {method} {uri}", failure, method=ex.method, uri=ex.target)
         ex.fail(INTERNAL_ERROR)
 
-    def upstream_failed(self, ex: Exchange, status: int, body: bytes, why: str, error: str,
+    def upstream_failed(self, ex: ClientRequest, status: int, body: bytes, why: str, error: str,
                         headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
         self._log.info("Upstream {upstream} failed for {method} {path}: {why} ({error})",
                        upstream=ex.upstream_label, method=ex.method,
                        path=ex.ctx.path if ex.ctx else ex.target, why=why, error=error)
         ex.fail(LocalResponse(status, body, headers, reason=why))
 
-    def upstream_broke(self, ex: Exchange, reason: str) -> None:
+    def upstream_broke(self, ex: ClientRequest, reason: str) -> None:
         self._log.warn("Upstream {upstream} broke off the response to {method} {path}: {reason}",
                        upstream=ex.upstream_label, method=ex.method,
                        path=ex.ctx.path if ex.ctx else ex.target, reason=reason)
@@ -176,20 +189,20 @@ class Gateway:
         else:
             self.record = self._record_and_log  # type: ignore[method-assign]
 
-    def _record_and_log(self, ex: Exchange) -> None:
+    def _record_and_log(self, ex: ClientRequest) -> None:
         Gateway.record(self, ex)
         head = ex.head
         if head is not None and head.gateway is not None and head.gateway.access_logs:
             self.gateway_logs.log(ex, head, self.reactor.seconds() - ex.started)
 
-    def record(self, ex: Exchange) -> None:
+    def record(self, ex: ClientRequest) -> None:
         """Once per exchange, as it enters a final phase."""
         self.inflight -= 1
         ctx = ex.ctx
         status = ex.status
         duration = self.reactor.seconds() - ex.started
         if self.metrics is not None:
-            self.metrics.request(ctx, status, duration)
+            self.metrics.request(ctx, status, duration, ex.protocol)
         access = self.access_log
         if access is not None:
             if ctx is not None:
@@ -198,12 +211,14 @@ class Gateway:
                     principal = "-" if principal is None else str(principal)
                 access.request(ctx.client_address, ctx.method, ctx.path, status, ctx.virtual_service,
                                ctx.route or "-", ex.upstream_label or "-", ctx.decided_by or "-",
-                               principal or "-", duration, ex.truncated)
+                               principal or "-", duration, _PROTOCOLS.get(ex.protocol) or _text(ex.protocol),
+                               ex.truncated)
             else:
                 access.request(ex.proto.peer_host or "-",
                                ex.method.decode("latin-1") if ex.method else "-",
                                (ex.target or b"").decode("latin-1")[:200], status, "-", "-",
-                               ex.upstream_label or "-", "-", "-", duration, ex.truncated)
+                               ex.upstream_label or "-", "-", "-", duration,
+                               _PROTOCOLS.get(ex.protocol) or _text(ex.protocol), ex.truncated)
         if self._finished_hook is not None and ctx is not None:
             try:
                 self._finished_hook(ctx=ctx, status=status)
@@ -213,21 +228,29 @@ class Gateway:
 
 @implementer(IProtocolNegotiationFactory)
 class GatewayFactory(Factory):
-    """Builds a :class:`GatewayProtocol` per client connection; offers
-    ``http/1.1`` by ALPN on TLS listeners."""
+    """Builds a :class:`GatewayProtocol` per client connection, which
+    becomes an HTTP/2 connection when the client speaks HTTP/2 (ALPN ``h2``
+    on TLS, the preface on a plain connection) and ``http2`` allows it;
+    offers ``h2`` and ``http/1.1`` by ALPN on TLS listeners (``http/1.1``
+    only without ``http2``)."""
 
     noisy = False
 
     def __init__(self, gateway: Gateway, timeout: float | None = IDLE_TIMEOUT,
-                 head_timeout: float = HEAD_TIMEOUT, gateway_key: str | None = None) -> None:
+                 head_timeout: float = HEAD_TIMEOUT, gateway_key: str | None = None,
+                 http2: Http2Options | None = HTTP2_DEFAULT) -> None:
         self.gateway = gateway
+        #: HTTP/2's limits on this listener; None: HTTP/1.1 only (``--no-http2``,
+        #: a Gateway's ``codecType: HTTP1``)
+        self.http2 = http2
         #: ``namespace/name`` of the Gloo Gateway this listener serves (None:
         #: a ``--listen`` endpoint, serving every virtual service)
         self.gateway_key = gateway_key
         self.timeOut = timeout
         self.head_timeout = head_timeout
-        #: open client connections, so that stopping can close them
-        self.connections: set[GatewayProtocol] = set()
+        #: open client connections, so that stopping can close them (an
+        #: HTTP/2 one takes the place of the protocol that read its preface)
+        self.connections: set[GatewayProtocol | H2ServerConnection] = set()
         self._all_closed: list[Deferred[None]] = []
 
     #: read a PROXY protocol header first (a plain Gateway's
@@ -241,6 +264,7 @@ class GatewayFactory(Factory):
         p.head_timeout = self.head_timeout
         p.gateway_key = self.gateway_key
         p.idle_timeout = self.timeOut
+        p.http2 = self.http2
         self.connections.add(p)
         if not self.proxy_protocol:
             return p
@@ -265,6 +289,15 @@ class GatewayFactory(Factory):
             return result
         return d.addCallback(done)
 
+    def goaway(self) -> None:
+        """Tell every HTTP/2 client that no new stream is taken (GOAWAY,
+        NO_ERROR): the gateway stops. Their open streams are answered
+        meanwhile; HTTP/1.1 connections are closed as before, once the
+        drain is over."""
+        for proto in list(self.connections):
+            if isinstance(proto, H2ServerConnection):
+                proto.finish_and_close()
+
     def _all_gone(self) -> Deferred[None]:
         """Fires once every client connection is gone (at once if none is left)."""
         d: Deferred[None] = Deferred()
@@ -274,7 +307,7 @@ class GatewayFactory(Factory):
             d.callback(None)
         return d
 
-    def connection_closed(self, proto: GatewayProtocol) -> None:
+    def connection_closed(self, proto: GatewayProtocol | H2ServerConnection) -> None:
         self.connections.discard(proto)
         if not self.connections:
             waiting, self._all_closed = self._all_closed, []
@@ -294,4 +327,4 @@ class GatewayFactory(Factory):
         return d
 
     def acceptableProtocols(self) -> list[bytes]:
-        return [b"http/1.1"]
+        return [H2, HTTP11] if self.http2 is not None else [HTTP11]

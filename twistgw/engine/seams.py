@@ -19,7 +19,8 @@ does not change when it grows.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from twistgw.engine.body import BodyFlow, RequestBody
 
@@ -63,7 +64,9 @@ class Downstream(BodyFlow, Protocol):
     content_length: bytes | None
     #: the client sent all of its request body
     body_complete: bool
-    #: a response head kept to go out with the first body bytes
+    #: a response head kept to go out with the first body bytes; not None
+    #: while response bytes wait to be written: the upstream side calls
+    #: :meth:`flush` at the end of the read that brought them
     held: bytes | None
 
     @property

@@ -185,20 +185,48 @@ class _PeekFactory(Factory):
 
     def tls_factory(self, chain: TlsChain | None) -> TLSMemoryBIOFactory | None:
         """The TLS factory for ``chain``'s certificate (None: the
-        listener's own, if it has one)."""
-        key: object = chain.tls if chain is not None else None
+        listener's own, if it has one).
+
+        ALPN: a virtual service's certificate offers its ``alpnProtocols``
+        (its context's own list; the listener's factory is hidden from
+        Twisted's ALPN, which would put its list first), without ``h2``
+        while the listener serves HTTP/1.1 only; the listener's own
+        certificate offers what the factory says (``acceptableProtocols``)."""
+        http2 = getattr(self.wrapped, "http2", None) is not None
+        key: object = (chain.tls, http2) if chain is not None else None
         factory = self._tls.get(key)
         if factory is None:
+            wrapped: Any = self.wrapped
             if chain is not None:
-                creator: Any = _Creator(chain.tls.context())
+                creator: Any = _Creator(chain.tls.context(http2))
+                wrapped = _OwnAlpn(self.wrapped)
             elif self.endpoint.default is not None:
                 creator = self.endpoint.default
             else:
                 return None
             if len(self._tls) >= _KEEP:
                 self._tls.clear()
-            factory = self._tls[key] = TLSMemoryBIOFactory(creator, False, self.wrapped)
+            factory = self._tls[key] = TLSMemoryBIOFactory(creator, False, wrapped)
         return factory
+
+
+class _OwnAlpn(Factory):
+    """The listener's factory behind a virtual service's certificate: builds
+    its protocols, and offers no ALPN list of its own (the certificate's
+    context has it)."""
+
+    noisy = False
+
+    def __init__(self, wrapped: Any) -> None:
+        self.wrapped = wrapped
+
+    def buildProtocol(self, addr: Any) -> Protocol:
+        built: Protocol = self.wrapped.buildProtocol(addr)
+        return built
+
+    def logPrefix(self) -> str:
+        wrapped = self.wrapped
+        return str(getattr(wrapped, "logPrefix", lambda: type(wrapped).__name__)())
 
 
 class _ClientHelloReader(Protocol):

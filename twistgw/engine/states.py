@@ -1,9 +1,13 @@
-"""The states of the engine's two state machines, in one place to read:
+"""The states of the engine's state machines, in one place to read:
 
-* :class:`ConnState`: a client connection (what its next bytes are);
-  every change is in :mod:`twistgw.engine.connection`;
-* :class:`Phase`: one exchange (a request and its response); every change
-  is in :mod:`twistgw.engine.exchange`.
+* :class:`ConnState`: an HTTP/1.1 client connection (what its next bytes
+  are); every change is in :mod:`twistgw.engine.connection`;
+* :class:`Phase`: one exchange (a request and its response), over HTTP/1.1
+  or as one HTTP/2 stream; every change is in
+  :mod:`twistgw.engine.exchange` (HTTP/1.1) or
+  :mod:`twistgw.engine.http2.stream` (HTTP/2);
+* :class:`H2State`: an HTTP/2 client connection; every change is in
+  :mod:`twistgw.engine.http2.connection`.
 
 The upstream connection's :class:`~twistgw.engine.upstream.connection.State`
 lives with it. IntEnums, so that "at or past" is one comparison; the hot
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["ConnState", "Phase"]
+__all__ = ["ConnState", "H2State", "Phase"]
 
 
 class ConnState(IntEnum):
@@ -38,6 +42,10 @@ class ConnState(IntEnum):
     CLOSING = 6
     #: the transport is gone
     CLOSED = 7
+    #: the client speaks HTTP/2 (its preface, or ALPN ``h2``): an
+    #: :class:`~twistgw.engine.http2.connection.H2ServerConnection` serves
+    #: the connection from now on; this object reads nothing more
+    HTTP2 = 8
 
 
 class Phase(IntEnum):
@@ -56,3 +64,18 @@ class Phase(IntEnum):
     UPGRADED = 4
     #: the client went away, the request broke, or the response broke off
     ABORTED = 5
+
+
+class H2State(IntEnum):
+    """An HTTP/2 client connection. Only forward."""
+
+    #: streams are accepted (up to SETTINGS_MAX_CONCURRENT_STREAMS)
+    OPEN = 0
+    #: a GOAWAY (NO_ERROR) went out: the streams it covers are answered,
+    #: later ones refused (REFUSED_STREAM); closes once none is left
+    DRAINING = 1
+    #: ``loseConnection`` was called (after the last stream, or after a
+    #: GOAWAY with an error code): what was written goes out
+    CLOSING = 2
+    #: the transport is gone
+    CLOSED = 3

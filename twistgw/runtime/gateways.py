@@ -128,6 +128,8 @@ class GatewayListeners:
         factory.proxy_protocol = gw.proxy_protocol and not gw.ssl
         factory.timeOut = hcm.idle_timeout if hcm.idle_timeout is not None else self.idle_timeout
         factory.head_timeout = hcm.head_timeout if hcm.head_timeout is not None else self.head_timeout
+        # codecType and http2ProtocolOptions: for the connections accepted from now on
+        factory.http2 = hcm.http2
 
     def _wanted(self, snapshot: Snapshot) -> dict[str, tuple[tuple[str, int], Listener]]:
         """The listeners ``snapshot`` needs that do not listen yet."""
@@ -195,6 +197,11 @@ class GatewayListeners:
         """The last access lines written, the files closed (the service stops)."""
         self.gateway.log_gateways_to(None)
         self.files.close()
+
+    def goaway(self) -> None:
+        """GOAWAY to every HTTP/2 client of every Gateway listener (the service stops)."""
+        for _, listener in self.current.values():
+            listener.factory.goaway()
 
     def close_connections(self) -> list[Any]:
         return [listener.factory.close_connections() for _, listener in self.current.values()]

@@ -33,6 +33,8 @@ _REQUEST_DURATION = ("twistgw_request_duration_seconds", "Time from request head
                      ["virtual_service", "route"])
 _UPSTREAM_DURATION = ("twistgw_upstream_duration_seconds",
                       "Time from forwarding to the upstream's response head", ["virtual_service", "route"])
+_BY_PROTOCOL = ("twistgw_requests_by_protocol", "Requests answered, by the protocol the client spoke"
+                " (HTTP/1.0, HTTP/1.1, HTTP/2)", ["protocol"])
 
 
 class _Histogram:
@@ -65,6 +67,7 @@ class _Children:
 
     def __init__(self) -> None:
         self.requests: dict[tuple[str, str, int, str], int] = {}
+        self.by_protocol: dict[bytes, int] = {}
         self.request_duration: dict[tuple[str, str], _Histogram] = {}
         self.upstream_duration: dict[tuple[str, str], _Histogram] = {}
 
@@ -76,6 +79,7 @@ class _Collector(Collector):
     def describe(self) -> Iterator[Metric]:
         # the names, for the registry's duplicate check (no samples)
         yield CounterMetricFamily(*_REQUESTS[:2], labels=_REQUESTS[2])
+        yield CounterMetricFamily(*_BY_PROTOCOL[:2], labels=_BY_PROTOCOL[2])
         yield HistogramMetricFamily(*_REQUEST_DURATION[:2], labels=_REQUEST_DURATION[2])
         yield HistogramMetricFamily(*_UPSTREAM_DURATION[:2], labels=_UPSTREAM_DURATION[2])
 
@@ -85,6 +89,10 @@ class _Collector(Collector):
         for (vs, route, status, decision), n in list(c.requests.items()):
             requests.add_metric([vs, route, str(status), decision], n)
         yield requests
+        protocols = CounterMetricFamily(*_BY_PROTOCOL[:2], labels=_BY_PROTOCOL[2])
+        for protocol, n in list(c.by_protocol.items()):
+            protocols.add_metric([protocol.decode("latin-1")], n)
+        yield protocols
         for spec, series in ((_REQUEST_DURATION, c.request_duration), (_UPSTREAM_DURATION, c.upstream_duration)):
             family = HistogramMetricFamily(*spec[:2], labels=spec[2])
             for key, h in list(series.items()):
@@ -105,24 +113,34 @@ class Metrics:
             registry.register(_Collector(self._children))
         else:
             self.requests_total = Counter(*_REQUESTS, registry=registry)
+            self.by_protocol = Counter(*_BY_PROTOCOL, registry=registry)
             self.request_duration = Histogram(*_REQUEST_DURATION, buckets=_BUCKETS, registry=registry)
             self.upstream_duration = Histogram(*_UPSTREAM_DURATION, buckets=_BUCKETS, registry=registry)
         self.reloads_total = Counter(
             "twistgw_config_reloads", "Configuration loads, by result", ["result"], registry=registry)
         self.config_generation = Gauge(
             "twistgw_config_generation", "Generation of the configuration now serving", registry=registry)
+        self.http2_connections = Counter(
+            "twistgw_http2_connections", "Client connections that spoke HTTP/2 (ALPN h2, or h2c prior knowledge)",
+            registry=registry)
+        self.http2_refusals = Counter(
+            "twistgw_http2_refusals", "HTTP/2 connections ended with an error GOAWAY, and streams reset, by the"
+            " gateway, by reason (flood, rapid_reset, control_flood, protocol_error, head_timeout, stream_stalled)",
+            ["reason"], registry=registry)
         self.config_loaded_at = Gauge(
             "twistgw_config_last_success_timestamp_seconds", "When the serving configuration was loaded",
             registry=registry)
         self._req_children: dict[tuple[str, str, int, str], Any] = {}
         self._dur_children: dict[tuple[str, str], Any] = {}
         self._up_children: dict[tuple[str, str], Any] = {}
+        self._protocol_children: dict[bytes, Any] = {}
         if self.fast:
+            self._protocol_children = self._children.by_protocol
             self._req_children = self._children.requests
             self._dur_children = self._children.request_duration
             self._up_children = self._children.upstream_duration
 
-    def request(self, ctx: Any, status: int, duration: float) -> None:
+    def request(self, ctx: Any, status: int, duration: float, protocol: bytes = b"HTTP/1.1") -> None:
         vs = ctx.virtual_service if ctx is not None else ""
         route = ctx.route if ctx is not None else ""
         if ctx is not None and ctx.decided_by:
@@ -136,6 +154,8 @@ class Metrics:
         if self.fast:
             counts = self._req_children
             counts[key] = counts.get(key, 0) + 1
+            by = self._protocol_children
+            by[protocol] = by.get(protocol, 0) + 1
             dchild = self._dur_children.get(dkey)
             if dchild is None:
                 dchild = self._dur_children[dkey] = _Histogram()
@@ -145,6 +165,10 @@ class Metrics:
         if child is None:
             child = self._req_children[key] = self.requests_total.labels(vs, route, str(status), decision)
         child.inc()
+        pchild = self._protocol_children.get(protocol)
+        if pchild is None:
+            pchild = self._protocol_children[protocol] = self.by_protocol.labels(protocol.decode("latin-1"))
+        pchild.inc()
         dchild = self._dur_children.get(dkey)
         if dchild is None:
             dchild = self._dur_children[dkey] = self.request_duration.labels(vs, route)
@@ -158,6 +182,14 @@ class Metrics:
             child = self._up_children[key] = (
                 _Histogram() if self.fast else self.upstream_duration.labels(*key))
         child.observe(seconds)
+
+    def http2_connection(self) -> None:
+        """A client connection became HTTP/2."""
+        self.http2_connections.inc()
+
+    def http2_refused(self, reason: str) -> None:
+        """An HTTP/2 connection or stream the gateway ended for ``reason``."""
+        self.http2_refusals.labels(reason).inc()
 
     def reload(self, ok: bool, generation: int | None = None, at: float | None = None) -> None:
         self.reloads_total.labels("success" if ok else "failure").inc()

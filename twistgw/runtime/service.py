@@ -23,6 +23,7 @@ from twisted.python.failure import Failure
 from twistgw.config.defaults import (BACKLOG, DRAIN_TIMEOUT, HEAD_TIMEOUT, IDLE_TIMEOUT, POLL_INTERVAL,
                                      TUNNEL_IDLE_TIMEOUT,
                                      UPSTREAM_TIMEOUT)
+from twistgw.config.http2 import DEFAULT as HTTP2_DEFAULT
 from twistgw.config.loader import ConfigError, load_directory
 from twistgw.config.names import is_yaml_file, with_backlog
 from twistgw.core.accesslog import AccessLog
@@ -116,7 +117,7 @@ class GatewayService(service.MultiService):
                  access_log: bool | AccessLog = True, drain_timeout: float = DRAIN_TIMEOUT,
                  upstream_timeout: float = UPSTREAM_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
                  head_timeout: float = HEAD_TIMEOUT, backlog: int = BACKLOG,
-                 tunnel_idle_timeout: float = TUNNEL_IDLE_TIMEOUT) -> None:
+                 tunnel_idle_timeout: float = TUNNEL_IDLE_TIMEOUT, http2: bool = True) -> None:
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -138,7 +139,9 @@ class GatewayService(service.MultiService):
         #: files the configuration reads besides its YAML (sslFiles)
         self._watched: tuple[str, ...] = ()
         self.last_error: ConfigError | None = None
-        self.factory = GatewayFactory(self.gateway, timeout=idle_timeout, head_timeout=head_timeout)
+        #: the --listen endpoints' connections: HTTP/2 beside HTTP/1.1 unless --no-http2
+        self.factory = GatewayFactory(self.gateway, timeout=idle_timeout, head_timeout=head_timeout,
+                                      http2=HTTP2_DEFAULT if http2 else None)
         self.listeners: list[Listener] = [
             Listener("--listen", description, gateway_endpoint(reactor, with_backlog(description, backlog),
                                                                self._tls_routes),
@@ -347,6 +350,9 @@ class GatewayService(service.MultiService):
             yield listener.close()
         for closing in self.gateways.stop():
             yield closing
+        # HTTP/2 clients are told now (GOAWAY): no new stream, the open ones answered
+        self.factory.goaway()
+        self.gateways.goaway()
         deadline = self.reactor.seconds() + self.drain_timeout
         while self.gateway.inflight > 0 and self.reactor.seconds() < deadline:
             yield task.deferLater(self.reactor, 0.05, lambda: None)

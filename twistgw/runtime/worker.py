@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     for flag, default, text in TIMINGS:
         p.add_argument(f"--{flag}", type=float, default=default, help=text)
     p.add_argument("--no-access-log", action="store_true")
+    p.add_argument("--no-http2", action="store_true")
     p.add_argument("--log-format", choices=("text", "json"), default="text",
                    help="the supervisor's (twist's) log format, for logs and access lines alike")
     args = p.parse_args(argv)
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> None:
 
     access = False if args.no_access_log else buffered_access_log(sys.stdout, args.log_format, reactor)
     svc = GatewayService(args.config, listen=(), admin=None, reactor=reactor, access_log=access,
+                         http2=not args.no_http2,
                          **{keyword(flag): getattr(args, keyword(flag)) for flag, _, _ in TIMINGS})
     try:
         svc.load_initial()

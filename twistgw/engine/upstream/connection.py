@@ -8,8 +8,9 @@ Its life is :class:`State`; every change of it is in this module.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import httptools
 from twisted.internet.error import ConnectionDone

@@ -144,7 +144,7 @@ class H2Connection(Protocol):
         self.settings_seen = False
         self.checked_alpn = not tls
         self.timer = LazyTimer(pool.reactor.seconds, pool.reactor.callLater)
-        self._heads: list[Any] = []  # exchanges whose held head goes out after this read
+        self._heads: list[Any] = []  # exchanges whose held head or body goes out after this read
         self._corked = False  # a write of h2's frames is due at the end of this reactor turn
 
     # -- places ----------------------------------------------------------------------
@@ -397,6 +397,11 @@ class H2Connection(Protocol):
         if cls is h2.events.DataReceived:
             if stream is not None:
                 stream.on_data(event.data, event.flow_controlled_length)
+                req = stream.req
+                if req is not None and req.ex.held is not None:  # an HTTP/2 client's stream queues its writes
+                    heads = self._heads
+                    if not heads or heads[-1] is not req.ex:
+                        heads.append(req.ex)
             else:
                 self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
         elif cls is h2.events.ResponseReceived:

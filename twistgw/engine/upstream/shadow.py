@@ -23,7 +23,8 @@ Outcomes are counted in ``twistgw_shadow_requests_total{outcome}``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
@@ -51,9 +52,10 @@ class ShadowExchange:
     __slots__ = ("shadows", "method", "body", "content_length", "label", "ended", "status")
 
     upgrade: bytes | None = None
-    protocol = b"HTTP/1.1"
     body_complete = True
     held: bytes | None = None
+    #: a shadow is sent as HTTP/1.1, whatever the client spoke
+    protocol = b"HTTP/1.1"
 
     def __init__(self, shadows: "Shadows", method: bytes, body: RequestBody | None,
                  content_length: bytes | None) -> None:
