@@ -38,7 +38,8 @@ PACKAGE = Path(twistgw.__file__).resolve().parent
 #: In order; a module may import its own layer and the ones before it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("api", ("twistgw.api", "twistgw.hookspecs", "twistgw.options", "twistgw.regex", "twistgw.tls",
-             "twistgw.stdtls", "twistgw.servertls", "twistgw.redis")),
+             "twistgw.stdtls", "twistgw.servertls", "twistgw.redis", "twistgw.redisslots",
+             "twistgw.rediscluster")),
     ("config", ("twistgw.config",)),
     ("core", ("twistgw.core",)),
     ("engine", ("twistgw.engine",)),
