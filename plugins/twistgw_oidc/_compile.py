@@ -293,7 +293,8 @@ def _cookie_options(read: Reader, raw: Any) -> CookieOptions:
 
 
 def _redis_options(read: Reader, raw: Any) -> RedisSpec | None:
-    raw = read.mapping(raw, ("host", "db", "poolSize", "socketType", "tlsCertMountPath"))
+    raw = read.mapping(raw, ("host", "db", "poolSize", "socketType", "tlsCertMountPath", "clustered"))
+    clustered = read.boolean(raw, "clustered", False)
     socket_type = raw.get("socketType", "TCP")
     if socket_type not in ("TCP", "TLS"):
         read.fail("socketType", f"must be TCP or TLS, got {socket_type!r}")
@@ -304,6 +305,9 @@ def _redis_options(read: Reader, raw: Any) -> RedisSpec | None:
     for field, value in (("db", db), ("poolSize", pool)):
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if field == "db" else 1):
             read.fail(field, "must be a whole number" + (" >= 0" if field == "db" else " >= 1"))
+    if clustered and db not in (0, None) and not isinstance(db, bool):
+        read.fail("db", f"must be 0 with clustered: true (a Redis Cluster has only database 0 and refuses SELECT),"
+                        f" got {db!r}")
     if host is None:
         return None
     if host.startswith("unix://"):
@@ -316,7 +320,7 @@ def _redis_options(read: Reader, raw: Any) -> RedisSpec | None:
     ca = _redis_ca(read, raw.get("tlsCertMountPath"), name.strip("[]")) if socket_type == "TLS" else None
     if read.problems:
         return None
-    return RedisSpec(name.strip("[]"), int(port), db, pool, socket_type == "TLS", ca)
+    return RedisSpec(name.strip("[]"), int(port), db, pool, socket_type == "TLS", ca, clustered)
 
 
 def _redis_ca(read: Reader, path: Any, host: str) -> bytes | None:

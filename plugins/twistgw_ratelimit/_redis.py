@@ -17,6 +17,14 @@ sent again once with ``EVAL``, which also loads it. The client is
 that gets no answer within ``requestTimeout`` fails, the hung connection is
 dropped and made again, so a Redis that returns is used again without a
 restart.
+
+On a Redis Cluster (``clustered: true``) a script may touch only keys of one
+hash slot, so each counter's key carries its bucket as a hash tag
+(``twistgw:rl:{<bucket>}|<window>``: every window of a bucket in one slot,
+chosen by the gateway, never by a value a client sends) and a turn's batch
+is one script call per slot, pipelined per primary; the requests of the
+turn learn their counts once every slot answered (:class:`_Turn`). The
+routing, redirections and failovers are :mod:`twistgw.rediscluster`'s.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from twisted.internet.defer import Deferred
 
 import twistgw
 from twistgw.redis import RedisClient, RedisConfig, ReplyError
+from twistgw.rediscluster import RedisCluster, key_slot
 
 #: INCRBY each key by its hits; EXPIRE it when this batch created it. KEYS:
 #: counters; ARGV: hits1, ttl1, hits2, ttl2, ... Returns the new counts.
@@ -81,8 +90,7 @@ class _Batch:
             store.client.send(tuple(self.command), self, flush=True)
             return
         if isinstance(totals, Exception):
-            reason = f"Redis at {store.address}: {totals}" if isinstance(totals, ReplyError) else str(totals)
-            store.fail(reason, self.requests)
+            store.fail(store.reason(totals), self.requests)
             return
         counters = self.counters
         if not isinstance(totals, list) or len(totals) != len(counters):
@@ -99,6 +107,81 @@ class _Batch:
             deliver(token, counts, None)
 
 
+class _Turn:
+    """One reactor turn's counts on a cluster: several script calls (one per
+    hash slot); the turn's requests are told once all of them answered. A
+    request with a counter in a slot that failed gets the failure; its
+    other counters keep their places in their counts."""
+
+    __slots__ = ("store", "counters", "requests", "waiting", "totals", "failed")
+
+    def __init__(self, store: "RedisCounters", counters: dict[str, list[int]], requests: list[_Request],
+                 waiting: int) -> None:
+        self.store = store
+        self.counters = counters
+        self.requests = requests
+        self.waiting = waiting
+        self.totals: dict[str, int] = {}
+        self.failed: dict[str, str] = {}
+
+    def answered(self, keys: list[str], totals: list[int] | None, reason: str | None) -> None:
+        if totals is None:
+            self.failed.update((key, reason or "failed") for key in keys)
+        else:
+            self.totals.update(zip(keys, totals, strict=True))
+        self.waiting -= 1
+        if self.waiting:
+            return
+        counters, failed = self.counters, self.failed
+        # each key's count before this turn; hits are handed out in arrival order
+        seen = {key: total - counters[key][1] for key, total in self.totals.items()}
+        for keys, deliver, token in self.requests:
+            counts = []
+            why = None
+            for key in keys:
+                if key in seen:
+                    n = seen[key] = seen[key] + 1
+                    counts.append(n)
+                else:
+                    why = failed[key]
+            if why is None:
+                deliver(token, counts, None)
+            else:
+                deliver(token, None, why)
+
+
+class _SlotBatch:
+    """One hash slot's script call of a turn on a cluster."""
+
+    __slots__ = ("turn", "keys", "command", "slot", "retried")
+
+    def __init__(self, turn: _Turn, keys: list[str], command: list[Any], slot: int) -> None:
+        self.turn = turn
+        self.keys = keys
+        self.command = command
+        self.slot = slot
+        self.retried = False
+
+    def __call__(self, totals: Any) -> None:
+        store = self.turn.store
+        if isinstance(totals, ReplyError) and str(totals).startswith("NOSCRIPT") and not self.retried:
+            self.retried = True  # this node does not know the script yet: EVAL loads it there
+            self.command[0:2] = ["EVAL", SCRIPT]
+            cluster = store.client
+            assert isinstance(cluster, RedisCluster)
+            cluster.send(tuple(self.command), self, self.slot, flush=True)
+            return
+        if isinstance(totals, Exception):
+            store.sent_failed()
+            self.turn.answered(self.keys, None, store.reason(totals))
+        elif not isinstance(totals, list) or len(totals) != len(self.keys):
+            store.sent_failed()
+            self.turn.answered(self.keys, None, f"unexpected answer from Redis at {store.address}: {totals!r}")
+        else:
+            store.sent_ok.inc()
+            self.turn.answered(self.keys, totals, None)
+
+
 class RedisCounters:
     """Fixed-window counters in one Redis server.
 
@@ -110,7 +193,9 @@ class RedisCounters:
         self.reactor = reactor
         self.address = config.address
         self.timeout = timeout
-        self.client = RedisClient(reactor, config, timeout)
+        self.clustered = config.clustered
+        self.client: RedisClient | RedisCluster = (RedisCluster(reactor, config, timeout) if config.clustered
+                                                   else RedisClient(reactor, config, timeout))
         self.sent_ok = COMMANDS.labels(self.address, "ok")
         self._sent_failed = COMMANDS.labels(self.address, "failed")
         self._increments = INCREMENTS.labels(self.address)
@@ -140,12 +225,51 @@ class RedisCounters:
     def _flush(self) -> None:
         counters, requests = self._counters, self._requests
         self._counters, self._requests = {}, []
+        if self.clustered:
+            self._flush_slots(counters, requests)
+            return
         command: list[Any] = ["EVALSHA", SCRIPT_SHA, len(counters)]
         command += [KEY_PREFIX + key for key in counters]
         for ttl, hits in counters.values():
             command += (hits, ttl)
         self._increments.inc(len(counters))
         self.client.send(tuple(command), _Batch(self, counters, requests, command), flush=True)
+
+    def _flush_slots(self, counters: dict[str, list[int]], requests: list[_Request]) -> None:
+        """A cluster: one script call per hash slot (one per primary's write)."""
+        groups: dict[int, list[str]] = {}
+        for key in counters:
+            bucket, _, window = key.rpartition("|")
+            groups.setdefault(key_slot(f"{KEY_PREFIX}{{{bucket}}}|{window}"), []).append(key)
+        self._increments.inc(len(counters))
+        turn = _Turn(self, counters, requests, len(groups))
+        cluster = self.client
+        assert isinstance(cluster, RedisCluster)
+        single = len(groups) == 1
+        for slot, keys in groups.items():
+            command: list[Any] = ["EVALSHA", SCRIPT_SHA, len(keys)]
+            for key in keys:
+                bucket, _, window = key.rpartition("|")
+                command.append(f"{KEY_PREFIX}{{{bucket}}}|{window}")
+            for key in keys:
+                ttl, hits = counters[key]
+                command += (hits, ttl)
+            cluster.send(tuple(command), _SlotBatch(turn, keys, command, slot), slot, flush=single)
+        if not single:
+            cluster.flush()
+
+    def reason(self, error: Exception) -> str:
+        """Why a batch failed, in one line (a Redis Cluster node answering a
+        client that does not know it is one: say so)."""
+        if not isinstance(error, ReplyError):
+            return str(error)
+        text = f"Redis at {self.address}: {error}"
+        if not self.clustered and str(error).startswith(("MOVED ", "ASK ", "CLUSTERDOWN")):
+            text += " (a Redis Cluster node: set ratelimitServer.redis.clustered: true)"
+        return text
+
+    def sent_failed(self) -> None:
+        self._sent_failed.inc()
 
     def fail(self, reason: str, requests: list[_Request]) -> None:
         self._sent_failed.inc()

@@ -25,10 +25,14 @@ test that runs on the reactor (run them in a thread from there).
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+import hiredis
 
 from support.ports import free_port
 from support.redis import INSTALL_HINT, RedisMissing, RedisServer
@@ -36,6 +40,17 @@ from support.redis import INSTALL_HINT, RedisMissing, RedisServer
 __all__ = ["RedisClusterServers", "find_redis_cli"]
 
 SLOTS = 16384
+
+
+def _printed(reply: Any) -> str:
+    """A reply as redis-cli prints it (without quotes or numbering)."""
+    if isinstance(reply, list):
+        return "\n".join(_printed(r) for r in reply)
+    if isinstance(reply, bytes):
+        return reply.decode("utf-8", "replace").strip()
+    if reply is None:
+        return ""
+    return str(reply)
 
 
 def find_redis_cli() -> str:
@@ -59,6 +74,9 @@ class RedisClusterServers:
         self.password = password
         self.tls = tls
         self.nodes: list[RedisServer] = []
+        self._connections: dict[int, socket.socket] = {}
+        self._readers: dict[int, Any] = {}
+        self._lock = threading.RLock()  # tests call the helpers from threads too
         for i in range(primaries * (1 + replicas)):
             port, bus = free_port(), free_port()
             extra = ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
@@ -76,10 +94,53 @@ class RedisClusterServers:
         return out
 
     def run(self, node: RedisServer, *args: str, timeout: float = 10) -> str:
-        """One command through ``redis-cli`` on ``node``; its output stripped."""
-        out = subprocess.run([self.cli, "-h", "127.0.0.1", "-p", str(node.port), *self.cli_args(), *args],
-                             capture_output=True, text=True, timeout=timeout, check=True)
-        return out.stdout.strip()
+        """One command on ``node``, its reply as ``redis-cli`` prints it (an array one element a
+        line, an error reply as its text); over a kept connection (a redis-cli process per
+        command costs tens of milliseconds on a busy machine). ``--cluster ...`` runs redis-cli."""
+        if args and args[0] == "--cluster":
+            out = subprocess.run([self.cli, "-h", "127.0.0.1", "-p", str(node.port), *self.cli_args(), *args],
+                                 capture_output=True, text=True, timeout=timeout, check=True)
+            return out.stdout.strip()
+        with self._lock:
+            return self._command(node, args, timeout)
+
+    def _command(self, node: RedisServer, args: tuple[str, ...], timeout: float) -> str:
+        for attempt in (0, 1):
+            conn = self._connection(node, timeout)
+            try:
+                conn.sendall(hiredis.pack_command(args))
+                reader = self._readers[node.port]
+                while (reply := reader.gets()) is False:
+                    data = conn.recv(65536)
+                    if not data:
+                        raise ConnectionError(f"{node.address} closed the connection")
+                    reader.feed(data)
+                return _printed(reply)
+            except OSError:
+                self._drop(node)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _connection(self, node: RedisServer, timeout: float) -> socket.socket:
+        conn = self._connections.get(node.port)
+        if conn is None:
+            conn = socket.create_connection(("127.0.0.1", node.port), timeout=timeout)
+            self._connections[node.port] = conn
+            self._readers[node.port] = hiredis.Reader()
+            if self.password is not None:
+                conn.sendall(hiredis.pack_command(("AUTH", self.password)))
+                reader = self._readers[node.port]
+                while reader.gets() is False:
+                    reader.feed(conn.recv(65536))
+        conn.settimeout(timeout)
+        return conn
+
+    def _drop(self, node: RedisServer) -> None:
+        conn = self._connections.pop(node.port, None)
+        self._readers.pop(node.port, None)
+        if conn is not None:
+            conn.close()
 
     @property
     def seed(self) -> str:
@@ -155,7 +216,7 @@ class RedisClusterServers:
                            for v in views.values()) and self._agree(views) and self._replicating():
                         return
                 last = states[0] if states else "no live node"
-            except (subprocess.SubprocessError, IndexError) as exc:
+            except (subprocess.SubprocessError, OSError, IndexError) as exc:
                 last = str(exc)
             time.sleep(0.1)
         raise AssertionError(f"the cluster is not ok after {timeout}s: {last}")
@@ -182,6 +243,7 @@ class RedisClusterServers:
         process.kill()
         process.wait(10)
         node.process = None
+        self._drop(node)
 
     def revive(self, node: RedisServer) -> None:
         """Start ``node`` again on its port with its nodes file: it rejoins (as a replica, if replaced)."""
@@ -202,7 +264,7 @@ class RedisClusterServers:
             try:
                 if self.role(node) == "master":
                     return
-            except subprocess.SubprocessError:
+            except (subprocess.SubprocessError, OSError):
                 pass
             if time.monotonic() > deadline:
                 raise AssertionError(f"{node.address} did not become a primary within {timeout}s")
@@ -243,15 +305,22 @@ class RedisClusterServers:
                 self.run(node, "FLUSHALL")
 
     def heal(self, timeout: float = 60.0) -> None:
-        """Every node running again and the cluster ok (after a test killed or moved things)."""
+        """Every node running again, no slot left half-migrated, and the cluster ok (after a
+        test killed or moved things)."""
         for node in self.nodes:
             if node.process is None or node.process.poll() is not None:
                 node.process = None
                 node.start()
+        for node in self.live():
+            mine = next((f for f in self._nodes_view(node) if "myself" in f[2]), [])
+            for part in mine[8:]:
+                if part.startswith("["):  # [slot->-id] migrating, [slot-<-id] importing
+                    self.run(node, "CLUSTER", "SETSLOT", part[1:].split("-")[0], "STABLE")
         self.wait_ok(timeout)
 
     def stop(self) -> None:
         for node in self.nodes:
+            self._drop(node)
             node.stop()
 
     def __enter__(self) -> "RedisClusterServers":
