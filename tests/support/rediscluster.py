@@ -165,19 +165,30 @@ class RedisClusterServers:
     def _nodes_view(self, via: RedisServer) -> list[list[str]]:
         return [line.split() for line in self.run(via, "CLUSTER", "NODES").splitlines() if line.strip()]
 
-    def owner(self, slot: int) -> RedisServer:
-        """The primary serving ``slot`` now, as a live node sees it."""
+    def owners(self) -> list[RedisServer | None]:
+        """Each slot's primary now, as a live node sees it (None: nobody serves it)."""
         by_id = {self.node_id(n): n for n in self.live()}
+        out: list[RedisServer | None] = [None] * SLOTS
         for fields in self._nodes_view(self._any()):
-            if "master" not in fields[2] or "fail" in fields[2]:
+            if "master" not in fields[2] or "fail" in fields[2] or fields[0] not in by_id:
                 continue
             for part in fields[8:]:
                 if part.startswith("["):
                     continue
                 low, _, high = part.partition("-")
-                if int(low) <= slot <= int(high or low):
-                    return by_id[fields[0]]
-        raise AssertionError(f"no primary serves slot {slot}")
+                out[int(low):int(high or low) + 1] = [by_id[fields[0]]] * (int(high or low) - int(low) + 1)
+        return out
+
+    def owner(self, slot: int) -> RedisServer:
+        """The primary serving ``slot`` now, as a live node sees it."""
+        found = self.owners()[slot]
+        if found is None:
+            raise AssertionError(f"no primary serves slot {slot}")
+        return found
+
+    def first_slot(self, primary: RedisServer) -> int:
+        """The lowest slot ``primary`` serves (``redis-cli --cluster reshard`` moves those first)."""
+        return self.owners().index(primary)
 
     def replica_of(self, primary: RedisServer) -> RedisServer:
         pid = self.node_id(primary)
