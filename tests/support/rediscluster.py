@@ -165,11 +165,19 @@ class RedisClusterServers:
     def _nodes_view(self, via: RedisServer) -> list[list[str]]:
         return [line.split() for line in self.run(via, "CLUSTER", "NODES").splitlines() if line.strip()]
 
-    def owners(self) -> list[RedisServer | None]:
-        """Each slot's primary now, as a live node sees it (None: nobody serves it)."""
+    def owners(self, timeout: float = 10.0) -> list[RedisServer | None]:
+        """Each slot's primary now (None: nobody serves it), once every live node sees the same."""
         by_id = {self.node_id(n): n for n in self.live()}
+        deadline = time.monotonic() + timeout
+        while True:
+            views = [self._owners_seen_by(n, by_id) for n in self.live()]
+            if all(v == views[0] for v in views) or time.monotonic() > deadline:
+                return views[0]
+            time.sleep(0.05)
+
+    def _owners_seen_by(self, node: RedisServer, by_id: dict[str, RedisServer]) -> list[RedisServer | None]:
         out: list[RedisServer | None] = [None] * SLOTS
-        for fields in self._nodes_view(self._any()):
+        for fields in self._nodes_view(node):
             if "master" not in fields[2] or "fail" in fields[2] or fields[0] not in by_id:
                 continue
             for part in fields[8:]:
@@ -268,6 +276,7 @@ class RedisClusterServers:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{replica.address} did not become a primary")
             time.sleep(0.05)
+        self.wait_ok(timeout)  # every node knows it (owner() asks one of them)
 
     def wait_primary(self, node: RedisServer, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
