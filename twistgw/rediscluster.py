@@ -14,7 +14,8 @@
 
 * **The slot map.** The configured address is a seed (one node, or a name
   that resolves to several): the cluster is asked ``CLUSTER SHARDS`` (Redis
-  7+; ``CLUSTER SLOTS`` when a node does not know it) and each of the 16384
+  7+; ``CLUSTER SLOTS`` when a node does not know it, or the ACL user may not
+  run it) and each of the 16384
   slots gets its primary. Commands sent before the first map wait for it
   (at most ``timeout``). Only primaries are used: counters and sessions are
   read back at once, and a replica may lag.
@@ -285,7 +286,7 @@ class RedisCluster:
         where = asked.address
         if isinstance(value, ReplyError):
             text = str(value).splitlines()[0][:200]
-            if command[1] == "SHARDS" and "unknown subcommand" in text.lower():
+            if command[1] == "SHARDS" and ("unknown subcommand" in text.lower() or text.startswith("NOPERM")):
                 self._use_slots = True
                 self._refresh()
                 return

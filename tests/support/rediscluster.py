@@ -63,11 +63,13 @@ def find_redis_cli() -> str:
 class RedisClusterServers:
     """``primaries`` × (1 + ``replicas``) nodes of one cluster, ``--cluster-node-timeout``
     ``node_timeout`` ms (how soon a dead primary is replaced); ``args`` go to every node
-    (a password: also give ``password`` so the helpers can log in)."""
+    (a password: also give ``password`` so the helpers can log in). ``tls`` (certificate,
+    key, CA) adds a TLS port to each node and puts the bus in TLS, whose connections need
+    a client certificate (``tls_client``: certificate and key)."""
 
     def __init__(self, directory: Path, primaries: int = 3, replicas: int = 1, node_timeout: int = 1000,
-                 args: tuple[str, ...] = (), password: str | None = None, tls: tuple[Path, Path, Path] | None = None
-                 ) -> None:
+                 args: tuple[str, ...] = (), password: str | None = None, tls: tuple[Path, Path, Path] | None = None,
+                 tls_client: tuple[Path, Path] | None = None) -> None:
         self.cli = find_redis_cli()
         self.directory = Path(directory)
         self.primaries, self.replicas = primaries, replicas
@@ -84,6 +86,9 @@ class RedisClusterServers:
                      "--cluster-replica-validity-factor", "0", *args]
             if tls is not None:  # a TLS port beside the plain one (the helpers'); the bus and replication in TLS
                 extra += ["--tls-cluster", "yes", "--tls-replication", "yes"]
+                if tls_client is not None:  # the bus checks its peers' client certificates, always
+                    extra += ["--tls-client-cert-file", str(tls_client[0]), "--tls-client-key-file",
+                              str(tls_client[1])]
             node = RedisServer(self.directory / f"node{i}", port=port, args=extra, tls=tls)
             self.nodes.append(node)
 
