@@ -18,6 +18,8 @@ Blocking helpers (processes, threads): plain synchronous tests.
 from __future__ import annotations
 
 import http.client
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -26,7 +28,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+import pytest_twisted
+import yaml
 from rl_helpers import WITH_AUTH, config, per, route
+from twisted.internet import defer
 
 from twistgw.config.errors import ConfigError
 from twistgw.rediscluster import key_slot
@@ -350,3 +355,32 @@ def test_a_plain_client_on_a_cluster_says_to_set_clustered(redis_cluster: RedisC
         assert found[500] > 0 and found[500] + found[200] == 12, found
         gw.wait_log("set ratelimitServer.redis.clustered: true")
 
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster" / "gateway.yaml"
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_operations_example(redis_cluster: RedisClusterServers) -> None:
+    """docs/operations.md's examples/cluster/gateway.yaml loads as it is
+    (twistgw check), and its Settings count exactly on the real cluster (the
+    Service's address replaced by a node's; the test cluster has no password)."""
+    out = subprocess.run([sys.executable, "-m", "twistgw", "check", str(EXAMPLE.parent)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    (settings_doc,) = [d for d in docs if d["kind"] == "Settings"]
+    redis = settings_doc["spec"]["ratelimitServer"]["redis"]
+    assert redis["clustered"] is True
+    redis["address"] = redis_cluster.seed
+    del redis["authSecretRef"]
+    text = config({"ratelimitBasic": {"anonymousLimits": per(5, "HOUR")}}, redis=None,
+                  settings=settings_doc["spec"])
+    fresh_hour()
+    tester = ChainTester.from_yaml(text, WITH_AUTH)
+    try:
+        found = await defer.gatherResults([defer.Deferred.fromCoroutine(tester.request("GET", "http://a.example/"))
+                                           for _ in range(12)])
+        assert [r.status for r in found] == [200] * 5 + [429] * 7
+    finally:
+        await tester.host.unconfigure()
