@@ -41,7 +41,9 @@ sessions) uses it::
   by subjectAltName.
 
 :class:`RedisPool` spreads a plugin's commands over a few connections, one
-connection per reactor turn.
+connection per reactor turn. On a Redis Cluster (``RedisConfig(clustered=True)``)
+:class:`twistgw.rediscluster.RedisCluster` routes each command to the
+primary of its hash slot, over one :class:`RedisPool` per primary.
 """
 
 from __future__ import annotations
