@@ -123,7 +123,8 @@ class RedisCluster:
         self._use_slots = False  # a node did not know CLUSTER SHARDS: ask CLUSTER SLOTS
         self._asked = 0  # which node to ask next, round robin
         self._closed = False
-        self._retired: list[RedisPool] = []
+        self._retired: list[tuple[RedisPool, Any]] = []  # pools no primary uses, and their closing call
+        self._logged: str | None = None
         #: how many maps were read, and redirections followed (MOVED, ASK, TRYAGAIN), for tests and logs
         self.refreshes = 0
         self.redirects: dict[str, int] = {"MOVED": 0, "ASK": 0, "TRYAGAIN": 0}
@@ -310,7 +311,9 @@ class RedisCluster:
         if self._slots is None:
             self._down = why
             self._fail_pending(why)
-        self._log.warn("{reason}; asking again in {delay:g}s", reason=why, delay=self._delay)
+        if why != self._logged:  # once per distinct reason, not once per attempt
+            self._logged = why
+            self._log.warn("{reason}; asking again in {delay:g}s", reason=why, delay=self._delay)
         self._refresh_call = self.reactor.callLater(self._delay, self._refresh)
         self._delay = min(self._delay * 2, MAX_DELAY)
 
@@ -328,7 +331,7 @@ class RedisCluster:
             self._log.info("Redis Cluster at {address}: primaries {nodes}{missing}", address=self.address,
                            nodes=", ".join(sorted(p.address for p in primaries.values())) or "none",
                            missing=f"; {unserved} hash slots without one" if unserved else "")
-        self._slots, self._primaries, self._down = table, primaries, None
+        self._slots, self._primaries, self._down, self._logged = table, primaries, None, None
         self._retire()
         if unserved:  # a primary failed and no replica took over yet: look again soon
             self._refresh_call = self.reactor.callLater(self._delay, self._refresh)
@@ -343,13 +346,11 @@ class RedisCluster:
         for key, pool in list(self._nodes.items()):
             if id(pool) not in used:
                 del self._nodes[key]
-                self.reactor.callLater(self.timeout + 0.05, self._close_retired, pool)
-                self._retired.append(pool)
+                self._retired.append((pool, self.reactor.callLater(self.timeout + 0.05, self._close_retired, pool)))
 
     def _close_retired(self, pool: RedisPool) -> None:
-        if pool in self._retired:
-            self._retired.remove(pool)
-            pool.close()
+        self._retired = [(p, call) for p, call in self._retired if p is not pool]
+        pool.close()
 
     def _dispatch(self) -> None:
         pending, self._pending = self._pending, []
@@ -396,7 +397,10 @@ class RedisCluster:
                 call.cancel()
         self._refresh_call = self._pending_timer = None
         self._fail_pending(f"the client of the Redis Cluster at {self.address} was closed")
-        pools = list(self._nodes.values()) + self._retired
+        for _, call in self._retired:
+            if call.active():
+                call.cancel()
+        pools = list(self._nodes.values()) + [p for p, _ in self._retired]
         self._nodes, self._retired, self._primaries = {}, [], {}
         if not pools:
             return succeed(None)
