@@ -59,9 +59,9 @@ def write_config(directory: Path, seed: str, deny: bool) -> str:
     return str(directory)
 
 
-def tag(bucket: str) -> str:
+def tag(bucket: str, key: str = "bucket") -> str:
     """The hash tag of a bucket's counters (twistgw:rl:{settings|d|bucket=NAME}|window)."""
-    return f"settings|d|bucket={bucket}"
+    return f"settings|d|{key}={bucket}"
 
 
 def bucket_in(slots: Callable[[int], bool], prefix: str) -> str:
@@ -139,10 +139,10 @@ def fresh_hour() -> None:
         time.sleep(left + 0.1)
 
 
-def counter_value(cluster: RedisClusterServers, bucket: str) -> int:
+def counter_value(cluster: RedisClusterServers, bucket: str, key: str = "bucket") -> int:
     """The bucket's count in this hour's window, read on the primary of its slot."""
-    owner = cluster.owner(key_slot(tag(bucket)))
-    keys = cluster.run(owner, "KEYS", f"twistgw:rl:{{{tag(bucket)}}}|*").split()
+    owner = cluster.owner(key_slot(tag(bucket, key)))
+    keys = cluster.run(owner, "KEYS", f"twistgw:rl:{{{tag(bucket, key)}}}|*").split()
     assert len(keys) == 1, (bucket, keys)
     return int(cluster.run(owner, "GET", keys[0]))
 
@@ -384,3 +384,71 @@ async def test_the_operations_example(redis_cluster: RedisClusterServers) -> Non
         assert [r.status for r in found] == [200] * 5 + [429] * 7
     finally:
         await tester.host.unconfigure()
+
+
+def two_rules(seed: str, deny: bool) -> str:
+    """Each request counts twice: by its x-bucket header, and in one shared bucket (generic_key=all)."""
+    options = {"ratelimit": {"rateLimits": [
+        {"actions": [{"requestHeaders": {"headerName": HEADER, "descriptorKey": "bucket"}}]},
+        {"actions": [{"genericKey": {"descriptorValue": "all"}}]}]}}
+    server = settings(seed, deny)
+    server["ratelimit"]["descriptors"].append({"key": "generic_key", "value": "all",
+                                               "rateLimit": per(1000, "HOUR")})
+    return config(options, settings=server, redis=None)
+
+
+async def statuses(tester: ChainTester, buckets: list[str]) -> list[int]:
+    """One request per bucket, all in one reactor turn (one batch)."""
+    found = await defer.gatherResults([defer.Deferred.fromCoroutine(
+        tester.request("GET", "http://a.example/", headers={HEADER: b})) for b in buckets])
+    return [r.status for r in found]
+
+
+@pytest_twisted.ensureDeferred
+async def test_one_turn_over_many_slots_and_noscript(redis_cluster: RedisClusterServers) -> None:
+    """A turn's requests over twelve buckets (twelve slots, three primaries):
+    one script call per slot, exact counts; after SCRIPT FLUSH on every
+    primary each slot's call is sent again with EVAL, still exact."""
+    fresh_hour()
+    buckets = [f"turn{i}" for i in range(12)]
+    tester = ChainTester.from_yaml(two_rules(redis_cluster.seed, True), WITH_AUTH)
+    try:
+        assert await statuses(tester, buckets * 2) == [200] * 24
+        for node in redis_cluster.live():
+            if redis_cluster.role(node) == "master":
+                redis_cluster.run(node, "SCRIPT", "FLUSH")
+        found = await statuses(tester, buckets * (N - 1))
+        assert found == [200] * (12 * (N - 2)) + [429] * 12  # N per bucket, in arrival order
+        assert [counter_value(redis_cluster, b) for b in buckets] == [N + 1] * 12
+        assert counter_value(redis_cluster, "all", "generic_key") == 12 * (N + 1)
+        evals = sum(int(line.split("calls=")[1].split(",")[0]) for node in redis_cluster.live()
+                    for line in redis_cluster.run(node, "INFO", "commandstats").splitlines()
+                    if line.startswith("cmdstat_eval:"))
+        assert evals >= 3  # the script loaded again on each primary
+    finally:
+        await tester.host.unconfigure()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_request_over_a_dead_slot_and_a_live_one(redis_cluster: RedisClusterServers) -> None:
+    """A request counted in two slots, one of them without a node: denyOnFail
+    decides for it (500, or admitted), and its count in the live slot stands."""
+    fresh_hour()
+    shared_slot = key_slot(tag("all", "generic_key"))
+    owners = redis_cluster.owners()
+    dead = bucket_in(lambda s: owners[s] is not owners[shared_slot], "deadslot")
+    primary = owners[key_slot(tag(dead))]
+    assert primary is not None
+    replica = redis_cluster.replica_of(primary)
+    closed = ChainTester.from_yaml(two_rules(redis_cluster.seed, True), WITH_AUTH)
+    opened = ChainTester.from_yaml(two_rules(redis_cluster.seed, False), WITH_AUTH)
+    try:
+        assert await statuses(closed, ["alive"]) == [200] and await statuses(opened, ["alive"]) == [200]
+        redis_cluster.kill(replica)
+        redis_cluster.kill(primary)
+        assert await statuses(closed, [dead, "alive"]) == [500, 200]
+        assert await statuses(opened, [dead, "alive"]) == [200, 200]
+        assert counter_value(redis_cluster, "all", "generic_key") == 6  # every request counted there
+    finally:
+        await closed.host.unconfigure()
+        await opened.host.unconfigure()
