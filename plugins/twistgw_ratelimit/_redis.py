@@ -72,22 +72,23 @@ _Request = tuple[list[str], Deliver, Any]
 class _Batch:
     """One reactor turn's command: receives its reply (the client calls it)."""
 
-    __slots__ = ("store", "counters", "requests", "command", "retried")
+    __slots__ = ("store", "counters", "requests", "command", "retried", "slot")
 
     def __init__(self, store: "RedisCounters", counters: dict[str, list[int]], requests: list[_Request],
-                 command: list[Any]) -> None:
+                 command: list[Any], slot: int | None = None) -> None:
         self.store = store
         self.counters = counters
         self.requests = requests
         self.command = command
         self.retried = False
+        self.slot = slot  # on a cluster: the one hash slot of every counter of the turn
 
     def __call__(self, totals: Any) -> None:
         store = self.store
         if isinstance(totals, ReplyError) and str(totals).startswith("NOSCRIPT") and not self.retried:
             self.retried = True  # once, with the script itself (EVAL loads it for the next EVALSHA)
             self.command[0:2] = ["EVAL", SCRIPT]
-            store.client.send(tuple(self.command), self, flush=True)
+            store.resend(self.command, self, self.slot)
             return
         if isinstance(totals, Exception):
             store.fail(store.reason(totals), self.requests)
@@ -105,6 +106,16 @@ class _Batch:
                 n = seen[key] = seen[key] + 1
                 counts.append(n)
             deliver(token, counts, None)
+
+
+def _command(counters: dict[str, list[int]], keys: list[str], names: dict[str, str]) -> list[Any]:
+    """The script call of ``keys`` (one hash slot's): their names on the cluster, hits and ttls."""
+    command: list[Any] = ["EVALSHA", SCRIPT_SHA, len(keys)]
+    command += [names[key] for key in keys]
+    for key in keys:
+        ttl, hits = counters[key]
+        command += (hits, ttl)
+    return command
 
 
 class _Turn:
@@ -167,9 +178,7 @@ class _SlotBatch:
         if isinstance(totals, ReplyError) and str(totals).startswith("NOSCRIPT") and not self.retried:
             self.retried = True  # this node does not know the script yet: EVAL loads it there
             self.command[0:2] = ["EVAL", SCRIPT]
-            cluster = store.client
-            assert isinstance(cluster, RedisCluster)
-            cluster.send(tuple(self.command), self, self.slot, flush=True)
+            store.resend(self.command, self, self.slot)
             return
         if isinstance(totals, Exception):
             store.sent_failed()
@@ -236,27 +245,41 @@ class RedisCounters:
         self.client.send(tuple(command), _Batch(self, counters, requests, command), flush=True)
 
     def _flush_slots(self, counters: dict[str, list[int]], requests: list[_Request]) -> None:
-        """A cluster: one script call per hash slot (one per primary's write)."""
+        """A cluster: one script call per hash slot (one write per primary).
+        A turn whose counters share one slot (the usual case: few buckets
+        per turn) is one call, delivered as on one server."""
         groups: dict[int, list[str]] = {}
+        names: dict[str, str] = {}
         for key in counters:
             bucket, _, window = key.rpartition("|")
-            groups.setdefault(key_slot(f"{KEY_PREFIX}{{{bucket}}}|{window}"), []).append(key)
+            name = names[key] = f"{KEY_PREFIX}{{{bucket}}}|{window}"
+            slot = key_slot(name)
+            group = groups.get(slot)
+            if group is None:
+                groups[slot] = [key]
+            else:
+                group.append(key)
         self._increments.inc(len(counters))
-        turn = _Turn(self, counters, requests, len(groups))
         cluster = self.client
         assert isinstance(cluster, RedisCluster)
-        single = len(groups) == 1
+        if len(groups) == 1:
+            ((slot, keys),) = groups.items()
+            command = _command(counters, keys, names)
+            cluster.send(tuple(command), _Batch(self, counters, requests, command, slot), slot, flush=True)
+            return
+        turn = _Turn(self, counters, requests, len(groups))
         for slot, keys in groups.items():
-            command: list[Any] = ["EVALSHA", SCRIPT_SHA, len(keys)]
-            for key in keys:
-                bucket, _, window = key.rpartition("|")
-                command.append(f"{KEY_PREFIX}{{{bucket}}}|{window}")
-            for key in keys:
-                ttl, hits = counters[key]
-                command += (hits, ttl)
-            cluster.send(tuple(command), _SlotBatch(turn, keys, command, slot), slot, flush=single)
-        if not single:
-            cluster.flush()
+            command = _command(counters, keys, names)
+            cluster.send(tuple(command), _SlotBatch(turn, keys, command, slot), slot)
+        cluster.flush()
+
+    def resend(self, command: list[Any], receiver: Any, slot: int | None) -> None:
+        """A batch once more (NOSCRIPT: now with EVAL), at once."""
+        client = self.client
+        if isinstance(client, RedisCluster):
+            client.send(tuple(command), receiver, slot, flush=True)
+        else:
+            client.send(tuple(command), receiver, flush=True)
 
     def reason(self, error: Exception) -> str:
         """Why a batch failed, in one line (a Redis Cluster node answering a
