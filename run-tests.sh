@@ -7,57 +7,58 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-if ! command -v slapd >/dev/null 2>&1 && [ ! -x /usr/sbin/slapd ]; then
-  echo "run-tests: OpenLDAP slapd is required: the LDAP tests run a real directory." >&2
+# Every system tool the suite runs, checked here at the start, each as
+# "command:Debian package". The packages are the one apt-get line below;
+# .ci/run's PACKAGES and the README's list are the same list
+# (tests/docs/test_system_tools.py checks the three agree).
+TOOLS="slapd:slapd ldapadd:ldap-utils samba-tool:samba smbclient:smbclient ldbsearch:ldb-tools ip:iproute2
+  redis-server:redis-server nginx:nginx haproxy:haproxy wrk:wrk chromium:chromium chromedriver:chromium-driver
+  htpasswd:apache2-utils ps:procps curl:curl openssl:openssl h2load:nghttp2-client"
+PACKAGES="slapd ldap-utils samba smbclient ldb-tools iproute2 redis-server nginx haproxy wrk chromium chromium-driver
+  apache2-utils python3-venv procps curl openssl nghttp2-client"
+PYTHON=${PYTHON:-python3}
+# where the tools are looked for: PATH and the sbin directories a user's PATH
+# often lacks (tests/docs/test_system_tools.py points it at a directory of its own)
+TOOL_PATH=${TWISTGW_TOOL_PATH:-$PATH:/usr/local/sbin:/usr/sbin:/sbin}
+
+missing_tools() {
+  # "command (package)" for each tool that is not installed
+  local tool
+  for tool in $TOOLS; do
+    if ! PATH="$TOOL_PATH" command -v "${tool%%:*}" >/dev/null 2>&1; then
+      echo "${tool%%:*} (${tool##*:})"
+    fi
+  done
+  # python3-venv: what "python3 -m venv" needs on Debian (ensurepip)
+  if [ ! -x .venv/bin/python ] && ! "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    echo "$PYTHON -m venv (python3-venv)"
+  fi
+}
+
+missing=$(missing_tools)
+if [ -n "$missing" ]; then
+  echo "run-tests: the suite runs these real tools, and they are missing: $(echo $missing | sed 's/) /), /g')" >&2
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "run-tests: installing slapd and ldap-utils with apt-get" >&2
+    echo "run-tests: installing them with apt-get" >&2
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slapd ldap-utils >/dev/null
-  else
-    echo "run-tests: install it with: sudo apt-get install slapd ldap-utils" >&2
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $PACKAGES >/dev/null
+    missing=$(missing_tools)
+  fi
+  if [ -n "$missing" ]; then
+    # shellcheck disable=SC2086
+    echo "run-tests: install everything the suite needs with: sudo apt-get install" $PACKAGES >&2
     exit 1
   fi
 fi
 
-if ! command -v curl >/dev/null 2>&1; then
-  echo "run-tests: curl is required: the TLS listener tests run the real curl binary." >&2
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null
-  else
-    echo "run-tests: install it with: sudo apt-get install curl" >&2
-    exit 1
-  fi
-fi
-
-if ! command -v samba-tool >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
-  echo "run-tests: Samba's AD DC is required: the LDAP tests run a real Active Directory." >&2
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq samba smbclient ldb-tools iproute2 >/dev/null
-  else
-    echo "run-tests: install it with: sudo apt-get install samba smbclient ldb-tools iproute2" >&2
-    exit 1
-  fi
-fi
-
-if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then
-  echo "run-tests: redis-server is required: the rate-limit tests count in a real Redis." >&2
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "run-tests: installing redis-server with apt-get" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-  else
-    echo "run-tests: install it with: sudo apt-get install redis-server" >&2
-    exit 1
-  fi
-fi
-
-# The OIDC tests (tests/oidc) run a real OpenID provider (oidc-provider under
-# Node.js), a real Redis (checked above) and headless Chromium: missing, they fail the suite.
-for tool in node:nodejs npm:npm chromium:chromium chromedriver:chromium-driver; do
-  if ! command -v "${tool%%:*}" >/dev/null 2>&1 && [ ! -x "/usr/bin/${tool%%:*}" ]; then
-    echo "run-tests: ${tool%%:*} is required by the OIDC tests: sudo apt-get install ${tool##*:}" >&2
+# The OIDC tests (tests/oidc) run a real OpenID provider (oidc-provider) under
+# Node.js: not in the apt-get line, as NodeSource's nodejs (which carries its
+# own npm) conflicts with Debian's npm.
+for tool in node npm; do
+  if ! command -v "$tool" >/dev/null 2>&1 && [ ! -x "/usr/bin/$tool" ]; then
+    echo "run-tests: $tool is required by the OIDC tests: install Node.js with npm" \
+      "(Debian: sudo apt-get install nodejs npm)" >&2
     exit 1
   fi
 done
@@ -66,7 +67,6 @@ if [ ! -d tests/oidc/idp/node_modules/oidc-provider ]; then
   (cd tests/oidc/idp && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
 # setuptools' build/ directory keeps modules that were moved or deleted in

@@ -53,6 +53,7 @@ import pathlib
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc_bench
 import oidc_bench
 from baseline import Baseline, BaselineError, prepare
 
@@ -71,12 +72,12 @@ DOCS = os.path.join(ROOT, "docs", "performance.md")
 
 # Scenario names, in the order of the table.
 REFERENCES = ["backend-direct", "nginx-proxy", "nginx-limit-req", "nginx-proxy-tls", "haproxy-proxy", "haproxy-jwt",
-              "bare-twisted", "probe-floor"]
+              "bare-twisted", "probe-floor", *grpc_bench.REFERENCES]
 GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
            "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "ratelimit-local", "ratelimit-redis",
            "ratelimit-cluster", "traffic", "upstream-tls",
            "apikey", "basic-cache", "opa-path", "passthrough",
-           *oidc_bench.SCENARIOS]
+           *oidc_bench.SCENARIOS, *grpc_bench.GATEWAY]
 ALL = REFERENCES + GATEWAY
 #: Run only when named in --scenarios (the --workers measurement).
 OPTIONAL = ["plain-textlog", "plain-w2", "plain-w2-free"]
@@ -116,6 +117,7 @@ DESCRIPTIONS = {
     "upstream-tls": "twistgw to the TLS backend (nginx HTTPS on core 0), sslConfig with a root CA and SNI: the"
                     " peer verified by name, pooled connections (goal: CPU <= 3x nginx-proxy-tls)",
     **oidc_bench.DESCRIPTIONS,
+    **grpc_bench.DESCRIPTIONS,
 }
 
 #: The name on the TLS backend's certificate (its subjectAltName), sent as SNI.
@@ -821,6 +823,8 @@ class Target:
     headers: list[str] = field(default_factory=list)  # for wrk -H
     script: list[str] = field(default_factory=list)  # ["-s", lua, ..., "--", args]
     fresh: bool = False
+    #: "h2load": the load is h2load -m 10 (gRPC over HTTP/2), not wrk
+    load: str = "wrk"
 
 
 @dataclass
@@ -911,6 +915,9 @@ class Bench:
         self.redis_port: int | None = None
         self.cluster_ports: list[int] = []
         self.baseline: Baseline | None = None
+        #: the fixed gRPC upstream (nginx h2c on core 0) and its files, for the gRPC rows
+        self.grpc_port = 0
+        self.grpc_dir = ""
 
     # -- setup ------------------------------------------------------------
 
@@ -923,6 +930,12 @@ class Bench:
     }}"""), self.backend_port, LOAD_CPU)
         if any(s.partition("@")[0] in ("upstream-tls", "nginx-proxy-tls") for s in self.args.scenarios):
             self.start_tls_backend()
+        if any(s.partition("@")[0] in (*grpc_bench.REFERENCES, *grpc_bench.GATEWAY) for s in self.args.scenarios):
+            self.grpc_dir = grpc_bench.prepare(self.prefix)
+            self.grpc_port = free_port()
+            start_nginx(self.procs, self.prefix, "backend-grpc", nginx_conf(
+                self.prefix, "backend-grpc", grpc_bench.backend_server_block(self.grpc_port, self.grpc_dir)),
+                self.grpc_port, LOAD_CPU)
         if any("jwt" in s.partition("@")[0] for s in self.args.scenarios):
             try:
                 self.mat = jwt_material(os.path.join(RESULTS, ".jwt"), self.fresh_tokens_needed())
@@ -1040,6 +1053,12 @@ class Bench:
                                  haproxy_conf(self.prefix, name, port, self.backend_port, rules), port, PROXY_CPU)
             check(port, expect)
             return Target(name, port, proc.pid, headers)
+        if name == "nginx-grpc":
+            extra, server = grpc_bench.grpc_pass_block(port, self.grpc_port, f"{self.prefix}/{name}.access.log")
+            proc = start_nginx(self.procs, self.prefix, name, nginx_conf(self.prefix, name, server, extra), port,
+                               PROXY_CPU)
+            self.check_grpc(port, name)
+            return Target(name, port, proc.pid, load="h2load")
         if name in ("bare-twisted", "probe-floor"):
             script = "bare_proxy.py" if name == "bare-twisted" else "probe_proxy.py"
             proc = self.procs.start(name, [PY, os.path.join(HERE, script), str(port),
@@ -1104,6 +1123,11 @@ class Bench:
             gateway_config(directory, self.backend_port, options, extra)
         elif kind in oidc_bench.SCENARIOS:
             headers, expect = self.oauth2_material(kind, directory)
+        elif kind in grpc_bench.GATEWAY:
+            gateway_config(directory, self.grpc_port, upstream=grpc_bench.upstream_yaml(self.grpc_port))
+            expect = [("GET / to the HTTP/2 upstream", {}, 200)]
+            if kind == "grpc-web":
+                script = ["-s", grpc_bench.LUA]
         else:
             raise Skip(f"unknown scenario {name!r}")
         admin = free_port()
@@ -1128,10 +1152,24 @@ class Bench:
         try:
             wait_port(port, proc, self.procs, name, timeout=30)
             check(port, expect)
+            if kind == "grpc-h2":
+                self.check_grpc(port, name)
         except Skip:
             self.procs.stop(proc)
             raise
-        return Target(name, port, proc.pid, headers, script, fresh=kind == "jwt-fresh")
+        return Target(name, port, proc.pid, headers, script, fresh=kind == "jwt-fresh",
+                      load="h2load" if kind == "grpc-h2" else "wrk")
+
+    def check_grpc(self, port: int, name: str) -> None:
+        """One unary call by h2load must succeed before the row is measured."""
+        try:
+            got = grpc_bench.h2load(port, 1, self.grpc_dir, LOAD_CPU, connections=1, streams=1, count=20)
+        except RuntimeError as exc:
+            raise Skip(f"{name}: a gRPC call over h2c failed ({exc}); the gateway needs downstream HTTP/2"
+                       " (issue 33's h2down part) for this row" if name == "grpc-h2" else str(exc)) from None
+        if not got["requests"] or got["non2xx"] or got["socket_errors"]:
+            raise Skip(f"{name}: the functional gRPC call did not succeed ({got}); the gateway needs downstream"
+                       " HTTP/2 (h2c) for this row" if name == "grpc-h2" else f"{name}: the gRPC call failed: {got}")
 
     def oauth2_material(self, name: str, directory: str) -> tuple[list[str], list[tuple[str, dict[str, str], int]]]:
         """The oidc-* and oauth2-* scenarios (bench/oidc_bench.py): the config, the header every request
@@ -1160,6 +1198,8 @@ class Bench:
     # -- load -------------------------------------------------------------
 
     def wrk(self, target: Target, seconds: float, offset: int | None = None) -> dict[str, Any]:
+        if target.load == "h2load":
+            return grpc_bench.h2load(target.port, seconds, self.grpc_dir, LOAD_CPU, CONNECTIONS)
         argv = ["taskset", "-c", LOAD_CPU, "wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds:g}s", "--latency",
                 "--timeout", "10s"]
         for h in target.headers:
@@ -1170,6 +1210,8 @@ class Bench:
         else:
             if target.fresh:  # warm-up: the same token
                 argv += ["-H", f"Authorization: Bearer {self.mat.alice}"]
+            elif target.script:  # a request of its own (bench/grpc_web.lua)
+                argv += target.script
             argv += [f"http://127.0.0.1:{target.port}/bench"]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
         if out.returncode != 0:

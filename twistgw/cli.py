@@ -246,13 +246,13 @@ def cmd_echo(args: argparse.Namespace) -> int:
     from twistgw.runtime.devecho import is_loopback_endpoint, start_echo
     from twistgw.runtime.listeners import EXIT_CANNOT_LISTEN, endpoint_problem, listen_problem
 
-    if not is_loopback_endpoint(args.listen):
-        _err(f"--listen must be a loopback endpoint such as tcp:9000:interface=127.0.0.1, got {args.listen!r}")
-        return EXIT_USAGE
-
     problem = endpoint_problem(args.listen)
     if problem is not None:
         _err(f"--listen {args.listen!r} is not a valid endpoint: {problem}")
+        return EXIT_USAGE
+
+    if not is_loopback_endpoint(args.listen):
+        _err(f"--listen must be a loopback endpoint such as tcp:9000:interface=127.0.0.1, got {args.listen!r}")
         return EXIT_USAGE
 
     async def run(reactor: Any) -> None:

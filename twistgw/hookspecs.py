@@ -313,7 +313,10 @@ def twistgw_authenticate(ctx: RequestContext, options: object) -> Decision | Non
     the request with that response.
 
     In a dry run (``ctx.dry_run``), return :class:`twistgw.NotChecked`
-    saying what would be done instead of contacting anything.
+    saying what would be done instead of contacting anything, with the
+    header edits admitting would make (``NotChecked(reason,
+    headers=((b"authorization", None),))`` for a credential you remove when
+    you admit): explain then shows what the backend would get.
 
     **Response headers.** ``ctx.add_response_header(b"set-cookie",
     b"session=...")`` (here or in ``twistgw_authorize``) adds a header to

@@ -19,6 +19,7 @@ import ipaddress
 import re
 from typing import Any, Iterable, Iterator, Mapping
 
+from twistgw.api.endpoints import syntax_problem
 from twistgw.api.fields import FieldReader, Invalid, Path, type_name, unknown_field
 from twistgw.api.headers import is_token
 from twistgw.api.types import OptionsError
@@ -35,7 +36,12 @@ def loopback_problem(listen: str, allow_unix: bool = True) -> str | None:
     could accept connections from other hosts, or None when it listens on
     loopback only: ``tcp``/``tcp6`` on a loopback ``interface=`` (or
     ``localhost``), or a ``unix`` socket when ``allow_unix``. For development
-    servers a plugin starts (the extauth plugin's in-memory directory)."""
+    servers a plugin starts (the extauth plugin's in-memory directory).
+    A malformed string is refused in its own words (``port must be a
+    number...``)."""
+    malformed = syntax_problem(listen)
+    if malformed is not None:
+        return f"{listen!r} is not a valid endpoint: {malformed}"
     parts = re.split(r"(?<!\\):", listen)
     kind = parts[0].strip().lower()
     if kind == "unix" and allow_unix:

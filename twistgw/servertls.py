@@ -89,7 +89,8 @@ def _cached_context(cert_pem: bytes, key_pem: bytes, ca_pem: bytes | None, one_w
     if cas:
         mode = SSL.VERIFY_PEER if one_way else SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT
         context.set_verify(mode, client_verifier(verify_names))
-        context.set_client_ca_list([crypto.X509.from_cryptography(c).get_subject() for c in cas])
+        for ca in cas:  # the CA names a client is told to choose its certificate by
+            context.add_client_ca(ca)
     return context
 
 

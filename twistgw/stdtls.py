@@ -155,14 +155,15 @@ def client_context(
     return context
 
 
-def upstream_context(tls: "UpstreamTls") -> stdssl.SSLContext:
+def upstream_context(tls: "UpstreamTls", alpn: tuple[str, ...] = ("http/1.1",)) -> stdssl.SSLContext:
     """:func:`client_context` for an Upstream's ``sslConfig``, ALPN
-    ``http/1.1``, the name also checked during the handshake when a client
-    certificate is sent and the name is the SNI name: the configuration's
-    check builds it, the engine's first connection reuses it."""
+    ``http/1.1`` (``h2`` for an HTTP/2 upstream), the name also checked
+    during the handshake when a client certificate is sent and the name is
+    the SNI name: the configuration's check builds it, the engine's first
+    connection reuses it."""
     return client_context(ca_pem=tls.ca_pem, client_cert_pem=tls.cert_pem, client_key_pem=tls.key_pem,
                           min_version=tls.min_version, max_version=tls.max_version, ciphers=tls.ciphers,
-                          alpn=("http/1.1",), check_hostname=tls.cert_pem is not None and not tls.verify_names)
+                          alpn=alpn, check_hostname=tls.cert_pem is not None and not tls.verify_names)
 
 
 def _load_identity(context: stdssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:

@@ -95,7 +95,7 @@ def check_endpoint(option: str, description: str, given: str) -> None:
 
 
 def makeService(options: Options) -> IService:
-    from twistgw.runtime.logs import twist_access_log
+    from twistgw.runtime.logs import startup_errors, twist_access_log
     from twistgw.runtime.service import GatewayService, freeze_startup_heap
 
     admin = None if options["admin"] in ("none", "") else options["admin"]
@@ -109,31 +109,42 @@ def makeService(options: Options) -> IService:
         backlog=options["backlog"],
         **{keyword(flag): options[flag] for flag, _, _ in TIMINGS},
     )
-    try:
-        svc.load_initial()
-    except ConfigError as exc:
-        _refuse(options, exc)
-    if options["listen_defaulted"] and svc.gateways.listeners():
-        svc.listeners.clear()  # the Gateways say where to listen
-    # Freeze first: once the endpoints listen, clients queue until the reactor runs.
-    freeze_startup_heap()
-    _cannot_listen(svc.open_listeners())
+    # twist's log begins once the service is built: what went wrong before
+    # (a development server that cannot listen) is said before exiting
+    with startup_errors() as errors:
+        try:
+            svc.load_initial()
+        except ConfigError as exc:
+            _refuse(options, exc, errors)
+        if options["listen_defaulted"] and svc.gateways.listeners():
+            svc.listeners.clear()  # the Gateways say where to listen
+        # Freeze first: once the endpoints listen, clients queue until the reactor runs.
+        freeze_startup_heap()
+        _cannot_listen(svc.open_listeners(), errors)
     return svc
 
 
-def _cannot_listen(problems: list[str]) -> None:
+def _said_before(errors: Sequence[str]) -> None:
+    """The errors logged while the service was built, one line each."""
+    for line in errors:
+        sys.stderr.write(f"twistgw: {line}\n")
+
+
+def _cannot_listen(problems: list[str], errors: Sequence[str] = ()) -> None:
     """An endpoint that cannot listen: one line each on stderr, then exit 3,
     before the reactor runs (never a half-up gateway)."""
     if not problems:
         return
+    _said_before(errors)
     for line in problems:
         sys.stderr.write(f"twistgw: {line}\n")
     sys.stderr.flush()
     raise SystemExit(EXIT_CANNOT_LISTEN)
 
 
-def _refuse(options: Options, exc: ConfigError) -> None:
+def _refuse(options: Options, exc: ConfigError, errors: Sequence[str] = ()) -> None:
     """Every problem of an invalid configuration on stderr, then exit 1."""
+    _said_before(errors)
     sys.stderr.write(
         f"twistgw: the configuration in {options['config']!r} is invalid;"
         f" refusing to start. {len(exc.issues)} problem(s):\n"

@@ -57,6 +57,7 @@ __all__ = [
     "acceptable_ciphers",
     "check_names",
     "client_tls",
+    "common_name",
     "describe_tls_failure",
     "https_policy",
     "identity_options",
@@ -225,7 +226,7 @@ class _VerifyingCreator:
             try:
                 if not ok:
                     reason = X509_ERRORS.get(errno, f"X.509 verification error {errno}")
-                    subject = cert.get_subject().CN or "(no common name)"
+                    subject = common_name(cert.to_cryptography()) or "(no common name)"
                     return refuse(f"the peer's certificate chain is not trusted: {reason}"
                                   f" (at depth {depth}, subject CN {subject})")
                 if depth != 0:
@@ -262,9 +263,17 @@ def identity_options(cert_pem: bytes | None, key_pem: bytes | None, what: str = 
         key = serialization.load_pem_private_key(key_pem, password=None)
     except (ValueError, TypeError) as exc:
         raise TLSSettingsError(f"{what} key: not an unencrypted PEM private key ({exc})") from None
-    return {"privateKey": crypto.PKey.from_cryptography_key(key),  # type: ignore[arg-type]
-            "certificate": crypto.X509.from_cryptography(chain[0]),
-            "extraCertChain": [crypto.X509.from_cryptography(c) for c in chain[1:]]}
+    # cryptography's objects, as pyOpenSSL (24.3+) takes them: its own
+    # X509 and PKey are deprecated there (Twisted only hands these on to
+    # use_certificate, use_privatekey and add_extra_chain_cert)
+    return {"privateKey": key, "certificate": chain[0], "extraCertChain": list(chain[1:])}
+
+
+def common_name(cert: x509.Certificate) -> str | None:
+    """The subject's first common name, for log lines (never for a decision)."""
+    names = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+    value = names[0].value if names else None
+    return value.decode("latin-1") if isinstance(value, bytes) else value
 
 
 def version_options(min_version: str | None, max_version: str | None) -> dict[str, object]:

@@ -26,9 +26,15 @@ that length.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
 import json
+import os
 import re
-from typing import Any, Mapping, Sequence
+import sys
+import tempfile
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import attrs
 from regopy import Input, Interpreter
@@ -185,6 +191,89 @@ def explain_missing(mid: str, name: str) -> str:
     return why
 
 
+# -- the parser's report ------------------------------------------------------
+#
+# rego-cpp prints its report of a module or query that does not parse
+# ("Errors: / this is unclosed / -- policy.rego:2:7 / ...") on the process's
+# standard output, through C++'s streams, besides raising it (as an
+# S-expression) in RegoError. Unheld, it lands in the gateway's log, or in the
+# middle of a test run's output; so it is captured while a policy compiles
+# and read for the column the located message gives.
+
+_REPORT = re.compile(r"^Errors:\n(?P<message>[^\n]+)\n-- [^\n]*:(?P<line>\d+):(?P<column>\d+)\n")
+_libc: Any = None
+
+
+def _flush_c_streams() -> None:
+    """``fflush(NULL)``: what the C++ library wrote is in the file now."""
+    global _libc
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None)
+        _libc.fflush(None)
+    except (OSError, AttributeError):  # no C library to ask: nothing buffered there to lose
+        pass
+
+
+@contextlib.contextmanager
+def _output_captured() -> Iterator[list[bytes]]:
+    """Descriptors 1 and 2 into a temporary file for the block; its bytes in
+    the yielded list afterwards."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    captured: list[bytes] = []
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 1)
+        os.dup2(held.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            _flush_c_streams()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            held.seek(0)
+            captured.append(held.read())
+
+
+def _reports_captured(compile: Callable[..., "Policy"]) -> Callable[..., "Policy"]:
+    """``Policy.compile`` with the parser's report held back: a refusal says
+    where (line and column) in its located message instead; anything else
+    written meanwhile is passed on to standard output as it was meant."""
+
+    @functools.wraps(compile)
+    def compiling(cls: type, modules: Sequence[tuple[str, str]], query: str) -> "Policy":
+        refused: PolicyError | None = None
+        with _output_captured() as captured:
+            try:
+                policy = compile(cls, modules, query)
+            except PolicyError as exc:
+                refused = exc
+        text = captured[0].decode("utf-8", "replace")
+        if text and not text.startswith("Errors:"):
+            os.write(1, captured[0])
+        if refused is not None:
+            raise _with_column(refused, text) from None
+        return policy
+
+    return compiling
+
+
+def _with_column(error: PolicyError, report: str) -> PolicyError:
+    """``... this is unclosed at line 2`` → ``... at line 2, column 7`` from
+    the report's first location, when it is the same place."""
+    m = _REPORT.match(report)
+    if m is None:
+        return error
+    at = f"{m.group('message').strip()} at line {m.group('line')}"
+    message = str(error)
+    if at not in message:
+        return error
+    return PolicyError(message.replace(at, f"{at}, column {m.group('column')}", 1), error.field)
+
+
 @attrs.frozen
 class Outcome:
     allowed: bool
@@ -202,6 +291,7 @@ class Policy:
     _run: Interpreter
 
     @classmethod
+    @_reports_captured
     def compile(cls, modules: Sequence[tuple[str, str]], query: str) -> "Policy":
         builder = Interpreter()
         for mid, text in modules:

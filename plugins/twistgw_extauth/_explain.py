@@ -54,7 +54,21 @@ def dry_run(ctx: RequestContext, compiled: CompiledExtAuth) -> Any:
     allowed = [(i, v) for i, (_, v) in enumerate(verdicts) if isinstance(v, AuthAllow)]
     if len(allowed) == len(verdicts):
         return admit(ctx, compiled, allowed, None)
-    return NotChecked("; then ".join(_show(e, v, False) for e, v in verdicts))
+    return NotChecked("; then ".join(_show(e, v, False) for e, v in verdicts),
+                      _if_admitted(compiled, verdicts))
+
+
+def _if_admitted(compiled: CompiledExtAuth, verdicts: list[tuple[Entry, Verdict]]
+                 ) -> tuple[tuple[bytes, bytes | None], ...]:
+    """The forwarded request's header edits if the AuthConfig admits: its
+    consumed credentials removed (what :func:`admit` does on every
+    admission, whichever config type consumed them), then each admitting or
+    unchecked config's own, in order."""
+    edits: list[tuple[bytes, bytes | None]] = [(name, None) for name in compiled.credential_headers]
+    for _, verdict in verdicts:
+        if not isinstance(verdict, AuthDeny):
+            edits += verdict.headers
+    return tuple(edits)
 
 
 def _expression(ctx: RequestContext, compiled: CompiledExtAuth) -> Allow | Deny | NotChecked:
@@ -77,4 +91,4 @@ def _expression(ctx: RequestContext, compiled: CompiledExtAuth) -> Allow | Deny 
     shown = "; ".join(_show(e, v, True) for e, v in verdicts)
     outcome = {True: "true", False: "false", None: "not known without the network"}[result]
     return NotChecked(f"AuthConfig {compiled.auth_config} booleanExpr {compiled.expression_text!r} is"
-                      f" {outcome}: {shown}")
+                      f" {outcome}: {shown}", _if_admitted(compiled, verdicts))

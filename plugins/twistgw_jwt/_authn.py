@@ -325,11 +325,13 @@ def authenticate(ctx: RequestContext, opts: CompiledJwt) -> Allow | Deny | NotCh
         return deny(ctx, opts, T.UNKNOWN_ISSUER)
     failures: list[Failure] = []
     unchecked: list[str] = []
+    keeps: set[bool] = set()
     for i, p in enumerate(matching):
         result = verify_sync(p, parsed)
         if result is _NEEDS_IO:
             if ctx.dry_run:
                 unchecked.append(_would_fetch(p))
+                keeps.add(p.keep_token)
                 continue
             return Deferred.fromCoroutine(
                 _authenticate_async(ctx, opts, parsed, where, matching[i:], failures))
@@ -339,8 +341,22 @@ def authenticate(ctx: RequestContext, opts: CompiledJwt) -> Allow | Deny | NotCh
         opts.cache.put(p.name, raw, result, now, _generation(p))  # type: ignore[arg-type]
         return succeed(ctx, opts, p, result, where, cached=False)  # type: ignore[arg-type]
     if unchecked:
-        return NotChecked("; ".join(unchecked) + " (not fetched in a dry run; --live fetches it)")
+        reason = "; ".join(unchecked) + " (not fetched in a dry run; --live fetches it)"
+        return NotChecked(reason, _consumed(ctx, opts, where) if keeps == {False} else ())
     return deny(ctx, opts, _pick_failure(failures))
+
+
+def _consumed(ctx: RequestContext, opts: CompiledJwt, where: tuple[int, ...]) -> tuple[tuple[bytes, None], ...]:
+    """A dry run's token, consumed as :func:`succeed` would consume it: the
+    query parameters removed here, the headers to remove returned."""
+    headers: list[tuple[bytes, None]] = []
+    for idx in where:
+        src = opts.sources[idx]
+        if isinstance(src, HeaderSource):
+            headers.append((src.name, None))
+        else:
+            ctx.remove_query_param(src.param)
+    return tuple(headers)
 
 
 def _would_fetch(provider: Provider) -> str:

@@ -349,6 +349,15 @@ class Pool:
 
             d.addCallbacks(ok, failed)
 
+    def drop_idle(self) -> None:
+        """Close the idle connections: one of them turned out closed by the
+        directory (a restart closes them all), so a retry must not take
+        another one that only looks alive until its close is read."""
+        idle, self.idle = self.idle, []
+        for client in idle:
+            client.abort()
+            self._free_slot()
+
     def close(self) -> None:
         self.closed = True
         idle, self.idle = self.idle, []

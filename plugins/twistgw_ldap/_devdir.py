@@ -26,6 +26,7 @@ from twistgw_ldap._ldaptor import LDAPServer, inmemory, interfaces
 from twisted.internet import defer
 from twistgw.options import loopback_problem, unknown_field
 from twisted.internet.endpoints import serverFromString
+from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import ServerFactory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -62,6 +63,13 @@ class _Factory(ServerFactory):
 
 
 registerAdapter(lambda factory: factory.root, _Factory, interfaces.IConnectedLDAPEntry)
+
+
+def _listen_problem(exc: BaseException) -> str:
+    """``address already in use``: the socket error's own words."""
+    error = exc.socketError if isinstance(exc, CannotListenError) else exc
+    reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
+    return f"{reason[:1].lower()}{reason[1:]}"
 
 
 def check_loopback(listen: str) -> None:
@@ -184,8 +192,17 @@ class DevDirectory:
             self._log.error("Development LDAP directory not started: {ldif} is not valid LDIF: {err!r}",
                             ldif=ldif, err=exc)
             return
-        self.factory = _Factory(root)
-        self.port = await serverFromString(reactor, listen).listen(self.factory)
+        factory = _Factory(root)
+        try:
+            self.port = await serverFromString(reactor, listen).listen(factory)
+        except (CannotListenError, OSError) as exc:
+            # one line, as for the gateway's own endpoints: a second demo
+            # running, or the port taken by anything else
+            self._log.error("Development LDAP directory not started: cannot listen on {listen}"
+                            " (Settings spec.extauth.devDirectory.listen): {reason}",
+                            listen=listen, reason=_listen_problem(exc))
+            return
+        self.factory = factory
         self.key = key
         self._log.warn(
             "DEVELOPMENT LDAP DIRECTORY serving {ldif} on {listen}: in-memory, no ACLs, test"

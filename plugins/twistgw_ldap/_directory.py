@@ -286,6 +286,7 @@ async def against_directory(cfg: LdapConfig, pool: Pool, user: str, password: by
             if attempt == 1 and fault.connection_lost and client.reused:
                 _log.debug("Pooled connection to {target} was closed; retrying on a new one",
                            target=cfg.target.describe())
+                pool.drop_idle()
                 continue
             raise
         finally:

@@ -103,10 +103,13 @@ class OidcChecker:
         issuer = spec.issuer_url
         if ctx.path in (spec.callback_path, spec.logout_path, spec.front_channel_logout_path):
             return NotChecked(f"would answer the OIDC {ctx.path} endpoint (contacts {issuer})")
-        cookies = parse_cookie_header(ctx.headers.getRawHeaders(b"cookie") or ())
+        raw = ctx.headers.getRawHeaders(b"cookie") or []
+        cookies = parse_cookie_header(raw)
         if isinstance(self.store, RedisStore):
             if cookies.get(spec.session.cookie_name):
-                return NotChecked(f"would look the session up in Redis {spec.session.redis}")
+                # admitted, the session's cookies would not reach the backend (allow())
+                kept = without_cookies(raw, frozenset((spec.session.cookie_name, self.login_cookie)))
+                return NotChecked(f"would look the session up in Redis {spec.session.redis}", ((b"cookie", kept),))
         else:
             value = joined_value(cookies, spec.session.cookie_name)
             session = self.store.open(value) if value else None

@@ -41,7 +41,7 @@ SERVER_SECTION = "ratelimitServer"
 DESCRIPTORS_SECTION = "ratelimit"
 
 SERVER_FIELDS = ("rateLimitBeforeAuth", "denyOnFail", "requestTimeout", "enableXRatelimitHeaders",
-                 "shadowMode", "redis", "ratelimitServerRef")
+                 "shadowMode", "redis", "ratelimitServerRef", "grpcService")
 REDIS_FIELDS = ("address", "db", "authSecretRef", "tls", "clustered")
 TLS_FIELDS = ("caSecretRef", "caFile")
 SECRET_REF_FIELDS = ("name", "namespace")
@@ -169,9 +169,10 @@ def parse_server_settings(raw: Mapping[str, Any], resources: Any = None) -> Serv
     if not isinstance(raw, Mapping):
         raise OptionsError((), f"must be a mapping, got {type_name(raw)}")
     _fields.check(raw, SERVER_FIELDS, (), problems)
-    if "ratelimitServerRef" in raw:
-        problems.add(("ratelimitServerRef",), "twistgw is its own rate-limit server: say where its counters"
-                     " live with redis: {address: host:port}")
+    for key in ("ratelimitServerRef", "grpcService"):
+        if key in raw:
+            problems.add((key,), "twistgw is its own rate-limit server: say where its counters"
+                         " live with redis: {address: host:port}")
     timeout = DEFAULT_TIMEOUT
     if "requestTimeout" in raw:
         parsed = parse_duration(raw["requestTimeout"])

@@ -212,7 +212,9 @@ class TlsTests(_GrpcTest):
     async def test_verified_by_name_with_the_secrets_ca(self) -> None:
         ca = TestCA()
         server = self.tls_server(ca, ["localhost"])
-        secret = SecretInfo("gloo-system", "auth-tls", "kubernetes.io/tls", {"ca.crt": ca.pem})
+        # a CA-only Secret as glooctl writes it: tls.crt and tls.key empty (empty means absent)
+        secret = SecretInfo("gloo-system", "auth-tls", "kubernetes.io/tls",
+                            {"ca.crt": ca.pem, "tls.crt": b"", "tls.key": b""})
         tls = {"tlsConfig": {"secretRef": {"name": "auth-tls", "namespace": "gloo-system"}}}
         good = self.compile(f"localhost:{server.port}", secrets=(secret,), grpc=tls)
         self.assertEqual(dict((await good.check(self.ctx())).headers), {b"x-user-id": b"tls"})

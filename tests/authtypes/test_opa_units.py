@@ -298,3 +298,44 @@ class InputPartsTests(TestCase):
         self.assertEqual(checker.parts, frozenset({"http_request"}))
         whole = _opa('package test\nallow { count(input) == 3; input.http_request.method == "GET" }')
         self.assertIsInstance(whole.check(request("GET")), AuthAllow)
+
+
+PARSE_IN_A_PROCESS = """
+import sys
+from twistgw_authtypes._rego import Policy, PolicyError
+try:
+    Policy.compile([("policy.rego", sys.argv[1])], sys.argv[2])
+except PolicyError as exc:
+    sys.stdout.write("REFUSED " + str(exc) + "\\n")
+else:
+    sys.stdout.write("COMPILED\\n")
+"""
+
+
+class ParserOutputTests(TestCase):
+    """Issue 32, item 19: rego-cpp prints its parser's report on the
+    process's own output; compiling captures it, and a refusal says where
+    (line and column) in its message instead."""
+
+    def _compile(self, module: str, query: str = "data.test.allow == true") -> tuple[str, str]:
+        import subprocess
+        import sys
+
+        out = subprocess.run([sys.executable, "-c", PARSE_IN_A_PROCESS, module, query], capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout, out.stderr
+
+    def test_a_module_that_does_not_parse_prints_nothing_and_says_where(self) -> None:
+        stdout, stderr = self._compile("package test\nallow {\n")
+        self.assertEqual(stderr, "")
+        self.assertEqual(stdout, "REFUSED module policy.rego does not parse: this is unclosed at line 2, column 7\n")
+
+    def test_a_query_that_does_not_compile_prints_nothing(self) -> None:
+        stdout, stderr = self._compile("package test\nallow := true\n", "data.test.allow ==")
+        self.assertEqual(stderr, "")
+        self.assertTrue(stdout.startswith("REFUSED the query 'data.test.allow ==' does not compile: "), stdout)
+        self.assertNotIn("Errors:", stdout)
+
+    def test_a_good_policy_compiles_silently(self) -> None:
+        self.assertEqual(self._compile("package test\nallow := true\n"), ("COMPILED\n", ""))

@@ -110,6 +110,15 @@ class TlsTests(_Base):
         self.assertEqual(type(verdict), AuthAllow)
         self.assertEqual([r.method for r in rec.requests], [b"POST"])
 
+    async def test_a_ca_only_secret_with_empty_tls_keys_admits(self) -> None:
+        """``glooctl create secret tls --rootca``: tls.crt and tls.key are
+        there (Kubernetes requires them) but empty; empty means absent."""
+        rec = self.serve(options=_server_options(self.server_cert))
+        secret = _secret("auth-ca", ca_crt=self.ca.pem, tls_crt=b"", tls_key=b"")
+        verdict = await self.https(rec, secret).check(self.ctx())
+        self.assertEqual(type(verdict), AuthAllow)
+        self.assertEqual([r.method for r in rec.requests], [b"POST"])
+
     async def test_wrong_ca_fails_closed_or_admits_by_failure_mode_allow(self) -> None:
         rec = self.serve(options=_server_options(self.server_cert))
         other = _secret("other-ca", ca_crt=TestCA("another CA").pem)
@@ -281,6 +290,10 @@ class RefusalTests(TestCase):
         self.assertIn("needs both tls.crt and tls.key", told["http.tlsConfig.secretRef"])
         told = self.problems({"tlsConfig": ref}, _secret("s", other=b"x"))
         self.assertIn("has none of tls.crt, tls.key, ca.crt", told["http.tlsConfig.secretRef"])
+        told = self.problems({"tlsConfig": ref}, _secret("s", tls_crt=b"", tls_key=b"", ca_crt=b" \n"))
+        self.assertIn("has none of tls.crt, tls.key, ca.crt (or only empty ones)", told["http.tlsConfig.secretRef"])
+        told = self.problems({"tlsConfig": ref}, _secret("s", tls_crt=client.cert_pem, tls_key=b""))
+        self.assertIn("needs both tls.crt and tls.key", told["http.tlsConfig.secretRef"])
         told = self.problems({"tlsConfig": ref}, _secret("s", ca_crt=b"not a certificate"))
         self.assertIn("http.tlsConfig", told)
         told = self.problems({"tlsConfig": ref}, _secret("s", tls_crt=client.cert_pem,

@@ -260,7 +260,8 @@ def _unused_port() -> int:
 def test_echo_with_a_malformed_or_taken_endpoint_says_so_in_one_line():
     bad = run("echo", "--listen", "tcp:notaport:interface=127.0.0.1")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
-    assert bad.stderr.splitlines()[0].startswith("twistgw: --listen 'tcp:notaport:interface=127.0.0.1'")
+    assert bad.stderr.splitlines()[0] == ("twistgw: --listen 'tcp:notaport:interface=127.0.0.1' is not a valid"
+                                          " endpoint: port must be a number from 0 to 65535, got 'notaport'")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)

@@ -40,7 +40,7 @@ def background_port(line: str) -> int:
     m = re.search(r"--listen tcp:(\d+)", line)
     if m:
         return int(m.group(1))
-    assert line.startswith("twist twistgw"), f"which port does {line!r} open?"
+    assert line.startswith("twist --log-format=text twistgw"), f"which port does {line!r} open?"
     return 8080
 
 
@@ -80,5 +80,8 @@ def quickstart_as_written(tmp_path):
     assert len(outcomes) == len([line for line in lines if "# expect:" in line])
     check_outcomes(outcomes, log)
     assert "Traceback" not in log, log[-3000:]
+    # issue 32, item 16: the log the page shows is readable text, not JSON lines
+    gateway_log = (tmp_path / "gateway.log").read_text()
+    assert "[twistgw.access#info]" in gateway_log and "\x1e" not in gateway_log, gateway_log[-2000:]
     for p in PORTS:  # nothing left running
         assert not port_busy(p), f"port {p} still open after the quickstart test"

@@ -124,3 +124,59 @@ def test_explain_live_asks_the_running_directory_and_listens_on_nothing(demo):
     network = out.stderr.split("NETWORK:", 1)[1]
     assert "socket.connect" in network and "3389" in network  # the demo's directory
     assert "socket.bind" not in network
+
+
+def test_a_second_demo_says_in_one_line_each_what_cannot_listen_and_exits_3(demo):
+    """Issue 32, item 12: the README's command run while the demo already
+    runs. Every endpoint it cannot take (the development directory and echo
+    server from etc/settings.yaml, --listen and --admin) is one line naming
+    it and the reason; no traceback; exit status 3."""
+    cmd, cwd = twist_command()
+    out = subprocess.run([*cmd, "--log-format=text", "twistgw", "--config", "etc/"], cwd=cwd,
+                         capture_output=True, text=True, timeout=60)
+    text = out.stdout + out.stderr
+    assert out.returncode == 3, text
+    assert "Traceback" not in text and "Unhandled Error" not in text, text
+    busy = "address already in use"
+    expected = [
+        f"twistgw: Development LDAP directory not started: cannot listen on tcp:3389:interface=127.0.0.1"
+        f" (Settings spec.extauth.devDirectory.listen): {busy}",
+        f"twistgw: Development echo server not started: cannot listen on tcp:8081:interface=127.0.0.1"
+        f" (Settings spec.gateway.echoServer.listen): {busy}",
+        f"twistgw: cannot listen on --listen tcp:8080: {busy}",
+        f"twistgw: cannot listen on --admin tcp:9901:interface=127.0.0.1: {busy}",
+    ]
+    # on stderr, in this order, and nothing else there
+    assert out.stderr.splitlines() == expected, out.stderr
+    assert demo.poll() is None  # the first demo still runs
+
+
+def _upstream_header_names(explain_output: str) -> set[str]:
+    block = explain_output.split("Headers sent upstream:\n", 1)[1]
+    return {line.split(":", 1)[0].strip().lower() for line in block.splitlines() if line.startswith("  ")}
+
+
+def test_explain_dry_run_shows_the_headers_the_live_gateway_forwards(demo):
+    """Issue 32, item 13: on the LDAP route the live gateway strips the
+    Basic credentials; the dry run shows the same request going upstream
+    (all but the directory's X-Auth-* headers, which only --live knows),
+    and the backend indeed gets no Authorization."""
+    import base64
+    import json
+    import urllib.request
+
+    basic = "Basic " + base64.b64encode(b"alice:alice-password").decode()
+    args = [sys.executable, "-m", "twistgw", "explain", "etc", "GET", "http://localhost/ldap/", "-H",
+            f"Authorization: {basic}"]
+    dry = subprocess.run(args, cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+    live = subprocess.run([*args, "--live"], cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+    assert "NOT CHECKED" in dry.stdout and "extauth.authenticate: allow" in live.stdout, dry.stdout + live.stdout
+    dry_names, live_names = _upstream_header_names(dry.stdout), _upstream_header_names(live.stdout)
+    assert "authorization" not in dry_names and "authorization" not in live_names, dry.stdout
+    assert live_names - dry_names == {"x-auth-user", "x-auth-groups"}, (dry.stdout, live.stdout)
+    assert dry_names <= live_names
+    request = urllib.request.Request("http://127.0.0.1:8080/ldap/", headers={"Authorization": basic,
+                                                                            "Host": "localhost"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        received = {name.lower() for name in json.load(response)["headers"]}
+    assert "authorization" not in received and "x-auth-user" in received, received

@@ -96,10 +96,32 @@ class _Inline(twistgw.ExtAuthConfigType):
         return _Fixed(AuthDeny(raw["status"], b"inline", reason="inline"))
 
 
+@attrs.frozen
+class _Remote:
+    """Admits after asking a server: a dry run cannot tell, and says what
+    admitting would set on the forwarded request."""
+
+    credential_headers: tuple[bytes, ...] = (b"x-secret",)
+    owned_request_headers: tuple[bytes, ...] = (b"x-user",)
+
+    def check(self, ctx: twistgw.RequestContext) -> AuthAllow:
+        return AuthAllow(principal="remote", headers=((b"x-user", b"remote"),), reason="the server said yes")
+
+    def dry_run(self, ctx: twistgw.RequestContext) -> twistgw.NotChecked:
+        return twistgw.NotChecked("would ask the server", headers=((b"x-user", b"remote"),))
+
+
+class _RemoteType(twistgw.ExtAuthConfigType):
+    name = "remote"
+
+    def compile(self, raw: Any, scope: twistgw.ConfigScope) -> _Remote:
+        return _Remote()
+
+
 class _Types:
     @twistgw.hookimpl
     def twistgw_extauth_config_types(self) -> list[twistgw.ExtAuthConfigType]:
-        return [_FixedType(), _PeekType(), _Inline()]
+        return [_FixedType(), _PeekType(), _Inline(), _RemoteType()]
 
 
 PLUGINS = [("extauth", twistgw_extauth.ExtAuthPlugin), ("headertoken", HeaderTokenPlugin), ("fixedtypes", _Types)]
@@ -221,6 +243,37 @@ class DryRunTests(TestCase):
         self.assertEqual(refused.status, 401)  # the token's dry run decides: && cannot be true
 
 
+    async def test_a_dry_run_forwards_what_the_live_check_forwards_when_it_admits(self) -> None:
+        """Issue 32 item 13: a config a dry run cannot check (no dry run of
+        its own, or one that would ask a server) is shown as admitting:
+        every credential the AuthConfig consumes is then removed, whichever
+        type consumed it, and the configs' own headers are set, exactly as
+        the live check forwards the request when it admits."""
+        cases = [
+            (f"[{TOKEN}, {{remote: {{}}}}]", ""),              # in order: one checked, one not
+            ("[{fixed: {allow: x}}]", ""),                     # a type without a dry run
+            (f"[{TOKEN}, {{name: r, remote: {{}}}}]", "token && r"),  # a booleanExpr not settled
+        ]
+        sent = {"X-Token": TOKENS["robot"], "X-Secret": "pw", "X-Other": "pw2", "X-Kept": "1"}
+        for configs, expr in cases:
+            dry = await make(config(configs, expr=expr), dry_run=True).request("GET", URL, headers=sent)
+            self.assertIsInstance(dry.trace[-1][2], twistgw.NotChecked, configs)
+            live = await make(config(configs, expr=expr)).request("GET", URL, headers=sent)
+            self.assertEqual(live.status, 200, configs)
+
+            def names(r: Any) -> set[str]:
+                return {k.decode().lower() for k, _ in r.forwarded_headers.getAllRawHeaders()}
+
+            self.assertEqual(names(dry) - {"x-fixed"}, names(live) - {"x-fixed"}, configs)
+            for gone in ("x-token", "x-secret", "x-other"):
+                self.assertEqual(dry.forwarded_headers.hasHeader(gone.encode()),
+                                 live.forwarded_headers.hasHeader(gone.encode()), (configs, gone))
+            self.assertTrue(dry.forwarded_headers.hasHeader(b"x-kept"))
+        remote = await make(config("[{remote: {}}]"), dry_run=True).request("GET", URL, headers=sent)
+        self.assertEqual(remote.forwarded_headers.getRawHeaders(b"x-user"), [b"remote"])
+        self.assertFalse(remote.forwarded_headers.hasHeader(b"x-secret"))
+
+
 class ConfigurationTests(TestCase):
     def issues(self, text: str) -> list[Any]:
         with self.assertRaises(ConfigError) as info:
@@ -240,7 +293,7 @@ class ConfigurationTests(TestCase):
     def test_a_type_no_plugin_provides_names_the_installed_ones(self) -> None:
         (issue,) = self.issues(config("[{myAuth: {}}]"))
         self.assertEqual(issue.field, "spec.configs[0].myAuth")
-        self.assertIn("(installed: fixed, headerToken, peek)", issue.reason)
+        self.assertIn("(installed: fixed, headerToken, peek, remote)", issue.reason)
 
     def test_two_plugins_providing_one_name_are_refused(self) -> None:
         class Again:

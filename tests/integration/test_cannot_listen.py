@@ -102,24 +102,59 @@ def test_the_second_of_two_listeners_taken(tmp_path: Path, gateway_config: str, 
     assert f"--listen tcp:{taken}:" in _one_line(out)
 
 
-@pytest.mark.parametrize("args, option", [
-    (("--listen", "tcp:notaport"), "--listen 'tcp:notaport'"),
-    (("--listen", "nosuchtype:80"), "--listen 'nosuchtype:80'"),
-    (("--listen", "tcp:8080:interface=127.0.0.1:bogus=1"), "--listen 'tcp:8080:interface=127.0.0.1:bogus=1'"),
-    (("--listen", "ssl:8443:privateKey=/nonexistent/key.pem"), "--listen 'ssl:8443:privateKey=/nonexistent"),
-    (("--listen", ""), "--listen ''"),
-    (("--admin", "tcp:notaport"), "--admin 'tcp:notaport'"),
-    (("--workers", "2", "--listen", "tcp:notaport"), "--listen 'tcp:notaport'"),
-    (("--workers", "lots"), "--workers must be a number"),
+KEY_ONLY = "{tmp}/key.pem"  # a private key, no certificate: what ssl: reads for certKey when none is given
+
+PORT_WORDS = "port must be a number from 0 to 65535"
+
+
+@pytest.mark.parametrize("args, option, words", [
+    (("--listen", "tcp:notaport"), "--listen 'tcp:notaport'", f"{PORT_WORDS}, got 'notaport'"),
+    (("--listen", "tcp:99999"), "--listen 'tcp:99999'", f"{PORT_WORDS}, got '99999'"),
+    (("--listen", "tcp:-1"), "--listen 'tcp:-1'", f"{PORT_WORDS}, got '-1'"),
+    (("--listen", "tcp6:65536"), "--listen 'tcp6:65536'", f"{PORT_WORDS}, got '65536'"),
+    (("--listen", "tcp:"), "--listen 'tcp:'", "the port is missing; tcp: is written tcp:PORT"),
+    (("--listen", "tls:"), "--listen 'tls:'", "the port is missing; tls: is written tls:PORT"),
+    (("--listen", "tls"), "--listen 'tls'", "the port is missing; tls: is written tls:PORT"),
+    (("--listen", "tls:notaport"), "--listen 'tls:notaport'", f"{PORT_WORDS}, got 'notaport'"),
+    (("--listen", "tls:8443:bogus=1"), "--listen 'tls:8443:bogus=1'", "unknown option 'bogus'; tls: takes"),
+    (("--listen", "nosuchtype:80"), "--listen 'nosuchtype:80'", "unknown endpoint type 'nosuchtype'; use tcp:PORT"),
+    (("--listen", "8080"), "--listen '8080'", "it has no type; did you mean tcp:8080?"),
+    (("--listen", "tcp:8080:interface=127.0.0.1:bogus=1"), "--listen 'tcp:8080:interface=127.0.0.1:bogus=1'",
+     "unknown option 'bogus'; tcp: takes interface=, backlog="),
+    (("--listen", "tcp:8080:backlog=x"), "--listen 'tcp:8080:backlog=x'",
+     "backlog must be a whole number from 1 to 65535, got 'x'"),
+    (("--listen", "ssl:8443:privateKey=/nonexistent/key.pem"), "--listen 'ssl:8443:privateKey=/nonexistent",
+     "cannot read privateKey /nonexistent/key.pem: no such file or directory"),
+    (("--listen", "ssl:8443:privateKey=" + KEY_ONLY), "--listen 'ssl:8443:privateKey=",
+     "certKey {tmp}/key.pem (certKey= not given: the privateKey file is read for it) holds no PEM certificate"),
+    (("--listen", "ssl:8443:privateKey=/etc/hostname"), "--listen 'ssl:8443:privateKey=/etc/hostname'",
+     "privateKey /etc/hostname holds no unencrypted PEM private key"),
+    (("--listen", "unix:"), "--listen 'unix:'", "the socket path is missing"),
+    (("--listen", ""), "--listen ''", "it is empty; give one such as tcp:8080"),
+    (("--admin", "tcp:notaport"), "--admin 'tcp:notaport'", f"{PORT_WORDS}, got 'notaport'"),
+    (("--workers", "2", "--listen", "tcp:notaport"), "--listen 'tcp:notaport'", f"{PORT_WORDS}, got 'notaport'"),
+    (("--workers", "lots"), "--workers must be a number", ""),
 ])
 def test_a_malformed_endpoint_is_a_usage_error(tmp_path: Path, gateway_config: str, args: tuple[str, ...],
-                                               option: str) -> None:
+                                               option: str, words: str) -> None:
+    """Issue 32, item 17: exit status 2 and one line, naming the option and
+    saying what is wrong in the endpoint's own words (no Python message such
+    as ``invalid literal for int()``, no OpenSSL error list)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                         serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))
+    args = tuple(a.format(tmp=tmp_path) for a in args)
     out = _twist(tmp_path, "--config", gateway_config, *args)
     assert out.returncode == 2, out
     text = out.stdout + out.stderr
-    assert "Traceback" not in text, text
+    assert "Traceback" not in text and "invalid literal" not in text and "routines" not in text, text
     first = out.stderr.splitlines()[0]
     assert first.startswith("twist twistgw: ") and option in first, out.stderr
+    assert words.format(tmp=tmp_path) in first, out.stderr
 
 
 class _Pending:

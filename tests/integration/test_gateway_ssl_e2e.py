@@ -23,6 +23,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +281,26 @@ def test_proxy_protocol_header_before_the_handshake(tmp_path: Path, pki: Pki, ba
         gw.wait_log('"client": "203.0.113.7"')
         # a TLS client without the header: its ClientHello is not a PROXY header, closed
         refused(port, "a.example.com", ctx)
+        # issue 32: an address that is none never gets to the handshake (nor the client address)
+        for bad in (b"PROXY TCP4 999.1.1.1 127.0.0.1 56324 %d\r\n" % port,
+                    b"PROXY TCP4 " + b"7" * 60 + b" 127.0.0.1 1 2\r\n"):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+                raw.sendall(bad)
+                with pytest.raises((ssl.SSLError, OSError)):
+                    with ctx.wrap_socket(raw, server_hostname="a.example.com") as s:
+                        s.sendall(b"GET / HTTP/1.1\r\nHost: a.example.com\r\nConnection: close\r\n\r\n")
+                        if not s.recv(65536):
+                            raise OSError("closed")
+        # a header in pieces (two segments, the first under 8 bytes) is still one header
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            header = b"PROXY TCP6 2001:db8::5 ::1 56324 %d\r\n" % port
+            raw.sendall(header[:4])
+            time.sleep(0.05)
+            raw.sendall(header[4:])
+            with ctx.wrap_socket(raw, server_hostname="a.example.com") as s:
+                s.sendall(b"GET / HTTP/1.1\r\nHost: a.example.com\r\nConnection: close\r\n\r\n")
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+        assert json.loads(data.split(b"\r\n\r\n", 1)[1])["x-forwarded-for"] == "2001:db8::5"

@@ -271,6 +271,7 @@ async def test_health_checks_take_an_endpoint_out_and_back(tmp_path: Path, confi
   healthChecks:
   - timeout: 1s
     interval: 0.1s
+    noTrafficInterval: 0.1s   # checked as often before the first request (Envoy's default: 60 s)
     unhealthyThreshold: 2
     healthyThreshold: 2
     httpHealthCheck: {path: /healthz, host: checked.internal}

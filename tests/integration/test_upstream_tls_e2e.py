@@ -72,7 +72,8 @@ def _upstream(name: str, port: int, ssl: str, host_extra: str = "") -> str:
 def _config(ports: dict[str, int], client: Any, ca_pem: bytes) -> str:
     b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
     routes = "".join(f"    - matchers: [{{prefix: /{n}}}]\n      routeAction: {{single: {{upstream: {{name: {n}}}}}}}\n"
-                     for n in ("good", "wrongca", "nosan", "wrongname", "sniaddr", "mtls", "mtlsfiles", "nocert"))
+                     for n in ("good", "wrongca", "nosan", "wrongname", "sniaddr", "mtls", "mtlsfiles", "nocert",
+                               "caonly", "onlyca-mtls"))
     return (
         _upstream("good", ports["named"], "{sni: backend.test, sslFiles: {rootCa: ca.crt}}")
         + _upstream("wrongca", ports["named"], "{sni: backend.test, sslFiles: {rootCa: other-ca.crt}}")
@@ -87,6 +88,8 @@ def _config(ports: dict[str, int], client: Any, ca_pem: bytes) -> str:
         + _upstream("mtlsfiles", ports["mtls"],
                     "{sni: backend.test, sslFiles: {tlsCert: client.crt, tlsKey: client.key, rootCa: ca.crt}}")
         + _upstream("nocert", ports["mtls"], "{sni: backend.test, sslFiles: {rootCa: ca.crt}}")
+        + _upstream("caonly", ports["named"], "{sni: backend.test, secretRef: {name: ca-only}}")
+        + _upstream("onlyca-mtls", ports["mtls"], "{sni: backend.test, secretRef: {name: ca-only}}")
         + textwrap.dedent(f"""\
             apiVersion: v1
             kind: Secret
@@ -95,6 +98,17 @@ def _config(ports: dict[str, int], client: Any, ca_pem: bytes) -> str:
             data:
               tls.crt: {b64(client.cert_pem)}
               tls.key: {b64(client.key_pem)}
+              ca.crt: {b64(ca_pem)}
+            ---
+            # what `glooctl create secret tls ca-only --rootca ca.pem` writes: Kubernetes
+            # requires tls.crt and tls.key in a kubernetes.io/tls Secret, so they are empty
+            apiVersion: v1
+            kind: Secret
+            metadata: {{name: ca-only, namespace: default}}
+            type: kubernetes.io/tls
+            data:
+              tls.crt: ""
+              tls.key: ""
               ca.crt: {b64(ca_pem)}
             ---
             apiVersion: gateway.solo.io/v1
@@ -164,6 +178,12 @@ async def test_upstream_tls_against_nginx(tmp_path: Path, config_dir: Any) -> No
         nocert = await get("/nocert")
         assert nocert.status == 400  # nginx: "No required SSL certificate was sent"
         assert b"mtls-ok" not in nocert.body
+        # a CA-only Secret (empty tls.crt and tls.key): the CA verifies nginx, no client certificate
+        caonly = await get("/caonly")
+        assert (caonly.status, caonly.body[:21]) == (200, b"tls-ok backend.test T"), caonly.body
+        caonlymtls = await get("/onlyca-mtls")
+        assert caonlymtls.status == 400, caonlymtls.body  # no client certificate sent: nginx asks for one
+        assert b"mtls-ok" not in caonlymtls.body
         text = log_path.read_text()
         assert "not trusted" in text  # the wrong CA, logged with its reason
         assert "it has no DNS or IP subjectAltName" in text  # the SAN-less certificate

@@ -13,7 +13,8 @@ from typing import Any
 
 from twisted.trial import unittest
 
-from twistgw import AuthConfigInfo, ConfigScope, Headers, OptionsError, OptionsScope, RequestContext, ResourceView
+from twistgw import (AuthConfigInfo, ConfigScope, Headers, NotChecked, OptionsError, OptionsScope, RequestContext,
+                     ResourceView)
 from twistgw.api.types import SecretInfo
 from twistgw_oidc import AccessTokenChecker, OAuth2Type, OidcChecker
 from twistgw_oidc._cookies import (
@@ -288,6 +289,17 @@ class OptionsTests(unittest.TestCase):
         s = checker.spec.session
         self.assertEqual((s.kind, s.cookie_name, s.key_prefix, s.allow_refreshing), ("redis", "sid", "app:", True))
         self.assertEqual((s.cookie.max_age, s.cookie.secure, s.cookie.same_site), (0, False, "Strict"))
+
+    def test_a_redis_session_not_looked_up_in_a_dry_run_is_still_not_forwarded(self) -> None:
+        """Issue 32 item 13: admitted, the session's cookie would not reach
+        the backend; the dry run says so (explain's headers sent upstream)."""
+        checker = compile_oidc_checker(session={"redis": {"options": {"host": "127.0.0.1:6379"},
+                                                          "cookieName": "sid"}})
+        answer = checker.dry_run(ctx(Cookie="sid=abc; theme=dark"))
+        self.assertIsInstance(answer, NotChecked)
+        self.assertEqual(answer.headers, ((b"cookie", b"theme=dark"),))
+        alone = checker.dry_run(ctx(Cookie="sid=abc"))
+        self.assertEqual(alone.headers, ((b"cookie", None),))
 
     def test_redis_tls_socket_type(self) -> None:
         ca = TestCA().pem

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Sequence
 from urllib.parse import parse_qs
 
 import attrs
-from twisted.internet import defer, protocol
+from twisted.internet import defer, error, protocol
 from twisted.internet import reactor as _reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.python.failure import Failure
@@ -556,11 +556,14 @@ class RawResult:
     :ivar closed: the peer closed the connection (else we gave up: timeout
         or ``until`` satisfied).
     :ivar timed_out: the timeout fired before the peer closed.
+    :ivar reset: the peer's close was not a clean one (a TCP reset: the
+        client knows the response broke off, even one delimited by the close).
     """
 
     data: bytes
     closed: bool
     timed_out: bool
+    reset: bool = False
 
     @property
     def status(self) -> int | None:
@@ -622,7 +625,8 @@ class _RawClient(protocol.Protocol):
             if call is not None and call.active():
                 call.cancel()
         closed = not self.timed_out and not self.finished
-        self.done.callback(RawResult(self.buf, closed, self.timed_out))
+        reset = closed and reason is not None and not reason.check(error.ConnectionDone)
+        self.done.callback(RawResult(self.buf, closed, self.timed_out, reset))
 
 
 async def raw_exchange(port: int, data: bytes | Sequence[bytes], timeout: float = 3.0, delay: float = 0.0,

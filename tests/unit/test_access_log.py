@@ -343,6 +343,34 @@ class AccessLogTests(TestCase):
         assert event["principal"] == "eve\\x0d\\x0a" and event["status"] == 200
         assert formatEvent(event).endswith("principal=eve\\x0d\\x0a 1.0ms")
 
+    def test_a_response_the_upstream_cut_short_says_so_in_every_format(self) -> None:
+        # issue 32: a truncated upstream response (a TLS close without
+        # close_notify, a reset, a malformed chunk) must not look complete
+        t = Turns()
+        log = t.log()
+        log.request(*ARGS, "upstream")
+        log.request(*ARGS)
+        t.end_turn()
+        cut, whole = t.lines()
+        assert cut.endswith(" principal=bob 1.2ms truncated=upstream\n") and "truncated" not in whole
+        t = Turns()
+        log = t.log("json")
+        log.request(*ARGS, "upstream")
+        log.request(*ARGS)
+        t.end_turn()
+        first, second = [json.loads(line) for line in "".join(t.writes).split("\x1e")[1:]]
+        assert first["truncated"] == "upstream" and "truncated" not in second
+        from twisted.logger import globalLogPublisher
+
+        seen: list[dict] = []
+        globalLogPublisher.addObserver(seen.append)
+        try:
+            AccessLog(fmt="events").request(*ARGS, "upstream")
+        finally:
+            globalLogPublisher.removeObserver(seen.append)
+        (event,) = [e for e in seen if e.get("log_namespace") == "twistgw.access"]
+        assert formatEvent(event).endswith("principal=bob 1.2ms truncated=upstream")
+
     def test_bad_arguments(self) -> None:
         with pytest.raises(ValueError, match="format"):
             AccessLog(print, "xml")

@@ -64,7 +64,7 @@ class EngineTests(SynchronousTestCase):
         sent = t.value()
         head, _, body = sent.partition(b"\r\n\r\n")
         self.assertIn(b"\r\nTransfer-Encoding: chunked", head)
-        self.assertEqual(body, b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")  # no extension, no trailer
+        self.assertEqual(body, b"3\r\nabc\r\n2\r\nde\r\n0\r\nx-trailer: t\r\n\r\n")  # no extension; the trailer passes
         p.dataReceived(OK)
         self.assertTrue(self.t.value().endswith(b"ok"))
 

@@ -304,6 +304,7 @@ spec:
   healthChecks:
   - timeout: 1s
     interval: 10s
+    noTrafficInterval: 30s
     unhealthyThreshold: 2
     healthyThreshold: 2
     httpHealthCheck: {{path: /healthz, host: h.internal, expectedStatuses: [{{start: 200, end: 300}}]}}
@@ -576,6 +577,7 @@ spec:
         idleTimeout: 30s
         requestHeadersTimeout: 5s
       healthCheck: {{path: /healthz}}
+      grpcWeb: {{disable: false}}
       httpLocalRatelimit:
         defaultLimit: {{maxTokens: 10, tokensPerFill: 1, fillInterval: 1s}}
         enableXRatelimitHeaders: true
@@ -1020,6 +1022,9 @@ LDAP_SEARCH = "tests/ldap/test_ldap_search_units.py"
 SUBSETS = "tests/unit/test_subsets.py"
 RETRIES = "tests/integration/test_retries_e2e.py"
 BREAKERS = "tests/integration/test_breakers_e2e.py"
+H2_CONFIG = "tests/unit/test_http2_config.py"
+H2_CORE = "tests/unit/test_grpc_core.py"
+H2_E2E = "tests/integration/test_grpc_upstream_e2e.py"
 UPSTREAM_TLS = "tests/integration/test_upstream_tls_e2e.py"
 POLICY_E2E = "tests/integration/test_upstream_policy_e2e.py"
 POLICY = "tests/unit/test_upstream_policy.py"
@@ -1060,6 +1065,10 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "Upstream:spec.static.hosts[].addr": (T, PROXY), "Upstream:spec.static.hosts[].port": (T, PROXY),
     "Upstream:spec.static.useTls": (T, GLOO), "Upstream:spec.static.autoSniRewrite": (T, GLOO, CONF_DOC),
     "Upstream:spec.static.hosts[].sniAddr": (T, UPSTREAM_TLS),
+    **{f"Upstream:spec.{k}": (T, H2_CONFIG, H2_E2E) for k in (
+        "useHttp2", "initialStreamWindowSize", "initialConnectionWindowSize", "maxConcurrentStreams")},
+    **{f"Upstream:spec.{k}": (T, H2_CONFIG) for k in (
+        "overrideStreamErrorOnInvalidHttpMessage", "protocolSelection", "kube.serviceSpec", "static.serviceSpec")},
     **{f"Upstream:spec.circuitBreakers{k}": (T, BREAKERS) for k in (
         "", ".maxConnections", ".maxPendingRequests", ".maxRequests", ".maxRetries")},
     **{f"Upstream:spec.sslConfig{k}": (T, UPSTREAM_TLS) for k in (
@@ -1354,6 +1363,7 @@ TRAFFIC_FIELDS = """
     Upstream:spec.healthChecks[].httpHealthCheck.expectedStatuses[].end
 """
 FIELDS.update({field: (T, TRAFFIC) for field in TRAFFIC_FIELDS.split()})
+FIELDS["Upstream:spec.healthChecks[].noTrafficInterval"] = (T, "tests/integration/test_health_traffic_e2e.py")
 FIELDS.update({f"Upstream:spec.{k}": (T, POLICY_E2E) for k in (
     "outlierDetection", "outlierDetection.consecutive5xx", "outlierDetection.interval",
     "outlierDetection.baseEjectionTime", "outlierDetection.maxEjectionPercent", "loadBalancerConfig.leastRequest",
@@ -1394,6 +1404,7 @@ FIELDS.update({
     **{f"{_HTTP}.options.httpConnectionManagerSettings.{k}": (T, GW_UNIT, GW_DOC)
        for k in ("serverName", "idleTimeout", "requestHeadersTimeout")},
     f"{_HTTP}.options.healthCheck.path": (T, GW_UNIT),
+    f"{_HTTP}.options.grpcWeb": (T, H2_CONFIG), f"{_HTTP}.options.grpcWeb.disable": (T, H2_CONFIG, H2_CORE),
     f"{_HTTP}.options.httpLocalRatelimit": (T, GW_E2E),
     f"{_HTTP}.options.httpLocalRatelimit.defaultLimit": (T, GW_E2E),
     f"{_HTTP}.options.httpLocalRatelimit.enableXRatelimitHeaders": (T, GW_E2E),
@@ -1581,6 +1592,7 @@ FIELDS.update({
     f"{_SERVER}.redis.clustered": (T, "tests/ratelimit/test_ratelimit_cluster.py",
                                    "tests/ratelimit/test_ratelimit_cluster_tls.py"),
     f"{_SERVER}.ratelimitServerRef": (T, RL_UNITS),  # refused: twistgw is its own rate-limit server
+    f"{_SERVER}.grpcService": (T, "tests/docs/test_coming_from_gloo_table.py"),  # refused, the same
 })
 FIELDS.update({f: (*FIELDS[f], RL_HELPERS) for f in FIELDS if f.endswith((".requestsPerUnit", ".unit"))})
 
@@ -1603,6 +1615,7 @@ MANUAL = {
     # a Gateway's httpGateway.options keys (refused ones get their own message)
     "Gateway:spec.httpGateway.options.httpConnectionManagerSettings",
     "Gateway:spec.httpGateway.options.httpLocalRatelimit",
+    "Gateway:spec.httpGateway.options.grpcWeb",
     # the traffic options keys (the fields inside them are watched)
     *(f"Route:options.{k}" for k in CORE_TRAFFIC_KEYS),
     *(f"VirtualService:spec.virtualHost.options.{k}" for k in CORE_TRAFFIC_KEYS - CORE_ROUTE_ONLY),

@@ -261,13 +261,13 @@ class GlooLoaderTests(TestCase):
                 "  virtualHost:\n    routes:\n    - matchers: [{connectMatcher: {}}]\n"
                 "      directResponseAction: {status: 200}\n"
                 "---\napiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"
-                "spec: {kube: {serviceName: s, serviceNamespace: default, servicePort: 80, serviceSpec: {grpc: {}}}}\n")
+                "spec: {kube: {serviceName: s, serviceNamespace: default, servicePort: 80, serviceSpec: {rest: {}}}}\n")
         with pytest.raises(ConfigError) as info:
             load_text(text)
         reasons = {i.field: i.reason for i in info.value.issues}
         assert reasons["spec.virtualHost.routes[0].matchers[0].connectMatcher"].startswith(
             "is not supported by twistgw: CONNECT requests are not proxied"), reasons
-        assert reasons["spec.kube.serviceSpec"].startswith("is not supported by twistgw: service specs"), reasons
+        assert reasons["spec.kube.serviceSpec.rest"].startswith("is not supported: REST function routing"), reasons
 
     def test_a_refused_upstream_type_is_one_problem(self):
         with pytest.raises(ConfigError) as info:
@@ -419,10 +419,10 @@ class GlooLoaderTests(TestCase):
     @pytest.mark.parametrize("doc, field, reason", [
         ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 53, protocol: UDP}]}\n",
          "spec.ports[0].protocol", "must be TCP"),
-        ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 80, appProtocol: kubernetes.io/h2c}]}\n",
-         "spec.ports[0].appProtocol", "must be http"),
+        ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 80, appProtocol: kubernetes.io/ws}]}\n",
+         "spec.ports[0].appProtocol", "must be http, or one of Gloo's HTTP/2 protocols"),
         ("apiVersion: v1\nkind: Endpoints\nmetadata: {name: s}\nsubsets: [{addresses: [{ip: 1.2.3.4}],"
-         " ports: [{port: 80, appProtocol: grpc}]}]\n", "subsets[0].ports[0].appProtocol", "must be http"),
+         " ports: [{port: 80, appProtocol: h3}]}]\n", "subsets[0].ports[0].appProtocol", "must be http"),
         ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {type: ExternalName, externalName: x.example}\n",
          "spec.type", "ExternalName Services are not supported"),
         ("apiVersion: gloo.solo.io/v1\nkind: Upstream\nmetadata: {name: u}\n"

@@ -153,6 +153,33 @@ class DryRunTests(TestCase):
         missing = await tester.request("GET", "http://any/x")
         self.assertEqual((missing.status, missing.body), (401, b"Jwt is missing"))
 
+    async def test_jwt_dry_run_forwards_no_token_the_live_check_would_consume(self, tmp_path) -> None:
+        """Issue 32 item 13: admitted, the token is removed before
+        forwarding (unless keepToken): a dry run that cannot fetch the key
+        set shows the same request upstream."""
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+        token = mint_token(pem, ISSUER, "alice", {}, 60)
+        for keep, forwarded in (("false", False), ("true", True)):
+            text = virtual_service(
+                "{jwt: {providers: {remote: {issuer: '%s', keepToken: %s, jwks: {remote: {upstreamRef: {name: keys},"
+                " url: 'http://auth.example/jwks.json'}}}}}}" % (ISSUER, keep)) + textwrap.dedent("""\
+                ---
+                apiVersion: core.vendor.io/v1
+                kind: Upstream
+                metadata: {name: keys}
+                spec: {static: {hosts: [{addr: 127.0.0.1, port: 1}]}}
+                """)
+            directory = os.path.join(str(tmp_path), keep)
+            os.mkdir(directory)
+            with open(os.path.join(directory, "c.yaml"), "w") as f:
+                f.write(text)
+            tester = ChainTester.from_directory(directory, [("jwt", twistgw_jwt.JwtPlugin)], dry_run=True)
+            result = await tester.request("GET", "http://any/x", headers={"Authorization": f"Bearer {token}"})
+            self.assertIsInstance(result.trace[0][2], twistgw.NotChecked)
+            self.assertEqual(result.forwarded_headers.hasHeader(b"authorization"), forwarded, keep)
+
 
 class RawTargetTests(TestCase):
     async def test_raw_target_is_what_the_client_sent(self) -> None:

@@ -553,17 +553,18 @@ class ResponseEditTests(TestCase):
 
 class MatcherAndOverrideTests(TestCase):
     async def test_csrf_additional_origin_matchers(self):
+        # matched against the origin's host[:port] (Envoy's), never the whole value
         t = gateway_plan(vs(f"- matchers: [{{prefix: /}}]\n  {TO_BLUE}\n", """\
             csrf:
               filterEnabled: {defaultValue: {numerator: 100}}
               additionalOrigins:
-              - {exact: "https://one.example"}
-              - {prefix: "https://two.", ignoreCase: true}
-              - {safeRegex: {regex: "https://three[0-9]+\\\\.example"}}
+              - {exact: "one.example"}
+              - {prefix: "TWO.", ignoreCase: true}
+              - {safeRegex: {regex: "three[0-9]+\\\\.example"}}
             """))
-        for origin, status in (("https://one.example", 200), ("https://ONE.example", 403),
-                               ("https://TWO.example", 200), ("https://three42.example", 200),
-                               ("https://three.example", 403)):
+        for origin, status in (("https://one.example", 200), ("https://ONE.example", 200),
+                               ("https://one.example:8443", 403), ("https://TWO.example", 200),
+                               ("https://three42.example", 200), ("https://three.example", 403)):
             r = await t.request("POST", "http://api.example.com/x", {"origin": origin})
             assert r.status == status, origin
 
@@ -751,7 +752,38 @@ class HealthTests(TestCase):
             state.report(ep, False)
         assert await self.hosts(t) == {e.host for e in eps}
 
+    async def test_no_traffic_interval_until_the_first_request(self):
+        """``noTrafficInterval`` (Envoy's default 60 s) until a request goes
+        to the upstream, ``interval`` from then on; the runtime is told once."""
+        t = self.t()
+        (state,) = t.snapshot.health.values()
+        told: list[bool] = []
+        state.on_traffic = lambda: told.append(True)
+        assert (state.check.no_traffic_interval, state.traffic, state.interval) == (60.0, False, 60.0)
+        await self.hosts(t, 3)
+        assert (state.traffic, state.interval, told) == (True, 5.0, [True])
+        custom = gateway_plan(lb_upstream("{roundRobin: {}}").replace("---\n", HEALTHY.replace(
+            "interval: 5s", "interval: 5s\n    noTrafficInterval: 30s"))
+            + vs(f"- matchers: [{{prefix: /}}]\n  {TO_POOL}\n"))
+        (state,) = custom.snapshot.health.values()
+        assert (state.check.no_traffic_interval, state.interval) == (30.0, 30.0)
+
+    async def test_a_route_without_an_endpoint_is_no_traffic(self):
+        t = gateway_plan(lb_upstream("{roundRobin: {}, healthyPanicThreshold: 0}").replace("---\n", HEALTHY)
+                         + vs(f"- matchers: [{{prefix: /}}]\n  {TO_POOL}\n"))
+        (state,) = t.snapshot.health.values()
+        for ep in state.upstream.endpoints:
+            state.report(ep, False)
+            state.report(ep, False)
+        answer = (await t.request("GET", "http://api.example.com/x")).plan
+        assert isinstance(answer, LocalResponse) and answer.status == 503
+        assert not state.traffic  # nothing was sent
+
     @pytest.mark.parametrize("check, field", [
+        ("{timeout: 1s, interval: 1s, noTrafficInterval: 0s, unhealthyThreshold: 1, healthyThreshold: 1,"
+         " httpHealthCheck: {path: /}}", "spec.healthChecks[0].noTrafficInterval"),
+        ("{timeout: 1s, interval: 1s, unhealthyEdgeInterval: 1s, unhealthyThreshold: 1, healthyThreshold: 1,"
+         " httpHealthCheck: {path: /}}", "spec.healthChecks[0].unhealthyEdgeInterval"),
         ("{tcpHealthCheck: {}, timeout: 1s, interval: 1s, unhealthyThreshold: 1, healthyThreshold: 1,"
          " httpHealthCheck: {path: /}}", "spec.healthChecks[0].tcpHealthCheck"),
         ("{timeout: 1s, interval: 1s, unhealthyThreshold: 1, healthyThreshold: 1, httpHealthCheck: {path: x}}",

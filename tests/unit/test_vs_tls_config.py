@@ -34,7 +34,7 @@ def secret(name: str, cert: bytes = A.cert_pem, key: bytes | None = A.key_pem, c
     if key is not None:
         data += f", tls.key: {_b64(key)}"
     if ca is not None:
-        data += f", ca.crt: {_b64(ca)}"
+        data += f", ca.crt: '{_b64(ca)}'"
     return f"apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}}}\ntype: kubernetes.io/tls\ndata: {{{data}}}\n---\n"
 
 
@@ -84,6 +84,19 @@ class SslConfigReadingTests(TestCase):
         assert "needs both tls.crt and tls.key" in found["spec.sslConfig.secretRef"]
         found = problems(vs("a", "{secretRef: {name: missing}}"))
         assert "dangling reference" in found["spec.sslConfig.secretRef"]
+        # a CA-only Secret (glooctl create secret tls --rootca): tls.crt and tls.key empty
+        ca_only = ("apiVersion: v1\nkind: Secret\nmetadata: {name: caonly}\ntype: kubernetes.io/tls\n"
+                   f"data: {{tls.crt: '', tls.key: '', ca.crt: {_b64(CA.pem)}}}\n---\n")
+        found = problems(ca_only + vs("a", "{secretRef: {name: caonly}}"))
+        assert found["spec.sslConfig.secretRef"] == (
+            "sslConfig.secretRef: Secret default/caonly has no tls.crt and tls.key (or empty ones, as a CA-only"
+            " Secret has): a virtual service needs its certificate")
+
+    def test_an_empty_ca_crt_is_no_client_verification(self):
+        """glooctl writes ca.crt empty when no --rootca is given: empty means absent."""
+        config = load_text(secret("a", ca=b"") + vs("a", "{secretRef: {name: a}}"), "tls.yaml")
+        (service,) = config.virtual_services
+        assert service.tls is not None and service.tls.cert_pem == A.cert_pem and service.tls.ca_pem is None
 
     def test_broken_pems_are_refused_with_the_secret_key_named(self):
         found = problems(secret("a", key=B.key_pem) + vs("a", "{secretRef: {name: a}}"))

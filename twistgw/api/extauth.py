@@ -212,7 +212,10 @@ class ExtAuthChecker(Protocol):
         saying the config was not run)
         ``twistgw explain`` without ``--live``: decide what can be decided
         from the request alone, say what would be asked otherwise, contact
-        nothing. Synchronous.
+        nothing. Synchronous. A ``NotChecked`` carries in ``headers`` what
+        admitting would set on the forwarded request, as far as the request
+        tells (the ``credential_headers`` are removed by the extauth plugin
+        in a dry run as when the AuthConfig admits).
     ``description: str``
         one line for ``twistgw explain`` (default: the config's place).
     """

@@ -12,7 +12,7 @@ from typing import Any, Mapping, NoReturn
 
 import attrs
 
-from twistgw.api.upstreampolicy import CircuitBreakers, ConnectionConfig, UpstreamTls
+from twistgw.api.upstreampolicy import CircuitBreakers, ConnectionConfig, Http2Settings, UpstreamTls
 
 __all__ = ["AuthConfigInfo", "Endpoint", "InvalidResource", "OptionsScope", "ResourceView", "SecretInfo",
            "UpstreamInfo"]
@@ -42,6 +42,9 @@ class UpstreamInfo:
     breakers: CircuitBreakers | None = None
     #: ``connectionConfig``; None: the gateway's connection defaults
     connection: ConnectionConfig | None = None
+    #: HTTP/2 to the endpoints (``useHttp2``, or a discovered Service port
+    #: that speaks it); None: HTTP/1.1
+    http2: Http2Settings | None = None
 
 
 @attrs.frozen

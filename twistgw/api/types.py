@@ -69,6 +69,16 @@ class NotChecked:
 
     :param reason: what the plugin would do, e.g. ``"would bind as
         uid=alice,ou=people,dc=example,dc=org at ldap://ldap:389"``.
+    :param headers: what the plugin would do to the forwarded request's
+        headers **when it admits**, as far as the request alone tells:
+        ``((b"authorization", None),)`` for a credential it consumes
+        (``None`` removes the header), ``(name, value)`` to set one.
+        The dry run applies them and goes on, so ``twistgw explain``'s
+        "Headers sent upstream" is what the backend would get if the
+        plugin admitted: a credential the live gateway strips is not shown
+        as forwarded. What else the plugin would change on admitting
+        (a query parameter it consumes) it changes on ``ctx`` itself
+        before returning.
 
     Only valid when ``ctx.dry_run`` is true; the chain then goes on to the
     next plugin. Returned from a real request it refuses the request with
@@ -77,6 +87,7 @@ class NotChecked:
     """
 
     reason: str
+    headers: tuple[tuple[bytes, bytes | None], ...] = ()
 
 
 Decision = Allow | Deny

@@ -1,6 +1,6 @@
 """What an Upstream's traffic policy needs at run time, resolved: TLS to its
 endpoints (``sslConfig``), circuit breakers (``circuitBreakers``) and the
-connection settings (``connectionConfig``). Carried by
+connection settings (``connectionConfig``) and HTTP/2 (``useHttp2``). Carried by
 :class:`twistgw.api.types.UpstreamInfo`; the engine acts on them. Also
 ``outlierDetection`` as read (:class:`OutlierDetection`), which the core's
 balancers act on.
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import attrs
 
-__all__ = ["CircuitBreakers", "ConnectionConfig", "OutlierDetection", "TcpKeepalive", "UpstreamTls"]
+__all__ = ["H2_DEFAULT_WINDOW", "CircuitBreakers", "ConnectionConfig", "Http2Settings", "OutlierDetection",
+           "TcpKeepalive", "UpstreamTls"]
 
 
 @attrs.frozen(cache_hash=True)
@@ -103,3 +104,30 @@ class OutlierDetection:
     base_ejection_time: float = 30.0
     max_ejection_time: float = 300.0
     max_ejection_percent: int = 10
+
+
+#: RFC 9113 §6.5.2: the initial window size of every HTTP/2 stream and connection
+H2_DEFAULT_WINDOW = 65_535
+
+
+@attrs.frozen(cache_hash=True)
+class Http2Settings:
+    """HTTP/2 to an upstream's endpoints (Gloo's ``useHttp2: true`` with
+    the Upstream's HTTP/2 fields, or a discovered Service port that speaks
+    HTTP/2). h2c (prior knowledge) to plain endpoints, ALPN ``h2`` over TLS.
+
+    The windows are what the gateway lets the upstream send ahead of what
+    the client read: the bound on what one response (a stream) or one
+    connection buffers for a slow client (see docs/http2.md).
+    """
+
+    #: ``initialStreamWindowSize`` (bytes, 65535 to 2^31-1); twistgw's default, 1 MiB, is below Envoy's 256 MiB
+    stream_window: int = 1 << 20
+    #: ``initialConnectionWindowSize`` (bytes, 65535 to 2^31-1); default 16 MiB
+    connection_window: int = 16 << 20
+    #: ``maxConcurrentStreams``: streams the gateway opens on one connection
+    #: (and by the peer's SETTINGS_MAX_CONCURRENT_STREAMS); Envoy's default, no limit of its own
+    max_streams: int = 2_147_483_647
+    #: ``protocolSelection: USE_DOWNSTREAM_PROTOCOL``: HTTP/2 only for
+    #: clients that speak HTTP/2, HTTP/1.1 for the others
+    downstream_protocol: bool = False

@@ -54,7 +54,7 @@ _HTTP_REFUSED = {
     "virtualServiceExpressions": "set-based selectors are not supported; use virtualServiceSelector (labels)"
                                  " or virtualServices",
 }
-_OPTIONS_FIELDS = ("healthCheck", "httpConnectionManagerSettings", "httpLocalRatelimit")
+_OPTIONS_FIELDS = ("grpcWeb", "healthCheck", "httpConnectionManagerSettings", "httpLocalRatelimit")
 _LOCAL_FIELDS = ("defaultLimit", "enableXRatelimitHeaders", "localRateLimitPerDownstreamConnection")
 
 #: HttpConnectionManagerSettings fields twistgw applies
@@ -155,6 +155,9 @@ class GlooGateway:
     health_path: bytes | None = None
     #: ``options.accessLoggingService``'s file sinks
     access_logs: tuple[AccessLogSink, ...] = ()
+    #: ``httpGateway.options.grpcWeb.disable``: grpc-web requests are not
+    #: translated to gRPC on this listener (on by default, as in Gloo)
+    grpc_web_disabled: bool = False
     source: Source | None = None
 
     @property
@@ -265,6 +268,12 @@ def _read_http(r: FieldReader, value: Any, path: Path, ns: str) -> dict[str, Any
             if "httpConnectionManagerSettings" in opts:
                 out["hcm"] = _read_hcm(r, opts["httpConnectionManagerSettings"],
                                        path + ("options", "httpConnectionManagerSettings"))
+        with r.part():
+            if "grpcWeb" in opts:
+                gp = path + ("options", "grpcWeb")
+                g = r.mapping(opts["grpcWeb"] or {}, gp, {"disable"})
+                if g.get("disable") is not None:
+                    out["grpc_web_disabled"] = r.boolean(g["disable"], gp + ("disable",))
         with r.part():
             if "healthCheck" in opts:
                 out["health_path"] = _read_health(r, opts["healthCheck"], path + ("options", "healthCheck"))

@@ -61,8 +61,6 @@ GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
         "consul": "Consul destinations are not supported",
     },
     "upstreamSpec": {
-        "serviceSpec": "service specs (REST/gRPC function routing) are not supported",
-        "useHttp2": "HTTP/2 to upstreams is not supported",
         "aws": "AWS Lambda upstreams are out of twistgw's scope (cloud functions)",
         "azure": "Azure function upstreams are out of twistgw's scope (cloud functions)",
         "gcp": "Google Cloud upstreams are out of twistgw's scope (cloud functions)",

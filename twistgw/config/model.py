@@ -9,7 +9,7 @@ import attrs
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
 from twistgw.config.matchers import Matcher, RequestView, any_matches
 from twistgw.config.traffic import Redirect
-from twistgw.api.upstreampolicy import CircuitBreakers, ConnectionConfig, OutlierDetection
+from twistgw.api.upstreampolicy import CircuitBreakers, ConnectionConfig, Http2Settings, OutlierDetection
 from twistgw.config.upstreamtls import SslSpec
 from twistgw.config.servertls import ServerSslSpec, ServerTls
 
@@ -314,6 +314,8 @@ class ServicePort:
     port: int
     target_port: int | str | None = None
     name: str = ""
+    #: the port speaks HTTP/2, by Gloo discovery's rule (config/http2.py)
+    http2: bool = False
 
 
 @attrs.frozen
@@ -389,6 +391,8 @@ class UpstreamResource:
     outlier: "OutlierDetection | None" = None
     #: ``spec.connectionConfig``: None for the gateway's defaults
     connection: "ConnectionConfig | None" = None
+    #: ``spec.useHttp2`` and the HTTP/2 fields: None for HTTP/1.1
+    http2: "Http2Settings | None" = None
 
 
 @attrs.frozen
@@ -403,6 +407,9 @@ class HealthCheck:
     host: str = ""
     #: [start, end) status ranges that pass (default: 200 only, as Envoy)
     statuses: tuple[tuple[int, int], ...] = ((200, 201),)
+    #: ``noTrafficInterval``: the interval while the upstream has had no
+    #: traffic (Envoy's default, 60 s); ``interval`` once it has
+    no_traffic_interval: float = 60.0
 
     def passes(self, status: int) -> bool:
         return any(lo <= status < hi for lo, hi in self.statuses)

@@ -13,6 +13,7 @@ import attrs
 
 from twistgw.api.fields import Path
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo, path_text
+from twistgw.api.upstreampolicy import Http2Settings
 from twistgw.config.errors import ConfigIssue
 from twistgw.config.settings import discovery_namespace
 from twistgw.config.servertls import resolve_server_tls, tls_chains
@@ -106,7 +107,8 @@ class Config:
                 chosen = info.endpoints
             elif spec.fallback == "DEFAULT_SUBSET":
                 chosen = pick(spec.default)
-        return UpstreamInfo(info.namespace, info.name, chosen, subset, info.tls, info.breakers, info.connection)
+        return UpstreamInfo(info.namespace, info.name, chosen, subset, info.tls, info.breakers, info.connection,
+                            info.http2)
 
     def resolve_kube(self, name: str, namespace: str, port: int) -> UpstreamInfo:
         """A Service port → the Endpoints addresses on the target port."""
@@ -139,7 +141,9 @@ class Config:
                     pod = self.pods.get(ref) if ref is not None else by_ip.get(addr)
                     found.append(Endpoint(addr, target))
                     labels.append(pod.labels if pod is not None else {})
-        return UpstreamInfo(namespace, upstream_name, tuple(found)), tuple(labels)
+        # Gloo's discovery: the port speaks HTTP/2 by its Service's annotation, appProtocol or name
+        http2 = Http2Settings() if sport.http2 else None
+        return UpstreamInfo(namespace, upstream_name, tuple(found), http2=http2), tuple(labels)
 
 
 def _subset_port(subset: EndpointSubset, sport: ServicePort) -> int | None:
@@ -218,6 +222,8 @@ def resolve_upstreams(config: Config, issue: Locate, invalid: set[tuple[str, str
         elif res.breakers is not None or res.connection is not None:
             found.upstreams[(ns, uname)] = attrs.evolve(found.upstreams[(ns, uname)], breakers=res.breakers,
                                                         connection=res.connection)
+        if res.http2 is not None and (ns, uname) in found.upstreams:  # useHttp2 (over TLS: ALPN h2)
+            found.upstreams[(ns, uname)] = attrs.evolve(found.upstreams[(ns, uname)], http2=res.http2)
     return found
 
 

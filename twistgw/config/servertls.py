@@ -145,7 +145,8 @@ def resolve_server_tls(spec: ServerSslSpec, secrets: Mapping[tuple[str, str], Se
     cert, key, ca = read_pems(spec.secret, spec.files, secrets, base)
     if cert is None or key is None:
         raise ValueError(f"sslConfig.secretRef: Secret {spec.secret[0]}/{spec.secret[1]} has no tls.crt and"
-                         " tls.key: a virtual service needs its certificate" if spec.secret else
+                         " tls.key (or empty ones, as a CA-only Secret has): a virtual service needs its"
+                         " certificate" if spec.secret else
                          "sslConfig: no certificate")
     files = tuple(n if os.path.isabs(n) else os.path.join(base, n) for n in spec.files or () if n)
     tls = ServerTls(cert, key, ca, spec.verify_names, spec.min_version, spec.max_version, spec.ciphers,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from twistgw.api.endpoints import syntax_problem
 from twistgw.api.fields import FieldReader, Path
 from twistgw.config.envelope import Envelope
 from twistgw.config.names import is_loopback_endpoint
@@ -64,6 +65,9 @@ def _gateway_settings(r: FieldReader, value: Any) -> None:
     if "echoServer" in g:
         e = r.mapping(g["echoServer"], path + ("echoServer",), {"listen"}, required=("listen",))
         listen = r.string(e["listen"], path + ("echoServer", "listen"))
+        malformed = syntax_problem(listen)
+        if malformed is not None:
+            raise r.fail(path + ("echoServer", "listen"), f"{listen!r} is not a valid endpoint: {malformed}")
         if not is_loopback_endpoint(listen):
             raise r.fail(path + ("echoServer", "listen"),
                          "the development echo server only listens on loopback, e.g. 'tcp:8081:interface=127.0.0.1'")

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import attrs
 
 from twistgw.api.fields import FieldReader, Path
+from twistgw.config.csrf import CsrfPolicy, OriginMatcher, read_csrf
 from twistgw.config.retries import read_retries
 from twistgw.config.shadowing import read_shadowing
 from twistgw.api.headers import InvalidHeaderName, canonical_name
@@ -76,40 +77,6 @@ class CorsPolicy:
         """Envoy's rule: an exact origin, ``*``, or a full regex match."""
         return (origin in self.origins or "*" in self.origins
                 or any(rx.fullmatch(origin) for rx in self.origin_regexes))
-
-
-@attrs.frozen
-class OriginMatcher:
-    """One of ``csrf.additionalOrigins`` (Envoy's StringMatcher)."""
-
-    exact: str | None = None
-    prefix: str | None = None
-    suffix: str | None = None
-    regex: SafeRegex | None = None
-    ignore_case: bool = False
-
-    def matches(self, origin: str) -> bool:
-        if self.regex is not None:
-            return self.regex.fullmatch(origin)
-        subject = origin.lower() if self.ignore_case else origin
-
-        def norm(text: str) -> str:
-            return text.lower() if self.ignore_case else text
-
-        if self.exact is not None:
-            return subject == norm(self.exact)
-        if self.prefix is not None:
-            return subject.startswith(norm(self.prefix))
-        return self.suffix is not None and subject.endswith(norm(self.suffix))
-
-
-@attrs.frozen
-class CsrfPolicy:
-    """Envoy's CSRF filter: percent of requests enforced and shadowed."""
-
-    enabled: float = 0.0
-    shadow: float = 0.0
-    origins: tuple[OriginMatcher, ...] = ()
 
 
 @attrs.frozen
@@ -333,50 +300,6 @@ def _max_age(r: FieldReader, value: Any, path: Path) -> str:
     if seconds is None or seconds != int(seconds):
         raise r.fail(path, f"must be whole seconds such as '86400' or a duration such as '1d', '10m', got {value!r}")
     return str(int(seconds))
-
-
-_DENOMINATORS = {"HUNDRED": 100.0, "TEN_THOUSAND": 10_000.0, "MILLION": 1_000_000.0}
-
-
-def _fraction(r: FieldReader, value: Any, path: Path) -> float:
-    """A RuntimeFractionalPercent as a percentage 0..100 (the runtime key is
-    informational: twistgw has no runtime layer)."""
-    m = r.mapping(value, path, {"defaultValue", "runtimeKey"}, required=("defaultValue",))
-    if "runtimeKey" in m:
-        r.string(m["runtimeKey"], path + ("runtimeKey",))
-    d = r.mapping(m["defaultValue"], path + ("defaultValue",), {"numerator", "denominator"})
-    num = r.integer(d.get("numerator", 0), path + ("defaultValue", "numerator"), 0)
-    den = r.choice(d.get("denominator", "HUNDRED"), path + ("defaultValue", "denominator"), _DENOMINATORS)
-    return min(100.0, num * 100.0 / _DENOMINATORS[den])
-
-
-def _origin_matcher(r: FieldReader, value: Any, path: Path) -> OriginMatcher:
-    m = r.mapping(value, path, {"exact", "prefix", "suffix", "safeRegex", "ignoreCase"})
-    kinds = [k for k in ("exact", "prefix", "suffix", "safeRegex") if k in m]
-    if len(kinds) != 1:
-        raise r.fail(path, "set exactly one of exact, prefix, suffix or safeRegex")
-    ignore = r.boolean(m["ignoreCase"], path + ("ignoreCase",)) if m.get("ignoreCase") is not None else False
-    if kinds[0] == "safeRegex":
-        sr = r.mapping(m["safeRegex"], path + ("safeRegex",), {"regex"}, required=("regex",))
-        return OriginMatcher(regex=_regex(r, sr["regex"], path + ("safeRegex", "regex")))
-    text = r.string(m[kinds[0]], path + (kinds[0],))
-    if kinds[0] == "exact":
-        return OriginMatcher(exact=text, ignore_case=ignore)
-    if kinds[0] == "prefix":
-        return OriginMatcher(prefix=text, ignore_case=ignore)
-    return OriginMatcher(suffix=text, ignore_case=ignore)
-
-
-def read_csrf(r: FieldReader, value: Any, path: Path, ns: str) -> CsrfPolicy:
-    m = r.mapping(value, path, {"filterEnabled", "shadowEnabled", "additionalOrigins"})
-    if "filterEnabled" not in m and "shadowEnabled" not in m:
-        raise r.fail(path, "set filterEnabled (enforce) or shadowEnabled (only count): with neither the"
-                     " filter does nothing")
-    enabled = _fraction(r, m["filterEnabled"], path + ("filterEnabled",)) if "filterEnabled" in m else 0.0
-    shadow = _fraction(r, m["shadowEnabled"], path + ("shadowEnabled",)) if "shadowEnabled" in m else 0.0
-    origins = tuple(_origin_matcher(r, v, path + ("additionalOrigins", i)) for i, v in
-                    enumerate(r.sequence(m.get("additionalOrigins") or [], path + ("additionalOrigins",))))
-    return CsrfPolicy(enabled, shadow, origins)
 
 
 def _percent(r: FieldReader, value: Any, path: Path) -> float:

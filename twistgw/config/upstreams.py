@@ -15,6 +15,8 @@ from twistgw.api.types import Endpoint
 from twistgw.api.upstreampolicy import CircuitBreakers
 from twistgw.config.envelope import Envelope
 from twistgw.config.gloo import unsupported
+from twistgw.config.http2 import H2_APP_PROTOCOLS, H2_FIELDS, read_http2, read_service_spec, service_annotations, \
+    speaks_http2
 from twistgw.config.upstreampolicy import read_connection_config, read_outlier_detection
 from twistgw.config.upstreamtls import SslSpec, read_ssl_config
 from twistgw.options import parse_duration
@@ -46,16 +48,22 @@ SERVICE_INFORMATIONAL = frozenset({
 })
 
 
-def _tcp_protocol(r: FieldReader, p: dict[str, Any], pp: Path) -> None:
+def _tcp_protocol(r: FieldReader, p: dict[str, Any], pp: Path) -> str | None:
     """``protocol`` and ``appProtocol`` of a Service or Endpoints port: the
-    gateway speaks HTTP/1.1 over TCP to endpoints, so nothing else is accepted."""
+    gateway speaks HTTP/1.1 or HTTP/2 over TCP to endpoints, so nothing else
+    is accepted. Returns the ``appProtocol`` as written (None: not written)."""
     with r.part():
         if r.string(p.get("protocol", "TCP"), pp + ("protocol",)) != "TCP":
             raise r.fail(pp + ("protocol",), f"must be TCP: twistgw proxies HTTP over TCP, got {p['protocol']!r}")
+    app = None
     with r.part():
-        app = r.string(p.get("appProtocol", "http"), pp + ("appProtocol",))
-        if app not in ("http", "kubernetes.io/http"):
-            raise r.fail(pp + ("appProtocol",), f"must be http: twistgw speaks HTTP/1.1 to endpoints, got {app!r}")
+        if "appProtocol" in p:
+            app = r.string(p["appProtocol"], pp + ("appProtocol",))
+            if app not in ("http", "kubernetes.io/http") and app not in H2_APP_PROTOCOLS:
+                raise r.fail(pp + ("appProtocol",), "must be http, or one of Gloo's HTTP/2 protocols ("
+                             f"{', '.join(sorted(H2_APP_PROTOCOLS))}): twistgw speaks HTTP/1.1 and HTTP/2 to"
+                             f" endpoints, got {app!r}")
+    return app
 
 
 def read_service(r: FieldReader, res: Envelope) -> Service:
@@ -65,10 +73,11 @@ def read_service(r: FieldReader, res: Envelope) -> Service:
     if spec.get("type") == "ExternalName" or "externalName" in spec:
         r.issue(("spec", "type"), "ExternalName Services are not supported: declare an Upstream with static hosts")
     ports = []
+    h2 = service_annotations(r, res.data)
     for i, p in enumerate(r.sequence(spec.get("ports", []), ("spec", "ports"))):
         pp = ("spec", "ports", i)
         p = r.mapping(p, pp, {"name", "port", "targetPort", "protocol", "nodePort", "appProtocol"}, required=("port",))
-        _tcp_protocol(r, p, pp)
+        app = _tcp_protocol(r, p, pp)
         port = r.port(p["port"], pp + ("port",))
         target = p.get("targetPort", port)
         if isinstance(target, str):
@@ -76,7 +85,7 @@ def read_service(r: FieldReader, res: Envelope) -> Service:
         else:
             target = r.port(target, pp + ("targetPort",))
         pname = r.string(p.get("name", ""), pp + ("name",), nonempty=False)
-        ports.append(ServicePort(port, target, pname))
+        ports.append(ServicePort(port, target, pname, speaks_http2(h2, pname, app)))
     selector = None
     with r.part():
         if "selector" in spec:
@@ -192,15 +201,9 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     refused_type = any(k in spec for k in _REFUSED_TYPES)
     spec = r.mapping(unsupported(r, spec, ("spec",), "upstreamSpec"), ("spec",),
                      {"kube", "static", "discoveryMetadata", "loadBalancerConfig", "healthChecks", "sslConfig",
-                      "circuitBreakers", "outlierDetection", "connectionConfig"})
+                      "circuitBreakers", "outlierDetection", "connectionConfig"} | H2_FIELDS)
     lb = hc = ssl = breakers = None
-    policy: dict[str, Any] = {}
-    if spec.get("outlierDetection") is not None:
-        with r.part():
-            policy["outlier"] = read_outlier_detection(r, spec["outlierDetection"], ("spec", "outlierDetection"))
-    if spec.get("connectionConfig") is not None:
-        with r.part():
-            policy["connection"] = read_connection_config(r, spec["connectionConfig"], ("spec", "connectionConfig"))
+    policy = _read_policy(r, spec)
     if spec.get("circuitBreakers") is not None:
         with r.part():
             breakers = read_circuit_breakers(r, spec["circuitBreakers"], ("spec", "circuitBreakers"))
@@ -231,7 +234,7 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     kp = ("spec", "kube")
     k = r.mapping(spec["kube"], kp)
     k = r.mapping(unsupported(r, k, kp, "upstreamSpec"), kp,
-                  {"serviceName", "serviceNamespace", "servicePort", "selector", "subsetSpec"},
+                  {"serviceName", "serviceNamespace", "servicePort", "selector", "subsetSpec", "serviceSpec"},
                   required=("serviceName", "servicePort"))
     sname = r.string(k["serviceName"], kp + ("serviceName",))
     sns = r.string(k.get("serviceNamespace", ns), kp + ("serviceNamespace",))
@@ -241,6 +244,27 @@ def read_upstream(r: FieldReader, res: Envelope) -> UpstreamResource:
     return UpstreamResource(ns, name, kube=KubeRef(sname, sns, port), source=source, selector=selector,
                             subset_spec=subset_spec, load_balancer=lb, health_check=hc, ssl=ssl,
                             breakers=breakers, **policy)
+
+
+def _read_policy(r: FieldReader, spec: dict[str, Any]) -> dict[str, Any]:
+    """An Upstream's HTTP/2 (``useHttp2``, a gRPC ``serviceSpec``),
+    ``outlierDetection`` and ``connectionConfig``, as UpstreamResource's fields."""
+    policy: dict[str, Any] = {}
+    with r.part():
+        kind = spec.get("kube") if "kube" in spec else spec.get("static")
+        where = ("spec", "kube" if "kube" in spec else "static", "serviceSpec")
+        grpc = isinstance(kind, dict) and kind.get("serviceSpec") is not None and \
+            read_service_spec(r, kind["serviceSpec"], where)
+        http2 = read_http2(r, spec, ("spec",), grpc)
+        if http2 is not None:
+            policy["http2"] = http2
+    if spec.get("outlierDetection") is not None:
+        with r.part():
+            policy["outlier"] = read_outlier_detection(r, spec["outlierDetection"], ("spec", "outlierDetection"))
+    if spec.get("connectionConfig") is not None:
+        with r.part():
+            policy["connection"] = read_connection_config(r, spec["connectionConfig"], ("spec", "connectionConfig"))
+    return policy
 
 
 def read_circuit_breakers(r: FieldReader, value: Any, path: Path) -> CircuitBreakers:
@@ -265,7 +289,7 @@ def _read_static(r: FieldReader, value: Any, ssl: SslSpec | None) -> tuple[tuple
     ``sslConfig`` asks for it (Gloo: ``useTls`` without ``sslConfig`` is TLS
     with default settings; here the system's CAs, verified by name)."""
     sp = ("spec", "static")
-    st = r.mapping(value, sp, {"hosts", "useTls", "autoSniRewrite"}, required=("hosts",))
+    st = r.mapping(value, sp, {"hosts", "useTls", "autoSniRewrite", "serviceSpec"}, required=("hosts",))
     use_tls = r.boolean(st["useTls"], sp + ("useTls",)) if st.get("useTls") is not None else None
     if use_tls is False and ssl is not None:
         r.issue(sp + ("useTls",), "is false while sslConfig is set: remove one (twistgw never sends plain"
@@ -300,7 +324,8 @@ def read_load_balancer(r: FieldReader, value: Any, path: Path) -> LoadBalancer:
     """``loadBalancerConfig`` (Gloo's LoadBalancerConfig, Envoy's lb_policy)."""
     m = dict(r.mapping(value, path))
     for key, why in (("localityWeightedLbConfig", " (endpoints have no locality)"),
-                     ("updateMergeWindow", " (a configuration change applies at once)")):
+                     ("updateMergeWindow", " (a configuration change applies at once)"),
+                     ("slowStartConfig", " (a new endpoint takes its full share at once)")):
         if m.pop(key, None) is not None:
             r.issue(path + (key,), _LB_LATER + why)
     m = r.mapping(m, path, set(_LB_KINDS) | {"healthyPanicThreshold"})
@@ -373,16 +398,19 @@ def read_health_checks(r: FieldReader, value: Any, path: Path) -> HealthCheck | 
     for key in ("tcpHealthCheck", "grpcHealthCheck", "customHealthCheck"):
         if m.pop(key, None) is not None:
             r.issue(p + (key,), _HC_LATER)
-    for key in ("noTrafficInterval", "unhealthyInterval", "unhealthyEdgeInterval", "healthyEdgeInterval",
+    for key in ("unhealthyInterval", "unhealthyEdgeInterval", "healthyEdgeInterval",
                 "initialJitter", "intervalJitter", "intervalJitterPercent", "eventLogPath",
                 "alwaysLogHealthCheckFailures", "reuseConnection", "tlsOptions", "transportSocketMatchCriteria"):
         if m.pop(key, None) is not None:
-            r.issue(p + (key,), "is not supported by twistgw (the check runs every interval on a kept-alive"
-                    " connection)")
-    m = r.mapping(m, p, {"timeout", "interval", "unhealthyThreshold", "healthyThreshold", "httpHealthCheck"},
+            r.issue(p + (key,), "is not supported by twistgw (the check runs every interval, or"
+                    " noTrafficInterval before any traffic, on a kept-alive connection)")
+    m = r.mapping(m, p, {"timeout", "interval", "unhealthyThreshold", "healthyThreshold", "httpHealthCheck",
+                         "noTrafficInterval"},
                   required=("timeout", "interval", "unhealthyThreshold", "healthyThreshold", "httpHealthCheck"))
     timeout = _duration(r, m["timeout"], p + ("timeout",))
     interval = _duration(r, m["interval"], p + ("interval",))
+    quiet = 60.0 if m.get("noTrafficInterval") is None else \
+        _duration(r, m["noTrafficInterval"], p + ("noTrafficInterval",))
     unhealthy = r.integer(m["unhealthyThreshold"], p + ("unhealthyThreshold",), 1, 1000)
     healthy = r.integer(m["healthyThreshold"], p + ("healthyThreshold",), 1, 1000)
     hp = p + ("httpHealthCheck",)
@@ -399,4 +427,4 @@ def read_health_checks(r: FieldReader, value: Any, path: Path) -> HealthCheck | 
         if lo >= hi:
             raise r.fail(rp, "start must be below end (the range is [start, end))")
         statuses.append((lo, hi))
-    return HealthCheck(interval, timeout, unhealthy, healthy, hpath, host, tuple(statuses) or ((200, 201),))
+    return HealthCheck(interval, timeout, unhealthy, healthy, hpath, host, tuple(statuses) or ((200, 201),), quiet)

@@ -143,13 +143,22 @@ def _read_file(base: str, name: str, what: str) -> bytes | None:
         raise ValueError(f"sslFiles.{what}: cannot read {full}: {exc.strerror}") from None
 
 
+def _present(value: bytes | None) -> bytes | None:
+    """A Secret's PEM entry, or None when it is absent or empty (only
+    whitespace): Kubernetes requires ``tls.crt`` and ``tls.key`` in a
+    ``kubernetes.io/tls`` Secret, so ``glooctl create secret tls --rootca``
+    writes them empty beside ``ca.crt``."""
+    return value if value is not None and value.strip() else None
+
+
 def read_pems(secret_ref: tuple[str, str] | None, files: tuple[str, str, str] | None,
               secrets: Mapping[tuple[str, str], SecretInfo],
               base: str) -> tuple[bytes | None, bytes | None, bytes | None]:
     """(certificate, key, CA) PEMs of an ``sslConfig``: from the Secret
     (``tls.crt``, ``tls.key``, ``ca.crt``: a ``kubernetes.io/tls`` Secret,
-    or Gloo's with a root CA) or the files (relative to ``base``, the
-    configuration directory). Shared by Upstreams and VirtualServices.
+    or Gloo's with a root CA; an empty entry is an absent one) or the files
+    (relative to ``base``, the configuration directory). Shared by
+    Upstreams, VirtualServices and the pass-through auth clients.
 
     :raises LookupError: the Secret is not declared (a dangling reference).
     :raises ValueError: a file cannot be read, or the Secret lacks the keys.
@@ -159,12 +168,13 @@ def read_pems(secret_ref: tuple[str, str] | None, files: tuple[str, str, str] | 
         where = f"Secret {secret_ref[0]}/{secret_ref[1]}"
         if secret is None:
             raise LookupError(f"sslConfig.secretRef names no {where}")
-        data = secret.data
-        cert, key, ca = data.get("tls.crt"), data.get("tls.key"), data.get("ca.crt")
+        cert, key, ca = (_present(secret.data.get(k)) for k in ("tls.crt", "tls.key", "ca.crt"))
         if cert is None and key is None and ca is None:
-            raise ValueError(f"sslConfig.secretRef: {where} has none of tls.crt, tls.key, ca.crt")
+            raise ValueError(f"sslConfig.secretRef: {where} has none of tls.crt, tls.key, ca.crt"
+                             " (or only empty ones)")
         if (cert is None) != (key is None):
-            raise ValueError(f"sslConfig.secretRef: {where} needs both tls.crt and tls.key (or neither)")
+            raise ValueError(f"sslConfig.secretRef: {where} needs both tls.crt and tls.key (or neither;"
+                             " an empty key counts as absent)")
         return cert, key, ca
     if files is not None:
         cert, key, ca = (_read_file(base, n, w) for n, w in zip(files, ("tlsCert", "tlsKey", "rootCa"), strict=True))

@@ -29,6 +29,11 @@ The lines look exactly like the events ``twist`` used to write:
 * ``events`` (embedding without a file): a ``twisted.logger`` event per request
   in namespace ``twistgw.access``, as before, with the text fields escaped.
 
+A response cut short after its head went out, because the upstream broke
+off (a reset, a malformed chunk, a TLS connection closed without
+``close_notify``), has one more field: ``truncated=upstream`` at the end of
+the text line, ``"truncated": "upstream"`` in JSON.
+
 No I/O here: the writer and the end-of-turn scheduler are handed in
 (:mod:`twistgw.runtime.logs` connects them to ``twist``'s log file).
 """
@@ -97,8 +102,9 @@ _encode: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
 #: One request kept for the next batch: (client, method, path, status,
-#: virtual_service, route, upstream, decided_by, principal, duration, time).
-_Record = tuple[str, str, str, int, str, str, str, str, str, float, float]
+#: virtual_service, route, upstream, decided_by, principal, duration, time,
+#: truncated).
+_Record = tuple[str, str, str, int, str, str, str, str, str, float, float, str]
 
 
 #: The characters a field may hold and be written as it is, in a text line
@@ -126,11 +132,11 @@ def _text_lines(records: list[_Record]) -> list[str]:
     lines: list[str] = []
     add = lines.append
     second, stamp = -1, ""
-    for c, m, p, s, v, ro, u, d, pr, du, t in records:
+    for c, m, p, s, v, ro, u, d, pr, du, t, cut in records:
         if int(t) != second:
             second, stamp = int(t), formatTime(t) + " [twistgw.access#info] "
         add(f'{stamp}{c} "{m} {p}" {s} vs={v} route={ro} upstream={u} decided_by={d}'
-            f" principal={pr} {du * 1000:.1f}ms\n")
+            f" principal={pr} {du * 1000:.1f}ms{' truncated=' + cut if cut else ''}\n")
     return lines
 
 
@@ -141,8 +147,12 @@ def _json_lines(records: list[_Record]) -> list[str]:
     """JSON records in twist's framing of ``records``, fields as they are."""
     return [f'\x1e{{"client": "{c}", "method": "{m}", "path": "{p}", "status": {s},'
             f' "virtual_service": "{v}", "route": "{ro}", "upstream": "{u}", "decided_by": "{d}",'
-            f' "principal": "{pr}", "duration_ms": {du * 1000:.3f}{_JSON_TAIL}{t:.6f}}}\n'
-            for c, m, p, s, v, ro, u, d, pr, du, t in records]
+            f' "principal": "{pr}", "duration_ms": {du * 1000:.3f}{_truncated(cut)}{_JSON_TAIL}{t:.6f}}}\n'
+            for c, m, p, s, v, ro, u, d, pr, du, t, cut in records]
+
+
+def _truncated(cut: str) -> str:
+    return f', "truncated": "{cut}"' if cut else ""
 
 
 def _own(lines: list[str]) -> int:
@@ -150,7 +160,7 @@ def _own(lines: list[str]) -> int:
     return len(lines[0].encode("ascii").translate(None, _SAFE))
 
 
-_EMPTY = [("", "", "", 200, "", "", "", "", "", 0.0, 0.0)]
+_EMPTY = [("", "", "", 200, "", "", "", "", "", 0.0, 0.0, "")]
 _TEXT_OWN = _own(_text_lines(_EMPTY))  # two quotes and the newline
 _JSON_OWN = _own(_json_lines(_EMPTY))  # the quotes, the record separator and the newline
 
@@ -165,8 +175,8 @@ def _batch(records: list[_Record], make: Callable[[list[_Record]], list[str]], o
     text = "".join(lines)
     if not _clean(text, len(lines), own):
         e = escape
-        lines = make([(e(c), e(m), e(p), s, e(v), e(ro), e(u), e(d), e(pr), du, t)
-                      for c, m, p, s, v, ro, u, d, pr, du, t in records])
+        lines = make([(e(c), e(m), e(p), s, e(v), e(ro), e(u), e(d), e(pr), du, t, cut)
+                      for c, m, p, s, v, ro, u, d, pr, du, t, cut in records])
         text = "".join(lines)
     return lines, text
 
@@ -215,18 +225,20 @@ class AccessLog:
     # -- one request ---------------------------------------------------------
 
     # ``request(client, method, path, status, virtual_service, route,
-    # upstream, decided_by, principal, duration)``: ``duration`` is in
-    # seconds; every text argument is a ``str``. For ``text`` and ``json``
+    # upstream, decided_by, principal, duration, truncated="")``:
+    # ``duration`` is in seconds; every text argument is a ``str``;
+    # ``truncated`` names who cut the response short after its head
+    # (``upstream``), written as ``truncated=upstream`` only then. For ``text`` and ``json``
     # the request is kept as it is, with the time, and its line made when
     # the buffer is written: a tuple and an append per request, and the
     # lines of a whole batch made in one comprehension, checked for
     # characters that need escaping in one pass (docs/performance.md).
 
     def _keep(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
-              upstream: str, decided_by: str, principal: str, duration: float) -> None:
+              upstream: str, decided_by: str, principal: str, duration: float, truncated: str = "") -> None:
         records = self._records
         records.append((client, method, path, status, virtual_service, route, upstream, decided_by, principal,
-                        duration, self._clock()))
+                        duration, self._clock(), truncated))
         if len(records) >= self.limit or self._direct:
             self.flush()
         elif not self._pending:
@@ -234,8 +246,14 @@ class AccessLog:
             self._scheduled = self._schedule(self._turn_ended)  # type: ignore[misc]
 
     def _event(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
-               upstream: str, decided_by: str, principal: str, duration: float) -> None:
+               upstream: str, decided_by: str, principal: str, duration: float, truncated: str = "") -> None:
         e = escape_text
+        if truncated:
+            _access.info(LOG_FORMAT + " truncated={truncated}", client=e(client), method=e(method), path=e(path),
+                         status=status, virtual_service=e(virtual_service), route=e(route), upstream=e(upstream),
+                         decided_by=e(decided_by), principal=e(principal), duration_ms=duration * 1000,
+                         truncated=truncated)
+            return
         _access.info(LOG_FORMAT, client=e(client), method=e(method), path=e(path), status=status,
                        virtual_service=e(virtual_service), route=e(route), upstream=e(upstream),
                        decided_by=e(decided_by), principal=e(principal), duration_ms=duration * 1000)

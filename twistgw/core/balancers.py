@@ -5,6 +5,11 @@ hashing (``ringHash``, ``maglev``) on the hash a route's ``lbHash`` makes of
 the request (Envoy's load balancers, as Gloo's ``loadBalancerConfig`` names
 them). Tables are built once per snapshot; hashes are stable across
 processes and workers (BLAKE2b, not Python's salted ``hash``).
+
+A retry asks again (``pick_retry(tried, h)``): the same balancer picks,
+skipping the endpoints the request already tried (Envoy's
+``previous_hosts`` retry predicate), unless it tried them all; consistent
+hashing walks on from the request's point to the next endpoint not tried.
 """
 
 from __future__ import annotations
@@ -13,14 +18,14 @@ import bisect
 import hashlib
 import itertools
 import random
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from twistgw.api.types import Endpoint, RequestContext, UpstreamInfo
 from twistgw.config.model import LoadBalancer
 from twistgw.config.traffic import LbHash
 
 __all__ = ["Balancer", "HashBalancer", "LeastRequest", "Maglev", "RandomBalancer", "RingHash", "hash_of",
-           "make_balancer", "stable_hash"]
+           "make_balancer", "stable_hash", "untried"]
 
 _MASK = (1 << 64) - 1
 #: Maglev's lookup table size (Envoy's default, a prime)
@@ -38,7 +43,7 @@ def _key(ep: Endpoint, by_hostname: bool) -> bytes:
 class Balancer:
     """Round robin over an upstream's endpoints (the default)."""
 
-    __slots__ = ("upstream", "_counter")
+    __slots__ = ("upstream", "_counter", "_retries")
 
     #: what the engine reports a forwarded request to (a
     #: :class:`twistgw.core.outlier.UpstreamWatch`): None unless the upstream
@@ -49,12 +54,20 @@ class Balancer:
     def __init__(self, upstream: UpstreamInfo) -> None:
         self.upstream = upstream
         self._counter = itertools.count()
+        self._retries = itertools.count()
 
     def pick(self) -> Endpoint | None:
         eps = self.upstream.endpoints
         if not eps:
             return None
         return eps[next(self._counter) % len(eps)]
+
+    def pick_retry(self, tried: Sequence[Endpoint], h: int | None = None) -> Endpoint | None:
+        """A retry's endpoint: round robin over the endpoints not tried, on a
+        count of its own (so retries spread over them, and the first tries'
+        rotation is not moved by them)."""
+        left = untried(self.upstream.endpoints, tried)
+        return left[next(self._retries) % len(left)] if left else self.pick()
 
 
 class RandomBalancer:
@@ -71,6 +84,11 @@ class RandomBalancer:
     def pick(self) -> Endpoint | None:
         eps = self.upstream.endpoints
         return self._choice(eps) if eps else None
+
+    def pick_retry(self, tried: Sequence[Endpoint], h: int | None = None) -> Endpoint | None:
+        """A retry's endpoint: any not tried yet, uniformly."""
+        left = untried(self.upstream.endpoints, tried)
+        return self._choice(left) if left else self.pick()
 
 
 class LeastRequest:
@@ -91,7 +109,14 @@ class LeastRequest:
         self._random = rand  # random.random: one C call per draw (randrange is several Python calls)
 
     def pick(self) -> Endpoint | None:
-        eps = self.upstream.endpoints
+        return self._among(self.upstream.endpoints)
+
+    def pick_retry(self, tried: Sequence[Endpoint], h: int | None = None) -> Endpoint | None:
+        """A retry's endpoint: the same draw among the endpoints not tried yet."""
+        left = untried(self.upstream.endpoints, tried)
+        return self._among(left) if left else self.pick()
+
+    def _among(self, eps: Sequence[Endpoint]) -> Endpoint | None:
         n = len(eps)
         if n < 2:
             return eps[0] if eps else None
@@ -115,6 +140,19 @@ class HashBalancer(RandomBalancer):
     policies found anything) gets a random endpoint, as in Envoy."""
 
     def pick_hash(self, h: int) -> Endpoint | None:
+        raise NotImplementedError
+
+    def pick_retry(self, tried: Sequence[Endpoint], h: int | None = None) -> Endpoint | None:
+        """A retry's endpoint: from the request's hash on, the first
+        endpoint not tried (the same one for the same hash); without a
+        hash, any not tried."""
+        if h is None:
+            return super().pick_retry(tried)
+        if all(ep in tried for ep in self.upstream.endpoints):
+            return self.pick_hash(h)
+        return self._walk(h, tried)
+
+    def _walk(self, h: int, tried: Sequence[Endpoint]) -> Endpoint | None:
         raise NotImplementedError
 
 
@@ -143,6 +181,17 @@ class RingHash(HashBalancer):
             return None
         at = bisect.bisect_left(self._points, h)
         return self.upstream.endpoints[self._owners[at % len(self._points)]]
+
+    def _walk(self, h: int, tried: Sequence[Endpoint]) -> Endpoint | None:
+        """The next point of the ring (wrapping) whose endpoint was not tried."""
+        n = len(self._points)
+        at = bisect.bisect_left(self._points, h)
+        eps, owners = self.upstream.endpoints, self._owners
+        for k in range(n):
+            ep = eps[owners[(at + k) % n]]
+            if ep not in tried:
+                return ep
+        return self.pick_hash(h)
 
 
 class Maglev(HashBalancer):
@@ -180,6 +229,21 @@ class Maglev(HashBalancer):
         if not self._table:
             return None
         return self.upstream.endpoints[self._table[h % len(self._table)]]
+
+    def _walk(self, h: int, tried: Sequence[Endpoint]) -> Endpoint | None:
+        """The next entry of the lookup table (wrapping) whose endpoint was not tried."""
+        table, eps = self._table, self.upstream.endpoints
+        size = len(table)
+        for k in range(size):
+            ep = eps[table[(h + k) % size]]
+            if ep not in tried:
+                return ep
+        return self.pick_hash(h)
+
+
+def untried(eps: Sequence[Endpoint], tried: Sequence[Endpoint]) -> list[Endpoint]:
+    """The endpoints of ``eps`` a request has not tried."""
+    return [ep for ep in eps if ep not in tried]
 
 
 def make_balancer(upstream: UpstreamInfo, lb: LoadBalancer | None, active: dict[Endpoint, int] | None = None) -> Any:

@@ -110,7 +110,14 @@ def _judge(step: ChainStep, phase: str, result: Any, ctx: RequestContext, trace:
         ctx.decided_by = step.plugin
         return result
     if isinstance(result, NotChecked) and ctx.dry_run:
-        return None  # a dry run goes on; explain shows what was not checked
+        # a dry run goes on as if the plugin admitted (explain shows what was
+        # not checked), with the header edits it says admitting would make
+        for name, value in result.headers:
+            if value is None:
+                ctx.headers.removeHeader(name)
+            else:
+                ctx.headers.setRawHeaders(name, [value])
+        return None
     _log.error(
         "Plugin {plugin} returned {result!r} from {phase}; expected Allow, Deny"
         " or None{dry}. Refusing with 500.", plugin=step.plugin, result=result, phase=phase,

@@ -150,3 +150,38 @@ def end_to_end_lines(pairs: Iterable[tuple[bytes, bytes]], hop: dict[bytes, byte
 
 #: Connection tokens that cannot name a header still in an end-to-end list.
 _NOT_NAMES = HOP_BY_HOP | {b"close", b""}
+
+
+#: fields never passed on as trailers (RFC 9110 §6.5.1: framing, routing,
+#: authentication and control fields; RFC 9113 §8.2.2: connection-specific)
+TRAILER_FORBIDDEN = HOP_BY_HOP | frozenset({
+    b"host", b"authorization", b"proxy-authorization", b"set-cookie", b"cookie", b"content-type",
+    b"content-encoding", b"content-range", b"cache-control", b"expires", b"date", b"location", b"retry-after",
+    b"vary", b"www-authenticate", b"max-forwards",
+})
+
+
+def trailer_pairs(pairs: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[bytes, bytes], ...]:
+    """The trailer fields that pass the gateway, lower-case names: none of
+    :data:`TRAILER_FORBIDDEN`, no pseudo-header, no name with ``_`` (as for
+    request headers)."""
+    out = []
+    for name, value in pairs:
+        lname = name.lower()
+        if lname in TRAILER_FORBIDDEN or lname.startswith(b":") or b"_" in lname or not lname:
+            continue
+        out.append((lname, value.strip(b" \t")))
+    return tuple(out)
+
+
+def wants_trailers(te_values: Iterable[bytes] | None) -> bool:
+    """Whether a client's ``TE`` lists ``trailers`` (RFC 9110 §10.1.4): it
+    accepts trailer fields in a chunked response; the one ``te`` value the
+    gateway carries to an HTTP/2 upstream (gRPC needs it)."""
+    if not te_values:
+        return False
+    for value in te_values:
+        for token in value.split(b","):
+            if token.split(b";", 1)[0].strip().lower() == b"trailers":
+                return True
+    return False

@@ -13,13 +13,18 @@ unhealthy here too), every endpoint takes traffic again ("panic"), as
 sending everything to a few survivors would take them down too. Endpoints
 start healthy (the first check runs at once). The request path pays
 nothing for this: a change rebuilds the balancers when it is reported.
+
+The checks run every ``noTrafficInterval`` (60 s by default) until the
+upstream has had traffic, then every ``interval`` (Envoy's rule): a
+balancer's first pick of an endpoint tells the state (:meth:`HealthState.saw_traffic`),
+one test per pick until then and none after.
 """
 
 from __future__ import annotations
 
 import attrs
 
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from twistgw.api.types import Endpoint, UpstreamInfo
 from twistgw.config.model import HealthCheck, LoadBalancer, UpstreamResource
@@ -42,6 +47,23 @@ class HealthState:
         self._fails: dict[Endpoint, int] = {}
         self._passes: dict[Endpoint, int] = {}
         self._watchers: list[CheckedBalancer] = []
+        #: a request went to one of the endpoints (kept across reloads by the runtime)
+        self.traffic = False
+        #: told once, at the first traffic (the runtime brings the next check forward)
+        self.on_traffic: Callable[[], None] | None = None
+
+    @property
+    def interval(self) -> float:
+        """The time between two rounds of checks now: ``noTrafficInterval``
+        until the upstream has had traffic, ``interval`` from then on."""
+        return self.check.interval if self.traffic else self.check.no_traffic_interval
+
+    def saw_traffic(self) -> None:
+        if self.traffic:
+            return
+        self.traffic = True
+        if self.on_traffic is not None:
+            self.on_traffic()
 
     def watch(self, balancer: "CheckedBalancer") -> None:
         self._watchers.append(balancer)
@@ -78,7 +100,7 @@ class CheckedBalancer:
     carries the upstream's :class:`~twistgw.core.outlier.UpstreamWatch`
     (``watch``) when the engine has something to report."""
 
-    __slots__ = ("upstream", "watch", "_lb", "_all", "_current", "_health", "_outlier", "_active")
+    __slots__ = ("upstream", "watch", "_lb", "_all", "_current", "_health", "_outlier", "_active", "_quiet")
 
     def __init__(self, upstream: UpstreamInfo, lb: LoadBalancer | None, state: HealthState | None,
                  outlier: OutlierState | None = None, active: dict[Endpoint, int] | None = None) -> None:
@@ -90,6 +112,8 @@ class CheckedBalancer:
         self.watch = UpstreamWatch(active, outlier) if active is not None or outlier is not None else None
         self._all = make_balancer(upstream, lb, active)
         self._current: Any = self._all
+        #: the health state not yet told of traffic (None once told, or without checks)
+        self._quiet = state if state is not None and not state.traffic else None
         if state is not None:
             state.watch(self)
         if outlier is not None:
@@ -122,11 +146,27 @@ class CheckedBalancer:
 
     def pick(self) -> Endpoint | None:
         found: Endpoint | None = self._current.pick()
+        if self._quiet is not None and found is not None:
+            self._traffic()
         return found
 
     def pick_hash(self, h: int) -> Endpoint | None:
         found: Endpoint | None = self._current.pick_hash(h)
+        if self._quiet is not None and found is not None:
+            self._traffic()
         return found
+
+    def pick_retry(self, tried: Sequence[Endpoint], h: int | None = None) -> Endpoint | None:
+        """A retry's endpoint: among those taking traffic now (health,
+        ejections and panic as for a first try), one not ``tried``."""
+        found: Endpoint | None = self._current.pick_retry(tried, h)
+        return found
+
+    def _traffic(self) -> None:
+        """The first request this balancer sends: the upstream has had traffic."""
+        state, self._quiet = self._quiet, None
+        if state is not None:
+            state.saw_traffic()
 
 
 class UpstreamStates:

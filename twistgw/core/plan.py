@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from twistgw.api.headers import Headers
 from twistgw.api.types import Deny, Endpoint, UpstreamInfo
@@ -96,12 +96,20 @@ class Forward:
 
 class RetryingForward(Forward):
     """A :class:`Forward` on a route with ``retries`` or ``shadowing``
-    (``retry`` and ``mirror`` may each be None)."""
+    (``retry`` and ``mirror`` may each be None).
 
-    __slots__ = ("retry", "mirror")
+    :ivar balancer: what picked ``endpoint``; a retry asks it for the next
+        try's (:meth:`retry_endpoint`).
+    :ivar request_hash: the request's hash (``lbHash``), or None.
+    :ivar auto_host: ``Host`` is the endpoint's address (``autoHostRewrite``):
+        a try on another endpoint sends that one's.
+    """
+
+    __slots__ = ("retry", "mirror", "balancer", "request_hash", "auto_host")
 
     def __init__(self, endpoint: Endpoint, method: bytes, target: bytes, headers: Headers,
-                 timeout: float, upstream: UpstreamInfo, retry: Any, mirror: Any = None) -> None:
+                 timeout: float, upstream: UpstreamInfo, retry: Any, mirror: Any = None,
+                 balancer: Any = None, request_hash: int | None = None) -> None:
         # Forward.__init__'s assignments, without the call (once per request)
         self.endpoint = endpoint
         self.method = method
@@ -113,6 +121,25 @@ class RetryingForward(Forward):
         self.watch = None
         self.retry = retry
         self.mirror = mirror
+        self.balancer = balancer
+        self.request_hash = request_hash
+        self.auto_host = False
+
+    def retry_endpoint(self, tried: Sequence[Endpoint]) -> Endpoint | None:
+        """The endpoint of a retry: the balancer's pick among the endpoints
+        taking traffic now (health checks, ejections, panic), other than
+        those ``tried`` (Envoy's ``previous_hosts`` retry predicate); one of
+        them again only when every one was tried. None: none takes traffic."""
+        if self.balancer is None:
+            return self.endpoint
+        found: Endpoint | None = self.balancer.pick_retry(tried, self.request_hash)
+        return found
+
+    def move_to(self, endpoint: Endpoint) -> None:
+        """The next try goes to ``endpoint``."""
+        if self.auto_host and endpoint.host != self.endpoint.host:
+            self.headers.raw[b"Host"] = [endpoint.host.encode("ascii")]
+        self.endpoint = endpoint
 
 
 Plan = LocalResponse | Forward

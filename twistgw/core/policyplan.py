@@ -83,7 +83,7 @@ def plan_quick(ctx: RequestContext, runtime: RouteRuntime, policy: RoutePolicy, 
                           balancer.upstream)
     else:
         forward = RetryingForward(endpoint, ctx.method.encode("latin-1"), target, headers,
-                                  route.timeout or default_timeout, balancer.upstream, retries)
+                                  route.timeout or default_timeout, balancer.upstream, retries, None, balancer)
     edit = policy.response
     if policy.cors is not None:
         origins = raw.get(b"Origin")
@@ -131,7 +131,8 @@ def plan_policy(ctx: RequestContext, runtime: RouteRuntime, policy: RoutePolicy,
         forward = Forward(endpoint, ctx.method.encode("latin-1"), target, headers, timeout, balancer.upstream)
     else:
         forward = RetryingForward(endpoint, ctx.method.encode("latin-1"), target, headers, timeout,
-                                  balancer.upstream, policy.retries)
+                                  balancer.upstream, policy.retries, None, balancer, h)
+        forward.auto_host = policy.auto_host and policy.host_rewrite is None
         if policy.shadow is not None:
             forward.mirror = policy.shadow.mirror(forward)
     forward.response_edit = route_response if policy.cors is None else \

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Mapping
 
 from twisted.internet.defer import Deferred
 
+from twistgw.api.counters import counter
 from twistgw.api.headers import Headers, canonical_name
 from twistgw.api.types import RequestContext
 from twistgw.config.traffic import (
@@ -47,6 +48,7 @@ from twistgw.config.traffic import (
     RequestBuffer,
 )
 from twistgw.core.headers import HOP_BY_HOP, end_to_end_lines
+from twistgw.core.origins import source_origin, target_origin
 from twistgw.core.plan import Forward, LocalResponse, Plan
 
 __all__ = ["HeaderLevel", "ResponseEdit", "RoutePolicy", "Weighted", "request_level", "response_edit",
@@ -379,30 +381,38 @@ PREFLIGHT = "CORS preflight (cors)"
 _MODIFYING = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 
 
-def _host_and_port(url: bytes) -> str:
-    """The authority of an Origin or Referer value (``https://a.example:8443/x`` → ``a.example:8443``)."""
-    text = url.decode("latin-1")
-    if "://" in text:
-        text = text.split("://", 1)[1]
-    return text.split("/", 1)[0].lower()
+#: Envoy's CSRF statistics (``request_valid``, ``request_invalid``,
+#: ``missing_source_origin``: a request without one counts as invalid too),
+#: by whether the request was ``enforced`` or only ``shadow``-evaluated
+CSRF_REQUESTS = counter("twistgw_csrf_requests", "Mutating requests the csrf option evaluated, by mode (enforced,"
+                        " shadow) and Envoy's result (request_valid, request_invalid, missing_source_origin).",
+                        ["mode", "result"])
 
 
 def check_csrf(csrf: CsrfPolicy, ctx: RequestContext, rand: Any) -> LocalResponse | None:
-    """Envoy's CSRF filter: a POST, PUT, DELETE or PATCH whose Origin (else
-    Referer) is neither the request's own host nor one of
-    ``additionalOrigins`` is refused 403 on the enforced share of requests
-    (``filterEnabled``); ``shadowEnabled`` alone only evaluates."""
+    """Envoy's CSRF filter: a POST, PUT, DELETE or PATCH whose source
+    origin (``Origin``, else ``Referer``, as ``host[:port]``:
+    :mod:`twistgw.core.origins`) is neither the request's own (``Host``)
+    nor matched by ``additionalOrigins`` is refused 403 on the enforced
+    share of requests (``filterEnabled``); on the ``shadowEnabled`` share
+    of the others it is only evaluated and counted."""
     if ctx.method not in _MODIFYING:
         return None
     enforced = csrf.enabled > 0 and (csrf.enabled >= 100 or rand() * 100 < csrf.enabled)
-    if not enforced:
+    if not enforced and not (csrf.shadow > 0 and (csrf.shadow >= 100 or rand() * 100 < csrf.shadow)):
         return None
-    source = ctx.headers.getRawHeaders(b"origin") or ctx.headers.getRawHeaders(b"referer")
-    valid = False
-    if source and source[0] and source[0] != b"null":
-        origin = _host_and_port(source[0])
-        valid = origin == ctx.host.lower() or any(m.matches(source[0].decode("latin-1")) for m in csrf.origins)
-    if valid:
+    headers = ctx.headers
+    mode = "enforced" if enforced else "shadow"
+    origins, referers = headers.getRawHeaders(b"origin"), headers.getRawHeaders(b"referer")
+    source = source_origin(origins, referers)
+    if source is not None and (source == target_origin(headers.getRawHeaders(b"host"), ctx.scheme)
+                               or any(m.matches(source) for m in csrf.origins)):
+        CSRF_REQUESTS.labels(mode, "request_valid").inc()
+        return None
+    if not any(origins or ()) and not any(referers or ()):
+        CSRF_REQUESTS.labels(mode, "missing_source_origin").inc()
+    CSRF_REQUESTS.labels(mode, "request_invalid").inc()
+    if not enforced:
         return None
     return LocalResponse(403, b"Invalid origin", reason="csrf: the request's origin is not allowed")
 

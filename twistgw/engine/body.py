@@ -16,7 +16,7 @@ byte upstream. A request nobody asks about never takes that path.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, Sequence
 
 from twisted.internet.defer import Deferred, succeed
 
@@ -39,7 +39,9 @@ class BodyConsumer(Protocol):
 
     def send_body(self, data: bytes) -> None: ...
 
-    def end_body(self) -> None: ...
+    def end_body(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """The body ended, with the client's ``trailers`` (lower-case names,
+        filtered by ``core.headers.trailer_pairs``; () for none)."""
 
 
 class BodyTap(Protocol):
@@ -59,7 +61,7 @@ class RequestBody:
     """
 
     __slots__ = ("length", "flow", "_buffer", "_buffered", "consumer", "complete", "stopped", "kept", "_kept_bytes",
-                 "_limit", "_attached", "tap", "_waiter", "_want")
+                 "_limit", "_attached", "tap", "_waiter", "_want", "trailers")
 
     def __init__(self, length: int | None, flow: BodyFlow) -> None:
         self.length = length
@@ -77,6 +79,9 @@ class RequestBody:
         #: a read_prefix waiting for more bytes, and how many it wants
         self._waiter: Deferred[BodyPrefix] | None = None
         self._want = 0
+        #: the client's trailer fields (chunked HTTP/1.1, or HTTP/2's
+        #: trailing HEADERS), passed on at the end: ``trailer_pairs`` of them
+        self.trailers: tuple[tuple[bytes, bytes], ...] = ()
 
     def keep(self, limit: int) -> None:
         """Keep a copy of the body, up to ``limit`` bytes, so that a retry
@@ -139,7 +144,7 @@ class RequestBody:
             # attach then ends the body itself, so it is not ended here too.
             self._answer()
         elif self.consumer is not None and not self.stopped:
-            self.consumer.end_body()
+            self.consumer.end_body(self.trailers)
 
     def read_prefix(self, max_bytes: int, partial: bool) -> Deferred[BodyPrefix]:
         """The first ``max_bytes`` (or the whole shorter body) once they are
@@ -182,7 +187,7 @@ class RequestBody:
             consumer.send_body(chunk)
         self.flow.resume_body()
         if self.complete:
-            consumer.end_body()
+            consumer.end_body(self.trailers)
 
     def detach(self) -> None:
         """The consumer failed (a retry follows): hold what comes meanwhile."""

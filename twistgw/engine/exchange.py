@@ -6,12 +6,13 @@ exactly once, on the way into a final phase.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from twisted.internet.defer import Deferred, succeed
 
 from twistgw.api.headers import Headers
 from twistgw.api.types import BodyPrefix, RequestContext
+from twistgw.core.headers import wants_trailers
 from twistgw.core.pipeline import RequestHead
 from twistgw.core.plan import LocalResponse
 from twistgw.engine import framing, wire
@@ -42,7 +43,8 @@ class Exchange:
 
     __slots__ = ("proto", "method", "target", "version", "headers", "keep_alive", "body", "body_complete",
                  "expect_continue", "upgrade", "head", "status", "started", "upstream_label", "upstream",
-                 "chunked", "no_body", "phase", "upstream_started", "content_length", "held")
+                 "chunked", "no_body", "phase", "upstream_started", "content_length", "held", "unframed",
+                 "truncated")
 
     def __init__(self, proto: "GatewayProtocol", method: bytes, target: bytes, version: bytes,
                  headers: Headers, keep_alive: bool, started: float) -> None:
@@ -69,11 +71,20 @@ class Exchange:
         self.content_length: bytes | None = None
         #: a response head waiting to go out with the first body bytes
         self.held: bytes | None = None
+        #: the response's body ends with the connection (no length, not chunked)
+        self.unframed = False
+        #: who cut the response short after its head ("upstream"), "" if nobody did
+        self.truncated = ""
 
     @property
     def ctx(self) -> RequestContext | None:
         head = self.head
         return head.ctx if head is not None else None
+
+    @property
+    def protocol(self) -> bytes:
+        """What the client speaks (``seams.Downstream.protocol``)."""
+        return b"HTTP/1.1" if self.version is _HTTP11 else b"HTTP/1.0"
 
     @property
     def finished(self) -> bool:
@@ -127,6 +138,7 @@ class Exchange:
                 lines.append(b"Transfer-Encoding: chunked\r\n")
             else:
                 self.keep_alive = False
+                self.unframed = True
         if not self.keep_alive:
             lines.append(framing.CLOSE_LINE)
         lines.append(b"\r\n")
@@ -156,13 +168,19 @@ class Exchange:
             data = _CHUNK % (len(data), data)
         self._out(data)
 
-    def finish(self) -> None:
-        """RESPONDING → DONE."""
+    def finish(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """RESPONDING → DONE. ``trailers`` (lower-case names) go in the last
+        chunk when the response is chunked and the client said ``TE:
+        trailers``; otherwise they are dropped (RFC 9110 §6.5.1: a recipient
+        may discard them)."""
         if self.phase >= _DONE:
             return
         self.upstream = None
         if self.chunked:
-            self._out(framing.LAST_CHUNK)
+            if trailers and wants_trailers(self.headers.getRawHeaders(b"te")):
+                self._out(framing.last_chunk(trailers))
+            else:
+                self._out(framing.LAST_CHUNK)
         elif self.held is not None:
             self._out(b"")
         self.phase = _DONE
@@ -196,12 +214,18 @@ class Exchange:
 
     def abort(self) -> None:
         """→ ABORTED: the response broke off. The client connection closes
-        without the rest of the body (the client sees a truncated response)."""
+        without the rest of the body (the client sees a truncated response:
+        no terminating chunk, a body shorter than its Content-Length); a
+        response delimited by the close is reset instead, since a clean
+        close would end it as if it were complete."""
         if self.phase >= _DONE:
             return
+        unframed = self.unframed and self.phase is _RESPONDING
         self._end_aborted()
         self.keep_alive = False
         proto = self.proto
+        if unframed:
+            proto.abort()
         proto.stop_reading()
         proto.exchange_done(self)
         proto.close()
@@ -241,6 +265,9 @@ class Exchange:
         self.upstream = None
         if self.phase < _DONE:
             self.proto.gateway.upstream_broke(self, reason)
+
+    def upstream_moved(self, label: str) -> None:
+        self.upstream_label = label
 
     def upgraded(self, tunnel: Splice) -> list[bytes]:
         """RESPONDING → UPGRADED (the 101 went out)."""

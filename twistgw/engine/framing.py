@@ -10,13 +10,14 @@ What is decided where (keep-alive, which framing a response gets) is in
 from __future__ import annotations
 
 from http import HTTPStatus
+from typing import Iterable
 
 from twistgw.api.headers import Headers
 
 __all__ = ["BAD_REQUEST", "BODY_BUFFER_LIMIT", "CHUNK", "CLOSE_GRACE", "CLOSE_LINE", "CONTINUE", "HTTP10", "HTTP11",
            "LAST_CHUNK", "MAX_HEADERS", "MAX_HEAD_BYTES", "MAX_PIPELINE", "MAX_RESPONSE_HEAD", "MAX_TARGET",
            "NOT_IMPLEMENTED", "NO_BODY_STATUS", "REQUEST_TIMEOUT", "TOO_LARGE", "URI_TOO_LONG", "canned",
-           "connection_tokens", "request_head", "status_line"]
+           "connection_tokens", "last_chunk", "request_head", "status_line"]
 
 # -- limits -------------------------------------------------------------------------
 
@@ -50,6 +51,13 @@ CLOSE_LINE = b"Connection: close\r\n"
 #: Python call per chunk on the relay path).
 CHUNK = b"%x\r\n%s\r\n"
 LAST_CHUNK = b"0\r\n\r\n"
+
+
+def last_chunk(trailers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """The last chunk with trailer fields (RFC 9112 §7.1.2); names and
+    values as ``core.headers.trailer_pairs`` left them (no CR, LF or NUL:
+    both parsers refuse those)."""
+    return b"0\r\n" + b"".join(b"%s: %s\r\n" % (n, v) for n, v in trailers) + b"\r\n"
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 #: Statuses whose responses never have a body (RFC 9110 §15.3.5, §15.4.5).
 NO_BODY_STATUS = frozenset({204, 304})

@@ -18,6 +18,7 @@ from zope.interface import implementer
 
 from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT, UPSTREAM_TIMEOUT
 from twistgw.core.accesslog import AccessLog
+from twistgw.core.grpc import prepare_http2
 from twistgw.core.pipeline import INTERNAL_ERROR, NOT_FOUND, Pipeline, RequestHead
 from twistgw.core.plan import Forward, LocalResponse, Plan
 from twistgw.core.plugins import PluginHost
@@ -25,7 +26,8 @@ from twistgw.core.snapshot import Snapshot
 from twistgw.engine import framing, wire
 from twistgw.engine.connection import GatewayProtocol
 from twistgw.engine.exchange import Exchange
-from twistgw.engine.proxyproto import ProxiedGatewayProtocol, wrapping_factory
+from twistgw.engine.grpcweb import GrpcWebDownstream
+from twistgw.engine.proxyproto import ProxyHeaderReader
 from twistgw.engine.upstream import UpstreamPool
 from twistgw.engine.upstream.shadow import Shadows
 
@@ -130,7 +132,14 @@ class Gateway:
             # a route's shadowing: the body tapped before the primary takes
             # it, the copy sent after the primary is on its way
             pending = self.shadows.prepare(ex, plan.mirror) if plan.mirror is not None else None
-            req = ex.upstream = self.forwarder.forward(ex, plan)
+            down: Any = ex
+            if plan.upstream.http2 is not None:  # te: trailers, grpc-web, grpc-timeout (core/grpc.py)
+                gateway = ex.head.gateway if ex.head is not None else None
+                web = prepare_http2(plan, ex.headers.getRawHeaders(b"te"),
+                                    gateway is None or not gateway.gateway.grpc_web_disabled)
+                if web is not None:
+                    down = GrpcWebDownstream(ex, *web)
+            req = ex.upstream = self.forwarder.forward(down, plan)
             ex.upstream_label = req.label
             if pending is not None:
                 pending.go()
@@ -152,6 +161,7 @@ class Gateway:
         self._log.warn("Upstream {upstream} broke off the response to {method} {path}: {reason}",
                        upstream=ex.upstream_label, method=ex.method,
                        path=ex.ctx.path if ex.ctx else ex.target, reason=reason)
+        ex.truncated = "upstream"
         ex.abort()
 
     # -- accounting ------------------------------------------------------------
@@ -188,12 +198,12 @@ class Gateway:
                     principal = "-" if principal is None else str(principal)
                 access.request(ctx.client_address, ctx.method, ctx.path, status, ctx.virtual_service,
                                ctx.route or "-", ex.upstream_label or "-", ctx.decided_by or "-",
-                               principal or "-", duration)
+                               principal or "-", duration, ex.truncated)
             else:
                 access.request(ex.proto.peer_host or "-",
                                ex.method.decode("latin-1") if ex.method else "-",
                                (ex.target or b"").decode("latin-1")[:200], status, "-", "-",
-                               ex.upstream_label or "-", "-", "-", duration)
+                               ex.upstream_label or "-", "-", "-", duration, ex.truncated)
         if self._finished_hook is not None and ctx is not None:
             try:
                 self._finished_hook(ctx=ctx, status=status)
@@ -224,10 +234,9 @@ class GatewayFactory(Factory):
     #: ``useProxyProto``; on a TLS listener the header comes before the
     #: handshake, and the TLS endpoint reads it: ``SniServerEndpoint.proxy_protocol``)
     proxy_protocol = False
-    _proxy_wrapping: Any = None
 
     def buildProtocol(self, addr: Any) -> Any:
-        p = GatewayProtocol(self.gateway) if not self.proxy_protocol else ProxiedGatewayProtocol(self.gateway)
+        p = GatewayProtocol(self.gateway)
         p.factory = self
         p.head_timeout = self.head_timeout
         p.gateway_key = self.gateway_key
@@ -235,10 +244,8 @@ class GatewayFactory(Factory):
         self.connections.add(p)
         if not self.proxy_protocol:
             return p
-        wrapping = self._proxy_wrapping
-        if wrapping is None:
-            wrapping = self._proxy_wrapping = wrapping_factory(self)
-        return wrapping.protocol(wrapping, p)
+        # connected once its header is read, within the head timeout
+        return ProxyHeaderReader(p, self.gateway.reactor, self.head_timeout)
 
     def drain(self, timeout: float) -> Deferred[None]:
         """Close idle connections now and the others once the requests they

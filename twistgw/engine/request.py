@@ -15,6 +15,7 @@ from typing import Any
 
 
 from twistgw.api.headers import Headers, InvalidHeaderName, cached_canonical_name, canonical_name
+from twistgw.core.headers import trailer_pairs
 from twistgw.engine import framing
 from twistgw.engine.body import RequestBody
 from twistgw.engine.exchange import Exchange
@@ -65,6 +66,7 @@ class RequestReader:
     """The request side of a client connection (a mixin; see the module)."""
 
     parser: Any  # httptools.HttpRequestParser (untyped)
+    parsing: Exchange | None  # the connection's request being read
     gateway: Any  # the connection's Gateway (typed there)
     clock: Any  # the reactor's seconds
 
@@ -115,7 +117,8 @@ class RequestReader:
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.state is not _HEAD:
-            return  # a trailer field: checked by llhttp, not forwarded
+            self.on_trailer(name, value)  # checked by llhttp
+            return
         self._nheaders += 1
         self._head_bytes += len(name) + len(value) + 4
         if self._nheaders > _MAX_HEADERS or self._head_bytes > _MAX_HEAD_BYTES:
@@ -132,6 +135,17 @@ class RequestReader:
             self._raw[cname] = [value]
         else:
             values.append(value)
+
+    def on_trailer(self, name: bytes, value: bytes) -> None:
+        """A chunked request's trailer field: counted in the head's limits,
+        kept on the body to go upstream (``core.headers.trailer_pairs``)."""
+        self._nheaders += 1
+        self._head_bytes += len(name) + len(value) + 4
+        if self._nheaders > _MAX_HEADERS or self._head_bytes > _MAX_HEAD_BYTES:
+            raise Reject(_TOO_LARGE)
+        ex = self.parsing
+        if ex is not None and ex.body is not None:
+            ex.body.trailers += trailer_pairs(((name, value),))
 
     # -- the head --------------------------------------------------------------
 

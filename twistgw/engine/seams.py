@@ -19,7 +19,7 @@ does not change when it grows.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, Sequence
 
 from twistgw.engine.body import BodyFlow, RequestBody
 
@@ -66,6 +66,10 @@ class Downstream(BodyFlow, Protocol):
     #: a response head kept to go out with the first body bytes
     held: bytes | None
 
+    @property
+    def protocol(self) -> bytes:
+        """What the client speaks: ``b"HTTP/1.0"``, ``b"HTTP/1.1"`` or ``b"HTTP/2"``."""
+
     def send_head(self, status: int, reason: bytes, lines: list[bytes], length: bytes | None,
                   hold: bool = False) -> None:
         """The upstream's response head (end-to-end ``lines``, its
@@ -77,8 +81,10 @@ class Downstream(BodyFlow, Protocol):
     def flush(self) -> None:
         """Write a held head (the read that brought it ended)."""
 
-    def finish(self) -> None:
-        """The response ended."""
+    def finish(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """The response ended, with its ``trailers`` (lower-case names,
+        already filtered by ``core.headers.trailer_pairs``): HTTP/2 HEADERS
+        with END_STREAM, or an HTTP/1.1 upstream's chunked trailers."""
 
     def upstream_failed(self, status: int, body: bytes, why: str, error: str,
                         headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
@@ -87,6 +93,10 @@ class Downstream(BodyFlow, Protocol):
 
     def upstream_broke(self, reason: str) -> None:
         """The response broke off after its head: cut the client off."""
+
+    def upstream_moved(self, label: str) -> None:
+        """A retry goes to another endpoint (``host:port``, or
+        ``https://host:port``): the access log's upstream is the last try's."""
 
     def upgraded(self, tunnel: Splice) -> list[bytes]:
         """The ``101`` went out: from now on the connection is ``tunnel``.

@@ -56,7 +56,7 @@ from twistgw.config.defaults import HEAD_TIMEOUT
 from twistgw.core.routing import HostTable
 from twistgw.core.snapshot import Snapshot
 from twistgw.core.tlsroutes import TlsChain, TlsRoutes
-from twistgw.engine.proxyproto import wrapping_factory
+from twistgw.engine.proxyproto import ProxyHeaderReader
 from twistgw.servertls import MAX_CLIENT_HELLO, ClientHelloProbe
 
 __all__ = ["SniServerEndpoint", "TlsChoice"]
@@ -151,7 +151,6 @@ class _PeekFactory(Factory):
         self.endpoint = endpoint
         self.wrapped = wrapped
         self._tls: dict[object, TLSMemoryBIOFactory] = {}
-        self._proxy_wrapping: Any = None
 
     @property
     def timeout(self) -> float:
@@ -182,11 +181,7 @@ class _PeekFactory(Factory):
             return reader
         # the PROXY header comes first; the reader (and TLS, and the
         # gateway's protocol, which reads its peer from it) sit behind it
-        wrapping = self._proxy_wrapping
-        if wrapping is None:
-            wrapping = self._proxy_wrapping = wrapping_factory(self)
-        wrapper: Protocol = wrapping.protocol(wrapping, reader)
-        return wrapper
+        return ProxyHeaderReader(reader, endpoint.reactor, self.timeout)
 
     def tls_factory(self, chain: TlsChain | None) -> TLSMemoryBIOFactory | None:
         """The TLS factory for ``chain``'s certificate (None: the

@@ -1,6 +1,11 @@
 """Active HTTP health checks (an Upstream's ``healthChecks``): every
-``interval``, ``GET path`` to each endpoint (on a kept-alive connection), answered
-within ``timeout`` with an expected status (200 by default) or it fails.
+``interval`` (``noTrafficInterval``, 60 s by default, until the upstream has
+had traffic: Envoy's rule), ``GET path`` to each endpoint (on a kept-alive
+connection), answered within ``timeout`` with an expected status (200 by
+default) or it fails. The first round runs at once; when the first request
+goes to the upstream, a next round due later than ``interval`` is brought
+forward to ``interval`` from then (Envoy waits the no-traffic interval out).
+Whether an upstream has had traffic is kept across reloads.
 Results go to the snapshot's :class:`twistgw.core.health.HealthState`,
 which takes endpoints out of the rotation and back (see that module).
 Also the sweeps of ``outlierDetection`` (every ``interval``, ejected
@@ -40,16 +45,22 @@ class HealthChecker:
         checks_pool.maxPersistentPerHost = 1
         self._agent = agent(reactor, pool=checks_pool)
         self._loops: list[task.LoopingCall] = []
+        #: the serving snapshot's health states, and each one's next round of checks
+        self._health: dict[tuple[str, str], HealthState] = {}
+        self._rounds: dict[HealthState, Any] = {}
+        #: the upstreams (namespace, name) that have had traffic, kept across reloads
+        self._used: set[tuple[str, str]] = set()
 
     def sync(self, snapshot: Any) -> None:
         """Check what ``snapshot`` asks for (and stop the previous checks)."""
+        self._used |= {key for key, state in self._health.items() if state.traffic}
         self.stop()
-        for state in snapshot.health.values():
-            loop = task.LoopingCall(self._round, state)
-            loop.clock = self.reactor
-            loop.start(state.check.interval, now=True).addErrback(
-                lambda f: self._log.failure("Health check loop failed", f))
-            self._loops.append(loop)
+        self._health = dict(snapshot.health)
+        for key, state in self._health.items():
+            if key in self._used:
+                state.traffic = True
+            state.on_traffic = lambda state=state: self._first_traffic(state)
+            self._run(state)
         for outlier in getattr(snapshot, "outliers", {}).values():
             outlier.clock = self.reactor.seconds
             loop = task.LoopingCall(self._sweep, outlier)
@@ -69,10 +80,23 @@ class HealthChecker:
             if loop.running:
                 loop.stop()
         self._loops = []
+        for state, call in self._rounds.items():
+            state.on_traffic = None
+            if call.active():
+                call.cancel()
+        self._rounds = {}
 
-    def _round(self, state: HealthState) -> None:
+    def _run(self, state: HealthState) -> None:
+        """One round of checks, and the next one scheduled (``state.interval`` from now)."""
+        self._rounds[state] = self.reactor.callLater(state.interval, self._run, state)
         for endpoint in state.upstream.endpoints:
             self.check(state, endpoint)
+
+    def _first_traffic(self, state: HealthState) -> None:
+        """The upstream's first request: from now on every ``interval``."""
+        call = self._rounds.get(state)
+        if call is not None and call.active() and call.getTime() - self.reactor.seconds() > state.interval:
+            call.reset(state.interval)
 
     def check(self, state: HealthState, endpoint: Endpoint) -> Deferred[None]:
         check = state.check

@@ -45,19 +45,88 @@ def listen_problem(exc: BaseException) -> str:
 
 
 def endpoint_problem(description: str) -> str | None:
-    """Why Twisted cannot parse this server endpoint string, or None. Parsing
-    builds an endpoint object (for ``ssl:`` it reads the key and certificate
-    files); nothing listens and no reactor is used."""
+    """Why this server endpoint string cannot be listened on, in the
+    endpoint's own words, or None. The documented types' syntax first
+    (:func:`twistgw.api.endpoints.syntax_problem`: ``port must be a
+    number...``), then ``ssl:``'s files, then Twisted's own parse (which,
+    for ``ssl:``, reads them too); nothing listens and no reactor is used."""
     from twisted.internet.endpoints import serverFromString
 
+    from twistgw.api.endpoints import syntax_problem
     from twistgw.engine.listening import tls_listen_problem
 
+    problem = syntax_problem(description)
+    if problem is None and description.startswith("ssl:"):
+        problem = ssl_files_problem(description)
+    if problem is not None:
+        return problem
     if description.startswith("tls:"):
         return tls_listen_problem(description)
     try:
         serverFromString(_NO_REACTOR, description)
     except Exception as exc:
-        return str(exc) or type(exc).__name__
+        return _twisted_problem(description, exc)
+    return None
+
+
+def _twisted_problem(description: str, exc: Exception) -> str:
+    """What Twisted's parser raised, said for the endpoint (a type not in
+    :data:`twistgw.api.endpoints.FORMS`, or ``ssl:``'s ``sslmethod``)."""
+    import re
+
+    from twistgw.api.endpoints import KNOWN, split_endpoint
+
+    kind = split_endpoint(description)[0]
+    text = str(exc) or type(exc).__name__
+    if text.startswith("Unknown endpoint type"):
+        return f"unknown endpoint type {kind!r}; use {KNOWN}"
+    number = re.fullmatch(r"invalid literal for int\(\) with base \d+: (.*)", text)
+    if number:
+        return f"a number was expected, got {number.group(1)}"
+    if isinstance(exc, TypeError) and "unexpected keyword argument" in text:
+        return f"unknown option {text.rsplit(' ', 1)[-1]} for {kind}:"
+    if isinstance(exc, TypeError) and "missing" in text:
+        return f"a value {kind}: needs is missing ({text.rsplit(':', 1)[-1].strip()})"
+    if isinstance(exc, AttributeError) and kind == "ssl":
+        return f"sslmethod is not a method OpenSSL knows ({text})"
+    return text
+
+
+def ssl_files_problem(description: str) -> str | None:
+    """Why ``ssl:``'s key and certificate files cannot serve, naming the
+    option and the file: unreadable, or no PEM key / certificate in it.
+    ``privateKey`` defaults to ``server.pem`` and ``certKey`` to the
+    ``privateKey`` file, as in Twisted."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    from twistgw.api.endpoints import FORMS, split_endpoint
+
+    _, args, options = split_endpoint(description)
+    values = {**dict(zip(FORMS["ssl"], args, strict=False)), **dict(options)}
+    key_path = values.get("privateKey", "server.pem")
+    cert_path = values.get("certKey", key_path)
+    key_said = "" if "privateKey" in values else " (Twisted's default when privateKey= is not given)"
+    cert_said = "" if "certKey" in values else " (certKey= not given: the privateKey file is read for it)"
+    contents: dict[str, bytes] = {}
+    for option, path, said in (("privateKey", key_path, key_said), ("certKey", cert_path, cert_said),
+                               ("extraCertChain", values.get("extraCertChain"), "")):
+        if path is None:
+            continue
+        try:
+            with open(path, "rb") as f:
+                contents[option] = f.read()
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            return f"cannot read {option} {path}{said}: {reason[:1].lower()}{reason[1:]}"
+    try:
+        load_pem_private_key(contents["privateKey"], password=None)
+    except (ValueError, TypeError):
+        return f"privateKey {key_path}{key_said} holds no unencrypted PEM private key"
+    try:
+        x509.load_pem_x509_certificate(contents["certKey"])
+    except ValueError:
+        return f"certKey {cert_path}{cert_said} holds no PEM certificate: give certKey=CERT.pem"
     return None
 
 

@@ -11,13 +11,15 @@ whose text form is made to escape control characters in event fields
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Iterator
 
-from twisted.logger import (FileLogObserver, LogLevel, jsonFileLogObserver, textFileLogObserver,
-                            timeFormatRFC3339)
+from twisted.logger import (FileLogObserver, ILogObserver, LogLevel, formatEvent, globalLogPublisher,
+                            jsonFileLogObserver, textFileLogObserver, timeFormatRFC3339)
 from twisted.python.compat import ioType
+from zope.interface import implementer
 
 from twistgw.core.accesslog import FLUSH_SECONDS, WRITE_CHUNK, AccessLog, escape_text
 
@@ -63,6 +65,37 @@ def safe_text_file_observer(out: IO[Any], timeFormat: str | None = timeFormatRFC
     their lines."""
     formatter = textFileLogObserver(out, timeFormat).formatEvent
     return FileLogObserver(out, lambda event: formatter(_escaped_fields(event)))
+
+
+@implementer(ILogObserver)
+class _ErrorLines:
+    """The text of every error event (not critical: Twisted prints those)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, event: dict) -> None:
+        if event.get("log_level") is LogLevel.error:
+            text = formatEvent(_escaped_fields(event))
+            if text:
+                self.lines.append(text)
+
+
+@contextlib.contextmanager
+def startup_errors() -> Iterator[list[str]]:
+    """The error events logged inside the ``with`` block, as text.
+
+    ``twist`` begins its log only after the plugin's ``makeService``
+    returned; until then Twisted prints critical events (tracebacks) to
+    stderr and keeps the others for later. A gateway that refuses to start
+    there (an endpoint cannot listen: exit 3) says these errors first,
+    one line each (issue 32, item 12)."""
+    observer = _ErrorLines()
+    globalLogPublisher.addObserver(observer)
+    try:
+        yield observer.lines
+    finally:
+        globalLogPublisher.removeObserver(observer)
 
 
 def access_log_for(twist_options: Any, reactor: Any) -> AccessLog | None:
@@ -127,6 +160,7 @@ def twist_access_log(plugin_options: Any, disabled: bool) -> AccessLog | bool:
     return access_log_for(twist, reactor) or False
 
 
-__all__ = ["access_log_for", "buffered_access_log", "file_writer", "safe_text_file_observer", "twist_access_log",
+__all__ = ["access_log_for", "buffered_access_log", "file_writer", "safe_text_file_observer", "startup_errors",
+           "twist_access_log",
            "twist_options", "use_safe_text_observer"]
 

@@ -16,7 +16,9 @@ from prometheus_client import REGISTRY
 from twisted.application import service
 from twisted.internet import defer, task
 from twisted.internet.endpoints import serverFromString
+from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from twistgw.config.defaults import (BACKLOG, DRAIN_TIMEOUT, HEAD_TIMEOUT, IDLE_TIMEOUT, POLL_INTERVAL,
                                      TUNNEL_IDLE_TIMEOUT,
@@ -35,7 +37,7 @@ from twistgw.engine.upstream import UpstreamPool
 from twistgw.runtime.admin import AdminRoot, quiet_site
 from twistgw.runtime.devecho import start_echo
 from twistgw.runtime.gateways import GatewayListeners
-from twistgw.runtime.listeners import Listener, exit_after_stopping, open_all
+from twistgw.runtime.listeners import Listener, exit_after_stopping, listen_problem, open_all
 from twistgw.runtime.health import HealthChecker
 from twistgw.runtime.metrics import Metrics
 
@@ -214,8 +216,17 @@ class GatewayService(service.MultiService):
         self._echo_listen = listen
         if listen:
             self._echo_port = start_echo(self.reactor, listen)
-            self._echo_port.addErrback(lambda f: self._log.failure(
-                "Could not start the development echo server on {listen}", f, listen=listen))
+            self._echo_port.addErrback(self._echo_failed, listen)
+
+    def _echo_failed(self, failure: Failure, listen: str) -> None:
+        """One line when the echo server cannot listen (a second demo
+        running); a traceback only for what is not a listening problem."""
+        if failure.check(CannotListenError, OSError):
+            self._log.error("Development echo server not started: cannot listen on {listen}"
+                            " (Settings spec.gateway.echoServer.listen): {reason}",
+                            listen=listen, reason=listen_problem(failure.value))
+        else:
+            self._log.failure("Could not start the development echo server on {listen}", failure, listen=listen)
 
     def reload(self, why: str = "requested") -> bool:
         """Reload now; on error log every issue and keep serving the last good snapshot."""

@@ -9,16 +9,17 @@ Its life is :class:`State`; every change of it is in this module.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import httptools
+from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from twistgw.core.headers import end_to_end_lines
+from twistgw.core.headers import end_to_end_lines, trailer_pairs
 from twistgw.engine import framing, wire
 from twistgw.engine.timers import LazyTimer
 from twistgw.engine.upstream import policy
@@ -89,6 +90,8 @@ class UpstreamConnection(Protocol):
         self.status = 0
         self.reason = b""
         self.headers: list[tuple[bytes, bytes]] = []
+        #: the response's chunked trailer fields, as received
+        self.trailers: list[tuple[bytes, bytes]] = []
         self.chunked_up = False
         self.body_sent = True
         self.close_delimited = False
@@ -141,8 +144,12 @@ class UpstreamConnection(Protocol):
             if req.retrying and req.again_on_reset():  # a route with retries (a class attribute otherwise)
                 return
             req.fail(policy.MALFORMED if state is _HEAD else policy.RESET, error)
-        elif self.close_delimited:
-            req.done()  # the body ends with the connection (RFC 9112 §6.3)
+        elif self.close_delimited and reason is not None and reason.check(ConnectionDone):
+            # the body ends with the connection (RFC 9112 §6.3), if it ended
+            # cleanly: over TLS only a close_notify is (memtls reports a TCP
+            # close without one as ConnectionLost: RFC 8446 §6.1), on TCP a
+            # FIN, never a reset
+            req.done()
             req.ex.finish()
         else:
             req.broke(error)
@@ -191,6 +198,7 @@ class UpstreamConnection(Protocol):
         self.status = 0
         self.reason = b""
         self.headers = []
+        self.trailers = []
         ex = req.ex
         plan = req.plan
         self.head_only = ex.method == b"HEAD"
@@ -218,12 +226,21 @@ class UpstreamConnection(Protocol):
             data = framing.CHUNK % (len(data), data)
         wire.write(self.transport, data)
 
-    def end_body(self) -> None:
+    def end_body(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
         if self.req is None:
             return
-        if self.chunked_up:
-            wire.write(self.transport, framing.LAST_CHUNK)
+        if self.chunked_up:  # the client's trailers go on in the last chunk (dropped from a Content-Length body)
+            wire.write(self.transport, framing.last_chunk(trailers) if trailers else framing.LAST_CHUNK)
         self.body_sent = True
+
+    def pause_relay(self) -> None:
+        """The client does not read the response: stop reading from the upstream."""
+        if self.transport is not None:
+            self.transport.pauseProducing()
+
+    def resume_relay(self) -> None:
+        if self.transport is not None:
+            self.transport.resumeProducing()
 
     # -- the response -----------------------------------------------------------
 
@@ -296,6 +313,8 @@ class UpstreamConnection(Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.state is _HEAD:
             self.headers.append((name, value))
+        elif self.state is _BODY and len(self.trailers) < framing.MAX_HEADERS:
+            self.trailers.append((name, value))  # a chunked response's trailer fields
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -366,7 +385,8 @@ class UpstreamConnection(Protocol):
         else:
             self.state = _CLOSED
             self.transport.loseConnection()
-        req.ex.finish()
+        trailers = self.trailers
+        req.ex.finish(trailer_pairs(trailers) if trailers else ())
 
     # -- upgraded: a byte-for-byte splice ---------------------------------------
 

@@ -33,8 +33,11 @@ client of the gateway:
   registered on the TCP transport itself, and paused while writes wait for
   the handshake;
 * how a connection ends, as Twisted's TLS layer reports it: the peer's
-  ``close_notify`` is answered and the connection closed (``ConnectionDone``
-  from TCP); the connection closed without one is ``ConnectionLost``.
+  ``close_notify`` is answered and the connection closed (``ConnectionDone``,
+  whatever TCP reports after it); the connection closed without one is
+  ``ConnectionLost`` ("the TLS connection was closed without close_notify"),
+  which the engine treats as a truncation of a body delimited by the close
+  (RFC 8446 §6.1).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from twisted.internet.defer import Deferred
-from twisted.internet.error import ConnectionLost
+from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.interfaces import IConsumer, IPushProducer, IStreamClientEndpoint, ITransport
 from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
@@ -119,9 +122,15 @@ class TLSConnection(Protocol):
         self._dead = True
         if self._reason is not None:
             reason = self._reason
-        elif not self._clean_end:
-            # closed without close_notify: Twisted's TLS layer reports it so
-            reason = Failure(ConnectionLost())
+        elif self._clean_end:
+            # close_notify came (or we sent ours): a clean end, even when TCP
+            # then says otherwise (our answer to a peer that closed at once
+            # meets a reset)
+            reason = Failure(ConnectionDone())
+        else:
+            # closed without close_notify: Twisted's TLS layer reports it so;
+            # a body delimited by the close is then truncated (RFC 8446 §6.1)
+            reason = Failure(ConnectionLost("the TLS connection was closed without close_notify"))
         self._reason = None
         self._tls = None
         self.app.connectionLost(reason)

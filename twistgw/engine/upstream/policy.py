@@ -12,7 +12,8 @@ from __future__ import annotations
 from twisted.internet import error as ierror
 from twisted.python.failure import Failure
 
-__all__ = ["IDEMPOTENT", "MALFORMED", "RESET", "TIMEOUT", "TLS_FAILURE", "Answer", "connect_failure", "may_retry"]
+__all__ = ["IDEMPOTENT", "MALFORMED", "NO_HEALTHY", "RESET", "TIMEOUT", "TLS_FAILURE", "Answer", "connect_failure",
+           "may_retry"]
 
 #: (status, body, short reason for the log and the access line)
 Answer = tuple[int, bytes, str]
@@ -32,6 +33,9 @@ TLS_FAILURE: Answer = (503, _BEFORE_HEADERS + b"connection failure, transport fa
 OVERFLOW: Answer = (503, _BEFORE_HEADERS + b"overflow", "overflow")
 OVERLOADED = ((b"X-Envoy-Overloaded", b"true"),)
 TIMEOUT: Answer = (504, b"upstream request timeout", "timeout")
+#: Envoy's answer when no endpoint takes traffic (a retry's, when health
+#: checks took every endpoint out and ``healthyPanicThreshold`` is 0)
+NO_HEALTHY: Answer = (503, b"no healthy upstream", "no healthy upstream")
 MALFORMED: Answer = (502, b"upstream sent a malformed response", "malformed response")
 
 

@@ -15,12 +15,14 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint
 from twisted.internet.protocol import Factory
 
+from twistgw.api.types import Endpoint, UpstreamInfo
 from twistgw.api.upstreampolicy import ConnectionConfig, UpstreamTls
 from twistgw.config.defaults import CONNECT_TIMEOUT, IDLE_TIMEOUT
 from twistgw.core.plan import Forward
 from twistgw.engine.seams import Downstream
 from twistgw.engine.upstream.configured import ConfiguredConnection
 from twistgw.engine.upstream.connection import State, UpstreamConnection
+from twistgw.engine.upstream.h2pool import H2Pool
 from twistgw.engine.upstream.memtls import TLSClientEndpoint
 from twistgw.engine.upstream import breakers, policy
 from twistgw.engine.upstream.breakers import Breaker, LimitedRequest, LimitedRetryingRequest
@@ -66,30 +68,28 @@ class UpstreamPool:
         #: of each connection a limited request opened
         self._breakers: dict[tuple[str, str], Breaker] = {}
         self._limited: dict[UpstreamConnection, Breaker] = {}
+        #: the HTTP/2 connections (Upstreams with ``useHttp2``)
+        self.h2 = H2Pool(self)
 
     def forward(self, ex: Downstream, plan: Forward) -> UpstreamRequest:
         """Send ``plan`` on an idle connection to its endpoint, or a new
         one; the outcome is reported to ``ex``."""
-        endpoint = plan.endpoint
-        tls = plan.upstream.tls
-        # A TLS upstream's connections are kept apart from plain ones to
-        # the same address (and from other TLS settings): its key has a third
-        # part. A plain route reads one attribute more, nothing else.
-        key: Any = (endpoint.host, endpoint.port) if tls is None else (endpoint.host, endpoint.port, tls)
-        label = self._labels.get(key)
-        if label is None:
-            label = self.label(key)
         upstream = plan.upstream
-        if upstream.breakers is not None:
-            # its connections are its own (Envoy's pools are per cluster): counted, never shared
-            key = (endpoint.host, endpoint.port, tls, (upstream.namespace, upstream.name))
-            if upstream.connection is not None:
-                key += (upstream.connection,)
-            return self._forward_limited(ex, plan, key, self.label(key))
-        if upstream.connection is not None:
-            # connectionConfig: pooled apart, ConfiguredConnections (configured.py)
-            key = (endpoint.host, endpoint.port, tls, None, upstream.connection)
+        if upstream.http2 is not None and (not upstream.http2.downstream_protocol or ex.protocol == b"HTTP/2"):
+            return self.h2.forward(ex, plan)  # useHttp2 (USE_DOWNSTREAM_PROTOCOL: for HTTP/2 clients only)
+        if upstream.breakers is None and upstream.connection is None:
+            # key_of's last line, inline: a plain route makes no call for its key
+            endpoint = plan.endpoint
+            tls = upstream.tls
+            key: Any = (endpoint.host, endpoint.port) if tls is None else (endpoint.host, endpoint.port, tls)
+            label = self._labels.get(key)
+            if label is None:
+                label = self.label(key)
+        else:
+            key = self.key_of(plan.endpoint, upstream)
             label = self.label(key)
+            if upstream.breakers is not None:
+                return self._forward_limited(ex, plan, key, label)
         retries = plan.retry
         req = UpstreamRequest(self, ex, plan, key, label) if retries is None else \
             RetryingRequest(self, ex, plan, key, label, retries)
@@ -105,15 +105,29 @@ class UpstreamPool:
             req.client_body_done()
         return req
 
+    @staticmethod
+    def key_of(endpoint: Endpoint, upstream: UpstreamInfo) -> Any:
+        """The pool key of ``endpoint``'s connections (a request's, or a
+        retry's on another endpoint)."""
+        tls = upstream.tls
+        if upstream.breakers is not None:
+            # its connections are its own (Envoy's pools are per cluster): counted, never shared
+            key: Any = (endpoint.host, endpoint.port, tls, (upstream.namespace, upstream.name))
+            return key if upstream.connection is None else key + (upstream.connection,)
+        if upstream.connection is not None:
+            # connectionConfig: pooled apart, ConfiguredConnections (configured.py)
+            return (endpoint.host, endpoint.port, tls, None, upstream.connection)
+        # A TLS upstream's connections are kept apart from plain ones to
+        # the same address (and from other TLS settings): its key has a third
+        # part. A plain route reads one attribute more, nothing else.
+        return (endpoint.host, endpoint.port) if tls is None else (endpoint.host, endpoint.port, tls)
+
     def _forward_limited(self, ex: Downstream, plan: Forward, key: Any, label: str) -> UpstreamRequest:
         """:meth:`forward` to an upstream with circuit breakers."""
         upstream = plan.upstream
         limits = upstream.breakers
         assert limits is not None
-        b = self._breakers.get((upstream.namespace, upstream.name))
-        if b is None:
-            b = self._breakers[(upstream.namespace, upstream.name)] = Breaker(limits)
-        b.limits = limits  # a new configuration keeps the counts
+        b = self.breaker(upstream)
         retries = plan.retry
         req: LimitedRequest | LimitedRetryingRequest
         if retries is None:
@@ -135,6 +149,15 @@ class UpstreamPool:
         if ex.body_complete:
             req.client_body_done()
         return req
+
+    def breaker(self, upstream: Any) -> Breaker:
+        """The circuit-breaker counters of ``upstream`` (an UpstreamInfo with ``breakers``)."""
+        limits = upstream.breakers
+        b = self._breakers.get((upstream.namespace, upstream.name))
+        if b is None:
+            b = self._breakers[(upstream.namespace, upstream.name)] = Breaker(limits)
+        b.limits = limits  # a new configuration keeps the counts
+        return b
 
     def _freed(self, conn: UpstreamConnection, b: Breaker, closed: bool) -> None:
         """A connection of a limited upstream finished an exchange (``closed``:
@@ -178,8 +201,15 @@ class UpstreamPool:
         d: Deferred[UpstreamConnection] = endpoint.connect(_Once(conn))
         return d
 
+    def endpoint_for(self, key: Any, alpn: tuple[str, ...]) -> Any:
+        """The endpoint of an HTTP/2 pool key ``(host, port, tls, http2)``, offering ``alpn`` over TLS."""
+        endpoint = self._endpoints.get(key)
+        if endpoint is None:
+            endpoint = self._endpoints[key] = self._endpoint(key[0], key[1], key[2], alpn=alpn)
+        return endpoint
+
     def _endpoint(self, host: str, port: int, tls: UpstreamTls | None = None, _upstream: Any = None,
-                  config: ConnectionConfig | None = None) -> Any:
+                  config: ConnectionConfig | None = None, alpn: tuple[str, ...] = ("http/1.1",)) -> Any:
         timeout = self.connect_timeout
         if config is not None and config.connect_timeout is not None:
             timeout = config.connect_timeout  # connectionConfig.connectTimeout
@@ -194,7 +224,7 @@ class UpstreamPool:
         # Settings were checked when the configuration loaded (the same
         # context, kept); the peer is verified by name (memtls), always.
         sni, names = server_names(tls.server_name(host.strip("[]")), tls.verify_names)
-        return TLSClientEndpoint(plain, upstream_context(tls), sni, names)
+        return TLSClientEndpoint(plain, upstream_context(tls, alpn), sni, names)
 
     def release(self, conn: UpstreamConnection) -> None:
         """A connection that finished a keep-alive exchange (or was made for
@@ -232,4 +262,5 @@ class UpstreamPool:
                 if conn.transport is not None:
                     conn.transport.loseConnection()
         self.idle.clear()
+        self.h2.close()
         return succeed(None)

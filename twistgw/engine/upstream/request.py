@@ -114,6 +114,23 @@ class UpstreamRequest:
         self.connect(remaining)
         return True
 
+    def retry_unprocessed(self) -> bool:
+        """The upstream said it never processed the request (HTTP/2: a
+        GOAWAY below its stream, REFUSED_STREAM, RFC 9113 §8.7): send it
+        again once on a new connection, whatever its method, if its body
+        (if any) can be sent again whole."""
+        ex = self.ex
+        body = ex.body
+        if self.finished or self.retried or (body is not None and not body.replayable):
+            return False
+        self.retried = True
+        old = self.conn
+        remaining = old.timer.due - self.pool.reactor.seconds() if self.timing and old is not None else None
+        if body is not None:
+            body.detach()
+        self.connect(remaining)
+        return True
+
     # -- outcomes, reported to the client side -------------------------------------
 
     def done(self) -> None:
@@ -133,7 +150,9 @@ class UpstreamRequest:
         status, body, why = answer
         watch = self.watch
         if watch is not None:
-            if answer is not policy.OVERFLOW:  # a local failure counts as its 5xx (Envoy's default)
+            # a local failure counts as its 5xx (Envoy's default); an overflow or
+            # no endpoint left for a retry is not the endpoint's doing
+            if answer is not policy.OVERFLOW and answer is not policy.NO_HEALTHY:
                 watch.answered(self.plan.endpoint, status)
             watch.ended(self.plan.endpoint)
         self.ex.upstream_failed(status, body, why, error, headers)
@@ -193,10 +212,10 @@ class UpstreamRequest:
 
     def pause(self) -> None:
         conn = self.conn
-        if conn is not None and conn.transport is not None:
-            conn.transport.pauseProducing()
+        if conn is not None:
+            conn.pause_relay()
 
     def resume(self) -> None:
         conn = self.conn
-        if conn is not None and conn.transport is not None:
-            conn.transport.resumeProducing()
+        if conn is not None:
+            conn.resume_relay()

@@ -13,6 +13,11 @@ carries a :class:`~twistgw.config.retries.Retries`, so a route without
   policy says so (``connect-failure``, ``reset``, ``5xx``, ``gateway-error``);
 * between tries, Envoy's fully jittered exponential backoff
   (``retryBackOff``: a random wait in [0, base × (2^n − 1)], at most ``max``);
+* each retry goes to another endpoint when there is one: after the backoff
+  the plan's balancer picks again among the endpoints taking traffic then,
+  skipping those the request tried (``RetryingForward.retry_endpoint``,
+  Envoy's ``previous_hosts`` predicate); the new endpoint's connection,
+  access-log label, active-request count and ``autoHostRewrite`` follow;
 * the route's timeout runs once, from the end of the client's body, over
   every try and every backoff: when it passes the answer is 504;
 * a request body is sent again only if the whole of it was kept (at most
@@ -26,7 +31,8 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from twistgw.config.retries import REPLAY_LIMIT, Retries
-from twistgw.core.plan import Forward
+from twistgw.api.types import Endpoint
+from twistgw.core.plan import Forward, RetryingForward
 from twistgw.engine.seams import Downstream
 from twistgw.engine.upstream import policy
 from twistgw.engine.upstream.connection import State
@@ -41,7 +47,7 @@ __all__ = ["RetryingRequest"]
 class RetryingRequest(UpstreamRequest):
     """One forwarded request under a retry policy (see the module)."""
 
-    __slots__ = ("policy", "tries", "deadline", "waiting", "retry_statuses")
+    __slots__ = ("policy", "tries", "deadline", "waiting", "retry_statuses", "tried")
 
     retrying = True
 
@@ -64,6 +70,7 @@ class RetryingRequest(UpstreamRequest):
         self.tries = 0
         self.deadline = 0.0
         self.waiting: Any = None  # the backoff's DelayedCall
+        self.tried: tuple[Endpoint, ...] = ()  # the endpoints of the tries that failed
         if ex.body is not None:
             ex.body.keep(REPLAY_LIMIT)
         self.watch = watch = plan.watch
@@ -188,7 +195,28 @@ class RetryingRequest(UpstreamRequest):
             # body with a part missing
             self.fail(policy.RESET, "the request body went past the retry buffer while waiting to retry")
             return
+        plan = self.plan
+        assert isinstance(plan, RetryingForward)  # a plan with retries is one
+        self.tried += (plan.endpoint,)
+        endpoint = plan.retry_endpoint(self.tried)
+        if endpoint is None:  # none takes traffic now (healthyPanicThreshold 0)
+            self.fail(policy.NO_HEALTHY, "no endpoint takes traffic for the retry")
+            return
+        if endpoint != plan.endpoint:
+            self._move(plan, endpoint)
         self.connect()
+
+    def _move(self, plan: RetryingForward, endpoint: Endpoint) -> None:
+        """The next try goes to ``endpoint``: its connections, its label, its count."""
+        watch = self.watch
+        if watch is not None:
+            watch.ended(plan.endpoint)
+            watch.started(endpoint)
+        plan.move_to(endpoint)
+        pool = self.pool
+        self.key = pool.key_of(endpoint, plan.upstream)
+        self.label = pool.label(self.key)
+        self.ex.upstream_moved(self.label)
 
     def _deadline_passed(self) -> None:
         self.waiting = None

@@ -23,7 +23,7 @@ Outcomes are counted in ``twistgw_shadow_requests_total{outcome}``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from twisted.logger import Logger
 
@@ -51,6 +51,7 @@ class ShadowExchange:
     __slots__ = ("shadows", "method", "body", "content_length", "label", "ended", "status")
 
     upgrade: bytes | None = None
+    protocol = b"HTTP/1.1"
     body_complete = True
     held: bytes | None = None
 
@@ -74,7 +75,7 @@ class ShadowExchange:
     def flush(self) -> None:
         pass
 
-    def finish(self) -> None:
+    def finish(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
         self._end("answered")
 
     def upstream_failed(self, status: int, body: bytes, why: str, error: str,
@@ -83,6 +84,9 @@ class ShadowExchange:
 
     def upstream_broke(self, reason: str) -> None:
         self._end("failed", f"the response broke off: {reason}")
+
+    def upstream_moved(self, label: str) -> None:
+        self.label = label  # never: a shadow is not retried
 
     def _end(self, outcome: str, why: str = "") -> None:
         if self.ended:

@@ -1,0 +1,5 @@
+wrk.method = "POST"
+wrk.body = "\0\0\0\0\5hello"
+wrk.headers["Content-Type"] = "application/grpc-web+proto"
+wrk.headers["X-Grpc-Web"] = "1"
+wrk.headers["Accept"] = "application/grpc-web"
