@@ -83,7 +83,10 @@ class RedisClusterServers:
             port, bus = free_port(), free_port()
             extra = ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
                      "--cluster-node-timeout", str(node_timeout), "--cluster-port", str(bus),
-                     "--cluster-replica-validity-factor", "0", *args]
+                     "--cluster-replica-validity-factor", "0",
+                     # a replica's full sync starts at once (Redis 7 waits 5 s for more replicas
+                     # to share a diskless transfer): each start, heal and revive is 5 s shorter
+                     "--repl-diskless-sync-delay", "0", *args]
             if tls is not None:  # a TLS port beside the plain one (the helpers'); the bus and replication in TLS
                 extra += ["--tls-cluster", "yes", "--tls-replication", "yes"]
                 if tls_client is not None:  # the bus checks its peers' client certificates, always
