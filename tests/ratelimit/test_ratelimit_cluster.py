@@ -329,10 +329,20 @@ def test_deny_on_fail_while_a_slot_has_no_node(redis_cluster: RedisClusterServer
         assert counter_value(redis_cluster, other) == 3 * N + 1
 
 
-def test_clustered_needs_database_0() -> None:
+@pytest.mark.parametrize("redis, where", [
+    ({"address": "127.0.0.1:7000", "clustered": True, "db": 3},
+     r"line \d+: Settings: spec\.ratelimitServer\.redis\.db: must be 0 with clustered: true \(a Redis Cluster"
+     r" has only database 0 and refuses SELECT\), got 3"),
+    ({"address": "127.0.0.1:7000", "clustered": "yes"},
+     r"line \d+: Settings: spec\.ratelimitServer\.redis\.clustered: must be true or false, got a string"),
+    ({"address": "127.0.0.1:7000", "cluster": True},
+     r"line \d+: Settings: spec\.ratelimitServer\.redis\.cluster: unknown field 'cluster'"),
+])
+def test_clustered_needs_database_0(redis: dict[str, Any], where: str) -> None:
+    """A cluster's settings are refused with the file, line, field and reason."""
     text = config({"ratelimitBasic": {"anonymousLimits": per(1, "HOUR")}}, redis=None, settings={
-        "ratelimitServer": {"redis": {"address": "127.0.0.1:7000", "clustered": True, "db": 3}}})
-    with pytest.raises(ConfigError, match="must be 0 with clustered: true"):
+        "ratelimitServer": {"redis": redis}})
+    with pytest.raises(ConfigError, match=r"^<string>: document \d+, " + where):
         ChainTester.from_yaml(text, WITH_AUTH)
 
 
