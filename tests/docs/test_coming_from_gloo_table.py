@@ -250,6 +250,23 @@ for name in ("useHttp2", "pipe", "httpProxyHostname", "proxyProtocolVersion", "g
     value = "true" if name == "useHttp2" else "x" if name in ("httpProxyHostname", "proxyProtocolVersion") else "{}"
     probe("Upstream `spec`", name)(lambda k, value=value: (
         upstream(f"static: {{hosts: [{{addr: 127.0.0.1, port: 1}}]}}\n{k}: {value}"), f"spec.{k}"))
+probe("Upstream `spec`", "overrideStreamErrorOnInvalidHttpMessage: true")(lambda k: (
+    upstream("static: {hosts: [{addr: 127.0.0.1, port: 1}]}\nuseHttp2: true\n" + k),
+    "overrideStreamErrorOnInvalidHttpMessage"))
+for name, yaml_ in {"serviceSpec.grpcJsonTranscoder": "grpcJsonTranscoder: {}", "serviceSpec.rest": "rest: {}",
+                    "serviceSpec.graphql": "graphql: {}", "serviceSpec.grpc.descriptors": "grpc: {descriptors: abc}",
+                    "grpcServices": "grpc: {grpcServices: [{packageName: p}]}"}.items():
+    probe("Upstream `spec.kube`, `spec.static`", name)(lambda k, yaml_=yaml_: (
+        upstream(f"static: {{hosts: [{{addr: 127.0.0.1, port: 1}}], serviceSpec: {{{yaml_}}}}}"), k))
+probe("Service `metadata.annotations`", "gloo.solo.io/...")(lambda k: (
+    upstream("kube: {serviceName: pets, serviceNamespace: default, servicePort: 80}") + """---
+apiVersion: v1
+kind: Service
+metadata: {name: pets, namespace: default, annotations: {gloo.solo.io/sslService.secret: x}}
+spec:
+  selector: {app: pets}
+  ports: [{name: http, port: 80}]
+""", "annotations"))
 probe("route `matchers`, `options`", "connectMatcher")(lambda k: (vs(matcher="{connectMatcher: {}}"),
                                                                    "connectMatcher"))
 probe("route `matchers`, `options`", "upgrades[].connectTerminate")(
