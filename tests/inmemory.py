@@ -41,6 +41,8 @@ MODULES = (
     "unit/test_engine_reactor.py",
     "unit/test_engine_timers.py",
     "unit/test_field_walk.py",
+    "unit/test_field_reader.py",
+    "unit/test_proto_names.py",
     "unit/test_vs_tls_config.py",
     "unit/test_gateway_kind.py",
     "unit/test_gloo_loader.py",

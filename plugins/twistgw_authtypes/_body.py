@@ -23,9 +23,8 @@ import attrs
 
 from twistgw import AuthDeny, RequestContext
 from twistgw.api.types import BodyPrefix
-from twistgw.options import Problems
+from twistgw.api.fields import Path, Problems
 
-from twistgw_authtypes import _common as c
 
 _FIELDS = ("maxRequestBytes", "allowPartialMessage", "packAsBytes")
 #: Gloo's default bound.
@@ -52,24 +51,19 @@ class BodySettings:
         return prefix
 
 
-def body_settings(raw: Any, path: c.Path = ("requestBody",)) -> BodySettings | None:
+def body_settings(raw: Any, path: Path = ("requestBody",)) -> BodySettings | None:
     """``requestBody`` read and checked (every problem at once), or None when not set."""
     if raw is None:
         return None
     problems = Problems()
-    with problems.check():
-        c.mapping(raw, path, _FIELDS)  # a mapping, with no unknown field
-    cfg: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    cfg = problems.fields(raw, path, _FIELDS)
     size = cfg.get("maxRequestBytes", DEFAULT_MAX)
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_MAX:
         problems.add(path + ("maxRequestBytes",), f"must be a whole number of bytes from 1 to {MAX_MAX}"
                                                   f" (twistgw holds that much per request), got {size!r}")
-    flags = [False, False]
-    for i, name in enumerate(("allowPartialMessage", "packAsBytes")):
-        with problems.check():
-            flags[i] = c.boolean(cfg.get(name, False), path + (name,))
+    partial, pack = cfg.boolean("allowPartialMessage", False), cfg.boolean("packAsBytes", False)
     problems.raise_if_any()
-    return BodySettings(size, flags[0], flags[1])
+    return BodySettings(size, partial, pack)
 
 
 def from_settings(settings: Mapping[str, Any]) -> BodySettings | None:

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from twistgw import ConfigScope, OptionsError
+from twistgw import ConfigScope
 from twistgw.config.upstreamtls import read_pems
-from twistgw.options import Problems
+from twistgw.api.fields import Path, Problems
 from twistgw.tls import TLSSettingsError
 
-from twistgw_authtypes import _common as c
 from twistgw_authtypes._http import ClientSettings
 
 _TLS = ("secretRef", "sslParams")
@@ -37,67 +36,70 @@ _POOL = ("maxConns", "idleTimeout")
 DEFAULT_MAX_CONNS = 100
 
 
-def _version(params: Mapping[str, Any], key: str, path: c.Path) -> str | None:
+def _version(problems: Problems, params: Mapping[str, Any], key: str, path: Path) -> str | None:
     if params.get(key) is None:
         return None
-    value = c.string(params[key], path + (key,))
+    value = problems.string(params[key], path + (key,))
     if value not in _VERSIONS:
-        raise OptionsError(path + (key,), f"unknown TLS version {value!r} (expected one of: {', '.join(_VERSIONS)})")
+        raise problems.fail(path + (key,), f"unknown TLS version {value!r} (expected one of: {', '.join(_VERSIONS)})")
     return None if value == "TLS_AUTO" else value
 
 
-def secret_pems(raw: Any, path: c.Path, scope: ConfigScope) -> tuple[bytes | None, bytes | None, bytes | None]:
+def secret_pems(problems: Problems, raw: Any, path: Path,
+                scope: ConfigScope) -> tuple[bytes | None, bytes | None, bytes | None]:
     """A ``tlsConfig.secretRef`` (pass-through HTTP and gRPC): its
     (``tls.crt``, ``tls.key``, ``ca.crt``), read as Upstreams read theirs."""
-    ref = c.resource_ref(raw, path, scope.namespace)
+    name, namespace = problems.reference(raw, path, scope.namespace)
+    ref = (namespace, name)
     try:
         secret = scope.secret(ref[1], ref[0])
     except (KeyError, LookupError) as exc:
-        raise OptionsError(path, f"dangling reference: {exc.args[0]}") from None
+        raise problems.fail(path, f"dangling reference: {exc.args[0]}") from None
     try:
         return read_pems(ref, None, {ref: secret}, "")
     except (LookupError, ValueError) as exc:
-        raise OptionsError(path, str(exc).removeprefix("sslConfig.secretRef: ")) from None
+        raise problems.fail(path, str(exc).removeprefix("sslConfig.secretRef: ")) from None
 
 
 def read_tls(raw: Any, https: bool, scope: ConfigScope, problems: Problems) -> dict[str, Any]:
     """``tlsConfig``: the TLS keyword arguments of :class:`ClientSettings`."""
-    path: c.Path = ("http", "tlsConfig")
+    path: Path = ("http", "tlsConfig")
     if raw is None:
         return {}
-    tls = c.mapping(raw, path, _TLS)
+    tls = problems.mapping(raw, path, _TLS)
     if not https:
-        raise OptionsError(path, "needs an https:// url (an http:// url is never TLS)")
+        raise problems.fail(path, "needs an https:// url (an http:// url is never TLS)")
     out: dict[str, Any] = {}
     if tls.get("secretRef") is not None:
         with problems.check():
-            out["cert_pem"], out["key_pem"], out["ca_pem"] = secret_pems(tls["secretRef"], path + ("secretRef",), scope)
+            out["cert_pem"], out["key_pem"], out["ca_pem"] = secret_pems(problems, tls["secretRef"],
+                                                                         path + ("secretRef",), scope)
     if tls.get("sslParams") is not None:
         p = path + ("sslParams",)
-        params = c.mapping(tls["sslParams"], p, _SSL_PARAMS)
+        params = problems.mapping(tls["sslParams"], p, _SSL_PARAMS)
         with problems.check():
-            out["min_version"] = _version(params, "minimumProtocolVersion", p)
+            out["min_version"] = _version(problems, params, "minimumProtocolVersion", p)
         with problems.check():
-            out["max_version"] = _version(params, "maximumProtocolVersion", p)
+            out["max_version"] = _version(problems, params, "maximumProtocolVersion", p)
     problems.raise_if_any()
     try:  # PEMs or versions OpenSSL refuses are told here, not at the first request
         ClientSettings(**out).https_policy()
     except TLSSettingsError as exc:
-        raise OptionsError(path, str(exc)) from None
+        raise problems.fail(path, str(exc)) from None
     return out
 
 
-def read_pool(raw: Any) -> dict[str, Any]:
+def read_pool(problems: Problems, raw: Any) -> dict[str, Any]:
     """``connectionPool``: ``max_conns`` (Gloo's default 100) and
     ``idle_timeout`` (0 or absent: no expiry, Gloo's default)."""
-    path: c.Path = ("http", "connectionPool")
-    pool = c.mapping(raw or {}, path, _POOL)
+    path: Path = ("http", "connectionPool")
+    pool = problems.mapping(raw, path, _POOL, optional=True)
     max_conns = pool.get("maxConns")
     if max_conns is None or max_conns == 0:
         max_conns = DEFAULT_MAX_CONNS  # proto3: 0 is unset
     elif isinstance(max_conns, bool) or not isinstance(max_conns, int) or not 1 <= max_conns <= 10000:
-        raise OptionsError(path + ("maxConns",), f"must be a whole number from 1 to 10000, got {max_conns!r}")
+        raise problems.fail(path + ("maxConns",), f"must be a whole number from 1 to 10000, got {max_conns!r}")
     idle = 0.0
     if pool.get("idleTimeout") is not None:
-        idle = c.duration(pool["idleTimeout"], path + ("idleTimeout",), 0.0, lo=0.0, hi=86400.0)
+        idle = problems.duration(pool["idleTimeout"], path + ("idleTimeout",), lo=0.0, hi=86400.0)
     return {"max_conns": max_conns, "idle_timeout": idle}

@@ -1,20 +1,17 @@
-"""Small pieces the config types share: field readers that raise located
-:class:`twistgw.OptionsError`, header names, durations, Secret references,
-and the ``Authorization: Basic`` reader."""
+"""Small pieces the config types share: header names and values read with
+the gateway's field reader, digests, and the ``Authorization: Basic`` reader."""
 
 from __future__ import annotations
 
 import hashlib
-import re
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from twistgw import OptionsError, RequestContext, read_basic_credentials
-from twistgw.options import check_fields, parse_duration, type_name
+from twistgw import RequestContext, read_basic_credentials
+from twistgw.api.fields import Path, Problems
+from twistgw.api.headers import is_token as _is_token
 
-Path = tuple[str | int, ...]
-
-#: RFC 9110 token: what a header name may be.
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+__all__ = ["Path", "RESERVED_HEADERS", "header_name", "header_names", "header_value", "is_token", "keyed_blake2b",
+           "read_basic", "safe_header_bytes", "shared_state"]
 
 #: Headers the gateway or HTTP itself owns: never set by an auth service.
 RESERVED_HEADERS = frozenset({
@@ -23,90 +20,34 @@ RESERVED_HEADERS = frozenset({
 })
 
 
-def mapping(value: Any, path: Path, allowed: Iterable[str] | None = None) -> Mapping[str, Any]:
-    """``value`` as a mapping (None counts as empty), its unknown keys refused."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise OptionsError(path, f"must be a mapping, got {type_name(value)}")
-    if allowed is not None:
-        check_fields(value, tuple(allowed), path)
-    return value
-
-
-def string(value: Any, path: Path, nonempty: bool = True) -> str:
-    if not isinstance(value, str):
-        raise OptionsError(path, f"must be a string, got {type_name(value)}")
-    if nonempty and not value:
-        raise OptionsError(path, "must not be empty")
-    return value
-
-
-def boolean(value: Any, path: Path) -> bool:
-    if not isinstance(value, bool):
-        raise OptionsError(path, f"must be true or false, got {type_name(value)}")
-    return value
-
-
-def sequence(value: Any, path: Path) -> Sequence[Any]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise OptionsError(path, f"must be a list, got {type_name(value)}")
-    return value
-
-
-def duration(value: Any, path: Path, default: float, lo: float = 0.001, hi: float = 300.0) -> float:
-    """Seconds of a Gloo duration (``3s``, ``250ms``) within [lo, hi]."""
-    if value is None:
-        return default
-    seconds = parse_duration(value)
-    if seconds is None:
-        raise OptionsError(path, f"must be a duration such as '3s' or '500ms', got {value!r}")
-    if not lo <= seconds <= hi:
-        raise OptionsError(path, f"must be between {lo:g}s and {hi:g}s, got {value!r}")
-    return seconds
-
-
 def is_token(name: str) -> bool:
     """Whether ``name`` is an RFC 9110 token (a valid header name)."""
-    return _TOKEN.fullmatch(name) is not None
+    return _is_token(name)
 
 
-def header_name(value: Any, path: Path, settable: bool = False) -> bytes:
+def header_name(r: Problems, value: Any, path: Path, settable: bool = False) -> bytes:
     """A header name, lower-cased bytes. ``settable``: the gateway will set
     it on forwarded requests, so HTTP's and the gateway's own are refused."""
-    name = string(value, path)
-    if not _TOKEN.fullmatch(name):
-        raise OptionsError(path, f"{name!r} is not a valid HTTP header name")
-    lowered = name.lower()
+    lowered = r.header_name(value, path).lower()
     if settable and (lowered in RESERVED_HEADERS or lowered == "authorization"):
-        raise OptionsError(path, f"{name!r} is a header HTTP or the gateway owns; pick another name")
+        raise r.fail(path, f"{value!r} is a header HTTP or the gateway owns; pick another name")
     return lowered.encode("ascii")
 
 
-def header_names(value: Any, path: Path, settable: bool = False) -> tuple[bytes, ...]:
-    names = [header_name(v, path + (i,), settable) for i, v in enumerate(sequence(value, path))]
+def header_names(r: Problems, value: Any, path: Path, settable: bool = False) -> tuple[bytes, ...]:
+    names = [header_name(r, v, path + (i,), settable) for i, v in enumerate(r.sequence(value, path, optional=True))]
     return tuple(dict.fromkeys(names))
 
 
-def header_value(value: Any, path: Path) -> bytes:
-    text = string(value, path, nonempty=False)
+def header_value(r: Problems, value: Any, path: Path) -> bytes:
+    text = r.string(value, path, nonempty=False)
     try:
         raw = text.encode("latin-1")
     except UnicodeEncodeError:
-        raise OptionsError(path, "header values must be Latin-1 text") from None
+        raise r.fail(path, "header values must be Latin-1 text") from None
     if any(c in raw for c in b"\r\n\x00"):
-        raise OptionsError(path, "header values may not contain CR, LF or NUL")
+        raise r.fail(path, "header values may not contain CR, LF or NUL")
     return raw
-
-
-def resource_ref(value: Any, path: Path, namespace: str) -> tuple[str, str]:
-    """``{name, namespace}`` (Gloo's ResourceRef) as (namespace, name)."""
-    ref = mapping(value, path, ("name", "namespace"))
-    if "name" not in ref:
-        raise OptionsError(path, "is required: {name: NAME, namespace: NAMESPACE}")
-    return string(ref.get("namespace", namespace), path + ("namespace",)), string(ref["name"], path + ("name",))
 
 
 def keyed_blake2b(key: bytes) -> Any:

@@ -46,9 +46,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import attrs
 
-from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, OptionsError, RequestContext, SecretInfo
+from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, RequestContext, SecretInfo
 from twistgw.api.headers import canonical_name
-from twistgw.options import Problems
+from twistgw.api.fields import Path, Problems
 
 from twistgw_authtypes import _common as c
 
@@ -62,12 +62,13 @@ DEFAULT_HEADER = "api-key"
 
 _FIELDS = ("headerName", "labelSelector", "apiKeySecretRefs", "headersFromMetadataEntry",
            "k8sSecretApikeyStorage", "skipMetadataValidation")
+#: Gloo's fields twistgw refuses, and why
 _REFUSED = {
-    "headersFromMetadata": "is Gloo's deprecated form; write headersFromMetadataEntry",
-    "aerospikeApikeyStorage": "is not supported by twistgw: keys live in Secrets (labelSelector, apiKeySecretRefs)",
-    "hmac": "is not supported by twistgw: keys are compared as written in the Secret",
-    "digest": "is not supported by twistgw: keys are compared as written in the Secret",
-    "match": "is not supported by twistgw (it needs digest)",
+    "headersFromMetadata": "it is Gloo's deprecated form; write headersFromMetadataEntry",
+    "aerospikeApikeyStorage": "keys live in Secrets (labelSelector, apiKeySecretRefs)",
+    "hmac": "keys are compared as written in the Secret",
+    "digest": "keys are compared as written in the Secret",
+    "match": "it needs digest, which keys compared as written have no use for",
 }
 
 #: Per-process secret key of the digests; never leaves memory, never logged.
@@ -135,7 +136,7 @@ class MetadataHeader:
 
 
 def build_table(secrets: Iterable[SecretInfo], metadata: Sequence[MetadataHeader],
-                problems: Problems, path: c.Path) -> KeyTable:
+                problems: Problems, path: Path) -> KeyTable:
     """The key table of ``secrets``: a Secret without a key, two Secrets with
     the same key, or metadata that cannot be a header value are problems
     (reported without the key)."""
@@ -208,29 +209,22 @@ class ApiKeyChecker:
         return self.check(ctx)  # decided from the request and the snapshot alone
 
 
-def _metadata(raw: Any, path: c.Path, problems: Problems) -> list[MetadataHeader]:
+def _metadata(raw: Any, path: Path, problems: Problems) -> list[MetadataHeader]:
     out = []
-    for header, entry in c.mapping(raw, path).items():
+    for header, entry in problems.mapping(raw, path, optional=True).items():
         p = path + (header,)
-        with problems.check():
-            name = c.header_name(header, p, settable=True)
-            e = c.mapping(entry, p, ("name", "required"))
+        with problems.part():
+            name = c.header_name(problems, header, p, settable=True)
+            e = problems.mapping(entry, p, ("name", "required"), optional=True)
             if "name" not in e:
-                raise OptionsError(p, "is required: {name: ENTRY, required: BOOL}")
-            out.append(MetadataHeader(name, c.string(e["name"], p + ("name",)),
-                                      c.boolean(e.get("required", False), p + ("required",))))
+                raise problems.fail(p, "is required: {name: ENTRY, required: BOOL}")
+            out.append(MetadataHeader(name, problems.string(e["name"], p + ("name",)),
+                                      problems.boolean(e.get("required", False), p + ("required",))))
     return out
 
 
-def _selector(raw: Any, path: c.Path) -> dict[str, str]:
-    labels = c.mapping(raw, path)
-    for k, v in labels.items():
-        c.string(v, path + (k,), nonempty=False)
-    return dict(labels)
-
-
 def _select(scope: ConfigScope, selector: Mapping[str, str], refs: Sequence[tuple[str, str]],
-            path: c.Path, problems: Problems) -> list[SecretInfo]:
+            path: Path, problems: Problems) -> list[SecretInfo]:
     found: dict[tuple[str, str], SecretInfo] = {}
     if selector:
         for s in scope.resources.secrets():
@@ -256,35 +250,27 @@ class ApiKeyAuth(ExtAuthConfigType):
 
     def compile(self, raw: Any, scope: ConfigScope) -> ApiKeyChecker:
         problems = Problems()
-        for field, why in _REFUSED.items():
-            if isinstance(raw, Mapping) and field in raw:
-                problems.add((field,), why)  # reported with every other problem below
-        cfg: Mapping[str, Any] = {k: v for k, v in c.mapping(raw, ()).items() if k not in _REFUSED}
-        with problems.check():
-            c.mapping(cfg, (), _FIELDS)
+        cfg = problems.fields(raw, (), _FIELDS, refused=_REFUSED)
         if cfg.get("skipMetadataValidation"):
             problems.add(("skipMetadataValidation",), "is not supported by twistgw: metadata is always checked"
                                                       " when the configuration loads")
         header = DEFAULT_HEADER.encode()
-        with problems.check():
-            header = c.header_name(cfg.get("headerName", DEFAULT_HEADER), ("headerName",), settable=True)
-        storage: Mapping[str, Any] = cfg
-        base: c.Path = ()
+        with problems.part():
+            header = c.header_name(problems, cfg.get("headerName", DEFAULT_HEADER), ("headerName",), settable=True)
+        storage = cfg
+        base: Path = ()
         if "k8sSecretApikeyStorage" in cfg:
             if "labelSelector" in cfg or "apiKeySecretRefs" in cfg:
                 problems.add(("k8sSecretApikeyStorage",), "write labelSelector and apiKeySecretRefs either here"
                                                           " or at the top of apiKeyAuth, not both")
             base = ("k8sSecretApikeyStorage",)
-            with problems.check():
-                storage = c.mapping(cfg["k8sSecretApikeyStorage"], base, ("labelSelector", "apiKeySecretRefs"))
-        selector: dict[str, str] = {}
+            storage = cfg.fields("k8sSecretApikeyStorage", ("labelSelector", "apiKeySecretRefs"))
+        selector = storage.labels("labelSelector")
         refs: list[tuple[str, str]] = []
-        with problems.check():
-            selector = _selector(storage.get("labelSelector"), base + ("labelSelector",))
-        with problems.check():
-            for i, ref in enumerate(c.sequence(storage.get("apiKeySecretRefs"), base + ("apiKeySecretRefs",))):
-                with problems.check():
-                    refs.append(c.resource_ref(ref, base + ("apiKeySecretRefs", i), scope.namespace))
+        for i, ref in enumerate(storage.sequence("apiKeySecretRefs")):
+            with problems.part():
+                name, namespace = problems.reference(ref, base + ("apiKeySecretRefs", i), scope.namespace)
+                refs.append((namespace, name))
         if not selector and not refs and not problems:
             problems.add(base or (), "set labelSelector (non-empty) or apiKeySecretRefs: which Secrets hold the keys")
         metadata = _metadata(cfg.get("headersFromMetadataEntry"), ("headersFromMetadataEntry",), problems)

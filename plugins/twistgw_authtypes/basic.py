@@ -30,8 +30,8 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
-from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, OptionsError, RequestContext
-from twistgw.options import Problems
+from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, RequestContext
+from twistgw.api.fields import Path, Problems
 
 from twistgw_authtypes import _common as c
 from twistgw_authtypes import _passwords
@@ -142,45 +142,45 @@ class BasicChecker:
         return self.check(ctx)  # decided from the request and the snapshot alone
 
 
-def _users(raw: Any, path: c.Path, algorithm: str, problems: Problems) -> dict[str, StoredUser]:
+def _users(raw: Any, path: Path, algorithm: str, problems: Problems) -> dict[str, StoredUser]:
     users: dict[str, StoredUser] = {}
-    for name, entry in c.mapping(raw, path).items():
+    for name, entry in problems.mapping(raw, path, optional=True).items():
         p = path + (name,)
-        with problems.check():
-            if not isinstance(name, str) or not name or ":" in name:
-                raise OptionsError(p, "a user name must be a non-empty string without ':'")
-            e = c.mapping(entry, p, ("salt", "hashedPassword"))
+        with problems.part():
+            if not name or ":" in name:
+                raise problems.fail(p, "a user name must be a non-empty string without ':'")
+            e = problems.mapping(entry, p, ("salt", "hashedPassword"), optional=True)
             if "hashedPassword" not in e:
-                raise OptionsError(p, "is required: {salt: SALT, hashedPassword: HASH}")
-            salt = c.string(e.get("salt", ""), p + ("salt",), nonempty=algorithm == "apr")
-            hashed = c.string(e["hashedPassword"], p + ("hashedPassword",))
+                raise problems.fail(p, "is required: {salt: SALT, hashedPassword: HASH}")
+            salt = problems.string(e.get("salt", ""), p + ("salt",), nonempty=algorithm == "apr")
+            hashed = problems.string(e["hashedPassword"], p + ("hashedPassword",))
             if algorithm == "apr" and not _passwords.valid_apr(salt, hashed):
-                raise OptionsError(p, "is not an apr1 hash: salt is up to 8 characters of [./0-9A-Za-z] and"
-                                      " hashedPassword 22 (as in htpasswd -m's $apr1$SALT$HASH)")
+                raise problems.fail(p, "is not an apr1 hash: salt is up to 8 characters of [./0-9A-Za-z] and"
+                                    " hashedPassword 22 (as in htpasswd -m's $apr1$SALT$HASH)")
             if algorithm == "sha1" and not _passwords.valid_sha1(hashed):
-                raise OptionsError(p + ("hashedPassword",), "must be 40 hexadecimal digits (SHA-1)")
+                raise problems.fail(p + ("hashedPassword",), "must be 40 hexadecimal digits (SHA-1)")
             users[name] = StoredUser(algorithm, salt, hashed)
     if not users and not problems:
         problems.add(path, "lists no users")
     return users
 
 
-def _shape(cfg: Mapping[str, Any], problems: Problems) -> tuple[str, Any, c.Path]:
+def _shape(cfg: Mapping[str, Any], problems: Problems) -> tuple[str, Any, Path]:
     """(algorithm, users mapping, its path) of whichever shape is written."""
     if "apr" in cfg:
         if "encryption" in cfg or "userList" in cfg:
             problems.add(("apr",), "set either apr, or encryption with userList, not both (Gloo's rule)")
-        apr = c.mapping(cfg["apr"], ("apr",), ("users",))
+        apr = problems.mapping(cfg["apr"], ("apr",), ("users",), optional=True)
         return "apr", apr.get("users"), ("apr", "users")
     if "encryption" not in cfg or "userList" not in cfg:
         problems.add((), "set apr, or encryption with userList")
         return "apr", None, ()
-    enc = c.mapping(cfg["encryption"], ("encryption",), ("apr", "sha1"))
+    enc = problems.mapping(cfg["encryption"], ("encryption",), ("apr", "sha1"), optional=True)
     if len(enc) != 1:
         problems.add(("encryption",), "set exactly one of apr: {} or sha1: {}")
     algorithm = next(iter(enc), "apr")
-    c.mapping(enc.get(algorithm), ("encryption", algorithm), ())
-    users = c.mapping(cfg["userList"], ("userList",), ("users",))
+    problems.mapping(enc.get(algorithm), ("encryption", algorithm), (), optional=True)
+    users = problems.mapping(cfg["userList"], ("userList",), ("users",), optional=True)
     return algorithm, users.get("users"), ("userList", "users")
 
 
@@ -190,14 +190,16 @@ class BasicAuth(ExtAuthConfigType):
 
     def compile(self, raw: Any, scope: ConfigScope) -> BasicChecker:
         problems = Problems()
-        cfg = c.mapping(raw, (), _FIELDS)
+        cfg = problems.fields(raw, (), _FIELDS)
+        if not cfg.ok:
+            problems.raise_if_any()
         # Gloo's default: no realm, answered as `Basic realm=""` (its basic auth guide shows it)
-        realm = c.string(cfg.get("realm", ""), ("realm",), nonempty=False)
+        realm = cfg.string("realm", "", nonempty=False)
         if '"' in realm or "\\" in realm or not realm.isprintable():
             problems.add(("realm",), "may not contain quotes, backslashes or control characters")
-        keep = c.boolean(cfg.get("keepCredentials", False), ("keepCredentials",))
+        keep = cfg.boolean("keepCredentials", False)
         users: dict[str, StoredUser] = {}
-        with problems.check():
+        with problems.part():
             algorithm, raw_users, path = _shape(cfg, problems)
             if path:
                 users = _users(raw_users, path, algorithm, problems)

@@ -43,7 +43,7 @@ from twisted.web.http_headers import Headers as TxHeaders
 from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, GatewayInfo, NotChecked, OptionsError
 from twistgw import RequestContext
 from twistgw.api.types import path_text
-from twistgw.options import Problems
+from twistgw.api.fields import Path, Problems
 
 from twistgw_authtypes import _common as c
 from twistgw_authtypes._body import PARTIAL_HEADER, BodySettings, body_settings
@@ -137,15 +137,15 @@ class CustomChecker:
         return NotChecked(f"would ask {ctx.method} {url.decode('latin-1')}")
 
 
-def _server(raw: Mapping[str, Any], path: c.Path, scope: ConfigScope, problems: Problems) -> Server | None:
-    cfg = c.mapping(raw, path, _SERVER)
+def _server(raw: Mapping[str, Any], path: Path, scope: ConfigScope, problems: Problems) -> Server | None:
+    cfg = problems.mapping(raw, path, _SERVER)
     for key, why in _REFUSED.items():
         if cfg.get(key) not in (None, False, {}):
             problems.add(path + (key,), why)
     if "extauthzServerRef" not in cfg:
         problems.add(path + ("extauthzServerRef",), "is required for customAuth: the Upstream of the server")
         return None
-    ns, name = c.resource_ref(cfg["extauthzServerRef"], path + ("extauthzServerRef",), "default")
+    name, ns = problems.reference(cfg["extauthzServerRef"], path + ("extauthzServerRef",), "default")
     try:
         upstream = scope.resources.upstream(name, ns)
     except KeyError as exc:
@@ -157,30 +157,33 @@ def _server(raw: Mapping[str, Any], path: c.Path, scope: ConfigScope, problems: 
     ep = upstream.endpoints[0]
     host = f"[{ep.host}]" if ":" in ep.host else ep.host
     hp = path + ("httpService",)
-    http = c.mapping(cfg.get("httpService"), hp, _HTTP_SERVICE)
-    req = c.mapping(http.get("request"), hp + ("request",), _REQUEST)
-    resp = c.mapping(http.get("response"), hp + ("response",), _RESPONSE)
+    http = problems.mapping(cfg.get("httpService"), hp, _HTTP_SERVICE, optional=True)
+    req = problems.mapping(http.get("request"), hp + ("request",), _REQUEST, optional=True)
+    resp = problems.mapping(http.get("response"), hp + ("response",), _RESPONSE, optional=True)
     if req.get("allowedHeadersRegex"):
         problems.add(hp + ("request", "allowedHeadersRegex"), "is not supported by twistgw; list allowedHeaders")
     if resp.get("allowedUpstreamHeadersToAppend"):
         problems.add(hp + ("response", "allowedUpstreamHeadersToAppend"),
                      "is not supported by twistgw; use allowedUpstreamHeaders (they replace)")
-    prefix = c.string(http.get("pathPrefix", ""), hp + ("pathPrefix",), nonempty=False)
+    prefix = problems.string(http.get("pathPrefix", ""), hp + ("pathPrefix",), nonempty=False)
     if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
         problems.add(hp + ("pathPrefix",), "must start with '/' and not end with one, e.g. /check")
-    add = tuple((c.header_name(k, hp + ("request", "headersToAdd", k)),
-                 c.header_value(v, hp + ("request", "headersToAdd", k)))
-                for k, v in c.mapping(req.get("headersToAdd"), hp + ("request", "headersToAdd")).items())
+    add = tuple((c.header_name(problems, k, hp + ("request", "headersToAdd", k)),
+                 c.header_value(problems, v, hp + ("request", "headersToAdd", k)))
+                for k, v in problems.mapping(req.get("headersToAdd"), hp + ("request", "headersToAdd"),
+                                             optional=True).items())
     client = resp.get("allowedClientHeaders")
     return Server(
         base=f"http://{host}:{ep.port}".encode("ascii", "replace"),
         path_prefix=prefix,
-        allowed_headers=c.header_names(req.get("allowedHeaders"), hp + ("request", "allowedHeaders")),
+        allowed_headers=c.header_names(problems, req.get("allowedHeaders"), hp + ("request", "allowedHeaders")),
         headers_to_add=add,
-        upstream_headers=c.header_names(resp.get("allowedUpstreamHeaders"),
+        upstream_headers=c.header_names(problems, resp.get("allowedUpstreamHeaders"),
                                         hp + ("response", "allowedUpstreamHeaders"), True),
-        client_headers=None if client is None else c.header_names(client, hp + ("response", "allowedClientHeaders")),
-        timeout=c.duration(cfg.get("requestTimeout"), path + ("requestTimeout",), _DEFAULT_TIMEOUT),
+        client_headers=None if client is None else
+        c.header_names(problems, client, hp + ("response", "allowedClientHeaders")),
+        timeout=_DEFAULT_TIMEOUT if cfg.get("requestTimeout") is None else
+        problems.duration(cfg["requestTimeout"], path + ("requestTimeout",), 0.001, 300.0),
         body=body_settings(cfg.get("requestBody"), path + ("requestBody",)),
     )
 
@@ -194,9 +197,9 @@ def check_server_settings(settings: Mapping[str, Any]) -> None:
             problems.add((key,), why)
     with problems.check():
         body_settings(settings.get("requestBody"))
-    for name, server in c.mapping(settings.get("namedExtauth"), ("namedExtauth",)).items():
+    for name, server in problems.mapping(settings.get("namedExtauth"), ("namedExtauth",), optional=True).items():
         with problems.check():
-            named = c.mapping(server, ("namedExtauth", name), _SERVER)
+            named = problems.mapping(server, ("namedExtauth", name), _SERVER)
             body_settings(named.get("requestBody"), ("namedExtauth", name, "requestBody"))
     problems.raise_if_any()
 
@@ -220,8 +223,8 @@ class CustomAuth(ExtAuthConfigType):
         check_server_settings(settings)
 
     def compile(self, raw: Any, scope: ConfigScope) -> CustomChecker:
-        cfg = c.mapping(raw, (), _INLINE)
         problems = Problems()
+        cfg = problems.mapping(raw, (), _INLINE, optional=True)
         if cfg.get("contextExtensions"):
             problems.add(("contextExtensions",), "is not supported by twistgw: the HTTP ext_authz contract has"
                                                  " no place for them (they are a gRPC CheckRequest field)")
@@ -230,16 +233,14 @@ class CustomAuth(ExtAuthConfigType):
         where: tuple[str, ...] = ("Settings", "spec", "extauth")
         server_raw: Any = settings
         if name is not None:
-            c.string(name, ("name",))
-            named = c.mapping(settings.get("namedExtauth"), ("namedExtauth",))
+            problems.string(name, ("name",))
+            named = problems.mapping(settings.get("namedExtauth"), ("namedExtauth",), optional=True)
             if name not in named:
-                raise OptionsError(("name",), f"no Settings.spec.extauth.namedExtauth.{name}")
+                raise problems.fail(("name",), f"no Settings.spec.extauth.namedExtauth.{name}")
             server_raw, where = named[name], where + ("namedExtauth", name)
         server = None
-        try:
+        with problems.part():
             server = _server(server_raw, (), scope, problems)
-        except OptionsError as exc:
-            problems.errors.extend(exc.problems)
         if problems.errors:  # Settings problems are told at the customAuth that needs them
             raise OptionsError.several([p if p.path[:1] == ("contextExtensions",) else
                                         OptionsError((), f"{path_text(where + p.path)}: {p.reason}")

@@ -38,8 +38,8 @@ from typing import Any, Mapping, Sequence
 
 import attrs
 
-from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, OptionsError, RequestContext
-from twistgw.options import Problems
+from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, RequestContext
+from twistgw.api.fields import Problems
 
 from twistgw_authtypes import _common as c
 from twistgw_authtypes._rego import Policy, PolicyError, code_only as _code
@@ -135,17 +135,17 @@ class OpaChecker:
 
 def _modules(raw: Any, scope: ConfigScope, problems: Problems) -> list[tuple[str, str]]:
     modules: list[tuple[str, str]] = []
-    for i, ref in enumerate(c.sequence(raw, ("modules",))):
+    for i, ref in enumerate(problems.sequence(raw, ("modules",), optional=True)):
         p = ("modules", i)
-        with problems.check():
-            ns, name = c.resource_ref(ref, p, scope.namespace)
+        with problems.part():
+            name, ns = problems.reference(ref, p, scope.namespace)
             try:
                 cm = scope.config_map(name, ns)
             except KeyError as exc:
-                raise OptionsError(p, f"dangling reference: {exc.args[0]}") from None
+                raise problems.fail(p, f"dangling reference: {exc.args[0]}") from None
             data: Mapping[str, Any] = getattr(cm, "data", None) or {}
             if not data:
-                raise OptionsError(p, f"ConfigMap {ns}/{name} has no data: each entry is a Rego module")
+                raise problems.fail(p, f"ConfigMap {ns}/{name} has no data: each entry is a Rego module")
             for key in sorted(data):
                 modules.append((f"{ns}/{name}/{key}", str(data[key])))
     return modules
@@ -157,23 +157,21 @@ class OpaAuth(ExtAuthConfigType):
 
     def compile(self, raw: Any, scope: ConfigScope) -> OpaChecker:
         problems = Problems()
-        cfg = c.mapping(raw, (), _FIELDS)
-        opts = c.mapping(cfg.get("options"), ("options",), _OPTIONS)
+        cfg = problems.fields(raw, (), _FIELDS)
+        opts = cfg.fields("options", _OPTIONS)
         for key in _OPTIONS:
             if opts.get(key):
                 problems.add(("options", key), "is not supported by twistgw (the input already holds only"
                                                " strings and objects; no decision reason is exported)")
-        query = ""
-        with problems.check():
-            if "query" not in cfg:
-                raise OptionsError(("query",), "is required, e.g. \"data.test.allow == true\"")
-            query = c.string(cfg["query"], ("query",))
+        query = cfg.string("query", "")
+        if cfg.get("query") is None and cfg.ok:
+            problems.add(("query",), "is required, e.g. \"data.test.allow == true\"")
         modules = _modules(cfg.get("modules"), scope, problems)
         problems.raise_if_any()
         try:
             policy = Policy.compile(modules, query)
         except PolicyError as exc:
-            raise OptionsError((exc.field,), str(exc)) from None
+            raise problems.fail((exc.field,), str(exc)) from None
         config_id = f"{scope.namespace}.{scope.auth_config.name}" if scope.auth_config else scope.source
         parts = parts_read(modules + [("query", query)])
         return OpaChecker(policy, config_id, f"OPA {query} over {len(modules)} modules", parts)

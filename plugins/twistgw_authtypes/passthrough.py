@@ -50,7 +50,7 @@ from twisted.web.http_headers import Headers as TxHeaders
 from twistgw import AuthAllow, AuthDeny, ConfigScope, ExtAuthConfigType, GatewayInfo, OptionsError, RequestContext
 from twistgw.api.headers import OWNED_RESPONSE_HEADERS
 from twistgw.api.types import NotChecked
-from twistgw.options import Problems
+from twistgw.api.fields import Path, Problems
 
 from twistgw_authtypes import _common as c
 from twistgw_authtypes._body import BodySettings, body_settings
@@ -170,17 +170,17 @@ def _read_state(body: bytes) -> dict[str, Any] | None:
     return state if isinstance(state, dict) else None
 
 
-def _url(value: Any, path: c.Path) -> bytes:
-    url = c.string(value, path)
+def _url(problems: Problems, value: Any, path: Path) -> bytes:
+    url = problems.string(value, path)
     if not url.isascii() or any(ch.isspace() for ch in url):
-        raise OptionsError(path, f"must be an ASCII URL without spaces (percent-encode the rest), got {url!r}")
+        raise problems.fail(path, f"must be an ASCII URL without spaces (percent-encode the rest), got {url!r}")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise OptionsError(path, f"must be an http:// or https:// URL with a host, got {url!r}")
+        raise problems.fail(path, f"must be an http:// or https:// URL with a host, got {url!r}")
     try:
         _ = parts.port
     except ValueError:
-        raise OptionsError(path, f"has an invalid port: {url!r}") from None
+        raise problems.fail(path, f"has an invalid port: {url!r}") from None
     return url.encode("ascii")
 
 
@@ -189,52 +189,54 @@ def _origin(url: bytes) -> str:
     return f"{parts.scheme}://{parts.netloc.rpartition('@')[2].lower()}"
 
 
-def _json_data(value: Any, path: c.Path) -> Any:
+def _json_data(problems: Problems, value: Any, path: Path) -> Any:
     try:
         json.dumps(value)
     except (TypeError, ValueError):
-        raise OptionsError(path, "must be plain JSON data (mappings, lists, strings, numbers)") from None
+        raise problems.fail(path, "must be plain JSON data (mappings, lists, strings, numbers)") from None
     return value
 
 
 def compile_call(http: Mapping[str, Any], config: Any, problems: Problems, scope: ConfigScope,
                  body: BodySettings | None = None) -> Call:
-    req = c.mapping(http.get("request"), ("http", "request"), _REQUEST)
-    resp = c.mapping(http.get("response"), ("http", "response"), _RESPONSE)
+    req = problems.mapping(http.get("request"), ("http", "request"), _REQUEST, optional=True)
+    resp = problems.mapping(http.get("response"), ("http", "response"), _RESPONSE, optional=True)
     p_req, p_resp = ("http", "request"), ("http", "response")
     add = []
-    for name, value in c.mapping(req.get("headersToAdd"), p_req + ("headersToAdd",)).items():
+    for name, value in problems.mapping(req.get("headersToAdd"), p_req + ("headersToAdd",), optional=True).items():
         with problems.check():
             p = p_req + ("headersToAdd", name)
-            add.append((c.header_name(name, p), c.header_value(value, p)))
-    upstream = c.header_names(resp.get("allowedUpstreamHeaders"), p_resp + ("allowedUpstreamHeaders",), True)
-    overwrite = c.header_names(resp.get("allowedUpstreamHeadersToOverwrite"),
+            add.append((c.header_name(problems, name, p), c.header_value(problems, value, p)))
+    upstream = c.header_names(problems, resp.get("allowedUpstreamHeaders"), p_resp + ("allowedUpstreamHeaders",), True)
+    overwrite = c.header_names(problems, resp.get("allowedUpstreamHeadersToOverwrite"),
                                p_resp + ("allowedUpstreamHeadersToOverwrite",), True)
     both = set(upstream) & set(overwrite)
     if both:
         problems.add(p_resp, f"{sorted(h.decode() for h in both)} are in both allowedUpstreamHeaders and"
                              " allowedUpstreamHeadersToOverwrite (Gloo's rule)")
     if "url" not in http:
-        raise OptionsError(("http", "url"), "is required: the service's http:// or https:// URL")
-    url = _url(http["url"], ("http", "url"))
+        raise problems.fail(("http", "url"), "is required: the service's http:// or https:// URL")
+    url = _url(problems, http["url"], ("http", "url"))
     client, head = _client(http, url, scope, problems)
-    send_body = c.boolean(req.get("passThroughBody", False), p_req + ("passThroughBody",))
+    send_body = problems.boolean(req.get("passThroughBody", False), p_req + ("passThroughBody",))
     if send_body and body is None:
-        raise OptionsError(p_req + ("passThroughBody",), "needs Settings.spec.extauth.requestBody (Gloo's rule):"
+        raise problems.fail(p_req + ("passThroughBody",), "needs Settings.spec.extauth.requestBody (Gloo's rule):"
                                                          " it says how much of the body is read before asking")
     return Call(
         url=url,
-        timeout=c.duration(http.get("connectionTimeout"), ("http", "connectionTimeout"), 5.0),
-        allowed_headers=c.header_names(req.get("allowedHeaders"), p_req + ("allowedHeaders",)),
+        timeout=5.0 if http.get("connectionTimeout") is None else
+        problems.duration(http["connectionTimeout"], ("http", "connectionTimeout"), 0.001, 300.0),
+        allowed_headers=c.header_names(problems, req.get("allowedHeaders"), p_req + ("allowedHeaders",)),
         headers_to_add=tuple(add),
-        send_state=c.boolean(req.get("passThroughState", False), p_req + ("passThroughState",)),
-        send_metadata=c.boolean(req.get("passThroughFilterMetadata", False), p_req + ("passThroughFilterMetadata",)),
+        send_state=problems.boolean(req.get("passThroughState", False), p_req + ("passThroughState",)),
+        send_metadata=problems.boolean(req.get("passThroughFilterMetadata", False),
+                                       p_req + ("passThroughFilterMetadata",)),
         config=config,
         upstream_headers=upstream + overwrite,
-        denied_headers=c.header_names(resp.get("allowedClientHeadersOnDenied"),
+        denied_headers=c.header_names(problems, resp.get("allowedClientHeadersOnDenied"),
                                       p_resp + ("allowedClientHeadersOnDenied",)),
-        read_state=c.boolean(resp.get("readStateFromResponse", False), p_resp + ("readStateFromResponse",)),
-        success_headers=_success_headers(resp.get("allowedClientHeadersOnSuccess"),
+        read_state=problems.boolean(resp.get("readStateFromResponse", False), p_resp + ("readStateFromResponse",)),
+        success_headers=_success_headers(problems, resp.get("allowedClientHeadersOnSuccess"),
                                          p_resp + ("allowedClientHeadersOnSuccess",)),
         body_settings=body if send_body else None,
         head_timeout=head,
@@ -251,21 +253,22 @@ def _client(http: Mapping[str, Any], url: bytes, scope: ConfigScope,
         tls = read_tls(http.get("tlsConfig"), url.startswith(b"https:"), scope, problems)
     pool: dict[str, Any] = {}
     with problems.check():
-        pool = read_pool(http.get("connectionPool"))
+        pool = read_pool(problems, http.get("connectionPool"))
     head = None
     with problems.check():
         if http.get("responseHeaderTimeout") is not None:
-            head = c.duration(http["responseHeaderTimeout"], ("http", "responseHeaderTimeout"), 0.0, lo=0.0) or None
+            head = problems.duration(http["responseHeaderTimeout"], ("http", "responseHeaderTimeout"), 0.0,
+                                     300.0) or None
     return ClientSettings(_origin(url), **tls, **pool), head
 
 
-def _success_headers(value: Any, path: c.Path) -> tuple[bytes, ...]:
+def _success_headers(problems: Problems, value: Any, path: Path) -> tuple[bytes, ...]:
     """``allowedClientHeadersOnSuccess``: added to the client's response,
     so the framing and hop-by-hop headers the engine writes are refused."""
-    names = c.header_names(value, path)
+    names = c.header_names(problems, value, path)
     for i, name in enumerate(names):
         if name in OWNED_RESPONSE_HEADERS:
-            raise OptionsError(path + (i,), f"{name.decode()!r} is a framing/hop-by-hop header the gateway writes"
+            raise problems.fail(path + (i,), f"{name.decode()!r} is a framing/hop-by-hop header the gateway writes"
                                             " itself; it cannot come from the auth service")
     return names
 
@@ -295,17 +298,17 @@ class PassThroughAuth(ExtAuthConfigType):
 
     def compile(self, raw: Any, scope: ConfigScope) -> PassThroughChecker | GrpcPassThroughChecker:
         problems = Problems()
-        cfg = c.mapping(raw, (), _TOP)
+        cfg = problems.mapping(raw, (), _TOP, optional=True)
         if ("http" in cfg) == ("grpc" in cfg):
             problems.add((), "set one of http: {url: ...} and grpc: {address: ...}")
             problems.raise_if_any()
         config = None
         with problems.check():
             if cfg.get("config") is not None:
-                config = _json_data(c.mapping(cfg["config"], ("config",)), ("config",))
+                config = _json_data(problems, problems.mapping(cfg["config"], ("config",)), ("config",))
         fma = False
         with problems.check():
-            fma = c.boolean(cfg.get("failureModeAllow", False), ("failureModeAllow",))
+            fma = problems.boolean(cfg.get("failureModeAllow", False), ("failureModeAllow",))
         try:
             body = body_settings(scope.settings().get("requestBody"))
         except OptionsError:
@@ -317,7 +320,7 @@ class PassThroughAuth(ExtAuthConfigType):
             problems.raise_if_any()
             assert checker is not None
             return checker
-        http = c.mapping(cfg["http"], ("http",), _HTTP)
+        http = problems.mapping(cfg["http"], ("http",), _HTTP, optional=True)
         call = None
         with problems.check():
             call = compile_call(http, config, problems, scope, body)

@@ -47,9 +47,9 @@ from google.protobuf import json_format
 from twisted.internet.defer import CancelledError
 from twisted.internet.task import deferLater
 
-from twistgw import AuthAllow, AuthDeny, ConfigScope, NotChecked, OptionsError, RequestContext
+from twistgw import AuthAllow, AuthDeny, ConfigScope, NotChecked, RequestContext
 from twistgw.api.headers import OWNED_RESPONSE_HEADERS
-from twistgw.options import Problems
+from twistgw.api.fields import Path, Problems
 
 from twistgw_authtypes import _common as c
 from twistgw_authtypes._body import PARTIAL_HEADER, BodySettings
@@ -275,15 +275,16 @@ def _denied(response: Any, code: int) -> AuthDeny:
 
 def compile_grpc(raw: Any, config: Any, failure_mode_allow: bool, body: BodySettings | None, scope: ConfigScope,
                  channels: GrpcChannels, problems: Problems) -> GrpcPassThroughChecker:
-    cfg = c.mapping(raw, ("grpc",), _GRPC)
+    cfg = problems.mapping(raw, ("grpc",), _GRPC, optional=True)
     retry = None
     if cfg.get("retryPolicy") is not None:
         with problems.check():
-            retry = _retry_policy(cfg["retryPolicy"], ("grpc", "retryPolicy"))
+            retry = _retry_policy(problems, cfg["retryPolicy"], ("grpc", "retryPolicy"))
     if "address" not in cfg:
-        raise OptionsError(("grpc", "address"), "is required: the service's host:port")
-    address = _address(cfg["address"], ("grpc", "address"))
-    timeout = c.duration(cfg.get("connectionTimeout"), ("grpc", "connectionTimeout"), 5.0)
+        raise problems.fail(("grpc", "address"), "is required: the service's host:port")
+    address = _address(problems, cfg["address"], ("grpc", "address"))
+    timeout = 5.0 if cfg.get("connectionTimeout") is None else \
+        problems.duration(cfg["connectionTimeout"], ("grpc", "connectionTimeout"), 0.001, 300.0)
     target = Target(address)
     if cfg.get("tlsConfig") is not None:
         target = _tls_target(address, cfg["tlsConfig"], scope, problems)
@@ -292,38 +293,38 @@ def compile_grpc(raw: Any, config: Any, failure_mode_allow: bool, body: BodySett
                                   f"gRPC auth service {target.describe()}", retry)
 
 
-def _retry_policy(raw: Any, path: c.Path) -> RetryPolicy:
+def _retry_policy(problems: Problems, raw: Any, path: Path) -> RetryPolicy:
     """Gloo's ``RetryPolicy`` (``numRetries`` default 1; ``retryBackOff``:
     ``baseInterval`` default 1s, ``maxInterval`` default 10 x base)."""
-    cfg = c.mapping(raw, path, _RETRY)
+    cfg = problems.mapping(raw, path, _RETRY)
     retries = cfg.get("numRetries", 1)
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
-        raise OptionsError(path + ("numRetries",), f"must be a whole number from 0 to 100, got {retries!r}")
-    backoff = c.mapping(cfg.get("retryBackOff"), path + ("retryBackOff",), _BACKOFF)
-    base = c.duration(backoff.get("baseInterval"), path + ("retryBackOff", "baseInterval"), 1.0, hi=60.0)
-    most = c.duration(backoff.get("maxInterval"), path + ("retryBackOff", "maxInterval"), 10 * base, hi=600.0)
+        raise problems.fail(path + ("numRetries",), f"must be a whole number from 0 to 100, got {retries!r}")
+    backoff = problems.fields(cfg.get("retryBackOff"), path + ("retryBackOff",), _BACKOFF)
+    base = backoff.duration("baseInterval", 1.0, 0.001, 60.0)
+    most = backoff.duration("maxInterval", 10 * base, 0.001, 600.0)
     if most < base:
-        raise OptionsError(path + ("retryBackOff", "maxInterval"), "must not be below baseInterval")
+        raise problems.fail(path + ("retryBackOff", "maxInterval"), "must not be below baseInterval")
     return RetryPolicy(retries, base, most)
 
 
-def _address(value: Any, path: c.Path) -> str:
-    address = c.string(value, path)
+def _address(problems: Problems, value: Any, path: Path) -> str:
+    address = problems.string(value, path)
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(ch.isspace() for ch in address):
-        raise OptionsError(path, f"must be HOST:PORT (e.g. auth.internal:9001), got {address!r}")
+        raise problems.fail(path, f"must be HOST:PORT (e.g. auth.internal:9001), got {address!r}")
     if "/" in address:
-        raise OptionsError(path, f"must be HOST:PORT, not a URL, got {address!r}")
+        raise problems.fail(path, f"must be HOST:PORT, not a URL, got {address!r}")
     return address
 
 
 def _tls_target(address: str, raw: Any, scope: ConfigScope, problems: Problems) -> Target:
-    path: c.Path = ("grpc", "tlsConfig")
-    tls = c.mapping(raw, path, _TLS)
+    path: Path = ("grpc", "tlsConfig")
+    tls = problems.mapping(raw, path, _TLS)
     if tls.get("sslParams") is not None:
         problems.add(path + ("sslParams",), "is not supported by twistgw: grpcio's TLS has no such settings"
                                             " (TLS 1.2 or later, its own cipher list)")
     if tls.get("secretRef") is None:
         return Target(address, tls=True)  # system roots, no client certificate
-    cert, key, ca = secret_pems(tls["secretRef"], path + ("secretRef",), scope)
+    cert, key, ca = secret_pems(problems, tls["secretRef"], path + ("secretRef",), scope)
     return Target(address, ca_pem=ca or None, cert_pem=cert, key_pem=key, tls=True)

@@ -34,10 +34,11 @@ from twistgw import (
     RequestContext,
     hookimpl,
 )
+from twistgw.api.fields import Problems
 from twistgw_extauth import _explain, _flow
 from twistgw_extauth._flow import admit_one
 from twistgw_extauth._options import CompiledExtAuth, compile_options
-from twistgw_extauth._settings import NO_POLICY, read_policy
+from twistgw_extauth._settings import NO_POLICY, ErrorPolicy, read_policy, read_section
 from twistgw_extauth._types import Registry, TypeProblem
 
 __all__ = ["CompiledExtAuth", "ExtAuthPlugin"]
@@ -60,6 +61,8 @@ class ExtAuthPlugin:
         self.reactor: Any = None
         #: ``twistgw explain`` without ``--live``: config types start nothing
         self.dry_run = False
+        #: (the Settings section, its error policy, the section read): the last load's
+        self._read: tuple[Mapping[str, Any], ErrorPolicy, Mapping[str, Any]] | None = None
 
     def get_reactor(self, ctx: RequestContext) -> Any:
         if self.reactor is not None:
@@ -102,9 +105,10 @@ class ExtAuthPlugin:
             read_policy(settings, self._type_fields())
         except OptionsError as exc:
             problems.append(exc)
+        section = read_section(settings, self._type_fields(), Problems())  # its problems: read_policy's
         for kind in self.registry.usable().values():
             try:
-                kind.check_settings({k: v for k, v in settings.items() if k in kind.settings_fields}, config_dir)
+                kind.check_settings({k: v for k, v in section.items() if k in kind.settings_fields}, config_dir)
             except OptionsError as exc:
                 problems.append(exc)
         if problems:
@@ -113,11 +117,19 @@ class ExtAuthPlugin:
 
     @hookimpl
     def twistgw_compile_options(self, options: Mapping[str, Any], scope: OptionsScope) -> CompiledExtAuth:
-        try:
-            policy = read_policy(scope.resources.settings(NAME), self._type_fields())
-        except OptionsError:  # already reported against Settings by twistgw_default_options
-            policy = NO_POLICY
-        return compile_options(options, scope, self.registry, policy)
+        policy, section = self._settings(scope.resources.settings(NAME))
+        return compile_options(options, scope, self.registry, policy, section)
+
+    def _settings(self, settings: Mapping[str, Any]) -> tuple[ErrorPolicy, Mapping[str, Any]]:
+        """``Settings.spec.extauth`` read once per load (the same section
+        object for every route), not once per route."""
+        if self._read is None or self._read[0] is not settings:
+            try:
+                policy = read_policy(settings, self._type_fields())
+            except OptionsError:  # already reported against Settings by twistgw_default_options
+                policy = NO_POLICY
+            self._read = (settings, policy, read_section(settings, self._type_fields(), Problems()))
+        return self._read[1], self._read[2]
 
     @hookimpl(optionalhook=True)
     def twistgw_check_resource(self, kind: str, resource: object, scope: OptionsScope) -> None:

@@ -14,7 +14,8 @@ import attrs
 from twistgw.api.extauth import relocate
 from twistgw.api.headers import canonical_name
 from twistgw.api.types import InvalidResource
-from twistgw.options import Problems, is_token, type_name, unknown_field
+from twistgw.api.fields import Problems, type_name
+from twistgw.api.headers import is_token
 
 from twistgw import AuthConfigInfo, ConfigScope, ConfigWarning, ExtAuthConfigType, OptionsError, OptionsScope
 from twistgw_extauth._expr import NAME, ExprError, Node, admits_with_no_config_admitting, parse, references
@@ -90,70 +91,76 @@ def _entry(kind: ExtAuthConfigType, raw: Any, scope: ConfigScope) -> Entry:
     return Entry(scope.config_name, kind.name, scope.source, checker, check)
 
 
-def _reference(options: Mapping[str, Any], scope: OptionsScope) -> AuthConfigInfo:
-    ref = options["configRef"]
-    if not isinstance(ref, dict):
-        raise OptionsError(("configRef",), f"must be a mapping {{name, namespace}}, got {type_name(ref)}")
-    unknown = [OptionsError(("configRef", key), unknown_field(key, ("name", "namespace")))
-               for key in ref if key not in ("name", "namespace")]
-    if unknown:
-        raise OptionsError.several(unknown)
-    name = ref.get("name")
-    if not isinstance(name, str) or not name:
-        raise OptionsError(("configRef", "name"), "is required: the name of an AuthConfig")
-    ns = ref.get("namespace", scope.namespace)
-    if not isinstance(ns, str) or not ns:
-        raise OptionsError(("configRef", "namespace"), "must be a non-empty string")
+def _reference(r: Problems, ref: Any, scope: OptionsScope) -> AuthConfigInfo:
+    name, ns = r.reference(ref, ("configRef",), scope.namespace)
     try:
         return scope.resources.auth_config(name, ns)
     except KeyError as exc:
-        raise OptionsError(("configRef",), f"dangling reference: {exc.args[0]}") from exc
+        raise r.fail(("configRef",), f"dangling reference: {exc.args[0]}") from exc
 
 
 def compile_options(options: Mapping[str, Any], scope: OptionsScope, registry: Registry,
-                    policy: ErrorPolicy) -> CompiledExtAuth:
-    """The body of ``twistgw_compile_options`` for ``extauth``."""
+                    policy: ErrorPolicy, settings: Mapping[str, Any] | None = None) -> CompiledExtAuth:
+    """The body of ``twistgw_compile_options`` for ``extauth``; ``settings``:
+    ``Settings.spec.extauth`` as :func:`~._settings.read_section` read it."""
+    r = Problems()
     try:
         types = registry.types()
     except TypeProblem as exc:
-        raise OptionsError((), str(exc)) from None
-    inline = [k for k in options if k in types and types[k].where == "inline"]
-    allowed = ["configRef", *registry.names("inline")]
-    unknown = [OptionsError((key,), unknown_field(key, allowed)) for key in options
-               if key != "configRef" and key not in inline]
-    if unknown:
-        raise OptionsError.several(unknown)
-    if len(inline) + ("configRef" in options) != 1:
-        raise OptionsError(("configRef",), "is required: {configRef: {name: NAME, namespace: NS}}"
-                           if not inline else f"set one of configRef, {', '.join(inline)}")
+        raise r.fail((), str(exc)) from None
+    inline_names = registry.names("inline")
+    f = r.fields(options, (), ("configRef", *inline_names))
+    r.raise_if_any()
+    inline = [k for k in f if k in inline_names]
+    if len(inline) + ("configRef" in f) != 1:
+        raise r.fail(("configRef",), "is required: {configRef: {name: NAME, namespace: NS}}"
+                     if not inline else f"set one of configRef, {', '.join(inline)}")
     if inline:
         kind = types[inline[0]]
-        where = ConfigScope(scope, scope.namespace, None, kind.name, 0, None, (kind.name,))
-        return _compiled("", (_entry(kind, options[kind.name], where),), None, "", policy)
-    return _from_auth_config(_reference(options, scope), scope, types, policy)
+        where = ConfigScope(scope, scope.namespace, None, kind.name, 0, None, (kind.name,), settings)
+        return _compiled("", (_entry(kind, f[kind.name], where),), None, "", policy)
+    return _from_auth_config(_reference(r, f["configRef"], scope), scope, types, policy, settings)
 
 
 def _from_auth_config(info: AuthConfigInfo, scope: OptionsScope, types: Mapping[str, ExtAuthConfigType],
-                      policy: ErrorPolicy) -> CompiledExtAuth:
+                      policy: ErrorPolicy, settings: Mapping[str, Any] | None) -> CompiledExtAuth:
     resource = ("AuthConfig", info.namespace, info.name)
     problems = Problems()
     entries: list[Entry] = []
     names: dict[str, int] = {}
     for i, raw in enumerate(info.configs):
         with problems.check():
-            name = _config_name(raw, i, names, resource)
+            entry = _entry_fields(problems, raw, i, types, resource)
+            name = _config_name(problems, entry, i, names, resource)
             names[name] = i
-            kind_name = _type_of(raw, i, types, resource)
-            where = ConfigScope(scope, info.namespace, info, name, i, resource, ("spec", "configs", i, kind_name))
-            entries.append(_entry(types[kind_name], raw[kind_name], where))
+            kind_name = _type_of(problems, entry, i, types, resource)
+            where = ConfigScope(scope, info.namespace, info, name, i, resource, ("spec", "configs", i, kind_name),
+                                settings)
+            entries.append(_entry(types[kind_name], entry[kind_name], where))
     with problems.check():
-        _unread_fields(info, [types[e.type_name] for e in entries], resource)
+        _unread_fields(problems, info, [types[e.type_name] for e in entries], resource)
     expression = None
     if info.boolean_expr is not None and len(names) == len(info.configs):
         with problems.check():
-            expression = _expression(info, names, resource)
+            expression = _expression(problems, info, names, resource)
     problems.raise_if_any()
     return _compiled(f"{info.namespace}/{info.name}", tuple(entries), expression, info.boolean_expr or "", policy)
+
+
+def _entry_fields(r: Problems, raw: Any, index: int, types: Mapping[str, ExtAuthConfigType],
+                  resource: tuple[str, str, str]) -> Any:
+    """``spec.configs[i]`` with its type under the type's name, however it is
+    written (``api_key_auth``: protobuf's proto name of ``apiKeyAuth``);
+    problems located in the AuthConfig."""
+    if not isinstance(raw, Mapping):
+        return raw
+    here = Problems()
+    entry = here.mapping(raw, ("spec", "configs", index), names=(*types, "name"))
+    for e in here.errors:
+        r.add(e.path, e.reason, resource)
+    if here.errors:
+        raise r.invalid()
+    return entry
 
 
 def _compiled(auth_config: str, entries: tuple[Entry, ...], expression: Node | None, text: str,
@@ -171,53 +178,55 @@ def _compiled(auth_config: str, entries: tuple[Entry, ...], expression: Node | N
                            tuple(canonical_name(n) for n in names))
 
 
-def _type_of(raw: Any, index: int, types: Mapping[str, ExtAuthConfigType], resource: tuple[str, str, str]) -> str:
+def _type_of(r: Problems, raw: Any, index: int, types: Mapping[str, ExtAuthConfigType],
+             resource: tuple[str, str, str]) -> str:
     here = ("spec", "configs", index)
     if not isinstance(raw, Mapping):
-        raise OptionsError(here, f"must be a mapping with one config type, got {type_name(raw)}", resource)
+        raise r.fail(here, f"must be a mapping with one config type, got {type_name(raw)}", resource)
     written = [k for k in raw if k != "name"]
     installed = ", ".join(n for n, t in sorted(types.items()) if t.where == "authConfig") or "none"
     if len(written) != 1:
-        raise OptionsError(here, f"must hold exactly one config type (installed: {installed}),"
+        raise r.fail(here, f"must hold exactly one config type (installed: {installed}),"
                            f" got {', '.join(map(str, written)) or 'none'}", resource)
     kind = written[0]
     if kind not in types or types[kind].where != "authConfig":
         inline = " (it is written in options.extauth, not in an AuthConfig)" if kind in types else ""
-        raise OptionsError(here + (str(kind),), f"{kind!r} is not an AuthConfig config type any installed"
+        raise r.fail(here + (str(kind),), f"{kind!r} is not an AuthConfig config type any installed"
                            f" plugin provides{inline} (installed: {installed})", resource)
     return str(kind)
 
 
-def _config_name(raw: Any, index: int, seen: Mapping[str, int], resource: tuple[str, str, str]) -> str:
+def _config_name(r: Problems, raw: Any, index: int, seen: Mapping[str, int], resource: tuple[str, str, str]) -> str:
     """``spec.configs[i].name``, or Gloo's generated ``config_<i>``."""
     name = raw.get("name", f"config_{index}") if isinstance(raw, Mapping) else f"config_{index}"
     where = ("spec", "configs", index, "name")
     if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise OptionsError(where, "must be a name of letters, digits, '_', '-' and '.', starting with a"
+        raise r.fail(where, "must be a name of letters, digits, '_', '-' and '.', starting with a"
                            f" letter or '_'; got {name!r}", resource)
     if name in seen:
-        raise OptionsError(where, f"{name!r} is also the name of spec.configs[{seen[name]}]", resource)
+        raise r.fail(where, f"{name!r} is also the name of spec.configs[{seen[name]}]", resource)
     return name
 
 
-def _unread_fields(info: AuthConfigInfo, kinds: list[ExtAuthConfigType], resource: tuple[str, str, str]) -> None:
+def _unread_fields(r: Problems, info: AuthConfigInfo, kinds: list[ExtAuthConfigType],
+                   resource: tuple[str, str, str]) -> None:
     if info.fail_on_redirect is None:
         return
     if not any("failOnRedirect" in getattr(k, "auth_config_fields", ()) for k in kinds):
-        raise OptionsError(("spec", "failOnRedirect"), "applies to OAuth2/OIDC redirects and no config of this"
+        raise r.fail(("spec", "failOnRedirect"), "applies to OAuth2/OIDC redirects and no config of this"
                            " AuthConfig redirects, so there is nothing for it to do: remove it", resource)
 
 
-def _expression(info: AuthConfigInfo, names: Mapping[str, int], resource: tuple[str, str, str]) -> Node:
+def _expression(r: Problems, info: AuthConfigInfo, names: Mapping[str, int], resource: tuple[str, str, str]) -> Node:
     text = info.boolean_expr or ""
     where = ("spec", "booleanExpr")
     try:
         expression = parse(text, names)
     except ExprError as exc:
-        raise OptionsError(where, f"{text!r}: {exc}", resource) from None
+        raise r.fail(where, f"{text!r}: {exc}", resource) from None
     unused = [n for n, i in names.items() if i not in references(expression)]
     if unused:
-        raise OptionsError(where, f"does not use the config(s) {', '.join(unused)}; use them in it or"
+        raise r.fail(where, f"does not use the config(s) {', '.join(unused)}; use them in it or"
                            " remove them", resource)
     if admits_with_no_config_admitting(expression):
         warnings.warn(f"AuthConfig {info.namespace}/{info.name}: spec.booleanExpr {text!r} is true when every"

@@ -31,9 +31,8 @@ from __future__ import annotations
 from typing import Any, Collection, Mapping
 
 import attrs
-from twistgw.options import is_token, parse_duration, type_name, unknown_field
-
-from twistgw import OptionsError
+from twistgw.api.fields import Problems, type_name, unknown_field
+from twistgw.api.headers import is_token
 
 #: What ``Settings.spec.extauth`` accepts, besides the config types' own fields.
 FIELDS = ("failureModeAllow", "requestTimeout", "statusOnError", "userIdHeader")
@@ -71,39 +70,40 @@ class ErrorPolicy:
 NO_POLICY = ErrorPolicy()
 
 
+def read_section(settings: Mapping[str, Any], type_fields: Collection[str], r: Problems) -> dict[str, Any]:
+    """``Settings.spec.extauth`` with each field under its JSON name (either
+    spelling is read), every problem of its keys recorded on ``r``;
+    ``type_fields`` are the keys config types read (checked by them)."""
+    known = sorted({*FIELDS, *type_fields})
+    section = r.mapping(settings, (), names=(*known, *SERVER_FIELDS), optional=True)
+    for key in section:
+        if key in type_fields or key in FIELDS:
+            continue
+        if key in SERVER_FIELDS:
+            r.issue((key,), "is Gloo's setting for reaching a separate external auth server; twistgw runs extauth"
+                    " inside the gateway (the extauth plugin) and no installed config type reads it: remove it")
+        else:
+            r.issue((key,), unknown_field(key, known))
+    return section
+
+
 def read_policy(settings: Mapping[str, Any], type_fields: Collection[str] = ()) -> ErrorPolicy:
     """The policy of ``Settings.spec.extauth``; ``type_fields`` are the keys
     config types read (checked by them).
 
     :raise OptionsError: every problem, located below ``Settings.spec.extauth``.
     """
-    problems = []
-    for key in settings:
-        if key in type_fields or key in FIELDS:
-            continue
-        if key in SERVER_FIELDS:
-            problems.append(OptionsError((key,), "is Gloo's setting for reaching a separate external auth"
-                                         " server; twistgw runs extauth inside the gateway (the extauth"
-                                         " plugin) and no installed config type reads it: remove it"))
-        else:
-            problems.append(OptionsError((key,), unknown_field(key, sorted({*FIELDS, *type_fields}))))
-    timeout = None
-    if "requestTimeout" in settings:
-        timeout = parse_duration(settings["requestTimeout"])
-        if timeout is None or not 0.001 <= timeout <= 60:
-            problems.append(OptionsError(("requestTimeout",), "must be a duration from 1ms to 60s, such as"
-                                         f" '2s' or '500ms'; got {settings['requestTimeout']!r}"))
-    allow = settings.get("failureModeAllow", False)
-    if not isinstance(allow, bool):
-        problems.append(OptionsError(("failureModeAllow",), f"must be true or false, got {allow!r}"))
-    status = settings.get("statusOnError")
+    r = Problems()
+    f = r.fields(read_section(settings, type_fields, r), ())
+    timeout = f.duration("requestTimeout", None, 0.001, 60)
+    allow = f.boolean("failureModeAllow", False)
+    status = f.get("statusOnError")
     if status is not None:
         reason = _status_problem(status)
         if reason:
-            problems.append(OptionsError(("statusOnError",), reason))
-    header = _user_id_header(settings.get("userIdHeader"), problems)
-    if problems:
-        raise OptionsError.several(problems)
+            r.issue(("statusOnError",), reason)
+    header = _user_id_header(f.get("userIdHeader"), r)
+    r.raise_if_any()
     return ErrorPolicy(timeout, allow, status, header)
 
 
@@ -113,16 +113,14 @@ _RESERVED = frozenset({"host", "content-length", "transfer-encoding", "connectio
                        "x-forwarded-for", "x-forwarded-proto", "forwarded", "x-real-ip"})
 
 
-def _user_id_header(value: Any, problems: list[OptionsError]) -> bytes | None:
+def _user_id_header(value: Any, r: Problems) -> bytes | None:
     if value is None:
         return None
     if not isinstance(value, str) or not is_token(value):
-        problems.append(OptionsError(("userIdHeader",), f"must be an HTTP header name such as x-user-id,"
-                                     f" got {value!r}"))
+        r.issue(("userIdHeader",), f"must be an HTTP header name such as x-user-id, got {value!r}")
         return None
     if value.lower() in _RESERVED:
-        problems.append(OptionsError(("userIdHeader",), f"{value!r} is a header HTTP or the gateway owns;"
-                                     " pick another, such as x-user-id"))
+        r.issue(("userIdHeader",), f"{value!r} is a header HTTP or the gateway owns; pick another, such as x-user-id")
         return None
     return value.lower().encode("ascii")
 

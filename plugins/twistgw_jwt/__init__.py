@@ -24,8 +24,9 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 import twistgw
+from twistgw.api.fields import Problems
 from twistgw_jwt import _authn
-from twistgw_jwt._options import CompiledJwt, compile_options
+from twistgw_jwt._options import CompiledJwt, compile_options, verified_cache_size
 from twistgw_jwt._remote import Registry, RemoteKeySet, RemoteSpec, wait_for_fetch
 
 __all__ = ["CompiledJwt", "JwtPlugin"]
@@ -92,6 +93,13 @@ class JwtPlugin:
     def twistgw_unconfigure(self) -> None:
         for key_set in self.registry.all():
             key_set.cancel()
+
+    @twistgw.hookimpl
+    def twistgw_default_options(self, settings: Mapping[str, Any]) -> None:
+        """No default options; checks ``Settings.spec.jwt``."""
+        problems = Problems()
+        verified_cache_size(settings, problems)
+        problems.raise_if_any()
 
     @twistgw.hookimpl
     def twistgw_compile_options(self, options: Mapping[str, Any], scope: twistgw.OptionsScope) -> CompiledJwt:

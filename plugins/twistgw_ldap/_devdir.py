@@ -24,7 +24,8 @@ from typing import Any, Mapping
 
 from twistgw_ldap._ldaptor import LDAPServer, inmemory, interfaces
 from twisted.internet import defer
-from twistgw.options import loopback_problem, unknown_field
+from twistgw.api.fields import FieldReader, Path
+from twistgw.options import loopback_problem
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import ServerFactory
@@ -79,34 +80,31 @@ def check_loopback(listen: str) -> None:
         raise DevDirectoryError(f"listen {problem}; the development directory only listens on loopback")
 
 
+def _first_problem(path: Path, reason: str) -> None:
+    raise DevDirectoryError(reason, tuple(str(p) for p in path))
+
+
 def read_settings(settings: Mapping[str, Any], config_dir: str) -> tuple[str, str] | None:
-    """(absolute LDIF path, listen endpoint) or None when not configured."""
+    """(absolute LDIF path, listen endpoint) or None when not configured;
+    DevDirectoryError at the first problem (the gateway's field reader)."""
     if not settings:
         return None
-    dev = settings.get("devDirectory")  # the other fields: _settings.py
+    r = FieldReader(_first_problem)
+    dev = r.mapping(settings, (), names=("devDirectory",)).get("devDirectory")  # the other fields: extauth's
     if dev is None:
         return None
-    if not isinstance(dev, Mapping):
-        raise DevDirectoryError("must be a mapping {ldif, listen}", ("devDirectory",))
-    for key in dev:
-        if key not in ("ldif", "listen"):
-            raise DevDirectoryError(unknown_field(key, ("ldif", "listen")), ("devDirectory", str(key)))
-    ldif = dev.get("ldif")
-    if not isinstance(ldif, str) or not ldif:
-        raise DevDirectoryError("is required: an LDIF file", ("devDirectory", "ldif"))
+    path: Path = ("devDirectory",)
+    m = r.mapping(dev, path, ("ldif", "listen"), required=("ldif",))
+    ldif = r.string(m["ldif"], path + ("ldif",))
     if not os.path.isabs(ldif):
         if not config_dir:
-            raise DevDirectoryError(
-                f"{ldif!r} is relative but the configuration directory is not known (configuration"
-                " loaded from text); give an absolute path", ("devDirectory", "ldif"))
+            raise r.fail(path + ("ldif",), f"{ldif!r} is relative but the configuration directory is not known"
+                         " (configuration loaded from text); give an absolute path")
         ldif = os.path.join(config_dir, ldif)
-    listen = dev.get("listen", DEFAULT_LISTEN)
-    if not isinstance(listen, str) or not listen:
-        raise DevDirectoryError("must be an endpoint string", ("devDirectory", "listen"))
-    try:
-        check_loopback(listen)
-    except DevDirectoryError as exc:
-        raise DevDirectoryError(str(exc), ("devDirectory", "listen")) from None
+    listen = r.string(m.get("listen", DEFAULT_LISTEN), path + ("listen",))
+    problem = loopback_problem(listen)
+    if problem is not None:
+        raise r.fail(path + ("listen",), f"listen {problem}; the development directory only listens on loopback")
     return ldif, listen
 
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from twistgw import Commands, ConfigScope, ExtAuthConfigType, GatewayInfo, hookimpl
-from twistgw.options import Problems
+from twistgw.api.fields import Problems
 from twistgw_oidc._access import AccessTokenChecker
-from twistgw_oidc._compile import compile_access_token, compile_oidc
+from twistgw_oidc._compile import ATV_FIELDS, ATV_REFUSED, OIDC_FIELDS, OIDC_REFUSED, compile_access_token, compile_oidc
 from twistgw_oidc._flow import OidcChecker
-from twistgw_oidc._options import Reader, check_entry
+from twistgw_oidc._options import check_entry
 from twistgw_oidc._provider import UrlKeySet
 from twistgw_oidc._runtime import Runtime
 from twistgw_oidc._session import CookieStore, RedisStore
@@ -47,12 +47,12 @@ class OAuth2Type(ExtAuthConfigType):
         self.dry_run = gateway.dry_run
 
     def compile(self, raw: Any, scope: ConfigScope) -> Any:
-        kind, body = check_entry(raw)
         problems = Problems()
-        read = Reader(problems, (kind,))
+        kind, body = check_entry(problems, raw)
         fail_on_redirect = bool(scope.auth_config.fail_on_redirect) if scope.auth_config is not None else False
         if kind == "oidcAuthorizationCode":
-            spec = compile_oidc(body, read, scope.source, scope.namespace, scope.secret, fail_on_redirect)
+            f = problems.fields(body, (kind,), OIDC_FIELDS, refused=OIDC_REFUSED)
+            spec = compile_oidc(f, scope.source, scope.namespace, scope.secret, fail_on_redirect)
             problems.raise_if_any()
             assert spec is not None
             store: CookieStore | RedisStore = CookieStore(spec.session) if spec.session.kind == "cookie" \
@@ -64,7 +64,8 @@ class OAuth2Type(ExtAuthConfigType):
             return OidcChecker(spec, self.runtime, self.runtime.discovery(spec), store, owned,
                                f"oauth2 OIDC login at {spec.issuer_url} (client {spec.client_id},"
                                f" {spec.session.kind} sessions)")
-        at = compile_access_token(body, read, scope.source, scope.namespace, scope.secret)
+        f = problems.fields(body, (kind,), ATV_FIELDS, refused=ATV_REFUSED)
+        at = compile_access_token(f, scope.source, scope.namespace, scope.secret)
         problems.raise_if_any()
         assert at is not None
         local = remote = None

@@ -15,13 +15,10 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from twistgw import OptionsError
-from twistgw.options import Problems, is_token, parse_duration, type_name, unknown_field
+from twistgw.api.fields import REQUIRED, Fields, Invalid, Path, Problems
 from twistgw.redis import RedisConfig
 from twistgw_jwt.verify import VerifyKey
 from twistgw_oidc._cookies import CookieOptions
-
-Path = tuple[str | int, ...]
 
 DEFAULT_POLL_INTERVAL = 1800.0  # Gloo: 30 minutes
 DEFAULT_CACHE_TIMEOUT = 600.0  # Gloo: 10 minutes
@@ -181,99 +178,33 @@ class AccessTokenSpec:
 
 
 # ---------------------------------------------------------------------------
-# A located field reader
+# Reading an entry's fields (the gateway's field reader: Fields, by name)
 # ---------------------------------------------------------------------------
 
 
-class Reader:
-    """Reads fields of one mapping, collecting problems at their paths."""
+def url(f: Fields, field: str, required: bool = False) -> str | None:
+    """An absolute http(s) URL field (None: absent, or recorded as wrong)."""
+    value = f.string(field, REQUIRED if required else None)
+    if value is None:
+        return None
+    problem = url_problem(value)
+    if problem:
+        f.issue(field, problem)
+        return None
+    return value
 
-    def __init__(self, problems: Problems, path: Path) -> None:
-        self.problems = problems
-        self.path = path
 
-    def fail(self, field: str | Path, reason: str) -> None:
-        sub = (field,) if isinstance(field, (str, int)) else field
-        self.problems.add(self.path + tuple(sub), reason)
-
-    def mapping(self, value: Any, allowed: tuple[str, ...], field: str | None = None) -> Mapping[str, Any]:
-        path = self.path + ((field,) if field else ())
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            self.problems.add(path, f"must be a mapping, got {type_name(value)}")
-            return {}
-        for key in value:
-            if key not in allowed:
-                self.problems.add(path + (str(key),), unknown_field(key, allowed))
-        return value
-
-    def sub(self, field: str | int) -> "Reader":
-        return Reader(self.problems, self.path + (field,))
-
-    def string(self, raw: Mapping[str, Any], field: str, required: bool = False,
-               default: str | None = None) -> str | None:
-        if field not in raw or raw[field] is None:
-            if required:
-                self.fail(field, "is required")
-            return default
-        value = raw[field]
-        if not isinstance(value, str) or (required and not value.strip()):
-            self.fail(field, f"must be a non-empty string, got {type_name(value)}")
-            return default
-        return value
-
-    def boolean(self, raw: Mapping[str, Any], field: str, default: bool) -> bool:
-        value = raw.get(field, default)
-        if not isinstance(value, bool):
-            self.fail(field, f"must be true or false, got {type_name(value)}")
-            return default
-        return value
-
-    def duration(self, raw: Mapping[str, Any], field: str, default: float, allow_zero: bool = False) -> float:
-        if field not in raw:
-            return default
-        value = raw[field]
-        seconds = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-            else parse_duration(value) if isinstance(value, str) else None
-        if seconds is None or seconds < 0 or (seconds == 0 and not allow_zero):
-            self.fail(field, f"must be a duration such as 30s or 10m, got {value!r}")
-            return default
-        return seconds
-
-    def url(self, raw: Mapping[str, Any], field: str, required: bool = False) -> str | None:
-        value = self.string(raw, field, required)
-        if value is None:
-            return None
-        problem = url_problem(value)
-        if problem:
-            self.fail(field, problem)
-            return None
-        return value
-
-    def strings(self, raw: Mapping[str, Any], field: str) -> tuple[str, ...]:
-        value = raw.get(field) or []
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            self.fail(field, "must be a list of non-empty strings")
-            return ()
-        return tuple(value)
-
-    def string_map(self, raw: Mapping[str, Any], field: str) -> tuple[tuple[str, str], ...]:
-        value = raw.get(field) or {}
-        if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
-                                                     for k, v in value.items()):
-            self.fail(field, "must be a mapping of strings to strings")
-            return ()
-        return tuple(value.items())
-
-    def header(self, value: Any, field: str | Path) -> bytes | None:
-        if not isinstance(value, str) or not is_token(value):
-            self.fail(field, f"must be an HTTP header name, got {value!r}")
-            return None
-        if value.lower() in RESERVED_HEADERS:
-            self.fail(field, f"{value!r} is a header the gateway or HTTP owns; pick another")
-            return None
-        return value.lower().encode("ascii")
+def header(f: Fields, value: Any, field: str | Path) -> bytes | None:
+    """A header name a token or claim is written into (lower-case bytes)."""
+    path = f.at(field) if isinstance(field, str) else f.path + tuple(field)
+    try:
+        name = f.reader.header_name(value, path)
+    except Invalid:
+        return None
+    if name.lower() in RESERVED_HEADERS:
+        f.issue(field, f"{name!r} is a header the gateway or HTTP owns; pick another")
+        return None
+    return name.lower().encode("ascii")
 
 
 def url_problem(value: str) -> str | None:
@@ -295,61 +226,59 @@ def origin(url: str) -> str:
     return f"{parts.scheme}://{host}" + ("" if port == default else f":{port}")
 
 
-def secret_value(read: Reader, ref: Any, field: str, key: str, namespace: str,
-                 lookup: Callable[[str, str], Any]) -> bytes | None:
-    """``data[key]`` of the Secret ``ref`` names."""
-    ref = read.mapping(ref, ("name", "namespace"), field)
-    name = ref.get("name")
-    if not isinstance(name, str) or not name:
-        read.fail(field, "must name a Secret: {name: NAME, namespace: NS}")
+def secret_value(f: Fields, field: str, key: str, namespace: str, lookup: Callable[[str, str], Any]) -> bytes | None:
+    """``data[key]`` of the Secret the field ``field`` names."""
+    if f.get(field) is None:
+        f.issue(field, "must name a Secret: {name: NAME, namespace: NS}")
         return None
-    ns = ref.get("namespace") or namespace
+    ref = f.reference(field, namespace)
+    if ref is None:
+        return None
+    name, ns = ref
     try:
         secret = lookup(name, ns)
     except KeyError as exc:
-        read.fail(field, f"dangling reference: {exc.args[0] if exc.args else f'no Secret {ns}/{name}'}")
+        f.issue(field, f"dangling reference: {exc.args[0] if exc.args else f'no Secret {ns}/{name}'}")
         return None
     value = secret.data.get(key)
     if not value:
-        read.fail(field, f"Secret {ns}/{name} has no non-empty data.{key}")
+        f.issue(field, f"Secret {ns}/{name} has no non-empty data.{key}")
         return None
     return bytes(value)
 
 
-def claim_headers(read: Reader, raw: Any, field: str) -> tuple[ClaimHeader, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        read.fail(field, "must be a list of {claim, header, append}")
+def claim_headers(f: Fields, field: str) -> tuple[ClaimHeader, ...]:
+    """``claimsToHeaders: [{claim, header, append}]``."""
+    if f.get(field) is not None and not isinstance(f[field], list):
+        f.issue(field, "must be a list of {claim, header, append}")
         return ()
     out = []
-    for i, item in enumerate(raw):
-        r = read.sub(field).sub(i)
-        item = r.mapping(item, ("claim", "header", "append"))
-        claim = r.string(item, "claim", required=True)
-        header = r.header(item.get("header"), "header")
-        append = r.boolean(item, "append", False)
-        if claim and header:
-            out.append(ClaimHeader(claim, header, append))
+    for item in f.items_of(field, ("claim", "header", "append")):
+        claim = item.string("claim")
+        name = header(item, item.get("header"), "header")
+        append = item.boolean("append", False)
+        if claim and name:
+            out.append(ClaimHeader(claim, name, append))
     return tuple(out)
 
 
-def metadata_headers(read: Reader, raw: Any, field: str) -> tuple[ClaimHeader, ...]:
+def metadata_headers(f: Fields, field: str) -> tuple[ClaimHeader, ...]:
     """``dynamicMetadataFromClaims: {key: claim}``: with no Envoy dynamic
     metadata in twistgw, each key is the name of an upstream header."""
+    raw = f.get(field)
     if raw is None:
         return ()
     if not isinstance(raw, Mapping):
-        read.fail(field, "must be a mapping of metadata key (here: header name) to claim")
+        f.issue(field, "must be a mapping of metadata key (here: header name) to claim")
         return ()
     out = []
     for key, claim in raw.items():
-        header = read.header(key, (field, str(key)))
+        name = header(f, key, (field, str(key)))
         if not isinstance(claim, str) or not claim:
-            read.fail((field, str(key)), "must name a claim")
+            f.issue((field, str(key)), "must name a claim")
             continue
-        if header:
-            out.append(ClaimHeader(claim, header))
+        if name:
+            out.append(ClaimHeader(claim, name))
     return tuple(out)
 
 
@@ -361,17 +290,14 @@ def binding_of(*parts: str) -> str:
 ENTRY_FIELDS = ("oidcAuthorizationCode", "accessTokenValidation")
 
 
-def check_entry(raw: Any) -> tuple[str, Any]:
+def check_entry(problems: Problems, raw: Any) -> tuple[str, Any]:
     """``oauth2`` holds exactly one of ``oidcAuthorizationCode`` or
     ``accessTokenValidation``."""
-    problems = Problems()
-    read = Reader(problems, ())
-    entry = read.mapping(raw, ENTRY_FIELDS + ("oauth2",))
-    if "oauth2" in entry:
-        read.fail("oauth2", "Gloo's plain OAuth2 flow (oauth2.oauth2) is not supported by twistgw:"
-                            " use oidcAuthorizationCode, which validates an ID token")
+    entry = problems.fields(raw, (), ENTRY_FIELDS, refused={
+        "oauth2": "Gloo's plain OAuth2 flow (oauth2.oauth2) is not; use oidcAuthorizationCode, which validates"
+                  " an ID token"})
     problems.raise_if_any()
     present = [k for k in ENTRY_FIELDS if k in entry]
     if len(present) != 1:
-        raise OptionsError((), "set exactly one of oidcAuthorizationCode or accessTokenValidation")
+        raise problems.fail((), "set exactly one of oidcAuthorizationCode or accessTokenValidation")
     return present[0], entry[present[0]]

@@ -18,10 +18,9 @@ from typing import Any, Callable, Mapping
 import attrs
 
 from twistgw.api.types import RequestContext
-from twistgw.options import Path, Problems, type_name
+from twistgw.api.fields import Path, Problems, type_name
 from twistgw.regex import SafeRegex, UnsafePattern
 
-from twistgw_ratelimit import _fields
 from twistgw_ratelimit._descriptors import Entries
 
 #: ctx -> the entry's value, or None when the action produces nothing
@@ -100,21 +99,13 @@ def _claim_getter(path: tuple[str, ...], default: str | None) -> Getter:
 
 
 def _required_text(raw: Mapping[str, Any], name: str, path: Path, problems: Problems) -> str:
-    value = raw.get(name)
-    if not isinstance(value, str) or not value:
-        problems.add(path + (name,), f"must be a non-empty string, got {type_name(value)}")
-        return ""
-    return value
+    """A required string field of ``raw`` (a mapping the reader read), or "" (recorded)."""
+    return problems.fields(raw, path).string(name) or ""
 
 
 def _mapping(raw: Any, allowed: tuple[str, ...], path: Path, problems: Problems) -> Mapping[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        problems.add(path, f"must be a mapping, got {type_name(raw)}")
-        return {}
-    _fields.check(raw, allowed, path, problems)
-    return raw
+    """``raw``'s fields (null: none; not a mapping: recorded, none)."""
+    return problems.fields(raw, path, allowed)
 
 
 def _matcher(raw: Any, path: Path, problems: Problems) -> Callable[[RequestContext], bool] | None:
@@ -232,15 +223,15 @@ def _action(raw: Any, path: Path, problems: Problems) -> Action | None:
     if not isinstance(raw, Mapping) or len(raw) != 1:
         problems.add(path, f"an action is a mapping with one of: {', '.join(ACTIONS)}")
         return None
+    before = len(problems.errors)
+    raw = problems.mapping(raw, path, ACTIONS[:-1], refused={  # one of them
+        "sourceCluster": "there is no source cluster: twistgw is not part of a service mesh"})
+    if len(problems.errors) > before or len(raw) != 1:
+        if len(problems.errors) == before:
+            problems.add(path, f"an action is a mapping with one of: {', '.join(ACTIONS)}")
+        return None
     (kind, spec), = raw.items()
     where = path + (str(kind),)
-    if kind == "sourceCluster":
-        problems.add(where, "there is no source cluster: twistgw is not part of a service mesh")
-        return None
-    before = len(problems.errors)
-    _fields.check(raw, ACTIONS[:-1], path, problems)  # one of them (sourceCluster: refused above)
-    if len(problems.errors) > before:
-        return None
     if kind == "genericKey":
         value = _required_text(_mapping(spec, ("descriptorValue",), where, problems), "descriptorValue", where,
                                problems)

@@ -23,9 +23,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import attrs
 
 from twistgw.api.types import OptionsError
-from twistgw.options import Path, Problems, type_name
+from twistgw.api.fields import REQUIRED, Path, Problems, type_name
 
-from twistgw_ratelimit import _fields
 from twistgw_ratelimit._limits import RateLimit, parse_rate_limit
 
 #: an ordered descriptor a request produced: ((key, value), ...)
@@ -70,28 +69,20 @@ def escape(text: str) -> str:
 
 
 def _flag(raw: Mapping[str, Any], name: str, path: Path, problems: Problems) -> bool:
-    value = raw.get(name, False)
-    if not isinstance(value, bool):
-        problems.add(path + (name,), f"must be true or false, got {type_name(value)}")
-        return False
-    return value
+    """A boolean field of ``raw`` (a mapping the reader read)."""
+    return problems.fields(raw, path).boolean(name, False)
 
 
 def _text(raw: Mapping[str, Any], name: str, path: Path, problems: Problems, required: bool) -> str | None:
-    value = raw.get(name)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value:
-        problems.add(path + (name,), f"must be a non-empty string, got {type_name(value)}")
-        return None
-    return value
+    """A string field of ``raw`` (a mapping the reader read); None: absent or recorded."""
+    return problems.fields(raw, path).string(name, REQUIRED if required else None)
 
 
 def _node(raw: Any, path: Path, problems: Problems) -> _Node | None:
     if not isinstance(raw, Mapping):
         problems.add(path, f"a descriptor must be a mapping, got {type_name(raw)}")
         return None
-    _fields.check(raw, DESCRIPTOR_FIELDS, path, problems)
+    raw = problems.mapping(raw, path, DESCRIPTOR_FIELDS)
     key = _text(raw, "key", path, problems, required=True)
     value = _text(raw, "value", path, problems, required=False)
     limit = None
@@ -138,7 +129,7 @@ def _set_rule(raw: Any, index: int, path: Path, problems: Problems) -> _SetRule 
     if not isinstance(raw, Mapping):
         problems.add(path, f"a set descriptor must be a mapping, got {type_name(raw)}")
         return None
-    _fields.check(raw, SET_FIELDS, path, problems)
+    raw = problems.mapping(raw, path, SET_FIELDS)
     simple: list[tuple[str, str | None]] = []
     items = raw.get("simpleDescriptors", [])
     if not isinstance(items, list):
@@ -149,7 +140,7 @@ def _set_rule(raw: Any, index: int, path: Path, problems: Problems) -> _SetRule 
         if not isinstance(item, Mapping):
             problems.add(where, f"must be a mapping {{key, value}}, got {type_name(item)}")
             continue
-        _fields.check(item, ("key", "value"), where, problems)
+        item = problems.mapping(item, where, ("key", "value"))
         key = _text(item, "key", where, problems, required=True)
         if key is not None:
             simple.append((key, _text(item, "value", where, problems, required=False)))

@@ -15,9 +15,8 @@ from typing import Any
 
 import attrs
 
-from twistgw.options import Path, Problems, require_mapping, type_name
+from twistgw.api.fields import Path, Problems, type_name
 
-from twistgw_ratelimit import _fields
 
 #: seconds per Gloo ``RateLimit.Unit``
 UNITS: dict[str, int] = {"SECOND": 1, "MINUTE": 60, "HOUR": 3600, "DAY": 86400}
@@ -56,9 +55,8 @@ class RateLimit:
 
 def parse_rate_limit(value: Any, path: Path) -> RateLimit:
     """``{requestsPerUnit: N, unit: MINUTE}`` → :class:`RateLimit`."""
-    raw = require_mapping(value, path, "rateLimit")
     problems = Problems()
-    _fields.check(raw, RATE_LIMIT_FIELDS, path, problems)
+    raw = problems.mapping(value, path, RATE_LIMIT_FIELDS, what="rateLimit")
     unit = raw.get("unit")
     if unit not in UNITS:
         got = repr(unit) if isinstance(unit, str) else type_name(unit)

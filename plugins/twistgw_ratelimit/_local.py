@@ -14,10 +14,8 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
-from twistgw.api.types import OptionsError
-from twistgw.options import Path, Problems, parse_duration, type_name
+from twistgw.api.fields import Path, Problems
 
-from twistgw_ratelimit import _fields
 
 BUCKET_FIELDS = ("maxTokens", "tokensPerFill", "fillInterval")
 MIN_INTERVAL = 0.05
@@ -93,22 +91,13 @@ def _positive(raw: Mapping[str, Any], name: str, path: Path, problems: Problems,
 
 def parse_bucket(raw: Any, path: Path = ()) -> BucketSpec:
     """``{maxTokens, tokensPerFill, fillInterval}`` (Gloo's ``TokenBucket``)."""
-    if not isinstance(raw, Mapping):
-        raise OptionsError(path, f"must be a mapping {{maxTokens, tokensPerFill, fillInterval}}, got {type_name(raw)}")
     problems = Problems()
-    _fields.check(raw, BUCKET_FIELDS, path, problems)
+    raw = problems.mapping(raw, path, BUCKET_FIELDS, what="localRatelimit")
     if "maxTokens" not in raw:
         problems.add(path + ("maxTokens",), "is required: how many requests the bucket holds")
     max_tokens = _positive(raw, "maxTokens", path, problems, 1)
     per_fill = _positive(raw, "tokensPerFill", path, problems, 1)
-    interval = 1.0
-    if "fillInterval" in raw:
-        parsed = parse_duration(raw["fillInterval"])
-        if parsed is None or parsed < MIN_INTERVAL:
-            problems.add(path + ("fillInterval",), f"must be a duration of at least 50ms (e.g. 1s), got"
-                         f" {raw['fillInterval']!r}")
-        else:
-            interval = parsed
+    interval = problems.fields(raw, path).duration("fillInterval", 1.0, MIN_INTERVAL)
     problems.raise_if_any()
     return BucketSpec(max_tokens, per_fill, interval)
 

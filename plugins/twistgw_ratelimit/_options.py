@@ -13,9 +13,8 @@ from typing import Any, Callable, Mapping, Sequence
 import attrs
 
 from twistgw.api.types import InvalidResource, OptionsError, OptionsScope, RequestContext
-from twistgw.options import Problems, require_mapping, type_name
+from twistgw.options import Problems, type_name
 
-from twistgw_ratelimit import _fields
 from twistgw_ratelimit._actions import RateLimitActions, parse_rate_limits
 from twistgw_ratelimit._descriptors import DescriptorSet, Hit, escape, parse_descriptor_set, resolve
 from twistgw_ratelimit._limits import RateLimit, parse_rate_limit
@@ -24,9 +23,9 @@ from twistgw_ratelimit._settings import (
     DESCRIPTORS_SECTION,
     SERVER_SECTION,
     ServerSettings,
-    parse_server_settings,
-    parse_service_settings,
     server_settings,
+    server_settings_read,
+    service_settings,
 )
 
 Producer = Callable[[RequestContext], "list[Hit]"]
@@ -66,16 +65,14 @@ def where_of(scope: OptionsScope) -> str:
 
 
 def _needs_redis(scope: OptionsScope, key: str) -> ServerSettings:
-    raw = scope.resources.settings(SERVER_SECTION) or {}
-    try:
-        parse_server_settings(raw)
-    except OptionsError as exc:
+    server, problems, found = server_settings_read(scope.resources)
+    if problems:
         # reported at Settings spec.ratelimitServer; not a second time here
-        raise OptionsError((), f"Settings spec.{SERVER_SECTION} is invalid") from InvalidResource(exc)
-    try:  # the Secrets it names, which only a configuration's resources hold
-        server = parse_server_settings(raw, scope.resources)
-    except OptionsError as exc:
-        raise OptionsError((), f"Settings spec.{SERVER_SECTION}.{exc}") from None
+        invalid = InvalidResource(OptionsError.several(problems.errors))
+        raise OptionsError((), f"Settings spec.{SERVER_SECTION} is invalid") from invalid
+    if found:  # the Secrets it names, which only a configuration's resources hold
+        raise OptionsError.several([OptionsError((), f"Settings spec.{SERVER_SECTION}.{p}")
+                                    for p in found.errors])
     if server.redis is None:
         raise OptionsError((), f"{key} counts in Redis, shared by every gateway process: say where it is"
                                f" in Settings spec.{SERVER_SECTION}.redis.address (host:port);"
@@ -87,7 +84,7 @@ def compile_basic(options: Mapping[str, Any], scope: OptionsScope) -> GlobalLimi
     """``ratelimitBasic: {anonymousLimits, authorizedLimits}``."""
     fields = ("anonymousLimits", "authorizedLimits")
     problems = Problems()
-    _fields.check(options, fields, (), problems)
+    options = problems.mapping(options, (), fields)
     limits: dict[str, RateLimit | None] = {f: None for f in fields}
     for field in fields:
         if field in options:
@@ -156,7 +153,7 @@ def compile_actions(key: str, options: Mapping[str, Any], scope: OptionsScope) -
     host's, counts nothing (and needs no Redis), as in Gloo."""
     on_route = scope.route is not None
     problems = Problems()
-    _fields.check(options, ("includeVhRateLimits", "rateLimits") if on_route else ("rateLimits",), (), problems)
+    options = problems.mapping(options, (), ("includeVhRateLimits", "rateLimits") if on_route else ("rateLimits",))
     include = options.get("includeVhRateLimits", False)
     if not isinstance(include, bool):
         problems.add(("includeVhRateLimits",), f"must be true or false, got {type_name(include)}")
@@ -164,9 +161,11 @@ def compile_actions(key: str, options: Mapping[str, Any], scope: OptionsScope) -
     rate_limits = parse_rate_limits(options.get("rateLimits", []), ("rateLimits",), problems)
     if include:
         host = scope.host_options.get(key)
-        if isinstance(host, Mapping) and isinstance(host.get("rateLimits"), list):
+        host_limits = Problems().mapping(host, (), names=("rateLimits",)).get("rateLimits") \
+            if isinstance(host, Mapping) else None
+        if isinstance(host_limits, list):
             # reported where written, on the virtual host, if broken
-            rate_limits += parse_rate_limits(host["rateLimits"], ("rateLimits",), Problems())
+            rate_limits += parse_rate_limits(host_limits, ("rateLimits",), Problems())
     if include and not problems and not rate_limits:
         # the virtual host's rules and none of its own, and the host has none: as in Gloo, nothing to count
         return GlobalLimits(key, where_of(scope), _nothing, ServerSettings(),
@@ -177,7 +176,7 @@ def compile_actions(key: str, options: Mapping[str, Any], scope: OptionsScope) -
     problems.raise_if_any()
     server = _needs_redis(scope, key)
     try:
-        domain = parse_service_settings(scope.resources.settings(DESCRIPTORS_SECTION) or {})
+        domain = service_settings(scope.resources)
     except OptionsError as exc:  # reported at Settings spec.ratelimit
         raise OptionsError((), f"Settings spec.{DESCRIPTORS_SECTION} is invalid") from InvalidResource(exc)
     if domain.empty:
@@ -193,7 +192,7 @@ def _config(scope: OptionsScope, ref: Any, i: int,
     if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str) or not ref["name"]:
         problems.add(path, f"must be {{name: CONFIG, namespace: NS}}, got {ref!r}")
         return None
-    _fields.check(ref, ("name", "namespace"), path, problems)
+    ref = problems.mapping(ref, path, ("name", "namespace"))
     ns = ref.get("namespace", scope.namespace)
     if not isinstance(ns, str) or not ns:
         problems.add(path + ("namespace",), f"must be a namespace, got {type_name(ns)}")
@@ -230,7 +229,7 @@ def compile_configs(options: Mapping[str, Any], scope: OptionsScope) -> GlobalLi
     """``rateLimitConfigs: {refs: [{name, namespace}]}``: each config's
     actions counted against its own descriptors."""
     problems = Problems()
-    _fields.check(options, ("refs",), (), problems)
+    options = problems.mapping(options, (), ("refs",))
     refs = options.get("refs")
     if not isinstance(refs, list) or not refs:
         problems.add(("refs",), "must be a non-empty list of {name, namespace}")
@@ -246,7 +245,7 @@ def compile_configs(options: Mapping[str, Any], scope: OptionsScope) -> GlobalLi
 def compile_local(options: Mapping[str, Any], scope: OptionsScope,
                   bucket_of: Callable[[str, str | None, BucketSpec], TokenBucket]) -> LocalLimit:
     """``localRatelimit: {maxTokens, tokensPerFill, fillInterval}``."""
-    spec = parse_bucket(require_mapping(options, (), "localRatelimit"))
+    spec = parse_bucket(options)
     server = server_settings(scope.resources)
     bucket = bucket_of(scope.virtual_service, scope.route, spec)
     return LocalLimit(where_of(scope), spec, bucket, server.headers)

@@ -28,11 +28,10 @@ from typing import Any, Mapping
 import attrs
 
 from twistgw.api.types import OptionsError
-from twistgw.options import Path, Problems, parse_duration, type_name
+from twistgw.api.fields import Path, Problems, type_name
 from twistgw.redis import RedisConfig
 from twistgw.tls import TLSSettingsError, client_tls
 
-from twistgw_ratelimit import _fields
 from twistgw_ratelimit._descriptors import DescriptorSet, parse_descriptor_set
 
 #: the Settings section of the server settings (a plugin of its own name)
@@ -61,20 +60,12 @@ class ServerSettings:
     redis: RedisConfig | None = None
 
 
-def _bool(raw: Mapping[str, Any], name: str, problems: Problems) -> bool:
-    value = raw.get(name, False)
-    if not isinstance(value, bool):
-        problems.add((name,), f"must be true or false, got {type_name(value)}")
-        return False
-    return value
-
-
-def _redis(raw: Any, problems: Problems, resources: Any) -> RedisConfig | None:
+def _redis(raw: Any, problems: Problems, resources: Any, found: Problems) -> RedisConfig | None:
     path: Path = ("redis",)
     if not isinstance(raw, Mapping):
         problems.add(path, f"must be a mapping {{address: host:port, db: 0}}, got {type_name(raw)}")
         return None
-    _fields.check(raw, REDIS_FIELDS, path, problems)
+    raw = problems.mapping(raw, path, REDIS_FIELDS)
     clustered = raw.get("clustered", False)
     if not isinstance(clustered, bool):
         problems.add(path + ("clustered",), f"must be true or false, got {type_name(clustered)}")
@@ -96,33 +87,34 @@ def _redis(raw: Any, problems: Problems, resources: Any) -> RedisConfig | None:
         return None
     username = password = None
     if "authSecretRef" in raw:
-        data = _secret(raw["authSecretRef"], path + ("authSecretRef",), problems, resources)
+        data = _secret(raw["authSecretRef"], path + ("authSecretRef",), problems, resources, found)
         if data is not None:
             if not data.get("password"):
-                problems.add(path + ("authSecretRef",), "the Secret has no non-empty data.password")
+                found.add(path + ("authSecretRef",), "the Secret has no non-empty data.password")
             password = data.get("password", b"").decode("utf-8", "replace")
             username = data["username"].decode("utf-8", "replace") if data.get("username") else None
     tls, ca = False, None
     if "tls" in raw:
         tls = True
-        ca = _tls_ca(raw["tls"], path + ("tls",), problems, resources)
-        if ca is not None or not problems:
+        ca = _tls_ca(raw["tls"], path + ("tls",), problems, resources, found)
+        if ca is not None or not (problems or found):
             try:
                 client_tls(host.strip("[]"), ca_pem=ca)
             except TLSSettingsError as exc:
-                problems.add(path + ("tls",), str(exc))
+                (found if ca is not None else problems).add(path + ("tls",), str(exc))
     return RedisConfig(host.strip("[]"), int(port), db, username, password, tls, ca, clustered)
 
 
-def _secret(ref: Any, path: Path, problems: Problems, resources: Any) -> Mapping[str, bytes] | None:
+def _secret(ref: Any, path: Path, problems: Problems, resources: Any, found: Problems) -> Mapping[str, bytes] | None:
     """The data of the Secret ``ref`` names ({name, namespace}); None when
-    it does not resolve (reported), or when there are no resources to look in."""
+    it does not resolve (recorded on ``found``: a problem only a
+    configuration's resources show), or when there are no resources to look in."""
     if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str) or \
             not isinstance(ref.get("namespace", "gloo-system"), str):
         problems.add(path, "must be a Secret reference {name: ..., namespace: ...}")
         return None
     before = len(problems.errors)
-    _fields.check(ref, SECRET_REF_FIELDS, path, problems)
+    ref = problems.mapping(ref, path, SECRET_REF_FIELDS)
     if len(problems.errors) > before:
         return None
     if resources is None:
@@ -131,22 +123,22 @@ def _secret(ref: Any, path: Path, problems: Problems, resources: Any) -> Mapping
     try:
         return dict(resources.secret(ref["name"], namespace).data)
     except KeyError:
-        problems.add(path, f"no Secret {namespace}/{ref['name']}")
+        found.add(path, f"no Secret {namespace}/{ref['name']}")
         return None
 
 
-def _tls_ca(raw: Any, path: Path, problems: Problems, resources: Any) -> bytes | None:
+def _tls_ca(raw: Any, path: Path, problems: Problems, resources: Any, found: Problems) -> bytes | None:
     """``tls: {}`` (the system's CAs), ``{caSecretRef}`` (its data ca.crt) or ``{caFile}``."""
     if not isinstance(raw, Mapping):
         problems.add(path, "must be a mapping: {} (the system's CAs), {caSecretRef: ...} or {caFile: path}")
         return None
-    _fields.check(raw, TLS_FIELDS, path, problems)
+    raw = problems.mapping(raw, path, TLS_FIELDS)
     if "caSecretRef" in raw and "caFile" in raw:
         problems.add(path, "set caSecretRef or caFile, not both")
     if "caSecretRef" in raw:
-        data = _secret(raw["caSecretRef"], path + ("caSecretRef",), problems, resources)
+        data = _secret(raw["caSecretRef"], path + ("caSecretRef",), problems, resources, found)
         if data is not None and not data.get("ca.crt"):
-            problems.add(path + ("caSecretRef",), "the Secret has no data ca.crt (PEM CA certificates)")
+            found.add(path + ("caSecretRef",), "the Secret has no data ca.crt (PEM CA certificates)")
         return data.get("ca.crt") if data else None
     if "caFile" in raw:
         name = raw["caFile"]
@@ -161,49 +153,79 @@ def _tls_ca(raw: Any, path: Path, problems: Problems, resources: Any) -> bytes |
     return None
 
 
+def read_server_settings(raw: Mapping[str, Any], resources: Any = None) -> tuple[ServerSettings, Problems, Problems]:
+    """``Settings.spec.ratelimitServer`` read: (the settings, the problems of
+    the section itself, the problems only ``resources`` show: the Secrets
+    it names), every path below the section."""
+    problems, found = Problems(), Problems()
+    f = problems.fields(raw, (), SERVER_FIELDS)
+    for key in ("ratelimitServerRef", "grpcService"):
+        if key in f:
+            f.issue(key, "twistgw is its own rate-limit server: say where its counters"
+                    " live with redis: {address: host:port}")
+    timeout = f.duration("requestTimeout", DEFAULT_TIMEOUT, hi=60)
+    redis = _redis(f["redis"], problems, resources, found) if "redis" in f else None
+    settings = ServerSettings(f.boolean("rateLimitBeforeAuth", False), f.boolean("denyOnFail", False), timeout,
+                              f.boolean("enableXRatelimitHeaders", False), f.boolean("shadowMode", False), redis)
+    return settings, problems, found
+
+
 def parse_server_settings(raw: Mapping[str, Any], resources: Any = None) -> ServerSettings:
     """``Settings.spec.ratelimitServer``; OptionsError paths are below it.
     Secrets are looked up in ``resources`` (a ResourceView; without it only
     the references' shapes are checked)."""
-    problems = Problems()
-    if not isinstance(raw, Mapping):
-        raise OptionsError((), f"must be a mapping, got {type_name(raw)}")
-    _fields.check(raw, SERVER_FIELDS, (), problems)
-    for key in ("ratelimitServerRef", "grpcService"):
-        if key in raw:
-            problems.add((key,), "twistgw is its own rate-limit server: say where its counters"
-                         " live with redis: {address: host:port}")
-    timeout = DEFAULT_TIMEOUT
-    if "requestTimeout" in raw:
-        parsed = parse_duration(raw["requestTimeout"])
-        if parsed is None or not 0 < parsed <= 60:
-            problems.add(("requestTimeout",), f"must be a duration from 1ms to 60s (e.g. 100ms), got"
-                         f" {raw['requestTimeout']!r}")
-        else:
-            timeout = parsed
-    redis = _redis(raw["redis"], problems, resources) if "redis" in raw else None
-    settings = ServerSettings(_bool(raw, "rateLimitBeforeAuth", problems), _bool(raw, "denyOnFail", problems),
-                              timeout, _bool(raw, "enableXRatelimitHeaders", problems),
-                              _bool(raw, "shadowMode", problems), redis)
+    settings, problems, found = read_server_settings(raw, resources)
+    problems.errors.extend(found.errors)
     problems.raise_if_any()
     return settings
+
+
+#: (the resources, what their Settings section read): the last configuration's
+_last_read: list[tuple[Any, tuple[ServerSettings, Problems, Problems]]] = []
+
+
+def server_settings_read(resources: Any) -> tuple[ServerSettings, Problems, Problems]:
+    """:func:`read_server_settings` of a configuration's section, read once
+    per load: the resources (:class:`~twistgw.api.resources.ResourceView`,
+    immutable) are one object for every route of a load; a new load reads
+    again."""
+    if _last_read and _last_read[0][0] is resources:
+        return _last_read[0][1]
+    found = read_server_settings(resources.settings(SERVER_SECTION) or {}, resources)
+    _last_read[:] = [(resources, found)]
+    return found
 
 
 def server_settings(resources: Any) -> ServerSettings:
     """The server settings of a configuration (defaults when absent; a
     broken section reads as the defaults: it is reported on its own)."""
-    try:
-        return parse_server_settings(resources.settings(SERVER_SECTION) or {}, resources)
-    except OptionsError:
-        return ServerSettings()
+    settings, problems, found = server_settings_read(resources)
+    return ServerSettings() if problems or found else settings
 
 
 def parse_service_settings(raw: Mapping[str, Any]) -> DescriptorSet:
     """``Settings.spec.ratelimit``: ``{descriptors, setDescriptors}``."""
-    if not isinstance(raw, Mapping):
-        raise OptionsError((), f"must be a mapping, got {type_name(raw)}")
     problems = Problems()
-    _fields.check(raw, SERVICE_FIELDS, (), problems)
-    found = parse_descriptor_set("settings", raw.get("descriptors"), raw.get("setDescriptors"), (), problems)
+    f = problems.fields(raw, (), SERVICE_FIELDS)
+    found = parse_descriptor_set("settings", f.get("descriptors"), f.get("setDescriptors"), (), problems)
     problems.raise_if_any()
     return found
+
+
+#: (the resources, the descriptors of their Settings or the OptionsError reading them): the last configuration's
+_last_descriptors: list[tuple[Any, DescriptorSet | OptionsError]] = []
+
+
+def service_settings(resources: Any) -> DescriptorSet:
+    """:func:`parse_service_settings` of a configuration's section, read
+    once per load (as :func:`server_settings_read`)."""
+    if not _last_descriptors or _last_descriptors[0][0] is not resources:
+        try:
+            found: DescriptorSet | OptionsError = parse_service_settings(resources.settings(DESCRIPTORS_SECTION) or {})
+        except OptionsError as exc:
+            found = exc
+        _last_descriptors[:] = [(resources, found)]
+    read = _last_descriptors[0][1]
+    if isinstance(read, OptionsError):
+        raise OptionsError.several(read.problems)
+    return read

@@ -18,7 +18,7 @@ from twisted.logger import Logger
 
 import twistgw
 from twistgw.regex import max_program_size
-from twistgw_rbac._policy import REQUIRED_BY_SETTINGS, PolicySet, compile_options, settings_problem
+from twistgw_rbac._policy import REQUIRED_BY_SETTINGS, PolicySet, compile_options, require_rbac, settings_problem
 
 __all__ = ["DENY_BODY", "PolicySet"]
 
@@ -66,7 +66,7 @@ def twistgw_default_options(settings: Mapping[str, Any]) -> Mapping[str, Any] | 
         # This hook cannot raise a field error itself; hand the compiler
         # options that fail with the precise path below Settings.spec.rbac.
         return {"_settingsError": problem}
-    if settings.get("requireRbac") is True:
+    if require_rbac(settings):
         return {"policies": {}, "_requiredBySettings": REQUIRED_BY_SETTINGS}
     return None
 

@@ -18,8 +18,8 @@ from typing import Any, Mapping
 
 import attrs
 
-from twistgw.options import Path, Problems, check_fields, is_token, require_mapping, type_name, unknown_field
-from twistgw import OptionsError
+from twistgw.api.fields import Path, Problems, type_name
+from twistgw.api.headers import is_token
 from twistgw.regex import DEFAULT_MAX_PROGRAM_SIZE, SafeRegex, UnsafePattern
 
 # Method names are RFC 9110 tokens.
@@ -177,11 +177,6 @@ class PolicySet:
 # Compilation
 # ---------------------------------------------------------------------------
 
-_mapping = require_mapping
-_kind = type_name
-_check_keys = check_fields
-
-
 class _RequiredBySettings:
     """Marks the options ``twistgw_default_options`` makes for ``requireRbac``;
     not a YAML value, so a configuration cannot write it."""
@@ -195,160 +190,122 @@ REQUIRED_BY_SETTINGS = _RequiredBySettings()
 
 def compile_options(options: Mapping[str, Any], regex_limit: int = DEFAULT_MAX_PROGRAM_SIZE) -> PolicySet:
     """Validate and compile the ``rbac`` options mapping. Raises OptionsError
-    carrying every problem found (see :class:`twistgw.options.Problems`).
+    carrying every problem found (see :class:`twistgw.api.fields.Problems`).
 
     :param regex_limit: the largest RE2 program size of a REGEX_MATCH pattern
         (``Settings.spec.gateway.regexMaxProgramSize``)."""
-    problems = Problems()
-    with problems.check():
-        required = options.get("_requiredBySettings") is REQUIRED_BY_SETTINGS
-        _check_keys(options, ("policies", "shadow", "disable") + (("_requiredBySettings",) if required else ()), ())
-    shadow = options.get("shadow", False)
-    if not isinstance(shadow, bool):
-        problems.add(("shadow",), f"must be true or false, got {_kind(shadow)}")
-    disable = options.get("disable", False)
-    if disable is not False:
+    r = Problems()
+    required = options.get("_requiredBySettings") is REQUIRED_BY_SETTINGS
+    f = r.fields(options, (), ("policies", "shadow", "disable") + (("_requiredBySettings",) if required else ()))
+    shadow = f.boolean("shadow", False)
+    if f.get("disable", False) is not False:
         # ``disable: true`` is handled by the gateway and never reaches us.
-        problems.add(("disable",), f"must be true or false, got {_kind(disable)}")
-    raw = options.get("policies", {})
-    if raw is None:
-        raw = {}
-    policies: Mapping[str, Any] = {}
-    with problems.check():
-        policies = _mapping(raw, ("policies",), "policies")
+        r.issue(("disable",), f"must be true or false, got {type_name(f['disable'])}")
     compiled = []
-    for name, value in policies.items():
-        with problems.check():
-            compiled.append(_policy(str(name), value, ("policies", str(name)), regex_limit))
-    problems.raise_if_any()
-    return PolicySet(tuple(compiled), shadow, options.get("_requiredBySettings") is REQUIRED_BY_SETTINGS)
+    for name, value in f.fields("policies").items():
+        with r.part():
+            compiled.append(_policy(r, str(name), value, ("policies", str(name)), regex_limit))
+    r.raise_if_any()
+    return PolicySet(tuple(compiled), shadow, required)
 
 
-def _policy(name: str, raw: Any, path: Path, regex_limit: int) -> Policy:
-    policy = _mapping(raw, path, "a policy")
-    problems = Problems()
-    with problems.check():
-        _check_keys(policy, ("permissions", "principals", "nestedClaimDelimiter"), path)
+def _policy(r: Problems, name: str, raw: Any, path: Path, regex_limit: int) -> Policy:
+    policy = r.fields(raw, path, ("permissions", "principals", "nestedClaimDelimiter"), what="a policy")
     delimiter = policy.get("nestedClaimDelimiter")
     if delimiter is not None and not isinstance(delimiter, str):
-        problems.add(path + ("nestedClaimDelimiter",),
-                     f"must be a string such as '.', got {_kind(delimiter)}")
+        r.issue(path + ("nestedClaimDelimiter",), f"must be a string such as '.', got {type_name(delimiter)}")
         delimiter = None
     delimiter = delimiter or None
-
     methods: frozenset[str] | None = None
     prefix: str | None = None
-    if policy.get("permissions") is not None:
-        ppath = path + ("permissions",)
-        with problems.check():
-            perms = _mapping(policy["permissions"], ppath, "permissions")
-            with problems.check():
-                _check_keys(perms, ("methods", "pathPrefix"), ppath)
-            with problems.check():
-                if perms.get("methods") is not None:
-                    methods = _methods(perms["methods"], ppath + ("methods",))
-            if perms.get("pathPrefix") is not None:
-                prefix = _path_prefix(perms["pathPrefix"], ppath + ("pathPrefix",))
-
-    principals_raw = policy.get("principals")
-    if principals_raw is None:
-        principals_raw = []
+    perms = policy.fields("permissions", ("methods", "pathPrefix"))
+    with r.part():
+        if perms.get("methods") is not None:
+            methods = _methods(r, perms["methods"], perms.at("methods"))
+    with r.part():
+        if perms.get("pathPrefix") is not None:
+            prefix = _path_prefix(r, perms["pathPrefix"], perms.at("pathPrefix"))
     principals = []
-    if not isinstance(principals_raw, list):
-        problems.add(path + ("principals",), f"must be a list, got {_kind(principals_raw)}")
-        principals_raw = []
-    for i, p in enumerate(principals_raw):
-        with problems.check():
-            principals.append(_principal(i, p, path + ("principals", i), delimiter, regex_limit))
-    problems.raise_if_any()
+    for i, p in enumerate(policy.sequence("principals")):
+        with r.part():
+            principals.append(_principal(r, i, p, path + ("principals", i), delimiter, regex_limit))
     return Policy(name, methods, prefix, tuple(principals))
 
 
-def _methods(raw: Any, path: Path) -> frozenset[str]:
+def _methods(r: Problems, raw: Any, path: Path) -> frozenset[str]:
     if not isinstance(raw, list):
-        raise OptionsError(path, f"must be a list of method names, got {_kind(raw)}")
+        raise r.fail(path, f"must be a list of method names, got {type_name(raw)}")
     if not raw:
-        raise OptionsError(path, "an empty list would match no method; omit 'methods' to"
-                                 " allow every method")
+        raise r.fail(path, "an empty list would match no method; omit 'methods' to allow every method")
     for i, m in enumerate(raw):
         if not isinstance(m, str) or not is_token(m):
-            raise OptionsError(path + (i,), f"must be an HTTP method name such as GET,"
-                                            f" got {m!r}")
+            raise r.fail(path + (i,), f"must be an HTTP method name such as GET, got {m!r}")
     return frozenset(raw)
 
 
-def _path_prefix(raw: Any, path: Path) -> str:
+def _path_prefix(r: Problems, raw: Any, path: Path) -> str:
     if not isinstance(raw, str):
-        raise OptionsError(path, f"must be a string starting with '/', got {_kind(raw)}")
+        raise r.fail(path, f"must be a string starting with '/', got {type_name(raw)}")
     if not raw.startswith("/"):
-        raise OptionsError(path, f"must start with '/', got {raw!r}")
+        raise r.fail(path, f"must start with '/', got {raw!r}")
     # Requests are matched on their normalised path, so a prefix that is not
     # itself normal could never match what its author meant.
     if "//" in raw or "\\" in raw or "%" in raw or "#" in raw or "?" in raw:
-        raise OptionsError(path, f"{raw!r} is not a normalised path: it may not contain"
-                                 " '//', '\\', '%'-escapes, '?' or '#'")
+        raise r.fail(path, f"{raw!r} is not a normalised path: it may not contain '//', '\\', '%'-escapes, '?'"
+                     " or '#'")
     if any(seg in (".", "..") for seg in raw.split("/")):
-        raise OptionsError(path, f"{raw!r} is not a normalised path: it contains a '.' or"
-                                 " '..' segment")
+        raise r.fail(path, f"{raw!r} is not a normalised path: it contains a '.' or '..' segment")
     return raw
 
 
-def _principal(index: int, raw: Any, path: Path, delimiter: str | None, regex_limit: int) -> Principal:
-    principal = _mapping(raw, path, "a principal")
-    _check_keys(principal, ("jwtPrincipal",), path)
+def _principal(r: Problems, index: int, raw: Any, path: Path, delimiter: str | None, regex_limit: int) -> Principal:
+    count = r.count()
+    principal = r.mapping(raw, path, ("jwtPrincipal",), what="a principal")
     if "jwtPrincipal" not in principal:
-        raise OptionsError(path + ("jwtPrincipal",), "a principal needs a jwtPrincipal")
+        if r.count() > count:  # written, under another name (reported)
+            raise r.invalid()
+        raise r.fail(path + ("jwtPrincipal",), "a principal needs a jwtPrincipal")
     jpath = path + ("jwtPrincipal",)
-    jwt = _mapping(principal["jwtPrincipal"], jpath, "jwtPrincipal")
-    _check_keys(jwt, ("claims", "provider", "matcher"), jpath)
-
+    jwt = r.mapping(principal["jwtPrincipal"], jpath, ("claims", "provider", "matcher"))
     matcher_raw = jwt.get("matcher", "EXACT_STRING")
     try:
         matcher = Matcher(matcher_raw)
     except ValueError:
-        raise OptionsError(jpath + ("matcher",), f"unknown matcher {matcher_raw!r}; expected one"
-                           f" of: {', '.join(m.value for m in Matcher)}") from None
-
+        raise r.fail(jpath + ("matcher",), f"unknown matcher {matcher_raw!r}; expected one"
+                     f" of: {', '.join(m.value for m in Matcher)}") from None
     provider = jwt.get("provider")
     if provider is not None and (not isinstance(provider, str) or not provider):
-        raise OptionsError(jpath + ("provider",), "must be the name of a jwt provider,"
-                                                  f" got {provider!r}")
-
-    claims_raw = jwt.get("claims")
-    if claims_raw is None:
-        claims_raw = {}
-    claims = _mapping(claims_raw, jpath + ("claims",), "claims")
+        raise r.fail(jpath + ("provider",), f"must be the name of a jwt provider, got {provider!r}")
+    claims = r.mapping(jwt.get("claims"), jpath + ("claims",), optional=True)
     rules = []
     for name, value in claims.items():
         cpath = jpath + ("claims", str(name))
-        if not isinstance(name, str) or not name:
-            raise OptionsError(cpath, "a claim name must be a non-empty string")
+        if not name:
+            raise r.fail(cpath, "a claim name must be a non-empty string")
         parts = tuple(name.split(delimiter)) if delimiter else (name,)
         if not all(parts):
-            raise OptionsError(cpath, f"claim path {name!r} has an empty part between"
-                                      f" delimiters {delimiter!r}")
-        rules.append(ClaimRule(name, parts, matcher, _claim_value(matcher, value, cpath, regex_limit)))
+            raise r.fail(cpath, f"claim path {name!r} has an empty part between delimiters {delimiter!r}")
+        rules.append(ClaimRule(name, parts, matcher, _claim_value(r, matcher, value, cpath, regex_limit)))
     return Principal(index, provider or None, tuple(rules))
 
 
-def _claim_value(matcher: Matcher, value: Any, path: Path, regex_limit: int) -> Any:
+def _claim_value(r: Problems, matcher: Matcher, value: Any, path: Path, regex_limit: int) -> Any:
     if matcher is Matcher.BOOLEAN:
         if isinstance(value, bool):
             return value
         if value in ("true", "false"):
             return value == "true"
-        raise OptionsError(path, f"the BOOLEAN matcher needs true or false, got {value!r}")
+        raise r.fail(path, f"the BOOLEAN matcher needs true or false, got {value!r}")
     if not isinstance(value, str):
-        raise OptionsError(path, f"must be a string, got {_kind(value)} {value!r}; claims are"
-                                 f" compared as text under {matcher.value}, so quote the value"
-                                 " in YAML (or use matcher BOOLEAN for true/false)")
+        raise r.fail(path, f"must be a string, got {type_name(value)} {value!r}; claims are compared as text"
+                     f" under {matcher.value}, so quote the value in YAML (or use matcher BOOLEAN for true/false)")
     if matcher is Matcher.LIST_CONTAINS and not value:
-        raise OptionsError(path, "the LIST_CONTAINS value must be a non-empty list item")
+        raise r.fail(path, "the LIST_CONTAINS value must be a non-empty list item")
     if matcher is Matcher.REGEX_MATCH:
         try:
             return SafeRegex(value, regex_limit)
         except UnsafePattern as exc:
-            raise OptionsError(path, f"REGEX_MATCH pattern {value!r} refused: {exc}") from None
+            raise r.fail(path, f"REGEX_MATCH pattern {value!r} refused: {exc}") from None
     return value
 
 
@@ -358,11 +315,15 @@ def _claim_value(matcher: Matcher, value: Any, path: Path, regex_limit: int) -> 
 
 
 def settings_problem(settings: Mapping[str, Any]) -> tuple[Path, str] | None:
-    """(field path, reason) if ``Settings.spec.rbac`` is invalid, else None."""
-    for key in settings:
-        if key != "requireRbac":
-            return (str(key),), unknown_field(key, ("requireRbac",))
-    value = settings.get("requireRbac", False)
-    if not isinstance(value, bool):
-        return ("requireRbac",), f"must be true or false, got {_kind(value)} {value!r}"
-    return None
+    """(field path, reason) of the first problem of ``Settings.spec.rbac``, or None."""
+    r = Problems()
+    f = r.fields(settings, (), ("requireRbac",))
+    value = f.get("requireRbac", False)
+    if not r.errors and not isinstance(value, bool):
+        r.issue(("requireRbac",), f"must be true or false, got {type_name(value)} {value!r}")
+    return (r.errors[0].path, r.errors[0].reason) if r.errors else None
+
+
+def require_rbac(settings: Mapping[str, Any]) -> bool:
+    """``Settings.spec.rbac.requireRbac`` (either spelling; checked by :func:`settings_problem`)."""
+    return Problems().fields(settings, (), ("requireRbac",)).get("requireRbac") is True

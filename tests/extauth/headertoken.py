@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 import twistgw
-from twistgw.options import Problems, check_fields, require_mapping
+from twistgw.options import Problems
 
 
 @attrs.frozen
@@ -36,25 +36,21 @@ class HeaderToken(twistgw.ExtAuthConfigType):
     name = "headerToken"  # spec.configs[i].headerToken
 
     def compile(self, raw: Any, scope: twistgw.ConfigScope) -> TokenChecker:
-        spec = require_mapping(raw, (), "headerToken")  # OptionsError: located by the extauth plugin
-        check_fields(spec, ("header", "secretRef", "keepToken"), ())
-        problems = Problems()  # report every problem at once
-        header = spec.get("header", "x-token")
-        if not isinstance(header, str) or not header:
-            problems.add(("header",), "must be a header name")
-        ref = spec.get("secretRef")
+        problems = Problems()  # the gateway's field reader: every problem at once
+        spec = problems.fields(raw, (), ("header", "secretRef", "keepToken"))
+        header = spec.header_name("header", "x-token")
+        ref = spec.reference("secretRef", scope.namespace)  # {name, namespace}
+        keep = spec.boolean("keepToken", False)
         secret = None
-        if not isinstance(ref, dict) or not isinstance(ref.get("name"), str):
-            problems.add(("secretRef",), "is required: {name: SECRET}")
-        else:
+        if ref is not None:
             try:
-                secret = scope.secret(ref["name"], ref.get("namespace"))
+                secret = scope.secret(ref.name, ref.namespace)
             except KeyError as exc:
-                problems.add(("secretRef", "name"), f"dangling reference: {exc.args[0]}")
-        problems.raise_if_any()
-        assert secret is not None
+                spec.issue(("secretRef", "name"), f"dangling reference: {exc.args[0]}")
+        problems.raise_if_any()  # paths relative to the entry: the extauth plugin locates them
+        assert secret is not None and header is not None
         name = header.lower().encode("ascii")
-        return TokenChecker(name, tuple(sorted(secret.data.items())), () if spec.get("keepToken") else (name,))
+        return TokenChecker(name, tuple(sorted(secret.data.items())), () if keep else (name,))
 
 
 class HeaderTokenPlugin:  # entry point: headertoken = "my_package:HeaderTokenPlugin"

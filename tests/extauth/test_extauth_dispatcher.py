@@ -284,7 +284,8 @@ class ConfigurationTests(TestCase):
         issues = self.issues(config("[{headerToken: {secretRef: {name: nope}, header: 7, extra: 1}},"
                                     " {fixed: {deny: 403, what: 1}}]"))
         fields = sorted(i.field for i in issues)
-        self.assertEqual(fields, ["spec.configs[0].headerToken.extra", "spec.configs[1].fixed.what"])
+        self.assertEqual(fields, ["spec.configs[0].headerToken.extra", "spec.configs[0].headerToken.header",
+                                  "spec.configs[0].headerToken.secretRef.name", "spec.configs[1].fixed.what"])
         self.assertTrue(all(i.resource == "AuthConfig default/ac" and i.line for i in issues), issues)
         every = self.issues(config("[{headerToken: {secretRef: {name: nope}, header: 7}}]"))
         self.assertEqual(sorted(i.field for i in every), ["spec.configs[0].headerToken.header",

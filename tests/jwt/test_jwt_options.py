@@ -133,10 +133,11 @@ class JwtOptionsTests(TestCase):
         ({"providers": {"m": remote(url="http://user:pw@auth/keys")}}, "providers.m.jwks.remote.url",
          "must not contain credentials"),
         ({"providers": {"m": remote(cacheDuration="5 minutes")}}, "providers.m.jwks.remote.cacheDuration",
-         "must be a duration such as 300s"),
+         "must be a duration above zero such as '5s' or '250ms', got '5 minutes'"),
         ({"providers": {"m": remote(cacheDuration=0)}}, "providers.m.jwks.remote.cacheDuration",
-         "must be more than zero"),
-        ({"providers": {"m": remote(timeout=True)}}, "providers.m.jwks.remote.timeout", "got a boolean"),
+         "must be a duration above zero"),
+        ({"providers": {"m": remote(timeout=True)}}, "providers.m.jwks.remote.timeout",
+         "must be a duration above zero such as '5s' or '250ms', got True"),
         ({"providers": {"m": remote(refetchInterval="-1s")}}, "providers.m.jwks.remote.refetchInterval",
          "must be a duration"),
         ({"providers": {"m": remote(cache="5m")}}, "providers.m.jwks.remote.cache", "unknown field"),
@@ -203,7 +204,25 @@ class JwtOptionsTests(TestCase):
             "spec": {"jwt": {"verifiedTokenCacheSize": -5}}}], explicit_start=True)
         with pytest.raises(ConfigError) as info:
             ChainTester.from_yaml(text, plugins=[("jwt", ClockedJwtPlugin)], load_entry_points=False)
-        assert "verifiedTokenCacheSize must be a whole number >= 0" in str(info.value)
+        assert "Settings: spec.jwt.verifiedTokenCacheSize: must be a whole number >= 0" in str(info.value)
+
+    def test_settings_fields_are_checked_where_they_are_written(self):
+        """Settings spec.jwt: an unknown field was accepted and ignored; the
+        proto name of the one field is read."""
+        def settings(jwt):
+            return config({"providers": {"m": local_provider()}}) + yaml.safe_dump_all([{
+                "apiVersion": "gateway.vendor.io/v1", "kind": "Settings",
+                "metadata": {"name": "settings", "namespace": "default"}, "spec": {"jwt": jwt}}],
+                explicit_start=True)
+        with pytest.raises(ConfigError) as info:
+            ChainTester.from_yaml(settings({"verifiedTokenCachesize": 8}), plugins=[("jwt", ClockedJwtPlugin)],
+                                  load_entry_points=False)
+        [issue] = info.value.issues
+        assert (issue.resource, issue.field) == ("Settings", "spec.jwt.verifiedTokenCachesize")
+        assert issue.reason == "unknown field 'verifiedTokenCachesize'; expected one of: verifiedTokenCacheSize"
+        tester = ChainTester.from_yaml(settings({"verified_token_cache_size": 0}),
+                                       plugins=[("jwt", ClockedJwtPlugin)], load_entry_points=False)
+        assert [c.cache.size for c in tester.snapshot.plugin_compiled["jwt"]] == [0]
 
     def test_every_issue_is_reported_and_nothing_half_applies(self):
         with pytest.raises(ConfigError) as info:

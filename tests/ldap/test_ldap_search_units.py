@@ -77,7 +77,7 @@ class LdapSearchUnitsTests(TestCase):
         ({"groupSearch": GROUPS, "disableGroupChecking": True, "allowedGroups": []}, "groupSearch", "is never used"),
         ({"groupsHeader": "Authorization"}, "groupsHeader", "pick another"),
         ({"userHeader": "X-Forwarded-For"}, "userHeader", "pick another"),
-        ({"groupsHeader": "X Groups"}, "groupsHeader", "not an HTTP header name"),
+        ({"groupsHeader": "X Groups"}, "groupsHeader", "not a valid HTTP header name"),
         ({"groupsHeader": ""}, "groupsHeader", "must not be empty"),
         ({"groupsHeader": "X-Who", "userHeader": "x-who"}, "userHeader", "must differ from groupsHeader"),
         ({"keepCredentials": "no"}, "keepCredentials", "true or false"),

@@ -342,7 +342,7 @@ class OptionsTests(TestCase):
         ({"ratelimit": {"rateLimits": [{"actions": [{"sourceCluster": {}}]}]}},
          ".ratelimit.rateLimits[0].actions[0].sourceCluster", "not part of a service mesh"),
         ({"ratelimit": {"rateLimits": [{"actions": [{"genericKey": {}}]}]}},
-         ".ratelimit.rateLimits[0].actions[0].genericKey.descriptorValue", "must be a non-empty string"),
+         ".ratelimit.rateLimits[0].actions[0].genericKey.descriptorValue", "is required"),
         ({"ratelimit": {"rateLimits": [{"actions": [{"headerValueMatch": {"descriptorValue": "v", "headers": [
             {"name": "x", "regexMatch": "(a)\\1"}]}}]}]}},
          ".ratelimit.rateLimits[0].actions[0].headerValueMatch.headers[0].regexMatch", "not a safe regular"),
@@ -390,6 +390,28 @@ class OptionsTests(TestCase):
         (found,) = issues(config({"ratelimitBasic": {"anonymousLimits": per(1, "MINUTE")}}, redis=None))
         assert found[0] == VH + ".ratelimitBasic"
         assert "Settings spec.ratelimitServer.redis.address" in found[1]
+
+    def test_settings_are_read_once_per_load(self, monkeypatch) -> None:
+        """Settings spec.ratelimitServer and spec.ratelimit are read once per
+        load, not for each route (issue 34: they were read twice per route and
+        five more times per load)."""
+        import twistgw_ratelimit._settings as rl_settings
+
+        made: list[object] = []
+        real = rl_settings.ServerSettings
+        monkeypatch.setattr(rl_settings, "ServerSettings", lambda *a, **k: made.append(a) or real(*a, **k))
+        descriptors: list[object] = []
+        real_set = rl_settings.parse_descriptor_set
+        monkeypatch.setattr(rl_settings, "parse_descriptor_set",
+                            lambda *a, **k: descriptors.append(a) or real_set(*a, **k))
+        routes = [route(f"/r{i}", {"ratelimitBasic": {"anonymousLimits": per(1, "MINUTE")},
+                                   "ratelimit": {"rateLimits": [{"actions": [{"remoteAddress": {}}]}]},
+                                   "localRatelimit": {"maxTokens": 5}}) for i in range(10)]
+        text = config(routes=routes, settings={"ratelimit": {"descriptors": [
+            {"key": "remote_address", "rateLimit": per(1, "MINUTE")}]}})
+        ChainTester.from_yaml(text, PLUGINS)
+        assert len(made) == 2  # the Settings check (twistgw_default_options), and the load's one reading
+        assert len(descriptors) == 2  # the same for Settings spec.ratelimit
 
     def test_broken_server_settings_reported_once(self) -> None:
         text = config({"ratelimitBasic": {"anonymousLimits": per(1, "MINUTE")}},

@@ -13,14 +13,15 @@ either ``("test", "tests/<file>.py")`` — that test file sets the field and
 asserts what it does — or ``("info", "<docs file>")`` — the docs say it is
 informational. A new field without an entry fails this test.
 
-What is watched: the loader's :class:`FieldReader`, and each plugin's own
-field check — jwt's ``_only``, rbac's ``_check_keys``, ldap's
-``LdapReader.mapping``, the AuthConfig types' ``_common.mapping``
-(passThroughAuth, apiKeyAuth, basicAuth, opaAuth), oauth2's
-``Reader.mapping`` (scope ``oauth2:``, paths from the config entry) and the
-rate-limit plugins' ``_fields.check`` (scope: the options key, ``Settings``
-or ``RateLimitConfig``, marked where each reading starts). A plugin that
-reads a mapping some other way is not seen: give it one such check.
+What is watched: the one field reader, :meth:`FieldReader.mapping` (the
+loader's reader and every plugin's ``Problems``): each mapping it checks
+records the fields it accepts there. A plugin's reading is placed by the
+plugin package reading (:data:`PLUGIN_SCOPES`: jwt, rbac, the ldap and
+extauth entries as ``extauth``, the AuthConfig types' as ``authtypes``,
+oauth2's), or where it was marked (:func:`walk`'s ``reading``: the
+rate-limit plugins' options keys, ``RateLimitConfig`` and Settings
+sections); the JWT stages through the core's ``stages.check``. A plugin that
+reads a mapping some other way is not seen: read it with the reader.
 """
 
 from __future__ import annotations
@@ -28,19 +29,19 @@ from __future__ import annotations
 import base64
 import pathlib
 import re
+import sys
 import textwrap
 from typing import Any
 
 import pytest
 
-import twistgw_authtypes._common as authtypes_common
+import twistgw_jwt
 import twistgw_jwt._options as jwt_options
-import twistgw_ldap._fields as ldap_fields
-import twistgw_oidc._options as oidc_options
+import twistgw_ldap._devdir as ldap_devdir
 import twistgw_ratelimit
-import twistgw_ratelimit._fields as rl_fields
 import twistgw_ratelimit._options as rl_options
 import twistgw_ratelimit._settings as rl_settings
+import twistgw_rbac
 import twistgw_rbac._policy as rbac_policy
 from twistgw.api.fields import FieldReader
 from twistgw.config.gloo import CORE_OPTION_KEYS
@@ -841,6 +842,30 @@ WALK_RATELIMIT_SETTINGS = """\
 LDIF = "dn: dc=example,dc=org\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n"
 
 
+#: the scope of a plugin's fields in FIELDS, by the package reading them
+#: (paths relative to its options key, or to its AuthConfig config entry)
+PLUGIN_SCOPES = {"twistgw_jwt": "jwt", "twistgw_rbac": "rbac", "twistgw_ldap": "extauth",
+                 "twistgw_extauth": "extauth", "twistgw_authtypes": "authtypes", "twistgw_oidc": "oauth2"}
+
+
+def _plugin_scope(where: list[tuple[str, tuple[str, ...]]]) -> tuple[str | None, tuple[str, ...]]:
+    """The scope and path prefix of a plugin's reading: where it was marked
+    (the rate-limit plugins, Settings sections), else the first plugin
+    module up the stack; None for the core's own readers (stages: watched
+    apart)."""
+    if where:
+        return where[-1]
+    frame = sys._getframe(2)
+    while frame is not None:
+        package = frame.f_globals.get("__name__", "").split(".")[0]
+        if package == "twistgw_ratelimit":
+            return "unmarked-ratelimit-reading", ()
+        if package in PLUGIN_SCOPES:
+            return PLUGIN_SCOPES[package], ()
+        frame = frame.f_back
+    return None, ()
+
+
 def _norm(path: Any) -> str:
     """A field path with list indices as ``[]`` and names the walk chose as ``*``."""
     parts = path.split(".") if isinstance(path, str) else list(path)
@@ -861,37 +886,20 @@ def walk(tmp_path, monkeypatch) -> set[str]:
     """Load and compile the walk configuration; every accepted field, as
     ``<scope>:<path>.<field>``."""
     seen: set[str] = set()
+    where: list[tuple[str, tuple[str, ...]]] = []
 
     real_mapping = FieldReader.mapping
 
-    def mapping(self, value, path, allowed=None, required=()):
-        if allowed is not None and hasattr(self, "resource"):  # the loader's reader (plugins: below)
-            kind = self.resource.split(" ")[0] or "?"
-            for key in allowed:
-                seen.add(f"{kind}:{_norm(tuple(path) + (key,))}")
-        return real_mapping(self, value, path, allowed, required)
-
-    def recorder(scope: str, real):
-        def check(value, allowed, path, *rest):
-            allowed = tuple(allowed)
-            for key in allowed:
-                seen.add(f"{scope}:{_norm(tuple(path) + (key,))}")
-            return real(value, allowed, path, *rest)
-        return check
-
-    def recorder_mapping(scope: str, real):
-        def check(value, path, allowed=None):
-            for key in allowed or ():
-                seen.add(f"{scope}:{_norm(tuple(path) + (key,))}")
-            return real(value, path, allowed)
-        return check
-
-    real_ldap = ldap_fields.LdapReader.mapping
-
-    def ldap_mapping(self, value, path, allowed=None, required=()):
-        for key in allowed or ():
-            seen.add(f"extauth:{_norm(ldap_fields.at(path) + (key,))}")
-        return real_ldap(self, value, path, allowed, required)
+    def mapping(self, value, path, allowed=None, required=(), **kwargs):
+        if allowed is not None:
+            if hasattr(self, "resource"):  # the loader's reader
+                scope, prefix = self.resource.split(" ")[0] or "?", ()
+            else:  # a plugin's (twistgw.api.fields.Problems): whose, from the module reading
+                scope, prefix = _plugin_scope(where)
+            if scope is not None:
+                for key in allowed:
+                    seen.add(f"{scope}:{_norm(prefix + tuple(path) + (key,))}")
+        return real_mapping(self, value, path, allowed, required, **kwargs)
 
     real_staged = stages.check
 
@@ -906,27 +914,11 @@ def walk(tmp_path, monkeypatch) -> set[str]:
 
     monkeypatch.setattr(FieldReader, "mapping", mapping)
     monkeypatch.setattr(stages, "check", staged_check)
-    monkeypatch.setattr(jwt_options, "_only", recorder("jwt", jwt_options._only))
-    monkeypatch.setattr(rbac_policy, "_check_keys", recorder("rbac", rbac_policy._check_keys))
-    monkeypatch.setattr(ldap_fields.LdapReader, "mapping", ldap_mapping)
-    # the AuthConfig config types' fields (paths relative to the config entry): passThroughAuth's,
-    # apiKeyAuth's, basicAuth's and opaAuth's
-    monkeypatch.setattr(authtypes_common, "mapping", recorder_mapping("authtypes", authtypes_common.mapping))
 
-    # oauth2's (paths relative to the config entry: oidcAuthorizationCode..., accessTokenValidation...)
-    real_oidc = oidc_options.Reader.mapping
 
-    def oidc_mapping(self, value, allowed, field=None):
-        for key in allowed:
-            seen.add(f"oauth2:{_norm(self.path + ((field,) if field else ()) + (key,))}")
-        return real_oidc(self, value, allowed, field)
-
-    monkeypatch.setattr(oidc_options.Reader, "mapping", oidc_mapping)
-
-    # The rate-limit plugins check every mapping's fields with one function,
-    # on paths relative to what is being read: an options key, a Settings
-    # section or a RateLimitConfig. Where each reading starts is marked here.
-    where: list[tuple[str, tuple[str, ...]]] = []
+    # The rate-limit plugins read on paths relative to what is being read: an
+    # options key, a Settings section or a RateLimitConfig. Where each reading
+    # starts is marked here.
 
     def reading(real, scope):
         def read(*args, **kwargs):
@@ -943,21 +935,24 @@ def walk(tmp_path, monkeypatch) -> set[str]:
             (rl_options, "compile_configs", ("rateLimitConfigs", ())),
             (rl_options, "compile_config_spec", ("RateLimitConfig", ())),  # paths from spec.raw
             (rl_options, "compile_local", ("localRatelimit", ())),
-            *((m, "parse_server_settings", ("Settings", ("spec", "ratelimitServer")))
-              for m in (twistgw_ratelimit, rl_options, rl_settings)),
+            (rl_settings, "read_server_settings", ("Settings", ("spec", "ratelimitServer"))),
             *((m, "parse_service_settings", ("Settings", ("spec", "ratelimit")))
-              for m in (twistgw_ratelimit, rl_options, rl_settings))):
+              for m in (twistgw_ratelimit, rl_settings)),
+            (ldap_devdir, "read_settings", ("Settings", ("spec", "extauth"))),
+            *((m, f, ("Settings", ("spec", "rbac"))) for m in (twistgw_rbac, rbac_policy)
+              for f in ("settings_problem", "require_rbac")),
+            *((m, "verified_cache_size", ("Settings", ("spec", "jwt"))) for m in (twistgw_jwt, jwt_options))):
         monkeypatch.setattr(module, name, reading(getattr(module, name), scope))
-    real_rl = rl_fields.check
 
-    def rl_check(raw, allowed, path, problems):
-        kind, prefix = where[-1] if where else ("unmarked-ratelimit-reading", ())
-        for key in allowed:
-            seen.add(f"{kind}:{_norm(prefix + tuple(path) + (key,))}")
-        return real_rl(raw, allowed, path, problems)
+    write_walk(tmp_path)
+    config = load_directory(str(tmp_path), keep_going=True)
+    snapshot = build_snapshot(config, PluginHost.create())
+    assert len(snapshot.routes) == 20  # the walk loaded whole, every route compiled
+    return seen
 
-    monkeypatch.setattr(rl_fields, "check", rl_check)
 
+def write_walk(tmp_path: pathlib.Path) -> None:
+    """The walk configuration (walk.yaml) and the files it names, in ``tmp_path``."""
     pem = _public_pem()
     (tmp_path / "users.ldif").write_text(LDIF)
     ca = TestCA()
@@ -972,10 +967,6 @@ def walk(tmp_path, monkeypatch) -> set[str]:
                                                     ca_b64=base64.b64encode(ca.pem).decode(),
                                                     srv_crt=base64.b64encode(server.cert_pem).decode(),
                                                     srv_key=base64.b64encode(server.key_pem).decode()))
-    config = load_directory(str(tmp_path), keep_going=True)
-    snapshot = build_snapshot(config, PluginHost.create())
-    assert len(snapshot.routes) == 20  # the walk loaded whole, every route compiled
-    return seen
 
 
 #: where the rate-limit plugins read rules (rateLimits) and descriptors
@@ -1172,6 +1163,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "rbac:policies.*.principals[].jwtPrincipal.provider": (T, RBAC_SEM),
     # -- extauth (LDAP) ------------------------------------------------------------
     "extauth:configRef": (T, LDAP), "extauth:configRef.name": (T, LDAP), "extauth:configRef.namespace": (T, LDAP),
+    "extauth:customAuth": (T, "tests/authtypes/test_services_loopback.py"),
     "extauth:address": (T, LDAP), "extauth:startTLS": (T, LDAP_SLAPD), "extauth:tls": (T, LDAP_SLAPD),
     "extauth:tls.caFile": (T, LDAP_SLAPD), "extauth:tls.caPem": (T, LDAP), "extauth:tls.serverName": (T, LDAP_SLAPD),
     "extauth:userDnTemplate": (T, LDAP), "extauth:membershipAttributeName": (T, LDAP),
@@ -1488,7 +1480,6 @@ _OIDC = "oauth2:oidcAuthorizationCode"
 _ATV = "oauth2:accessTokenValidation"
 FIELDS.update({
     "oauth2:oidcAuthorizationCode": (T, OIDC_UNITS), "oauth2:accessTokenValidation": (T, OIDC_UNITS),
-    "oauth2:oauth2": (T, OIDC_UNITS),  # refused by name (Gloo's plain OAuth2 flow)
     **{f"{_OIDC}.{k}": (T, OIDC_FLOW, OIDC_STACK) for k in (
         "issuerUrl", "clientId", "appUrl", "callbackPath", "logoutPath", "afterLogoutUrl", "scopes",
         "authEndpointQueryParams", "tokenEndpointQueryParams", "frontChannelLogout", "frontChannelLogout.path",
@@ -1499,9 +1490,7 @@ FIELDS.update({
     **{f"{_OIDC}.{k}": (T, OIDC_UNITS) for k in (
         "clientSecretRef", "clientSecretRef.name", "disableClientSecret", "session", "session.cipherConfig",
         "session.cipherConfig.keyRef", "session.cipherConfig.keyRef.name", "session.failOnFetchFailure",
-        "session.redis.options.tlsCertMountPath",
-        # refused by name, each with its reason
-        "parseCallbackPathAsRegex", "sessionIdHeaderName")},
+        "session.redis.options.tlsCertMountPath")},
     f"{_OIDC}.clientSecretRef.namespace": (T, OIDC_UNITS, OIDC_STACK),
     f"{_OIDC}.session.cipherConfig.keyRef.namespace": (T, OIDC_FIELDS),
     f"{_OIDC}.session.redis.options.socketType": (T, "tests/oidc/test_oidc_redis_store.py", OIDC_UNITS),
@@ -1522,8 +1511,7 @@ FIELDS.update({
         "discoveryOverride.scopes", "discoveryOverride.responseTypes", "discoveryOverride.subjects",
         "discoveryOverride.idTokenAlgs", "discoveryOverride.claims",
         # refused by name, each with its reason
-        "autoMapFromMetadata", "accessToken", "azure", "session.cookie.targetDomain", "session.redis.targetDomain",
-        "session.redis.headerName")},
+        "session.cookie.targetDomain", "session.redis.targetDomain", "session.redis.headerName")},
     **{f"{_OIDC}.{k}": (T, OIDC_DISCOVERY) for k in (
         "discoveryOverride", "discoveryOverride.authEndpoint", "discoveryOverride.tokenEndpoint",
         "discoveryOverride.jwksUri", "discoveryOverride.endSessionEndpoint", "discoveryOverride.authMethods")},
@@ -1541,7 +1529,7 @@ FIELDS.update({
         "jwt", "jwt.remoteJwks", "jwt.remoteJwks.url", "jwt.issuer", "jwt.audiences")},
     f"{_ATV}.claimsToHeaders[].append": (T, OIDC_WARM),  # the same reader as identityToken's
     **{f"{_ATV}.{k}": (T, OIDC_FIELDS) for k in (
-        "introspectionUrl", "introspection.disableClientSecret", "jwt.remoteJwks.refreshInterval", "azure")},
+        "introspectionUrl", "introspection.disableClientSecret", "jwt.remoteJwks.refreshInterval")},
     f"{_ATV}.jwt.localJwks": (T, OIDC_WARM), f"{_ATV}.jwt.localJwks.inlineString": (T, OIDC_WARM, OIDC_UNITS),
 })
 
@@ -1604,9 +1592,6 @@ MANUAL = {
     "*:apiVersion", "*:kind", "*:metadata.name", "*:metadata.namespace", "*:metadata.labels", "*:status",
     "Secret:data", "Secret:stringData", "Secret:type", "Secret:immutable", "Endpoints:subsets",
     "Pod:spec", "Pod:status.podIP",
-    "Settings:spec.rbac.requireRbac", "Settings:spec.jwt.verifiedTokenCacheSize",
-    "Settings:spec.extauth.devDirectory.ldif", "Settings:spec.extauth.devDirectory.listen",
-    "extauth:configRef", "extauth:configRef.name", "extauth:configRef.namespace",
     # the core's own options keys (every other key names a plugin): loader.CORE_OPTION_KEYS
     "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder", "Route:options.upgrades",
     "VirtualService:spec.virtualHost.options.pluginOrder",

@@ -171,7 +171,7 @@ class GatewayConfigTests(TestCase):
         ("{options: {httpConnectionManagerSettings: {xffNumTrustedHops: -1}}}",
          "httpConnectionManagerSettings.xffNumTrustedHops", "between 0 and 64"),
         ("{options: {httpConnectionManagerSettings: {idleTimeout: soon}}}",
-         "httpConnectionManagerSettings.idleTimeout", "positive duration"),
+         "httpConnectionManagerSettings.idleTimeout", "must be a duration above zero"),
         ("{options: {httpLocalRatelimit: {localRateLimitPerDownstreamConnection: true}}}",
          "httpLocalRatelimit.localRateLimitPerDownstreamConnection", "per gateway process"),
         ("{options: {httpLocalRatelimit: {defaultLimit: {maxTokens: 0}}}}",

@@ -18,7 +18,7 @@ answers for it, one request at a time.
 A minimal type (a header must carry a fixed value)::
 
     import attrs, hmac, twistgw
-    from twistgw.options import check_fields
+    from twistgw.options import Problems
 
     @attrs.frozen
     class _Checker:
@@ -36,11 +36,12 @@ A minimal type (a header must carry a fixed value)::
         name = "myAuth"                        # spec.configs[i].myAuth
 
         def compile(self, raw, scope):
-            check_fields(raw, ("header", "secretRef"), ())
-            if "secretRef" not in raw:
-                raise twistgw.OptionsError(("secretRef",), "is required: {name: SECRET}")
-            secret = scope.secret(raw["secretRef"]["name"])   # KeyError: dangling
-            header = raw.get("header", "x-token").lower().encode("ascii")
+            r = Problems()                     # the gateway's field reader (docs/plugins.md)
+            f = r.fields(raw, (), ("header", "secretRef"))
+            header = f.header_name("header", "x-token").lower().encode("ascii")
+            ref = f.reference("secretRef", scope.namespace)   # absent: "is required"
+            r.raise_if_any()
+            secret = scope.secret(ref.name, ref.namespace)    # KeyError: dangling
             return _Checker(header, secret.data["token"], (header,))
 
     class MyAuthPlugin:                        # entry point: myauth = "my_pkg:MyAuthPlugin"
@@ -268,6 +269,9 @@ class ConfigScope:
     index: int
     resource: tuple[str, str, str] | None
     path: tuple[str | int, ...]
+    #: ``Settings.spec.extauth`` as the extauth plugin read it (each field
+    #: under its JSON name); None: as written
+    extauth_settings: Mapping[str, Any] | None = None
 
     @property
     def resources(self) -> ResourceView:
@@ -290,7 +294,10 @@ class ConfigScope:
         return f"{self.resource[0]} {self.resource[1]}/{self.resource[2]}: {where}"
 
     def settings(self) -> Mapping[str, Any]:
-        """``Settings.spec.extauth`` ({} if absent)."""
+        """``Settings.spec.extauth`` ({} if absent), each field under its
+        JSON name (``requestBody`` however it is written)."""
+        if self.extauth_settings is not None:
+            return self.extauth_settings
         return self.options.resources.settings("extauth")
 
     def secret(self, name: str, namespace: str | None = None) -> SecretInfo:

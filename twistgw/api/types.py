@@ -5,6 +5,8 @@ Everything here is re-exported from :mod:`twistgw`; import it from there.
 
 from __future__ import annotations
 
+import sys
+
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
 from urllib.parse import parse_qsl, urlencode
@@ -433,3 +435,15 @@ class RequestContext:
                 continue
             kept.append(piece)
         self.query = b"&".join(kept)
+
+
+def recorded_error(path: Any, reason: str, resource: tuple[str, str, str] | None) -> OptionsError:
+    """A recorded problem; one recorded while an :class:`InvalidResource` is
+    handled (``except KeyError:`` around a lookup of a resource that is
+    declared but invalid) keeps it as its cause, so the core does not report
+    the reference a second time (``about_invalid_resource``)."""
+    error = OptionsError(path, reason, resource)
+    handled = sys.exc_info()[1]
+    if isinstance(handled, InvalidResource):
+        error.__cause__ = handled
+    return error

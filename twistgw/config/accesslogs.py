@@ -76,11 +76,9 @@ class AccessLogSink:
 
 def read_listener_options(r: FieldReader, value: Any, path: Path) -> tuple[AccessLogSink, ...]:
     """A Gateway's ``spec.options``: its access-log sinks."""
-    opts = r.mapping(value, path)
+    opts = r.mapping(value, path, refused=_LISTENER_REFUSED, names=("accessLoggingService",))
     for key in opts:
-        if key in _LISTENER_REFUSED:
-            r.issue(path + (key,), f"is not supported by twistgw: {_LISTENER_REFUSED[key]}")
-        elif key != "accessLoggingService":
+        if key != "accessLoggingService":
             r.issue(path + (key,), "is not a listener option twistgw knows (it applies accessLoggingService)")
     if "accessLoggingService" not in opts:
         return ()
@@ -94,13 +92,10 @@ def read_listener_options(r: FieldReader, value: Any, path: Path) -> tuple[Acces
 
 
 def _read_sink(r: FieldReader, value: Any, path: Path) -> AccessLogSink:
-    m = r.mapping(value, path)
-    refused = [key for key in m if key in _SINK_REFUSED]
-    for key in refused:
-        r.issue(path + (key,), f"is not supported by twistgw: {_SINK_REFUSED[key]}")
-    m = r.mapping({k: v for k, v in m.items() if k not in _SINK_REFUSED}, path, {"fileSink", "filter"})
+    count = r.count()
+    m = r.mapping(value, path, {"fileSink", "filter"}, refused=_SINK_REFUSED)
     if "fileSink" not in m:
-        if refused:
+        if r.count() > count:
             raise r.invalid()
         raise r.fail(path, "needs a fileSink (the only access-log destination twistgw writes)")
     admits = None

@@ -54,6 +54,9 @@ class Kind:
         ``metadata``, ``spec`` and ``status`` (a Secret's ``data``...).
     :ivar needs_spec: whether ``spec`` is required.
     :ivar singleton: at most one resource of this kind (``Settings``).
+    :ivar proto_names: whether its fields may be written with their proto
+        names too (``num_retries``), as Gloo's resources may (protobuf's JSON
+        mapping); not Kubernetes' own kinds (one spelling: Go's JSON tags).
     """
 
     name: str
@@ -62,6 +65,7 @@ class Kind:
     top_level: frozenset[str] = frozenset()
     needs_spec: bool = True
     singleton: bool = False
+    proto_names: bool = True
 
 
 #: API groups of other projects that define kinds with the names of ours

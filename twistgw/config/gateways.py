@@ -34,7 +34,6 @@ from twistgw.api.fields import FieldReader, Path
 from twistgw.config.accesslogs import AccessLogSink, read_listener_options
 from twistgw.config.envelope import Envelope
 from twistgw.config.model import Source, VirtualService
-from twistgw.options import parse_duration
 
 __all__ = ["DEFAULT_PROXY", "GlooGateway", "HcmSettings", "LocalLimitSettings", "read_gateway", "selects"]
 
@@ -189,12 +188,7 @@ def selects(gw: GlooGateway, vs: VirtualService, labels: Mapping[str, str], has_
 
 
 def _refuse(r: FieldReader, m: Mapping[str, Any], path: Path, refused: Mapping[str, str]) -> dict[str, Any]:
-    out = dict(m)
-    for key in list(out):
-        if key in refused:
-            r.issue(path + (key,), f"is not supported by twistgw: {refused[key]}")
-            del out[key]
-    return out
+    return dict(r.mapping(m, path, refused=refused))
 
 
 def read_gateway(r: FieldReader, res: Envelope) -> GlooGateway:
@@ -258,8 +252,8 @@ def _read_http(r: FieldReader, value: Any, path: Path, ns: str) -> dict[str, Any
             out["namespaces"] = tuple(r.string(n, npath + (i,))
                                       for i, n in enumerate(r.sequence(http["virtualServiceNamespaces"], npath)))
     with r.part():
-        opts = r.mapping(http.get("options") or {}, path + ("options",))
         known = _OPTIONS_FIELDS
+        opts = r.mapping(http.get("options"), path + ("options",), optional=True, names=known)
         for key in opts:
             if key not in known:
                 r.issue(path + ("options", key), f"is not supported by twistgw on a Gateway (it applies"
@@ -301,10 +295,7 @@ def _read_hcm(r: FieldReader, value: Any, path: Path) -> HcmSettings:
     for field, attr in (("idleTimeout", "idle_timeout"), ("requestHeadersTimeout", "head_timeout")):
         with r.part():
             if field in m:
-                seconds = parse_duration(m[field])
-                if seconds is None or seconds <= 0:
-                    raise r.fail(path + (field,), f"must be a positive duration (e.g. 30s), got {m[field]!r}")
-                out[attr] = seconds
+                out[attr] = r.duration(m[field], path + (field,))
     return HcmSettings(**out)
 
 

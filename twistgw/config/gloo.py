@@ -77,8 +77,4 @@ GLOO_UNSUPPORTED: dict[str, dict[str, str]] = {
 def unsupported(r: FieldReader, m: dict[str, Any], path: Path, where: str) -> dict[str, Any]:
     """Report Gloo fields written here that twistgw does not implement;
     return the mapping without them (so they are reported once)."""
-    known = GLOO_UNSUPPORTED[where]
-    for key in m:
-        if key in known:
-            r.issue(path + (key,), f"is not supported by twistgw: {known[key]}")
-    return {k: v for k, v in m.items() if k not in known}
+    return r.mapping(m, path, refused=GLOO_UNSUPPORTED[where])

@@ -45,7 +45,8 @@ def read_any_settings(r: FieldReader, res: Envelope) -> dict[str, Any]:
 
 
 def read_gloo_settings(r: FieldReader, res: Envelope) -> dict[str, Any]:
-    spec = r.mapping(res.spec, ("spec",))
+    spec = r.mapping(res.spec, ("spec",), names=CONTROL_PLANE | {"discoveryNamespace", "gloo", "gateway",
+                                                                  *GLOO_SETTINGS_SECTIONS})
     out: dict[str, Any] = {}
     for key, value in spec.items():
         path = ("spec", key)

@@ -149,6 +149,7 @@ def _read_document(doc: Document, read: _Read, issues: list[ConfigIssue]) -> Non
         _mark_invalid(doc.data, read)
         return
     kind = KINDS[res.kind]
+    reader.proto_names = kind.proto_names
     key3 = (res.kind, res.namespace, res.name)
     if key3 in read.sources:
         reader.issue(("metadata", "name"), f"duplicate resource: also defined at {read.sources[key3]}")

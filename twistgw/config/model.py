@@ -6,6 +6,7 @@ from typing import Any, Mapping
 
 import attrs
 
+from twistgw.api.fields import written_field, written_path
 from twistgw.api.types import AuthConfigInfo, Endpoint, SecretInfo, UpstreamInfo
 from twistgw.config.matchers import Matcher, RequestView, any_matches
 from twistgw.config.traffic import Redirect
@@ -59,12 +60,19 @@ class Source:
     lines: Mapping[tuple[str | int, ...], int] = attrs.field(factory=dict, eq=False, hash=False, repr=False)
 
     def line_of(self, path: tuple[str | int, ...]) -> int | None:
-        """The line of the deepest known part of ``path``."""
+        """The line of the deepest known part of ``path`` (a field may be
+        written with its proto name: :func:`~twistgw.api.fields.written_path`)."""
+        path = written_path(self.lines.keys(), path)
         while path:
             if path in self.lines:
                 return self.lines[path]
             path = path[:-1]
         return self.line
+
+    def field_of(self, path: tuple[str | int, ...]) -> str:
+        """``path`` as a problem names it (the camelCase field, and the
+        spelling written where it differs: :func:`~twistgw.api.fields.written_field`)."""
+        return written_field(self.lines.keys(), path)
 
     def __str__(self) -> str:
         where = f"{self.file}: document {self.document + 1}"

@@ -17,9 +17,8 @@ from twistgw.api.fields import FieldReader, Path
 from twistgw.config.envelope import Envelope
 from twistgw.config.model import OptionsResource, Route, RouteTable, Source, UpstreamGroup, VirtualService
 from twistgw.config.resolution import Locate
-from twistgw.config.routeoptions import read_options
+from twistgw.config.routeoptions import read_options, route_values
 from twistgw.config.virtualservices import read_weighted
-from twistgw.options import parse_duration
 
 __all__ = ["merge_delegated_options", "read_route_option", "read_upstream_group", "read_virtual_host_option"]
 
@@ -70,8 +69,8 @@ def _merged(own: Mapping[str, Any], refs: tuple[tuple[str, str], ...], kind: str
 def _route_with(route: Route, options: dict[str, Any] | None) -> Route:
     if options is None:
         return route
-    timeout = parse_duration(options["timeout"]) if "timeout" in options else None
-    return attrs.evolve(route, options=options, prefix_rewrite=options.get("prefixRewrite"), timeout=timeout)
+    rewrite, timeout, websocket = route_values(options)
+    return attrs.evolve(route, options=options, prefix_rewrite=rewrite, timeout=timeout, websocket=websocket)
 
 
 def merge_delegated_options(virtual_services: tuple[VirtualService, ...],

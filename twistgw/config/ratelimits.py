@@ -40,7 +40,7 @@ def read_rate_limit_config(r: FieldReader, res: Envelope) -> RateLimitConfig:
     """``spec: {raw: {descriptors: [...], setDescriptors: [...], rateLimits: [...]}}``
     (``raw`` is the only configuration type, as in Gloo)."""
     spec = r.mapping(res.spec, ("spec",), {"raw"}, required=("raw",))
-    raw = r.mapping(spec["raw"], ("spec", "raw"), RAW_FIELDS)
+    raw = r.mapping(spec["raw"], ("spec", "raw"), set(RAW_FIELDS))
     for field in RAW_FIELDS:
         if field in raw:
             with r.part():

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from twistgw.api.fields import FieldReader, Path
-from twistgw.api.types import path_text
 from twistgw.config.errors import ConfigIssue
 from twistgw.config.model import Source
 from twistgw.config.yamlfiles import Document
@@ -38,7 +37,7 @@ class ResourceReader(FieldReader):
     def _record(self, path: Path, reason: str) -> None:
         self.issues.append(ConfigIssue(
             reason, file=self.doc.file, document=self.doc.index, line=self.doc.line_of(path),
-            resource=self.resource, field=path_text(path)))
+            resource=self.resource, field=self.doc.field_of(path)))
 
 
 def document_of(docs: list[Document], source: Source | None) -> Document:
@@ -55,9 +54,10 @@ def reference(r: FieldReader, value: Any, path: Path, default_ns: str,
     """A ``{name, namespace}`` reference (``port`` too when ``with_port``):
     (name, namespace, port or 0); the namespace defaults to the referring
     resource's."""
-    allowed = {"name", "namespace"} | ({"port"} if with_port else set())
-    m = r.mapping(value, path, allowed, required=("name",))
+    if not with_port:
+        name, ns = r.reference(value, path, default_ns)
+        return name, ns, 0
+    m = r.mapping(value, path, ("name", "namespace", "port"), required=("name",))
     name = r.string(m["name"], path + ("name",))
-    ns = r.string(m.get("namespace", default_ns), path + ("namespace",))
-    port = r.port(m["port"], path + ("port",)) if with_port and "port" in m else 0
-    return name, ns, port
+    ns = r.string(m["namespace"], path + ("namespace",)) if m.get("namespace") is not None else default_ns
+    return name, ns, r.port(m["port"], path + ("port",)) if "port" in m else 0

@@ -179,7 +179,8 @@ def locate(issues: list[ConfigIssue]) -> Locate:
     def issue(source: Source | None, owner: str, path: Path, reason: str) -> None:
         issues.append(ConfigIssue(
             reason, file=source.file if source else "", document=source.document if source else None,
-            line=source.line_of(path) if source else None, resource=owner, field=path_text(path)))
+            line=source.line_of(path) if source else None, resource=owner,
+            field=source.field_of(path) if source else path_text(path)))
     return issue
 
 

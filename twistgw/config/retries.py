@@ -10,7 +10,6 @@ from typing import Any
 import attrs
 
 from twistgw.api.fields import FieldReader, Path
-from twistgw.options import parse_duration
 
 __all__ = ["RETRY_ON", "REPLAY_LIMIT", "Retries", "read_retries"]
 
@@ -72,13 +71,6 @@ class Retries:
         return bool(self.on & {"5xx", "gateway-error", "reset", "connect-failure"})
 
 
-def _duration(r: FieldReader, value: Any, path: Path) -> float:
-    found = parse_duration(value)
-    if not found:
-        raise r.fail(path, f"must be a duration above zero such as '25ms' or '1s', got {value!r}")
-    return found
-
-
 def read_retries(r: FieldReader, value: Any, path: Path, ns: str = "default") -> Retries:
     """``retries: {retryOn, numRetries, perTryTimeout, retriableStatusCodes,
     retryBackOff: {baseInterval, maxInterval}}``."""
@@ -97,7 +89,7 @@ def read_retries(r: FieldReader, value: Any, path: Path, ns: str = "default") ->
         elif c not in RETRY_ON:
             r.issue(path + ("retryOn",), f"unknown retry condition {c!r} (expected: {', '.join(RETRY_ON)})")
     count = r.integer(m["numRetries"], path + ("numRetries",), 0, 100) if m.get("numRetries") is not None else 1
-    per_try = _duration(r, m["perTryTimeout"], path + ("perTryTimeout",)) if m.get("perTryTimeout") else None
+    per_try = r.duration(m["perTryTimeout"], path + ("perTryTimeout",)) if m.get("perTryTimeout") else None
     statuses = frozenset(r.integer(s, path + ("retriableStatusCodes", i), 100, 599)
                          for i, s in enumerate(r.sequence(m.get("retriableStatusCodes") or [],
                                                           path + ("retriableStatusCodes",))))
@@ -107,9 +99,9 @@ def read_retries(r: FieldReader, value: Any, path: Path, ns: str = "default") ->
     if m.get("retryBackOff") is not None:
         bp = path + ("retryBackOff",)
         b = r.mapping(m["retryBackOff"], bp, {"baseInterval", "maxInterval"}, required=("baseInterval",))
-        base = _duration(r, b["baseInterval"], bp + ("baseInterval",))
+        base = r.duration(b["baseInterval"], bp + ("baseInterval",))
         if b.get("maxInterval") is not None:
-            most = _duration(r, b["maxInterval"], bp + ("maxInterval",))
+            most = r.duration(b["maxInterval"], bp + ("maxInterval",))
             if most < base:
                 raise r.fail(bp + ("maxInterval",), "must not be below baseInterval")
     return Retries(frozenset(conditions), count, per_try, statuses, base, most if most is not None else base * 10)

@@ -7,14 +7,16 @@ to the plugin it names (checked when the snapshot is built).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
+
+import attrs
 
 from twistgw.api.fields import FieldReader, Path
 from twistgw.config.traffic import CORE_ROUTE_ONLY, CORE_TRAFFIC_KEYS, read_header_manipulation, read_traffic_option
-from twistgw.options import parse_duration
 
-__all__ = ["GLOO_PLUGIN_KEYS", "KNOWN_OPTION_KEYS", "LOCAL_LIMIT_KEY", "NESTED_LOCAL_LIMIT", "UNSUPPORTED_OPTIONS",
-           "read_destination_options", "read_options", "websocket_enabled"]
+__all__ = ["GLOO_PLUGIN_KEYS", "KNOWN_OPTION_KEYS", "LOCAL_LIMIT_KEY", "NESTED_LOCAL_LIMIT", "OPTION_NAMES", "Timeout",
+           "UNSUPPORTED_OPTIONS", "Upgrades", "read_destination_options", "read_options", "route_values",
+           "websocket_enabled"]
 
 #: Gloo options that an add-on (a twistgw plugin) reads: when none is
 #: installed under the name, the route is refused as unprotected.
@@ -69,6 +71,34 @@ UNSUPPORTED_OPTIONS: dict[str, str] = {
 _CORE = ("pluginOrder", "prefixRewrite", "timeout", "upgrades")
 #: Every key the core knows (for "unknown field" messages).
 KNOWN_OPTION_KEYS = tuple(sorted(set(_CORE) | CORE_TRAFFIC_KEYS))
+#: The options keys Gloo names (the core's, the refused, the add-ons'):
+#: their proto spellings (``header_manipulation``) read as these; other keys
+#: name plugins as written.
+OPTION_NAMES = frozenset(KNOWN_OPTION_KEYS) | UNSUPPORTED_OPTIONS.keys() | GLOO_PLUGIN_KEYS | {LOCAL_LIMIT_KEY}
+
+
+@attrs.frozen
+class Timeout:
+    """``timeout``, read once: the route's response timeout in seconds."""
+
+    seconds: float
+
+
+@attrs.frozen
+class Upgrades:
+    """``upgrades``, read once: whether WebSocket upgrades are forwarded."""
+
+    websocket: bool = True
+
+
+def route_values(options: Mapping[str, Any]) -> tuple[str | None, float | None, bool]:
+    """(``prefixRewrite``, ``timeout`` in seconds, WebSocket upgrades) of
+    options :func:`read_options` read (merged ones too: delegation, delegated
+    options): the values the :class:`~twistgw.config.model.Route` carries."""
+    timeout = options.get("timeout")
+    upgrades = options.get("upgrades")
+    return (options.get("prefixRewrite"), timeout.seconds if isinstance(timeout, Timeout) else None,
+            upgrades.websocket if isinstance(upgrades, Upgrades) else True)
 
 
 def read_options(r: FieldReader, value: Any, path: Path, ns: str = "default",
@@ -82,7 +112,7 @@ def read_options(r: FieldReader, value: Any, path: Path, ns: str = "default",
     """
     if value is None:
         return {}
-    options = dict(r.mapping(value, path))
+    options = dict(r.mapping(value, path, names=OPTION_NAMES))
     bad = r.count()
     route = ("routes" in path) if on_route is None else on_route
     for key in options:
@@ -106,10 +136,10 @@ def read_options(r: FieldReader, value: Any, path: Path, ns: str = "default",
                 raise r.fail(path + ("prefixRewrite",), "must start with '/'")
     if "upgrades" in options:
         with r.part():
-            websocket_enabled(r, options["upgrades"], path + ("upgrades",))
-    if "timeout" in options and not parse_duration(options["timeout"]):
-        r.issue(path + ("timeout",), f"must be a duration above zero such as '15s' or '500ms',"
-                f" got {options['timeout']!r}")
+            options["upgrades"] = Upgrades(websocket_enabled(r, options["upgrades"], path + ("upgrades",)))
+    if "timeout" in options:
+        with r.part():
+            options["timeout"] = Timeout(r.duration(options["timeout"], path + ("timeout",)))
     rewrites = [k for k in ("prefixRewrite", "regexRewrite") if k in options]
     if len(rewrites) > 1:
         r.issue(path + ("regexRewrite",), "set prefixRewrite or regexRewrite, not both (as in Gloo)")
@@ -146,7 +176,8 @@ def read_destination_options(r: FieldReader, value: Any, path: Path, ns: str) ->
     """A weighted destination's ``options`` (Gloo's
     WeightedDestinationOptions): ``headerManipulation`` is served; the rest
     refused by name."""
-    m = r.mapping(value or {}, path)
+    m = r.mapping(value, path, optional=True,
+                  names=("headerManipulation", "transformations", "stagedTransformations", "extauth", "bufferPerRoute"))
     out: dict[str, Any] = {}
     for key, v in m.items():
         if key == "headerManipulation":

@@ -38,8 +38,8 @@ from twistgw.api.fields import FieldReader
 from twistgw.config.envelope import Envelope
 from twistgw.config.matchers import Matcher
 from twistgw.config.model import OPERATORS, Delegate, Route, RouteTable, Selector, VirtualService
+from twistgw.config.routeoptions import route_values
 from twistgw.config.virtualservices import read_routes
-from twistgw.options import parse_duration
 
 __all__ = ["OPERATORS", "Flattener", "read_route_table", "selects"]
 
@@ -254,16 +254,14 @@ class Flattener:
         if not ok:
             return None
         options = _merge_options(parent_options, route.options)
-        timeout = parse_duration(options["timeout"]) if "timeout" in options else None
         # A regex (or a case-insensitive path under a case-sensitive prefix)
         # can match paths outside the delegated prefix: the parent's matcher
         # then guards the route too.
         if any(m.regex is not None or (parent.case_sensitive and not m.case_sensitive) for m in matchers):
             guard = guard + (_path_only(parent),)
-        websocket = _websocket(options.get("upgrades"))
+        rewrite, timeout, websocket = route_values(options)
         return attrs.evolve(route, matchers=matchers, options=options,
-                            prefix_rewrite=options.get("prefixRewrite"), timeout=timeout, guard=guard,
-                            websocket=websocket)
+                            prefix_rewrite=rewrite, timeout=timeout, guard=guard, websocket=websocket)
 
     def _delegating_matcher(self, route: Route, source: Any, owner: str) -> Matcher | None:
         if len(route.matchers) != 1:
@@ -323,10 +321,3 @@ def _in_order(tables: list[RouteTable]) -> list[tuple[RouteTable | None, Route]]
     return out
 
 
-def _websocket(upgrades: Any) -> bool:
-    """``upgrades`` of merged route options, already checked where written."""
-    for entry in upgrades or ():
-        spec = entry.get("websocket") if isinstance(entry, dict) else None
-        if isinstance(spec, dict) and "enabled" in spec:
-            return bool(spec["enabled"])
-    return True

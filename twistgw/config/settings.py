@@ -13,12 +13,17 @@ from twistgw.config.envelope import Envelope
 from twistgw.config.names import is_loopback_endpoint
 from twistgw.regex import max_program_size
 
-__all__ = ["DISCOVERY_NAMESPACE", "MAX_PROGRAM_SIZE_LIMIT", "discovery_namespace", "read_settings",
+__all__ = ["DISCOVERY_NAMESPACE", "MAX_PROGRAM_SIZE_LIMIT", "SECTION_NAMES", "discovery_namespace", "read_settings",
            "regex_max_program_size"]
 
 #: The largest ``regexMaxProgramSize`` accepted (Contour's choice for
 #: "unlimited"; RE2's memory budget refuses larger programs anyway).
 MAX_PROGRAM_SIZE_LIMIT = 1 << 20
+
+#: The sections of Gloo's Settings the shipped plugins (and the core) read:
+#: written with their proto names (``ratelimit_server``), they are read under
+#: these; any other section is a plugin's name as written.
+SECTION_NAMES = frozenset({"gateway", "extauth", "rbac", "ratelimit", "ratelimitServer", "jwt"})
 
 
 def regex_max_program_size(settings: Mapping[str, Any]) -> int:
@@ -42,8 +47,9 @@ def discovery_namespace(settings: Mapping[str, Any]) -> str:
 
 def read_settings(r: FieldReader, res: Envelope) -> dict[str, Any]:
     """``Settings.spec``: each section a mapping (its plugin checks the rest)."""
-    spec = res.spec
-    for key, value in r.mapping(spec, ("spec",)).items():
+    # each section's name as a plugin is named (the proto names of Gloo's: ratelimit_server)
+    spec = r.mapping(res.spec, ("spec",), names=SECTION_NAMES)
+    for key, value in spec.items():
         with r.part():
             r.mapping(value, ("spec", key))
     _gateway_settings(r, spec.get("gateway"))

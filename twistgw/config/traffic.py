@@ -21,7 +21,7 @@ from twistgw.config.csrf import CsrfPolicy, OriginMatcher, read_csrf
 from twistgw.config.retries import read_retries
 from twistgw.config.shadowing import read_shadowing
 from twistgw.api.headers import InvalidHeaderName, canonical_name
-from twistgw.options import parse_duration
+from twistgw.api.durations import parse_duration
 from twistgw.regex import RewriteRegex, SafeRegex, UnsafePattern
 
 __all__ = [
@@ -321,10 +321,7 @@ def read_faults(r: FieldReader, value: Any, path: Path, ns: str) -> Faults:
         dp = path + ("delay",)
         d = r.mapping(m["delay"], dp, {"percentage", "fixedDelay"}, required=("fixedDelay",))
         delay_pct = _percent(r, d.get("percentage", 0), dp + ("percentage",))
-        found = parse_duration(d["fixedDelay"])
-        if not found:
-            raise r.fail(dp + ("fixedDelay",), f"must be a duration above zero such as '2s', got {d['fixedDelay']!r}")
-        delay = found
+        delay = r.duration(d["fixedDelay"], dp + ("fixedDelay",))
     return Faults(abort_pct, status, delay_pct, delay)
 
 

@@ -11,7 +11,6 @@ from typing import Any
 
 from twistgw.api.fields import FieldReader, Path
 from twistgw.api.upstreampolicy import ConnectionConfig, OutlierDetection, TcpKeepalive
-from twistgw.options import parse_duration
 
 __all__ = ["read_connection_config", "read_outlier_detection"]
 
@@ -47,13 +46,6 @@ def _uint(r: FieldReader, value: Any, path: Path, lo: int, hi: int) -> int:
     return r.integer(value, path, lo, hi)
 
 
-def _duration(r: FieldReader, value: Any, path: Path, zero: bool = False) -> float:
-    found = parse_duration(value)
-    if found is None or (not found and not zero):
-        raise r.fail(path, f"must be a duration{'' if zero else ' above zero'} such as '5s', got {value!r}")
-    return found
-
-
 def read_outlier_detection(r: FieldReader, value: Any, path: Path) -> OutlierDetection:
     """``outlierDetection``: the consecutive 5xx and gateway-failure families,
     each with its enforcing percentage, Envoy's defaults for what is unset."""
@@ -77,7 +69,7 @@ def read_outlier_detection(r: FieldReader, value: Any, path: Path) -> OutlierDet
     for key, attr in _OUTLIER_TIMES.items():
         if m.get(key) is not None:
             with r.part():
-                found[attr] = _duration(r, m[key], path + (key,))
+                found[attr] = r.duration(m[key], path + (key,))
     return OutlierDetection(**found)
 
 
@@ -106,7 +98,7 @@ def read_connection_config(r: FieldReader, value: Any, path: Path) -> Connection
                                           0, 1 << 31)
     with r.part():
         if m.get("connectTimeout") is not None:
-            found["connect_timeout"] = _duration(r, m["connectTimeout"], path + ("connectTimeout",))
+            found["connect_timeout"] = r.duration(m["connectTimeout"], path + ("connectTimeout",))
     with r.part():
         if m.get("tcpKeepalive") is not None:
             found["tcp_keepalive"] = _keepalive(r, m["tcpKeepalive"], path + ("tcpKeepalive",))
@@ -125,10 +117,10 @@ def _keepalive(r: FieldReader, value: Any, path: Path) -> TcpKeepalive:
             probes = _uint(r, k["keepaliveProbes"], path + ("keepaliveProbes",), 1, 127)
     with r.part():
         if k.get("keepaliveTime") is not None:
-            time = max(1, math.ceil(_duration(r, k["keepaliveTime"], path + ("keepaliveTime",))))
+            time = max(1, math.ceil(r.duration(k["keepaliveTime"], path + ("keepaliveTime",))))
     with r.part():
         if k.get("keepaliveInterval") is not None:
-            interval = max(1, math.ceil(_duration(r, k["keepaliveInterval"], path + ("keepaliveInterval",))))
+            interval = max(1, math.ceil(r.duration(k["keepaliveInterval"], path + ("keepaliveInterval",))))
     return TcpKeepalive(probes, time, interval)
 
 
@@ -145,7 +137,7 @@ def _http_options(r: FieldReader, value: Any, path: Path) -> dict[str, Any]:
     found: dict[str, Any] = {}
     with r.part():
         if h.get("idleTimeout") is not None:
-            found["idle_timeout"] = _duration(r, h["idleTimeout"], path + ("idleTimeout",), zero=True)
+            found["idle_timeout"] = r.duration(h["idleTimeout"], path + ("idleTimeout",), lo=0)
     with r.part():
         if h.get("maxHeadersCount") is not None:
             found["max_headers"] = _uint(r, h["maxHeadersCount"], path + ("maxHeadersCount",), 0, 1 << 16)

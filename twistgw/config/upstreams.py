@@ -19,7 +19,6 @@ from twistgw.config.http2 import H2_APP_PROTOCOLS, H2_FIELDS, read_http2, read_s
     speaks_http2
 from twistgw.config.upstreampolicy import read_connection_config, read_outlier_detection
 from twistgw.config.upstreamtls import SslSpec, read_ssl_config
-from twistgw.options import parse_duration
 from twistgw.config.model import (
     EndpointsResource,
     EndpointSubset,
@@ -379,13 +378,6 @@ def _ring_size(r: FieldReader, value: Any, path: Path) -> int:
 _HC_LATER = "is not supported by twistgw: active checks are HTTP (httpHealthCheck)"
 
 
-def _duration(r: FieldReader, value: Any, path: Path) -> float:
-    found = parse_duration(value)
-    if not found:
-        raise r.fail(path, f"must be a duration above zero such as '5s', got {value!r}")
-    return found
-
-
 def read_health_checks(r: FieldReader, value: Any, path: Path) -> HealthCheck | None:
     """``healthChecks``: one active HTTP check (Envoy's HealthCheck as Gloo writes it)."""
     checks = r.sequence(value, path)
@@ -394,23 +386,21 @@ def read_health_checks(r: FieldReader, value: Any, path: Path) -> HealthCheck | 
     if len(checks) > 1:
         raise r.fail(path, "twistgw runs one health check per upstream: list one")
     p = path + (0,)
-    m = dict(r.mapping(checks[0], p))
-    for key in ("tcpHealthCheck", "grpcHealthCheck", "customHealthCheck"):
-        if m.pop(key, None) is not None:
-            r.issue(p + (key,), _HC_LATER)
-    for key in ("unhealthyInterval", "unhealthyEdgeInterval", "healthyEdgeInterval",
-                "initialJitter", "intervalJitter", "intervalJitterPercent", "eventLogPath",
-                "alwaysLogHealthCheckFailures", "reuseConnection", "tlsOptions", "transportSocketMatchCriteria"):
-        if m.pop(key, None) is not None:
-            r.issue(p + (key,), "is not supported by twistgw (the check runs every interval, or"
-                    " noTrafficInterval before any traffic, on a kept-alive connection)")
-    m = r.mapping(m, p, {"timeout", "interval", "unhealthyThreshold", "healthyThreshold", "httpHealthCheck",
-                         "noTrafficInterval"},
-                  required=("timeout", "interval", "unhealthyThreshold", "healthyThreshold", "httpHealthCheck"))
-    timeout = _duration(r, m["timeout"], p + ("timeout",))
-    interval = _duration(r, m["interval"], p + ("interval",))
+    later = _HC_LATER.removeprefix("is not supported by twistgw: ")
+    kept = "the check runs every interval, or noTrafficInterval before any traffic, on a kept-alive connection"
+    refused = {**dict.fromkeys(("tcpHealthCheck", "grpcHealthCheck", "customHealthCheck"), later),
+               **dict.fromkeys(("unhealthyInterval", "unhealthyEdgeInterval", "healthyEdgeInterval",
+                                "initialJitter", "intervalJitter", "intervalJitterPercent", "eventLogPath",
+                                "alwaysLogHealthCheckFailures", "reuseConnection", "tlsOptions",
+                                "transportSocketMatchCriteria"), kept)}
+    m = r.mapping(checks[0], p, {"timeout", "interval", "unhealthyThreshold", "healthyThreshold", "httpHealthCheck",
+                                 "noTrafficInterval"},
+                  required=("timeout", "interval", "unhealthyThreshold", "healthyThreshold", "httpHealthCheck"),
+                  refused=refused)
+    timeout = r.duration(m["timeout"], p + ("timeout",))
+    interval = r.duration(m["interval"], p + ("interval",))
     quiet = 60.0 if m.get("noTrafficInterval") is None else \
-        _duration(r, m["noTrafficInterval"], p + ("noTrafficInterval",))
+        r.duration(m["noTrafficInterval"], p + ("noTrafficInterval",))
     unhealthy = r.integer(m["unhealthyThreshold"], p + ("unhealthyThreshold",), 1, 1000)
     healthy = r.integer(m["healthyThreshold"], p + ("healthyThreshold",), 1, 1000)
     hp = p + ("httpHealthCheck",)

@@ -30,9 +30,8 @@ from twistgw.config.model import (
 from twistgw.config.names import host_without_port
 from twistgw.config.reader import reference
 from twistgw.config.servertls import read_server_ssl_config
-from twistgw.config.routeoptions import read_destination_options, read_options, websocket_enabled
+from twistgw.config.routeoptions import read_destination_options, read_options, route_values
 from twistgw.config.traffic import read_redirect
-from twistgw.options import parse_duration
 
 __all__ = ["read_destination", "read_options", "read_options_refs", "read_routes", "read_virtual_service",
            "read_weighted"]
@@ -142,10 +141,7 @@ def _route(r: FieldReader, ns: str, index: int, raw: Any, path: Path) -> Route:
         refs = read_options_refs(r, m.get("optionsConfigRefs"), path + ("optionsConfigRefs",), ns)
     if action is None:
         raise r.invalid()
-    rewrite = options.get("prefixRewrite")
-    timeout = parse_duration(options["timeout"]) if "timeout" in options else None
-    websocket = websocket_enabled(r, options["upgrades"], path + ("options", "upgrades")) if "upgrades" in options \
-        else True
+    rewrite, timeout, websocket = route_values(options)
     return Route(name, index, tuple(matchers), action, options, rewrite, timeout, path=path, websocket=websocket,
                  inherit_matchers=inherit["inheritableMatchers"],
                  inherit_path_matchers=inherit["inheritablePathMatchers"], options_refs=refs)

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import attrs
 import yaml
 
+from twistgw.api.fields import written_field, written_path
 from twistgw.config.errors import ConfigIssue
 from twistgw.config.names import is_yaml_file
 
@@ -33,8 +34,14 @@ class Document:
     #: field path → line (1-based) where it is written
     lines: Mapping[tuple[str | int, ...], int]
 
+    def field_of(self, path: tuple[str | int, ...]) -> str:
+        """``path`` as a problem names it (:func:`~twistgw.api.fields.written_field`)."""
+        return written_field(self.lines.keys(), path)
+
     def line_of(self, path: tuple[str | int, ...]) -> int | None:
-        """The line of ``path``, or of its nearest written parent."""
+        """The line of ``path`` (a field may be written with its proto name:
+        :func:`~twistgw.api.fields.written_path`), or of its nearest written parent."""
+        path = written_path(self.lines.keys(), path)
         while True:
             if path in self.lines:
                 return self.lines[path]

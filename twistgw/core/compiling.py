@@ -55,7 +55,7 @@ def resource_problems(config: Config, exc: OptionsError, resource: tuple[str, st
         issues.append(ConfigIssue(
             p.reason, file=source.file if source else "", document=source.document if source else None,
             line=source.line_of(p.path) if source else None, resource=f"{kind} {ns}/{name}",
-            field=path_text(p.path)))
+            field=source.field_of(p.path) if source else path_text(p.path)))
 
 
 def check_unused_route_tables(config: Config, host: PluginHost, view: ResourceView,

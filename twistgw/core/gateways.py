@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any, Mapping
 
+from twistgw.api.fields import proto_name
 from twistgw.api.resources import OptionsScope, ResourceView
 from twistgw.api.types import OptionsError
 from twistgw.config.errors import ConfigIssue
@@ -176,6 +177,7 @@ def _limit_step(config: Config, host: PluginHost, view: ResourceView, gw: GlooGa
     settings: Mapping[str, Any] = config.settings
     if local.headers:
         server = dict(settings.get("ratelimitServer") or {})
+        server.pop(proto_name("enableXRatelimitHeaders"), None)  # the one spelling, set
         server["enableXRatelimitHeaders"] = True
         settings = {**settings, "ratelimitServer": server}
     scoped = ResourceView(config.upstreams, config.secrets, config.auth_configs, config.resolve_kube,

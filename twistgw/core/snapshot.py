@@ -139,7 +139,7 @@ class _Build:
         self.issues.append(ConfigIssue(
             reason, file=src.file if src else "", document=src.document if src and with_line else None,
             line=src.line_of(field) if src and with_line else None, resource="Settings",
-            field=path_text(field)))
+            field=src.field_of(field) if src else path_text(field)))
 
     def balancer(self, key: tuple[str, str], subset: tuple[tuple[str, str], ...]) -> Any:
         """One balancer per upstream and subset, shared by the routes to it."""
@@ -239,7 +239,7 @@ class _HostCompiler:
             reason, file=source.file if source else "", document=source.document if source else None,
             line=source.line_of(tuple(path)) if source else None,
             resource=route.owner if in_table and route is not None else f"VirtualService {vs.key}",
-            field=path_text(path)))
+            field=source.field_of(tuple(path)) if source else path_text(path)))
 
     def plugin_problems(self, exc: OptionsError, where: stages.Where, route: Route | None) -> None:
         """Each problem of a plugin's OptionsError, located: below the
@@ -257,7 +257,7 @@ class _HostCompiler:
             else:
                 self.build.issues.append(ConfigIssue(
                     p.reason, file=source.file, document=source.document, line=source.line_of(p.path),
-                    resource=f"{kind} {ns}/{name}", field=path_text(p.path)))
+                    resource=f"{kind} {ns}/{name}", field=source.field_of(p.path)))
 
     def stages_ok(self, options: Mapping[str, Any], path: stages.Where, route: Route | None) -> bool:
         """The staged plugins' keys (``jwtStaged``...) are well formed here."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from twistgw.api.plugin import StagedOptions
-from twistgw.options import type_name
+from twistgw.api.fields import FieldReader, proto_name, type_name
 
 Where = tuple[str | int, ...]
 #: (raw options, where they were written, route name or None)
@@ -41,6 +41,8 @@ def check(plugin: str, decl: StagedOptions, options: Mapping[str, Any], path: Wh
         ok = False
         issue(where, reason)
 
+    reader = FieldReader(fail)
+
     for key in decl.route_only:
         if key in options and not on_route:
             fail(path + (key,), f"is a route option; on a virtual host write {decl.keys[0]}:"
@@ -52,14 +54,11 @@ def check(plugin: str, decl: StagedOptions, options: Mapping[str, Any], path: Wh
     for key in decl.keys:
         if key not in options or (key in decl.route_only and not on_route):
             continue
-        staged = options[key]
-        if not isinstance(staged, Mapping):
-            fail(path + (key,), f"must be a mapping, got {type_name(staged)}")
-            continue
-        unknown = [k for k in staged if k not in stages]
-        if unknown:
-            fail(path + (key, str(unknown[0])),
-                 f"unknown field {unknown[0]!r}; expected one of: {', '.join(stages)}")
+        count = reader.count()
+        staged: Mapping[str, Any] = {}
+        with reader.part():
+            staged = reader.mapping(options[key], path + (key,), stages)
+        if reader.count() > count:
             continue
         if not staged:
             fail(path + (key,), f"set {decl.before}, {decl.after} or both")
@@ -76,6 +75,13 @@ def check(plugin: str, decl: StagedOptions, options: Mapping[str, Any], path: Wh
     return ok
 
 
+def _named(staged: Any, decl: StagedOptions) -> list[tuple[str, Any]]:
+    """A staged key's stages (checked by :func:`check`), each by its name
+    (``before_ext_auth``, the proto name, read as ``beforeExtAuth``)."""
+    names = {proto_name(s): s for s in (decl.before, decl.after)}
+    return [(names.get(k, k), v) for k, v in (staged or {}).items()]
+
+
 def stages_of(decl: StagedOptions, inherited: Entry | None, vh_options: Mapping[str, Any],
               route_options: Mapping[str, Any], vh_path: Where, r_path: Where,
               route_name: str) -> dict[str, Entry]:
@@ -88,14 +94,14 @@ def stages_of(decl: StagedOptions, inherited: Entry | None, vh_options: Mapping[
     if inherited is not None and inherited[2] is None:  # Settings default or virtual host
         stages[decl.after] = inherited
     for key in decl.keys:
-        for stage, raw in (vh_options.get(key) or {}).items():
+        for stage, raw in _named(vh_options.get(key), decl):
             stages[stage] = (raw, vh_path + ("options", key, stage), None)
     if inherited is not None and inherited[2] is not None:  # the route's own key
         if is_disabled(inherited[0]):
             return {}
         stages[decl.after] = inherited
     for key in decl.keys:
-        for stage, raw in (route_options.get(key) or {}).items():
+        for stage, raw in _named(route_options.get(key), decl):
             if is_disabled(raw):
                 stages.pop(stage, None)
             elif key in decl.route_only or set(raw) - {"disable"}:
