@@ -76,7 +76,7 @@ REFERENCES = ["backend-direct", "nginx-proxy", "nginx-limit-req", "nginx-proxy-t
               "bare-twisted", "probe-floor", *h2_bench.REFERENCES, *grpc_bench.REFERENCES]
 GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
            "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "ratelimit-local", "ratelimit-redis",
-           "traffic", "upstream-tls",
+           "ratelimit-cluster", "traffic", "upstream-tls",
            "apikey", "basic-cache", "opa-path", "passthrough",
            *oidc_bench.SCENARIOS, *h2_bench.SCENARIOS, *grpc_bench.GATEWAY]
 ALL = REFERENCES + GATEWAY
@@ -107,6 +107,8 @@ DESCRIPTIONS = {
     "ldap-search-nocache": "twistgw, LDAP userSearch + nested groupSearch (slapd), decision cache off",
     "ratelimit-local": "twistgw, localRatelimit token bucket (never empty: the cost of counting)",
     "ratelimit-redis": "twistgw, ratelimitBasic by address counted in Redis (redis-server on core 0; never over)",
+    "ratelimit-cluster": "twistgw, ratelimit-redis on a Redis Cluster (3 primaries on core 0, clustered: true; never"
+                         " over; goal: plain + 25 us, >= 15,000 req/s)",
     "apikey": "twistgw, apiKeyAuth: one API key among 100 in Secrets",
     "basic-cache": "twistgw, basicAuth (apr1 hash), the verified-credentials memo warm",
     "opa-path": "twistgw, opaAuth: Gloo's allow-GET-by-path policy on regopy",
@@ -133,9 +135,10 @@ RATELIMIT_OPTIONS = {
         anonymousLimits: {requestsPerUnit: 4000000000, unit: SECOND}
 """,
 }
+RATELIMIT_OPTIONS["ratelimit-cluster"] = RATELIMIT_OPTIONS["ratelimit-redis"]
 
 
-def ratelimit_settings(redis_port: int) -> str:
+def ratelimit_settings(redis_port: int, clustered: bool = False) -> str:
     return f"""---
 apiVersion: gateway.vendor.io/v1
 kind: Settings
@@ -143,7 +146,7 @@ metadata: {{name: default, namespace: default}}
 spec:
   ratelimitServer:
     requestTimeout: 100ms
-    redis: {{address: "127.0.0.1:{redis_port}"}}
+    redis: {{address: "127.0.0.1:{redis_port}", clustered: {str(clustered).lower()}}}
 """
 
 
@@ -158,6 +161,34 @@ def start_redis(procs: "Processes", prefix: str) -> int:
                                  "--appendonly", "no", "--dir", directory], LOAD_CPU)
     wait_port(port, proc, procs, "redis")
     return port
+
+
+def start_redis_cluster(procs: "Processes", prefix: str, primaries: int = 3) -> list[int]:
+    """A Redis Cluster of ``primaries`` redis-server processes (no replicas) on the load core,
+    joined with redis-cli --cluster create; their ports."""
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    cli = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+    if not os.path.exists(binary) or not os.path.exists(cli):
+        raise Skip("redis-server and redis-cli are needed (apt-get install redis-server)")
+    ports = []
+    for i in range(primaries):
+        port, bus = free_port(), free_port()
+        directory = os.path.join(prefix, f"redis-cluster-{i}")
+        os.makedirs(directory, exist_ok=True)
+        proc = procs.start(f"redis-cluster-{i}", [
+            binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", directory,
+            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port", str(bus)], LOAD_CPU)
+        wait_port(port, proc, procs, f"redis-cluster-{i}")
+        ports.append(port)
+    subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports], "--cluster-yes"],
+                   capture_output=True, text=True, timeout=60, check=True)
+    deadline = time.monotonic() + 30
+    while not all("cluster_state:ok" in subprocess.run([cli, "-p", str(p), "CLUSTER", "INFO"], capture_output=True,
+                                                       text=True, timeout=10).stdout for p in ports):
+        if time.monotonic() > deadline:
+            raise Skip("the Redis Cluster did not become ok within 30 s")
+        time.sleep(0.1)
+    return ports
 
 
 def redis_script_calls(port: int) -> int:
@@ -885,6 +916,7 @@ class Bench:
         self.slapd_port: int | None = None
         self.slapd_error = ""
         self.redis_port: int | None = None
+        self.cluster_ports: list[int] = []
         self.baseline: Baseline | None = None
         #: the fixed gRPC upstream (nginx h2c on core 0) and its files, for the gRPC rows
         self.grpc_port = 0
@@ -927,6 +959,11 @@ class Bench:
                 self.redis_port = start_redis(self.procs, self.prefix)
             except Skip as exc:
                 self.results["ratelimit-redis"].skipped = str(exc)
+        if "ratelimit-cluster" in self.args.scenarios:
+            try:
+                self.cluster_ports = start_redis_cluster(self.procs, self.prefix)
+            except (Skip, subprocess.SubprocessError) as exc:
+                self.results["ratelimit-cluster"].skipped = str(exc)
         for name in self.args.scenarios:
             if self.results[name].skipped:
                 continue
@@ -1086,6 +1123,8 @@ class Bench:
             headers = [f"Authorization: {basic('alice', 'alicepw')}"]
         elif kind in RATELIMIT_OPTIONS:
             extra = ratelimit_settings(self.redis_port) if kind == "ratelimit-redis" and self.redis_port else ""
+            if kind == "ratelimit-cluster" and self.cluster_ports:
+                extra = ratelimit_settings(self.cluster_ports[0], clustered=True)
             gateway_config(directory, self.backend_port, RATELIMIT_OPTIONS[kind], extra)
             expect = [("GET /", {}, 200)]
         elif kind in ("apikey", "basic-cache", "opa-path", "passthrough"):
@@ -1238,11 +1277,13 @@ class Bench:
         cpu0 = cpu_seconds(pid) if pid else None
         offset = self.fresh_offset if target.fresh else None
         busy0, t0 = cpu_busy(), time.monotonic()
-        calls0 = redis_script_calls(self.redis_port) if target.name == "ratelimit-redis" and self.redis_port else None
+        counted = [self.redis_port] if target.name == "ratelimit-redis" and self.redis_port else \
+            self.cluster_ports if target.name == "ratelimit-cluster" else []
+        calls0 = sum(redis_script_calls(p) for p in counted) if counted else None
         w = self.wrk(target, self.args.duration, offset)
         busy1, t1 = cpu_busy(), time.monotonic()
-        if calls0 is not None and self.redis_port and w["requests"]:
-            per_request = (redis_script_calls(self.redis_port) - calls0) / w["requests"]
+        if calls0 is not None and counted and w["requests"]:
+            per_request = (sum(redis_script_calls(p) for p in counted) - calls0) / w["requests"]
             self.results[target.name].notes.append(
                 f"round {order}: {per_request:.3f} Redis commands per request (one EVALSHA per reactor turn's batch)")
         cpu1 = cpu_seconds(pid) if pid else None

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """The gateway process's own CPU time per request against a real Redis.
 
-    bench/redis_cpu.py [--scenarios plain,ratelimit-redis,oidc-redis] [--requests 20000] [--repeat 3]
+    bench/redis_cpu.py [--scenarios plain,ratelimit-redis,ratelimit-cluster,oidc-redis] [--requests 20000]
+                       [--repeat 3]
                        [--tree DIR --python PY]   # another checkout (e.g. main, to compare)
 
 For each scenario it starts one gateway process (bench/harness.py's
 configuration: ``ratelimitBasic`` by address never over its limit;
-``oidc-redis`` a valid session in Redis), a private ``redis-server`` and an
+``oidc-redis`` a valid session in Redis; ``ratelimit-cluster`` the rate
+limit on a Redis Cluster of three primaries), a private ``redis-server`` and an
 nginx backend, sends a warm-up, then ``--requests`` requests with ``ab``
 (keep-alive, ``--connections`` at once), and reads the gateway pid's
 utime + stime from ``/proc`` before and after: CPU µs per request, and the
@@ -36,7 +38,7 @@ sys.path.insert(0, HERE)
 import harness  # noqa: E402
 import oidc_bench  # noqa: E402
 
-SCENARIOS = ("plain", "ratelimit-redis", "oidc-redis")
+SCENARIOS = ("plain", "ratelimit-redis", "ratelimit-cluster", "oidc-redis")
 
 
 def redis_calls(port: int) -> int:
@@ -60,7 +62,7 @@ def ab(port: int, n: int, connections: int, headers: list[str]) -> None:
 
 
 def start(procs: harness.Processes, prefix: str, name: str, backend: int, redis: int, tree: str,
-          python: str) -> tuple[int, int, list[str]]:
+          python: str, cluster: list[int]) -> tuple[int, int, list[str]]:
     """The gateway of ``name``: (port, pid, request headers)."""
     directory = os.path.join(prefix, f"config-{name}")
     headers: list[str] = []
@@ -68,6 +70,9 @@ def start(procs: harness.Processes, prefix: str, name: str, backend: int, redis:
         harness.gateway_config(directory, backend)
     elif name == "ratelimit-redis":
         harness.gateway_config(directory, backend, harness.RATELIMIT_OPTIONS[name], harness.ratelimit_settings(redis))
+    elif name == "ratelimit-cluster":
+        harness.gateway_config(directory, backend, harness.RATELIMIT_OPTIONS[name],
+                               harness.ratelimit_settings(cluster[0], clustered=True))
     else:
         options, extra = oidc_bench.options(name, redis)
         harness.gateway_config(directory, backend, options, extra)
@@ -106,18 +111,21 @@ def main() -> None:
         location / {{ default_type text/plain; return 200 "ok\\n"; }}
     }}"""), backend, harness.LOAD_CPU)
             redis = harness.start_redis(procs, prefix)
+            cluster = harness.start_redis_cluster(procs, prefix) if "ratelimit-cluster" in names else []
             results: dict[str, list[tuple[float, float]]] = {}
-            targets = {name: start(procs, prefix, name, backend, redis, args.tree, args.python) for name in names}
+            targets = {name: start(procs, prefix, name, backend, redis, args.tree, args.python, cluster)
+                       for name in names}
             for port, _, headers in targets.values():
                 ab(port, min(2000, args.requests), args.connections, headers)  # warm-up
             for i in range(args.repeat):
                 for name, (port, pid, headers) in targets.items():
                     time.sleep(0.2)
-                    cpu0, calls0 = harness.cpu_seconds(pid), redis_calls(redis)
+                    servers = cluster if name == "ratelimit-cluster" else [redis]
+                    cpu0, calls0 = harness.cpu_seconds(pid), sum(redis_calls(p) for p in servers)
                     ab(port, args.requests, args.connections, headers)
-                    cpu1, calls1 = harness.cpu_seconds(pid), redis_calls(redis)
+                    cpu1, calls1 = harness.cpu_seconds(pid), sum(redis_calls(p) for p in servers)
                     per = (cpu1 - cpu0) / args.requests * 1e6
-                    cmds = (calls1 - calls0 - 1) / args.requests  # the INFO before is counted once
+                    cmds = (calls1 - calls0 - len(servers)) / args.requests  # each INFO before is counted once
                     results.setdefault(name, []).append((per, cmds))
                     print(f"  {i + 1}/{args.repeat} {name:16} {per:7.1f} µs CPU/request  {cmds:.3f} Redis"
                           " commands/request", flush=True)

@@ -53,6 +53,7 @@ MODULES = (
     "unit/test_layers.py",
     "unit/test_code_size.py",
     "unit/test_metrics.py",
+    "unit/test_redis_slots.py",
     "unit/test_options_helpers.py",
     "unit/test_pipeline.py",
     "unit/test_proxy_header.py",

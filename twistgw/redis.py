@@ -41,7 +41,9 @@ sessions) uses it::
   by subjectAltName.
 
 :class:`RedisPool` spreads a plugin's commands over a few connections, one
-connection per reactor turn.
+connection per reactor turn. On a Redis Cluster (``RedisConfig(clustered=True)``)
+:class:`twistgw.rediscluster.RedisCluster` routes each command to the
+primary of its hash slot, over one :class:`RedisPool` per primary.
 """
 
 from __future__ import annotations
@@ -98,6 +100,8 @@ class RedisConfig:
     tls: bool = False
     #: the CA certificates (PEM) that must have signed the server's (tls); None: the system's
     ca_pem: bytes | None = attrs.field(default=None, repr=False)
+    #: ``host:port`` is one node (a seed) of a Redis Cluster: see :mod:`twistgw.rediscluster`
+    clustered: bool = False
 
     @property
     def address(self) -> str:
@@ -155,11 +159,14 @@ class RedisClient:
 
     _log = Logger(namespace="twistgw.redis")
 
-    def __init__(self, reactor: Any, config: RedisConfig, timeout: float = 2.0) -> None:
+    def __init__(self, reactor: Any, config: RedisConfig, timeout: float = 2.0,
+                 on_down: Callable[[str], None] | None = None) -> None:
         self.reactor = reactor
         self.config = config
         self.address = config.address
         self.timeout = timeout
+        #: told why, each time a connection is lost or an attempt fails (a cluster refreshes its map)
+        self.on_down = on_down
         self._endpoint: Any = HostnameEndpoint(reactor, config.host, config.port, timeout=max(timeout, 0.05))
         if config.tls:
             self._endpoint = wrapClientTLS(client_tls(config.host, ca_pem=config.ca_pem), self._endpoint)
@@ -219,6 +226,13 @@ class RedisClient:
                 d.callback(value)
         self.send(command, reply)
         return d
+
+    def flush(self) -> None:
+        """Write the commands queued in this reactor turn now (nothing when none is)."""
+        call = self._flush_call
+        if call is not None:
+            call.cancel()
+        self._flush()
 
     def _flush(self) -> None:
         self._flush_call = None
@@ -335,6 +349,11 @@ class RedisClient:
                 closing.callback(None)
             return
         self._down = why
+        if self.on_down is not None:
+            try:
+                self.on_down(why)
+            except Exception:
+                self._log.failure("a Redis client's on_down failed")
         if why != self._logged:  # once per distinct reason, not once per attempt
             self._logged = why
             self._log.warn("{reason}; trying again in {delay:g}s", reason=why, delay=self._delay)
@@ -385,8 +404,10 @@ class RedisPool:
     connection while another has one), so a turn still costs one write and
     one round trip."""
 
-    def __init__(self, reactor: Any, config: RedisConfig, size: int = 1, timeout: float = 2.0) -> None:
-        self.clients = [RedisClient(reactor, config, timeout) for _ in range(max(1, size))]
+    def __init__(self, reactor: Any, config: RedisConfig, size: int = 1, timeout: float = 2.0,
+                 on_down: Callable[[str], None] | None = None) -> None:
+        self.address = config.address
+        self.clients = [RedisClient(reactor, config, timeout, on_down) for _ in range(max(1, size))]
         self._next = 0
         self._current = self.clients[0]
         self.closed = False
@@ -405,8 +426,22 @@ class RedisPool:
         self._current = current
         return current
 
+    def send(self, command: tuple[Any, ...], reply: Reply, flush: bool = False) -> None:
+        """:meth:`RedisClient.send` on this turn's client."""
+        self.client().send(command, reply, flush)
+
     def execute(self, *command: Any) -> Deferred[Any]:
         return self.client().execute(*command)
+
+    def flush(self) -> None:
+        """Write every client's queued commands now."""
+        for client in self.clients:
+            client.flush()
+
+    @property
+    def connected(self) -> bool:
+        """True while at least one of the clients has a connection."""
+        return any(c._ready is not None for c in self.clients)
 
     def close(self) -> Deferred[Any]:
         self.closed = True

@@ -249,7 +249,8 @@ def compile_session(f: Fields, namespace: str, secret: SecretLookup,
     for field in ("targetDomain", "headerName"):
         if field in r:
             r.issue(field, "is not supported by twistgw")
-    redis = _redis_options(r.fields("options", ("host", "db", "poolSize", "socketType", "tlsCertMountPath")))
+    redis = _redis_options(r.fields("options", ("host", "db", "poolSize", "socketType", "tlsCertMountPath",
+                                                  "clustered")))
     name = r.string("cookieName", DEFAULT_REDIS_COOKIE)
     prefix = r.string("keyPrefix", "", nonempty=False)
     buffer = r.duration("preExpiryBuffer", DEFAULT_PRE_EXPIRY, lo=0)
@@ -282,6 +283,7 @@ def _cookie_options(f: Fields) -> CookieOptions:
 
 def _redis_options(f: Fields) -> RedisSpec | None:
     count = f.reader.count()
+    clustered = f.boolean("clustered", False)
     socket_type = f.get("socketType", "TCP")
     if socket_type not in ("TCP", "TLS"):
         f.issue("socketType", f"must be TCP or TLS, got {socket_type!r}")
@@ -292,6 +294,9 @@ def _redis_options(f: Fields) -> RedisSpec | None:
     for field, value in (("db", db), ("poolSize", pool)):
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if field == "db" else 1):
             f.issue(field, "must be a whole number" + (" >= 0" if field == "db" else " >= 1"))
+    if clustered and db not in (0, None) and not isinstance(db, bool):
+        f.issue("db", f"must be 0 with clustered: true (a Redis Cluster has only database 0 and refuses SELECT),"
+                      f" got {db!r}")
     if host is None:
         return None
     if host.startswith("unix://"):
@@ -304,7 +309,7 @@ def _redis_options(f: Fields) -> RedisSpec | None:
     ca = _redis_ca(f, f.get("tlsCertMountPath"), name.strip("[]")) if socket_type == "TLS" else None
     if f.reader.count() > count:
         return None
-    return RedisSpec(name.strip("[]"), int(port), db, pool, socket_type == "TLS", ca)
+    return RedisSpec(name.strip("[]"), int(port), db, pool, socket_type == "TLS", ca, clustered)
 
 
 def _redis_ca(f: Fields, path: Any, host: str) -> bytes | None:

@@ -58,12 +58,15 @@ class RedisSpec:
     #: socketType TLS, and the CA certificates the server's must lead to (None: the system's)
     tls: bool = False
     ca_pem: bytes | None = attrs.field(default=None, repr=False)
+    #: twistgw's ``clustered: true``: ``host`` is a node (a seed) of a Redis Cluster
+    clustered: bool = False
 
     def config(self) -> RedisConfig:
-        return RedisConfig(self.host, self.port, self.db, tls=self.tls, ca_pem=self.ca_pem)
+        return RedisConfig(self.host, self.port, self.db, tls=self.tls, ca_pem=self.ca_pem, clustered=self.clustered)
 
     def __str__(self) -> str:
-        return f"{'rediss' if self.tls else 'redis'}://{self.config().address}/{self.db}"
+        where = f"{'rediss' if self.tls else 'redis'}://{self.config().address}/{self.db}"
+        return f"{where} (a Redis Cluster)" if self.clustered else where
 
 
 @attrs.frozen

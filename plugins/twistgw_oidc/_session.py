@@ -14,6 +14,8 @@ one provider's config is never taken by another's).
   with the cookie. Logins in progress, front-channel logout's sid index and
   used ``state`` values live there too. The client is :mod:`twistgw.redis`;
   the session reads of one reactor turn go out as pipelined GETs in one write.
+  With ``clustered: true`` it is :mod:`twistgw.rediscluster`: every command
+  names one key, routed to the primary of its hash slot.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from typing import Any, Callable, Mapping
 import attrs
 from twisted.internet.defer import Deferred
 
-from twistgw.sdk import RedisPool, b64decode_strict
+from twistgw.sdk import RedisCluster, RedisPool, b64decode_strict
+from twistgw.sdk import connect_redis as connect
 
 from twistgw_oidc._cookies import Sealer
 from twistgw_oidc._options import RedisSpec, SessionSpec
@@ -158,15 +161,17 @@ def _key(prefix: str, kind: str, ident: str) -> str:
 
 class RedisPools:
     """One :class:`twistgw.redis.RedisPool` per (host, port, db, poolSize,
-    TLS), shared by every config naming it; closed at shutdown."""
+    TLS), shared by every config naming it (with ``clustered``, one
+    :class:`twistgw.rediscluster.RedisCluster`: ``poolSize`` connections per
+    primary); closed at shutdown."""
 
     def __init__(self) -> None:
-        self._pools: dict[RedisSpec, RedisPool] = {}
+        self._pools: dict[RedisSpec, RedisPool | RedisCluster] = {}
 
-    def get(self, spec: RedisSpec, reactor: Any) -> RedisPool:
+    def get(self, spec: RedisSpec, reactor: Any) -> RedisPool | RedisCluster:
         pool = self._pools.get(spec)
         if pool is None:
-            pool = self._pools[spec] = RedisPool(reactor, spec.config(), spec.pool_size, REDIS_TIMEOUT)
+            pool = self._pools[spec] = connect(reactor, spec.config(), REDIS_TIMEOUT, spec.pool_size)
         return pool
 
     def close(self) -> list[Deferred[Any]]:
@@ -206,7 +211,7 @@ class RedisStore:
         self.reactor = reactor
         self.prefix = spec.key_prefix
         self._parsed: OrderedDict[bytes, Session] = OrderedDict()
-        self._pool: RedisPool | None = None  # the pools' (shared), found on first use
+        self._pool: RedisPool | RedisCluster | None = None  # the pools' (shared), found on first use
 
     @property
     def ttl(self) -> int:
@@ -215,7 +220,10 @@ class RedisStore:
     def down(self, exc: BaseException) -> StoreDown:
         """Redis down, too slow, or refusing a command: one StoreDown naming it."""
         redis = self.redis
-        return StoreDown(f"Redis {redis.host}:{redis.port}: {type(exc).__name__}: {exc}")
+        hint = ""
+        if not redis.clustered and str(exc).startswith(("MOVED ", "ASK ", "CLUSTERDOWN")):
+            hint = " (a Redis Cluster node: set session.redis.options.clustered: true)"
+        return StoreDown(f"Redis {redis.host}:{redis.port}: {type(exc).__name__}: {exc}{hint}")
 
     async def _do(self, *command: Any) -> Any:
         try:
@@ -230,8 +238,7 @@ class RedisStore:
         pool = self._pool
         if pool is None or pool.closed:
             pool = self._pool = self.pools.get(self.redis, self.reactor())
-        client = pool.client()
-        client.send(("GET", _key(self.prefix, "session", session_id)), _Loaded(self, d))
+        pool.send(("GET", _key(self.prefix, "session", session_id)), _Loaded(self, d))
         return d
 
     def parse(self, raw: bytes) -> Session | None:

@@ -62,8 +62,9 @@ class _Node:
 
 def escape(text: str) -> str:
     """A value as part of a counter key: ``%``, ``|`` and ``=`` escaped, so
-    no value can end one part and start another."""
-    return text.replace("%", "%25").replace("|", "%7C").replace("=", "%3D")
+    no value can end one part and start another; ``{`` and ``}`` too, so that
+    on a Redis Cluster the hash tag is the whole bucket, never a value's."""
+    return text.replace("%", "%25").replace("|", "%7C").replace("=", "%3D").replace("{", "%7B").replace("}", "%7D")
 
 
 def _flag(raw: Mapping[str, Any], name: str, path: Path, problems: Problems) -> bool:

@@ -10,7 +10,8 @@ plus where the counters live)::
       enableXRatelimitHeaders: false
       shadowMode: false             # count and log, never refuse (twistgw)
       redis:                        # twistgw: the counters' Redis
-        address: 127.0.0.1:6379
+        address: 127.0.0.1:6379     # with clustered: any node of the cluster (a seed)
+        clustered: false            # true: a Redis Cluster (db must then be 0)
         db: 0
         authSecretRef: {name: redis-auth, namespace: gloo-system}   # data.password (+ data.username: ACL)
         tls: {caSecretRef: {name: redis-ca}}                        # or caFile: path, or {}: system trust
@@ -62,10 +63,10 @@ def _redis(raw: Any, problems: Problems, resources: Any, found: Problems) -> Red
         problems.add(path, f"must be a mapping {{address: host:port, db: 0}}, got {type_name(raw)}")
         return None
     raw = problems.mapping(raw, path, REDIS_FIELDS)
-    if raw.get("clustered", False) is not False:
-        problems.add(path + ("clustered",), "Redis Cluster is not supported: one batch's counters (one Lua"
-                     " script) span many hash slots, which a cluster refuses (CROSSSLOT); point address at one"
-                     " primary (failover behind one name, e.g. a Sentinel-managed Service)")
+    clustered = raw.get("clustered", False)
+    if not isinstance(clustered, bool):
+        problems.add(path + ("clustered",), f"must be true or false, got {type_name(clustered)}")
+        clustered = False
     address = raw.get("address")
     if not isinstance(address, str):
         address = ""
@@ -76,6 +77,10 @@ def _redis(raw: Any, problems: Problems, resources: Any, found: Problems) -> Red
     db = raw.get("db", 0)
     if isinstance(db, bool) or not isinstance(db, int) or not 0 <= db < 16384:
         problems.add(path + ("db",), f"must be a database number from 0, got {db!r}")
+        return None
+    if clustered and db != 0:
+        problems.add(path + ("db",), f"must be 0 with clustered: true (a Redis Cluster has only database 0 and"
+                     f" refuses SELECT), got {db}")
         return None
     username = password = None
     if "authSecretRef" in raw:
@@ -94,7 +99,7 @@ def _redis(raw: Any, problems: Problems, resources: Any, found: Problems) -> Red
                 client_tls(host.strip("[]"), ca_pem=ca)
             except TLSSettingsError as exc:
                 (found if ca is not None else problems).add(path + ("tls",), str(exc))
-    return RedisConfig(host.strip("[]"), int(port), db, username, password, tls, ca)
+    return RedisConfig(host.strip("[]"), int(port), db, username, password, tls, ca, clustered)
 
 
 def _secret(ref: Any, path: Path, problems: Problems, resources: Any, found: Problems) -> Mapping[str, bytes] | None:

@@ -322,6 +322,19 @@ class OptionsTests(unittest.TestCase):
         got = problems(oidc(session={"redis": {"options": {"host": "r:1", "socketType": "UNIX"}}}))
         self.assertIn("must be TCP or TLS", got["oidcAuthorizationCode.session.redis.options.socketType"])
 
+    def test_redis_cluster(self) -> None:
+        """twistgw's session.redis.options.clustered: host is a seed of a Redis Cluster, db must be 0."""
+        checker = compile_oidc_checker(session={"redis": {"options": {"host": "redis:6379", "clustered": True,
+                                                                      "poolSize": 2}}})
+        redis = checker.spec.session.redis
+        assert redis is not None
+        self.assertEqual((redis.clustered, redis.config().clustered, str(redis)),
+                         (True, True, "redis://redis:6379/0 (a Redis Cluster)"))
+        got = problems(oidc(session={"redis": {"options": {"host": "r:1", "clustered": True, "db": 2}}}))
+        self.assertIn("must be 0 with clustered: true", got["oidcAuthorizationCode.session.redis.options.db"])
+        got = problems(oidc(session={"redis": {"options": {"host": "r:1", "clustered": "yes"}}}))
+        self.assertIn("oidcAuthorizationCode.session.redis.options.clustered", got)
+
     def test_fail_on_redirect(self) -> None:
         checker = OAuth2Type().compile(oidc(), scope(fail_on_redirect=True))
         self.assertFalse(can_redirect(checker.spec, ctx(accept="text/html")))

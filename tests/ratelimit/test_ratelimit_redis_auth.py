@@ -113,7 +113,7 @@ async def test_a_flushed_script_is_loaded_again(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("redis", "expected"), [
-    ({"address": "127.0.0.1:6379", "clustered": True}, "Redis Cluster is not supported"),
+    ({"address": "127.0.0.1:6379", "clustered": "yes"}, "clustered: must be true or false"),
     ({"address": "127.0.0.1:6379", "authSecretRef": {"name": "absent"}}, "no Secret gloo-system/absent"),
     ({"address": "127.0.0.1:6379", "authSecretRef": "pw"}, "must be a Secret reference"),
     ({"address": "127.0.0.1:6379", "tls": {"caFile": "missing.pem"}}, "cannot read missing.pem"),

@@ -19,6 +19,11 @@
                       starts :func:`twistgw.sdk.testing.start_gateway` and stops it
                       at teardown. ``load_entry_points`` defaults to False
                       here; pass True to load the installed plugins.
+``redis_cluster``     a real Redis Cluster (3 primaries, 3 replicas, ``redis-server``
+                      on loopback; :class:`support.rediscluster.RedisClusterServers`),
+                      started once per test session: each test gets it whole
+                      (every node up, cluster ok) and empty (FLUSHALL), and may
+                      kill, fail over or reshard it (it is healed afterwards).
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from twisted.internet import defer, protocol
 
 from support.http import Backend, RawServer, reactor, start_backend
 
-__all__ = ['backend_factory', 'backend', 'raw_server', 'unused_port', 'config_dir', 'gateway']
+__all__ = ['backend_factory', 'backend', 'raw_server', 'unused_port', 'config_dir', 'gateway',
+           'redis_cluster_servers', 'redis_cluster']
 
 
 @pytest.fixture
@@ -135,3 +141,30 @@ def gateway() -> Any:
     yield start
     for gw in started:
         pytest_twisted.blockon(defer.ensureDeferred(gw.stop()))
+
+
+#: every node of the shared cluster: a dead primary is replaced after 1 s; a slot with
+#: no node leaves the other slots served (the tests of denyOnFail need that)
+CLUSTER_ARGS = ("--cluster-require-full-coverage", "no")
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_servers(tmp_path_factory: Any) -> Any:
+    """The session's Redis Cluster (use ``redis_cluster`` in tests)."""
+    from support.rediscluster import RedisClusterServers
+
+    cluster = RedisClusterServers(tmp_path_factory.mktemp("redis-cluster"), node_timeout=1000, args=CLUSTER_ARGS)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def redis_cluster(redis_cluster_servers: Any) -> Any:
+    """The session's Redis Cluster, whole and empty for this test (healed after it)."""
+    redis_cluster_servers.heal()
+    redis_cluster_servers.flush()
+    yield redis_cluster_servers
+    redis_cluster_servers.heal()

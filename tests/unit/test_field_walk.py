@@ -696,7 +696,8 @@ spec:
         callbackPath: /callback
         session:
           redis:
-            options: {{host: "127.0.0.1:6379", db: 1, poolSize: 2, socketType: TLS, tlsCertMountPath: {ca_path}}}
+            options: {{host: "127.0.0.1:6379", db: 1, poolSize: 2, socketType: TLS, tlsCertMountPath: {ca_path},
+                      clustered: false}}
             keyPrefix: walk
             cookieName: walk-sid
             allowRefreshing: true
@@ -1505,6 +1506,8 @@ FIELDS.update({
     f"{_OIDC}.clientSecretRef.namespace": (T, OIDC_UNITS, OIDC_STACK),
     f"{_OIDC}.session.cipherConfig.keyRef.namespace": (T, OIDC_FIELDS),
     f"{_OIDC}.session.redis.options.socketType": (T, "tests/oidc/test_oidc_redis_store.py", OIDC_UNITS),
+    # twistgw's: a Redis Cluster (sessions through a real login on a real cluster)
+    f"{_OIDC}.session.redis.options.clustered": (T, "tests/oidc/test_oidc_cluster.py", OIDC_UNITS),
     **{f"{_OIDC}.{k}": (T, OIDC_FIELDS) for k in (
         "clientAuthentication", "clientAuthentication.clientSecret", "clientAuthentication.clientSecret.clientSecretRef",
         "clientAuthentication.clientSecret.clientSecretRef.name",
@@ -1585,8 +1588,9 @@ FIELDS.update({
     **{f"{_SERVER}.{k}": (T, RL_AUTH) for k in (
         "redis.authSecretRef", "redis.authSecretRef.name", "redis.authSecretRef.namespace", "redis.tls",
         "redis.tls.caSecretRef", "redis.tls.caSecretRef.name", "redis.tls.caSecretRef.namespace",
-        "redis.tls.caFile",
-        "redis.clustered")},  # only false: Redis Cluster is refused, with the reason
+        "redis.tls.caFile")},
+    f"{_SERVER}.redis.clustered": (T, "tests/ratelimit/test_ratelimit_cluster.py",
+                                   "tests/ratelimit/test_ratelimit_cluster_tls.py"),
     f"{_SERVER}.ratelimitServerRef": (T, RL_UNITS),  # refused: twistgw is its own rate-limit server
     f"{_SERVER}.grpcService": (T, "tests/docs/test_coming_from_gloo_table.py"),  # refused, the same
 })

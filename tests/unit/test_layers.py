@@ -37,7 +37,8 @@ PACKAGE = Path(twistgw.__file__).resolve().parent
 
 #: In order; a module may import its own layer and the ones before it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("api", ("twistgw.api", "twistgw.regex", "twistgw.tls", "twistgw.stdtls", "twistgw.servertls", "twistgw.redis")),
+    ("api", ("twistgw.api", "twistgw.regex", "twistgw.tls", "twistgw.stdtls", "twistgw.servertls", "twistgw.redis",
+             "twistgw.redisslots", "twistgw.rediscluster")),
     ("config", ("twistgw.config",)),
     ("core", ("twistgw.core",)),
     ("engine", ("twistgw.engine",)),

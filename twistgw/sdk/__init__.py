@@ -63,6 +63,8 @@ from twistgw.api.state import StateKey
 from twistgw.api.views import RouteView, VirtualServiceView
 from twistgw.config.upstreamtls import read_pems
 from twistgw.redis import RedisClient, RedisConfig, RedisError, RedisPool, RedisUnavailable, ReplyError
+from twistgw.rediscluster import RedisCluster, key_slot
+from twistgw.rediscluster import connect as connect_redis
 from twistgw.regex import DEFAULT_MAX_PROGRAM_SIZE, SafeRegex, UnsafePattern, max_program_size
 from twistgw.tls import (
     TLS_VERSIONS,
@@ -106,7 +108,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "BoundedBody", "BodyTooLarge", "client_tls", "https_policy", "verifying_https_policy",
         "describe_tls_failure", "TLSSettingsError", "PeerRefused", "TLS_VERSIONS", "read_pems",
     ),
-    "Redis": ("RedisClient", "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError"),
+    "Redis": ("RedisClient", "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError", "RedisCluster",
+              "connect_redis", "key_slot"),
     "Counters": ("counter",),
 }
 
@@ -121,6 +124,6 @@ __all__ = [
     "unknown_field", "parse_duration", "DURATION_UNITS", "is_kubernetes_name", "loopback_problem", "SafeRegex",
     "UnsafePattern", "max_program_size", "DEFAULT_MAX_PROGRAM_SIZE", "BoundedBody", "BodyTooLarge", "client_tls",
     "https_policy", "verifying_https_policy", "describe_tls_failure", "TLSSettingsError", "PeerRefused", "TLS_VERSIONS",
-    "read_pems", "RedisClient", "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError", "counter",
-    "__version__",
+    "read_pems", "RedisClient", "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError", "RedisCluster",
+    "connect_redis", "key_slot", "counter", "__version__",
 ]
