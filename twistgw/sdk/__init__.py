@@ -124,6 +124,6 @@ __all__ = [
     "unknown_field", "parse_duration", "DURATION_UNITS", "is_kubernetes_name", "loopback_problem", "SafeRegex",
     "UnsafePattern", "max_program_size", "DEFAULT_MAX_PROGRAM_SIZE", "BoundedBody", "BodyTooLarge", "client_tls",
     "https_policy", "verifying_https_policy", "describe_tls_failure", "TLSSettingsError", "PeerRefused", "TLS_VERSIONS",
-    "read_pems", "RedisClient", "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError", "RedisCluster",
-    "connect_redis", "key_slot", "counter", "__version__",
+    "read_pems", "RedisClient", "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError",
+    "RedisCluster", "connect_redis", "key_slot", "counter", "__version__",
 ]
