@@ -192,8 +192,14 @@ class H2Client:
     """
 
     def __init__(self, port: int, tls: bool = False, alpn: Iterable[str] = ("h2",), timeout: float = 5.0,
-                 settings: dict[int, int] | None = None, preface: bool = True) -> None:
-        sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+                 settings: dict[int, int] | None = None, preface: bool = True, rcvbuf: int | None = None) -> None:
+        if rcvbuf is None:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        else:  # a small receive buffer, set before connecting (the window is agreed then)
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            sock.settimeout(timeout)
+            sock.connect(("127.0.0.1", port))
         self.negotiated: str | None = None
         if tls:
             ctx = ssl.create_default_context()

@@ -206,8 +206,11 @@ def _flood(port: int, frame: bytes, outcome: dict[str, Any]) -> None:
     """Send ``frame`` over and over without reading (with a slow stream
     open, so that the idle timeout is not what ends it) until the gateway
     ends the connection, or 90 s passed. The acknowledgements first fill
-    the kernel's buffers (megabytes on loopback), then the gateway's."""
-    c = H2Client(port)
+    the kernel's buffers, then the gateway's: the client's receive buffer
+    is made small, so that this takes seconds even on a loaded machine
+    (with loopback's default of megabytes a slow gateway could take longer
+    than the 90 s to fill it, and the test read the time, not the bound)."""
+    c = H2Client(port, rcvbuf=4096)
     c.request("/slow?s=90")
     c.sock.settimeout(1.0)
     sent, deadline = 0, time.monotonic() + 90
