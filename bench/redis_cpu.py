@@ -88,6 +88,30 @@ def start(procs: harness.Processes, prefix: str, name: str, backend: int, redis:
     return port, proc.pid, headers
 
 
+def chosen(scenarios: str) -> list[str]:
+    """The scenarios named in ``--scenarios`` (comma-separated), each known."""
+    names = [s for s in scenarios.split(",") if s]
+    for s in names:
+        if s not in SCENARIOS:
+            raise SystemExit(f"unknown scenario {s!r}; known: {', '.join(SCENARIOS)}")
+    return names
+
+
+def start_parts(procs: harness.Processes, prefix: str, names: list[str]) -> tuple[int, int, list[int]]:
+    """What every scenario of these benches needs, on the load core: an
+    nginx backend answering ``ok``, one Redis, and a Redis Cluster when
+    ``ratelimit-cluster`` is among ``names``; their ports."""
+    backend = harness.free_port()
+    harness.start_nginx(procs, prefix, "backend", harness.nginx_conf(prefix, "backend", f"""
+    server {{
+        listen 127.0.0.1:{backend};
+        location / {{ default_type text/plain; return 200 "ok\\n"; }}
+    }}"""), backend, harness.LOAD_CPU)
+    redis = harness.start_redis(procs, prefix)
+    cluster = harness.start_redis_cluster(procs, prefix) if "ratelimit-cluster" in names else []
+    return backend, redis, cluster
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
@@ -97,21 +121,11 @@ def main() -> None:
     parser.add_argument("--tree", default=harness.ROOT, help="the checkout whose twistgw and plugins run")
     parser.add_argument("--python", default=sys.executable, help="the interpreter (its site-packages) to run")
     args = parser.parse_args()
-    names = [s for s in args.scenarios.split(",") if s]
-    for s in names:
-        if s not in SCENARIOS:
-            raise SystemExit(f"unknown scenario {s!r}; known: {', '.join(SCENARIOS)}")
+    names = chosen(args.scenarios)
     with tempfile.TemporaryDirectory(prefix="twistgw-redis-cpu-") as prefix:
         procs = harness.Processes(prefix)
         try:
-            backend = harness.free_port()
-            harness.start_nginx(procs, prefix, "backend", harness.nginx_conf(prefix, "backend", f"""
-    server {{
-        listen 127.0.0.1:{backend};
-        location / {{ default_type text/plain; return 200 "ok\\n"; }}
-    }}"""), backend, harness.LOAD_CPU)
-            redis = harness.start_redis(procs, prefix)
-            cluster = harness.start_redis_cluster(procs, prefix) if "ratelimit-cluster" in names else []
+            backend, redis, cluster = start_parts(procs, prefix, names)
             results: dict[str, list[tuple[float, float]]] = {}
             targets = {name: start(procs, prefix, name, backend, redis, args.tree, args.python, cluster)
                        for name in names}

@@ -95,22 +95,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--keep", help="copy the callgrind dumps here (for callgrind_annotate)")
     args = parser.parse_args()
-    names = [s for s in args.scenarios.split(",") if s]
-    for s in names:
-        if s not in SCENARIOS:
-            raise SystemExit(f"unknown scenario {s!r}; known: {', '.join(SCENARIOS)}")
+    names = redis_cpu.chosen(args.scenarios)
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="twistgw-redis-instructions-") as prefix:
         procs = harness.Processes(prefix)
         try:
-            backend = harness.free_port()
-            harness.start_nginx(procs, prefix, "backend", harness.nginx_conf(prefix, "backend", f"""
-    server {{
-        listen 127.0.0.1:{backend};
-        location / {{ default_type text/plain; return 200 "ok\\n"; }}
-    }}"""), backend, harness.LOAD_CPU)
-            redis = harness.start_redis(procs, prefix)
-            cluster = harness.start_redis_cluster(procs, prefix) if "ratelimit-cluster" in names else []
+            backend, redis, cluster = redis_cpu.start_parts(procs, prefix, names)
             for name in names:
                 results[name] = measure(procs, prefix, name, backend, redis, cluster, args.requests, args.keep)
                 print(f"{name:18} {results[name]:10,.0f} instructions per request", flush=True)
