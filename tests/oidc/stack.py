@@ -192,6 +192,28 @@ spec:
 """
 
 
+def app_head(backend: int) -> str:
+    """The start of the test stack's configuration: the ``backend`` Upstream
+    (the echo backend's port) and the ``app`` VirtualService up to its
+    ``/bye`` route (where logouts land); its other routes follow
+    (:func:`_route`)."""
+    return f"""apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: backend, namespace: default}}
+spec: {{static: {{hosts: [{{addr: 127.0.0.1, port: {backend}}}]}}}}
+---
+apiVersion: gateway.solo.io/v1
+kind: VirtualService
+metadata: {{name: app, namespace: default}}
+spec:
+  virtualHost:
+    domains: ["*"]
+    routes:
+    - matchers: [{{exact: /bye}}]
+      directResponseAction: {{status: 200, body: "bye"}}
+"""
+
+
 def _route(prefix: str, auth: str, extra: str = "") -> str:
     return f"""    - matchers: [{{prefix: /{prefix}/}}]
       routeAction: {{single: {{upstream: {{name: backend, namespace: default}}}}}}
@@ -214,21 +236,7 @@ def config_yaml(gw: str, issuers: dict[str, str], tamper_url: str, backend: int,
               - jwtPrincipal: {claims: {groups: admins}, matcher: LIST_CONTAINS}
 """
     a, b = issuers["a"], issuers["b"]
-    docs = [f"""apiVersion: gloo.solo.io/v1
-kind: Upstream
-metadata: {{name: backend, namespace: default}}
-spec: {{static: {{hosts: [{{addr: 127.0.0.1, port: {backend}}}]}}}}
----
-apiVersion: gateway.solo.io/v1
-kind: VirtualService
-metadata: {{name: app, namespace: default}}
-spec:
-  virtualHost:
-    domains: ["*"]
-    routes:
-    - matchers: [{{exact: /bye}}]
-      directResponseAction: {{status: 200, body: "bye"}}
-""" + _route("cookie", "oidc-cookie") + _route("admin", "oidc-cookie", rbac) + _route("redis", "oidc-redis")
+    docs = [app_head(backend) + _route("cookie", "oidc-cookie") + _route("admin", "oidc-cookie", rbac) + _route("redis", "oidc-redis")
         + _route("b", "oidc-b") + _route("short", "oidc-short") + _route("cshort", "oidc-cshort")
         + _route("api", "atv-introspection") + _route("jwtapi", "atv-jwt") + _route("rev", "oidc-rev")
         + _route("opa", "oidc-opa") + _route("owners", "oidc-opa") + _route("jwtopa", "atv-jwt-opa")]

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import pytest
 from oidc_support import Browser, Idp, client, login, seen
-from stack import EchoBackend, _auth_config, _oidc, _route, b64
+from stack import EchoBackend, _auth_config, _oidc, _route, app_head, b64
 
 from twistgw.rediscluster import key_slot
 
@@ -44,21 +44,7 @@ class ClusterStack:
                                            [f"{self.gw}/bye"])])]).start()
         session = (f"          redis: {{options: {{host: '{seed}', clustered: true}}, cookieName: {COOKIE},"
                    f" keyPrefix: '{PREFIX}'}}\n")
-        (directory / "config.yaml").write_text(f"""apiVersion: gloo.solo.io/v1
-kind: Upstream
-metadata: {{name: backend, namespace: default}}
-spec: {{static: {{hosts: [{{addr: 127.0.0.1, port: {self.backend.port}}}]}}}}
----
-apiVersion: gateway.solo.io/v1
-kind: VirtualService
-metadata: {{name: app, namespace: default}}
-spec:
-  virtualHost:
-    domains: ["*"]
-    routes:
-    - matchers: [{{exact: /bye}}]
-      directResponseAction: {{status: 200, body: "bye"}}
-""" + _route("redis", "oidc-cluster") + _auth_config("oidc-cluster", _oidc(
+        (directory / "config.yaml").write_text(app_head(self.backend.port) + _route("redis", "oidc-cluster") + _auth_config("oidc-cluster", _oidc(
             self.idp.issuers["a"], "app", "redis", self.gw, session)) + f"""---
 apiVersion: v1
 kind: Secret
