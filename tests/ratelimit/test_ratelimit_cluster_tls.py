@@ -27,10 +27,10 @@ from twisted.internet import defer, reactor
 
 from twistgw.redis import RedisConfig, RedisUnavailable
 from twistgw.rediscluster import RedisCluster, key_slot
-from twistgw.testing import ChainTester
+from twistgw.sdk.testing import ChainTester
 
 from support.pki import TestCA
-from support.rediscluster import RedisClusterServers
+from support.rediscluster import RedisClusterServers, result
 
 PASSWORD = "cluster-secret"
 USER, USER_PASSWORD = "gw", "gw-secret"
@@ -68,13 +68,6 @@ def cluster_client(tls: TlsCluster, user: str | None = USER, password: str = USE
     seed_host, port = tls.seed(host)
     return RedisCluster(reactor, RedisConfig(seed_host, port, username=user, password=password, tls=True,
                                              ca_pem=ca or tls.ca.pem, clustered=True), timeout=2.0)
-
-
-async def result(c: RedisCluster, *command: Any) -> Any:
-    try:
-        return await c.execute(*command)
-    except Exception as exc:  # noqa: BLE001 (the test looks at it)
-        return exc
 
 
 @pytest_twisted.ensureDeferred

@@ -53,6 +53,15 @@ def _printed(reply: Any) -> str:
     return str(reply)
 
 
+
+async def result(cluster: Any, *command: Any) -> Any:
+    """A cluster client's reply to ``command``, or the exception it failed
+    with (for tests that look at either)."""
+    try:
+        return await cluster.execute(*command)
+    except Exception as exc:  # noqa: BLE001 (the test looks at it)
+        return exc
+
 def find_redis_cli() -> str:
     for candidate in (shutil.which("redis-cli"), "/usr/bin/redis-cli"):
         if candidate and Path(candidate).exists():

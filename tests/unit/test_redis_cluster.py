@@ -21,7 +21,7 @@ from twistgw.redis import RedisConfig, RedisUnavailable, ReplyError
 from twistgw.rediscluster import RedisCluster, connect, key_slot
 
 from support.redis import RedisServer
-from support.rediscluster import RedisClusterServers
+from support.rediscluster import RedisClusterServers, result
 
 
 async def sleep(seconds: float) -> None:
@@ -43,14 +43,6 @@ async def until(check: Callable[[], Any], within: float = 15.0, what: str = "") 
     while not await defer.maybeDeferred(check):
         assert time.monotonic() < deadline, f"not within {within}s: {what}"
         await sleep(0.05)
-
-
-async def result(cluster: RedisCluster, *command: Any) -> Any:
-    """The reply, or the exception it failed with."""
-    try:
-        return await cluster.execute(*command)
-    except Exception as exc:  # noqa: BLE001 (the test looks at it)
-        return exc
 
 
 @pytest_twisted.ensureDeferred
