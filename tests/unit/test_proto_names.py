@@ -140,6 +140,20 @@ def described(obj: Any, seen: frozenset[int] = frozenset(), depth: int = 0) -> A
     return type(obj).__name__
 
 
+def _plain(node: Any, directory: re.Pattern[str]) -> Any:
+    """``node`` with every string's directory under the walk's base written
+    ``DIR`` and its tuples as lists: what a YAML round trip of it gave
+    (``safe_load(re.sub(directory, "DIR", safe_dump(node)))``), without
+    dumping and parsing the whole snapshot (that took a minute)."""
+    if isinstance(node, str):
+        return directory.sub("DIR", node)
+    if isinstance(node, (list, tuple)):
+        return [_plain(v, directory) for v in node]
+    if isinstance(node, dict):
+        return {_plain(k, directory): _plain(v, directory) for k, v in node.items()}
+    return node
+
+
 def _json_name(key: Any) -> Any:
     """A raw YAML key under its JSON name (the renamed documents' raw mappings
     are the same as the others' then)."""
@@ -164,7 +178,7 @@ class _Walk:
         found = described({"config": snapshot.config, "routes": snapshot.routes, "gateways": snapshot.gateways,
                            "owned": snapshot.owned_headers, "compiled": snapshot.plugin_compiled})
         # where the files are is all the directories differ in
-        return yaml.safe_load(re.sub(re.escape(str(self.base)) + r"/[\w-]+", "DIR", yaml.safe_dump(found)))
+        return _plain(found, re.compile(re.escape(str(self.base)) + r"/[\w-]+"))
 
     def snake(self, which: list[tuple[int, tuple[Any, ...]]], name: str) -> Any:
         target = self.base / name
