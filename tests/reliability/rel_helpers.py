@@ -296,11 +296,12 @@ class LoadResult:
 
 async def load(gw_url: Callable[[str], str], requests: list[tuple[str, str, dict[str, str] | None]],
                workers: int, stop: Callable[[], bool], max_requests: int = 5000,
-               timeout: float = 5.0) -> LoadResult:
+               timeout: float = 5.0, result: LoadResult | None = None) -> LoadResult:
     """``workers`` clients, each cycling through ``requests`` (kind, path,
     headers), one request at a time, until ``stop()`` is true or
-    ``max_requests`` were sent in all."""
-    result = LoadResult()
+    ``max_requests`` were sent in all. The outcomes are appended to
+    ``result`` as they come (pass one to watch them while the load runs)."""
+    result = LoadResult() if result is None else result
     sent = [0]
 
     async def worker(offset: int) -> None:

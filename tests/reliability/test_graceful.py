@@ -16,7 +16,7 @@ import pytest
 import pytest_twisted
 import treq
 from support.http import http_request, raw_connect, sleep, wait_for
-from rel_helpers import (bearer, config_yaml, jwt_local, route, run_load, summary, token, warm,
+from rel_helpers import (LoadResult, bearer, config_yaml, jwt_local, route, run_load, summary, token, warm,
                          write_atomic)
 from slapd import free_port
 from twisted.internet import defer, error
@@ -165,13 +165,18 @@ async def test_reload_under_load_loses_no_request(backend: Any, config_dir: Any,
             keepalive.append(response.code)
 
     kas = [defer.ensureDeferred(keepalive_client()) for _ in range(2)]
-    running = run_load(gw.url, requests, workers=6, stop=lambda: done[0], max_requests=5000)
+    answers = LoadResult()
+    running = run_load(gw.url, requests, workers=6, stop=lambda: done[0], max_requests=5000, result=answers)
     generation = gw.service.generation
     for i in range(12):
         extra = [route(f"/v{i}")]
         write_atomic(d, "config.yaml", config_yaml(backend.port, jwt=jwt_local(), extra_routes=extra))
         assert gw.reload()
-        await sleep(0.1)
+        # answers from the new configuration, on new and on kept-alive connections,
+        # before the next reload (waited for, not a fixed time: 12 x 9 > 100, 12 x 2 > 20)
+        seen, seen_ka = len(answers.outcomes), len(keepalive)
+        await wait_for(lambda seen=seen, seen_ka=seen_ka: len(answers.outcomes) >= seen + 9
+                       and len(keepalive) >= seen_ka + 2, timeout=30)
     done[0] = True
     result = await running
     await defer.gatherResults(kas)
