@@ -88,7 +88,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     longer reads (a node id is ``item._id`` there), so the groups would be
     silently ignored and a module's real part started on every worker. Write
     it where this pytest reads it, and fail the run if it still is not there."""
-    if not session.config.getvalue("loadgroup"):
+    if not getattr(session.config.option, "loadgroup", False):  # set on xdist workers only
         return
     from _pytest.nodeid import NodeId  # pytest >= 9.2; older ones never get here with a missing suffix
 
