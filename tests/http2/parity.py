@@ -186,7 +186,7 @@ class Recorder:
 def backend_answer(seen: Seen, count: int) -> tuple[int, list[tuple[str, str]], bytes]:
     """The backend: by path, ``/status/N`` answers N, ``/flaky/...`` 503 on
     the first request of each target then 200, ``/slow/...`` after a second,
-    ``/big/...`` 200 KB, ``/chunked/...`` a chunked body; every answer has
+    ``/big/...?n=N`` N bytes (200 KB), ``/chunked/...`` a chunked body; every answer has
     two ``set-cookie`` fields, ``x-backend`` and ``x-drop-me`` (a response
     header a route removes)."""
     url = urlsplit(seen.target)
@@ -204,7 +204,8 @@ def backend_answer(seen: Seen, count: int) -> tuple[int, list[tuple[str, str]], 
     elif "/slow/" in path:
         time.sleep(float(parse_qs(url.query).get("s", ["1"])[0]))
     elif "/big/" in path:
-        body = bytes(range(256)) * 800
+        n = int(parse_qs(url.query).get("n", ["204800"])[0])
+        body = (bytes(range(256)) * (n // 256 + 1))[:n]
     elif "/chunked/" in path:
         chunks = [b"first part\n", b"second part\n"]
         body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
@@ -288,10 +289,13 @@ def _h2(port: int, tls: bool, req: Req, mode: str, timeout: float) -> tuple[int,
             fields.append(("content-length", str(len(req.body))))
         sid = conn.get_next_available_stream_id()
         conn.send_headers(sid, [(n.encode(), v.encode()) for n, v in fields], end_stream=req.body is None)
+        # the body in at least two DATA frames, as the windows allow (the rest after WINDOW_UPDATEs)
+        pending = b"" if req.body is None else req.body
         if req.body is not None:
             half = len(req.body) // 2
-            conn.send_data(sid, req.body[:half])
-            conn.send_data(sid, req.body[half:], end_stream=True)
+            first = min(half, conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
+            conn.send_data(sid, pending[:first], end_stream=not pending[first:])
+            pending = pending[first:]
         sock.sendall(conn.data_to_send())
         status, headers, body = 0, [], b""
         deadline = time.monotonic() + timeout
@@ -299,6 +303,13 @@ def _h2(port: int, tls: bool, req: Req, mode: str, timeout: float) -> tuple[int,
         while not done:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{mode}: no end of stream in {timeout}s")
+            if pending:
+                n = min(len(pending), conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
+                if n:
+                    conn.send_data(sid, pending[:n], end_stream=n == len(pending))
+                    pending = pending[n:]
+                    sock.sendall(conn.data_to_send())
+                    continue
             data = sock.recv(65536)
             if not data:
                 raise AssertionError(f"{mode}: the connection closed before the stream ended")
