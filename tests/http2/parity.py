@@ -14,6 +14,8 @@
   over a socket for HTTP/1.1, ``h2`` for HTTP/2 (as curl and browsers send
   it: lower-case names, ``cookie`` split into crumbs, ``content-length``
   with a body);
+* :func:`curl_exchange`: the same with the curl binary (``--http1.1``,
+  ``--http2-prior-knowledge``, ``--http2`` over TLS), for a subset;
 * :class:`Outcome`: what the client got (status, end-to-end headers, body)
   and what every recorder received meanwhile, normalised only where the
   protocols must differ (hop-by-hop and connection fields, ``date``, the
@@ -25,17 +27,22 @@ from __future__ import annotations
 import http.client
 import http.server
 import json
+import shutil
 import socket
 import ssl
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.events import ConnectionTerminated, DataReceived, ResponseReceived, StreamEnded, StreamReset, TrailersReceived
+
+CURL = shutil.which("curl")
 
 #: each mode's transport; an HTTP/2 mode is compared with the HTTP/1.1 mode of the same transport
 MODES = ("h1", "h2c", "h1tls", "h2tls")
@@ -339,6 +346,44 @@ def _h2(port: int, tls: bool, req: Req, mode: str, timeout: float) -> tuple[int,
         sock.close()
 
 
+#: curl's flag for each mode
+CURL_FLAGS = {"h1": "--http1.1", "h2c": "--http2-prior-knowledge", "h1tls": "--http1.1", "h2tls": "--http2"}
+
+
+def curl_exchange(mode: str, ports: dict[str, int], req: Req, recorders: list[Recorder], scratch: Path,
+                  timeout: float = 10.0) -> Outcome:
+    """``req`` with the curl binary (its own User-Agent and Accept, the same
+    on both protocols), and what the recorders got meanwhile."""
+    assert CURL is not None, "curl is required (the parity test runs the real binary)"
+    tls = mode.endswith("tls")
+    port = ports["tls" if tls else "plain"]
+    host, _, given = req.authority.partition(":")
+    authority_port = given or ("443" if tls else "80")
+    url = f"{'https' if tls else 'http'}://{req.authority}{_fill(req.path, mode)}"
+    args = [CURL, "-sS", "-k", CURL_FLAGS[mode], "--max-time", str(timeout), "--path-as-is",
+            "--connect-to", f"{host}:{authority_port}:127.0.0.1:{port}", "-X", req.method,
+            "--dump-header", str(scratch / "head"), "--output", str(scratch / "body"),
+            "-w", "%{http_version}"]
+    for name, value in req.headers:
+        args += ["-H", f"{name}: {_fill(value, mode)}"]
+    if req.body is not None:
+        args += ["--data-binary", "@-"]
+        if req.chunked:
+            args += ["-H", "Transfer-Encoding: chunked"]
+    before = [r.count() for r in recorders]
+    out = subprocess.run(args + [url], input=req.body or b"", capture_output=True, timeout=timeout + 5)
+    assert out.returncode == 0, (mode, out.stderr)
+    assert out.stdout.decode() == ("2" if mode.startswith("h2") else "1.1"), (mode, out.stdout)
+    lines = (scratch / "head").read_bytes().decode("latin-1").split("\r\n")
+    heads = [i for i, line in enumerate(lines) if line.startswith("HTTP/")]
+    final = lines[heads[-1]:]  # after any 100 Continue
+    status = int(final[0].split()[1])
+    headers = [(n.strip(), v.strip()) for n, _, v in (line.partition(":") for line in final[1:] if line)]
+    body = (scratch / "body").read_bytes() if (scratch / "body").exists() else b""
+    (scratch / "body").unlink(missing_ok=True)
+    return _outcome(status, headers, body, req, recorders, before)
+
+
 def _normal(text: str) -> str:
     for token in TOKENS.values():
         text = text.replace(token, "MODE")
@@ -364,12 +409,17 @@ def exchange(mode: str, ports: dict[str, int], req: Req, recorders: list[Recorde
     port = ports["tls" if tls else "plain"]
     run = _h2 if mode.startswith("h2") else _h1
     status, headers, body = run(port, tls, req, mode, timeout)
+    return _outcome(status, headers, body, req, recorders, before)
+
+
+def _outcome(status: int, headers: list[tuple[str, str]], body: bytes, req: Req, recorders: list[Recorder],
+             before: list[int]) -> Outcome:
     if req.upstream:
         deadline = time.monotonic() + 3
-        while sum(r.count() - b for r, b in zip(recorders, before)) < req.upstream and time.monotonic() < deadline:
+        while sum(r.count() - b for r, b in zip(recorders, before, strict=True)) < req.upstream and time.monotonic() < deadline:
             time.sleep(0.01)
     upstream = [{"server": s.server, "method": s.method, "target": _normal(s.target),
                  "headers": _fields(s.headers), "body": _normal(s.body.decode("latin-1"))}
-                for r, b in zip(recorders, before) for s in r.since(b)]
+                for r, b in zip(recorders, before, strict=True) for s in r.since(b)]
     upstream.sort(key=lambda u: json.dumps(u, sort_keys=True))
     return Outcome(status, _fields(headers, HOP_BY_HOP), _normal(body.decode("latin-1")).encode("latin-1"), upstream)
