@@ -46,6 +46,7 @@ from passlib.hash import apr_md5_crypt
 from h2support import self_signed
 from parity import (MODES, PAIRS, TOKENS, Case, Outcome, Recorder, Req, Seen, backend_answer, case, curl_exchange,
                     exchange)
+from support.grpc_authz import GrpcAuthServer, denied, header_map, ok
 from support.ports import free_port
 from support.process import TwistGateway
 
@@ -107,11 +108,44 @@ def auth_service(seen: Seen, count: int) -> tuple[int, list[tuple[str, str]], by
     return 404, [], b""
 
 
+def grpc_auth(request: Any) -> Any:
+    """The gRPC ext_authz service: admits ``x-grpc-ok: yes`` (setting
+    ``x-grpc-user``, removing ``x-grpc-drop``, adding ``x-grpc-resp`` to the
+    response), else refuses 401 with a header and a body."""
+    if header_map(request).get("x-grpc-ok") == "yes":
+        return ok(headers=(("x-grpc-user", "g1"),), remove=("x-grpc-drop",), response_headers=(("x-grpc-resp", "r"),))
+    return denied(16, 401, headers=(("x-grpc-why", "no"),), body="grpc says no\n")
+
+
+class GrpcRecorder:
+    """The gRPC service seen as a recorder: each CheckRequest as the method,
+    path, headers and body it carries (its ``protocol`` field is the one
+    that must differ, and is left out)."""
+
+    def __init__(self, server: GrpcAuthServer) -> None:
+        self.server = server
+        self.port = server.port
+
+    def count(self) -> int:
+        return len(self.server.requests)
+
+    def since(self, n: int) -> list[Seen]:
+        out = []
+        for r in self.server.requests[n:]:
+            http = r.attributes.request.http
+            out.append(Seen("grpc-auth", http.method, http.path, sorted(http.headers.items()),
+                            http.body.encode()))
+        return out
+
+    def close(self) -> None:
+        self.server.close()
+
+
 # -- the configurations -------------------------------------------------------------------------------
 
 
 def upstreams(ports: dict[str, int]) -> str:
-    return "".join(f"""\
+    return HASHED_AND_KUBE.format(ns=NS, backend=ports["backend"], shadow=ports["shadow"]) + "".join(f"""\
 apiVersion: gloo.solo.io/v1
 kind: Upstream
 metadata: {{name: {name}, namespace: {NS}}}
@@ -150,6 +184,29 @@ spec:
 """
 
 
+#: a ringHash Upstream over the backend and the shadow, and the backend as a Kubernetes Service
+HASHED_AND_KUBE = """\
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: hashed, namespace: {ns}}}
+spec:
+  static:
+    hosts: [{{addr: 127.0.0.1, port: {backend}}}, {{addr: 127.0.0.1, port: {shadow}}}]
+  loadBalancerConfig: {{ringHash: {{}}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: pets, namespace: {ns}}}
+spec:
+  ports: [{{name: http, port: 8080}}]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {{name: pets, namespace: {ns}}}
+subsets: [{{addresses: [{{ip: 127.0.0.1}}], ports: [{{name: http, port: {backend}}}]}}]
+---
+"""
+
 JWT_PROVIDER = (f"providers: {{example: {{issuer: '{ISSUER}', jwks: {{local: {{key: {json.dumps(PUBLIC)}}}}}, "
                 "claimsToHeaders: [{claim: sub, header: x-jwt-sub}, {claim: role, header: x-jwt-role}]}}")
 RBAC_ADMINS = "rbac: {policies: {admins: {principals: [{jwtPrincipal: {claims: {role: admin}}}]}}}"
@@ -172,6 +229,9 @@ def auth_config(ports: dict[str, int]) -> str:
         + route("opa", "{prefix: /opa}", extauth("opa"))
         + route("passthrough", "{prefix: /passthrough}", extauth("passthrough"))
         + route("custom", "{prefix: /custom}", "extauth: {customAuth: {}}")
+        + route("grpc-pass", "{prefix: /grpc-pass}", extauth("grpc-pass"))
+        + route("pass-down", "{prefix: /pass-down}", extauth("pass-down"))
+        + route("pass-down-allowed", "{prefix: /pass-allow}", extauth("pass-down-allowed"))
         + route("atv-jwt", "{prefix: /atv-jwt}", extauth("atv-jwt"))
         + route("atv-introspect", "{prefix: /atv-introspect}", extauth("atv-introspect"))
         + limited
@@ -294,6 +354,31 @@ def auth_config(ports: dict[str, int]) -> str:
         ---
         apiVersion: enterprise.gloo.solo.io/v1
         kind: AuthConfig
+        metadata: {{name: grpc-pass, namespace: {NS}}}
+        spec:
+          configs:
+          - passThroughAuth:
+              grpc: {{address: "127.0.0.1:{ports["grpc-auth"]}"}}
+        ---
+        apiVersion: enterprise.gloo.solo.io/v1
+        kind: AuthConfig
+        metadata: {{name: pass-down, namespace: {NS}}}
+        spec:
+          configs:
+          - passThroughAuth:
+              http: {{url: "http://127.0.0.1:{ports["closed"]}/pass"}}
+        ---
+        apiVersion: enterprise.gloo.solo.io/v1
+        kind: AuthConfig
+        metadata: {{name: pass-down-allowed, namespace: {NS}}}
+        spec:
+          configs:
+          - passThroughAuth:
+              http: {{url: "http://127.0.0.1:{ports["closed"]}/pass"}}
+              failureModeAllow: true
+        ---
+        apiVersion: enterprise.gloo.solo.io/v1
+        kind: AuthConfig
         metadata: {{name: atv-jwt, namespace: {NS}}}
         spec:
           configs:
@@ -370,6 +455,11 @@ AUTH_CASES = [
     case("passthrough-forged-user", deny("/passthrough", 401, ("x-user-id", "1"))),
     case("passthrough-good", allow("/passthrough/p", ("Authorization", "let me in"), ("x-user-id", "1"),
                                    seen=("x-user-id",))),
+    case("grpc-pass-denied", deny("/grpc-pass/x?y=1", 401, has=(("x-grpc-why", "no"),))),
+    case("grpc-pass-good", allow("/grpc-pass/x", ("x-grpc-ok", "yes"), ("x-grpc-user", "forged"),
+                                 seen=("x-grpc-user",), unseen=("x-grpc-drop",), has=(("x-grpc-resp", "r"),))),
+    case("pass-service-down", deny("/pass-down", 503)),
+    case("pass-service-down-allowed", allow("/pass-allow")),
     case("custom-refused", deny("/custom/a?q=1", 403, has=(("x-custom-reason", "nope"),))),
     case("custom-good", allow("/custom/a?q=1", ("x-custom", "ok"), seen=("x-custom-user",))),
     case("atv-jwt-missing", deny("/atv-jwt", 401)),
@@ -548,6 +638,10 @@ def traffic_config(ports: dict[str, int]) -> str:
                 action="redirectAction: {prefixRewrite: /moved/, responseCode: PERMANENT_REDIRECT}")
         + route("redirect-strip", "{prefix: /t/redir-strip}",
                 action="redirectAction: {portRedirect: 8443, stripQuery: true, responseCode: SEE_OTHER}")
+        + route("lb-hash", "{prefix: /t/hash}", "lbHash: {hashPolicies: [{header: x-user}]}",
+                action=f"routeAction: {{single: {{upstream: {{name: hashed, namespace: {NS}}}}}}}")
+        + route("kube", "{prefix: /t/kube}",
+                action=f"routeAction: {{single: {{kube: {{ref: {{name: pets, namespace: {NS}}}, port: 8080}}}}}}")
         + route("plain", "{prefix: /}")
     )
     group = textwrap.dedent(f"""\
@@ -634,6 +728,8 @@ TRAFFIC_CASES = [
     case("shadow", through("/t/shadow/a", upstream=2, method="POST", body=b"copy me")),
     case("weighted-destination", through("/t/weighted", seen=("x-dest",))),
     case("upstream-group", through("/t/group")),
+    case("lb-hash", *[through("/t/hash", headers=(("x-user", user),)) for user in ("ann", "bo", "cy", "di", "ed")]),
+    case("kube-destination", through("/t/kube/a")),
     case("direct-response", Req("/t/direct", 201, upstream=0), Req("/t/direct", 201, method="HEAD", upstream=0)),
     case("direct-response-empty", Req("/t/direct-empty", 503, upstream=0)),
     case("direct-response-204", Req("/t/direct-204", 204, upstream=0)),
@@ -720,23 +816,24 @@ GROUPS: dict[str, tuple[Callable[..., str], list[Case], bool]] = {
 class Served:
     """One group's gateway: its ports (plain, TLS) and the recorders."""
 
-    def __init__(self, gw: TwistGateway, tls: int, recorders: list[Recorder]) -> None:
+    def __init__(self, gw: TwistGateway, tls: int, recorders: list[Any]) -> None:
         self.gw = gw
         self.ports = {"plain": gw.port, "tls": tls}
         self.recorders = recorders
 
 
 @pytest.fixture(scope="module")
-def servers() -> Iterator[dict[str, Recorder]]:
-    started = {"backend": Recorder("backend", backend_answer), "shadow": Recorder("shadow", backend_answer),
-               "auth": Recorder("auth", auth_service)}
+def servers() -> Iterator[dict[str, Any]]:
+    started: dict[str, Any] = {"backend": Recorder("backend", backend_answer),
+                               "shadow": Recorder("shadow", backend_answer), "auth": Recorder("auth", auth_service),
+                               "grpc-auth": GrpcRecorder(GrpcAuthServer(grpc_auth))}
     yield started
     for r in started.values():
         r.close()
 
 
 @pytest.fixture(scope="module")
-def gateways(tmp_path_factory: Any, servers: dict[str, Recorder]) -> Iterator[Callable[[str], Served]]:
+def gateways(tmp_path_factory: Any, servers: dict[str, Any]) -> Iterator[Callable[[str], Served]]:
     """``gateways(group)``: the group's gateway, started on first use (one
     process per group, for the whole module)."""
     running: dict[str, Served] = {}
@@ -753,6 +850,7 @@ def gateways(tmp_path_factory: Any, servers: dict[str, Recorder]) -> Iterator[Ca
         failed.add(group)
         make, _, needs_slapd = GROUPS[group]
         ports = {name: r.port for name, r in servers.items()}
+        ports["closed"] = free_port()  # nothing listens there
         args: tuple[Any, ...] = (ports,)
         if needs_slapd:
             try:
@@ -768,7 +866,7 @@ def gateways(tmp_path_factory: Any, servers: dict[str, Recorder]) -> Iterator[Ca
         gw = TwistGateway(tmp, str(directory), args=(
             "--listen", f"ssl:{tls}:privateKey={key}:certKey={cert}:interface=127.0.0.1")).__enter__()
         stops.append(lambda: gw.__exit__(None, None, None))
-        running[group] = Served(gw, tls, [servers["backend"], servers["shadow"], servers["auth"]])
+        running[group] = Served(gw, tls, list(servers.values()))
         failed.discard(group)
         return running[group]
 
@@ -789,7 +887,7 @@ def expected(req: Req, got: Outcome, mode: str) -> None:
     """The HTTP/1.1 answer is what the row says."""
     where = f"{mode} {req.method} {req.path}"
     assert got.status == req.status, (where, got.status, got.body[:300])
-    backends = [u for u in got.upstream if u["server"] != "auth"]
+    backends = [u for u in got.upstream if u["server"] not in ("auth", "grpc-auth")]
     if req.upstream is not None:
         assert len(backends) == req.upstream, (where, backends)
     for u in backends:
