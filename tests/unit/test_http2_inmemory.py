@@ -221,6 +221,25 @@ class BodyAndFlowTests(TestCase):
         m.send()
         assert len(m.response(sid)[2]) == 5 * 16384
 
+    def test_an_upstream_paused_by_the_read_that_ended_its_response_is_pooled_reading(self):
+        # found by tests/http2/test_parity.py: the read that completes the
+        # response also pushes the stream's queue past its bound; the stream
+        # pauses the upstream and, its exchange over, never resumes it
+        m = h2(client_settings={SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        first = m.request(b"/a")
+        up, t = m.upstream(0)
+        m.answer(0, b"HTTP/1.1 200 OK\r\nContent-Length: 66536\r\n\r\n")
+        for _ in range(4):
+            m.answer(0, b"y" * 16384)  # 64 KiB queued: at the bound, not past it
+        assert t.producerState == "producing"
+        m.answer(0, b"y" * 1000)  # past the bound, and the end of the response
+        assert stream_of(m, first).queued == 66536  # all of it held for a client that opened no window
+        assert t.producerState == "producing"  # back in the pool, reading
+        second = m.request(b"/a/next")
+        assert len(m.upstreams) == 1  # the pooled connection took it
+        m.answer(0, OK)
+        assert m.response(second)[0] == 200  # a HEADERS frame needs no window
+
     def test_response_trailers_go_out_as_the_last_headers_frame(self):
         m = h2()
         sid = m.request(b"/a", headers=GRPC, method=b"POST", body=b"\0\0\0\0\0")

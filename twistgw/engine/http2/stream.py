@@ -236,8 +236,11 @@ class H2Stream:
         request, :func:`twistgw.core.grpc.local_reply`)."""
         if self.phase is not _HANDLING:
             return
+        trailers_only = False
         if self.content_type is not None:
-            answer = local_reply(answer, self.content_type)
+            reply = local_reply(answer, self.content_type)
+            trailers_only = reply is not answer
+            answer = reply
         lines = []
         body = answer.body
         if body and answer.content_type:
@@ -245,7 +248,9 @@ class H2Stream:
         for name, value in answer.headers:
             lines.append(b"%s: %s\r\n" % (name, value))
         status = answer.status
-        self.send_head(status, b"", lines, None if status == 304 or not body else b"%d" % len(body), hold=True)
+        # content-length as over HTTP/1.1 (0 for an empty body), but for
+        # gRPC's trailers-only answer: one HEADERS frame, as Envoy sends it
+        self.send_head(status, b"", lines, None if status == 304 or trailers_only else b"%d" % len(body), hold=True)
         if body:
             self.write(body)
         self.finish()

@@ -100,6 +100,8 @@ class UpstreamConnection(Protocol):
         self.head_bytes = 0
         self.ended_in_read = False
         self.tunnel: Tunnel | None = None
+        #: the client side stopped the reading of this connection (pause_relay)
+        self.relay_paused = False
         #: the response deadline while a request is in flight, the idle
         #: expiry while pooled
         self.timer = LazyTimer(pool.reactor.seconds, pool.reactor.callLater)
@@ -237,10 +239,12 @@ class UpstreamConnection(Protocol):
     def pause_relay(self) -> None:
         """The client does not read the response: stop reading from the upstream."""
         if self.transport is not None:
+            self.relay_paused = True
             self.transport.pauseProducing()
 
     def resume_relay(self) -> None:
         if self.transport is not None:
+            self.relay_paused = False
             self.transport.resumeProducing()
 
     # -- the response -----------------------------------------------------------
@@ -382,6 +386,12 @@ class UpstreamConnection(Protocol):
         req.done()
         if keep_alive and self.body_sent:
             self.state = _READY
+            if self.relay_paused:
+                # The read that ended the response also filled the client's
+                # queue past its bound: the client side paused us and, the
+                # exchange being over, will never resume us. A pooled
+                # connection must read its next response.
+                self.resume_relay()
             self.pool.release(self)
         else:
             self.state = _CLOSED
