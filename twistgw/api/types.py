@@ -301,6 +301,10 @@ class RequestContext:
     :ivar response_headers: ``list[(name, value)] | None``: the headers
         plugins added to the client's response (:meth:`add_response_header`);
         None until one does. Read-only for plugins.
+    :ivar request_id: ``str | None``: the request's ``x-request-id`` as it
+        goes upstream, on a Gloo Gateway's listener that generates them
+        (``generateRequestId``, on by default); set by the core before any
+        plugin runs. None elsewhere. Read-only for plugins.
     :ivar body_source: where :meth:`read_body` reads the request body
         (:class:`BodySource`); unset for a request without a body. The engine
         sets it; tests may set a :class:`BytesBody`.
@@ -329,6 +333,7 @@ class RequestContext:
         "owned_headers",
         "response_headers",
         "body_source",
+        "request_id",
     )
 
     #: unset until the engine sets it (a request with a body): no store per request without one
@@ -371,6 +376,7 @@ class RequestContext:
         self.received_headers: Any = None
         self.owned_headers: tuple[bytes, ...] = ()
         self.response_headers: list[tuple[bytes, bytes]] | None = None
+        self.request_id: str | None = None
 
     # twistgw 0.1's claims, now the jwt plugin's state ----------------------
 
