@@ -153,19 +153,14 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     upstream_headers = Headers()
     copy_request_headers(headers, upstream_headers.raw)
     for name in snapshot.owned_headers:
-        # Plugins own these (sdk.OwnsRequestHeaders): a client's copy
-        # never reaches a route matcher, a plugin or a backend.
+        # Plugins own these (sdk.OwnsRequestHeaders): a client's copy never reaches a matcher, plugin or backend.
         upstream_headers.raw.pop(name, None)
     if authority is not None:
-        # RFC 9112 §3.2.2: the target's authority replaces Host, so the
-        # upstream sees the host that routing (and authorization) used.
+        # RFC 9112 §3.2.2: the target's authority replaces Host: the upstream sees the host routing used.
         upstream_headers.setRawHeaders(b"host", [authority])
-    rid = head.request_id
-    if rid is not None:
-        upstream_headers.raw[b"X-Request-Id"] = [rid]
     client = head.client_address
-    if gateway is not None and gateway.hcm.gloo_xff:
-        client, head.forwarded_for = forwarded(gateway.hcm, client, headers.getRawHeaders(b"x-forwarded-for"))
+    if gateway is not None:
+        client = _gateway_rules(gateway, head, headers, upstream_headers.raw, client)
     version = head.version
     ctx = RequestContext(
         head.method.decode("latin-1"), path, query, upstream_headers, host,
@@ -175,8 +170,8 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     # Route matchers read a header the copy above dropped as the client sent it.
     ctx.received_headers = headers
     ctx.owned_headers = snapshot.owned_headers
-    if rid is not None:
-        ctx.request_id = rid.decode("ascii")
+    if gateway is not None and head.request_id is not None:
+        ctx.request_id = head.request_id.decode("ascii")
     if head.body is not None:
         ctx.body_source = head.body
     route = select_route(ctx, vs, route_hook, snapshot)
@@ -186,6 +181,18 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     runtime = snapshot.runtime(vs, route)
     ctx.upstream = runtime.upstream_name
     return Prepared(ctx, runtime)
+
+
+def _gateway_rules(gateway: GatewayView, head: RequestHead, received: Any, upstream: dict[bytes, list[bytes]],
+                   client: str) -> str:
+    """A Gateway's rules on the headers going upstream (its ``x-request-id``,
+    computed before routing; X-Forwarded-For under Envoy's rules); returns
+    the client address."""
+    if head.request_id is not None:
+        upstream[b"X-Request-Id"] = [head.request_id]
+    if gateway.hcm.gloo_xff:
+        client, head.forwarded_for = forwarded(gateway.hcm, client, received.getRawHeaders(b"x-forwarded-for"))
+    return client
 
 
 def _virtual_service(table: HostTable, authority: bytes | None, hosts: list[bytes] | None, version: bytes
