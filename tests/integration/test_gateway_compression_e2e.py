@@ -361,3 +361,24 @@ def test_check_reports_bad_gzip_fields(tmp_path: Path) -> None:
 def _curl_has_brotli() -> None:
     assert "brotli" in subprocess.run(["curl", "-V"], capture_output=True, text=True).stdout, \
         "curl without brotli: the brotli tests need it"
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1.1", "h2c"])
+def test_curl_decodes_a_stream_before_it_ends(tmp_path: Path, origin: tuple[int, Any], http2: bool) -> None:
+    """``curl --compressed -N``: the first decoded part is out of curl while
+    the backend still holds the second, over HTTP/1.1 and HTTP/2."""
+    backend, handler = origin
+    port = free_port()
+    with gateway_process(tmp_path, write(tmp_path / "config", _compressing(port, backend))):
+        for coding in ("gzip", "br"):
+            handler.release.clear()
+            proc = subprocess.Popen(["curl", "-s", "-N", "--compressed", "--max-time", "20", "-H",
+                                     f"Accept-Encoding: {coding}", "-H", "Host: a.example",
+                                     *(["--http2-prior-knowledge"] if http2 else []),
+                                     f"http://127.0.0.1:{port}/stream"], stdout=subprocess.PIPE)
+            assert proc.stdout is not None
+            first = proc.stdout.read(len(STREAM_PARTS[0]))
+            assert first == STREAM_PARTS[0] and not handler.release.is_set()
+            handler.release.set()
+            rest = proc.stdout.read()
+            assert proc.wait(timeout=20) == 0 and first + rest == b"".join(STREAM_PARTS)
