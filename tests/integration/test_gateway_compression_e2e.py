@@ -294,7 +294,11 @@ def test_request_ids(tmp_path: Path, origin: tuple[int, Any]) -> None:
     log = tmp_path / "access.log"
     sink = {"accessLoggingService": {"accessLog": [{"fileSink": {
         "path": str(log), "stringFormat": "%REQ(:PATH)% %RESPONSE_CODE% %REQ(X-REQUEST-ID)%\n"}}]}}
-    docs = [upstream(backend), vs("a", ["a.example"]),
+    dead = {"apiVersion": "gloo.solo.io/v1", "kind": "Upstream", "metadata": {"name": "dead", "namespace": NS},
+            "spec": {"static": {"hosts": [{"addr": "127.0.0.1", "port": free_port()}]}}}
+    to_dead = vs("d", ["dead.example"], routes=[{"matchers": [{"prefix": "/"}], "routeAction": {
+        "single": {"upstream": {"name": "dead", "namespace": NS}}}}])
+    docs = [upstream(backend), dead, vs("a", ["a.example"]), to_dead,
             gateway("edge", port, options=sink),
             gateway("keep", keep_port, {"options": {"httpConnectionManagerSettings": {
                 "preserveExternalRequestId": True}}}),
@@ -329,6 +333,17 @@ def test_request_ids(tmp_path: Path, origin: tuple[int, Any]) -> None:
         assert lines[0] == f"/echo 200 {generated}" and lines[2] == f"/echo 200 {replaced}"
         path, status, rid = lines[3].split()
         assert (path, status) == ("/missing", "404") and uuid.UUID(rid).version == 4
+        # the gateway's own answer to a failed upstream: its log line and its access line name the id
+        assert curl(port, "/x", host="dead.example")[2] == 503
+        eventually(lambda: len(log.read_text().splitlines()) == 5)
+        failed = log.read_text().splitlines()[4].split()[2]
+        gw.wait_log(failed)
+        time.sleep(0.3)  # the access line's batch
+        text = gw.log_text()
+        events = [line for line in text.splitlines() if failed in line]
+        assert any("failed for" in line for line in events), text[-3000:]  # Upstream ... failed for GET /x ...
+        assert len(events) >= 2 and all(f"request_id={failed}" in line or f'"request_id": "{failed}"' in line
+                                        for line in events), events  # and the access line
 
 
 def test_check_reports_bad_gzip_fields(tmp_path: Path) -> None:

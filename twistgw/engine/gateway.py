@@ -63,7 +63,8 @@ def _text(protocol: bytes) -> str:
 
 
 def _rid(ex: ClientRequest) -> str:
-    """`` request_id=...`` for a log line about ``ex``, when it has one."""
+    """`` request_id=...`` at the end of a log line about ``ex``, when it
+    has one (the event's ``request_id`` field holds the id alone)."""
     head = ex.head
     rid = head.request_id if head is not None else None
     return f" request_id={rid.decode('ascii')}" if rid is not None else ""
@@ -193,21 +194,23 @@ class Gateway:
             ex.respond(plan)
 
     def _internal_error(self, failure: Failure, ex: ClientRequest) -> None:
-        self._log.failure("Unexpected error handling {method} {uri}{request_id}", failure, method=ex.method,
-                          uri=ex.target, request_id=_rid(ex))
+        self._log.failure("Unexpected error handling {method} {uri}{with_id}", failure, method=ex.method,
+                          uri=ex.target, with_id=_rid(ex), request_id=_head_rid(ex) or None)
         ex.fail(INTERNAL_ERROR)
 
     def upstream_failed(self, ex: ClientRequest, status: int, body: bytes, why: str, error: str,
                         headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-        self._log.info("Upstream {upstream} failed for {method} {path}: {why} ({error}){request_id}",
+        self._log.info("Upstream {upstream} failed for {method} {path}: {why} ({error}){with_id}",
                        upstream=ex.upstream_label, method=ex.method,
-                       path=ex.ctx.path if ex.ctx else ex.target, why=why, error=error, request_id=_rid(ex))
+                       path=ex.ctx.path if ex.ctx else ex.target, why=why, error=error, with_id=_rid(ex),
+                       request_id=_head_rid(ex) or None)
         ex.fail(LocalResponse(status, body, headers, reason=why))
 
     def upstream_broke(self, ex: ClientRequest, reason: str) -> None:
-        self._log.warn("Upstream {upstream} broke off the response to {method} {path}: {reason}{request_id}",
+        self._log.warn("Upstream {upstream} broke off the response to {method} {path}: {reason}{with_id}",
                        upstream=ex.upstream_label, method=ex.method,
-                       path=ex.ctx.path if ex.ctx else ex.target, reason=reason, request_id=_rid(ex))
+                       path=ex.ctx.path if ex.ctx else ex.target, reason=reason, with_id=_rid(ex),
+                       request_id=_head_rid(ex) or None)
         ex.truncated = "upstream"
         ex.abort()
 
