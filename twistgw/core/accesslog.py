@@ -149,7 +149,7 @@ def _json_lines(records: list[_Record]) -> list[str]:
     return [f'\x1e{{"client": "{c}", "method": "{m}", "path": "{p}", "protocol": "{pt}", "status": {s},'
             f' "virtual_service": "{v}", "route": "{ro}", "upstream": "{u}", "decided_by": "{d}",'
             f' "principal": "{pr}", "duration_ms": {du * 1000:.3f}{_truncated(cut)}'
-            f'{_request_id(rid)}{_JSON_TAIL}{t:.6f}}}\n'
+            f'{_RID % rid if rid else ""}{_JSON_TAIL}{t:.6f}}}\n'
             for c, m, p, s, v, ro, u, d, pr, du, t, pt, cut, rid in records]
 
 
@@ -157,8 +157,7 @@ def _truncated(cut: str) -> str:
     return f', "truncated": "{cut}"' if cut else ""
 
 
-def _request_id(rid: str) -> str:
-    return f', "request_id": "{rid}"' if rid else ""
+_RID = ', "request_id": "%s"'
 
 
 def _own(lines: list[str]) -> int:

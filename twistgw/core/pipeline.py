@@ -70,7 +70,7 @@ class RequestHead:
     :ivar gateway: the :class:`~twistgw.core.gateways.GatewayView` of the
         Gloo Gateway whose listener received the request, or None.
     :ivar request_id: the ``x-request-id`` the request goes upstream with
-        (bytes), set by :func:`prepare` on a Gateway that generates them
+        (``str``), set by :func:`prepare` on a Gateway that generates them
         (``generateRequestId``, Envoy's default), before routing: a 404 has
         one too; None elsewhere.
     """
@@ -95,7 +95,7 @@ class RequestHead:
         #: X-Forwarded-For to send under the Gateway's Envoy rules (None:
         #: none; unset: twistgw's own rule, the client address)
         self.forwarded_for: bytes | None | object = _OWN_RULE
-        self.request_id: bytes | None = None
+        self.request_id: str | None = None
 
 
 @attrs.define
@@ -140,7 +140,7 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     if table is None:
         table = snapshot.hosts if gateway is None else gateway.hosts
     if gateway is not None and gateway.hcm.generate_request_id:
-        head.request_id = request_id(gateway.hcm, headers.getRawHeaders(b"x-request-id"))
+        head.request_id = request_id(gateway.hcm, _received_id(headers))
     try:
         authority, raw_path, query = split_target(target)
         path = normalise_path(raw_path)
@@ -170,8 +170,8 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     # Route matchers read a header the copy above dropped as the client sent it.
     ctx.received_headers = headers
     ctx.owned_headers = snapshot.owned_headers
-    if gateway is not None and head.request_id is not None:
-        ctx.request_id = head.request_id.decode("ascii")
+    if gateway is not None:
+        ctx.request_id = head.request_id
     if head.body is not None:
         ctx.body_source = head.body
     route = select_route(ctx, vs, route_hook, snapshot)
@@ -189,10 +189,18 @@ def _gateway_rules(gateway: GatewayView, head: RequestHead, received: Any, upstr
     computed before routing; X-Forwarded-For under Envoy's rules); returns
     the client address."""
     if head.request_id is not None:
-        upstream[b"X-Request-Id"] = [head.request_id]
+        upstream[b"X-Request-Id"] = [head.request_id.encode("ascii")]
     if gateway.hcm.gloo_xff:
         client, head.forwarded_for = forwarded(gateway.hcm, client, received.getRawHeaders(b"x-forwarded-for"))
     return client
+
+
+def _received_id(headers: Any) -> list[bytes] | None:
+    try:
+        found: list[bytes] | None = headers.get_canonical(b"X-Request-Id")  # the engine's Headers: no name lookup
+    except AttributeError:
+        found = headers.getRawHeaders(b"x-request-id")
+    return found
 
 
 def _virtual_service(table: HostTable, authority: bytes | None, hosts: list[bytes] | None, version: bytes

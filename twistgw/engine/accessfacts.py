@@ -42,7 +42,7 @@ class ExchangeFacts:
         if canonical == b":scheme":
             return str(self._head.scheme)
         if canonical == b"X-Request-Id" and self._head.request_id is not None:
-            return str(self._head.request_id.decode("ascii"))  # the id sent upstream, as Envoy logs it
+            return str(self._head.request_id)  # the id sent upstream, as Envoy logs it
         values = self._ex.headers.get_canonical(canonical)
         return values[0].decode("latin-1") if values else None
 

@@ -67,13 +67,13 @@ def _rid(ex: ClientRequest) -> str:
     has one (the event's ``request_id`` field holds the id alone)."""
     head = ex.head
     rid = head.request_id if head is not None else None
-    return f" request_id={rid.decode('ascii')}" if rid is not None else ""
+    return f" request_id={rid}" if rid is not None else ""
 
 
 def _head_rid(ex: ClientRequest) -> str:
     head = ex.head
     rid = head.request_id if head is not None else None
-    return rid.decode("ascii") if rid is not None else ""
+    return rid if rid is not None else ""
 
 
 def _is_grpc(ex: ClientRequest) -> bool:
