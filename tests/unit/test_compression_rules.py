@@ -11,6 +11,9 @@ import zlib
 import brotli
 import pytest
 
+from twisted.web.http_headers import Headers as TwistedHeaders
+
+from twistgw.api.headers import Headers
 from twistgw.config.compression import Compression, Encoding
 from twistgw.config.gateways import HcmSettings
 from twistgw.core.compression import choose, compress_local, encoder, response_head
@@ -125,16 +128,25 @@ def test_new_ids_are_uuid4s_and_differ() -> None:
         assert u.version == 4 and u.variant == uuid.RFC_4122 and str(u) == text
 
 
+def _headers(*values: bytes) -> Headers:
+    h = Headers()
+    if values:
+        h.setRawHeaders(b"x-request-id", list(values))
+    return h
+
+
 def test_request_id_rules() -> None:
     edge = HcmSettings()
     keep = HcmSettings(preserve_external_request_id=True)
     inner = HcmSettings(use_remote_address=False)
     off = HcmSettings(generate_request_id=False)
-    assert request_id(off, [b"abc"]) is None and request_id(off, None) is None
-    assert uuid.UUID(request_id(edge, None)).version == 4
-    assert request_id(edge, [b"abc"]) != "abc"
-    assert request_id(keep, [b"abc"]) == "abc" and request_id(inner, [b"abc"]) == "abc"
+    assert request_id(off, _headers(b"abc")) is None and request_id(off, _headers()) is None
+    assert uuid.UUID(request_id(edge, _headers())).version == 4
+    assert request_id(edge, _headers(b"abc")) != "abc"
+    assert request_id(keep, _headers(b"abc")) == "abc" and request_id(inner, _headers(b"abc")) == "abc"
+    twisted_headers = TwistedHeaders({b"X-Request-ID": [b"abc"]})  # any object with getRawHeaders
+    assert request_id(keep, twisted_headers) == "abc"
     for bad in ([b""], [b"a b"], [b"x" * 129], [b"a\x01"], [b"\xff"], [b"one", b"two"]):
-        got = request_id(keep, bad)
+        got = request_id(keep, _headers(*bad))
         assert got is not None and uuid.UUID(got).version == 4, bad
     assert is_sane(b"x" * 128) and not is_sane(b"x" * 129)

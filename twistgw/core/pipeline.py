@@ -140,7 +140,7 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     if table is None:
         table = snapshot.hosts if gateway is None else gateway.hosts
     if gateway is not None and gateway.hcm.generate_request_id:
-        head.request_id = request_id(gateway.hcm, _received_id(headers))
+        head.request_id = request_id(gateway.hcm, headers)
     try:
         authority, raw_path, query = split_target(target)
         path = normalise_path(raw_path)
@@ -193,14 +193,6 @@ def _gateway_rules(gateway: GatewayView, head: RequestHead, received: Any, upstr
     if gateway.hcm.gloo_xff:
         client, head.forwarded_for = forwarded(gateway.hcm, client, received.getRawHeaders(b"x-forwarded-for"))
     return client
-
-
-def _received_id(headers: Any) -> list[bytes] | None:
-    try:
-        found: list[bytes] | None = headers.get_canonical(b"X-Request-Id")  # the engine's Headers: no name lookup
-    except AttributeError:
-        found = headers.getRawHeaders(b"x-request-id")
-    return found
 
 
 def _virtual_service(table: HostTable, authority: bytes | None, hosts: list[bytes] | None, version: bytes

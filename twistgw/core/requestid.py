@@ -12,6 +12,7 @@ fraction of its cost (docs/decisions.md).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from twistgw.config.gateways import HcmSettings
 
@@ -76,9 +77,11 @@ def is_sane(value: bytes) -> bool:
     return 0 < len(value) <= MAX_LENGTH and not value.translate(None, _VISIBLE)
 
 
-def request_id(hcm: HcmSettings, received: list[bytes] | None) -> str | None:
-    """The ``x-request-id`` to send upstream, or None (``generateRequestId:
-    false``: the client's, if any, goes on as it came).
+def request_id(hcm: HcmSettings, headers: Any) -> str | None:
+    """The ``x-request-id`` to send upstream for a request with ``headers``
+    (as received: the engine's ``Headers``, or any with ``getRawHeaders``),
+    or None (``generateRequestId: false``: the client's, if any, goes on as
+    it came).
 
     Envoy's rules: with ``generateRequestId`` (its default), a request
     without one gets a new id; a client's id is replaced on an edge listener
@@ -87,6 +90,10 @@ def request_id(hcm: HcmSettings, received: list[bytes] | None) -> str | None:
     not one sane value (:func:`is_sane`; two headers are not one)."""
     if not hcm.generate_request_id:
         return None
+    try:
+        received: list[bytes] | None = headers.get_canonical(b"X-Request-Id")  # no name lookup
+    except AttributeError:
+        received = headers.getRawHeaders(b"x-request-id")
     if received is not None and len(received) == 1 and is_sane(received[0]) and (
             hcm.preserve_external_request_id or not hcm.use_remote_address):
         return received[0].decode("ascii")
