@@ -76,7 +76,7 @@ REFERENCES = ["backend-direct", "nginx-proxy", "nginx-limit-req", "nginx-proxy-t
               "bare-twisted", "probe-floor", "nginx-gzip", *h2_bench.REFERENCES, *grpc_bench.REFERENCES]
 GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
            "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "ratelimit-local", "ratelimit-redis",
-           "ratelimit-cluster", "traffic", "upstream-tls", "gzip-json", "gateway-plain", "request-id",
+           "ratelimit-cluster", "traffic", "upstream-tls", "gzip-json", "gateway-json", "gateway-plain", "request-id",
            "apikey", "basic-cache", "opa-path", "passthrough",
            *oidc_bench.SCENARIOS, *h2_bench.SCENARIOS, *grpc_bench.GATEWAY]
 ALL = REFERENCES + GATEWAY
@@ -98,6 +98,8 @@ DESCRIPTIONS = {
     "plain": "twistgw, one route, no auth (as shipped: access log and metrics on)",
     "gzip-json": "twistgw, a Gateway with gzip (compressionLevel: SPEED, zlib level 1), the same 10 KB JSON body,"
                  " Accept-Encoding: gzip (beside nginx-gzip)",
+    "gateway-json": "gzip-json without gzip: the same 10 KB body relayed as it is (what the compression adds is"
+                    " gzip-json - gateway-json)",
     "gateway-plain": "twistgw, plain served on a Gateway's listener, generateRequestId: false",
     "request-id": "gateway-plain with generateRequestId on (Envoy's default): a UUID4 x-request-id per request"
                   " (goal: gateway-plain + 1 us)",
@@ -366,7 +368,7 @@ def rss_kib(pid: int) -> tuple[int, int]:
 # ---------------------------------------------------------------------------
 
 BACKEND_BODY = "hello from the backend\n"
-#: the gzip rows' body: 10 KB of JSON (single-quoted in nginx's configuration: no ' in it)
+#: the gzip rows' body: 10 KB of JSON (a file the JSON backend serves)
 JSON_BODY = json.dumps([{"id": i, "name": f"pet number {i}", "status": "available", "tags": ["dog", "cat"]}
                         for i in range(125)])[:10240]
 
@@ -945,12 +947,16 @@ class Bench:
     }}"""), self.backend_port, LOAD_CPU)
         if any(s.partition("@")[0] in ("upstream-tls", "nginx-proxy-tls") for s in self.args.scenarios):
             self.start_tls_backend()
-        if any(s.partition("@")[0] in ("gzip-json", "nginx-gzip") for s in self.args.scenarios):
+        if any(s.partition("@")[0] in ("gzip-json", "gateway-json", "nginx-gzip") for s in self.args.scenarios):
             self.json_port = free_port()
+            os.makedirs(os.path.join(self.prefix, "json"), exist_ok=True)
+            with open(os.path.join(self.prefix, "json", "body.json"), "w") as f:
+                f.write(JSON_BODY)
             start_nginx(self.procs, self.prefix, "backend-json", nginx_conf(self.prefix, "backend-json", f"""
     server {{
         listen 127.0.0.1:{self.json_port};
-        location / {{ default_type application/json; return 200 '{JSON_BODY}'; }}
+        etag off;
+        location / {{ root {self.prefix}/json; default_type application/json; try_files /body.json =404; }}
     }}"""), self.json_port, LOAD_CPU)
         if any(s.partition("@")[0] in (*grpc_bench.REFERENCES, *grpc_bench.GATEWAY) for s in self.args.scenarios):
             self.grpc_dir = grpc_bench.prepare(self.prefix)
@@ -1122,18 +1128,18 @@ class Bench:
         if kind in ("plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "h2-plain"):
             gateway_config(directory, self.backend_port)
             expect = [("GET /", {}, 200)]
-        elif kind in ("gzip-json", "gateway-plain", "request-id"):
+        elif kind in ("gzip-json", "gateway-json", "gateway-plain", "request-id"):
             # served on a Gloo Gateway's listener (the port measured); --listen elsewhere
             listen = free_port()
-            http = {"gzip-json": "{options: {gzip: {compressionLevel: SPEED}}}",
+            http = {"gzip-json": "{options: {gzip: {compressionLevel: SPEED}}}", "gateway-json": "{}",
                     "gateway-plain": "{options: {httpConnectionManagerSettings: {generateRequestId: false}}}",
                     "request-id": "{}"}[kind]
-            gateway_config(directory, self.json_port if kind == "gzip-json" else self.backend_port,
+            gateway_config(directory, self.json_port if kind.endswith("-json") else self.backend_port,
                            extra=f"---\napiVersion: gateway.vendor.io/v1\nkind: Gateway\nmetadata: {{name: bench,"
                                  f" namespace: default}}\nspec:\n  bindAddress: 127.0.0.1\n  bindPort: {port}\n"
                                  f"  httpGateway: {http}\n")
             expect = [("GET /", {"Accept-Encoding": "gzip"}, 200)]
-            headers = ["Accept-Encoding: gzip"] if kind == "gzip-json" else []
+            headers = ["Accept-Encoding: gzip"] if kind.endswith("-json") else []
         elif kind == "upstream-tls":
             os.makedirs(directory, exist_ok=True)
             shutil.copy(os.path.join(self.tls_dir, "ca.crt"), directory)  # sslFiles: relative to the config
