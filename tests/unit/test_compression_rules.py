@@ -41,6 +41,14 @@ def test_choose(accept: list[bytes] | None, expected: str | None) -> None:
     assert (chosen.name if chosen else None) == (None if expected is None else {"gzip": "gzip", "br": "br"}[expected])
 
 
+def test_choose_remembers_per_value_and_per_gateway() -> None:
+    assert choose(BOTH, [b"gzip, br"]) is GZIP and choose(BOTH, [b"gzip, br"]) is GZIP
+    assert choose(ONLY_GZIP, [b"br"]) is None and choose(BOTH, [b"br"]) is BR
+    other = Compression((Encoding("gzip", level=9),))
+    assert choose(other, [b"gzip, br"]) is other.encodings[0]
+    assert choose(BOTH, [b"gzip;q=0.1", b"br"]) is BR  # several lines: one value
+
+
 def test_choose_offers_only_what_is_configured() -> None:
     assert choose(ONLY_GZIP, [b"br"]) is None
     assert choose(ONLY_GZIP, [b"br, gzip;q=0.1"]) is GZIP

@@ -19,7 +19,7 @@ import brotli
 from twistgw.config.compression import Compression, Encoding
 from twistgw.core.plan import LocalResponse
 
-__all__ = ["Encoder", "choose", "compress_local", "encoder", "response_head"]
+__all__ = ["Encoder", "choose", "compress_local", "encoder", "negotiate", "response_head"]
 
 _VARY_LINE = b"Vary: Accept-Encoding\r\n"
 _NO_BODY = frozenset({204, 304})
@@ -92,7 +92,29 @@ def _qvalue(params: list[str]) -> float:
     return 1.0
 
 
+#: ``choose``'s answers by (Gateway compression, Accept-Encoding): clients send
+#: few distinct values (each browser its own); bounded, emptied when full
+_CHOSEN: dict[tuple[int, bytes], tuple[Compression, Encoding | None]] = {}
+_CHOSEN_LIMIT = 1024
+
+
 def choose(compression: Compression, accept: list[bytes] | None) -> Encoding | None:
+    """:func:`negotiate`, remembered per Accept-Encoding value."""
+    if not accept:
+        return None
+    value = accept[0] if len(accept) == 1 else b",".join(accept)
+    key = (id(compression), value)
+    found = _CHOSEN.get(key)
+    if found is not None and found[0] is compression:
+        return found[1]
+    chosen = negotiate(compression, [value])
+    if len(_CHOSEN) >= _CHOSEN_LIMIT:
+        _CHOSEN.clear()
+    _CHOSEN[key] = (compression, chosen)
+    return chosen
+
+
+def negotiate(compression: Compression, accept: list[bytes] | None) -> Encoding | None:
     """The coding to compress a response with, from the request's
     ``Accept-Encoding`` values, or None: the highest weight among the
     Gateway's codings (an explicit name, else ``*``), ties to the one the
