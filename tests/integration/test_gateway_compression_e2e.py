@@ -283,9 +283,11 @@ def test_glooss_gzip_guide(tmp_path: Path) -> None:
         def compressed() -> bool:
             return curl(port, "/helloworld", "-H", "Accept-Encoding: gzip")[0].get("content-encoding") == "gzip"
         eventually(compressed)
-        headers, raw, _ = curl(port, "/helloworld", "-H", "Accept-Encoding: gzip")
-        assert raw != text and zlib.decompress(raw, 31) == text
-        assert headers["content-type"] == "text/plain" and headers["vary"] == "Accept-Encoding"
+        for proto in ([], ["--http2-prior-knowledge"]):
+            headers, raw, _ = curl(port, "/helloworld", "-H", "Accept-Encoding: gzip", *proto)
+            assert raw != text and zlib.decompress(raw, 31) == text, proto
+            assert headers["content-type"] == "text/plain" and headers["vary"] == "Accept-Encoding"
+            assert headers["content-encoding"] == "gzip" and headers["content-length"] == str(len(raw))
 
 
 def test_request_ids(tmp_path: Path, origin: tuple[int, Any]) -> None:
