@@ -73,10 +73,10 @@ DOCS = os.path.join(ROOT, "docs", "performance.md")
 
 # Scenario names, in the order of the table.
 REFERENCES = ["backend-direct", "nginx-proxy", "nginx-limit-req", "nginx-proxy-tls", "haproxy-proxy", "haproxy-jwt",
-              "bare-twisted", "probe-floor", *h2_bench.REFERENCES, *grpc_bench.REFERENCES]
+              "bare-twisted", "probe-floor", "nginx-gzip", *h2_bench.REFERENCES, *grpc_bench.REFERENCES]
 GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
            "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "ratelimit-local", "ratelimit-redis",
-           "ratelimit-cluster", "traffic", "upstream-tls",
+           "ratelimit-cluster", "traffic", "upstream-tls", "gzip-json", "gateway-json", "gateway-plain", "request-id",
            "apikey", "basic-cache", "opa-path", "passthrough",
            *oidc_bench.SCENARIOS, *h2_bench.SCENARIOS, *grpc_bench.GATEWAY]
 ALL = REFERENCES + GATEWAY
@@ -93,7 +93,16 @@ DESCRIPTIONS = {
     "haproxy-jwt": "HAProxy + jwt_verify RS256, iss/sub/exp checks on every request",
     "bare-twisted": "bench/bare_proxy.py: Agent + persistent pool",
     "probe-floor": "bench/probe_proxy.py: Twisted protocols + httptools, no policy (the engine's floor)",
+    "nginx-gzip": "nginx proxy, gzip on; gzip_comp_level 1 (application/json), a 10 KB JSON body from the backend,"
+                  " Accept-Encoding: gzip",
     "plain": "twistgw, one route, no auth (as shipped: access log and metrics on)",
+    "gzip-json": "twistgw, a Gateway with gzip (compressionLevel: SPEED, zlib level 1), the same 10 KB JSON body,"
+                 " Accept-Encoding: gzip (beside nginx-gzip)",
+    "gateway-json": "gzip-json without gzip: the same 10 KB body relayed as it is (what the compression adds is"
+                    " gzip-json - gateway-json)",
+    "gateway-plain": "twistgw, plain served on a Gateway's listener, generateRequestId: false",
+    "request-id": "gateway-plain with generateRequestId on (Envoy's default): a UUID4 x-request-id per request"
+                  " (goal: gateway-plain + 1 us)",
     "plain-nolog": "twistgw, one route, no auth, --no-access-log",
     "plain-textlog": "plain with twist --log-format=text (a 160-byte text access line, not the 570-byte JSON record)",
     "plain-w2": "plain with --workers 2, both workers on the proxy's core (the cost of the split)",
@@ -359,6 +368,9 @@ def rss_kib(pid: int) -> tuple[int, int]:
 # ---------------------------------------------------------------------------
 
 BACKEND_BODY = "hello from the backend\n"
+#: the gzip rows' body: 10 KB of JSON (a file the JSON backend serves)
+JSON_BODY = json.dumps([{"id": i, "name": f"pet number {i}", "status": "available", "tags": ["dog", "cat"]}
+                        for i in range(125)])[:10240]
 
 
 def nginx_conf(prefix: str, name: str, server_block: str, extra_http: str = "") -> str:
@@ -921,6 +933,8 @@ class Bench:
         #: the fixed gRPC upstream (nginx h2c on core 0) and its files, for the gRPC rows
         self.grpc_port = 0
         self.grpc_dir = ""
+        #: the gzip rows' backend (nginx on core 0, a 10 KB JSON body)
+        self.json_port = 0
 
     # -- setup ------------------------------------------------------------
 
@@ -933,6 +947,17 @@ class Bench:
     }}"""), self.backend_port, LOAD_CPU)
         if any(s.partition("@")[0] in ("upstream-tls", "nginx-proxy-tls") for s in self.args.scenarios):
             self.start_tls_backend()
+        if any(s.partition("@")[0] in ("gzip-json", "gateway-json", "nginx-gzip") for s in self.args.scenarios):
+            self.json_port = free_port()
+            os.makedirs(os.path.join(self.prefix, "json"), exist_ok=True)
+            with open(os.path.join(self.prefix, "json", "body.json"), "w") as f:
+                f.write(JSON_BODY)
+            start_nginx(self.procs, self.prefix, "backend-json", nginx_conf(self.prefix, "backend-json", f"""
+    server {{
+        listen 127.0.0.1:{self.json_port};
+        etag off;
+        location / {{ root {self.prefix}/json; default_type application/json; try_files /body.json =404; }}
+    }}"""), self.json_port, LOAD_CPU)
         if any(s.partition("@")[0] in (*grpc_bench.REFERENCES, *grpc_bench.GATEWAY) for s in self.args.scenarios):
             self.grpc_dir = grpc_bench.prepare(self.prefix)
             self.grpc_port = free_port()
@@ -1056,6 +1081,21 @@ class Bench:
                                  haproxy_conf(self.prefix, name, port, self.backend_port, rules), port, PROXY_CPU)
             check(port, expect)
             return Target(name, port, proc.pid, headers)
+        if name == "nginx-gzip":
+            proc = start_nginx(self.procs, self.prefix, name, nginx_conf(self.prefix, name, f"""
+    upstream backend {{ server 127.0.0.1:{self.json_port}; keepalive 64; keepalive_requests 1000000; }}
+    server {{
+        listen 127.0.0.1:{port};
+        access_log {self.prefix}/{name}.access.log;
+        gzip on; gzip_comp_level 1; gzip_types application/json; gzip_proxied any; gzip_vary on;
+        location / {{
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+    }}"""), port, PROXY_CPU)
+            check(port, [("GET / gzip", {"Accept-Encoding": "gzip"}, 200)])
+            return Target(name, port, proc.pid, ["Accept-Encoding: gzip"])
         if name == "nginx-h2":
             proc = start_nginx(self.procs, self.prefix, name, nginx_conf(
                 self.prefix, name, h2_bench.nginx_block(port, self.backend_port, self.prefix)), port, PROXY_CPU)
@@ -1084,9 +1124,22 @@ class Bench:
         script: list[str] = []
         expect: list[tuple[str, dict[str, str], int]]
         mat = self.mat
+        listen = port
         if kind in ("plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "h2-plain"):
             gateway_config(directory, self.backend_port)
             expect = [("GET /", {}, 200)]
+        elif kind in ("gzip-json", "gateway-json", "gateway-plain", "request-id"):
+            # served on a Gloo Gateway's listener (the port measured); --listen elsewhere
+            listen = free_port()
+            http = {"gzip-json": "{options: {gzip: {compressionLevel: SPEED}}}", "gateway-json": "{}",
+                    "gateway-plain": "{options: {httpConnectionManagerSettings: {generateRequestId: false}}}",
+                    "request-id": "{}"}[kind]
+            gateway_config(directory, self.json_port if kind.endswith("-json") else self.backend_port,
+                           extra=f"---\napiVersion: gateway.vendor.io/v1\nkind: Gateway\nmetadata: {{name: bench,"
+                                 f" namespace: default}}\nspec:\n  bindAddress: 127.0.0.1\n  bindPort: {port}\n"
+                                 f"  httpGateway: {http}\n")
+            expect = [("GET /", {"Accept-Encoding": "gzip"}, 200)]
+            headers = ["Accept-Encoding: gzip"] if kind.endswith("-json") else []
         elif kind == "upstream-tls":
             os.makedirs(directory, exist_ok=True)
             shutil.copy(os.path.join(self.tls_dir, "ca.crt"), directory)  # sslFiles: relative to the config
@@ -1149,7 +1202,7 @@ class Bench:
             assert self.baseline is not None
             python, cwd, env = self.baseline.python, self.prefix, self.baseline.env()
         argv = [python, "-m", "twisted", *twist, "twistgw", "--config", directory,
-                "--listen", f"tcp:{port}:interface=127.0.0.1",
+                "--listen", f"tcp:{listen}:interface=127.0.0.1",
                 "--admin", f"tcp:{admin}:interface=127.0.0.1"]
         if kind == "plain-nolog":
             argv.append("--no-access-log")

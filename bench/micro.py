@@ -135,7 +135,18 @@ def scenarios(fresh_needed: bool = True) -> dict[str, tuple[str, str, bytes]]:
         **{name: extauth_scenario(name) for name in EXTAUTH},
         # issue 24: headerManipulation + cors + retries, a CORS origin on every request
         "traffic": (harness.TRAFFIC_OPTIONS, "", b"Origin: https://app.example.com\r\n"),
+        **{name: gateway_scenario(name) for name in ON_GATEWAY},
     }
+
+
+#: plain, served on a Gloo Gateway's listener: without and with its x-request-id (bench/run's rows)
+ON_GATEWAY = ("gateway-plain", "request-id")
+
+
+def gateway_scenario(name: str) -> tuple[str, str, bytes]:
+    http = "{options: {httpConnectionManagerSettings: {generateRequestId: false}}}" if name == "gateway-plain" else "{}"
+    return ("", f"---\napiVersion: gateway.vendor.io/v1\nkind: Gateway\nmetadata: {{name: bench, namespace: default}}\n"
+                f"spec:\n  bindPort: 8080\n  httpGateway: {http}\n", b"")
 
 
 #: The extauth scenarios (bench/run's rows of the same names).
@@ -245,12 +256,14 @@ def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:
         fill_ldap_cache(gateway.snapshot)
     if name == "oauth2-introspect":
         fill_introspection_cache(gateway.snapshot)
-    factory = GatewayFactory(gateway, timeout=60)
+    factory = GatewayFactory(gateway, timeout=60, gateway_key="default/bench" if name in ON_GATEWAY else None)
     factory.micro_reactor = reactor
     proto = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 8080))
     proto.callLater = reactor.callLater
     transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 40000))
     proto.makeConnection(transport)
+    # the look at the first bytes (HTTP/2's preface?) is over: an HTTP/1.1 connection, as after its first read
+    proto.__dict__.pop("dataReceived", None)
     head = b"GET /hello HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: wrk\r\n"
     if isinstance(header, list):  # a different request each time (jwt-fresh)
         return (proto, transport, upstream, upstream_transport), Rotating([head + h + b"\r\n" for h in header])

@@ -12,7 +12,8 @@ runs inside ``sys.call_tracing`` and callgrind collects only there
 (``--toggle-collect=sys_call_tracing``), so imports, the configuration and
 the warm-up requests are left out. Scenarios: ``plain``, ``plain-key``
 (``plain`` with the ``apikey`` scenario's header on every request: what one
-more header costs) and the extauth ones (``apikey``, ``basic-cache``,
+more header costs), ``gateway-plain`` and ``request-id`` (plain on a Gloo
+Gateway's listener, without and with its ``x-request-id``) and the extauth ones (``apikey``, ``basic-cache``,
 ``oauth2-introspect``, ``oidc-cookie``).
 
 regopy is replaced by an empty module in the counted process: its allocator
@@ -31,7 +32,8 @@ import tempfile
 import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCENARIOS = ("plain", "plain-key", "apikey", "basic-cache", "oauth2-introspect", "oidc-cookie")
+SCENARIOS = ("plain", "plain-key", "apikey", "basic-cache", "oauth2-introspect", "oidc-cookie", "gateway-plain",
+             "request-id")
 
 
 def _counted(name: str, requests: int) -> None:
@@ -49,6 +51,8 @@ def _counted(name: str, requests: int) -> None:
         spec = ("", "", b"")
     elif name == "plain-key":
         spec = ("", "", micro.extauth_scenario("apikey")[2])
+    elif name in micro.ON_GATEWAY:
+        spec = micro.gateway_scenario(name)
     else:
         spec = micro.extauth_scenario(name)
     conn, request = micro.build(name, spec)

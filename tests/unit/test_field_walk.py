@@ -577,6 +577,8 @@ spec:
         serverName: walk
         idleTimeout: 30s
         requestHeadersTimeout: 5s
+        generateRequestId: true
+        preserveExternalRequestId: false
         codecType: AUTO
         http2ProtocolOptions:
           maxConcurrentStreams: 50
@@ -585,6 +587,23 @@ spec:
           overrideStreamErrorOnInvalidHttpMessage: false
       healthCheck: {{path: /healthz}}
       grpcWeb: {{disable: false}}
+      gzip:
+        memoryLevel: 5
+        compressionLevel: SPEED
+        compressionStrategy: DEFAULT
+        windowBits: 12
+        contentLength: 30
+        contentType: [application/json]
+        disableOnEtagHeader: false
+        removeAcceptEncodingHeader: false
+      brotli:
+        quality: 3
+        windowBits: 18
+        encoderMode: TEXT
+        contentLength: 30
+        contentType: [text/html]
+        disableOnEtagHeader: false
+        removeAcceptEncodingHeader: false
       httpLocalRatelimit:
         defaultLimit: {{maxTokens: 10, tokensPerFill: 1, fillInterval: 1s}}
         enableXRatelimitHeaders: true
@@ -1388,6 +1407,8 @@ GW_E2E = "tests/integration/test_gateway_kind_e2e.py"
 GW_SSL_E2E = "tests/integration/test_gateway_ssl_e2e.py"
 GW_DOC = "docs/gateways.md"
 H2_GATEWAY = "tests/http2/test_http2_gateway.py"
+COMPRESS_E2E = "tests/integration/test_gateway_compression_e2e.py"
+COMPRESS_UNIT = "tests/unit/test_compression_config.py"
 _HTTP = "Gateway:spec.httpGateway"
 FIELDS.update({
     "Gateway:spec.bindAddress": (T, GW_E2E), "Gateway:spec.bindPort": (T, GW_E2E),
@@ -1403,6 +1424,14 @@ FIELDS.update({
     **{f"{_HTTP}.options.httpConnectionManagerSettings.{k}": (T, GW_UNIT, GW_DOC)
        for k in ("serverName", "idleTimeout", "requestHeadersTimeout")},
     f"{_HTTP}.options.healthCheck.path": (T, GW_UNIT),
+    **{f"{_HTTP}.options.httpConnectionManagerSettings.{k}": (T, COMPRESS_E2E, COMPRESS_UNIT)
+       for k in ("generateRequestId", "preserveExternalRequestId")},
+    **{f"{_HTTP}.options.gzip.{k}": (T, COMPRESS_E2E, COMPRESS_UNIT)
+       for k in ("memoryLevel", "compressionLevel", "compressionStrategy", "windowBits", "contentLength",
+                 "contentType", "disableOnEtagHeader", "removeAcceptEncodingHeader")},
+    **{f"{_HTTP}.options.brotli.{k}": (T, COMPRESS_E2E, COMPRESS_UNIT)
+       for k in ("quality", "windowBits", "encoderMode", "contentLength", "contentType", "disableOnEtagHeader",
+                 "removeAcceptEncodingHeader")},
     f"{_HTTP}.options.httpConnectionManagerSettings.codecType": (T, H2_GATEWAY),
     f"{_HTTP}.options.httpConnectionManagerSettings.http2ProtocolOptions": (T, H2_GATEWAY),
     **{f"{_HTTP}.options.httpConnectionManagerSettings.http2ProtocolOptions.{k}": (T, H2_GATEWAY)

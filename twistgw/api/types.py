@@ -16,13 +16,9 @@ import attrs
 from twistgw.api.headers import Headers, checked_response_header
 from twistgw.api.state import StateKey
 # re-exported: the resource infos used to live here, and plugins import them from this module
-from twistgw.api.resources import AuthConfigInfo as AuthConfigInfo
-from twistgw.api.resources import Endpoint as Endpoint
-from twistgw.api.resources import InvalidResource as InvalidResource
-from twistgw.api.resources import OptionsScope as OptionsScope
-from twistgw.api.resources import ResourceView as ResourceView
-from twistgw.api.resources import SecretInfo as SecretInfo
-from twistgw.api.resources import UpstreamInfo as UpstreamInfo
+from twistgw.api.resources import (AuthConfigInfo as AuthConfigInfo, Endpoint as Endpoint,
+                                   InvalidResource as InvalidResource, OptionsScope as OptionsScope,
+                                   ResourceView as ResourceView, SecretInfo as SecretInfo, UpstreamInfo as UpstreamInfo)
 
 if TYPE_CHECKING:  # config/ imports this module and loads no Twisted: Deferred is imported where it is made
     from twisted.internet.defer import Deferred
@@ -301,6 +297,8 @@ class RequestContext:
     :ivar response_headers: ``list[(name, value)] | None``: the headers
         plugins added to the client's response (:meth:`add_response_header`);
         None until one does. Read-only for plugins.
+    :ivar request_id: ``str | None``: the ``x-request-id`` sent upstream, on a Gloo Gateway's listener
+        that generates them (``generateRequestId``, on by default), set before any plugin runs; else None.
     :ivar body_source: where :meth:`read_body` reads the request body
         (:class:`BodySource`); unset for a request without a body. The engine
         sets it; tests may set a :class:`BytesBody`.
@@ -328,7 +326,7 @@ class RequestContext:
         "received_headers",
         "owned_headers",
         "response_headers",
-        "body_source",
+        "body_source", "request_id",
     )
 
     #: unset until the engine sets it (a request with a body): no store per request without one
@@ -371,6 +369,7 @@ class RequestContext:
         self.received_headers: Any = None
         self.owned_headers: tuple[bytes, ...] = ()
         self.response_headers: list[tuple[bytes, bytes]] | None = None
+        self.request_id: str | None = None
 
     # twistgw 0.1's claims, now the jwt plugin's state ----------------------
 

@@ -16,7 +16,9 @@ What is read (everything else is refused by name, with the reason):
   (``*`` or absent: every namespace); and ``options``:
   ``httpConnectionManagerSettings`` (:class:`HcmSettings`),
   ``httpLocalRatelimit`` (:class:`LocalLimitSettings`) and ``healthCheck``
-  (the path the listener answers itself: 200, or 503 while draining);
+  (the path the listener answers itself: 200, or 503 while draining),
+  ``gzip`` and twistgw's ``brotli`` (response compression,
+  :mod:`twistgw.config.compression`);
 * ``options.accessLoggingService``: access logs written to files
   (:mod:`twistgw.config.accesslogs`); the other listener options are refused.
 
@@ -32,6 +34,7 @@ import attrs
 
 from twistgw.api.fields import FieldReader, Path
 from twistgw.config.accesslogs import AccessLogSink, read_listener_options
+from twistgw.config.compression import Compression, read_brotli, read_gzip
 from twistgw.config.envelope import Envelope
 from twistgw.config.http2 import DEFAULT as HTTP2_DEFAULT, Http2Options, read_codec_type, read_http2_options
 from twistgw.config.model import Source, VirtualService
@@ -54,12 +57,12 @@ _HTTP_REFUSED = {
     "virtualServiceExpressions": "set-based selectors are not supported; use virtualServiceSelector (labels)"
                                  " or virtualServices",
 }
-_OPTIONS_FIELDS = ("grpcWeb", "healthCheck", "httpConnectionManagerSettings", "httpLocalRatelimit")
+_OPTIONS_FIELDS = ("brotli", "grpcWeb", "gzip", "healthCheck", "httpConnectionManagerSettings", "httpLocalRatelimit")
 _LOCAL_FIELDS = ("defaultLimit", "enableXRatelimitHeaders", "localRateLimitPerDownstreamConnection")
 
 #: HttpConnectionManagerSettings fields twistgw applies
-_HCM_FIELDS = ("codecType", "http2ProtocolOptions", "idleTimeout", "requestHeadersTimeout", "serverName",
-               "skipXffAppend", "useRemoteAddress", "xffNumTrustedHops")
+_HCM_FIELDS = ("codecType", "generateRequestId", "http2ProtocolOptions", "idleTimeout", "preserveExternalRequestId",
+               "requestHeadersTimeout", "serverName", "skipXffAppend", "useRemoteAddress", "xffNumTrustedHops")
 #: the ones it does not, each with why
 _HCM_REFUSED = {
     "maxRequestHeadersKb": "the request-head limit is fixed (16 KiB, answered 431, over HTTP/1.1 and HTTP/2),"
@@ -74,9 +77,8 @@ _HCM_REFUSED = {
     "maxHeadersCount": "the header count limit is fixed (100, answered 431)",
     "maxRequestsPerConnection": "keep-alive connections are not closed after a number of requests",
     "via": "twistgw adds no Via header",
-    "generateRequestId": "twistgw generates no x-request-id",
-    "preserveExternalRequestId": "twistgw generates no x-request-id",
-    "uuidRequestIdConfig": "twistgw generates no x-request-id",
+    "uuidRequestIdConfig": "x-request-id is a plain UUID4: no trace reason is packed into it, and it does not"
+                           " decide trace sampling",
     "proxy100Continue": "twistgw answers 100-continue itself, after the chain admits the request",
     "acceptHttp10": "HTTP/1.0 is always accepted",
     "defaultHostForHttp10": "an HTTP/1.0 request without Host goes to the '*' virtual service",
@@ -121,6 +123,12 @@ class HcmSettings:
     #: HTTP/2's limits (``http2ProtocolOptions``); None: ``codecType: HTTP1``,
     #: the listener serves HTTP/1.1 only
     http2: Http2Options | None = HTTP2_DEFAULT
+    #: ``generateRequestId`` (Envoy's default: true): every request goes
+    #: upstream with an ``x-request-id``
+    generate_request_id: bool = True
+    #: ``preserveExternalRequestId``: a client's sane ``x-request-id`` is
+    #: kept even on an edge listener (``useRemoteAddress``)
+    preserve_external_request_id: bool = False
 
 
 @attrs.frozen
@@ -160,6 +168,8 @@ class GlooGateway:
     #: ``httpGateway.options.grpcWeb.disable``: grpc-web requests are not
     #: translated to gRPC on this listener (on by default, as in Gloo)
     grpc_web_disabled: bool = False
+    #: ``httpGateway.options.gzip`` and ``brotli``: response compression, or None
+    compression: Compression | None = None
     source: Source | None = None
 
     @property
@@ -271,6 +281,13 @@ def _read_http(r: FieldReader, value: Any, path: Path, ns: str) -> dict[str, Any
                 g = r.mapping(opts["grpcWeb"] or {}, gp, {"disable"})
                 if g.get("disable") is not None:
                     out["grpc_web_disabled"] = r.boolean(g["disable"], gp + ("disable",))
+        encodings = []
+        for key, read in (("brotli", read_brotli), ("gzip", read_gzip)):  # the order of preference
+            with r.part():
+                if key in opts:
+                    encodings.append(read(r, opts[key], path + ("options", key)))
+        if encodings:
+            out["compression"] = Compression(tuple(encodings))
         with r.part():
             if "healthCheck" in opts:
                 out["health_path"] = _read_health(r, opts["healthCheck"], path + ("options", "healthCheck"))
@@ -287,7 +304,9 @@ def _read_hcm(r: FieldReader, value: Any, path: Path) -> HcmSettings:
     with r.part():
         if "xffNumTrustedHops" in m:
             out["xff_hops"] = r.integer(m["xffNumTrustedHops"], path + ("xffNumTrustedHops",), 0, 64)
-    for field, attr in (("useRemoteAddress", "use_remote_address"), ("skipXffAppend", "skip_xff_append")):
+    for field, attr in (("useRemoteAddress", "use_remote_address"), ("skipXffAppend", "skip_xff_append"),
+                        ("generateRequestId", "generate_request_id"),
+                        ("preserveExternalRequestId", "preserve_external_request_id")):
         with r.part():
             if field in m:
                 out[attr] = r.boolean(m[field], path + (field,))

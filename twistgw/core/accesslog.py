@@ -103,8 +103,8 @@ _encode: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 #: One request kept for the next batch: (client, method, path, status,
 #: virtual_service, route, upstream, decided_by, principal, duration, time,
-#: protocol, truncated).
-_Record = tuple[str, str, str, int, str, str, str, str, str, float, float, str, str]
+#: protocol, truncated, request_id).
+_Record = tuple[str, str, str, int, str, str, str, str, str, float, float, str, str, str]
 
 
 #: The characters a field may hold and be written as it is, in a text line
@@ -132,11 +132,12 @@ def _text_lines(records: list[_Record]) -> list[str]:
     lines: list[str] = []
     add = lines.append
     second, stamp = -1, ""
-    for c, m, p, s, v, ro, u, d, pr, du, t, pt, cut in records:
+    for c, m, p, s, v, ro, u, d, pr, du, t, pt, cut, rid in records:
         if int(t) != second:
             second, stamp = int(t), formatTime(t) + " [twistgw.access#info] "
         add(f'{stamp}{c} "{m} {p} {pt}" {s} vs={v} route={ro} upstream={u} decided_by={d}'
-            f" principal={pr} {du * 1000:.1f}ms{' truncated=' + cut if cut else ''}\n")
+            f" principal={pr} {du * 1000:.1f}ms{' truncated=' + cut if cut else ''}"
+            f"{' request_id=' + rid if rid else ''}\n")
     return lines
 
 
@@ -147,12 +148,16 @@ def _json_lines(records: list[_Record]) -> list[str]:
     """JSON records in twist's framing of ``records``, fields as they are."""
     return [f'\x1e{{"client": "{c}", "method": "{m}", "path": "{p}", "protocol": "{pt}", "status": {s},'
             f' "virtual_service": "{v}", "route": "{ro}", "upstream": "{u}", "decided_by": "{d}",'
-            f' "principal": "{pr}", "duration_ms": {du * 1000:.3f}{_truncated(cut)}{_JSON_TAIL}{t:.6f}}}\n'
-            for c, m, p, s, v, ro, u, d, pr, du, t, pt, cut in records]
+            f' "principal": "{pr}", "duration_ms": {du * 1000:.3f}{_truncated(cut)}'
+            f'{_RID % rid if rid else ""}{_JSON_TAIL}{t:.6f}}}\n'
+            for c, m, p, s, v, ro, u, d, pr, du, t, pt, cut, rid in records]
 
 
 def _truncated(cut: str) -> str:
     return f', "truncated": "{cut}"' if cut else ""
+
+
+_RID = ', "request_id": "%s"'
 
 
 def _own(lines: list[str]) -> int:
@@ -160,7 +165,7 @@ def _own(lines: list[str]) -> int:
     return len(lines[0].encode("ascii").translate(None, _SAFE))
 
 
-_EMPTY: list[_Record] = [("", "", "", 200, "", "", "", "", "", 0.0, 0.0, "", "")]
+_EMPTY: list[_Record] = [("", "", "", 200, "", "", "", "", "", 0.0, 0.0, "", "", "")]
 _TEXT_OWN = _own(_text_lines(_EMPTY))  # two quotes and the newline
 _JSON_OWN = _own(_json_lines(_EMPTY))  # the quotes, the record separator and the newline
 
@@ -175,8 +180,8 @@ def _batch(records: list[_Record], make: Callable[[list[_Record]], list[str]], o
     text = "".join(lines)
     if not _clean(text, len(lines), own):
         e = escape
-        lines = make([(e(c), e(m), e(p), s, e(v), e(ro), e(u), e(d), e(pr), du, t, e(pt), cut)
-                      for c, m, p, s, v, ro, u, d, pr, du, t, pt, cut in records])
+        lines = make([(e(c), e(m), e(p), s, e(v), e(ro), e(u), e(d), e(pr), du, t, e(pt), cut, e(rid))
+                      for c, m, p, s, v, ro, u, d, pr, du, t, pt, cut, rid in records])
         text = "".join(lines)
     return lines, text
 
@@ -229,7 +234,9 @@ class AccessLog:
     # ``duration`` is in seconds; ``protocol`` what the client speaks
     # (``HTTP/1.1``, ``HTTP/2``); every text argument is a ``str``;
     # ``truncated`` names who cut the response short after its head
-    # (``upstream``), written as ``truncated=upstream`` only then. For ``text`` and ``json``
+    # (``upstream``), written as ``truncated=upstream`` only then;
+    # ``request_id`` the request's ``x-request-id`` on a Gateway that sets
+    # one (``request_id=...`` last, only then). For ``text`` and ``json``
     # the request is kept as it is, with the time, and its line made when
     # the buffer is written: a tuple and an append per request, and the
     # lines of a whole batch made in one comprehension, checked for
@@ -237,10 +244,10 @@ class AccessLog:
 
     def _keep(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
               upstream: str, decided_by: str, principal: str, duration: float, protocol: str = "HTTP/1.1",
-              truncated: str = "") -> None:
+              truncated: str = "", request_id: str = "") -> None:
         records = self._records
         records.append((client, method, path, status, virtual_service, route, upstream, decided_by, principal,
-                        duration, self._clock(), protocol, truncated))
+                        duration, self._clock(), protocol, truncated, request_id))
         if len(records) >= self.limit or self._direct:
             self.flush()
         elif not self._pending:
@@ -249,13 +256,14 @@ class AccessLog:
 
     def _event(self, client: str, method: str, path: str, status: int, virtual_service: str, route: str,
                upstream: str, decided_by: str, principal: str, duration: float, protocol: str = "HTTP/1.1",
-               truncated: str = "") -> None:
+               truncated: str = "", request_id: str = "") -> None:
         e = escape_text
-        if truncated:
-            _access.info(LOG_FORMAT + " truncated={truncated}", client=e(client), method=e(method), path=e(path),
+        if truncated or request_id:
+            tail = (" truncated={truncated}" if truncated else "") + (" request_id={request_id}" if request_id else "")
+            _access.info(LOG_FORMAT + tail, client=e(client), method=e(method), path=e(path),
                          protocol=e(protocol), status=status, virtual_service=e(virtual_service), route=e(route),
                          upstream=e(upstream), decided_by=e(decided_by), principal=e(principal),
-                         duration_ms=duration * 1000, truncated=truncated)
+                         duration_ms=duration * 1000, truncated=truncated, request_id=e(request_id))
             return
         _access.info(LOG_FORMAT, client=e(client), method=e(method), path=e(path), protocol=e(protocol),
                      status=status, virtual_service=e(virtual_service), route=e(route), upstream=e(upstream),

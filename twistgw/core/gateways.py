@@ -103,6 +103,8 @@ class GatewayView:
         self.health_path = gateway.health_path
         #: ``options.accessLoggingService``'s file sinks (written by runtime/accessfiles.py)
         self.access_logs = gateway.access_logs
+        #: ``gzip`` / ``brotli``: response compression (engine/compress.py), or None
+        self.compression = gateway.compression
         name = gateway.hcm.server_name
         #: ``serverName``: the Server header of every response
         self.server_edit = (ResponseEdit(frozenset({b"server"}), ((b"Server", name.encode("ascii")),))

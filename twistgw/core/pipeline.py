@@ -32,6 +32,7 @@ from twistgw.config.model import Route, VirtualService
 from twistgw.core.chain import Call, Trace, start_calls
 from twistgw.core.headers import copy_request_headers
 from twistgw.core.paths import BadPath, normalise_path
+from twistgw.core.requestid import request_id
 from twistgw.core.plan import Forward, LocalResponse, Plan, RetryingForward
 from twistgw.core.routing import HostTable, first_route
 from twistgw.core.gateways import GatewayView, forwarded
@@ -68,10 +69,14 @@ class RequestHead:
         None for a request without a body.
     :ivar gateway: the :class:`~twistgw.core.gateways.GatewayView` of the
         Gloo Gateway whose listener received the request, or None.
+    :ivar request_id: the ``x-request-id`` the request goes upstream with
+        (``str``), set by :func:`prepare` on a Gateway that generates them
+        (``generateRequestId``, Envoy's default), before routing: a 404 has
+        one too; None elsewhere.
     """
 
     __slots__ = ("method", "target", "headers", "client_address", "scheme", "ctx", "runtime", "version",
-                 "hosts", "body", "gateway", "forwarded_for")
+                 "hosts", "body", "gateway", "forwarded_for", "request_id")
 
     def __init__(self, method: bytes, target: bytes, headers: Any, client_address: str = "",
                  scheme: str = "http", version: bytes = b"HTTP/1.1", body: Any = None) -> None:
@@ -90,6 +95,7 @@ class RequestHead:
         #: X-Forwarded-For to send under the Gateway's Envoy rules (None:
         #: none; unset: twistgw's own rule, the client address)
         self.forwarded_for: bytes | None | object = _OWN_RULE
+        self.request_id: str | None = None
 
 
 @attrs.define
@@ -133,6 +139,8 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     table = head.hosts  # a TLS connection's certificate's virtual services
     if table is None:
         table = snapshot.hosts if gateway is None else gateway.hosts
+    if gateway is not None and gateway.hcm.generate_request_id:
+        head.request_id = request_id(gateway.hcm, headers)
     try:
         authority, raw_path, query = split_target(target)
         path = normalise_path(raw_path)
@@ -145,16 +153,14 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     upstream_headers = Headers()
     copy_request_headers(headers, upstream_headers.raw)
     for name in snapshot.owned_headers:
-        # Plugins own these (sdk.OwnsRequestHeaders): a client's copy
-        # never reaches a route matcher, a plugin or a backend.
+        # Plugins own these (sdk.OwnsRequestHeaders): a client's copy never reaches a matcher, plugin or backend.
         upstream_headers.raw.pop(name, None)
     if authority is not None:
-        # RFC 9112 §3.2.2: the target's authority replaces Host, so the
-        # upstream sees the host that routing (and authorization) used.
+        # RFC 9112 §3.2.2: the target's authority replaces Host: the upstream sees the host routing used.
         upstream_headers.setRawHeaders(b"host", [authority])
     client = head.client_address
-    if gateway is not None and gateway.hcm.gloo_xff:
-        client, head.forwarded_for = forwarded(gateway.hcm, client, headers.getRawHeaders(b"x-forwarded-for"))
+    if gateway is not None:
+        client = _gateway_rules(gateway, head, headers, upstream_headers.raw, client)
     version = head.version
     ctx = RequestContext(
         head.method.decode("latin-1"), path, query, upstream_headers, host,
@@ -164,6 +170,8 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     # Route matchers read a header the copy above dropped as the client sent it.
     ctx.received_headers = headers
     ctx.owned_headers = snapshot.owned_headers
+    if gateway is not None:
+        ctx.request_id = head.request_id
     if head.body is not None:
         ctx.body_source = head.body
     route = select_route(ctx, vs, route_hook, snapshot)
@@ -173,6 +181,18 @@ def prepare(snapshot: Snapshot, head: RequestHead, reactor: Any = None,
     runtime = snapshot.runtime(vs, route)
     ctx.upstream = runtime.upstream_name
     return Prepared(ctx, runtime)
+
+
+def _gateway_rules(gateway: GatewayView, head: RequestHead, received: Any, upstream: dict[bytes, list[bytes]],
+                   client: str) -> str:
+    """A Gateway's rules on the headers going upstream (its ``x-request-id``,
+    computed before routing; X-Forwarded-For under Envoy's rules); returns
+    the client address."""
+    if head.request_id is not None:
+        upstream[b"X-Request-Id"] = [head.request_id.encode("ascii")]
+    if gateway.hcm.gloo_xff:
+        client, head.forwarded_for = forwarded(gateway.hcm, client, received.getRawHeaders(b"x-forwarded-for"))
+    return client
 
 
 def _virtual_service(table: HostTable, authority: bytes | None, hosts: list[bytes] | None, version: bytes

@@ -41,6 +41,8 @@ class ExchangeFacts:
     def header(self, canonical: bytes) -> str | None:
         if canonical == b":scheme":
             return str(self._head.scheme)
+        if canonical == b"X-Request-Id" and self._head.request_id is not None:
+            return str(self._head.request_id)  # the id sent upstream, as Envoy logs it
         values = self._ex.headers.get_canonical(canonical)
         return values[0].decode("latin-1") if values else None
 

@@ -18,12 +18,15 @@ from zope.interface import implementer
 
 from twistgw.config.defaults import HEAD_TIMEOUT, IDLE_TIMEOUT, UPSTREAM_TIMEOUT
 from twistgw.config.http2 import DEFAULT as HTTP2_DEFAULT, Http2Options
+from twistgw.config.compression import Compression
 from twistgw.core.accesslog import AccessLog
+from twistgw.core.compression import choose, compress_local
 from twistgw.core.grpc import prepare_http2
 from twistgw.core.pipeline import INTERNAL_ERROR, NOT_FOUND, Pipeline, RequestHead
 from twistgw.core.plan import Forward, LocalResponse, Plan
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import Snapshot
+from twistgw.engine.compress import CompressingDownstream
 from twistgw.engine.connection import GatewayProtocol
 from twistgw.engine.exchange import Exchange
 from twistgw.engine.grpcweb import GrpcWebDownstream
@@ -57,6 +60,26 @@ _PROTOCOLS = {b"HTTP/1.1": "HTTP/1.1", b"HTTP/1.0": "HTTP/1.0", b"HTTP/2": "HTTP
 
 def _text(protocol: bytes) -> str:
     return protocol.decode("latin-1")
+
+
+def _rid(ex: ClientRequest) -> str:
+    """`` request_id=...`` at the end of a log line about ``ex``, when it
+    has one (the event's ``request_id`` field holds the id alone)."""
+    head = ex.head
+    rid = head.request_id if head is not None else None
+    return f" request_id={rid}" if rid is not None else ""
+
+
+def _head_rid(ex: ClientRequest) -> str:
+    head = ex.head
+    rid = head.request_id if head is not None else None
+    return rid if rid is not None else ""
+
+
+def _is_grpc(ex: ClientRequest) -> bool:
+    """A gRPC request: the gateway's answer takes gRPC's form (core/grpc.py), never compressed."""
+    values = ex.headers.get_canonical(b"Content-Type")
+    return values is not None and values[0][:16].lower() == b"application/grpc"
 
 
 class Gateway:
@@ -96,6 +119,7 @@ class Gateway:
 
     def handle(self, ex: ClientRequest) -> None:
         proto = ex.proto
+        compression: Compression | None = None
         try:
             head = ex.head = RequestHead(ex.method, ex.target, ex.headers, proto.peer_host, proto.scheme,
                                          ex.version, None if ex.body is None else ex)
@@ -115,6 +139,7 @@ class Gateway:
                     plan = DRAINING if self.draining else HEALTHY
                 else:
                     plan = self.pipeline.handle(head, snapshot)
+                    compression = view.compression
             else:  # a Gateway removed while its listener drains
                 plan = NOT_FOUND
         except Exception:
@@ -123,14 +148,16 @@ class Gateway:
             self._internal_error(Failure(), ex)
             return
         if isinstance(plan, _PLANS):  # plain classes: an exact type is one pointer test
-            self._carry_out(plan, ex)
+            self._carry_out(plan, ex, compression)
         elif isinstance(plan, Deferred):
-            plan.addCallback(self._carry_out, ex)
+            plan.addCallback(self._carry_out, ex, compression)
             plan.addErrback(self._internal_error, ex)
         else:
-            self._carry_out(plan, ex)
+            self._carry_out(plan, ex, compression)
 
-    def _carry_out(self, plan: Plan, ex: ClientRequest) -> None:
+    def _carry_out(self, plan: Plan, ex: ClientRequest, compression: Compression | None = None) -> None:
+        """Answer, or forward; ``compression``: the Gateway's ``gzip`` /
+        ``brotli`` (None: the response goes out as it comes)."""
         if ex.finished:
             return
         if isinstance(plan, Forward):  # a RetryingForward too (a route with retries or shadowing)
@@ -152,28 +179,38 @@ class Gateway:
                                     gateway is None or not gateway.gateway.grpc_web_disabled)
                 if web is not None:
                     down = GrpcWebDownstream(ex, *web)
+            if compression is not None:
+                accept = ex.headers.getRawHeaders(b"accept-encoding")
+                if compression.remove_accept_encoding:
+                    plan.headers.raw.pop(b"Accept-Encoding", None)
+                down = CompressingDownstream(down, compression, choose(compression, accept))
             req = ex.upstream = self.forwarder.forward(down, plan)
             ex.upstream_label = req.label
             if pending is not None:
                 pending.go()
         else:
+            if compression is not None and plan.body and not _is_grpc(ex):
+                plan = compress_local(compression, plan, ex.method, ex.headers.getRawHeaders(b"accept-encoding"))
             ex.respond(plan)
 
     def _internal_error(self, failure: Failure, ex: ClientRequest) -> None:
-        self._log.failure("Unexpected error handling {method} {uri}", failure, method=ex.method, uri=ex.target)
+        self._log.failure("Unexpected error handling {method} {uri}{with_id}", failure, method=ex.method,
+                          uri=ex.target, with_id=_rid(ex), request_id=_head_rid(ex) or None)
         ex.fail(INTERNAL_ERROR)
 
     def upstream_failed(self, ex: ClientRequest, status: int, body: bytes, why: str, error: str,
                         headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-        self._log.info("Upstream {upstream} failed for {method} {path}: {why} ({error})",
+        self._log.info("Upstream {upstream} failed for {method} {path}: {why} ({error}){with_id}",
                        upstream=ex.upstream_label, method=ex.method,
-                       path=ex.ctx.path if ex.ctx else ex.target, why=why, error=error)
+                       path=ex.ctx.path if ex.ctx else ex.target, why=why, error=error, with_id=_rid(ex),
+                       request_id=_head_rid(ex) or None)
         ex.fail(LocalResponse(status, body, headers, reason=why))
 
     def upstream_broke(self, ex: ClientRequest, reason: str) -> None:
-        self._log.warn("Upstream {upstream} broke off the response to {method} {path}: {reason}",
+        self._log.warn("Upstream {upstream} broke off the response to {method} {path}: {reason}{with_id}",
                        upstream=ex.upstream_label, method=ex.method,
-                       path=ex.ctx.path if ex.ctx else ex.target, reason=reason)
+                       path=ex.ctx.path if ex.ctx else ex.target, reason=reason, with_id=_rid(ex),
+                       request_id=_head_rid(ex) or None)
         ex.truncated = "upstream"
         ex.abort()
 
@@ -212,13 +249,13 @@ class Gateway:
                 access.request(ctx.client_address, ctx.method, ctx.path, status, ctx.virtual_service,
                                ctx.route or "-", ex.upstream_label or "-", ctx.decided_by or "-",
                                principal or "-", duration, _PROTOCOLS.get(ex.protocol) or _text(ex.protocol),
-                               ex.truncated)
+                               ex.truncated, ctx.request_id or "")
             else:
                 access.request(ex.proto.peer_host or "-",
                                ex.method.decode("latin-1") if ex.method else "-",
                                (ex.target or b"").decode("latin-1")[:200], status, "-", "-",
                                ex.upstream_label or "-", "-", "-", duration,
-                               _PROTOCOLS.get(ex.protocol) or _text(ex.protocol), ex.truncated)
+                               _PROTOCOLS.get(ex.protocol) or _text(ex.protocol), ex.truncated, _head_rid(ex))
         if self._finished_hook is not None and ctx is not None:
             try:
                 self._finished_hook(ctx=ctx, status=status)
