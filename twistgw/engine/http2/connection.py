@@ -30,7 +30,7 @@ stall timer per stream whose output the client's window holds.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from h2.config import H2Configuration
 from h2.connection import H2Connection
@@ -50,6 +50,7 @@ from twistgw.api.headers import Headers
 from twistgw.config.http2 import MIN_WINDOW, Http2Options
 from twistgw.engine import framing, wire
 from twistgw.engine.body import RequestBody
+from twistgw.engine.http2.codec import Configuration, equip
 from twistgw.engine.http2.flow import Flow
 from twistgw.engine.http2.frames import Flood, FrameWatch
 from twistgw.core.headers import trailer_pairs
@@ -66,6 +67,7 @@ __all__ = ["H2ServerConnection", "ResetCount"]
 _OPEN, _DRAINING, _CLOSING, _CLOSED = H2State
 _ABORTED = Phase.ABORTED
 _log = Logger(namespace="twistgw.http2")
+_CONFIG = Configuration(client_side=False)
 
 
 class ResetCount:
@@ -133,11 +135,9 @@ class H2ServerConnection(Protocol):
     @staticmethod
     def _codec(options: Http2Options) -> H2Connection:
         # inbound header lists are validated by headers.request_fields (h2's
-        # rules in one pass); outbound ones are made valid by headers.response_fields
-        config = H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=False,
-                                 normalize_inbound_headers=False, validate_outbound_headers=False,
-                                 normalize_outbound_headers=False)
-        h2 = H2Connection(config)
+        # rules in one pass); outbound ones are made valid by headers.response_fields;
+        # HPACK remembers what it repeats (codec)
+        h2 = equip(H2Connection(cast(H2Configuration, _CONFIG)), huffman=True)
         # before initiate_connection: the first SETTINGS frame carries these
         h2.local_settings = Settings(client=False, initial_values={
             SettingCodes.MAX_CONCURRENT_STREAMS: options.max_concurrent_streams,
