@@ -50,7 +50,7 @@ from twistgw.api.headers import Headers
 from twistgw.config.http2 import MIN_WINDOW, Http2Options
 from twistgw.engine import framing, wire
 from twistgw.engine.body import RequestBody
-from twistgw.engine.http2.codec import Configuration, equip
+from twistgw.engine.http2.codec import Configuration, Connection, equip
 from twistgw.engine.http2.flow import Flow
 from twistgw.engine.http2.frames import Flood, FrameWatch
 from twistgw.core.headers import trailer_pairs
@@ -131,13 +131,16 @@ class H2ServerConnection(Protocol):
         self._idle = LazyTimer(self.clock, self.callLater)
         self._head = LazyTimer(self.clock, self.callLater)
         self._grace: Any = None
+        #: the last request header list that passed request_fields, and a pristine copy of
+        #: what it gave: the same list again (h2load, a gRPC client) is not checked again
+        self._last_head: tuple[list[Any], Any] | None = None
 
     @staticmethod
     def _codec(options: Http2Options) -> H2Connection:
         # inbound header lists are validated by headers.request_fields (h2's
         # rules in one pass); outbound ones are made valid by headers.response_fields;
         # HPACK remembers what it repeats (codec)
-        h2 = equip(H2Connection(cast(H2Configuration, _CONFIG)), huffman=True)
+        h2 = equip(Connection(cast(H2Configuration, _CONFIG)), huffman=True)
         # before initiate_connection: the first SETTINGS frame carries these
         h2.local_settings = Settings(client=False, initial_values={
             SettingCodes.MAX_CONCURRENT_STREAMS: options.max_concurrent_streams,
@@ -388,8 +391,14 @@ class H2ServerConnection(Protocol):
             self.flow.resets += 1
             return
         self._idle.clear()
+        fields_in = ev.headers or []
+        last = self._last_head
         try:
-            fields = request_fields(ev.headers or ())
+            if last is not None and last[0] == fields_in:
+                fields = last[1].copy()
+            else:
+                fields = request_fields(fields_in)
+                self._last_head = (fields_in, fields.copy())
         except Malformed as exc:
             self._malformed(sid, str(exc))
             return

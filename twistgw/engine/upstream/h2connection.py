@@ -42,7 +42,7 @@ from zope.interface import implementer
 
 from twistgw.api.upstreampolicy import H2_DEFAULT_WINDOW, Http2Settings
 from twistgw.engine import framing
-from twistgw.engine.http2.codec import Configuration, equip
+from twistgw.engine.http2.codec import Configuration, Connection, equip
 from twistgw.engine.timers import LazyTimer
 from twistgw.engine.upstream.configured import socket_of
 from twistgw.engine.upstream.h2stream import SEND_ERRORS, H2Stream
@@ -70,7 +70,7 @@ _CONNECTING, _READY, _DRAINING, _CLOSED = H2State
 #: §6.5.2 recommends at least 100)
 _BEFORE_SETTINGS = 100
 
-class _ClientConnection(h2.connection.H2Connection):
+class _ClientConnection(Connection):
     """hyper-h2's client connection, where a graceful GOAWAY (NO_ERROR)
     leaves the connection open for the streams at or below its last stream
     ID (RFC 9113 §6.8; h2 closes at once, its issue #1181). The frames after
