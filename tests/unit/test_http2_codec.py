@@ -119,6 +119,7 @@ def test_a_never_indexed_field_is_not_sent_from_the_remembered_list() -> None:
     assert ours.encode(secret) == plain.encode(secret)  # a never-indexed literal, not the list remembered
 
 
+@settings(deadline=None)
 @given(st.binary(max_size=600))
 def test_huffman_decoding_is_remembered_with_the_same_result(raw: bytes) -> None:
     coded = HuffmanEncoder(REQUEST_CODES, REQUEST_CODES_LENGTH).encode(raw)
