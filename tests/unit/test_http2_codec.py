@@ -7,6 +7,9 @@ their dynamic tables must agree after every step."""
 
 from __future__ import annotations
 
+import collections
+
+import h2.settings
 import hpack
 import pytest
 from hpack import HeaderTuple, NeverIndexedHeaderTuple
@@ -140,3 +143,25 @@ def test_the_remembered_list_is_encoded_afresh_once_the_table_changed() -> None:
     fields = [(b":status", b"200"), (b"x-a", b"1")]
     for step in (fields, fields, [(b"x-b", b"2")], fields, fields):
         assert ours.encode(step) == plain.encode(step)
+
+
+def _settings_story(settings: h2.settings.Settings) -> list[object]:
+    """What h2 does with one side's settings: values sent, read before and after their ACK."""
+    codes = h2.settings.SettingCodes
+    seen: list[object] = [dict(settings)]
+    settings[codes.INITIAL_WINDOW_SIZE] = 1000
+    settings[codes.MAX_CONCURRENT_STREAMS] = 5  # a key it did not hold
+    settings[codes.INITIAL_WINDOW_SIZE] = 2000  # two values waiting for their ACK
+    seen += [settings.initial_window_size, settings.get(codes.MAX_CONCURRENT_STREAMS)]
+    seen.append(sorted((int(k), c.original_value, c.new_value) for k, c in settings.acknowledge().items()))
+    seen += [settings.initial_window_size, settings.max_concurrent_streams, dict(settings)]
+    del settings[codes.MAX_CONCURRENT_STREAMS]
+    seen.append(dict(settings))
+    return seen
+
+
+def test_small_settings_behave_as_h2s() -> None:
+    assert _settings_story(codec.Settings(client=False)) == _settings_story(h2.settings.Settings(client=False))
+    made = codec.shrink(h2.settings.Settings(client=True))
+    assert _settings_story(made) == _settings_story(h2.settings.Settings(client=True))
+    assert all(type(v) is not collections.deque for v in made._settings.values())  # the memory it is for

@@ -38,7 +38,7 @@ from h2.errors import ErrorCodes
 from h2.events import (ConnectionTerminated, DataReceived, RemoteSettingsChanged, RequestReceived, StreamEnded,
                        StreamReset, TrailersReceived, WindowUpdated)
 from h2.exceptions import ProtocolError
-from h2.settings import SettingCodes, Settings
+from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol
@@ -50,7 +50,7 @@ from twistgw.api.headers import Headers
 from twistgw.config.http2 import MIN_WINDOW, Http2Options
 from twistgw.engine import framing, wire
 from twistgw.engine.body import RequestBody
-from twistgw.engine.http2.codec import Configuration, Connection, equip
+from twistgw.engine.http2.codec import Configuration, Connection, Settings, equip
 from twistgw.engine.http2.flow import Flow
 from twistgw.engine.http2.frames import Flood, FrameWatch
 from twistgw.core.headers import trailer_pairs
@@ -142,7 +142,7 @@ class H2ServerConnection(Protocol):
         # HPACK remembers what it repeats (codec)
         h2 = equip(Connection(cast(H2Configuration, _CONFIG)), huffman=True)
         # before initiate_connection: the first SETTINGS frame carries these
-        h2.local_settings = Settings(client=False, initial_values={
+        h2.local_settings = Settings(client=False, initial_values={  # codec.Settings: small
             SettingCodes.MAX_CONCURRENT_STREAMS: options.max_concurrent_streams,
             SettingCodes.INITIAL_WINDOW_SIZE: options.initial_stream_window,
             SettingCodes.MAX_FRAME_SIZE: options.max_frame_size,
