@@ -98,7 +98,7 @@ class Table(HeaderTable):
         self.changes += 1
         HeaderTable.maxsize.fset(self, newmax)  # type: ignore[attr-defined]
 
-    maxsize = property(HeaderTable.maxsize.fget, _set_maxsize)  # type: ignore[assignment]
+    maxsize = property(HeaderTable.maxsize.fget, _set_maxsize)  # type: ignore[attr-defined]
 
 
 class Decoder(hpack.Decoder):
@@ -186,7 +186,7 @@ class Configuration:
         self.logger = h2.config.DummyLogger()
 
 
-class _Pending(list):  # type: ignore[type-arg]
+class _Pending(list[int]):
     """One setting's value, then those sent and not acknowledged yet: what
     ``h2`` keeps in a ``collections.deque``, in a list (a deque is 760 bytes
     even for one value, a one-value list 64)."""
@@ -210,7 +210,7 @@ class Settings(h2.settings.Settings):
         fresh = key not in self._settings
         super().__setitem__(key, value)
         if fresh:  # h2 made a deque for it
-            self._settings[key] = _Pending(self._settings[key])
+            self._settings[key] = _Pending(self._settings[key])  # type: ignore[assignment]
 
 
 def shrink(settings: h2.settings.Settings) -> h2.settings.Settings:
