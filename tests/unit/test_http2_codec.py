@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import collections
 
+import h2.config
+import h2.connection
+import h2.exceptions
 import h2.settings
 import hpack
+import hyperframe.frame
 import pytest
 from hpack import HeaderTuple, NeverIndexedHeaderTuple
 from hpack.huffman import HuffmanEncoder
@@ -165,3 +169,46 @@ def test_small_settings_behave_as_h2s() -> None:
     made = codec.shrink(h2.settings.Settings(client=True))
     assert _settings_story(made) == _settings_story(h2.settings.Settings(client=True))
     assert all(type(v) is not collections.deque for v in made._settings.values())  # the memory it is for
+
+
+def _closed_stream_story(server: h2.connection.H2Connection) -> list[object]:
+    """A client's frames on a stream it reset, and on one the server ended:
+    what h2's _receive_frame handles itself (RST_STREAM back, or a GOAWAY)."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    server.initiate_connection()
+    out: list[object] = []
+
+    def deliver() -> None:
+        try:
+            events = server.receive_data(client.data_to_send())
+        except h2.exceptions.ProtocolError as exc:
+            out.append(type(exc).__name__)
+        else:
+            out.append([type(e).__name__ for e in events])
+        out.append(server.data_to_send())
+        client.receive_data(out[-1])  # type: ignore[arg-type]
+
+    deliver()
+    client.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":authority", "a"), (":path", "/")])
+    client.reset_stream(1)
+    deliver()
+    for frame in (hyperframe.frame.DataFrame(1, b"late"),  # DATA after its own RST_STREAM: a stream error
+                  hyperframe.frame.HeadersFrame(1, hpack.Encoder().encode([(b"x-t", b"1")]),
+                                                flags=["END_HEADERS", "END_STREAM"])):  # trailers after it
+        out.append([type(e).__name__ for e in server.receive_data(frame.serialize())])
+        out.append(server.data_to_send())
+    frame = hyperframe.frame.DataFrame(7, b"never opened", flags=["END_STREAM"])  # a connection error
+    try:
+        server.receive_data(frame.serialize())
+    except h2.exceptions.ProtocolError as exc:
+        out.append(type(exc).__name__)
+    out.append(server.data_to_send())
+    return out
+
+
+def test_frames_on_closed_streams_are_handled_as_h2_handles_them() -> None:
+    ours = _closed_stream_story(codec.Connection(h2.config.H2Configuration(client_side=False)))
+    assert ours == _closed_stream_story(h2.connection.H2Connection(h2.config.H2Configuration(client_side=False)))
+    rst = [x for x in ours if isinstance(x, bytes) and x[3:4] == b"\x03"]  # RST_STREAM (type 3) went out
+    assert rst, ours
