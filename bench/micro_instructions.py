@@ -1,7 +1,9 @@
 """Machine instructions per request of a bench/micro.py scenario, counted by
 callgrind (valgrind): exact and independent of the neighbours' load, C work
 included (hashing, allocation, dict and string work), which ``--opcodes``
-leaves out.
+leaves out. ``h2-plain`` and ``h2-jwt-rbac`` count the gateway's part of
+bench/h2_micro.py's HTTP/2 requests (batches of 10 streams, the client's own
+work left out); ``jwt-rbac`` is bench/micro.py's, over HTTP/1.1.
 
     python bench/micro_instructions.py SCENARIO [SCENARIO...] [--requests N]
 
@@ -33,7 +35,9 @@ import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS = ("plain", "plain-key", "apikey", "basic-cache", "oauth2-introspect", "oidc-cookie", "gateway-plain",
-             "request-id")
+             "request-id", "jwt-rbac", "h2-plain", "h2-jwt-rbac")
+#: the HTTP/2 scenarios: bench/h2_micro.py's connection, batches of this many streams (h2load's -m)
+H2_STREAMS = 10
 
 
 def _counted(name: str, requests: int) -> None:
@@ -47,8 +51,13 @@ def _counted(name: str, requests: int) -> None:
 
     import micro
 
+    if name.startswith("h2-"):
+        _counted_h2(name[3:], requests)
+        return
     if name == "plain":
         spec = ("", "", b"")
+    elif name == "jwt-rbac":
+        spec = micro.scenarios(fresh_needed=False)["jwt-rbac"]
     elif name == "plain-key":
         spec = ("", "", micro.extauth_scenario("apikey")[2])
     elif name in micro.ON_GATEWAY:
@@ -56,9 +65,32 @@ def _counted(name: str, requests: int) -> None:
     else:
         spec = micro.extauth_scenario(name)
     conn, request = micro.build(name, spec)
+    # the first read goes through the connection's one-time look at its first
+    # bytes (HTTP/2 or not), which then removes itself: run reads dataReceived once
+    micro.run(conn, request, 1)
     micro.run(conn, request, 50)  # warm: caches, memos, the first-request paths
     gc.collect()
     sys.call_tracing(micro.run, (conn, request, requests))
+
+
+def _counted_h2(name: str, requests: int) -> None:
+    """bench/h2_micro.py's HTTP/2 client and gateway: only the gateway's calls
+    (its reads of the client and of the upstreams) are counted, each inside
+    sys.call_tracing; the client sends ``authorization`` never indexed, as
+    nghttp2 (h2load) does."""
+    import gc
+
+    import h2_micro
+    import micro
+
+    h2_micro.NORMALIZE[0] = True
+    bench = h2_micro.H2Bench(micro.scenarios(fresh_needed=False)[name])
+    for _ in range(20):
+        bench.batch(H2_STREAMS)
+    gc.collect()
+    bench.server = lambda f, *args: sys.call_tracing(f, args)  # type: ignore[method-assign]
+    for _ in range(requests // H2_STREAMS):
+        bench.batch(H2_STREAMS)
 
 
 def instructions(name: str, requests: int) -> float:

@@ -18,6 +18,7 @@ speak HTTP/1.1 (grpc-web, ``TE: trailers``).
 from __future__ import annotations
 
 import json
+import socket
 import time
 from typing import Any
 
@@ -26,10 +27,13 @@ import jwt
 import pytest
 import pytest_twisted
 from cryptography.hazmat.primitives import serialization
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.events import ResponseReceived, StreamEnded, StreamReset, TrailersReceived
 from cryptography.hazmat.primitives.asymmetric import rsa
 from twisted.internet.threads import deferToThread
 
-from support.grpc_backend import GrpcBackend, frame, start_grpc_backend
+from support.grpc_backend import HOLD_LIMIT, GrpcBackend, frame, start_grpc_backend
 from support.http import parse_responses, raw_exchange
 from test_grpc_upstream_e2e import config, request
 
@@ -60,6 +64,35 @@ def grpc_backend() -> Any:
 def token(**claims: Any) -> str:
     return jwt.encode({"iss": ISSUER, "sub": "alice", "exp": int(time.time()) + 3600, **claims}, KEY,
                       algorithm="RS256")
+
+
+def raw_grpc_call(port: int, message: bytes, timeout: bytes) -> tuple[int, dict[bytes, bytes]]:
+    """One unary call over h2c by ``h2`` (no deadline of the client's own:
+    only ``grpc-timeout``): the HTTP status and every field of the answer's
+    header blocks (head and trailers)."""
+    conn = H2Connection(H2Configuration(client_side=True, header_encoding=None))
+    sock = socket.create_connection(("127.0.0.1", port), timeout=HOLD_LIMIT)
+    try:
+        conn.initiate_connection()
+        conn.send_headers(1, [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"gw.test"),
+                              (b":path", b"/test.Echo/Unary"), (b"content-type", b"application/grpc"),
+                              (b"te", b"trailers"), (b"grpc-timeout", timeout)])
+        conn.send_data(1, frame(message), end_stream=True)
+        sock.sendall(conn.data_to_send())
+        fields: dict[bytes, bytes] = {}
+        while True:
+            data = sock.recv(65536)
+            assert data, "the gateway closed the connection"
+            for event in conn.receive_data(data):
+                if isinstance(event, (ResponseReceived, TrailersReceived)):
+                    fields.update(dict(event.headers))
+                elif isinstance(event, StreamEnded):
+                    return int(fields[b":status"]), fields
+                elif isinstance(event, StreamReset):
+                    raise AssertionError(f"stream reset: {event.error_code}")
+            sock.sendall(conn.data_to_send())
+    finally:
+        sock.close()
 
 
 def channel(port: int) -> Any:
@@ -110,14 +143,37 @@ async def test_errors_details_trailing_metadata_and_deadlines(grpc_backend: Any,
                 unary(b"fail:NOT_FOUND:no such pet", timeout=5)
             assert e.value.code() == grpc.StatusCode.NOT_FOUND and e.value.details() == "no such pet"
             assert ("x-detail", "no such pet") in e.value.trailing_metadata()
+            # the service holds its answer until the call is over: the deadline
+            # surely passes first, whichever side (grpcio's own timer, or the
+            # gateway's grpc-timeout) reports it, and both say DEADLINE_EXCEEDED
             started = time.monotonic()
             with pytest.raises(grpc.RpcError) as e:
-                unary(b"sleep:3", timeout=0.3)
+                unary(b"hold", timeout=0.3)
             assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-            assert time.monotonic() - started < 2
+            assert time.monotonic() - started < HOLD_LIMIT / 2  # not the held answer
+            assert backend.holding.is_set()  # the call reached the service
+            backend.release()
             # the connection is still good after the cancelled call
             assert unary(b"after", timeout=5) == b"after"
     await deferToThread(run)
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_gateway_answers_a_passed_grpc_timeout_with_deadline_exceeded(
+        grpc_backend: Any, config_dir: Any, gateway: Any) -> None:
+    """The gateway's side alone: a client that sends ``grpc-timeout: 200m`` but
+    keeps no deadline of its own gets the gateway's trailers-only answer,
+    ``grpc-status`` 4 (DEADLINE_EXCEEDED, as Envoy's), not 14 (a 504's);
+    the service holds its answer until then, so only the gateway can answer."""
+    backend = grpc_backend()
+    gw = gateway(config_dir(config(backend.port)))
+    try:
+        status, fields = await deferToThread(raw_grpc_call, gw.port, b"hold", b"200m")
+    finally:
+        backend.release()
+    assert status == 200
+    assert fields.get(b"grpc-status") == b"4", fields
+    assert backend.holding.is_set()
 
 
 @pytest_twisted.ensureDeferred

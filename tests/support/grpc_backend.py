@@ -6,7 +6,10 @@ the client sends):
 ``Unary``         the request back; metadata ``x-echo`` back as trailing metadata;
                   a request ``fail:<code>:<details>`` aborts with that status
                   and trailing metadata ``x-detail: <details>``;
-                  ``sleep:<seconds>`` answers after that long
+                  ``sleep:<seconds>`` answers after that long; ``hold``
+                  answers only once the test calls :meth:`GrpcBackend.release`
+                  (at most :data:`HOLD_LIMIT` seconds), ``holding`` is set
+                  when it arrived: a deadline surely passes meanwhile
 ``ServerStream``  ``<n>``: n messages ``m0`` ... ``m<n-1>``, then OK;
                   ``<n>:<size>``: n messages of ``size`` bytes
 ``ClientStream``  every message joined by ``+``
@@ -27,7 +30,10 @@ from typing import Any, Iterator
 
 import grpc
 
-__all__ = ["GrpcBackend", "frame", "start_grpc_backend", "unframe"]
+__all__ = ["GrpcBackend", "HOLD_LIMIT", "frame", "start_grpc_backend", "unframe"]
+
+#: the longest a ``hold`` request waits for release (a test that never releases)
+HOLD_LIMIT = 20.0
 
 
 def frame(message: bytes, flags: int = 0) -> bytes:
@@ -50,6 +56,9 @@ class GrpcBackend:
     def __init__(self, credentials: Any = None) -> None:
         self.seen: list[tuple[str, dict[str, str]]] = []
         self.lock = threading.Lock()
+        #: set when a ``hold`` request arrived; ``released``: it may answer
+        self.holding = threading.Event()
+        self.released = threading.Event()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=16),
                                   options=[("grpc.so_reuseport", 0)])
         handlers = {
@@ -81,7 +90,14 @@ class GrpcBackend:
             context.abort(grpc.StatusCode[code], details)
         if request.startswith(b"sleep:"):
             time.sleep(float(request[6:]))
+        if request == b"hold":
+            self.holding.set()
+            self.released.wait(HOLD_LIMIT)
         return request
+
+    def release(self) -> None:
+        """Let every ``hold`` request (those waiting, and later ones) answer."""
+        self.released.set()
 
     def server_stream(self, request: bytes, context: Any) -> Iterator[bytes]:
         self._saw("ServerStream", context)
@@ -99,6 +115,7 @@ class GrpcBackend:
             yield b"echo:" + r
 
     def stop(self, grace: float | None = None) -> None:
+        self.released.set()
         self.server.stop(grace).wait(5)
 
 

@@ -40,7 +40,9 @@ when its upstream speaks HTTP/2 (``useHttp2``).
 * ``grpc-timeout`` (``1S``, ``250m``: at most 8 digits and a unit) bounds
   the wait for the response head: min(route timeout, grpc-timeout), as a
   client deadline shorter than the route's makes the answer come in time
-  (a longer one never extends it).
+  (a longer one never extends it). When the client's deadline is the one
+  that passes, the answer is ``grpc-status`` 4 (``DEADLINE_EXCEEDED``), as
+  Envoy's for a stream past its ``grpc-timeout``.
 
 See docs/grpc.md.
 """
@@ -119,8 +121,10 @@ def local_reply(answer: LocalResponse, content_type: bytes | None) -> LocalRespo
     kind = grpc_kind(content_type)
     if kind is None:
         return answer
+    # a gRPC status the answer names itself (DEADLINE_EXCEEDED when the client's grpc-timeout passed)
+    status = next((value for name, value in answer.headers if name.lower() == b"grpc-status"), None)
     headers: list[tuple[bytes, bytes]] = [(b"content-type", _CONTENT_TYPES[kind]),
-                                          (b"grpc-status", b"%d" % grpc_status(answer.status))]
+                                          (b"grpc-status", status or b"%d" % grpc_status(answer.status))]
     message = _message(answer)
     if message:
         headers.append((b"grpc-message", message))
@@ -203,4 +207,5 @@ def prepare_http2(forward: Any, received_te: list[bytes] | None, grpc_web: bool)
         seconds = grpc_timeout(timeout[0])
         if seconds is not None and seconds < forward.timeout:
             forward.timeout = seconds
+            forward.grpc_deadline = True
     return None if web is None else (web[0], text_body)

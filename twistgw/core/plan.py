@@ -60,6 +60,9 @@ class Forward:
         allowed origin, then the headers plugins added with
         ``ctx.add_response_header``): a
         :class:`twistgw.core.traffic.ResponseEdit`, or None (the plain route).
+    :ivar grpc_deadline: ``timeout`` is the gRPC client's own deadline
+        (``grpc-timeout``, shorter than the route's): when it passes the
+        client gets ``DEADLINE_EXCEEDED`` (4), as from Envoy, not the 504's 14.
     :ivar watch: a :class:`twistgw.core.outlier.UpstreamWatch` the engine
         reports the request's start, response statuses and end to (an
         upstream with ``leastRequest`` or ``outlierDetection``), else None.
@@ -67,7 +70,8 @@ class Forward:
         header lines of the response head.
     """
 
-    __slots__ = ("endpoint", "method", "target", "headers", "timeout", "upstream", "response_edit", "watch")
+    __slots__ = ("endpoint", "method", "target", "headers", "timeout", "upstream", "response_edit", "watch",
+                 "grpc_deadline")
 
     def __init__(self, endpoint: Endpoint, method: bytes, target: bytes, headers: Headers,
                  timeout: float, upstream: UpstreamInfo) -> None:
@@ -76,6 +80,7 @@ class Forward:
         self.target = target
         self.headers = headers
         self.timeout = timeout
+        self.grpc_deadline = False
         self.upstream = upstream
         self.response_edit: Any = None  # a core.traffic.ResponseEdit (core.traffic imports this module)
         #: what the engine reports this request to: a

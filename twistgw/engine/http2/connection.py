@@ -30,7 +30,7 @@ stall timer per stream whose output the client's window holds.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from h2.config import H2Configuration
 from h2.connection import H2Connection
@@ -38,7 +38,7 @@ from h2.errors import ErrorCodes
 from h2.events import (ConnectionTerminated, DataReceived, RemoteSettingsChanged, RequestReceived, StreamEnded,
                        StreamReset, TrailersReceived, WindowUpdated)
 from h2.exceptions import ProtocolError
-from h2.settings import SettingCodes, Settings
+from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol
@@ -50,6 +50,7 @@ from twistgw.api.headers import Headers
 from twistgw.config.http2 import MIN_WINDOW, Http2Options
 from twistgw.engine import framing, wire
 from twistgw.engine.body import RequestBody
+from twistgw.engine.http2.codec import Configuration, Connection, Settings, equip
 from twistgw.engine.http2.flow import Flow
 from twistgw.engine.http2.frames import Flood, FrameWatch
 from twistgw.core.headers import trailer_pairs
@@ -66,6 +67,7 @@ __all__ = ["H2ServerConnection", "ResetCount"]
 _OPEN, _DRAINING, _CLOSING, _CLOSED = H2State
 _ABORTED = Phase.ABORTED
 _log = Logger(namespace="twistgw.http2")
+_CONFIG = Configuration(client_side=False)
 
 
 class ResetCount:
@@ -129,17 +131,18 @@ class H2ServerConnection(Protocol):
         self._idle = LazyTimer(self.clock, self.callLater)
         self._head = LazyTimer(self.clock, self.callLater)
         self._grace: Any = None
+        #: the last request header list that passed request_fields, and a pristine copy of
+        #: what it gave: the same list again (h2load, a gRPC client) is not checked again
+        self._last_head: tuple[list[Any], Any] | None = None
 
     @staticmethod
     def _codec(options: Http2Options) -> H2Connection:
         # inbound header lists are validated by headers.request_fields (h2's
-        # rules in one pass); outbound ones are made valid by headers.response_fields
-        config = H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=False,
-                                 normalize_inbound_headers=False, validate_outbound_headers=False,
-                                 normalize_outbound_headers=False)
-        h2 = H2Connection(config)
+        # rules in one pass); outbound ones are made valid by headers.response_fields;
+        # HPACK remembers what it repeats (codec)
+        h2 = equip(Connection(cast(H2Configuration, _CONFIG)), huffman=True)
         # before initiate_connection: the first SETTINGS frame carries these
-        h2.local_settings = Settings(client=False, initial_values={
+        h2.local_settings = Settings(client=False, initial_values={  # codec.Settings: small
             SettingCodes.MAX_CONCURRENT_STREAMS: options.max_concurrent_streams,
             SettingCodes.INITIAL_WINDOW_SIZE: options.initial_stream_window,
             SettingCodes.MAX_FRAME_SIZE: options.max_frame_size,
@@ -388,8 +391,14 @@ class H2ServerConnection(Protocol):
             self.flow.resets += 1
             return
         self._idle.clear()
+        fields_in = ev.headers or []
+        last = self._last_head
         try:
-            fields = request_fields(ev.headers or ())
+            if last is not None and last[0] == fields_in:
+                fields = last[1].copy()
+            else:
+                fields = request_fields(fields_in)
+                self._last_head = (fields_in, fields.copy())
         except Malformed as exc:
             self._malformed(sid, str(exc))
             return

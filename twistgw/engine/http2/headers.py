@@ -65,6 +65,11 @@ class RequestFields:
         self.expect_continue = expect_continue
         self.content_type = content_type
 
+    def copy(self) -> "RequestFields":
+        """The same head with headers of its own (the pipeline changes a request's headers in place)."""
+        return RequestFields(self.method, self.target, Headers.adopt({k: v[:] for k, v in self.headers.raw.items()}),
+                             self.content_length, self.expect_continue, self.content_type)
+
 
 #: RFC 9113 §8.2.1: the bytes a field name may hold (no upper case, no
 #: controls, no space, nothing past 0x7e, no ``:``)

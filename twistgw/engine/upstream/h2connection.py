@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import socket
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
-import hpack
-import hpack.hpack
 import h2.config
 import h2.connection
 import h2.events
@@ -44,6 +42,7 @@ from zope.interface import implementer
 
 from twistgw.api.upstreampolicy import H2_DEFAULT_WINDOW, Http2Settings
 from twistgw.engine import framing
+from twistgw.engine.http2.codec import Configuration, Connection, equip
 from twistgw.engine.timers import LazyTimer
 from twistgw.engine.upstream.configured import socket_of
 from twistgw.engine.upstream.h2stream import SEND_ERRORS, H2Stream
@@ -71,28 +70,7 @@ _CONNECTING, _READY, _DRAINING, _CLOSED = H2State
 #: §6.5.2 recommends at least 100)
 _BEFORE_SETTINGS = 100
 
-class _Silent:
-    """hpack's module logger, quiet: it logs every header field it encodes
-    or decodes at DEBUG, some fifty calls a request even with logging off."""
-
-    def debug(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
-hpack.hpack.log = _Silent()  # type: ignore[assignment]
-
-
-class _PlainEncoder(hpack.Encoder):
-    """HPACK without Huffman coding of what the gateway sends: the dynamic
-    table still makes repeated fields one byte each, and Huffman coding in
-    pure Python costs more CPU than the bytes it saves on a data-centre link
-    (docs/decisions.md)."""
-
-    def encode(self, headers: Any, huffman: bool = False) -> bytes:
-        return super().encode(headers, huffman=False)
-
-
-class _ClientConnection(h2.connection.H2Connection):
+class _ClientConnection(Connection):
     """hyper-h2's client connection, where a graceful GOAWAY (NO_ERROR)
     leaves the connection open for the streams at or below its last stream
     ID (RFC 9113 §6.8; h2 closes at once, its issue #1181). The frames after
@@ -118,9 +96,8 @@ class _ClientConnection(h2.connection.H2Connection):
 
 #: what h2 checks of headers is checked by the streams themselves (h2stream.field_problem), at a
 #: fraction of the cost; h2 still checks the framing, HPACK, flow control and stream states
-_CONFIG = h2.config.H2Configuration(client_side=True, header_encoding=None, validate_inbound_headers=False,
-                                    normalize_inbound_headers=False, validate_outbound_headers=False,
-                                    normalize_outbound_headers=False)
+#: (codec.Configuration: h2's options as plain attributes)
+_CONFIG = cast(h2.config.H2Configuration, Configuration(client_side=True))
 
 
 @implementer(IPushProducer)
@@ -136,8 +113,11 @@ class H2Connection(Protocol):
         self.scheme = b"https" if tls else b"http"
         self.tls = tls
         self.state = _CONNECTING
-        self.h2 = _ClientConnection(config=_CONFIG)
-        self.h2.encoder = _PlainEncoder()
+        # HPACK without Huffman coding of what the gateway sends: the dynamic table still makes
+        # repeated fields one byte each, and Huffman coding in pure Python costs more CPU than the
+        # bytes it saves on a data-centre link (docs/decisions.md); both ways it remembers what it
+        # repeats (engine/http2/codec)
+        self.h2 = equip(_ClientConnection(config=_CONFIG), huffman=False)
         self.streams: dict[int, H2Stream] = {}
         #: streams given a place before the connection is up, with the Deferred each waits on
         self.waiting: list[tuple[H2Stream, Deferred[H2Stream]]] = []

@@ -33,6 +33,9 @@ TLS_FAILURE: Answer = (503, _BEFORE_HEADERS + b"connection failure, transport fa
 OVERFLOW: Answer = (503, _BEFORE_HEADERS + b"overflow", "overflow")
 OVERLOADED = ((b"X-Envoy-Overloaded", b"true"),)
 TIMEOUT: Answer = (504, b"upstream request timeout", "timeout")
+#: with TIMEOUT when the deadline was the gRPC client's own (``grpc-timeout``):
+#: its gRPC status is DEADLINE_EXCEEDED, as Envoy answers a stream past it
+DEADLINE_EXCEEDED = ((b"grpc-status", b"4"),)
 #: Envoy's answer when no endpoint takes traffic (a retry's, when health
 #: checks took every endpoint out and ``healthyPanicThreshold`` is 0)
 NO_HEALTHY: Answer = (503, b"no healthy upstream", "no healthy upstream")

@@ -185,7 +185,8 @@ class UpstreamRequest:
         self.finished = True  # the CancelledError is ours
         self._abandon()
         self.finished = False
-        self.fail(policy.TIMEOUT, "no response head in time")
+        self.fail(policy.TIMEOUT, "no response head in time",
+                  policy.DEADLINE_EXCEEDED if self.plan.grpc_deadline else ())
 
     # -- what the client side asks (seams.Forwarding) ----------------------------
 
