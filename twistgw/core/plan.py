@@ -121,6 +121,7 @@ class RetryingForward(Forward):
         self.target = target
         self.headers = headers
         self.timeout = timeout
+        self.grpc_deadline = False
         self.upstream = upstream
         self.response_edit = None
         self.watch = None
