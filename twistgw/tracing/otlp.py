@@ -21,7 +21,9 @@ Attribute values are written as OTLP's ``AnyValue``: ``bool`` as
 range, which OTLP cannot carry, as ``string_value`` of its digits), ``float``
 as ``double_value``, anything else as ``string_value`` of ``str(value)``.
 Strings that are not valid UTF-8 (lone surrogates) have them replaced, so that
-a collector never refuses a batch for one span.
+a collector never refuses a batch for one span. Fields are written in order
+and proto3's defaults left out, so the bytes are those opentelemetry-proto's
+own serialization gives for the same message (the tests compare them).
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ _KEYS_MAX = 4096
 def _key(key: str) -> bytes:
     encoded = _KEYS.get(key)
     if encoded is None:
-        encoded = _field(_KV_KEY, _utf8(key))
+        encoded = _field(_KV_KEY, _utf8(key)) if key else b""
         if len(_KEYS) >= _KEYS_MAX:
             _KEYS.clear()
         _KEYS[key] = encoded
@@ -155,19 +157,19 @@ def encode_attributes(tag: bytes, attributes: Mapping[str, AttributeValue]) -> l
 
 def encode_span(span: Span) -> bytes:
     """The bytes of one ``Span`` message (without its field tag)."""
-    parts = [
-        _field(_SPAN_TRACE_ID, span.trace_id),
-        _field(_SPAN_SPAN_ID, span.span_id),
-    ]
+    parts = [_field(_SPAN_TRACE_ID, span.trace_id), _field(_SPAN_SPAN_ID, span.span_id)]
     if span.trace_state:
         parts.append(_field(_SPAN_TRACE_STATE, _utf8(span.trace_state)))
     if span.parent_span_id:
         parts.append(_field(_SPAN_PARENT, span.parent_span_id))
-    parts.append(_field(_SPAN_NAME, _utf8(span.name)))
+    if span.name:
+        parts.append(_field(_SPAN_NAME, _utf8(span.name)))
     if span.kind:
         parts.append(_SPAN_KIND + _varint(span.kind & _U64))
-    parts.append(_SPAN_START + _pack_fixed64(span.start_ns & _U64))
-    parts.append(_SPAN_END + _pack_fixed64(span.end_ns & _U64))
+    if span.start_ns:
+        parts.append(_SPAN_START + _pack_fixed64(span.start_ns & _U64))
+    if span.end_ns:
+        parts.append(_SPAN_END + _pack_fixed64(span.end_ns & _U64))
     if span.attributes:
         parts.extend(encode_attributes(_SPAN_ATTRIBUTE, span.attributes))
     if span.status_code or span.status_message:
@@ -177,7 +179,8 @@ def encode_span(span: Span) -> bytes:
         if span.status_code:
             status += _STATUS_CODE + _varint(span.status_code & _U64)
         parts.append(_field(_SPAN_STATUS, status))
-    parts.append(_SPAN_FLAGS + _pack_fixed32(span.flags & 0xFFFFFFFF))
+    if span.flags:
+        parts.append(_SPAN_FLAGS + _pack_fixed32(span.flags & 0xFFFFFFFF))
     return b"".join(parts)
 
 
