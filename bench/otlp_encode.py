@@ -35,8 +35,8 @@ ATTRS = {
 
 def spans(n: int) -> list[Span]:
     now = time.time_ns()
-    return [Span(os.urandom(16), os.urandom(8), b"", "GET /api/pets", 2, now, now + 1500000, dict(ATTRS))
-            for _ in range(n)]
+    return [Span(os.urandom(16), os.urandom(8), b"", "GET /api/pets", 2, now, now + 1500000, {**ATTRS, "url.path": f"/api/pets/{i}"})
+            for i in range(n)]
 
 
 def per_span(fn, n: int = BATCH) -> float:

@@ -147,11 +147,32 @@ def _key(key: str) -> bytes:
     return encoded
 
 
+#: a span attribute's whole field by (key, value) for string values: most repeat from span to span
+#: (the method, the route, the virtual service...); cleared when full
+_STRING_ATTRIBUTES: dict[tuple[str, str], bytes] = {}
+_STRING_ATTRIBUTES_MAX = 8192
+
+
+def _attribute(tag: bytes, key: str, value: AttributeValue) -> bytes:
+    return _field(tag, _key(key) + _field(_KV_VALUE, _any_value(value)))
+
+
 def encode_attributes(tag: bytes, attributes: Mapping[str, AttributeValue]) -> list[bytes]:
     """Each attribute as a ``KeyValue`` field with ``tag``."""
     out = []
+    cache = _STRING_ATTRIBUTES if tag is _SPAN_ATTRIBUTE else None
     for key, value in attributes.items():
-        out.append(_field(tag, _key(key) + _field(_KV_VALUE, _any_value(value))))
+        if cache is not None and type(value) is str:
+            pair = (key, value)
+            encoded = cache.get(pair)
+            if encoded is None:
+                encoded = _attribute(tag, key, value)
+                if len(cache) >= _STRING_ATTRIBUTES_MAX:
+                    cache.clear()
+                cache[pair] = encoded
+            out.append(encoded)
+        else:
+            out.append(_attribute(tag, key, value))
     return out
 
 

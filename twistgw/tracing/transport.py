@@ -124,7 +124,8 @@ class HttpSender:
     def __init__(self, target: "CollectorTarget") -> None:
         self.target = target
         self._context: ssl.SSLContext | None = None
-        self._sni, self._names = "", ()
+        self._sni = ""
+        self._names: tuple[str, ...] = ()
         authority = target.server_name or target.host
         if target.tls:
             self._sni, self._names = stdtls.server_names(authority)
