@@ -23,9 +23,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from twistgw import stdtls
-from twistgw.tls import PeerRefused
-
 if TYPE_CHECKING:
     from twistgw.tracing.export import CollectorTarget
 
@@ -74,10 +71,19 @@ def sender_for(target: "CollectorTarget") -> Sender:
     raise ValueError(f"unknown OTLP protocol {target.protocol!r} (expected 'grpc' or 'http')")
 
 
+class TlsRefused(Exception):
+    """The collector's certificate is refused (its chain or its name)."""
+
+
+# twistgw.stdtls (and twistgw.tls under it) is imported where TLS is used: it loads parts of
+# twisted.web, which importing the exporter does not (the core may import it, tests/unit/test_layers.py).
+
 def check_tls(target: "CollectorTarget") -> None:
     """Build ``target``'s TLS settings once, so that unusable ones are refused
     when the exporter is made. :raises twistgw.tls.TLSSettingsError:"""
     if target.tls:
+        from twistgw import stdtls
+
         stdtls.server_names(target.server_name or target.host)
         stdtls.client_context(ca_pem=target.ca_pem, alpn=("http/1.1",))
 
@@ -98,15 +104,17 @@ class _Connection(http.client.HTTPConnection):
         super().connect()
         if self._context is None:
             return
+        from twistgw import stdtls
+
         try:
             tls = self._context.wrap_socket(self.sock, server_hostname=self._sni or None)
         except ssl.SSLCertVerificationError as exc:
             self.sock.close()
-            raise stdtls.untrusted(exc, self._names) from None
+            raise TlsRefused(str(stdtls.untrusted(exc, self._names))) from None
         problem = stdtls.peer_problem(tls.getpeercert(True), self._names)
         if problem is not None:
             tls.close()
-            raise PeerRefused(problem)
+            raise TlsRefused(problem)
         self.sock = tls
 
 
@@ -128,6 +136,8 @@ class HttpSender:
         self._names: tuple[str, ...] = ()
         authority = target.server_name or target.host
         if target.tls:
+            from twistgw import stdtls
+
             self._sni, self._names = stdtls.server_names(authority)
             self._context = stdtls.client_context(ca_pem=target.ca_pem, alpn=("http/1.1",))
         host = f"[{authority}]" if ":" in authority else authority
@@ -159,7 +169,7 @@ class HttpSender:
             response.read(MAX_RESPONSE)
             if not response.isclosed():  # more than we read, or unknown length: not kept
                 self.close()
-        except PeerRefused as exc:
+        except TlsRefused as exc:
             self.close()
             return Outcome(False, False, f"TLS: {exc}"), False
         except (OSError, http.client.HTTPException) as exc:
