@@ -12,6 +12,7 @@ import time
 import tracemalloc
 
 import pytest
+from attrs import evolve as attrs_evolve
 from prometheus_client import REGISTRY
 
 from support.otlp import OtlpReceiver, blackhole
@@ -181,6 +182,37 @@ def test_tls_untrusted_ca_refused(protocol: str) -> None:
         log.wait(1)
         exporter.stop()
         assert rx.attempts == 0
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("how", ["field", "header"])
+def test_the_authority_is_sent_and_verified(protocol: str, how: str) -> None:
+    """Gloo's ``grpcService.authority``: the ``:authority`` (HTTP: ``Host``) of
+    every export, and without a ``server_name`` the name the certificate must
+    carry; a ``:authority`` header is the same, and is not sent as metadata."""
+    ca = TestCA()
+    with OtlpReceiver(protocol=protocol, tls=ca.issue("collector.test", dns=["collector.test"])) as rx:
+        kw = {"authority": "collector.test"} if how == "field" else \
+            {"headers": ((":authority", "collector.test"), ("x-tenant", "t"))}
+        exporter = exporter_for(rx.target(ca_pem=ca.pem, **kw))
+        exporter.submit(make_span())
+        rx.wait_spans(1)
+        exporter.stop()
+        headers = rx.requests[0][1]
+        assert not any(k.startswith(":") for k in headers)
+        if protocol == "http":
+            assert headers["host"] == "collector.test"
+        if how == "header":
+            assert headers["x-tenant"] == "t"
+
+
+def test_the_verified_name() -> None:
+    t = CollectorTarget("grpc", "10.0.0.1", 4317)
+    assert t.verified_name() == "10.0.0.1"
+    assert attrs_evolve(t, authority="c.example:4317").verified_name() == "c.example"
+    assert attrs_evolve(t, authority="[::1]:4317").verified_name() == "::1"
+    assert attrs_evolve(t, headers=((":authority", "h.example"),)).verified_name() == "h.example"
+    assert attrs_evolve(t, authority="c.example", server_name="s.example").verified_name() == "s.example"
 
 
 def test_unusable_settings_refused_when_made() -> None:

@@ -68,8 +68,11 @@ class CollectorTarget:
     ``TraceService/Export``) or ``"http"`` (OTLP/HTTP protobuf, ``POST
     path``). With ``tls`` the collector's certificate is verified against
     ``ca_pem`` (None: the system's CAs) and by name, always: ``server_name``,
-    or ``host`` when None. ``headers`` are sent with every export (gRPC:
-    metadata, lower-cased); ``timeout_s`` bounds one export attempt."""
+    else the authority, else ``host`` (:meth:`verified_name`). ``headers`` are sent with every export (gRPC:
+    metadata, lower-cased); ``timeout_s`` bounds one export attempt.
+    ``authority``: the HTTP ``Host`` / gRPC ``:authority`` sent (Gloo's
+    ``grpcService.authority``; by default ``server_name`` or ``host``); a
+    header named ``:authority`` in ``headers`` is taken as it."""
 
     protocol: str
     host: str
@@ -80,6 +83,31 @@ class CollectorTarget:
     ca_pem: bytes | None = None
     headers: tuple[tuple[str, str], ...] = ()
     timeout_s: float = 10.0
+    authority: str | None = None
+
+    def sent_authority(self) -> str | None:
+        """The authority asked for (``authority``, else an ``:authority``
+        header), None for the default."""
+        if self.authority is not None:
+            return self.authority
+        return next((v for k, v in self.headers if k == ":authority"), None)
+
+    def verified_name(self) -> str:
+        """The name the collector's certificate must carry: ``server_name``,
+        else the authority's host, else ``host`` (as grpcio checks it)."""
+        if self.server_name:
+            return self.server_name
+        authority = self.sent_authority()
+        if not authority:
+            return self.host
+        if authority.startswith("[") and "]" in authority:  # [v6] or [v6]:port
+            return authority[1:authority.index("]")]
+        host, sep, port = authority.rpartition(":")
+        return host if sep and port.isdigit() and ":" not in host else authority
+
+    def sent_headers(self) -> tuple[tuple[str, str], ...]:
+        """``headers`` without pseudo-headers (``:authority``)."""
+        return tuple((k, v) for k, v in self.headers if not k.startswith(":"))
 
     @property
     def label(self) -> str:
