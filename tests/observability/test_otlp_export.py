@@ -57,6 +57,13 @@ def metric(name: str, target: CollectorTarget, **labels: str) -> float:
     return value or 0.0
 
 
+def wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not come true in time"
+        time.sleep(0.01)
+
+
 @pytest.fixture(params=PROTOCOLS)
 def receiver(request):
     with OtlpReceiver(protocol=request.param) as rx:
@@ -235,7 +242,6 @@ def test_errors_are_retried_then_dropped_and_logged_once(receiver: OtlpReceiver)
     for k in range(1, 6):  # while it fails: one attempt per batch, and not a word more
         exporter.submit(make_span())
         receiver.wait_attempts(4 + k)
-        time.sleep(0.1)
     assert receiver.attempts == 9
     assert len(log.lines) == 1
     assert metric("twistgw_span_export_failures_total", target) - failures >= 5
@@ -264,11 +270,12 @@ def test_down_then_back_logged_once_each(receiver: OtlpReceiver) -> None:
     target = receiver.target(timeout_s=1.0)
     log = Log()
     exporter = exporter_for(target, log=log)
-    for i in range(3):
-        exporter.submit(make_span(i))
-        time.sleep(0.2)
+    failed = metric("twistgw_spans_dropped_total", target, reason="export_failed")
+    exporter.submit(make_span(0))
     log.wait(1)
-    time.sleep(0.5)
+    for i in (1, 2):  # two more batches, failing: not a word more
+        exporter.submit(make_span(i))
+        wait_for(lambda n=i + 1: metric("twistgw_spans_dropped_total", target, reason="export_failed") - failed == n)
     assert len(log.lines) == 1, log.lines
     receiver.start()
     deadline = time.monotonic() + 15
@@ -320,7 +327,7 @@ def test_submit_stays_o1_against_a_blackholed_collector() -> None:
         tracemalloc.start()
         try:
             exporter.submit(spans[0])
-            time.sleep(0.1)  # the thread is in its first, blackholed, attempt
+            wait_for(lambda: exporter.queued == 0)  # the thread took it: it is in its first, blackholed, attempt
             start = tracemalloc.get_traced_memory()[0]
             t0 = time.perf_counter()
             worst = 0.0

@@ -35,7 +35,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import attrs
 
@@ -198,7 +197,7 @@ class SpanExporter:
         if thread is not None:
             thread.join(timeout_s + 0.5)
         else:
-            self._drop(len(self._queue), self._export_failed)
+            self._drop_queued()
 
     # the export thread
 
@@ -218,7 +217,7 @@ class SpanExporter:
             self._log(f"span export to {self.target.label} ended: {type(exc).__name__}: {exc}")
         finally:
             self._stopped = True
-            self._drop(len(self._queue), self._export_failed)
+            self._drop_queued()
             if sender is not None:
                 sender.close()
 
@@ -247,7 +246,7 @@ class SpanExporter:
                 self._log(f"span export to {self.target.label} works again")
             return
         self._failures.inc()
-        self._drop(len(encoded), self._export_failed)
+        self._export_failed.inc(len(encoded))
         if self._failing is None:
             self._failing = outcome.reason
             self._log(f"span export to {self.target.label} fails ({outcome.reason}): spans are dropped"
@@ -271,13 +270,15 @@ class SpanExporter:
                 return outcome
         return outcome
 
-    def _drop(self, n: int, child: Any) -> None:
+    def _drop_queued(self) -> None:
+        """Empty the queue, its spans counted ``export_failed``."""
+        queue = self._queue
+        n = 0
+        while queue:
+            queue.popleft()
+            n += 1
         if n:
-            child.inc(n)
-            for _ in range(n):
-                if not self._queue:
-                    break
-                self._queue.popleft()
+            self._export_failed.inc(n)
 
     @property
     def queued(self) -> int:
