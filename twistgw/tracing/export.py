@@ -124,7 +124,7 @@ class SpanExporter:
     """One collector's exporter: built once per collector per configuration
     snapshot, kept across reloads while the target is equal. ``resource``:
     the OTLP resource's attributes (``service.name``...). ``log``: where the
-    two words of an outage go (called on the export thread; the standard
+    two lines of an outage go (called on the export thread; the standard
     library's ``twistgw.tracing`` logger by default).
 
     :raises ValueError: for an unknown protocol.
