@@ -134,3 +134,23 @@ def test_a_long_span_needs_multi_byte_lengths() -> None:
     assert len(spans) == 3
     for pb in spans:
         _check_span(span, pb)
+
+
+@settings(**SETTINGS)
+@given(st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1), st.text(), st.booleans())
+def test_partial_success_read_as_opentelemetry_proto_writes_it(rejected: int, message: str, set_it: bool) -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    response = ExportTraceServiceResponse()
+    if set_it:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = _utf8(message)
+    expected = (max(rejected, 0), _utf8(message)) if set_it else (0, "")
+    assert otlp.partial_success(response.SerializeToString()) == expected
+
+
+@settings(**SETTINGS)
+@given(st.binary(max_size=64))
+def test_partial_success_never_raises_on_garbage(data: bytes) -> None:
+    rejected, message = otlp.partial_success(data)
+    assert rejected >= 0 and isinstance(message, str)

@@ -254,6 +254,23 @@ def test_errors_are_retried_then_dropped_and_logged_once(receiver: OtlpReceiver)
     assert len(log.lines) == 2
 
 
+def test_a_partial_success_counts_the_rejected_spans_and_says_so_once(receiver: OtlpReceiver) -> None:
+    receiver.mode, receiver.rejected = "partial", 2
+    target = receiver.target()
+    log = Log()
+    exporter = exporter_for(target, log=log, delay_s=3600, max_batch=5)
+    exported = metric("twistgw_spans_exported_total", target)
+    rejected = metric("twistgw_spans_dropped_total", target, reason="rejected")
+    for i in range(10):  # two batches of five, each with two rejected
+        exporter.submit(make_span(i))
+    receiver.wait_attempts(2)
+    exporter.stop()
+    assert receiver.attempts == 2  # a partial success is not retried
+    assert metric("twistgw_spans_exported_total", target) - exported == 6
+    assert metric("twistgw_spans_dropped_total", target, reason="rejected") - rejected == 4
+    assert len(log.lines) == 1 and "rejected 2 of 5 spans (span too old)" in log.lines[0]
+
+
 def test_a_client_error_is_not_retried() -> None:
     with OtlpReceiver(protocol="http") as rx:
         rx.mode, rx.error_status = "error", 400

@@ -13,7 +13,8 @@ they get with opentelemetry-proto's own messages and record it::
 
 Modes: ``normal``; ``slow`` (each answer waits ``delay`` seconds); ``error``
 (HTTP ``error_status``, 503 by default, with ``Retry-After: 0``; gRPC
-``UNAVAILABLE``); ``huge`` (HTTP: a 10 MiB response body; gRPC: a 1 MiB
+``UNAVAILABLE``); ``partial`` (an OTLP partial success: ``rejected`` spans
+refused with ``error_message``); ``huge`` (HTTP: a 10 MiB response body; gRPC: a 1 MiB
 response message). :meth:`~OtlpReceiver.stop` closes the listener (down);
 :func:`blackhole` gives a port that accepts connections at the kernel and
 never answers. The port comes from :func:`support.ports.free_port`, so the
@@ -66,7 +67,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        answer = ExportTraceServiceResponse().SerializeToString()
+        answer = rx.answer()
         if mode == "huge":
             answer = b"\0" * (10 << 20)
         self.send_response(200)
@@ -96,6 +97,8 @@ class OtlpReceiver:
         self.mode = "normal"
         self.delay = 1.0
         self.error_status = 503
+        self.rejected = 1
+        self.error_message = "span too old"
         self.requests: list[tuple[ExportTraceServiceRequest, dict[str, str], str]] = []
         self.attempts = 0
         self._lock = threading.Condition()
@@ -151,7 +154,16 @@ class OtlpReceiver:
             context.abort(grpc.StatusCode.UNAVAILABLE, "the test collector is erroring")
         if mode == "huge":
             return b"\0" * (1 << 20)
-        return ExportTraceServiceResponse().SerializeToString()
+        return self.answer()
+
+    def answer(self) -> bytes:
+        """An ``ExportTraceServiceResponse``: empty, or in ``partial`` mode
+        rejecting ``rejected`` spans with ``error_message``."""
+        response = ExportTraceServiceResponse()
+        if self.mode == "partial":
+            response.partial_success.rejected_spans = self.rejected
+            response.partial_success.error_message = self.error_message
+        return response.SerializeToString()
 
     def stop(self) -> None:
         """Down: no listener on the port any more."""

@@ -22,8 +22,9 @@ A collector that fails is logged once when it starts failing and once when
 it answers again, never per span or per batch. The counters on ``/metrics``
 (label ``collector``: ``http://host:port/path`` or ``grpc://host:port``):
 ``twistgw_spans_exported_total``, ``twistgw_spans_dropped_total`` (by
-``reason``: ``queue_full``, ``export_failed``, ``invalid``: a span that could
-not be encoded, ``stopped``: submitted after :meth:`~SpanExporter.stop`) and
+``reason``: ``queue_full``, ``export_failed``, ``rejected``: refused by the
+collector in an OTLP partial success, ``invalid``: a span that could not be
+encoded, ``stopped``: submitted after :meth:`~SpanExporter.stop`) and
 ``twistgw_span_export_failures_total`` (batches given up).
 """
 
@@ -57,7 +58,7 @@ _YIELD_EVERY = 32
 _EXPORTED = counter("twistgw_spans_exported", "Spans an OpenTelemetry collector accepted, by collector",
                     ["collector"])
 _DROPPED = counter("twistgw_spans_dropped", "Spans not exported, by collector and reason (queue_full,"
-                   " export_failed, invalid, stopped)", ["collector", "reason"])
+                   " export_failed, rejected, invalid, stopped)", ["collector", "reason"])
 _FAILURES = counter("twistgw_span_export_failures", "Batches of spans given up after their attempts, by"
                     " collector", ["collector"])
 
@@ -157,6 +158,8 @@ class SpanExporter:
         self._export_failed = _DROPPED.labels(label, "export_failed")
         self._invalid = _DROPPED.labels(label, "invalid")
         self._after_stop = _DROPPED.labels(label, "stopped")
+        self._rejected = _DROPPED.labels(label, "rejected")
+        self._said_rejected = False
         self._failures = _FAILURES.labels(label)
 
     def submit(self, span: Span) -> None:
@@ -240,7 +243,16 @@ class SpanExporter:
             return
         outcome = self._send(sender, otlp.encode_request(self._resource, encoded))
         if outcome.ok:
-            self._exported.inc(len(encoded))
+            rejected, why = otlp.partial_success(outcome.response) if outcome.response else (0, "")
+            rejected = min(rejected, len(encoded))
+            self._exported.inc(len(encoded) - rejected)
+            if rejected:
+                self._rejected.inc(rejected)
+                if not self._said_rejected:  # once: a collector that rejects some spans rejects them all day
+                    self._said_rejected = True
+                    self._log(f"span export to {self.target.label}: the collector rejected {rejected} of"
+                              f" {len(encoded)} spans ({why or 'no reason given'}); counted in"
+                              f" twistgw_spans_dropped_total{{reason=\"rejected\"}}, not said again")
             if self._failing is not None:
                 self._failing = None
                 self._log(f"span export to {self.target.label} works again")

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 
 from twistgw.tracing.span import AttributeValue, Span
 
-__all__ = ["SCOPE_NAME", "encode_attributes", "encode_request", "encode_resource", "encode_span"]
+__all__ = ["SCOPE_NAME", "encode_attributes", "encode_request", "encode_resource", "encode_span", "partial_success"]
 
 #: the instrumentation scope of every span the gateway makes
 SCOPE_NAME = "twistgw"
@@ -220,3 +220,62 @@ def encode_request(resource: bytes, spans: Iterable[bytes]) -> bytes:
     scope_spans = _SCOPE + b"".join([_field(_SS_SPAN, s) for s in spans])
     resource_spans = resource + _field(_RS_SCOPE_SPANS, scope_spans)
     return _field(_REQUEST_RESOURCE_SPANS, resource_spans)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """(value, next position); :raises ValueError: when it does not end."""
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("a truncated varint")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
+    """(field number, wire type, value) of each field of a message.
+    :raises ValueError: for bytes that are not one."""
+    out: list[tuple[int, int, int | bytes]] = []
+    pos = 0
+    while pos < len(data):
+        key, pos = _read_varint(data, pos)
+        number, wire = key >> 3, key & 7
+        value: int | bytes
+        if wire == 0:
+            value, pos = _read_varint(data, pos)
+        elif wire == 2:
+            n, pos = _read_varint(data, pos)
+            if pos + n > len(data):
+                raise ValueError("a truncated field")
+            value, pos = data[pos:pos + n], pos + n
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            if pos + size > len(data):
+                raise ValueError("a truncated field")
+            value, pos = int.from_bytes(data[pos:pos + size], "little"), pos + size
+        else:
+            raise ValueError(f"wire type {wire}")
+        out.append((number, wire, value))
+    return out
+
+
+def partial_success(response: bytes) -> tuple[int, str]:
+    """``(rejected_spans, error_message)`` of an ``ExportTraceServiceResponse``
+    (its ``partial_success``); ``(0, "")`` when there is none, or when the
+    bytes are not such a message (what a collector answers is not trusted)."""
+    try:
+        rejected, message = 0, ""
+        for number, wire, value in _fields(response):
+            if number == 1 and wire == 2 and isinstance(value, bytes):
+                for inner, inner_wire, inner_value in _fields(value):
+                    if inner == 1 and inner_wire == 0 and isinstance(inner_value, int):
+                        rejected = inner_value if inner_value < (1 << 63) else 0  # int64; negative: none
+                    elif inner == 2 and inner_wire == 2 and isinstance(inner_value, bytes):
+                        message = inner_value.decode("utf-8", "replace")
+        return rejected, message
+    except ValueError:
+        return 0, ""

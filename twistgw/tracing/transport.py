@@ -50,6 +50,8 @@ class Outcome:
     retryable: bool = False
     reason: str = ""
     retry_after: float | None = None
+    #: the collector's answer when ``ok`` (an ``ExportTraceServiceResponse``, at most MAX_RESPONSE bytes)
+    response: bytes = b""
 
 
 OK = Outcome(True)
@@ -168,7 +170,7 @@ class HttpSender:
         try:
             conn.request("POST", self.target.path, body, self._headers)
             response = conn.getresponse()
-            response.read(MAX_RESPONSE)
+            answer = response.read(MAX_RESPONSE)
             if not response.isclosed():  # more than we read, or unknown length: not kept
                 self.close()
         except TlsRefused as exc:
@@ -180,7 +182,7 @@ class HttpSender:
             return Outcome(False, True, f"{type(exc).__name__}: {exc}".rstrip(": ")), stale
         status = response.status
         if 200 <= status < 300:
-            return OK, False
+            return (Outcome(True, response=answer) if answer else OK), False
         if response.will_close:
             self.close()
         return Outcome(False, status in _HTTP_RETRYABLE, f"HTTP {status} {response.reason}".rstrip(),
@@ -238,7 +240,7 @@ class GrpcSender:
 
     def send(self, body: bytes, timeout: float) -> Outcome:
         try:
-            self._call(body, timeout=timeout, metadata=self._metadata or None)
+            answer = self._call(body, timeout=timeout, metadata=self._metadata or None)
         except self._grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
             name = getattr(code, "name", "UNKNOWN")
@@ -246,7 +248,7 @@ class GrpcSender:
             return Outcome(False, name in _GRPC_RETRYABLE, f"gRPC {name}: {details}".rstrip(": "))
         except Exception as exc:  # grpcio's own failures (a closed channel...): never the thread's end
             return Outcome(False, True, f"gRPC: {type(exc).__name__}: {exc}")
-        return OK
+        return Outcome(True, response=answer) if isinstance(answer, bytes) and answer else OK
 
     def close(self) -> None:
         self._channel.close()
