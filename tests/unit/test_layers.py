@@ -1,11 +1,14 @@
 """The layer rule of ``twistgw/``, read from the import graph of the source.
 
-    api  →  config  →  core  →  engine  →  runtime  →  public surface
+    api  →  tracing  →  config  →  core  →  engine  →  runtime  →  public surface
 
 Each layer imports only itself and the layers before it; there is no import
 cycle anywhere (imports inside functions count; only ``if TYPE_CHECKING:``
 blocks, which never run, do not). ``config/`` imports no Twisted at all;
-``core/`` nothing from ``twisted.web`` and never the reactor. Twisted's
+``core/`` nothing from ``twisted.web`` and never the reactor;
+``tracing/`` (its exporter's thread does I/O with the standard library and
+grpcio) imports no Twisted itself, and importing it loads none (nor grpcio,
+until a gRPC collector is used), so the core may import it. Twisted's
 private modules and attributes are read only in ``engine/``.
 
 The same cycle rule holds inside each plugin package under ``plugins/``.
@@ -39,6 +42,7 @@ PACKAGE = Path(twistgw.__file__).resolve().parent
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("api", ("twistgw.api", "twistgw.regex", "twistgw.tls", "twistgw.stdtls", "twistgw.servertls", "twistgw.redis",
              "twistgw.redisslots", "twistgw.rediscluster")),
+    ("tracing", ("twistgw.tracing",)),
     ("config", ("twistgw.config",)),
     ("core", ("twistgw.core",)),
     ("engine", ("twistgw.engine",)),
@@ -411,8 +415,15 @@ class LayersTests(TestCase):
                     found.append(f"{module}:{node.lineno} reads .{node.args[1].value}")
         assert not found, "\n".join(found)
 
+    def test_tracing_imports_no_twisted(self) -> None:
+        found = [f"{m}:{line} imports {i}" for m, i, line in _third_party("twistgw.tracing")
+                 if i == "twisted" or i.startswith("twisted.")]
+        assert not found, "\n".join(found)
+
     @pytest.mark.parametrize("module, banned", [
         ("twistgw.config.loader", ("twisted",)),
+        ("twistgw.tracing.span", ("twisted",)),
+        ("twistgw.tracing.export", ("twisted", "grpc")),
         ("twistgw.core.pipeline", ("twisted.web", "twisted.internet.reactor")),
     ])
     def test_importing_a_layer_loads_nothing_it_may_not_use(self, module: str, banned: tuple[str, ...]) -> None:
