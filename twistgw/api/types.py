@@ -15,6 +15,7 @@ import attrs
 
 from twistgw.api.headers import Headers, checked_response_header
 from twistgw.api.state import StateKey
+from twistgw.api.tracer import NO_TRACER, Tracer
 # re-exported: the resource infos used to live here, and plugins import them from this module
 from twistgw.api.resources import AuthConfigInfo as AuthConfigInfo
 from twistgw.api.resources import Endpoint as Endpoint
@@ -301,6 +302,11 @@ class RequestContext:
     :ivar response_headers: ``list[(name, value)] | None``: the headers
         plugins added to the client's response (:meth:`add_response_header`);
         None until one does. Read-only for plugins.
+    :ivar tracer: the request's :class:`Tracer`: ``ctx.tracer.child(name)``
+        times what a plugin waits for as a child span of the request's span
+        (:class:`SpanHandle`); :data:`NO_TRACER` (whose spans cost nothing
+        and record nothing) when the request is not sampled or tracing is
+        not configured. Set by the engine.
     :ivar body_source: where :meth:`read_body` reads the request body
         (:class:`BodySource`); unset for a request without a body. The engine
         sets it; tests may set a :class:`BytesBody`.
@@ -329,6 +335,7 @@ class RequestContext:
         "owned_headers",
         "response_headers",
         "body_source",
+        "_tracer",
     )
 
     #: unset until the engine sets it (a request with a body): no store per request without one
@@ -371,6 +378,18 @@ class RequestContext:
         self.received_headers: Any = None
         self.owned_headers: tuple[bytes, ...] = ()
         self.response_headers: list[tuple[bytes, bytes]] | None = None
+
+    # Tracing ---------------------------------------------------------------
+
+    @property
+    def tracer(self) -> Tracer:
+        """The request's tracer (:data:`NO_TRACER` unless the engine set one)."""
+        found: Tracer = getattr(self, "_tracer", NO_TRACER)  # unset: not traced (a slot, no store per request)
+        return found
+
+    @tracer.setter
+    def tracer(self, value: Tracer) -> None:
+        self._tracer = value
 
     # twistgw 0.1's claims, now the jwt plugin's state ----------------------
 

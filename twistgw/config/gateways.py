@@ -35,6 +35,7 @@ from twistgw.config.accesslogs import AccessLogSink, read_listener_options
 from twistgw.config.envelope import Envelope
 from twistgw.config.http2 import DEFAULT as HTTP2_DEFAULT, Http2Options, read_codec_type, read_http2_options
 from twistgw.config.model import Source, VirtualService
+from twistgw.config.tracing import ListenerTracing, read_listener_tracing
 
 __all__ = ["DEFAULT_PROXY", "GlooGateway", "HcmSettings", "LocalLimitSettings", "read_gateway", "selects"]
 
@@ -59,7 +60,7 @@ _LOCAL_FIELDS = ("defaultLimit", "enableXRatelimitHeaders", "localRateLimitPerDo
 
 #: HttpConnectionManagerSettings fields twistgw applies
 _HCM_FIELDS = ("codecType", "http2ProtocolOptions", "idleTimeout", "requestHeadersTimeout", "serverName",
-               "skipXffAppend", "useRemoteAddress", "xffNumTrustedHops")
+               "skipXffAppend", "tracing", "useRemoteAddress", "xffNumTrustedHops")
 #: the ones it does not, each with why
 _HCM_REFUSED = {
     "maxRequestHeadersKb": "the request-head limit is fixed (16 KiB, answered 431, over HTTP/1.1 and HTTP/2),"
@@ -80,7 +81,6 @@ _HCM_REFUSED = {
     "proxy100Continue": "twistgw answers 100-continue itself, after the chain admits the request",
     "acceptHttp10": "HTTP/1.0 is always accepted",
     "defaultHostForHttp10": "an HTTP/1.0 request without Host goes to the '*' virtual service",
-    "tracing": "tracing is out of twistgw's scope",
     "forwardClientCertDetails": "client certificates are not forwarded",
     "setCurrentClientCertDetails": "client certificates are not forwarded",
     "serverHeaderTransformation": "the Server header is the upstream's, or serverName when set",
@@ -121,6 +121,9 @@ class HcmSettings:
     #: HTTP/2's limits (``http2ProtocolOptions``); None: ``codecType: HTTP1``,
     #: the listener serves HTTP/1.1 only
     http2: Http2Options | None = HTTP2_DEFAULT
+    #: ``tracing`` with its provider (:mod:`twistgw.config.tracing`); None:
+    #: requests on this listener are not traced
+    tracing: ListenerTracing | None = None
 
 
 @attrs.frozen
@@ -264,7 +267,7 @@ def _read_http(r: FieldReader, value: Any, path: Path, ns: str) -> dict[str, Any
         with r.part():
             if "httpConnectionManagerSettings" in opts:
                 out["hcm"] = _read_hcm(r, opts["httpConnectionManagerSettings"],
-                                       path + ("options", "httpConnectionManagerSettings"))
+                                       path + ("options", "httpConnectionManagerSettings"), ns)
         with r.part():
             if "grpcWeb" in opts:
                 gp = path + ("options", "grpcWeb")
@@ -281,7 +284,7 @@ def _read_http(r: FieldReader, value: Any, path: Path, ns: str) -> dict[str, Any
     return out
 
 
-def _read_hcm(r: FieldReader, value: Any, path: Path) -> HcmSettings:
+def _read_hcm(r: FieldReader, value: Any, path: Path, ns: str = "default") -> HcmSettings:
     m = r.mapping(_refuse(r, r.mapping(value, path), path, _HCM_REFUSED), path, _HCM_FIELDS)
     out: dict[str, Any] = {}
     with r.part():
@@ -306,6 +309,9 @@ def _read_hcm(r: FieldReader, value: Any, path: Path) -> HcmSettings:
     with r.part():
         if "http2ProtocolOptions" in m:
             out["http2"] = read_http2_options(r, m["http2ProtocolOptions"], path + ("http2ProtocolOptions",))
+    with r.part():
+        if m.get("tracing") is not None:
+            out["tracing"] = read_listener_tracing(r, m["tracing"], path + ("tracing",), ns)
     if not auto:
         out["http2"] = None
     return HcmSettings(**out)
