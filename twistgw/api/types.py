@@ -16,6 +16,9 @@ import attrs
 from twistgw.api.headers import Headers, checked_response_header
 from twistgw.api.state import StateKey
 from twistgw.api.tracer import NO_TRACER, Tracer
+# re-exported: the request body's types live in api/bodysource.py
+from twistgw.api.bodysource import NO_BODY, BodyPrefix as BodyPrefix, BodySource as BodySource
+from twistgw.api.bodysource import BytesBody as BytesBody
 # re-exported: the resource infos used to live here, and plugins import them from this module
 from twistgw.api.resources import AuthConfigInfo as AuthConfigInfo
 from twistgw.api.resources import Endpoint as Endpoint
@@ -97,51 +100,6 @@ class NotChecked:
 Decision = Allow | Deny
 
 
-# --------------------------------------------------------------------------
-# The request body, read before the chain decides
-# --------------------------------------------------------------------------
-
-
-@attrs.frozen
-class BodyPrefix:
-    """The start of a request body, read before the chain decides
-    (:meth:`RequestContext.read_body`); the same bytes still go upstream.
-
-    :ivar data: the body's first bytes: all of it when ``complete``, else at
-        most the ``max_bytes`` asked for (empty when ``partial=False`` was
-        asked and the declared ``Content-Length`` is already over the bound).
-    :ivar complete: True when ``data`` is the whole body; False when the
-        body goes on past ``max_bytes``.
-    """
-
-    data: bytes
-    complete: bool
-
-
-class BodySource(Protocol):
-    """Where :meth:`RequestContext.read_body` reads from: the engine's
-    exchange for a request with a body (``twistgw.engine``), or
-    :class:`BytesBody` in tests and ``twistgw explain``."""
-
-    def read_prefix(self, max_bytes: int, partial: bool) -> Deferred[BodyPrefix]: ...
-
-
-class BytesBody:
-    """A :class:`BodySource` of known bytes (tests, ``ChainTester``):
-    ``ctx.body_source = BytesBody(b"...")``."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def read_prefix(self, max_bytes: int, partial: bool) -> Deferred[BodyPrefix]:
-        from twisted.internet.defer import succeed
-
-        if len(self.data) <= max_bytes:
-            return succeed(BodyPrefix(self.data, True))
-        return succeed(BodyPrefix(self.data[:max_bytes] if partial else b"", False))
-
-
-_NO_BODY = BodyPrefix(b"", True)
 
 
 def _jwt_claims(attribute: str) -> Any:
@@ -302,11 +260,8 @@ class RequestContext:
     :ivar response_headers: ``list[(name, value)] | None``: the headers
         plugins added to the client's response (:meth:`add_response_header`);
         None until one does. Read-only for plugins.
-    :ivar tracer: the request's :class:`Tracer`: ``ctx.tracer.child(name)``
-        times what a plugin waits for as a child span of the request's span
-        (:class:`SpanHandle`); :data:`NO_TRACER` (whose spans cost nothing
-        and record nothing) when the request is not sampled or tracing is
-        not configured. Set by the engine.
+    :ivar tracer: the request's :class:`Tracer` (``ctx.tracer.child(name)``: a child span of the request's;
+        :data:`NO_TRACER`, recording nothing, when the request is not sampled). Set by the engine.
     :ivar body_source: where :meth:`read_body` reads the request body
         (:class:`BodySource`); unset for a request without a body. The engine
         sets it; tests may set a :class:`BytesBody`.
@@ -433,7 +388,7 @@ class RequestContext:
         if source is None:
             from twisted.internet.defer import succeed
 
-            return succeed(_NO_BODY)
+            return succeed(NO_BODY)
         return source.read_prefix(max_bytes, partial)
 
     # Identity --------------------------------------------------------------

@@ -115,26 +115,8 @@ def _tag_text(r: FieldReader, value: Any, path: Path) -> str:
     return text
 
 
-def read_listener_tracing(r: FieldReader, value: Any, path: Path, namespace: str) -> ListenerTracing | None:
-    """``tracing``; None when no provider is configured (Gloo: "if not
-    specified, no tracing will be performed"): the other fields alone do
-    nothing in Gloo, so they are refused without one."""
-    bad = r.count()
-    m = r.mapping(value, path, _LISTENER_FIELDS, optional=True, refused=_PROVIDERS_REFUSED)
-    out: dict[str, Any] = {}
-    with r.part():
-        if m.get("verbose") is not None and r.boolean(m["verbose"], path + ("verbose",)):
-            raise r.fail(path + ("verbose",), "is not supported by twistgw when true: spans carry no"
-                         " streaming events (annotations)")
-    with r.part():
-        if m.get("spawnUpstreamSpan") is not None and not r.boolean(m["spawnUpstreamSpan"],
-                                                                    path + ("spawnUpstreamSpan",)):
-            raise r.fail(path + ("spawnUpstreamSpan",), "false is not supported by twistgw: the upstream request"
-                         " is always its own client span, a child of the gateway's server span (Envoy's"
-                         " spawnUpstreamSpan: true)")
-    with r.part():
-        if "tracePercentages" in m:
-            out["percentages"] = read_percentages(r, m["tracePercentages"], path + ("tracePercentages",))
+def _read_tags(r: FieldReader, m: dict[str, Any], path: Path, out: dict[str, Any]) -> None:
+    """``requestHeadersForTags``, ``environmentVariablesForTags``, ``literalsForTags``."""
     with r.part():
         names = []
         for i, item in enumerate(r.sequence(m.get("requestHeadersForTags"), path + ("requestHeadersForTags",),
@@ -166,6 +148,29 @@ def read_listener_tracing(r: FieldReader, value: Any, path: Path, namespace: str
                 literals.append((_tag_text(r, e["tag"], at + (i, "tag")),
                                  r.string(e["value"], at + (i, "value"), nonempty=False)))
         out["literal_tags"] = tuple(literals)
+
+
+def read_listener_tracing(r: FieldReader, value: Any, path: Path, namespace: str) -> ListenerTracing | None:
+    """``tracing``; None when no provider is configured (Gloo: "if not
+    specified, no tracing will be performed"): the other fields alone do
+    nothing in Gloo, so they are refused without one."""
+    bad = r.count()
+    m = r.mapping(value, path, _LISTENER_FIELDS, optional=True, refused=_PROVIDERS_REFUSED)
+    out: dict[str, Any] = {}
+    with r.part():
+        if m.get("verbose") is not None and r.boolean(m["verbose"], path + ("verbose",)):
+            raise r.fail(path + ("verbose",), "is not supported by twistgw when true: spans carry no"
+                         " streaming events (annotations)")
+    with r.part():
+        if m.get("spawnUpstreamSpan") is not None and not r.boolean(m["spawnUpstreamSpan"],
+                                                                    path + ("spawnUpstreamSpan",)):
+            raise r.fail(path + ("spawnUpstreamSpan",), "false is not supported by twistgw: the upstream request"
+                         " is always its own client span, a child of the gateway's server span (Envoy's"
+                         " spawnUpstreamSpan: true)")
+    with r.part():
+        if "tracePercentages" in m:
+            out["percentages"] = read_percentages(r, m["tracePercentages"], path + ("tracePercentages",))
+    _read_tags(r, m, path, out)
     if "openTelemetryConfig" not in m:
         if any(m.get(k) is not None for k in m):
             r.issue(path, "sets no provider: write openTelemetryConfig (with collectorUpstreamRef), the provider"

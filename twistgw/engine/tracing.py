@@ -29,8 +29,10 @@ ExporterFactory = Callable[..., Any]
 class Exporters:
     """The exporters of the serving snapshot's Gateways, by Gateway key."""
 
-    def __init__(self, factory: ExporterFactory = SpanExporter) -> None:
-        self.factory = factory
+    def __init__(self, factory: ExporterFactory | None = None) -> None:
+        #: makes an exporter: ``factory(target, resource=..., max_queue=...)``
+        #: (:class:`~twistgw.tracing.export.SpanExporter`'s signature)
+        self.factory = factory if factory is not None else SpanExporter
         #: exporter_key → exporter
         self._by_key: dict[Any, Any] = {}
         #: Gateway key → exporter
@@ -105,6 +107,23 @@ def finish(ex: Any, tracing: GatewayTracing, sink: Any) -> None:
                 upstream.end(error="the upstream broke off the response")
             else:
                 upstream.end(error=f"status {status}" if status >= 500 else None)
+    attributes = _attributes(ex, head, ctx, tracing, status)
+    code, message = STATUS_UNSET, ""
+    if status >= 500 or status == 0 or ex.truncated:
+        code = STATUS_ERROR
+        message = f"status {status}" if status else "no response"
+        if ex.truncated:
+            message = f"response truncated ({ex.truncated})"
+    route = started.route
+    name = route.descriptor if route is not None and route.descriptor else "ingress"
+    submit = sink.submit
+    for span in trace.spans(name, KIND_SERVER, attributes, code, message):
+        submit(span)
+
+
+def _attributes(ex: Any, head: Any, ctx: Any, tracing: GatewayTracing, status: int) -> dict[str, Any]:
+    """The server span's attributes (OpenTelemetry's HTTP server conventions,
+    the route, the auth chain's decision: which plugin, never a credential)."""
     headers = head.headers
     attributes: dict[str, Any] = dict(tracing.fixed_tags)
     attributes["http.request.method"] = (ex.method or b"").decode("latin-1")
@@ -145,14 +164,4 @@ def finish(ex: Any, tracing: GatewayTracing, sink: Any) -> None:
         values = headers.getRawHeaders(canonical)
         if values:
             attributes[name] = b",".join(values).decode("latin-1")
-    code, message = STATUS_UNSET, ""
-    if status >= 500 or status == 0 or ex.truncated:
-        code = STATUS_ERROR
-        message = f"status {status}" if status else "no response"
-        if ex.truncated:
-            message = f"response truncated ({ex.truncated})"
-    route = started.route
-    name = route.descriptor if route is not None and route.descriptor else "ingress"
-    submit = sink.submit
-    for span in trace.spans(name, KIND_SERVER, attributes, code, message):
-        submit(span)
+    return attributes
