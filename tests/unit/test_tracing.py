@@ -203,6 +203,7 @@ class TracingConfigTests(TestCase):
          "between 0"),
         (OTEL + "requestHeadersForTags: ['bad header']", "tracing.requestHeadersForTags[0]",
          "not a valid HTTP header name"),
+        (OTEL + "requestHeadersForTags: [Authorization]", "tracing.requestHeadersForTags[0]", "carries credentials"),
         (OTEL + "literalsForTags: [{tag: t}]", "tracing.literalsForTags[0].value", "is required"),
         ("requestHeadersForTags: [x-a]", "tracing", "sets no provider"),
         ("openTelemetryConfig: {collectorUpstreamRef: {name: nowhere, namespace: gloo-system}}",

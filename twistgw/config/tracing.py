@@ -39,6 +39,8 @@ _OTEL_FIELDS = ("collectorUpstreamRef", "serviceName", "grpcService", "maxCacheS
 _OTEL_REFUSED = {
     "clusterName": "names an Envoy cluster, and twistgw has none: use collectorUpstreamRef (an Upstream)",
 }
+#: headers whose values are credentials: never a tag
+_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
 _ROUTE_FIELDS = ("routeDescriptor", "tracePercentages", "propagate")
 _PERCENT_FIELDS = ("clientSamplePercentage", "randomSamplePercentage", "overallSamplePercentage")
 
@@ -126,6 +128,9 @@ def _read_tags(r: FieldReader, m: dict[str, Any], path: Path, out: dict[str, Any
                     item = r.mapping(item, path + ("requestHeadersForTags", i), ("value",), required=("value",))[
                         "value"]
                 name = r.header_name(item, path + ("requestHeadersForTags", i))
+                if name.lower() in _CREDENTIAL_HEADERS:
+                    raise r.fail(path + ("requestHeadersForTags", i), f"{name} carries credentials, and spans"
+                                 " leave the gateway: twistgw does not tag it")
                 names.append((name, canonical_name(name.encode("ascii"))))
         out["request_headers"] = tuple(names)
     with r.part():

@@ -79,7 +79,8 @@ def upstream_started(started: Started, plan: Any, req: Any) -> None:
     """The client span of the upstream request of a sampled request."""
     trace = started.trace
     if trace is not None:
-        span = start_upstream(trace, plan.endpoint, plan.upstream.name if plan.upstream is not None else "")
+        up = plan.upstream
+        span = start_upstream(trace, plan.endpoint, f"{up.namespace}/{up.name}" if up is not None else "")
         span.set("http.request.method", plan.method.decode("latin-1"))
         span.set("url.path", plan.target.split(b"?", 1)[0].decode("latin-1"))
         trace.request = req
@@ -160,8 +161,10 @@ def _attributes(ex: Any, head: Any, ctx: Any, tracing: GatewayTracing, status: i
         attributes["client.address"] = head.client_address
     if rid:
         attributes["guid:x-request-id"] = rid[0].decode("latin-1")
+    # tags read what goes upstream when routed: a credential a plugin consumed is gone
+    tagged = ctx.headers if ctx is not None else headers
     for name, canonical in tracing.header_tags:
-        values = headers.getRawHeaders(canonical)
+        values = tagged.getRawHeaders(canonical)
         if values:
             attributes[name] = b",".join(values).decode("latin-1")
     return attributes
