@@ -7,7 +7,8 @@ their export to an OpenTelemetry collector.
   (``ExportTraceServiceRequest``), hand-written (docs/decisions.md);
 - :mod:`twistgw.tracing.export`: :class:`~twistgw.tracing.export.SpanExporter`,
   a bounded queue drained by a daemon thread that sends batches to a collector
-  over OTLP/HTTP or OTLP/gRPC.
+  over OTLP/HTTP or OTLP/gRPC (:mod:`twistgw.tracing.transport`: one attempt
+  of each, on that thread).
 
 Nothing here imports Twisted: the core may import :class:`Span`, and the
 exporter's thread does its I/O with the standard library and grpcio, off the

@@ -52,6 +52,9 @@ ATTEMPTS = 4
 _BACKOFF_FIRST = 0.25
 _BACKOFF_MAX = 5.0
 
+#: spans encoded between two offers of the GIL to the other threads (the reactor)
+_YIELD_EVERY = 32
+
 _EXPORTED = counter("twistgw_spans_exported", "Spans an OpenTelemetry collector accepted, by collector",
                     ["collector"])
 _DROPPED = counter("twistgw_spans_dropped", "Spans not exported, by collector and reason (queue_full,"
@@ -68,8 +71,11 @@ class CollectorTarget:
     ``TraceService/Export``) or ``"http"`` (OTLP/HTTP protobuf, ``POST
     path``). With ``tls`` the collector's certificate is verified against
     ``ca_pem`` (None: the system's CAs) and by name, always: ``server_name``,
-    or ``host`` when None. ``headers`` are sent with every export (gRPC:
-    metadata, lower-cased); ``timeout_s`` bounds one export attempt."""
+    else the authority, else ``host`` (:meth:`verified_name`). ``headers`` are sent with every export (gRPC:
+    metadata, lower-cased); ``timeout_s`` bounds one export attempt.
+    ``authority``: the HTTP ``Host`` / gRPC ``:authority`` sent (Gloo's
+    ``grpcService.authority``; by default ``server_name`` or ``host``); a
+    header named ``:authority`` in ``headers`` is taken as it."""
 
     protocol: str
     host: str
@@ -80,6 +86,31 @@ class CollectorTarget:
     ca_pem: bytes | None = None
     headers: tuple[tuple[str, str], ...] = ()
     timeout_s: float = 10.0
+    authority: str | None = None
+
+    def sent_authority(self) -> str | None:
+        """The authority asked for (``authority``, else an ``:authority``
+        header), None for the default."""
+        if self.authority is not None:
+            return self.authority
+        return next((v for k, v in self.headers if k == ":authority"), None)
+
+    def verified_name(self) -> str:
+        """The name the collector's certificate must carry: ``server_name``,
+        else the authority's host, else ``host`` (as grpcio checks it)."""
+        if self.server_name:
+            return self.server_name
+        authority = self.sent_authority()
+        if not authority:
+            return self.host
+        if authority.startswith("[") and "]" in authority:  # [v6] or [v6]:port
+            return authority[1:authority.index("]")]
+        host, sep, port = authority.rpartition(":")
+        return host if sep and port.isdigit() and ":" not in host else authority
+
+    def sent_headers(self) -> tuple[tuple[str, str], ...]:
+        """``headers`` without pseudo-headers (``:authority``)."""
+        return tuple((k, v) for k, v in self.headers if not k.startswith(":"))
 
     @property
     def label(self) -> str:
@@ -198,7 +229,9 @@ class SpanExporter:
         """Take, encode and send one batch."""
         queue = self._queue
         encoded = []
-        for _ in range(min(len(queue), self.max_batch)):
+        for i in range(min(len(queue), self.max_batch)):
+            if i and not i % _YIELD_EVERY:
+                time.sleep(0)  # the GIL to the reactor, if it waits: never more than ~0.3 ms of encoding at once
             span = queue.popleft()
             try:
                 encoded.append(otlp.encode_span(span))

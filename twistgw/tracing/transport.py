@@ -84,7 +84,7 @@ def check_tls(target: "CollectorTarget") -> None:
     if target.tls:
         from twistgw import stdtls
 
-        stdtls.server_names(target.server_name or target.host)
+        stdtls.server_names(target.verified_name())
         stdtls.client_context(ca_pem=target.ca_pem, alpn=("http/1.1",))
 
 
@@ -134,16 +134,18 @@ class HttpSender:
         self._context: ssl.SSLContext | None = None
         self._sni = ""
         self._names: tuple[str, ...] = ()
-        authority = target.server_name or target.host
+        authority = target.verified_name()
         if target.tls:
             from twistgw import stdtls
 
             self._sni, self._names = stdtls.server_names(authority)
             self._context = stdtls.client_context(ca_pem=target.ca_pem, alpn=("http/1.1",))
-        host = f"[{authority}]" if ":" in authority else authority
-        default = 443 if target.tls else 80
-        self._headers = {"Host": host if target.port == default else f"{host}:{target.port}",
-                         "Content-Type": "application/x-protobuf", **dict(target.headers)}
+        host = target.sent_authority()
+        if host is None:
+            host = f"[{authority}]" if ":" in authority else authority
+            if target.port != (443 if target.tls else 80):
+                host = f"{host}:{target.port}"
+        self._headers = {"Host": host, "Content-Type": "application/x-protobuf", **dict(target.sent_headers())}
         self._conn: _Connection | None = None
 
     def send(self, body: bytes, timeout: float) -> Outcome:
@@ -220,6 +222,9 @@ class GrpcSender:
             ("grpc.enable_retries", 0),  # the exporter retries, as OTLP says
             ("grpc.max_reconnect_backoff_ms", 5000),
         ]
+        authority = target.sent_authority()
+        if authority is not None:
+            options.append(("grpc.default_authority", authority))
         if target.tls:
             if target.server_name:
                 options.append(("grpc.ssl_target_name_override", target.server_name))
@@ -229,7 +234,7 @@ class GrpcSender:
         else:
             self._channel = grpc.insecure_channel(address, options=options)
         self._call = self._channel.unary_unary(GRPC_METHOD, request_serializer=None, response_deserializer=None)
-        self._metadata = tuple((k.lower(), v) for k, v in target.headers)
+        self._metadata = tuple((k.lower(), v) for k, v in target.sent_headers())
 
     def send(self, body: bytes, timeout: float) -> Outcome:
         try:
