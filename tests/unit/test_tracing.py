@@ -148,7 +148,7 @@ class TracingConfigTests(TestCase):
             """)
         tracing = snapshot_of(docs(COLLECTOR, BACKEND, vs(), gateway(text))).gateways[f"{NS}/gateway-proxy"].tracing
         assert tracing.resource == {"service.name": "edge"}
-        assert tracing.target.headers == ((":authority", "otel.example:4317"),)
+        assert tracing.target.authority == "otel.example:4317" and tracing.target.headers == ()
         assert tracing.max_queue == 64
         assert tracing.percentages == TracePercentages(client=1250, random=1, overall=9999)
         assert tracing.header_tags == (("x-tenant", b"X-Tenant"),)

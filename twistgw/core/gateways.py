@@ -193,10 +193,9 @@ def _tracing(config: Config, gw: GlooGateway, issues: list[ConfigIssue]) -> Gate
                f" collector is not supported by twistgw")
         return None
     endpoint = info.endpoints[0]
-    headers = ((":authority", settings.authority),) if settings.authority else ()
     target = CollectorTarget("grpc", endpoint.host, endpoint.port, tls=tls is not None,
                              server_name=(tls.sni or None) if tls is not None else None,
-                             ca_pem=tls.ca_pem if tls is not None else None, headers=headers)
+                             ca_pem=tls.ca_pem if tls is not None else None, authority=settings.authority)
     return GatewayTracing(settings, gw.key, gw.name, target)
 
 

@@ -87,7 +87,7 @@ class Gateway:
         self.gateway_logs: Any = None
         self.snapshot: Snapshot | None = None
         #: the span exporters of the Gateways that trace (:meth:`sync_tracing`)
-        self.exporters = exporters if exporters is not None else Exporters()
+        self.exporters = exporters if exporters is not None else Exporters(reactor=reactor)
         self.draining = False
         self.inflight = 0
         self._finished_hook = (

@@ -29,14 +29,23 @@ ExporterFactory = Callable[..., Any]
 class Exporters:
     """The exporters of the serving snapshot's Gateways, by Gateway key."""
 
-    def __init__(self, factory: ExporterFactory | None = None) -> None:
+    def __init__(self, factory: ExporterFactory | None = None, reactor: Any = None) -> None:
         #: makes an exporter: ``factory(target, resource=..., max_queue=...)``
         #: (:class:`~twistgw.tracing.export.SpanExporter`'s signature)
-        self.factory = factory if factory is not None else SpanExporter
+        self.factory = factory if factory is not None else self._exporter
+        self.reactor = reactor
         #: exporter_key → exporter
         self._by_key: dict[Any, Any] = {}
         #: Gateway key → exporter
         self.sinks: dict[str, Any] = {}
+
+    def _exporter(self, target: Any, **kw: Any) -> SpanExporter:
+        """A :class:`SpanExporter` whose outage lines go to the gateway's log
+        (from its thread, through the reactor)."""
+        reactor = self.reactor
+        if getattr(reactor, "callFromThread", None) is not None:
+            kw["log"] = lambda line: reactor.callFromThread(_log.warn, "{line}", line=line)
+        return SpanExporter(target, **kw)
 
     def sync(self, gateways: dict[str, Any]) -> None:
         """Make the exporters the views' tracing needs; stop the others."""
@@ -53,8 +62,12 @@ class Exporters:
                 exporter = self.factory(tracing.target, resource=tracing.resource, max_queue=tracing.max_queue)
             kept[ekey] = exporter
         for ekey, exporter in self._by_key.items():
-            if ekey not in kept:
-                _stop(exporter)
+            if ekey not in kept:  # a reload replaced it: what it holds is sent, off the reactor
+                in_thread = getattr(self.reactor, "callInThread", None)
+                if in_thread is not None:
+                    in_thread(_stop, exporter, 2.0)
+                else:
+                    _stop(exporter)
         self._by_key = kept
         for key, view in gateways.items():
             if view.tracing is not None:
