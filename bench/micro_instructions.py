@@ -13,7 +13,11 @@ runs inside ``sys.call_tracing`` and callgrind collects only there
 the warm-up requests are left out. Scenarios: ``plain``, ``plain-key``
 (``plain`` with the ``apikey`` scenario's header on every request: what one
 more header costs) and the extauth ones (``apikey``, ``basic-cache``,
-``oauth2-introspect``, ``oidc-cookie``).
+``oauth2-introspect``, ``oidc-cookie``) and issue 35's: ``gateway`` (a
+Gloo Gateway's listener, no tracing), ``tracing-unsampled`` (tracing
+configured, no request sampled), ``tracing-sampled`` (every request
+sampled: its spans made and handed to a sink as cheap as the exporter's
+``submit``; the export thread's CPU is bench/otlp_export.py's).
 
 regopy is replaced by an empty module in the counted process: its allocator
 (snmalloc) cannot start under valgrind, and no scenario here evaluates Rego.
@@ -31,7 +35,8 @@ import tempfile
 import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCENARIOS = ("plain", "plain-key", "apikey", "basic-cache", "oauth2-introspect", "oidc-cookie")
+SCENARIOS = ("plain", "plain-key", "apikey", "basic-cache", "oauth2-introspect", "oidc-cookie", "gateway",
+             "tracing-unsampled", "tracing-sampled")
 
 
 def _counted(name: str, requests: int) -> None:
@@ -47,11 +52,15 @@ def _counted(name: str, requests: int) -> None:
 
     if name == "plain":
         spec = ("", "", b"")
+    elif name in ("gateway", "tracing-unsampled", "tracing-sampled"):
+        spec = ("", micro.tracing_gateway({"gateway": None, "tracing-unsampled": 0, "tracing-sampled": 100}[name]),
+                b"")
     elif name == "plain-key":
         spec = ("", "", micro.extauth_scenario("apikey")[2])
     else:
         spec = micro.extauth_scenario(name)
     conn, request = micro.build(name, spec)
+    micro.run(conn, request, 1)  # the first bytes (HTTP/1.1 or HTTP/2?) replace dataReceived: once alone
     micro.run(conn, request, 50)  # warm: caches, memos, the first-request paths
     gc.collect()
     sys.call_tracing(micro.run, (conn, request, requests))

@@ -38,7 +38,7 @@ from twistgw.core.gateways import GatewayView, forwarded
 from twistgw.core.routeruntime import RouteRuntime
 from twistgw.core.snapshot import Snapshot
 from twistgw.core.policyplan import OWN_RULE as _OWN_RULE, cors_on, forwarding, no_endpoint, plan_policy, plan_quick
-from twistgw.core.tracing import Started, route_tracing
+from twistgw.core.tracing import Started
 from twistgw.core.traffic import RoutePolicy, preflight, with_added_headers, with_edit
 
 NOT_FOUND = LocalResponse(404, reason="no virtual service or route matches")
@@ -307,7 +307,7 @@ class Pipeline:
         reselect_in = snapshot if runtime.reselect else None
         gateway = head.gateway
         if gateway is not None and gateway.tracing is not None:
-            started = head.trace = gateway.tracing.begin(head.headers, route_tracing(runtime.route.options))
+            started = head.trace = gateway.tracing.begin(head.headers, runtime.tracing, ctx.headers)
             if started.trace is not None:
                 ctx.tracer = started.trace
         calls = runtime.calls if gateway is None else gateway.calls(runtime.calls)

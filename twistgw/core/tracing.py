@@ -32,7 +32,7 @@ from twistgw.tracing.propagation import (
     B3_MULTI,
     B3_SINGLE,
     format_b3,
-    format_traceparent,
+    TRACE_HEADER_NAMES,
     new_span_id,
     new_trace_id,
     read_incoming,
@@ -41,14 +41,18 @@ from twistgw.tracing.propagation import (
 from twistgw.tracing.request import ChildSpan, RequestTrace
 from twistgw.tracing.span import KIND_CLIENT
 
-__all__ = ["GatewayTracing", "Started", "decide", "route_tracing"]
+__all__ = ["GatewayTracing", "Started", "decide", "start_upstream"]
 
 _roll = random.random
+_bits = random.getrandbits
+
+
+#: the trace headers' canonical names, as a set (``isdisjoint``: one C call per request)
+_TRACE_SET = frozenset(TRACE_HEADER_NAMES)
 
 #: the headers of trace context, removed from what goes upstream when the
 #: route says ``propagate: false`` and replaced otherwise
-TRACE_HEADERS = (b"Traceparent", b"Tracestate", b"B3", b"X-B3-Traceid", b"X-B3-Spanid", b"X-B3-Parentspanid",
-                 b"X-B3-Sampled", b"X-B3-Flags")
+TRACE_HEADERS = TRACE_HEADER_NAMES
 
 
 def decide(p: TracePercentages, client_trace_id: bool, trace_id: int) -> bool:
@@ -59,20 +63,15 @@ def decide(p: TracePercentages, client_trace_id: bool, trace_id: int) -> bool:
     return sampled and value < p.overall
 
 
-def route_tracing(options: Mapping[str, Any]) -> RouteTracing | None:
-    found = options.get("tracing")
-    return found if isinstance(found, RouteTracing) else None
-
-
 class Started:
     """A request's trace as decided: ``trace`` is the :class:`RequestTrace`
     of a sampled one (None otherwise); ``trace_id``, ``span_id`` what the
     upstream is told either way."""
 
-    __slots__ = ("trace", "trace_id", "span_id", "parent_id", "sampled", "trace_state", "form", "route")
+    __slots__ = ("trace", "trace_id", "span_id", "parent_id", "sampled", "trace_state", "form", "route", "came")
 
     def __init__(self, trace_id: int, span_id: int, parent_id: int, sampled: bool, trace_state: str, form: int,
-                 route: RouteTracing | None) -> None:
+                 route: RouteTracing | None, came: bool = True) -> None:
         self.trace_id = trace_id
         self.span_id = span_id
         self.parent_id = parent_id
@@ -80,33 +79,48 @@ class Started:
         self.trace_state = trace_state
         self.form = form
         self.route = route
+        #: the request may carry trace headers of its own (removed before ours are written)
+        self.came = came
         self.trace: RequestTrace | None = (RequestTrace(trace_id, span_id, parent_id, trace_state)
                                            if sampled else None)
 
     def inject(self, headers: Any) -> None:
         """Write the trace context the upstream continues (twistgw's
-        ``Headers``): the gateway's upstream (client) span as the parent when
-        sampled, else the server span's id; in W3C form always, and in B3
-        too when the request came with B3 (the same form). A route with
-        ``propagate: false`` sends none (and none of the client's)."""
-        raw = headers.raw
+        ``Headers``) for a sampled request: the gateway's upstream (client)
+        span as the parent (an unsampled request's were written by
+        :meth:`GatewayTracing.begin`)."""
+        trace = self.trace
+        if trace is None:
+            return
+        upstream = trace.upstream
+        write(headers.raw, self.trace_id, upstream.span_id if upstream is not None else self.span_id, self.sampled,
+              self.trace_state, self.form, self.route, self.came)
+
+
+def write(raw: dict[bytes, list[bytes]], trace_id: int, parent: int, sampled: bool, state: str, form: int,
+          route: RouteTracing | None, came: bool) -> None:
+    """The trace headers the upstream gets (``raw``: the headers going
+    upstream): in W3C form always, in B3 too when the request came with B3
+    (the same form); a client's own removed first. A route with
+    ``propagate: false`` sends none (and none of the client's)."""
+    if came:
         for name in TRACE_HEADERS:
             raw.pop(name, None)
-        route = self.route
-        if route is not None and not route.propagate:
-            return
-        trace = self.trace
-        upstream = trace.upstream if trace is not None else None
-        parent = upstream.span_id if upstream is not None else self.span_id
-        raw[b"Traceparent"] = [format_traceparent(self.trace_id, parent, self.sampled)]
-        if self.trace_state:
-            raw[b"Tracestate"] = [self.trace_state.encode("ascii")]
-        if self.form == B3_SINGLE:
-            raw[b"B3"] = [format_b3(self.trace_id, parent, self.sampled)]
-        elif self.form == B3_MULTI:
-            raw[b"X-B3-Traceid"] = [b"%032x" % self.trace_id]
-            raw[b"X-B3-Spanid"] = [b"%016x" % parent]
-            raw[b"X-B3-Sampled"] = [b"1" if self.sampled else b"0"]
+    if route is not None and not route.propagate:
+        return
+    raw[b"Traceparent"] = [b"00-%032x-%016x-%s" % (trace_id, parent, b"01" if sampled else b"00")]
+    if state:
+        raw[b"Tracestate"] = [state.encode("ascii")]
+    if form == B3_SINGLE:
+        raw[b"B3"] = [format_b3(trace_id, parent, sampled)]
+    elif form == B3_MULTI:
+        raw[b"X-B3-Traceid"] = [b"%032x" % trace_id]
+        raw[b"X-B3-Spanid"] = [b"%016x" % parent]
+        raw[b"X-B3-Sampled"] = [b"1" if sampled else b"0"]
+
+
+#: what an unsampled request keeps of its trace (its headers went upstream already)
+UNSAMPLED = Started(0, 0, 0, False, "", 0, None, False)
 
 
 class GatewayTracing:
@@ -138,23 +152,37 @@ class GatewayTracing:
         """Equal for Gateways (and reloads) that can share one exporter."""
         return (self.target, tuple(sorted(self.resource.items())), self.max_queue)
 
-    def begin(self, headers: Any, route: RouteTracing | None) -> Started:
+    def begin(self, headers: Any, route: RouteTracing | None, upstream: Any = None) -> Started:
         """The trace of a request with ``headers`` (as received) on a route
-        with ``route`` tracing options (None: none, or no route)."""
-        incoming = read_incoming(headers)
-        span_id = new_span_id()
-        if incoming is not None:
+        with ``route`` tracing options (None: none, or no route). When the
+        request is not sampled, the trace headers are written now into
+        ``upstream`` (the headers going upstream, when there are any) and
+        :data:`UNSAMPLED` is returned: nothing more is done for it."""
+        try:
+            came = not _TRACE_SET.isdisjoint(headers.raw)  # twistgw's Headers: canonical names, one C call
+        except AttributeError:  # Twisted's (explain, tests)
+            came = True
+        incoming = read_incoming(headers) if came else None
+        if incoming is None:
+            trace_id, parent, state, form, sampled = _bits(128) or new_trace_id(), 0, "", 0, None
+        else:
             trace_id, parent, state, form = incoming.trace_id, incoming.span_id, incoming.trace_state, incoming.form
             sampled = incoming.sampled
-        else:
-            trace_id, parent, state, form, sampled = new_trace_id(), 0, "", 0, None
+        span_id = _bits(64) or new_span_id()
         if sampled is None:
-            percentages = self.percentages
-            if route is not None and route.percentages is not None:
-                percentages = route.percentages
-            sampled = percentages is ALL or decide(percentages, headers.getRawHeaders(b"x-client-trace-id")
-                                                   is not None, trace_id)
-        return Started(trace_id, span_id, parent, sampled, state, form, route)
+            p = self.percentages if route is None or route.percentages is None else route.percentages
+            if p is ALL:
+                sampled = True
+            else:
+                value = (trace_id & 0xFFFFFFFFFFFFFFFF) % 10000  # sampling_value, inlined
+                sampled = value < p.overall and (value < p.random or (
+                    p.client > 0 and headers.getRawHeaders(b"x-client-trace-id") is not None
+                    and _roll() * 10000 < p.client))
+        if not sampled:
+            if upstream is not None:
+                write(upstream.raw, trace_id, span_id, False, state, form, route, came)
+            return UNSAMPLED
+        return Started(trace_id, span_id, parent, True, state, form, route, came)
 
 
 def start_upstream(trace: RequestTrace, endpoint: Any, upstream: str) -> ChildSpan:

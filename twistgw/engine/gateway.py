@@ -136,17 +136,16 @@ class Gateway:
     def _carry_out_traced(self, plan: Plan, ex: ClientRequest) -> None:
         """:meth:`_carry_out` while some Gateway traces: the trace headers
         written for the upstream, and its client span opened."""
-        head = ex.head
-        started = getattr(head, "trace", None) if head is not None else None
-        if started is None or not isinstance(plan, Forward) or ex.finished:
-            Gateway._carry_out(self, plan, ex)
-            return
-        if started.trace is not None:
-            upstream_started(started, plan, None)
-        started.inject(plan.headers)
+        started = getattr(ex.head, "trace", None)
+        if started is not None:
+            trace = started.trace  # None: unsampled, its headers written already
+            if trace is not None and isinstance(plan, Forward) and not ex.finished:
+                upstream_started(started, plan, None)
+                started.inject(plan.headers)
+                Gateway._carry_out(self, plan, ex)
+                trace.request = ex.upstream
+                return
         Gateway._carry_out(self, plan, ex)
-        if started.trace is not None:
-            started.trace.request = ex.upstream
 
     def _carry_out(self, plan: Plan, ex: ClientRequest) -> None:
         if ex.finished:
@@ -238,7 +237,11 @@ class Gateway:
 
     def _record_and_trace(self, ex: ClientRequest) -> None:
         Gateway.record(self, ex)
-        self._trace(ex)
+        head = ex.head
+        if head is not None and head.gateway is not None:
+            started = getattr(head, "trace", None)
+            if started is None or started.trace is not None:  # an unsampled request: nothing more
+                self._trace(ex)
 
     def _record_log_trace(self, ex: ClientRequest) -> None:
         self._record_and_log(ex)

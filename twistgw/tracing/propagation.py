@@ -175,11 +175,26 @@ def parse_b3_multi(trace: list[bytes] | None, span: list[bytes] | None, sampled:
     return Incoming(trace_id, span_id, decision, "", B3_MULTI)
 
 
+#: the canonical names of the trace-context headers
+TRACE_HEADER_NAMES = (b"Traceparent", b"Tracestate", b"B3", b"X-B3-Traceid", b"X-B3-Spanid", b"X-B3-Parentspanid",
+                      b"X-B3-Sampled", b"X-B3-Flags")
+
+
 def read_incoming(headers: object) -> Incoming | None:
     """The trace context of a request (``headers``: anything with
     ``getRawHeaders``): a valid ``traceparent`` first (with its
     ``tracestate``), else a valid ``b3``, else valid ``X-B3-*``; None when
     none is (a new trace)."""
+    raw = getattr(headers, "raw", None)
+    if raw is not None:  # twistgw's Headers: canonical names, looked up without canonicalising
+        get = raw.get
+        if get(b"Traceparent") is None and get(b"B3") is None and get(b"X-B3-Traceid") is None:
+            return None
+        return _read(headers)
+    return _read(headers)
+
+
+def _read(headers: object) -> Incoming | None:
     get = headers.getRawHeaders  # type: ignore[attr-defined]
     found = parse_traceparent(get(b"traceparent"))
     if found is not None:
