@@ -368,7 +368,7 @@ probe("`v1 Service`", "ExternalName")(lambda k: (
     "spec.type"))
 for name in ("ratelimitEarlyBasic", "ratelimitRegularBasic", "rateLimitEarlyConfigs", "rateLimitRegularConfigs",
              "transformations", "stagedTransformations", "dlp", "waf", "extProc", "extProcEarly", "extProcLate", "ai",
-             "tracing", "envoyMetadata", "maxStreamDuration", "idleTimeout", "closeConnection", "hostRewritePathRegex",
+             "envoyMetadata", "maxStreamDuration", "idleTimeout", "closeConnection", "hostRewritePathRegex",
              "hostRewriteHeader", "appendXForwardedHost", "stats", "includeRequestAttemptCount",
              "includeAttemptCountInResponse", "corsPolicyMergeSettings", "extensions"):
     probe("`options`", name)(lambda k: (vs(options=f"{k}: {{}}"), f"options.{k}"))

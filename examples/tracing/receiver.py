@@ -1,0 +1,86 @@
+"""A small OTLP/gRPC trace receiver that prints every span it gets, as the
+OpenTelemetry collector's debug exporter does: enough to watch the demo's
+traces without installing a collector (docs/observability.md, "A trace from
+the demo").
+
+    python examples/tracing/receiver.py [--port 4317]
+
+Needs grpcio (a dependency of twistgw) and opentelemetry-proto
+(``pip install opentelemetry-proto``). Listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import threading
+from concurrent import futures
+
+import grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (ExportTraceServiceRequest,
+                                                                      ExportTraceServiceResponse)
+
+METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+KINDS = {1: "Internal", 2: "Server", 3: "Client"}
+STATUS = {0: "Unset", 1: "Ok", 2: "Error"}
+_lock = threading.Lock()
+
+
+def _time(ns: int) -> str:
+    return datetime.datetime.fromtimestamp(ns / 1e9, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+def _value(v: object) -> str:
+    kind = v.WhichOneof("value")  # type: ignore[attr-defined]
+    return f"{ {'string_value': 'Str', 'int_value': 'Int', 'bool_value': 'Bool', 'double_value': 'Double'}.get(kind, kind)}" \
+           f"({getattr(v, kind)})"
+
+
+def show(request: ExportTraceServiceRequest) -> None:
+    lines = []
+    for rs in request.resource_spans:
+        lines.append("ResourceSpans")
+        lines += [f"     -> {kv.key}: {_value(kv.value)}" for kv in rs.resource.attributes]
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                lines += [
+                    f"Span {span.name}",
+                    f"    Trace ID       : {span.trace_id.hex()}",
+                    f"    Parent ID      : {span.parent_span_id.hex()}",
+                    f"    ID             : {span.span_id.hex()}",
+                    f"    Kind           : {KINDS.get(span.kind, span.kind)}",
+                    f"    Start time     : {_time(span.start_time_unix_nano)}",
+                    f"    Duration       : {(span.end_time_unix_nano - span.start_time_unix_nano) / 1e6:.3f} ms",
+                    f"    Status code    : {STATUS.get(span.status.code, span.status.code)}",
+                    f"    Status message : {span.status.message}",
+                    "Attributes:",
+                ]
+                lines += [f"     -> {kv.key}: {_value(kv.value)}" for kv in span.attributes]
+    with _lock:
+        print("\n".join(lines), flush=True)
+
+
+def export(body: bytes, context: object) -> bytes:
+    show(ExportTraceServiceRequest.FromString(body))
+    return ExportTraceServiceResponse().SerializeToString()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--port", type=int, default=4317)
+    args = ap.parse_args()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    handler = grpc.method_handlers_generic_handler(
+        "opentelemetry.proto.collector.trace.v1.TraceService",
+        {"Export": grpc.unary_unary_rpc_method_handler(export)})
+    server.add_generic_rpc_handlers((handler,))
+    if server.add_insecure_port(f"127.0.0.1:{args.port}") == 0:
+        sys.exit(f"cannot listen on 127.0.0.1:{args.port}")
+    server.start()
+    print(f"OTLP/gRPC receiver on 127.0.0.1:{args.port} ({METHOD})", flush=True)
+    server.wait_for_termination()
+
+
+if __name__ == "__main__":
+    main()
