@@ -31,10 +31,12 @@ def _time(ns: int) -> str:
     return datetime.datetime.fromtimestamp(ns / 1e9, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
 
 
+_TYPES = {"string_value": "Str", "int_value": "Int", "bool_value": "Bool", "double_value": "Double"}
+
+
 def _value(v: object) -> str:
     kind = v.WhichOneof("value")  # type: ignore[attr-defined]
-    return f"{ {'string_value': 'Str', 'int_value': 'Int', 'bool_value': 'Bool', 'double_value': 'Double'}.get(kind, kind)}" \
-           f"({getattr(v, kind)})"
+    return f"{_TYPES.get(kind, kind)}({getattr(v, kind)})"
 
 
 def show(request: ExportTraceServiceRequest) -> None:
