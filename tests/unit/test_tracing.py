@@ -410,3 +410,24 @@ class PipelineTracingTests(TestCase):
         assert [s.name for s in spans] == ["ingress", "jwt.jwks_fetch", "ldap.bind"]
         assert spans[2].status_code == 2 and spans[2].status_message == "ConnectionRefusedError: refused"
         assert all(s.parent_span_id == spans[0].span_id for s in spans[1:])
+
+
+class DemoTracingTests(TestCase):
+    def test_the_demo_with_the_tracing_example_loads_and_traces(self, tmp_path):
+        """docs/observability.md, "A trace from the demo": etc/ with
+        examples/tracing/tracing.yaml beside it."""
+        import pathlib
+        import shutil
+
+        from twistgw.config.loader import load_directory
+
+        root = pathlib.Path(__file__).resolve().parents[2]
+        demo = tmp_path / "demo"
+        shutil.copytree(root / "etc", demo)
+        shutil.copy(root / "examples" / "tracing" / "tracing.yaml", demo)
+        snap = build_snapshot(load_directory(str(demo)), PluginHost.create())
+        view = snap.gateways["default/gateway-proxy"]
+        assert view.gateway.bind == ("127.0.0.1", 8082)
+        assert (view.tracing.target.host, view.tracing.target.port) == ("127.0.0.1", 4317)
+        assert view.tracing.resource == {"service.name": "twistgw-demo"}
+        assert [vs.name for vs in view.virtual_services] == [vs.name for vs in snap.config.virtual_services]
