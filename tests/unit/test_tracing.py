@@ -413,19 +413,21 @@ class PipelineTracingTests(TestCase):
 
 
 class DemoTracingTests(TestCase):
-    def test_the_demo_with_the_tracing_example_loads_and_traces(self, tmp_path):
+    def test_the_demo_with_the_tracing_example_loads_and_traces(self):
         """docs/observability.md, "A trace from the demo": etc/ with
         examples/tracing/tracing.yaml beside it."""
         import pathlib
         import shutil
+        import tempfile
 
         from twistgw.config.loader import load_directory
 
         root = pathlib.Path(__file__).resolve().parents[2]
-        demo = tmp_path / "demo"
-        shutil.copytree(root / "etc", demo)
-        shutil.copy(root / "examples" / "tracing" / "tracing.yaml", demo)
-        snap = build_snapshot(load_directory(str(demo)), PluginHost.create())
+        with tempfile.TemporaryDirectory() as tmp:
+            demo = pathlib.Path(tmp) / "demo"
+            shutil.copytree(root / "etc", demo)
+            shutil.copy(root / "examples" / "tracing" / "tracing.yaml", demo)
+            snap = build_snapshot(load_directory(str(demo)), PluginHost.create())
         view = snap.gateways["default/gateway-proxy"]
         assert view.gateway.bind == ("127.0.0.1", 8082)
         assert (view.tracing.target.host, view.tracing.target.port) == ("127.0.0.1", 4317)
