@@ -433,3 +433,45 @@ class DemoTracingTests(TestCase):
         assert (view.tracing.target.host, view.tracing.target.port) == ("127.0.0.1", 4317)
         assert view.tracing.resource == {"service.name": "twistgw-demo"}
         assert [vs.name for vs in view.virtual_services] == [vs.name for vs in snap.config.virtual_services]
+
+
+class _Exporter:
+    made: list["_Exporter"] = []
+
+    def __init__(self, target, *, resource, max_queue):
+        self.target, self.resource, self.max_queue = target, resource, max_queue
+        self.spans: list = []
+        self.stopped = False
+        _Exporter.made.append(self)
+
+    def submit(self, span):
+        self.spans.append(span)
+
+    def stop(self, timeout_s=0.0):
+        self.stopped = True
+
+
+class GatewaySyncTests(TestCase):
+    """What the engine pays: nothing while no Gateway traces; one exporter
+    per collector, kept across reloads while equal, stopped once unused."""
+
+    def test_exporters_follow_the_snapshots_and_the_hot_path_is_the_classs_own_without(self):
+        from twisted.internet.testing import MemoryReactorClock
+
+        from twistgw.engine.gateway import Gateway
+        from twistgw.engine.tracing import Exporters
+
+        _Exporter.made = []
+        gw = Gateway(MemoryReactorClock(), PluginHost.create(), exporters=Exporters(factory=_Exporter))
+        plain = snapshot_of(docs(BACKEND, vs(), gateway("{}")))
+        traced = snapshot_of(docs(COLLECTOR, BACKEND, vs(), gateway(OTEL)))
+        gw.sync_tracing(plain)
+        assert "_carry_out" not in gw.__dict__ and "record" not in gw.__dict__ and _Exporter.made == []
+        gw.sync_tracing(traced)
+        assert gw.__dict__["_carry_out"] == gw._carry_out_traced and len(_Exporter.made) == 1
+        (exporter,) = _Exporter.made
+        assert exporter.resource == {"service.name": "gateway-proxy"} and exporter.max_queue == 1024
+        gw.sync_tracing(snapshot_of(docs(COLLECTOR, BACKEND, vs(), gateway(OTEL))))  # a reload, the same collector
+        assert _Exporter.made == [exporter] and not exporter.stopped
+        gw.sync_tracing(plain)
+        assert exporter.stopped and "_carry_out" not in gw.__dict__ and "record" not in gw.__dict__
