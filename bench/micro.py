@@ -148,28 +148,8 @@ GATEWAY_KEY = "default/bench-gw"
 
 
 def tracing_gateway(percent: float | None) -> str:
-    """A Gloo Gateway serving every virtual service, tracing to a collector
-    Upstream at ``percent`` (None: no tracing)."""
-    tracing = "" if percent is None else f"""
-    options:
-      httpConnectionManagerSettings:
-        tracing:
-          tracePercentages: {{randomSamplePercentage: {percent}}}
-          openTelemetryConfig: {{collectorUpstreamRef: {{name: otel, namespace: default}}}}"""
-    return f"""---
-apiVersion: gloo.solo.io/v1
-kind: Upstream
-metadata: {{name: otel, namespace: default}}
-spec: {{static: {{hosts: [{{addr: 127.0.0.1, port: 4317}}]}}}}
----
-apiVersion: gateway.solo.io/v1
-kind: Gateway
-metadata: {{name: bench-gw, namespace: default}}
-spec:
-  bindAddress: 127.0.0.1
-  bindPort: 18080
-  httpGateway:{" {}" if not tracing else ""}{tracing}
-"""
+    """bench/run's tracing rows' Gateway (no socket is opened here)."""
+    return harness.tracing_gateway_yaml(percent, 18080, 4317)
 
 
 class SpanSink:

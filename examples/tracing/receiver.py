@@ -3,7 +3,10 @@ OpenTelemetry collector's debug exporter does: enough to watch the demo's
 traces without installing a collector (docs/observability.md, "A trace from
 the demo").
 
-    python examples/tracing/receiver.py [--port 4317]
+    python examples/tracing/receiver.py [--port 4317] [--quiet]
+
+``--quiet`` prints nothing but a count of spans every 10 s (bench/run's
+``tracing-sampled`` row).
 
 Needs grpcio (a dependency of twistgw) and opentelemetry-proto
 (``pip install opentelemetry-proto``). Listens on 127.0.0.1 only.
@@ -63,15 +66,27 @@ def show(request: ExportTraceServiceRequest) -> None:
         print("\n".join(lines), flush=True)
 
 
+QUIET = False
+_count = [0]
+
+
 def export(body: bytes, context: object) -> bytes:
-    show(ExportTraceServiceRequest.FromString(body))
+    request = ExportTraceServiceRequest.FromString(body)
+    if QUIET:
+        with _lock:
+            _count[0] += sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+    else:
+        show(request)
     return ExportTraceServiceResponse().SerializeToString()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, default=4317)
+    ap.add_argument("--quiet", action="store_true", help="count spans, print nothing else")
     args = ap.parse_args()
+    global QUIET
+    QUIET = args.quiet
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     handler = grpc.method_handlers_generic_handler(
         "opentelemetry.proto.collector.trace.v1.TraceService",
@@ -81,7 +96,12 @@ def main() -> None:
         sys.exit(f"cannot listen on 127.0.0.1:{args.port}")
     server.start()
     print(f"OTLP/gRPC receiver on 127.0.0.1:{args.port} ({METHOD})", flush=True)
-    server.wait_for_termination()
+    if not QUIET:
+        server.wait_for_termination()
+        return
+    while server.wait_for_termination(10):  # True: timed out, still serving
+        with _lock:
+            print(f"{_count[0]} spans received", flush=True)
 
 
 if __name__ == "__main__":
