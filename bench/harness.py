@@ -77,6 +77,7 @@ REFERENCES = ["backend-direct", "nginx-proxy", "nginx-limit-req", "nginx-proxy-t
 GATEWAY = ["plain", "plain-nolog", "plain-textlog", "plain-w2", "plain-w2-free", "jwt", "jwt-fresh", "jwt-rbac", "ldap-cache",
            "ldap-nocache", "ldap-search-cache", "ldap-search-nocache", "ratelimit-local", "ratelimit-redis",
            "ratelimit-cluster", "traffic", "upstream-tls", "gzip-json", "gateway-json", "gateway-plain", "request-id",
+           "gateway", "tracing-unsampled", "tracing-sampled",
            "apikey", "basic-cache", "opa-path", "passthrough",
            *oidc_bench.SCENARIOS, *h2_bench.SCENARIOS, *grpc_bench.GATEWAY]
 ALL = REFERENCES + GATEWAY
@@ -124,6 +125,10 @@ DESCRIPTIONS = {
     "passthrough": "twistgw, passThroughAuth.http to the nginx backend (200), one pooled POST per request",
     "traffic": "twistgw, one route with headerManipulation (request and response), cors and retries, a CORS"
                " origin on every request (goal: plain + 5 us)",
+    "gateway": "twistgw, plain through a Gloo Gateway's listener (no tracing): the tracing rows' baseline",
+    "tracing-unsampled": "gateway with tracing configured, randomSamplePercentage 0 (goal: gateway + 2 us)",
+    "tracing-sampled": "gateway with every request traced, spans over OTLP/gRPC to examples/tracing/receiver.py"
+                       " --quiet on core 0 (goal: gateway + 25 us, the export thread included)",
     "upstream-tls": "twistgw to the TLS backend (nginx HTTPS on core 0), sslConfig with a root CA and SNI: the"
                     " peer verified by name, pooled connections (goal: CPU <= 3x nginx-proxy-tls)",
     **oidc_bench.DESCRIPTIONS,
@@ -672,6 +677,36 @@ spec:
 {extra}"""
 
 
+def tracing_gateway_yaml(percent: float | None, bind_port: int, collector_port: int) -> str:
+    """A Gloo Gateway on ``bind_port`` serving every virtual service, tracing
+    at ``percent`` to an OTLP/gRPC collector on ``collector_port`` (None: no
+    tracing); also bench/micro.py's."""
+    tracing = "" if percent is None else f"""
+    options:
+      httpConnectionManagerSettings:
+        tracing:
+          tracePercentages: {{randomSamplePercentage: {percent}}}
+          openTelemetryConfig: {{collectorUpstreamRef: {{name: otel, namespace: default}}}}"""
+    return f"""---
+apiVersion: gloo.solo.io/v1
+kind: Upstream
+metadata: {{name: otel, namespace: default}}
+spec: {{static: {{hosts: [{{addr: 127.0.0.1, port: {collector_port}}}]}}}}
+---
+apiVersion: gateway.solo.io/v1
+kind: Gateway
+metadata: {{name: bench-gw, namespace: default}}
+spec:
+  bindAddress: 127.0.0.1
+  bindPort: {bind_port}
+  httpGateway:{" {}" if not tracing else ""}{tracing}
+"""
+
+
+#: the tracing rows: the Gateway's sampling percentage (None: no tracing)
+TRACING = {"gateway": None, "tracing-unsampled": 0, "tracing-sampled": 100}
+
+
 def gateway_config(directory: str, backend_port: int, options: str = "", extra: str = "", upstream: str = "") -> None:
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "gateway.yaml"), "w") as f:
@@ -1183,6 +1218,14 @@ class Bench:
         elif kind in ("apikey", "basic-cache", "opa-path", "passthrough"):
             options, extra, expect, headers = authtypes_options(kind, self.backend_port)
             gateway_config(directory, self.backend_port, options, extra)
+        elif kind in TRACING:
+            collector = free_port()
+            if kind == "tracing-sampled":
+                rx = self.procs.start(f"{name}-receiver", [PY, os.path.join(ROOT, "examples", "tracing", "receiver.py"),
+                                                           "--port", str(collector), "--quiet"], LOAD_CPU)
+                wait_port(collector, rx, self.procs, f"{name}-receiver")
+            gateway_config(directory, self.backend_port, extra=tracing_gateway_yaml(TRACING[kind], port, collector))
+            expect = [("GET / through the Gateway's listener", {}, 200)]
         elif kind in oidc_bench.SCENARIOS:
             headers, expect = self.oauth2_material(kind, directory)
         elif kind in grpc_bench.GATEWAY:
@@ -1201,6 +1244,7 @@ class Bench:
         if at:  # the baseline: its own install, nothing of this tree on its path
             assert self.baseline is not None
             python, cwd, env = self.baseline.python, self.prefix, self.baseline.env()
+        listen = free_port() if kind in TRACING else port  # those rows load the Gateway's listener, on port
         argv = [python, "-m", "twisted", *twist, "twistgw", "--config", directory,
                 "--listen", f"tcp:{listen}:interface=127.0.0.1",
                 "--admin", f"tcp:{admin}:interface=127.0.0.1"]

@@ -136,6 +136,11 @@ def scenarios(fresh_needed: bool = True) -> dict[str, tuple[str, str, bytes]]:
         # issue 24: headerManipulation + cors + retries, a CORS origin on every request
         "traffic": (harness.TRAFFIC_OPTIONS, "", b"Origin: https://app.example.com\r\n"),
         **{name: gateway_scenario(name) for name in ON_GATEWAY},
+        # issue 35: the request through a Gloo Gateway's listener, without tracing, with tracing
+        # and no request sampled (randomSamplePercentage: 0), and every request sampled
+        "gateway": ("", tracing_gateway(None), b""),
+        "tracing-unsampled": ("", tracing_gateway(0), b""),
+        "tracing-sampled": ("", tracing_gateway(100), b""),
     }
 
 
@@ -147,6 +152,29 @@ def gateway_scenario(name: str) -> tuple[str, str, bytes]:
     http = "{options: {httpConnectionManagerSettings: {generateRequestId: false}}}" if name == "gateway-plain" else "{}"
     return ("", f"---\napiVersion: gateway.vendor.io/v1\nkind: Gateway\nmetadata: {{name: bench, namespace: default}}\n"
                 f"spec:\n  bindPort: 8080\n  httpGateway: {http}\n", b"")
+
+
+#: the scenarios served through a Gloo Gateway's listener (its key)
+GATEWAY_KEY = "default/bench-gw"
+
+
+def tracing_gateway(percent: float | None) -> str:
+    """bench/run's tracing rows' Gateway (no socket is opened here)."""
+    return harness.tracing_gateway_yaml(percent, 18080, 4317)
+
+
+class SpanSink:
+    """Where the tracing scenarios' spans go: ``SpanExporter.submit``'s
+    work on the reactor thread (one append to a bounded deque; its queue
+    is a deque too). The export thread's CPU is bench/otlp_export.py's."""
+
+    def __init__(self, target: Any, **kw: Any) -> None:
+        import collections
+
+        self.submit = collections.deque(maxlen=4096).append
+
+    def stop(self, timeout_s: float = 0.0) -> None:
+        pass
 
 
 #: The extauth scenarios (bench/run's rows of the same names).
@@ -256,7 +284,14 @@ def build(name: str, spec: tuple[str, str, bytes]) -> tuple[Any, bytes]:
         fill_ldap_cache(gateway.snapshot)
     if name == "oauth2-introspect":
         fill_introspection_cache(gateway.snapshot)
-    factory = GatewayFactory(gateway, timeout=60, gateway_key="default/bench" if name in ON_GATEWAY else None)
+    gateway_key = "default/bench" if name in ON_GATEWAY else None
+    if name in ("gateway", "tracing-unsampled", "tracing-sampled"):
+        from twistgw.engine.tracing import Exporters
+
+        gateway_key = GATEWAY_KEY
+        gateway.exporters = Exporters(factory=SpanSink)
+        gateway.sync_tracing(gateway.snapshot)
+    factory = GatewayFactory(gateway, timeout=60, gateway_key=gateway_key)
     factory.micro_reactor = reactor
     proto = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 8080))
     proto.callLater = reactor.callLater

@@ -16,7 +16,11 @@ the warm-up requests are left out. Scenarios: ``plain``, ``plain-key``
 (``plain`` with the ``apikey`` scenario's header on every request: what one
 more header costs), ``gateway-plain`` and ``request-id`` (plain on a Gloo
 Gateway's listener, without and with its ``x-request-id``) and the extauth ones (``apikey``, ``basic-cache``,
-``oauth2-introspect``, ``oidc-cookie``).
+``oauth2-introspect``, ``oidc-cookie``) and issue 35's: ``gateway`` (a
+Gloo Gateway's listener, no tracing, request ids on: Envoy's default), ``tracing-unsampled`` (tracing
+configured, no request sampled), ``tracing-sampled`` (every request
+sampled: its spans made and handed to a sink as cheap as the exporter's
+``submit``; the export thread's CPU is bench/otlp_export.py's).
 
 regopy is replaced by an empty module in the counted process: its allocator
 (snmalloc) cannot start under valgrind, and no scenario here evaluates Rego.
@@ -35,7 +39,7 @@ import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS = ("plain", "plain-key", "apikey", "basic-cache", "oauth2-introspect", "oidc-cookie", "gateway-plain",
-             "request-id", "jwt-rbac", "h2-plain", "h2-jwt-rbac")
+             "request-id", "jwt-rbac", "h2-plain", "h2-jwt-rbac", "gateway", "tracing-unsampled", "tracing-sampled")
 #: the HTTP/2 scenarios: bench/h2_micro.py's connection, batches of this many streams (h2load's -m)
 H2_STREAMS = 10
 
@@ -58,6 +62,9 @@ def _counted(name: str, requests: int) -> None:
         spec = ("", "", b"")
     elif name == "jwt-rbac":
         spec = micro.scenarios(fresh_needed=False)["jwt-rbac"]
+    elif name in ("gateway", "tracing-unsampled", "tracing-sampled"):
+        spec = ("", micro.tracing_gateway({"gateway": None, "tracing-unsampled": 0, "tracing-sampled": 100}[name]),
+                b"")
     elif name == "plain-key":
         spec = ("", "", micro.extauth_scenario("apikey")[2])
     elif name in micro.ON_GATEWAY:

@@ -47,6 +47,7 @@ MODULES = (
     "unit/test_proto_names.py",
     "unit/test_vs_tls_config.py",
     "unit/test_gateway_kind.py",
+    "unit/test_tracing.py",
     "unit/test_gloo_loader.py",
     "unit/test_header_policy.py",
     "unit/test_headers.py",

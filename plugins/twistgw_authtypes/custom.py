@@ -110,10 +110,14 @@ class CustomChecker:
             body = read.data
             headers.setRawHeaders(PARTIAL_HEADER, [b"false" if read.complete else b"true"])
         client = self.clients.get(ctx.reactor)
+        span = ctx.tracer.child("extauth.http_service", **{"url.full": self.server.base.decode("latin-1")})
         try:
             reply = await client.call(ctx.method.encode("ascii"), url, headers, body, self.server.timeout)
         except CallFailed as exc:
+            span.end(error=exc)
             return AuthDeny.failure(f"ext_authz server {exc}", 403)
+        span.set("http.response.status_code", reply.status)
+        span.end(error=f"status {reply.status}" if reply.status >= 500 else None)
         return self.decide(reply)
 
     def decide(self, reply: Reply) -> AuthAllow | AuthDeny:

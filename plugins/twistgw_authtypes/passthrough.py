@@ -126,11 +126,15 @@ class PassThroughChecker:
         body = self.call.body(ctx, request_body)
         if body is not None:
             headers.setRawHeaders(b"content-type", [b"application/json"])
+        span = ctx.tracer.child("extauth.passthrough.http", **{"url.full": _origin(self.call.url)})
         try:
             reply = await client.call(b"POST", self.call.url, headers, body or b"", self.call.timeout,
                                       self.call.head_timeout)
         except CallFailed as exc:
+            span.end(error=exc)
             return self._failed(f"auth service {exc}")
+        span.set("http.response.status_code", reply.status)
+        span.end(error=f"status {reply.status}" if reply.status >= 500 else None)
         return self.decide(reply)
 
     def decide(self, reply: Reply) -> AuthAllow | AuthDeny:

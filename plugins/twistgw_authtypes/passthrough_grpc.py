@@ -101,6 +101,7 @@ class GrpcPassThroughChecker:
         request = check_request(ctx, self.config, body, self.body)
         reactor = ctx.reactor or _global_reactor()
         attempt = 0
+        span = ctx.tracer.child("extauth.passthrough.grpc", **{"server.address": self.target.describe()})
         while True:
             try:
                 response = await self.channels.call(reactor, self.target, request, self.timeout)
@@ -108,12 +109,17 @@ class GrpcPassThroughChecker:
                 retry = self.retry
                 if exc.code != "UNAVAILABLE" or retry is None or attempt >= retry.retries:
                     tries = f" (after {attempt + 1} attempts)" if attempt else ""
+                    span.set("twistgw.retries", attempt)
+                    span.end(error=exc)
                     return self._failed(f"auth service {self.target.describe()} {exc}{tries}")
                 await deferLater(reactor, retry.delay(attempt), lambda: None)
                 attempt += 1
                 continue
             except CancelledError:
+                span.end(error="call cancelled")
                 return self._failed(f"auth service {self.target.describe()}: call cancelled")
+            span.set("twistgw.retries", attempt)
+            span.end()
             return decide(response, ctx)
 
     def _failed(self, reason: str) -> AuthAllow | AuthDeny:

@@ -372,7 +372,20 @@ async def _authenticate_async(ctx: RequestContext, opts: CompiledJwt, parsed: Pa
                               where: tuple[int, ...], providers: list[Provider],
                               failures: list[Failure]) -> Allow | Deny:
     for p in providers:
-        result = await verify_async(p, parsed)
+        remote = p.remote
+        # the wait for the key set (a fetch, or joining one) as a child span of the request's
+        span = ctx.tracer.child("jwt.jwks_fetch", **{"jwt.provider": p.name, "url.full": remote.spec.url}) \
+            if remote is not None else None
+        try:
+            result = await verify_async(p, parsed)
+        except BaseException as exc:
+            if span is not None:
+                span.end(error=exc)
+            raise
+        if span is not None and remote is not None:
+            span.set("jwt.key_set.fetches", remote.fetch_count)
+            span.end(error=remote.last_error or "the key set could not be fetched"
+                     if result is T.JWKS_FETCH_FAILED else None)
         if isinstance(result, Failure):
             failures.append(result)
             continue

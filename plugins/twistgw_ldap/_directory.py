@@ -10,6 +10,8 @@ from typing import Any
 
 from twisted.logger import Logger
 
+from twistgw import sdk
+
 from twistgw_ldap._answers import Group, Verdict, header_text
 from twistgw_ldap._ber import SCOPE_BASE, SCOPE_SUB
 from twistgw_ldap._client import FAULT_CODES, DirectoryFault, Pool, bind, search
@@ -56,15 +58,26 @@ class Answer(Exception):
 class _Session:
     """One check's operations on one borrowed connection."""
 
-    def __init__(self, cfg: LdapConfig, client: Any, reactor: Any) -> None:
+    def __init__(self, cfg: LdapConfig, client: Any, reactor: Any, tracer: sdk.Tracer = sdk.NO_TRACER) -> None:
         self.cfg = cfg
         self.client = client
         self.reactor = reactor
+        #: the request's tracer: each bind and search is a child span
+        self.tracer = tracer
         #: bound anonymously (for a user search without a service account)
         self.anonymous = False
 
     async def bind(self, dn: str, password: bytes, operation: str) -> int:
-        code = await bind(self.client, dn, password, self.cfg.request_timeout, self.reactor)
+        # the span names the operation and the server, never the DN's password
+        span = self.tracer.child("ldap.bind", **{"ldap.operation": operation, "server.address":
+                                                 self.cfg.target.describe()})
+        try:
+            code = await bind(self.client, dn, password, self.cfg.request_timeout, self.reactor)
+        except BaseException as exc:
+            span.end(error=exc)
+            raise
+        span.set("ldap.result_code", code)
+        span.end(error=f"result code {code}" if code in FAULT_CODES else None)
         count_operation(operation, code).inc()
         if code in FAULT_CODES:
             raise DirectoryFault(f"{operation}: directory answered result code {code}")
@@ -89,8 +102,17 @@ class _Session:
 
     async def search(self, base: str, filter_ber: bytes, attributes: list[str], scope: int,
                      size_limit: int, what: str) -> tuple[int, list[Any]]:
-        code, entries = await search(self.client, base, filter_ber, attributes, self.cfg.request_timeout,
-                                     self.reactor, scope=scope, size_limit=size_limit)
+        span = self.tracer.child("ldap.search", **{"ldap.operation": what, "server.address":
+                                                   self.cfg.target.describe()})
+        try:
+            code, entries = await search(self.client, base, filter_ber, attributes, self.cfg.request_timeout,
+                                         self.reactor, scope=scope, size_limit=size_limit)
+        except BaseException as exc:
+            span.end(error=exc)
+            raise
+        span.set("ldap.result_code", code)
+        span.set("ldap.entries", len(entries))
+        span.end(error=f"result code {code}" if code in FAULT_CODES else None)
         count_operation("search", code).inc()
         if code == OPERATIONS_ERROR and self.anonymous:
             raise Answer("error", f"{what}: the directory refused the anonymous search (result code 1,"
@@ -267,7 +289,7 @@ async def _decide(s: _Session, typed: str, password: bytes) -> Verdict:
 
 
 async def against_directory(cfg: LdapConfig, pool: Pool, user: str, password: bytes,
-                             reactor: Any) -> Verdict | Answer:
+                             reactor: Any, tracer: sdk.Tracer = sdk.NO_TRACER) -> Verdict | Answer:
     """The verdict (allowed, forbidden), or an Answer (unauthorized,
     error). Raises DirectoryFault."""
     for attempt in (1, 2):
@@ -275,7 +297,7 @@ async def against_directory(cfg: LdapConfig, pool: Pool, user: str, password: by
         reusable = False
         try:
             try:
-                verdict = await _decide(_Session(cfg, client, reactor), user, password)
+                verdict = await _decide(_Session(cfg, client, reactor, tracer), user, password)
             except Answer as answer:
                 reusable = True
                 return answer

@@ -97,7 +97,8 @@ class LdapChecker:
             CACHE_MISS.inc()
         started = time.monotonic()
         try:
-            result = await against_directory(cfg, state.pool(cfg, ctx), typed, password, state.get_reactor(ctx))
+            result = await against_directory(cfg, state.pool(cfg, ctx), typed, password, state.get_reactor(ctx),
+                                             ctx.tracer)
         except DirectoryFault as fault:
             _log.warn("LDAP directory {target} unavailable: {reason}", target=cfg.target.describe(),
                       reason=fault.reason)

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import attrs
 from twisted.internet.defer import Deferred
 
-from twistgw.sdk import NotChecked, RequestContext
+from twistgw.sdk import NO_TRACER, NotChecked, RequestContext, Tracer
 from twistgw_extauth import AuthDeny
 from twistgw_jwt.verify import Failure as TokenFailure
 from twistgw_jwt.verify import VerifyKey, candidate_keys, check_claims, claim_text, parse_token, verify_signature
@@ -102,7 +102,7 @@ class AccessTokenChecker:
             decision = self.decide(entry[1], cached=True)
             self.remember(values[0], entry[0], decision)
             return decision
-        return Deferred.fromCoroutine(self._validate(token))
+        return Deferred.fromCoroutine(self._validate(token, ctx.tracer))
 
     def remember(self, header: bytes, until: float, decision: Any) -> None:
         """The decision for a cached token, by the exact ``Authorization``
@@ -128,14 +128,19 @@ class AccessTokenChecker:
             return NotChecked(f"would validate the access token at {where}")
         return self.check(ctx)
 
-    async def _validate(self, token: str) -> Any:
+    async def _validate(self, token: str, tracer: Tracer = NO_TRACER) -> Any:
         spec = self.spec
+        # the wait for the provider (introspection, key set, userinfo) as a child span; never the token
+        span = tracer.child("oauth2.introspection" if spec.jwt is None else "oauth2.jwt_validation")
         try:
             claims = await (self._jwt(token) if spec.jwt is not None else self._introspect(token))
             if claims is not None and spec.userinfo_url:
                 claims = await self._userinfo(token, claims)
         except CallFailed as exc:
+            span.end(error=exc)
             return AuthDeny.failure(f"oauth2: token validation unavailable: {exc}", 503)
+        span.set("oauth2.active", claims is not None)
+        span.end()
         self.cache.put(token, claims, self.runtime.now(), spec.cache_timeout,
                        claims.get("exp") if claims is not None else None)
         return self.decide(claims, cached=False)

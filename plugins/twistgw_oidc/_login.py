@@ -142,7 +142,15 @@ async def callback(ch: "OidcChecker", ctx: RequestContext) -> AuthDeny:
     if "error" in params:
         return _deny(401, b"The identity provider did not log you in",
                      f"provider answered error {params['error'][:100]!r}", clear)
-    return await _finish(ch, login, params, cookies, clear)
+    # the code exchange (token endpoint, ID token keys, session store) as a child span of the request's
+    span = ctx.tracer.child("oidc.code_exchange", **{"url.full": origin(spec.issuer_url)})
+    try:
+        answer = await _finish(ch, login, params, cookies, clear)
+    except BaseException as exc:
+        span.end(error=exc)
+        raise
+    span.end(error=answer.reason if isinstance(answer, AuthDeny) and answer.status >= 500 else None)
+    return answer
 
 
 async def _finish(ch: "OidcChecker", login: Mapping[str, Any], params: Mapping[str, str],

@@ -117,14 +117,17 @@ def check_global(ctx: RequestContext, options: GlobalLimits, store: RedisCounter
     moment = now()
     items = [(f"{hit.key}|{hit.limit.window(moment)}", hit.limit.seconds) for hit in hits]
     d: Deferred[sdk.Deny | None] = Deferred()
-    store.increment(items, _deliver, (d, ctx, hits, options, moment))
+    # the wait for Redis as a child span of the request's (sdk.NO_SPAN when not sampled)
+    span = ctx.tracer.child("ratelimit.redis", **{"ratelimit.counters": len(items)})
+    store.increment(items, _deliver, (d, ctx, hits, options, moment, span))
     return d
 
 
-def _deliver(token: tuple[Deferred[sdk.Deny | None], RequestContext, list[Hit], GlobalLimits, float],
+def _deliver(token: tuple[Deferred[sdk.Deny | None], RequestContext, list[Hit], GlobalLimits, float, sdk.SpanHandle],
              counts: list[int] | None, error: str | None) -> None:
     """The batch's answer for one request: its decision fires its Deferred."""
-    d, ctx, hits, options, moment = token
+    d, ctx, hits, options, moment, span = token
+    span.end(error=error)
     try:
         decision = _decide(ctx, counts, hits, options, moment) if counts is not None else _failed(error, options)
     except Exception as exc:  # a bug: the chain fails closed with 500

@@ -352,6 +352,17 @@ probe("Gateway `httpGateway.options.httpLocalRatelimit`", "localRateLimitPerDown
     lambda k: (gateway("httpGateway: {options: {httpLocalRatelimit: {defaultLimit: {maxTokens: 1, tokensPerFill: 1,"
                        " fillInterval: 1s}, localRateLimitPerDownstreamConnection: true}}}"),
                "localRateLimitPerDownstreamConnection"))
+TRACING = "Gateway `httpConnectionManagerSettings.tracing`"
+_OTEL = "openTelemetryConfig: {collectorUpstreamRef: {name: u, namespace: default}}"
+TRACING_PROBES = {"zipkinConfig": "zipkinConfig: {}", "datadogConfig": "datadogConfig: {}",
+                  "openCensusConfig": "openCensusConfig: {}", "metadataForTags": "metadataForTags: [{tag: t}]",
+                  "openTelemetryConfig.clusterName": "openTelemetryConfig: {clusterName: otel}",
+                  "verbose: true": f"verbose: true, {_OTEL}", "spawnUpstreamSpan: false": f"spawnUpstreamSpan: false, {_OTEL}",
+                  "requestHeadersForTags: [Authorization]": f"requestHeadersForTags: [Authorization], {_OTEL}"}
+for written, yaml_ in TRACING_PROBES.items():
+    probe(TRACING, written)(lambda k, yaml_=yaml_: (
+        upstream() + "---\n" + gateway("httpGateway: {options: {httpConnectionManagerSettings: {tracing: {"
+                                        + yaml_ + "}}}}"), k.split(":")[0].rsplit(".", 1)[-1]))
 ALS = "Gateway `options.accessLoggingService`"
 probe(ALS, "grpcService")(lambda k: (access_log(sink="grpcService: {logName: x}"), "grpcService"))
 probe(ALS, "openTelemetryService")(lambda k: (access_log(sink="openTelemetryService: {}"), "openTelemetryService"))
@@ -368,7 +379,7 @@ probe("`v1 Service`", "ExternalName")(lambda k: (
     "spec.type"))
 for name in ("ratelimitEarlyBasic", "ratelimitRegularBasic", "rateLimitEarlyConfigs", "rateLimitRegularConfigs",
              "transformations", "stagedTransformations", "dlp", "waf", "extProc", "extProcEarly", "extProcLate", "ai",
-             "tracing", "envoyMetadata", "maxStreamDuration", "idleTimeout", "closeConnection", "hostRewritePathRegex",
+             "envoyMetadata", "maxStreamDuration", "idleTimeout", "closeConnection", "hostRewritePathRegex",
              "hostRewriteHeader", "appendXForwardedHost", "stats", "includeRequestAttemptCount",
              "includeAttemptCountInResponse", "corsPolicyMergeSettings", "extensions"):
     probe("`options`", name)(lambda k: (vs(options=f"{k}: {{}}"), f"options.{k}"))

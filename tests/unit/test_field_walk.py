@@ -453,6 +453,10 @@ spec:
       options:
         timeout: 5s
         upgrades: [{{websocket: {{enabled: true}}}}]
+        tracing:
+          routeDescriptor: all-matchers
+          propagate: true
+          tracePercentages: {{clientSamplePercentage: 100, randomSamplePercentage: 50, overallSamplePercentage: 100}}
         extauth: {{configRef: {{name: by-search}}}}
       routeAction: {{single: {{kube: {{ref: {{name: svc, namespace: default, port: 80}}, port: 80}}}}}}
     - matchers: [{{prefix: /u}}]
@@ -579,6 +583,18 @@ spec:
         requestHeadersTimeout: 5s
         generateRequestId: true
         preserveExternalRequestId: false
+        tracing:
+          requestHeadersForTags: [x-tenant]
+          verbose: false
+          spawnUpstreamSpan: true
+          tracePercentages: {{clientSamplePercentage: 100, randomSamplePercentage: 100, overallSamplePercentage: 100}}
+          environmentVariablesForTags: [{{tag: pod, name: HOSTNAME, defaultValue: unknown}}]
+          literalsForTags: [{{tag: zone, value: walk}}]
+          openTelemetryConfig:
+            collectorUpstreamRef: {{name: static, namespace: default}}
+            serviceName: walk
+            grpcService: {{authority: otel.example}}
+            maxCacheSize: 100
         codecType: AUTO
         http2ProtocolOptions:
           maxConcurrentStreams: 50
@@ -1404,12 +1420,15 @@ FIELDS.update({f"Route:options.shadowing{k}": (T, SHADOWING)
                for k in ("", ".upstream", ".upstream.name", ".upstream.namespace", ".percentage")})
 GW_UNIT = "tests/unit/test_gateway_kind.py"
 GW_E2E = "tests/integration/test_gateway_kind_e2e.py"
+TRACE_UNIT = "tests/unit/test_tracing.py"
+TRACE_E2E = "tests/integration/test_tracing_e2e.py"
 GW_SSL_E2E = "tests/integration/test_gateway_ssl_e2e.py"
 GW_DOC = "docs/gateways.md"
 H2_GATEWAY = "tests/http2/test_http2_gateway.py"
 COMPRESS_E2E = "tests/integration/test_gateway_compression_e2e.py"
 COMPRESS_UNIT = "tests/unit/test_compression_config.py"
 _HTTP = "Gateway:spec.httpGateway"
+_TRACING = f"{_HTTP}.options.httpConnectionManagerSettings.tracing"
 FIELDS.update({
     "Gateway:spec.bindAddress": (T, GW_E2E), "Gateway:spec.bindPort": (T, GW_E2E),
     "Gateway:spec.ssl": (T, GW_SSL_E2E), "Gateway:spec.useProxyProto": (T, GW_E2E),
@@ -1432,6 +1451,22 @@ FIELDS.update({
     **{f"{_HTTP}.options.brotli.{k}": (T, COMPRESS_E2E, COMPRESS_UNIT)
        for k in ("quality", "windowBits", "encoderMode", "contentLength", "contentType", "disableOnEtagHeader",
                  "removeAcceptEncodingHeader")},
+    f"{_HTTP}.options.httpConnectionManagerSettings.tracing": (T, TRACE_E2E),
+    **{f"{_TRACING}.{k}": (T, TRACE_UNIT)
+       for k in ("requestHeadersForTags", "verbose", "spawnUpstreamSpan", "tracePercentages",
+                 "tracePercentages.clientSamplePercentage", "tracePercentages.randomSamplePercentage",
+                 "tracePercentages.overallSamplePercentage", "environmentVariablesForTags",
+                 "environmentVariablesForTags[].tag", "environmentVariablesForTags[].name",
+                 "environmentVariablesForTags[].defaultValue", "literalsForTags", "literalsForTags[].tag",
+                 "literalsForTags[].value", "openTelemetryConfig.serviceName", "openTelemetryConfig.grpcService",
+                 "openTelemetryConfig.grpcService.authority", "openTelemetryConfig.maxCacheSize")},
+    **{f"{_TRACING}.{k}": (T, TRACE_E2E)
+       for k in ("openTelemetryConfig", "openTelemetryConfig.collectorUpstreamRef",
+                 "openTelemetryConfig.collectorUpstreamRef.name", "openTelemetryConfig.collectorUpstreamRef.namespace")},
+    "Route:options.tracing": (T, TRACE_E2E),
+    **{f"Route:options.tracing.{k}": (T, TRACE_UNIT)
+       for k in ("routeDescriptor", "propagate", "tracePercentages", "tracePercentages.clientSamplePercentage",
+                 "tracePercentages.randomSamplePercentage", "tracePercentages.overallSamplePercentage")},
     f"{_HTTP}.options.httpConnectionManagerSettings.codecType": (T, H2_GATEWAY),
     f"{_HTTP}.options.httpConnectionManagerSettings.http2ProtocolOptions": (T, H2_GATEWAY),
     **{f"{_HTTP}.options.httpConnectionManagerSettings.http2ProtocolOptions.{k}": (T, H2_GATEWAY)
@@ -1635,6 +1670,7 @@ MANUAL = {
     "Pod:spec", "Pod:status.podIP",
     # the core's own options keys (every other key names a plugin): loader.CORE_OPTION_KEYS
     "Route:options.prefixRewrite", "Route:options.timeout", "Route:options.pluginOrder", "Route:options.upgrades",
+    "Route:options.tracing",
     "VirtualService:spec.virtualHost.options.pluginOrder",
     # a Gateway's spec.options keys (refused ones get their own message)
     "Gateway:spec.options",
@@ -1659,8 +1695,8 @@ class FieldWalkTests(TestCase):
         route_keys = {f.split(".", 1)[1] for f in MANUAL if f.startswith("Route:options.")}
         assert route_keys == set(CORE_OPTION_KEYS)
         host_keys = {f.rsplit(".", 1)[1] for f in MANUAL if f.startswith("VirtualService:spec.virtualHost.options.")}
-        # prefixRewrite, timeout, upgrades and the route-only traffic options; a virtual host refuses them
-        assert host_keys == set(CORE_OPTION_KEYS) - {"prefixRewrite", "timeout", "upgrades"} - CORE_ROUTE_ONLY
+        # prefixRewrite, timeout, tracing, upgrades and the route-only traffic options; a virtual host refuses them
+        assert host_keys == set(CORE_OPTION_KEYS) - {"prefixRewrite", "timeout", "tracing", "upgrades"} - CORE_ROUTE_ONLY
 
     def test_every_accepted_field_changes_behaviour_or_is_informational(self, tmp_path, monkeypatch):
         accepted = {_scope(f) for f in walk(tmp_path, monkeypatch)} | MANUAL

@@ -166,8 +166,8 @@ class GatewayConfigTests(TestCase):
     @pytest.mark.parametrize("http, field, words", [
         ("{options: {httpConnectionManagerSettings: {maxRequestHeadersKb: 96}}}",
          "httpConnectionManagerSettings.maxRequestHeadersKb", "fixed (16 KiB"),
-        ("{options: {httpConnectionManagerSettings: {tracing: {}}}}",
-         "httpConnectionManagerSettings.tracing", "tracing is out of"),
+        ("{options: {httpConnectionManagerSettings: {tracing: {zipkinConfig: {}}}}}",
+         "httpConnectionManagerSettings.tracing.zipkinConfig", "the Zipkin provider is not supported"),
         ("{options: {httpConnectionManagerSettings: {xffNumTrustedHops: -1}}}",
          "httpConnectionManagerSettings.xffNumTrustedHops", "between 0 and 64"),
         ("{options: {httpConnectionManagerSettings: {idleTimeout: soon}}}",

@@ -232,8 +232,6 @@ class GlooLoaderTests(TestCase):
          "the dynamic forward proxy is out of twistgw's scope"),
         ("options: {transformations: {}}\n      routeAction: {single: {upstream: {name: u}}}",
          "routes[0].options.transformations", "transformations are out of twistgw's scope"),
-        ("options: {tracing: {}}\n      routeAction: {single: {upstream: {name: u}}}",
-         "routes[0].options.tracing", "tracing is not supported"),
         ("options: {extProcEarly: {}}\n      routeAction: {single: {upstream: {name: u}}}", "routes[0].options.extProcEarly", "external processing"),
         ("options: {retries: {retryOn: 5xx, rateLimitedRetryBackOff: {}}}\n      routeAction: {single: {upstream: {name: u}}}",
          "routes[0].options.retries.rateLimitedRetryBackOff", "retries do not read the upstream's rate-limit"),

@@ -8,13 +8,17 @@ from __future__ import annotations
 import sys
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from urllib.parse import parse_qsl, urlencode
 
 import attrs
 
 from twistgw.api.headers import Headers, checked_response_header
 from twistgw.api.state import StateKey
+from twistgw.api.tracer import NO_TRACER, Tracer
+# re-exported: the request body's types live in api/bodysource.py
+from twistgw.api.bodysource import NO_BODY, BodyPrefix as BodyPrefix, BodySource as BodySource
+from twistgw.api.bodysource import BytesBody as BytesBody
 # re-exported: the resource infos used to live here, and plugins import them from this module
 from twistgw.api.resources import (AuthConfigInfo as AuthConfigInfo, Endpoint as Endpoint,
                                    InvalidResource as InvalidResource, OptionsScope as OptionsScope,
@@ -92,51 +96,6 @@ class NotChecked:
 Decision = Allow | Deny
 
 
-# --------------------------------------------------------------------------
-# The request body, read before the chain decides
-# --------------------------------------------------------------------------
-
-
-@attrs.frozen
-class BodyPrefix:
-    """The start of a request body, read before the chain decides
-    (:meth:`RequestContext.read_body`); the same bytes still go upstream.
-
-    :ivar data: the body's first bytes: all of it when ``complete``, else at
-        most the ``max_bytes`` asked for (empty when ``partial=False`` was
-        asked and the declared ``Content-Length`` is already over the bound).
-    :ivar complete: True when ``data`` is the whole body; False when the
-        body goes on past ``max_bytes``.
-    """
-
-    data: bytes
-    complete: bool
-
-
-class BodySource(Protocol):
-    """Where :meth:`RequestContext.read_body` reads from: the engine's
-    exchange for a request with a body (``twistgw.engine``), or
-    :class:`BytesBody` in tests and ``twistgw explain``."""
-
-    def read_prefix(self, max_bytes: int, partial: bool) -> Deferred[BodyPrefix]: ...
-
-
-class BytesBody:
-    """A :class:`BodySource` of known bytes (tests, ``ChainTester``):
-    ``ctx.body_source = BytesBody(b"...")``."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def read_prefix(self, max_bytes: int, partial: bool) -> Deferred[BodyPrefix]:
-        from twisted.internet.defer import succeed
-
-        if len(self.data) <= max_bytes:
-            return succeed(BodyPrefix(self.data, True))
-        return succeed(BodyPrefix(self.data[:max_bytes] if partial else b"", False))
-
-
-_NO_BODY = BodyPrefix(b"", True)
 
 
 def _jwt_claims(attribute: str) -> Any:
@@ -299,6 +258,8 @@ class RequestContext:
         None until one does. Read-only for plugins.
     :ivar request_id: ``str | None``: the ``x-request-id`` sent upstream, on a Gloo Gateway's listener
         that generates them (``generateRequestId``, on by default), set before any plugin runs; else None.
+    :ivar tracer: the request's :class:`Tracer` (``ctx.tracer.child(name)``: a child span of the request's;
+        :data:`NO_TRACER`, recording nothing, when the request is not sampled). Set by the engine.
     :ivar body_source: where :meth:`read_body` reads the request body
         (:class:`BodySource`); unset for a request without a body. The engine
         sets it; tests may set a :class:`BytesBody`.
@@ -327,6 +288,7 @@ class RequestContext:
         "owned_headers",
         "response_headers",
         "body_source", "request_id",
+        "_tracer",
     )
 
     #: unset until the engine sets it (a request with a body): no store per request without one
@@ -371,6 +333,18 @@ class RequestContext:
         self.response_headers: list[tuple[bytes, bytes]] | None = None
         self.request_id: str | None = None
 
+    # Tracing ---------------------------------------------------------------
+
+    @property
+    def tracer(self) -> Tracer:
+        """The request's tracer (:data:`NO_TRACER` unless the engine set one)."""
+        found: Tracer = getattr(self, "_tracer", NO_TRACER)  # unset: not traced (a slot, no store per request)
+        return found
+
+    @tracer.setter
+    def tracer(self, value: Tracer) -> None:
+        self._tracer = value
+
     # twistgw 0.1's claims, now the jwt plugin's state ----------------------
 
     @property
@@ -413,7 +387,7 @@ class RequestContext:
         if source is None:
             from twisted.internet.defer import succeed
 
-            return succeed(_NO_BODY)
+            return succeed(NO_BODY)
         return source.read_prefix(max_bytes, partial)
 
     # Identity --------------------------------------------------------------

@@ -38,6 +38,7 @@ from twistgw.config.compression import Compression, read_brotli, read_gzip
 from twistgw.config.envelope import Envelope
 from twistgw.config.http2 import DEFAULT as HTTP2_DEFAULT, Http2Options, read_codec_type, read_http2_options
 from twistgw.config.model import Source, VirtualService
+from twistgw.config.tracing import ListenerTracing, read_listener_tracing
 
 __all__ = ["DEFAULT_PROXY", "GlooGateway", "HcmSettings", "LocalLimitSettings", "read_gateway", "selects"]
 
@@ -62,7 +63,8 @@ _LOCAL_FIELDS = ("defaultLimit", "enableXRatelimitHeaders", "localRateLimitPerDo
 
 #: HttpConnectionManagerSettings fields twistgw applies
 _HCM_FIELDS = ("codecType", "generateRequestId", "http2ProtocolOptions", "idleTimeout", "preserveExternalRequestId",
-               "requestHeadersTimeout", "serverName", "skipXffAppend", "useRemoteAddress", "xffNumTrustedHops")
+               "requestHeadersTimeout", "serverName", "skipXffAppend", "tracing", "useRemoteAddress",
+               "xffNumTrustedHops")
 #: the ones it does not, each with why
 _HCM_REFUSED = {
     "maxRequestHeadersKb": "the request-head limit is fixed (16 KiB, answered 431, over HTTP/1.1 and HTTP/2),"
@@ -82,7 +84,6 @@ _HCM_REFUSED = {
     "proxy100Continue": "twistgw answers 100-continue itself, after the chain admits the request",
     "acceptHttp10": "HTTP/1.0 is always accepted",
     "defaultHostForHttp10": "an HTTP/1.0 request without Host goes to the '*' virtual service",
-    "tracing": "tracing is out of twistgw's scope",
     "forwardClientCertDetails": "client certificates are not forwarded",
     "setCurrentClientCertDetails": "client certificates are not forwarded",
     "serverHeaderTransformation": "the Server header is the upstream's, or serverName when set",
@@ -129,6 +130,9 @@ class HcmSettings:
     #: ``preserveExternalRequestId``: a client's sane ``x-request-id`` is
     #: kept even on an edge listener (``useRemoteAddress``)
     preserve_external_request_id: bool = False
+    #: ``tracing`` with its provider (:mod:`twistgw.config.tracing`); None:
+    #: requests on this listener are not traced
+    tracing: ListenerTracing | None = None
 
 
 @attrs.frozen
@@ -274,7 +278,7 @@ def _read_http(r: FieldReader, value: Any, path: Path, ns: str) -> dict[str, Any
         with r.part():
             if "httpConnectionManagerSettings" in opts:
                 out["hcm"] = _read_hcm(r, opts["httpConnectionManagerSettings"],
-                                       path + ("options", "httpConnectionManagerSettings"))
+                                       path + ("options", "httpConnectionManagerSettings"), ns)
         with r.part():
             if "grpcWeb" in opts:
                 gp = path + ("options", "grpcWeb")
@@ -298,7 +302,7 @@ def _read_http(r: FieldReader, value: Any, path: Path, ns: str) -> dict[str, Any
     return out
 
 
-def _read_hcm(r: FieldReader, value: Any, path: Path) -> HcmSettings:
+def _read_hcm(r: FieldReader, value: Any, path: Path, ns: str = "default") -> HcmSettings:
     m = r.mapping(_refuse(r, r.mapping(value, path), path, _HCM_REFUSED), path, _HCM_FIELDS)
     out: dict[str, Any] = {}
     with r.part():
@@ -325,6 +329,9 @@ def _read_hcm(r: FieldReader, value: Any, path: Path) -> HcmSettings:
     with r.part():
         if "http2ProtocolOptions" in m:
             out["http2"] = read_http2_options(r, m["http2ProtocolOptions"], path + ("http2ProtocolOptions",))
+    with r.part():
+        if m.get("tracing") is not None:
+            out["tracing"] = read_listener_tracing(r, m["tracing"], path + ("tracing",), ns)
     if not auto:
         out["http2"] = None
     return HcmSettings(**out)

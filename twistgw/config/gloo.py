@@ -41,7 +41,7 @@ SOLO_GROUPS = frozenset({
 })
 
 #: Options keys the core itself reads; every other key names a plugin.
-CORE_OPTION_KEYS = frozenset({"pluginOrder", "prefixRewrite", "timeout", "upgrades"}) | CORE_TRAFFIC_KEYS
+CORE_OPTION_KEYS = frozenset({"pluginOrder", "prefixRewrite", "timeout", "tracing", "upgrades"}) | CORE_TRAFFIC_KEYS
 
 
 #: Gloo Edge fields twistgw does not implement, by where they are written,

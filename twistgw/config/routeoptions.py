@@ -12,6 +12,7 @@ from typing import Any, Mapping
 import attrs
 
 from twistgw.api.fields import FieldReader, Path
+from twistgw.config.tracing import read_route_tracing
 from twistgw.config.traffic import CORE_ROUTE_ONLY, CORE_TRAFFIC_KEYS, read_header_manipulation, read_traffic_option
 
 __all__ = ["GLOO_PLUGIN_KEYS", "KNOWN_OPTION_KEYS", "LOCAL_LIMIT_KEY", "NESTED_LOCAL_LIMIT", "OPTION_NAMES", "Timeout",
@@ -41,7 +42,6 @@ _OUT = "out of twistgw's scope"
 
 #: Gloo route and virtual-host options twistgw refuses, with the reason.
 UNSUPPORTED_OPTIONS: dict[str, str] = {
-    "tracing": "tracing is not supported",
     "transformations": f"transformations are {_OUT}: set headers with headerManipulation, rewrite paths"
                        " with prefixRewrite or regexRewrite",
     "stagedTransformations": f"transformations are {_OUT}: set headers with headerManipulation, rewrite"
@@ -68,7 +68,7 @@ UNSUPPORTED_OPTIONS: dict[str, str] = {
 }
 
 #: Core keys besides the traffic ones.
-_CORE = ("pluginOrder", "prefixRewrite", "timeout", "upgrades")
+_CORE = ("pluginOrder", "prefixRewrite", "timeout", "tracing", "upgrades")
 #: Every key the core knows (for "unknown field" messages).
 KNOWN_OPTION_KEYS = tuple(sorted(set(_CORE) | CORE_TRAFFIC_KEYS))
 #: The options keys Gloo names (the core's, the refused, the add-ons'):
@@ -119,7 +119,7 @@ def read_options(r: FieldReader, value: Any, path: Path, ns: str = "default",
         if key in UNSUPPORTED_OPTIONS:
             r.issue(path + (key,), f"is not supported by twistgw: {UNSUPPORTED_OPTIONS[key]}")
     if not route:
-        for key in ("prefixRewrite", "timeout", "upgrades", *sorted(CORE_ROUTE_ONLY)):
+        for key in ("prefixRewrite", "timeout", "tracing", "upgrades", *sorted(CORE_ROUTE_ONLY)):
             if key in options:
                 r.issue(path + (key,), "is a route option (as in Gloo): write it under the routes' options")
     if "pluginOrder" in options:
@@ -137,6 +137,9 @@ def read_options(r: FieldReader, value: Any, path: Path, ns: str = "default",
     if "upgrades" in options:
         with r.part():
             options["upgrades"] = Upgrades(websocket_enabled(r, options["upgrades"], path + ("upgrades",)))
+    if "tracing" in options:
+        with r.part():
+            options["tracing"] = read_route_tracing(r, options["tracing"], path + ("tracing",))
     if "timeout" in options:
         with r.part():
             options["timeout"] = Timeout(r.duration(options["timeout"], path + ("timeout",)))

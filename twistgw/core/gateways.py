@@ -29,7 +29,9 @@ from twistgw.core.compiling import compile_plugin, resource_problems
 from twistgw.core.plugins import PluginHost
 from twistgw.core.routing import HostTable
 from twistgw.core.tlsroutes import TlsRoutes
+from twistgw.core.tracing import GatewayTracing
 from twistgw.core.traffic import ResponseEdit
+from twistgw.tracing.export import CollectorTarget
 
 __all__ = ["GatewayView", "build_gateway_views", "forwarded", "gateway_notes", "has_ssl"]
 
@@ -88,8 +90,10 @@ class GatewayView:
     """One Gateway as the pipeline serves it."""
 
     def __init__(self, gateway: GlooGateway, virtual_services: tuple[VirtualService, ...],
-                 limit: ChainStep | None) -> None:
+                 limit: ChainStep | None, tracing: GatewayTracing | None = None) -> None:
         self.gateway = gateway
+        #: ``httpConnectionManagerSettings.tracing`` compiled (None: not traced)
+        self.tracing = tracing
         self.key = gateway.key
         self.hcm = gateway.hcm
         self.virtual_services = virtual_services
@@ -162,8 +166,39 @@ def build_gateway_views(config: Config, host: PluginHost, view: ResourceView, is
         limit = _limit_step(config, host, view, gw, issues)
         if limit is not None:
             compiled_by_plugin.setdefault(LOCAL_LIMIT, []).append(limit.options)
-        views[gw.key] = GatewayView(gw, selected, limit)
+        views[gw.key] = GatewayView(gw, selected, limit, _tracing(config, gw, issues))
     return views
+
+
+def _tracing(config: Config, gw: GlooGateway, issues: list[ConfigIssue]) -> GatewayTracing | None:
+    """The Gateway's tracing, its collector Upstream resolved to where spans
+    go (OTLP/gRPC: Gloo's OpenTelemetryConfig has no other transport)."""
+    settings = gw.hcm.tracing
+    if settings is None:
+        return None
+    at = ("spec", "httpGateway", "options", "httpConnectionManagerSettings", "tracing", "openTelemetryConfig",
+          "collectorUpstreamRef")
+    ns, name = settings.collector
+    if ("Upstream", ns, name) in config.invalid:
+        return None  # its own problems are reported
+    info = config.upstreams.get((ns, name))
+    if info is None:
+        _issue(config, issues, gw, at, f"dangling reference: no Upstream {ns}/{name} (the OpenTelemetry"
+               f" collector)")
+        return None
+    if not info.endpoints:
+        _issue(config, issues, gw, at, f"Upstream {ns}/{name} has no endpoint to send spans to")
+        return None
+    tls = info.tls
+    if tls is not None and tls.cert_pem is not None:
+        _issue(config, issues, gw, at, f"Upstream {ns}/{name} has a client certificate: mutual TLS to the"
+               f" collector is not supported by twistgw")
+        return None
+    endpoint = info.endpoints[0]
+    target = CollectorTarget("grpc", endpoint.host, endpoint.port, tls=tls is not None,
+                             server_name=(tls.sni or None) if tls is not None else None,
+                             ca_pem=tls.ca_pem if tls is not None else None, authority=settings.authority)
+    return GatewayTracing(settings, gw.key, gw.name, target)
 
 
 def _limit_step(config: Config, host: PluginHost, view: ResourceView, gw: GlooGateway,

@@ -39,6 +39,7 @@ from twistgw.core.gateways import GatewayView, forwarded
 from twistgw.core.routeruntime import RouteRuntime
 from twistgw.core.snapshot import Snapshot
 from twistgw.core.policyplan import OWN_RULE as _OWN_RULE, cors_on, forwarding, no_endpoint, plan_policy, plan_quick
+from twistgw.core.tracing import Started
 from twistgw.core.traffic import RoutePolicy, preflight, with_added_headers, with_edit
 
 NOT_FOUND = LocalResponse(404, reason="no virtual service or route matches")
@@ -76,7 +77,11 @@ class RequestHead:
     """
 
     __slots__ = ("method", "target", "headers", "client_address", "scheme", "ctx", "runtime", "version",
-                 "hosts", "body", "gateway", "forwarded_for", "request_id")
+                 "hosts", "body", "gateway", "forwarded_for", "request_id", "trace")
+
+    #: the request's :class:`~twistgw.core.tracing.Started` trace, set only
+    #: on a Gateway that traces (unset otherwise: no store per request)
+    trace: Started
 
     def __init__(self, method: bytes, target: bytes, headers: Any, client_address: str = "",
                  scheme: str = "http", version: bytes = b"HTTP/1.1", body: Any = None) -> None:
@@ -321,6 +326,10 @@ class Pipeline:
                 return plan if isinstance(plan, Forward) else cors_on(plan, policy, ctx)
         reselect_in = snapshot if runtime.reselect else None
         gateway = head.gateway
+        if gateway is not None and gateway.tracing is not None:
+            started = head.trace = gateway.tracing.begin(head.headers, runtime.tracing, ctx.headers)
+            if started.trace is not None:
+                ctx.tracer = started.trace
         calls = runtime.calls if gateway is None else gateway.calls(runtime.calls)
         if runtime.policy is not None:
             result = self._with_policy(runtime.policy, head, ctx, runtime, calls, reselect_in, trace)

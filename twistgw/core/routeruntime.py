@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from twistgw.config.model import DirectResponse, Route, VirtualService
+from twistgw.config.tracing import RouteTracing
 from twistgw.core.chain import Call, ChainStep, flatten_chain
 from twistgw.core.plan import LocalResponse
 from twistgw.core.traffic import RoutePolicy
@@ -46,6 +47,14 @@ class RouteRuntime:
     #: traffic options are header edits, CORS, retries: ``RoutePolicy.quick``;
     #: no direct answer, no routing again), else None
     quick: RoutePolicy | None = attrs.field(init=False, eq=False)
+
+    #: the route's ``options.tracing`` (None: none), read once per snapshot
+    tracing: RouteTracing | None = attrs.field(init=False, eq=False)
+
+    @tracing.default
+    def _tracing(self) -> RouteTracing | None:
+        found = self.route.options.get("tracing")
+        return found if isinstance(found, RouteTracing) else None
 
     @calls.default
     def _flatten(self) -> tuple[Call, ...]:

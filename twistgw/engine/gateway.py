@@ -32,6 +32,7 @@ from twistgw.engine.exchange import Exchange
 from twistgw.engine.grpcweb import GrpcWebDownstream
 from twistgw.engine.http2 import H2ServerConnection, H2Stream
 from twistgw.engine.proxyproto import ProxyHeaderReader
+from twistgw.engine.tracing import Exporters, finish as finish_trace, upstream_started
 from twistgw.engine.upstream import UpstreamPool
 from twistgw.engine.upstream.shadow import Shadows
 from twistgw.servertls import H2, HTTP11
@@ -90,7 +91,7 @@ class Gateway:
 
     def __init__(self, reactor: Any, plugins: PluginHost, forwarder: UpstreamPool | None = None,
                  metrics: Any = None, access_log: bool | AccessLog = True,
-                 upstream_timeout: float = UPSTREAM_TIMEOUT) -> None:
+                 upstream_timeout: float = UPSTREAM_TIMEOUT, exporters: Exporters | None = None) -> None:
         # reactor, metrics: Any, Twisted's reactor interfaces and the
         # runtime's Metrics (runtime imports the engine, not the reverse)
         self.reactor = reactor
@@ -108,6 +109,8 @@ class Gateway:
         #: :meth:`log_gateways_to`
         self.gateway_logs: Any = None
         self.snapshot: Snapshot | None = None
+        #: the span exporters of the Gateways that trace (:meth:`sync_tracing`)
+        self.exporters = exporters if exporters is not None else Exporters(reactor=reactor)
         self.draining = False
         self.inflight = 0
         self._finished_hook = (
@@ -155,6 +158,20 @@ class Gateway:
         else:
             self._carry_out(plan, ex, compression)
 
+    def _carry_out_traced(self, plan: Plan, ex: ClientRequest, compression: Compression | None = None) -> None:
+        """:meth:`_carry_out` while some Gateway traces: the trace headers
+        written for the upstream, and its client span opened."""
+        started = getattr(ex.head, "trace", None)
+        if started is not None:
+            trace = started.trace  # None: unsampled, its headers written already
+            if trace is not None and isinstance(plan, Forward) and not ex.finished:
+                upstream_started(started, plan, None)
+                started.inject(plan.headers)
+                Gateway._carry_out(self, plan, ex, compression)
+                trace.request = ex.upstream
+                return
+        Gateway._carry_out(self, plan, ex, compression)
+
     def _carry_out(self, plan: Plan, ex: ClientRequest, compression: Compression | None = None) -> None:
         """Answer, or forward; ``compression``: the Gateway's ``gzip`` /
         ``brotli`` (None: the response goes out as it comes)."""
@@ -200,6 +217,11 @@ class Gateway:
 
     def upstream_failed(self, ex: ClientRequest, status: int, body: bytes, why: str, error: str,
                         headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+        started = getattr(ex.head, "trace", None) if ex.head is not None else None
+        if started is not None and started.trace is not None and started.trace.upstream is not None:
+            span = started.trace.upstream
+            span.set("http.response.status_code", status)
+            span.end(error=f"{why} ({error})")
         self._log.info("Upstream {upstream} failed for {method} {path}: {why} ({error}){with_id}",
                        upstream=ex.upstream_label, method=ex.method,
                        path=ex.ctx.path if ex.ctx else ex.target, why=why, error=error, with_id=_rid(ex),
@@ -221,16 +243,59 @@ class Gateway:
         ``AccessFiles``), or stop (None). While none is set, :meth:`record`
         is the class's own: a request pays nothing for Gateway access logs."""
         self.gateway_logs = files
-        if files is None:
-            self.__dict__.pop("record", None)
+        self._pick_record()
+
+    def sync_tracing(self, snapshot: Snapshot | None) -> None:
+        """Make the span exporters the snapshot's Gateways need (and stop
+        the others). While no Gateway traces, :meth:`record` and
+        :meth:`_carry_out` are the class's own: nothing is paid for tracing."""
+        self.exporters.sync(snapshot.gateways if snapshot is not None else {})
+        if self.exporters.sinks:
+            self._carry_out = self._carry_out_traced  # type: ignore[method-assign]
         else:
+            self.__dict__.pop("_carry_out", None)
+        self._pick_record()
+
+    def _pick_record(self) -> None:
+        self.__dict__.pop("record", None)
+        logs, traced = self.gateway_logs is not None, bool(self.exporters.sinks)
+        if logs and traced:
+            self.record = self._record_log_trace  # type: ignore[method-assign]
+        elif logs:
             self.record = self._record_and_log  # type: ignore[method-assign]
+        elif traced:
+            self.record = self._record_and_trace  # type: ignore[method-assign]
 
     def _record_and_log(self, ex: ClientRequest) -> None:
         Gateway.record(self, ex)
         head = ex.head
         if head is not None and head.gateway is not None and head.gateway.access_logs:
             self.gateway_logs.log(ex, head, self.reactor.seconds() - ex.started)
+
+    def _record_and_trace(self, ex: ClientRequest) -> None:
+        Gateway.record(self, ex)
+        head = ex.head
+        if head is not None and head.gateway is not None:
+            started = getattr(head, "trace", None)
+            if started is None or started.trace is not None:  # an unsampled request: nothing more
+                self._trace(ex)
+
+    def _record_log_trace(self, ex: ClientRequest) -> None:
+        self._record_and_log(ex)
+        self._trace(ex)
+
+    def _trace(self, ex: ClientRequest) -> None:
+        head = ex.head
+        view = head.gateway if head is not None else None
+        if view is None or view.tracing is None:
+            return
+        sink = self.exporters.sinks.get(view.key)
+        if sink is None:
+            return
+        try:
+            finish_trace(ex, view.tracing, sink)
+        except Exception:
+            self._log.failure("Recording the spans of {method} {uri} failed", method=ex.method, uri=ex.target)
 
     def record(self, ex: ClientRequest) -> None:
         """Once per exchange, as it enters a final phase."""

@@ -193,6 +193,7 @@ class GatewayService(service.MultiService):
     def _swap(self, snapshot: Snapshot) -> None:
         self.generation = snapshot.generation
         self.gateway.snapshot = snapshot
+        self.gateway.sync_tracing(snapshot)  # the Gateways' span exporters
         self.last_error = None
         self.metrics.reload(True, snapshot.generation, snapshot.loaded_at)
         self.plugins.config_loaded(snapshot.plugin_compiled, snapshot.config.settings)
@@ -363,6 +364,8 @@ class GatewayService(service.MultiService):
         yield self.factory.close_connections()
         for closed in self.gateways.close_connections():
             yield closed
+        # what is queued goes to the collectors (at most 2 s: the exporters' threads send it)
+        self.gateway.exporters.stop(2.0)
         if self.admin_listener is not None:
             yield self.admin_listener.close()
         service.Service.stopService(self)

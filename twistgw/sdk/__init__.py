@@ -60,6 +60,7 @@ from twistgw.api.types import (
     path_text,
 )
 from twistgw.api.state import StateKey
+from twistgw.api.tracer import NO_SPAN, NO_TRACER, SpanHandle, Tracer
 from twistgw.api.views import RouteView, VirtualServiceView
 from twistgw.config.upstreamtls import read_pems
 from twistgw.redis import RedisClient, RedisConfig, RedisError, RedisPool, RedisUnavailable, ReplyError
@@ -111,6 +112,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "Redis": ("RedisClient", "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError", "RedisCluster",
               "connect_redis", "key_slot"),
     "Counters": ("counter",),
+    "Tracing what a plugin waits for": ("Tracer", "SpanHandle", "NO_TRACER", "NO_SPAN"),
 }
 
 __all__ = [
@@ -125,5 +127,6 @@ __all__ = [
     "UnsafePattern", "max_program_size", "DEFAULT_MAX_PROGRAM_SIZE", "BoundedBody", "BodyTooLarge", "client_tls",
     "https_policy", "verifying_https_policy", "describe_tls_failure", "TLSSettingsError", "PeerRefused", "TLS_VERSIONS",
     "read_pems", "RedisClient", "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError",
-    "RedisCluster", "connect_redis", "key_slot", "counter", "__version__",
+    "RedisCluster", "connect_redis", "key_slot", "counter", "Tracer", "SpanHandle", "NO_TRACER", "NO_SPAN",
+    "__version__",
 ]
