@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Set up .venv with twistgw installed as users get it (pip install, not
 # editable), check lint and types, and run the whole test suite.
-#   ./run-tests.sh                  ruff, mypy, then pytest, then the in-memory suite under trial
-#   ./run-tests.sh tests/unit -x    pytest only, with these arguments (a subset while you work)
+#   ./run-tests.sh                  ruff, mypy, then pytest (on 3 pytest-xdist workers; set
+#                                   TWISTGW_TEST_WORKERS=0 for one process) beside the
+#                                   in-memory suite under trial
+#   ./run-tests.sh tests/unit -x    pytest only, with these arguments, serially (a subset
+#                                   while you work; add -n 3 to spread it over workers)
 #   ./run-tests.sh --lint           ruff and mypy only
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -93,9 +96,28 @@ if [ "$#" -gt 0 ]; then
   exec .venv/bin/pytest "$@"
 fi
 lint
-.venv/bin/pytest
-# The in-memory suite again, under trial: its modules are trial TestCases
-# and must pass under both runners (tests/docs/test_runners.py compares the
-# counts). trial's scratch directory is _trial_temp/ (ignored by git).
-echo "run-tests: the in-memory suite under trial (tests/inmemory.py)"
-exec .venv/bin/trial tests/inmemory.py
+# The in-memory suite under trial too: its modules are trial TestCases and
+# must pass under both runners (tests/docs/test_runners.py compares the
+# counts). It runs beside pytest (mostly waiting on processes and
+# timeouts, the suite leaves the cores idle), its output kept in a file and
+# shown after; the run fails if either fails. trial's scratch directory is
+# _trial_temp/ (ignored by git).
+trial_log=$(mktemp "${TMPDIR:-/tmp}/twistgw-trial.XXXXXX")
+trap 'rm -f "$trial_log"' EXIT
+echo "run-tests: the in-memory suite under trial (tests/inmemory.py), beside pytest"
+.venv/bin/trial tests/inmemory.py >"$trial_log" 2>&1 &
+trial_pid=$!
+# pytest on TWISTGW_TEST_WORKERS pytest-xdist workers (3: the suite mostly
+# waits, so 3 beat 2 on two cores; docs/decisions.md), a module that starts
+# a real part once kept on one worker (--dist loadgroup, tests/conftest.py).
+# TWISTGW_TEST_WORKERS=0 runs it in this process, serially.
+pytest_status=0
+.venv/bin/pytest -n "${TWISTGW_TEST_WORKERS:-3}" --dist loadgroup || pytest_status=$?
+trial_status=0
+wait "$trial_pid" || trial_status=$?
+echo "run-tests: trial tests/inmemory.py (exit status $trial_status):"
+cat "$trial_log"
+if [ "$pytest_status" != 0 ] || [ "$trial_status" != 0 ]; then
+  echo "run-tests: FAILED: pytest exit status $pytest_status, trial exit status $trial_status" >&2
+  exit 1
+fi

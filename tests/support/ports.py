@@ -9,11 +9,18 @@ curl, the test's own clients) gets its local port from the kernel's
 ephemeral range. So the ports handed out here are chosen *below* that range
 (``/proc/sys/net/ipv4/ip_local_port_range``), where no connection is given
 a port, and are checked to be bindable now.
+
+Under pytest-xdist (``./run-tests.sh`` runs the suite on several workers)
+each worker takes its ports from a slice of its own (``PYTEST_XDIST_WORKER``
+``gwN`` of ``PYTEST_XDIST_WORKER_COUNT``): a port one worker chose but whose
+process has not bound it yet is never chosen by another.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import re
 import socket
 
 __all__ = ["free_port"]
@@ -29,15 +36,27 @@ def _ephemeral_low() -> int:
         return 32768  # Linux's default
 
 
+def _worker_slice(low: int, high: int) -> tuple[int, int]:
+    """This xdist worker's part of [low, high] (all of it outside xdist)."""
+    match = re.fullmatch(r"gw(\d+)", os.environ.get("PYTEST_XDIST_WORKER", ""))
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if match is None or count <= 1 or high - low < count:
+        return low, high
+    index = int(match.group(1)) % count
+    size = (high - low + 1) // count
+    return low + index * size, low + (index + 1) * size - 1
+
+
 def free_port() -> int:
-    """A loopback TCP port nobody listens on now, outside the ephemeral range."""
-    high = _ephemeral_low() - 1
+    """A loopback TCP port nobody listens on now, outside the ephemeral range
+    (and inside this xdist worker's slice of it)."""
+    low, high = _worker_slice(_LOWEST, _ephemeral_low() - 1)
     for _ in range(200):
-        port = random.randint(_LOWEST, high) if high > _LOWEST else 0
+        port = random.randint(low, high) if high > low else 0
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return int(s.getsockname()[1])
-    raise RuntimeError(f"no free loopback port between {_LOWEST} and {high}")
+    raise RuntimeError(f"no free loopback port between {low} and {high}")
