@@ -98,6 +98,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default listen backlog is 5: the gateway opens dozens of
+    # upstream connections at once under h2load, and on a loaded machine (the
+    # accepting thread slow to run) the SYNs past 5 were dropped and retried
+    # 1, 3, 7, 15 s later, past the gateway's upstream timeout (5xx answers)
+    request_queue_size = 128
     seen: list[tuple[str, str, dict[str, str], int]]
     lock: threading.Lock
 
