@@ -18,6 +18,7 @@ process has not bound it yet is never chosen by another.
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import re
@@ -47,16 +48,27 @@ def _worker_slice(low: int, high: int) -> tuple[int, int]:
     return low + index * size, low + (index + 1) * size - 1
 
 
+#: the ports handed out last: a test often takes two or three before any
+#: is bound (a Gateway's bindPort, then twist's --listen), and a port just
+#: handed out is still bindable, so it is not handed out again soon
+_RECENT: collections.deque[int] = collections.deque(maxlen=512)
+
+
 def free_port() -> int:
     """A loopback TCP port nobody listens on now, outside the ephemeral range
-    (and inside this xdist worker's slice of it)."""
+    (and inside this xdist worker's slice of it), not one of the last ones
+    this process handed out."""
     low, high = _worker_slice(_LOWEST, _ephemeral_low() - 1)
     for _ in range(200):
         port = random.randint(low, high) if high > low else 0
+        if port in _RECENT:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return int(s.getsockname()[1])
+            port = int(s.getsockname()[1])
+        _RECENT.append(port)
+        return port
     raise RuntimeError(f"no free loopback port between {low} and {high}")
