@@ -202,22 +202,43 @@ def test_zero_window_stalls_pause_the_upstream_and_are_reset(gw: Any) -> None:
         c.close()
 
 
+def _wmem_max() -> int:
+    """The most a TCP socket's send buffer grows to here (tcp_wmem's third field)."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+            return int(f.read().split()[2])
+    except (OSError, ValueError, IndexError):
+        return 4 * MB  # Linux's default
+
+
+def flood_budget(frame: bytes) -> int:
+    """How many ``frame`` (PING or SETTINGS) a gateway that keeps its bound
+    must have ended the connection by: its acknowledgements (17 bytes for a
+    PING, 9 for a SETTINGS) fill its socket's send buffer first (the kernel
+    grows it up to tcp_wmem's maximum, 4 MiB: 466,000 SETTINGS acks), only
+    then do they stay unsent and count against ``max_control_frames``
+    (1000); twice that."""
+    ack = 9 + (8 if frame[3] == 6 else 0)
+    return 2 * (_wmem_max() // ack + 1000)
+
+
 def _flood(port: int, frame: bytes, outcome: dict[str, Any]) -> None:
     """Send ``frame`` over and over without reading (with a slow stream
     open, so that the idle timeout is not what ends it) until the gateway
-    ends the connection, or 90 s passed. The acknowledgements first fill
-    the kernel's buffers, then the gateway's: the client's receive buffer
-    is made small, so that this takes seconds even on a loaded machine
-    (with loopback's default of megabytes a slow gateway could take longer
-    than the 90 s to fill it, and the test read the time, not the bound)."""
+    ends the connection, or :func:`flood_budget` frames were sent (the
+    bound is in bytes, not seconds: a loaded gateway reads the 466,000
+    SETTINGS frames it takes to fill its send buffer in more than a
+    minute), or 600 s passed. The acknowledgements first fill the kernel's
+    buffers, then the gateway's: the client's receive buffer is made small
+    (loopback's default of megabytes would be as much again)."""
     c = H2Client(port, rcvbuf=4096)
-    c.request("/slow?s=90")
+    c.request("/slow?s=600")
     c.sock.settimeout(1.0)
-    sent, deadline = 0, time.monotonic() + 90
+    sent, deadline, budget = 0, time.monotonic() + 600, flood_budget(frame)
     batch = frame * 500
     outcome["closed"] = False
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and sent < budget:
             try:
                 c.sock.sendall(batch)
                 sent += 500
@@ -241,7 +262,7 @@ def test_ping_and_settings_floods_from_a_client_that_never_reads(gw: Any, frame:
     flood.start()
     time.sleep(1.0)
     assert served(gw.port, timeout=5)  # meanwhile
-    flood.join(120)
+    flood.join(660)
     assert gw.rss() - rss < 30 * MB
     assert outcome["closed"], outcome  # ended by the gateway, not held open for the client
     h2_lines = [line[:300] for line in gw.log_text().split("\x1e") if "HTTP/2 client" in line]
