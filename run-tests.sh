@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up .venv with twistgw installed as users get it (pip install, not
 # editable), check lint and types, and run the whole test suite.
-#   ./run-tests.sh                  ruff, mypy, then pytest (on 3 pytest-xdist workers; set
+#   ./run-tests.sh                  ruff, mypy, then pytest (on 4 pytest-xdist workers; set
 #                                   TWISTGW_TEST_WORKERS=0 for one process) beside the
 #                                   in-memory suite under trial
 #   ./run-tests.sh tests/unit -x    pytest only, with these arguments, serially (a subset
@@ -107,12 +107,12 @@ trap 'rm -f "$trial_log"' EXIT
 echo "run-tests: the in-memory suite under trial (tests/inmemory.py), beside pytest"
 .venv/bin/trial tests/inmemory.py >"$trial_log" 2>&1 &
 trial_pid=$!
-# pytest on TWISTGW_TEST_WORKERS pytest-xdist workers (3: the suite mostly
-# waits, so 3 beat 2 on two cores; docs/decisions.md), a module that starts
+# pytest on TWISTGW_TEST_WORKERS pytest-xdist workers (4: the suite mostly
+# waits, so 4 beat 3 on two cores; docs/decisions.md), a module that starts
 # a real part once kept on one worker (--dist loadgroup, tests/conftest.py).
 # TWISTGW_TEST_WORKERS=0 runs it in this process, serially.
 pytest_status=0
-.venv/bin/pytest -n "${TWISTGW_TEST_WORKERS:-3}" --dist loadgroup || pytest_status=$?
+.venv/bin/pytest -n "${TWISTGW_TEST_WORKERS:-4}" --dist loadgroup || pytest_status=$?
 trial_status=0
 wait "$trial_pid" || trial_status=$?
 echo "run-tests: trial tests/inmemory.py (exit status $trial_status):"

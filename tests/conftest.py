@@ -3,7 +3,7 @@ test directory (core, jwt, rbac, ldap, reliability). Helpers are imported
 from the :mod:`support` package: ``from support.http import http_request``.
 
 It also says how the suite is shared among pytest-xdist workers
-(``./run-tests.sh`` runs ``pytest -n 3 --dist loadgroup``; see
+(``./run-tests.sh`` runs ``pytest -n 4 --dist loadgroup``; see
 docs/contributing.md): each module with a module-scoped fixture (a real
 part it starts once: nginx, a TLS backend, Samba's DC, an OpenID provider,
 Chromium) is one xdist group, run whole on one worker, so the part starts
