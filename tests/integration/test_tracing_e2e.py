@@ -26,6 +26,7 @@ import socket
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -184,8 +185,12 @@ def test_the_backend_continues_the_exported_trace(tmp_path: Path, backend: _Back
                               "zone")} == {
         "http.request.method": "GET", "url.path": "/pets", "http.route": "api", "http.response.status_code": 200,
         "network.protocol.version": "1.1", "user_agent.original": "trace-test/1", "server.address": "api.example",
-        "client.address": "127.0.0.1", "twistgw.virtual_service": f"{NS}/default", "guid:x-request-id": "rid-1",
+        "client.address": "127.0.0.1", "twistgw.virtual_service": f"{NS}/default",
+        # the id the backend got: the client's "rid-1" is replaced on this edge listener
+        # (preserveExternalRequestId is off), by a UUID4 the gateway made
+        "guid:x-request-id": seen["x-request-id"],
         "x-tenant": "acme", "zone": "eu-1"}
+    assert seen["x-request-id"] != "rid-1" and uuid.UUID(seen["x-request-id"]).version == 4
     assert server.status.code == 0  # UNSET for a 200, as the semantic conventions say
     c = attrs(client)
     assert c["http.response.status_code"] == 200 and c["server.port"] == backend.server_address[1]
