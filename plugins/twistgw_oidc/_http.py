@@ -46,7 +46,8 @@ class Client:
     def __init__(self, reactor: Any) -> None:
         self.reactor = reactor
         # https: the provider's certificate checked against the URL's host by subjectAltName
-        self.http = HttpClient(reactor, max_per_host=8, idle_timeout=30, max_body=MAX_BODY)
+        # a GET on a connection the provider closed while idle is sent again (a POST never)
+        self.http = HttpClient(reactor, max_per_host=8, idle_timeout=30, max_body=MAX_BODY, retry_idempotent=True)
         self.pool: Any = self.http.pool
 
     async def call(self, method: str, url: str, timeout: float, form: Mapping[str, str] | None = None,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from twisted.internet import defer, reactor, ssl
+from twisted.internet import defer, protocol, reactor, ssl
 from twisted.web import resource, server
 
 from support.http import sleep
@@ -254,3 +254,39 @@ def test_bad_tls_settings_are_refused_when_made() -> None:
     with pytest.raises(sdk.TLSSettingsError):
         sdk.HttpClient(reactor, ca_pem=b"not a certificate")
 
+
+
+class _SecondRequestDropped(protocol.Protocol):
+    """Answers a connection's first request (kept alive); closes the
+    connection unanswered on its second: a stale pooled connection."""
+
+    def connectionMade(self) -> None:
+        self.seen = b""
+
+    def dataReceived(self, data: bytes) -> None:
+        self.seen += data
+        if self.seen.count(b"\r\n\r\n") == 1 and data.endswith(b"\r\n\r\n"):
+            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")  # type: ignore[union-attr]
+        elif self.seen.count(b"\r\n\r\n") >= 2:
+            self.transport.loseConnection()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("retry", [False, True])
+@pytest_twisted.ensureDeferred
+async def test_a_stale_connection_is_retried_only_when_asked(retry: bool) -> None:
+    factory = protocol.Factory.forProtocol(_SecondRequestDropped)
+    port = reactor.listenTCP(0, factory, interface="127.0.0.1")  # type: ignore[attr-defined]
+    url = f"http://127.0.0.1:{port.getHost().port}/"
+    client = sdk.HttpClient(reactor, retry_idempotent=retry)
+    try:
+        assert (await client.request("GET", url)).body == b"ok"
+        if retry:
+            assert (await client.request("GET", url)).body == b"ok"
+            assert client.connections == 2
+        else:
+            with pytest.raises(sdk.HttpUnreachable):
+                await client.request("GET", url)
+            assert client.connections == 1
+    finally:
+        await client.close()
+        await port.stopListening()

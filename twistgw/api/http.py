@@ -268,11 +268,14 @@ class HttpClient:
     :param ca_pem: the trusted CAs (None: the system store); the client
         certificate, key and TLS versions as :func:`twistgw.tls.client_tls`.
     :param max_redirects: hops followed by ``request(follow_redirects=True)``.
+    :param retry_idempotent: send a body-less GET, HEAD, OPTIONS, DELETE or
+        TRACE once more when a kept-alive connection turns out closed by the
+        server before it answered (Twisted's pool rule); off by default.
     :raises twistgw.tls.TLSSettingsError: TLS settings that cannot be used.
 
     ``connections`` counts the connections opened, ``calls`` the calls
     made and ``in_flight`` those not finished (:meth:`stats`). A call is
-    never sent twice (no automatic retry on a stale connection).
+    never sent twice unless ``retry_idempotent``.
     """
 
     def __init__(self, reactor: Any, *, connect_timeout: float = 5.0, timeout: float = 10.0,
@@ -280,7 +283,7 @@ class HttpClient:
                  max_per_host: int = 8, idle_timeout: float | None = None, persistent: bool = True,
                  server_name: str | None = None, ca_pem: bytes | None = None, client_cert_pem: bytes | None = None,
                  client_key_pem: bytes | None = None, min_version: str | None = None,
-                 max_version: str | None = None, max_redirects: int = 5) -> None:
+                 max_version: str | None = None, max_redirects: int = 5, retry_idempotent: bool = False) -> None:
         self.reactor = reactor
         self.connect_timeout = connect_timeout
         self.timeout = timeout
@@ -299,7 +302,7 @@ class HttpClient:
         self.current: _Call | None = None
         pool: Any = webclient.HTTPConnectionPool(reactor, persistent=persistent)
         pool.maxPersistentPerHost = max_in_flight or max_per_host
-        pool.retryAutomatically = False
+        pool.retryAutomatically = retry_idempotent
         if idle_timeout is not None:
             pool.cachedConnectionTimeout = idle_timeout
         self.pool = pool

@@ -37,8 +37,9 @@ class HealthChecker:
     def __init__(self, reactor: Any) -> None:
         self.reactor = reactor
         # one kept-alive connection per endpoint, reused (Envoy's reuseConnection default);
-        # the answer's body read up to the side calls' bound (twistgw.api.http.MAX_BODY)
-        self._client = HttpClient(reactor, max_per_host=1)
+        # the answer's body read up to the side calls' bound (twistgw.api.http.MAX_BODY); a GET on a
+        # connection the endpoint closed while idle is sent again, not counted as a failed check
+        self._client = HttpClient(reactor, max_per_host=1, retry_idempotent=True)
         self._loops: list[task.LoopingCall] = []
         #: the serving snapshot's health states, and each one's next round of checks
         self._health: dict[tuple[str, str], HealthState] = {}
