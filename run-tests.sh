@@ -77,6 +77,11 @@ fi
 rm -rf build
 .venv/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps .
 .venv/bin/python -m pip install -q --disable-pip-version-check '.[test]'
+# xds-protos (Envoy's generated messages: passThroughAuth.grpc's ext_authz) ships an old copy of
+# OpenTelemetry's .proto modules at the same paths as opentelemetry-proto (what the tests' OTLP
+# receiver decodes with): whichever pip wrote last wins. opentelemetry-proto's, written again, last.
+otel=$(.venv/bin/python -m pip show opentelemetry-proto 2>/dev/null | sed -n 's/^Version: //p')
+.venv/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "opentelemetry-proto==$otel"
 lint() {
   # Settings in pyproject.toml: ruff lints everything (tests and bench
   # included); mypy checks twistgw/, plugins/ and examples/, strictly on

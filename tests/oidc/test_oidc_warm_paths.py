@@ -161,7 +161,7 @@ class IntrospectionWarmPathTests(unittest.TestCase):
         checker.runtime.now = self.clock
         self.asked: list[str] = []
 
-        async def validate(this: AccessTokenChecker, token: str) -> Any:
+        async def validate(this: AccessTokenChecker, token: str, tracer: Any = None) -> Any:
             self.asked.append(token)
             return AuthDeny(401, reason="asked the provider again")
 

@@ -111,7 +111,8 @@ class PropertiesTests(TestCase):
     def test_basic_header_refused_or_bound_only_with_usable_credentials(self, value: bytes) -> None:
         reached: list[tuple[str, bytes]] = []
 
-        async def fake_directory(cfg: Any, pool: Any, user: str, password: bytes, reactor: Any) -> Any:
+        async def fake_directory(cfg: Any, pool: Any, user: str, password: bytes, reactor: Any,
+                                 tracer: Any = None) -> Any:
             # stands in for the directory (tested for real against slapd in tests/ldap)
             reached.append((user, password))
             raise DirectoryFault("test directory")

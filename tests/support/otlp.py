@@ -46,6 +46,13 @@ __all__ = ["OtlpReceiver", "blackhole"]
 
 _METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
+# xds-protos ships an old copy of these modules at the same paths (no scope_spans): run-tests.sh
+# installs opentelemetry-proto's again after it; say so plainly where that did not happen.
+if "scope_spans" not in ExportTraceServiceRequest.DESCRIPTOR.fields_by_name["resource_spans"].message_type.fields_by_name:
+    raise ImportError("opentelemetry.proto is xds-protos' old copy (no ResourceSpans.scope_spans): reinstall "
+                      "opentelemetry-proto after xds-protos (pip install --force-reinstall --no-deps "
+                      "opentelemetry-proto), as run-tests.sh does")
+
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"

@@ -14,39 +14,27 @@ chunked over HTTP/1.1, DATA frames over HTTP/2.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from twistgw.config.compression import Compression, Encoding
 from twistgw.core.compression import Encoder, response_head
-from twistgw.engine.seams import Downstream, Splice, TunnelEnd
+from twistgw.engine.seams import Downstream, PassingDownstream
 
 __all__ = ["CompressingDownstream"]
 
 
-class CompressingDownstream:
+class CompressingDownstream(PassingDownstream):
     """A client's request as the upstream side sees it, its response
     compressed when :func:`~twistgw.core.compression.response_head` says so
     (a :class:`~twistgw.engine.seams.Downstream`)."""
 
     def __init__(self, ex: Downstream, compression: Compression, chosen: Encoding | None) -> None:
-        self.ex = ex
+        super().__init__(ex)
         self.compression = compression
         self.chosen = chosen
-        self.method = ex.method
-        self.upgrade = ex.upgrade
-        self.body: Any = ex.body
-        self.content_length = ex.content_length
         self.encoder: Encoder | None = None
         #: bytes went into the encoder since its last flush
         self.pending = False
-
-    @property
-    def protocol(self) -> bytes:
-        return self.ex.protocol
-
-    @property
-    def body_complete(self) -> bool:
-        return self.ex.body_complete
 
     @property
     def held(self) -> bytes | None:
@@ -86,27 +74,7 @@ class CompressingDownstream:
                 self.ex.write(out)
         self.ex.finish(trailers)
 
-    def upstream_failed(self, status: int, body: bytes, why: str, error: str,
-                        headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-        self.ex.upstream_failed(status, body, why, error, headers)
-
     def upstream_broke(self, reason: str) -> None:
         self.encoder = None
         self.pending = False
         self.ex.upstream_broke(reason)
-
-    def upgraded(self, tunnel: Splice) -> list[bytes]:
-        return self.ex.upgraded(tunnel)
-
-    def tunnel_end(self) -> TunnelEnd:
-        return self.ex.tunnel_end()
-
-    def pause_body(self) -> None:
-        self.ex.pause_body()
-
-    def resume_body(self) -> None:
-        self.ex.resume_body()
-
-    def __getattr__(self, name: str) -> Any:
-        # what the seam grows later (a retry's new endpoint...) reaches the exchange
-        return getattr(self.ex, name)

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, Sequence
+from typing import Sequence
 
 from twisted.logger import Logger
 
 from twistgw.core.grpc import GRPC_WEB_TEXT, is_grpc
 from twistgw.engine.body import BodyConsumer, RequestBody
-from twistgw.engine.seams import Downstream, Splice, TunnelEnd
+from twistgw.engine.seams import Downstream, PassingDownstream
 
 __all__ = ["GrpcWebDownstream"]
 
@@ -113,33 +113,17 @@ class _TextBody:
         return self.body.replayable
 
 
-class GrpcWebDownstream:
+class GrpcWebDownstream(PassingDownstream):
     """A grpc-web client's exchange, as the upstream side sees it (a
     :class:`~twistgw.engine.seams.Downstream`; see the module)."""
 
     def __init__(self, ex: Downstream, kind: int, text_body: bool) -> None:
-        self.ex = ex
+        super().__init__(ex)
         self.text = kind == GRPC_WEB_TEXT
-        self.method = ex.method
-        self.upgrade = ex.upgrade
         body = ex.body
-        self.body: Any = _TextBody(body) if text_body and body is not None else body
-        self.content_length = ex.content_length
+        self.body = _TextBody(body) if text_body and body is not None else body
         self.grpc = False
         self.rest = b""
-
-    # what the upstream side reads, live
-    @property
-    def protocol(self) -> bytes:
-        return self.ex.protocol
-
-    @property
-    def body_complete(self) -> bool:
-        return self.ex.body_complete
-
-    @property
-    def held(self) -> bytes | None:
-        return self.ex.held
 
     def send_head(self, status: int, reason: bytes, lines: list[bytes], length: bytes | None,
                   hold: bool = False) -> None:
@@ -160,9 +144,6 @@ class GrpcWebDownstream:
         if data:
             self.ex.write(data)
 
-    def flush(self) -> None:
-        self.ex.flush()
-
     def finish(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
         if not self.grpc:
             self.ex.finish(trailers)
@@ -173,25 +154,3 @@ class GrpcWebDownstream:
             self.ex.write(base64.b64encode(end) if self.text else end)
         self.ex.finish(())
 
-    def upstream_failed(self, status: int, body: bytes, why: str, error: str,
-                        headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-        self.ex.upstream_failed(status, body, why, error, headers)
-
-    def upstream_broke(self, reason: str) -> None:
-        self.ex.upstream_broke(reason)
-
-    def upgraded(self, tunnel: Splice) -> list[bytes]:
-        return self.ex.upgraded(tunnel)
-
-    def tunnel_end(self) -> TunnelEnd:
-        return self.ex.tunnel_end()
-
-    def pause_body(self) -> None:
-        self.ex.pause_body()
-
-    def resume_body(self) -> None:
-        self.ex.resume_body()
-
-    def __getattr__(self, name: str) -> Any:
-        # what the seam grows later (a retry's new endpoint...) reaches the exchange
-        return getattr(self.ex, name)

@@ -11,6 +11,9 @@ else on it: no back-pointers, no attribute of the other side is set.
   is complete (the route timeout starts), the client went away.
 * :class:`TunnelEnd` and :class:`Splice` are the two ends of a spliced
   (``101``) connection.
+* :class:`PassingDownstream` is a :class:`Downstream` over another that
+  passes every call on: the base of the wrappers that change a response on
+  its way to the client (grpc-web, compression) and override only that.
 
 The traffic policy (retries, upstream TLS, health checks) lives behind
 :class:`Forwarding`, in :mod:`twistgw.engine.upstream`; the client side
@@ -20,7 +23,7 @@ does not change when it grows.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from twistgw.engine.body import BodyFlow, RequestBody
 
@@ -123,3 +126,64 @@ class Forwarding(Protocol):
 
     def client_gone(self) -> None:
         """The client went away, or its request failed: abort."""
+
+
+class PassingDownstream:
+    """A :class:`Downstream` that passes everything on to ``ex``; a subclass
+    overrides what it changes (``engine/grpcweb.py``, ``engine/compress.py``)."""
+
+    def __init__(self, ex: Downstream) -> None:
+        self.ex = ex
+        self.method = ex.method
+        self.upgrade = ex.upgrade
+        self.body: Any = ex.body
+        self.content_length = ex.content_length
+
+    # what the upstream side reads, live
+    @property
+    def protocol(self) -> bytes:
+        return self.ex.protocol
+
+    @property
+    def body_complete(self) -> bool:
+        return self.ex.body_complete
+
+    @property
+    def held(self) -> bytes | None:
+        return self.ex.held
+
+    def send_head(self, status: int, reason: bytes, lines: list[bytes], length: bytes | None,
+                  hold: bool = False) -> None:
+        self.ex.send_head(status, reason, lines, length, hold)
+
+    def write(self, data: bytes) -> None:
+        self.ex.write(data)
+
+    def flush(self) -> None:
+        self.ex.flush()
+
+    def finish(self, trailers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        self.ex.finish(trailers)
+
+    def upstream_failed(self, status: int, body: bytes, why: str, error: str,
+                        headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+        self.ex.upstream_failed(status, body, why, error, headers)
+
+    def upstream_broke(self, reason: str) -> None:
+        self.ex.upstream_broke(reason)
+
+    def upgraded(self, tunnel: Splice) -> list[bytes]:
+        return self.ex.upgraded(tunnel)
+
+    def tunnel_end(self) -> TunnelEnd:
+        return self.ex.tunnel_end()
+
+    def pause_body(self) -> None:
+        self.ex.pause_body()
+
+    def resume_body(self) -> None:
+        self.ex.resume_body()
+
+    def __getattr__(self, name: str) -> Any:
+        # what the seam grows later (a retry's new endpoint...) reaches the exchange
+        return getattr(self.ex, name)
