@@ -295,7 +295,8 @@ class HttpClient:
                                              "client_key_pem": client_key_pem, "min_version": min_version,
                                              "max_version": max_version}
         self._creators: dict[str, IOpenSSLClientConnectionCreator] = {}
-        self.tls_for(server_name or "settings.check")  # bad settings fail here, not on the first call
+        if server_name is not None or any(v is not None for v in self._tls_options.values()):
+            self.tls_for(server_name or "settings.check")  # bad settings fail here, not on the first call
         self.connections = 0
         self.calls = 0
         self.in_flight = 0
