@@ -9,7 +9,7 @@ settings and the same name check (:mod:`twistgw.stdtls`)::
 
     creator = client_tls("ldap.example.org", ca_pem=pem_bytes)   # or ca_pem=None: system trust
     endpoint = wrapClientTLS(creator, TCP4ClientEndpoint(reactor, host, 636))
-    # StartTLS: transport.startTLS(creator); treq/Agent: Agent(reactor, contextFactory=https_policy(creator))
+    # StartTLS: transport.startTLS(creator); HTTP: twistgw.api.http.HttpClient (which uses client_tls)
     # an Agent for URLs of many hosts: Agent(reactor, contextFactory=verifying_https_policy(ca_pem=...))
 
 The creator refuses, and fails the connection before any application data is

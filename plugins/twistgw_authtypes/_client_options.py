@@ -81,7 +81,7 @@ def read_tls(raw: Any, https: bool, scope: ConfigScope, problems: Problems) -> d
             out["max_version"] = _version(problems, params, "maximumProtocolVersion", p)
     problems.raise_if_any()
     try:  # PEMs or versions OpenSSL refuses are told here, not at the first request
-        ClientSettings(**out).https_policy()
+        ClientSettings(**out).check_tls()
     except TLSSettingsError as exc:
         raise problems.fail(path, str(exc)) from None
     return out

@@ -1,28 +1,24 @@
 """The HTTP client of ``passThroughAuth.http`` and ``customAuth``: one
-Twisted ``Agent`` over a persistent ``HTTPConnectionPool`` per config type
-and :class:`ClientSettings` (kept across reloads), a deadline per call, an
+:class:`twistgw.sdk.HttpClient` (a persistent pool) per config type and
+:class:`ClientSettings` (kept across reloads), a deadline per call, an
 optional deadline for the answer's head, a bound on concurrent calls
 (Gloo's ``connectionPool.maxConns``), and bodies read up to a bound.
 
-Plain ``Agent``, not treq's ``HTTPClient``: an authorization call must not
-keep cookies between users, follow redirects, or decode bodies.
+The SDK's client keeps no cookies between users, follows no redirect,
+decodes no body and never sends a call twice.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, cast
+from typing import Any, Iterable
 
 import attrs
-from twisted.internet import defer, error as neterror
+from twisted.internet import defer
 from twisted.internet.defer import Deferred
-from twisted.web.client import Agent, HTTPConnectionPool, ResponseFailed
 from twisted.web.http_headers import Headers as TxHeaders
-from twisted.web.iweb import IBodyProducer
 
-import treq
-
-from twistgw.sdk import BoundedBody
-from twistgw.sdk import describe_tls_failure, verifying_https_policy
+from twistgw.sdk import HttpBodyTooLarge, HttpClient, HttpError, HttpTimeout
+from twistgw.sdk import client_tls
 
 #: The most of an authorization service's answer that is read.
 MAX_REPLY_BODY = 64 * 1024
@@ -53,13 +49,13 @@ class ClientSettings:
     max_conns: int | None = None
     idle_timeout: float | None = None
 
-    def https_policy(self) -> Any:
-        """The ``Agent`` contextFactory: every host verified by name.
+    def tls_options(self) -> dict[str, Any]:
+        return {"ca_pem": self.ca_pem, "client_cert_pem": self.cert_pem, "client_key_pem": self.key_pem,
+                "min_version": self.min_version, "max_version": self.max_version}
 
-        :raises twistgw.tls.TLSSettingsError: settings OpenSSL refuses."""
-        return verifying_https_policy(ca_pem=self.ca_pem, client_cert_pem=self.cert_pem,
-                                      client_key_pem=self.key_pem, min_version=self.min_version,
-                                      max_version=self.max_version)
+    def check_tls(self) -> None:
+        """:raises twistgw.tls.TLSSettingsError: settings OpenSSL refuses."""
+        client_tls("settings.check", **self.tls_options())
 
 
 DEFAULT_SETTINGS = ClientSettings()
@@ -78,41 +74,6 @@ class CallFailed(Exception):
         self.reason = reason
 
 
-class _Bytes:
-    """A request body of known bytes (``Content-Length`` set): Twisted's
-    ``IBodyProducer`` (Agent reads ``length`` and calls ``startProducing``
-    after writing the head); ``written`` is called once the whole request
-    is handed to the connection."""
-
-    def __init__(self, data: bytes, written: Callable[[], None] | None = None) -> None:
-        self.data = data
-        self.length = len(data)
-        self.written = written
-
-    def startProducing(self, consumer: Any) -> Deferred[None]:
-        consumer.write(self.data)
-        if self.written is not None:
-            self.written()
-        return defer.succeed(None)
-
-    def pauseProducing(self) -> None:
-        pass
-
-    def resumeProducing(self) -> None:
-        pass
-
-    def stopProducing(self) -> None:
-        pass
-
-
-class _Phase:
-    """Where one call is, for the message of a deadline that fired."""
-
-    def __init__(self) -> None:
-        self.waiting_slot = False
-        self.expired: str | None = None
-
-
 class AuthHttpClient:
     """Made lazily with the reactor the gateway runs on; ``close`` drops the
     pooled connections (at shutdown, or when no config uses its settings)."""
@@ -121,18 +82,13 @@ class AuthHttpClient:
                  connect_timeout: float = 5.0) -> None:
         self.reactor = reactor
         self.settings = settings
-        self.pool = HTTPConnectionPool(reactor, persistent=True)
-        self.pool.maxPersistentPerHost = settings.max_conns or max_per_host
-        if settings.idle_timeout is not None:
-            # annotated int by Twisted, but only handed to callLater, which takes any seconds
-            self.pool.cachedConnectionTimeout = settings.idle_timeout or _NO_IDLE_EXPIRY  # type: ignore[assignment]
-        self.pool.retryAutomatically = False  # an auth call is never sent twice
+        idle = None if settings.idle_timeout is None else settings.idle_timeout or _NO_IDLE_EXPIRY
+        # https URLs: the service's certificate checked against the URL's host by subjectAltName;
         # connectionPool.maxConns: calls beyond it wait for a slot (within their deadline)
-        self.slots = defer.DeferredSemaphore(settings.max_conns) if settings.max_conns else None
-        # https URLs: the service's certificate checked against the URL's host
-        # by subjectAltName (Twisted's default policy accepts one without)
-        self.agent = Agent(reactor, contextFactory=settings.https_policy(), pool=self.pool,
-                           connectTimeout=connect_timeout)
+        self.http = HttpClient(reactor, connect_timeout=connect_timeout, max_body=MAX_REPLY_BODY,
+                               max_in_flight=settings.max_conns, max_per_host=max_per_host, idle_timeout=idle,
+                               **settings.tls_options())
+        self.pool: Any = self.http.pool
 
     async def call(self, method: bytes, url: bytes, headers: TxHeaders, body: bytes | None,
                    timeout: float, head_timeout: float | None = None) -> Reply:
@@ -140,83 +96,25 @@ class AuthHttpClient:
         connection slot, connecting, sending, and reading the whole answer),
         its head within ``head_timeout`` of the request being written (when
         given; whichever fires first wins), else :class:`CallFailed`."""
-        phase = _Phase()
-        d = Deferred.fromCoroutine(self._request(method, url, headers, body, head_timeout, phase))
-
-        def expire() -> None:
-            waiting = " waiting for a connection slot (connectionPool.maxConns)" if phase.waiting_slot else ""
-            phase.expired = f"no answer within {timeout:g}s{waiting}"
-            d.cancel()
-
-        timer = self.reactor.callLater(timeout, expire)
         try:
-            return await d
-        except Exception as exc:
-            if phase.expired:  # whatever the cancellation surfaced as (connecting, reading...)
-                raise CallFailed("timeout", phase.expired) from None
-            if isinstance(exc, BodyTooLong):
-                raise CallFailed("unreachable", f"answer longer than {MAX_REPLY_BODY} bytes") from None
-            if isinstance(exc, (neterror.ConnectError, neterror.ConnectionLost, ResponseFailed,
-                                neterror.DNSLookupError, neterror.TimeoutError, defer.CancelledError)):
-                raise CallFailed("unreachable", _describe(exc)) from None
-            raise
-        finally:
-            if timer.active():
-                timer.cancel()
-
-    async def _request(self, method: bytes, url: bytes, headers: TxHeaders, body: bytes | None,
-                       head_timeout: float | None, phase: _Phase) -> Reply:
-        if self.slots is not None:
-            phase.waiting_slot = True
-            await self.slots.acquire()  # cancelled by the deadline: leaves the queue, holds nothing
-            phase.waiting_slot = False
-        try:
-            return await self._exchange(method, url, headers, body, head_timeout, phase)
-        finally:
-            if self.slots is not None:
-                self.slots.release()
-
-    async def _exchange(self, method: bytes, url: bytes, headers: TxHeaders, body: bytes | None,
-                        head_timeout: float | None, phase: _Phase) -> Reply:
-        timers: list[Any] = []
-        sent: list[Deferred[Any]] = []  # written() may run inside agent.request (a pooled connection)
-
-        def written() -> None:  # responseHeaderTimeout starts once the request is written
-            if head_timeout is not None:
-                timers.append(self.reactor.callLater(head_timeout, expire_head))
-
-        def expire_head() -> None:
-            phase.expired = f"no response head within {head_timeout:g}s of the request (responseHeaderTimeout)"
-            if sent:
-                sent[0].cancel()
-
-        if head_timeout is not None and body is None:
-            body = b""  # a producer, to know when the request is written
-        producer = cast(IBodyProducer, _Bytes(body, written)) if body is not None else None
-        sent.append(self.agent.request(method, url, headers, producer))
-        try:
-            response = await sent[0]
-        finally:
-            for timer in timers:
-                if timer.active():
-                    timer.cancel()
-        answer = BoundedBody(MAX_REPLY_BODY, BodyTooLong)
-        await treq.collect(response, answer)
-        return Reply(response.code, response.headers, answer.value())
+            answer = await self.http.request(method, url, headers=headers, body=body, timeout=timeout,
+                                             head_timeout=head_timeout)
+        except HttpTimeout as exc:
+            if exc.limit == "head":
+                raise CallFailed("timeout", f"no response head within {exc.seconds:g}s of the request"
+                                            " (responseHeaderTimeout)") from None
+            if exc.limit == "connect":
+                raise CallFailed("unreachable", f"no connection within {exc.seconds:g}s") from None
+            waiting = " waiting for a connection slot (connectionPool.maxConns)" if exc.phase == "slot" else ""
+            raise CallFailed("timeout", f"no answer within {exc.seconds:g}s{waiting}") from None
+        except HttpBodyTooLarge:
+            raise CallFailed("unreachable", f"answer longer than {MAX_REPLY_BODY} bytes") from None
+        except HttpError as exc:  # refused, reset, DNS, TLS
+            raise CallFailed("unreachable", str(exc).partition(": ")[2] or str(exc)) from None
+        return Reply(answer.status, answer.headers, answer.body)
 
     def close(self) -> Deferred[None]:
-        closed: Deferred[None] = self.pool.closeCachedConnections()
-        return closed
-
-
-class BodyTooLong(Exception):
-    """The service's answer is longer than :data:`MAX_REPLY_BODY`."""
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ResponseFailed) and exc.reasons:
-        return "; ".join(describe_tls_failure(r.value) or r.getErrorMessage() for r in exc.reasons)
-    return exc.__class__.__name__ + (f": {exc}" if str(exc) else "")
+        return self.http.close()
 
 
 class ClientHolder:

@@ -1,4 +1,4 @@
-"""Remote key sets: fetched with treq from an upstream, cached, refreshed.
+"""Remote key sets: fetched with the SDK's ``HttpClient`` from an upstream, cached, refreshed.
 
 The rules, in short:
 
@@ -32,11 +32,9 @@ import attrs
 from prometheus_client import Counter
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.logger import Logger
-from twisted.web.http_headers import Headers
-from twisted.web.iweb import IPolicyForHTTPS
 
-from twistgw.sdk import BoundedBody
-from twistgw.sdk import client_tls, describe_tls_failure, https_policy
+from twistgw.sdk import HttpBodyTooLarge, HttpClient, HttpError
+from twistgw.sdk import describe_tls_failure
 
 from twistgw_jwt._keys import KeyProblem, VerifyKey, parse_remote_body
 
@@ -71,10 +69,6 @@ class RemoteSpec:
     refetch_interval: float
     #: set for an ``https`` URL: fetch over TLS, verifying this name
     tls_server_name: str | None = None
-
-
-def _too_large(limit: int) -> FetchError:
-    return FetchError(f"key set larger than {limit} bytes")
 
 
 async def wait_for_fetch(d: Deferred[bool]) -> None:
@@ -114,7 +108,7 @@ class RemoteKeySet:
         self._digest: bytes | None = None
         self._inflight: Deferred[bool] | None = None
         self._next_address = 0
-        self._tls: IPolicyForHTTPS | None = None
+        self._http: HttpClient | None = None
 
     # -- what requests call --------------------------------------------------
 
@@ -254,7 +248,8 @@ class RemoteKeySet:
 
     async def fetch_document(self, reactor: Any, host: str, port: int) -> bytes:
         """The key-set document's bytes, from one address of the spec (with
-        treq; over TLS, verifying ``spec.tls_server_name``, for an https URL).
+        the SDK's :class:`HttpClient`; over TLS, verifying
+        ``spec.tls_server_name``, for an https URL).
 
         The one method a subclass may override to fetch from elsewhere (the
         OIDC plugin fetches a provider's ``jwks_uri``). It raises
@@ -262,43 +257,31 @@ class RemoteKeySet:
         the caller bounds it by ``spec.timeout``, then parses, caches,
         counts, logs and backs off as described above.
         """
-        import treq
-        from treq.client import HTTPClient
-        from twisted.web.client import Agent, HTTPConnectionPool
-
-        pool = HTTPConnectionPool(reactor, persistent=False)
-        scheme = "http"
-        if self.spec.tls_server_name is not None:
-            scheme = "https"
-            if self._tls is None:  # loads the system's CAs: once per key set
-                self._tls = https_policy(client_tls(self.spec.tls_server_name))
-            client = HTTPClient(Agent(reactor, contextFactory=self._tls, pool=pool))
-        else:
-            client = HTTPClient(Agent(reactor, pool=pool))
+        if self._http is None or self._http.reactor is not reactor:
+            # loads the system's CAs (https): once per key set; a connection per fetch
+            self._http = HttpClient(reactor, persistent=False, timeout=self.spec.timeout,
+                                      max_body=MAX_BODY_BYTES, server_name=self.spec.tls_server_name)
+        scheme = "http" if self.spec.tls_server_name is None else "https"
         netloc = f"[{host}]" if ":" in host else host
-        url = f"{scheme}://{netloc}:{port}".encode("ascii") + self.spec.path
-        headers = Headers({b"Accept": [b"application/json"]})
+        url = f"{scheme}://{netloc}:{port}" + self.spec.path.decode("latin-1")
+        headers = {b"Accept": b"application/json"}
         if self.spec.host_header is not None:
-            headers.setRawHeaders(b"Host", [self.spec.host_header])
-        response = await client.get(url, headers=headers, allow_redirects=False)
-        if response.code != 200:
-            # read and drop the body so the connection closes cleanly
-            response.deliverBody(_Discard())
-            raise FetchError(f"HTTP status {response.code}")
-        body = BoundedBody(MAX_BODY_BYTES, _too_large)
-        await treq.collect(response, body)
-        return body.value()
+            headers[b"Host"] = self.spec.host_header
+        try:
+            answer = await self._http.request("GET", url, headers=headers)
+        except HttpBodyTooLarge as exc:
+            raise FetchError(f"key set larger than {exc.limit} bytes") from None
+        except HttpError as exc:
+            raise FetchError(_cause(str(exc))) from None
+        if answer.status != 200:
+            raise FetchError(f"HTTP status {answer.status}")
+        return answer.body
 
 
-class _Discard:
-    def makeConnection(self, transport: Any) -> None:
-        transport.stopProducing()
-
-    def dataReceived(self, data: bytes) -> None:
-        pass
-
-    def connectionLost(self, reason: Any) -> None:
-        pass
+def _cause(message: str) -> str:
+    """An :class:`HttpError`'s message without its ``METHOD url:`` prefix
+    (the log line names the key set and the address already)."""
+    return message.partition(": ")[2] or message
 
 
 def _describe(exc: BaseException, timeout: float) -> str:

@@ -1,10 +1,11 @@
 """Side calls to the identity provider (discovery, key sets, the token,
-introspection, userinfo and revocation endpoints) with treq.
+introspection, userinfo and revocation endpoints) with the SDK's
+``HttpClient``.
 
 Every call has a timeout and a size bound, follows no redirect, and over
-https verifies the provider's certificate by name (Twisted's default
-browser-like policy). URLs come from configuration or the provider's
-discovery document, never from a request.
+https verifies the provider's certificate by name (``client_tls``). URLs
+come from configuration or the provider's discovery document, never from
+a request.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ import json
 from typing import Any, Mapping
 
 import attrs
-from twisted.internet.defer import Deferred
 
-from twistgw.sdk import BoundedBody
-from twistgw.sdk import verifying_https_policy
+from twistgw.sdk import HttpClient, HttpError
 
 MAX_BODY = 1024 * 1024
 
@@ -39,61 +38,26 @@ class Answer:
         return doc if isinstance(doc, dict) else None
 
 
-def _too_large(limit: int) -> CallFailed:
-    return CallFailed(f"answer larger than {limit} bytes")
-
-
 class Client:
-    """One treq client per gateway, with a persistent connection pool."""
+    """One :class:`twistgw.sdk.HttpClient` per gateway: kept-alive
+    connections (8 per provider host, idle for 30 s at most), each call
+    bounded by its ``timeout`` and :data:`MAX_BODY`."""
 
     def __init__(self, reactor: Any) -> None:
-        from treq.client import HTTPClient
-        from twisted.web import client as web
-
-        # Any: twisted.web.client's Agent and pool are untyped
-        webclient: Any = web
         self.reactor = reactor
-        self.pool: Any = webclient.HTTPConnectionPool(reactor, persistent=True)
-        self.pool.maxPersistentPerHost = 8
-        self.pool.cachedConnectionTimeout = 30
-        # https: the provider's certificate checked against the URL's host by
-        # subjectAltName (Twisted's default policy accepts one without)
-        self._client = HTTPClient(webclient.Agent(reactor, contextFactory=verifying_https_policy(), pool=self.pool))
+        # https: the provider's certificate checked against the URL's host by subjectAltName
+        # a GET on a connection the provider closed while idle is sent again (a POST never)
+        self.http = HttpClient(reactor, max_per_host=8, idle_timeout=30, max_body=MAX_BODY, retry_idempotent=True)
+        self.pool: Any = self.http.pool
 
     async def call(self, method: str, url: str, timeout: float, form: Mapping[str, str] | None = None,
                    headers: Mapping[bytes, bytes] | None = None) -> Answer:
-        d = Deferred.fromCoroutine(self._call(method, url, form, headers))
-        fired: list[bool] = []
-
-        def timed_out(result: Any, _timeout: float) -> Any:
-            fired.append(True)  # cancelled by the timeout (treq then fails with ResponseNeverReceived)
-            return result
-
-        d.addTimeout(timeout, self.reactor, onTimeoutCancel=timed_out)
+        hdrs = {b"Accept": b"application/json", **(headers or {})}
         try:
-            return await d
-        except CallFailed:
-            raise
-        except Exception as exc:  # refused, reset, DNS, TLS, timeout: all one thing to the caller
-            name = "no answer within %gs" % timeout if fired or type(exc).__name__ in ("TimeoutError",
-                                                                                       "CancelledError") \
-                else f"{type(exc).__name__}: {exc}"
-            raise CallFailed(f"{method} {url}: {name}") from None
-
-    async def _call(self, method: str, url: str, form: Mapping[str, str] | None,
-                    headers: Mapping[bytes, bytes] | None) -> Answer:
-        import treq
-
-        hdrs = {b"Accept": [b"application/json"]}
-        for k, v in (headers or {}).items():
-            hdrs[k] = [v]
-        kwargs: dict[str, Any] = {"headers": hdrs, "allow_redirects": False}
-        if form is not None:
-            kwargs["data"] = dict(form)
-        response = await self._client.request(method, url, **kwargs)
-        body = BoundedBody(MAX_BODY, _too_large)
-        await treq.collect(response, body)
-        return Answer(response.code, body.value())
+            answer = await self.http.request(method, url, headers=hdrs, form=form, timeout=timeout)
+        except HttpError as exc:  # refused, reset, DNS, TLS, timeout, too large: all one thing to the caller
+            raise CallFailed(str(exc)) from None
+        return Answer(answer.status, answer.body)
 
     def close(self) -> Any:
-        return self.pool.closeCachedConnections()
+        return self.http.close()

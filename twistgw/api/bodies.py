@@ -1,6 +1,6 @@
-"""A size-bounded body collector for side calls (key sets, discovery,
-token and introspection endpoints): what a plugin reads from a server it
-asks must have a limit, or a broken or hostile server fills the memory."""
+"""The one size-bounded body collector: what the gateway reads from a
+server it asks (:class:`twistgw.api.http.HttpClient` reads every answer
+with it) must have a limit, or a broken or hostile server fills the memory."""
 
 from __future__ import annotations
 
@@ -22,13 +22,15 @@ class BoundedBody:
     """Collects a body chunk by chunk, refusing it past ``limit`` bytes::
 
         body = sdk.BoundedBody(1024 * 1024, lambda limit: FetchError(f"larger than {limit} bytes"))
-        await treq.collect(response, body)      # raises FetchError past the limit
+        for chunk in chunks:
+            body(chunk)                         # raises FetchError past the limit
         data = body.value()
 
     :param limit: the most bytes accepted.
     :param too_large: makes the exception raised when a chunk passes
-        ``limit`` (given the limit); :class:`BodyTooLarge` by default. The
-        exception leaves ``treq.collect``, which stops reading.
+        ``limit`` (given the limit); :class:`BodyTooLarge` by default.
+        :class:`twistgw.api.http.HttpClient` reads every answer through one
+        (its own bound, ``max_body``); a plugin rarely needs another.
     """
 
     __slots__ = ("_parts", "_too_large", "limit", "size")

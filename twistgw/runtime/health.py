@@ -20,9 +20,8 @@ from typing import Any
 from twisted.internet import task
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
-from twisted.web.client import Agent, HTTPConnectionPool, readBody
-from twisted.web.http_headers import Headers as TwistedHeaders
 
+from twistgw.api.http import HttpClient
 from twistgw.api.types import Endpoint
 from twistgw.core.health import HealthState
 from twistgw.core.outlier import OutlierState
@@ -37,13 +36,10 @@ class HealthChecker:
 
     def __init__(self, reactor: Any) -> None:
         self.reactor = reactor
-        # twisted.web.client is untyped: Any at this seam
-        agent: Any = Agent
-        pool: Any = HTTPConnectionPool
-        # one kept-alive connection per endpoint, reused (Envoy's reuseConnection default)
-        checks_pool = pool(reactor, persistent=True)
-        checks_pool.maxPersistentPerHost = 1
-        self._agent = agent(reactor, pool=checks_pool)
+        # one kept-alive connection per endpoint, reused (Envoy's reuseConnection default);
+        # the answer's body read up to the side calls' bound (twistgw.api.http.MAX_BODY); a GET on a
+        # connection the endpoint closed while idle is sent again, not counted as a failed check
+        self._client = HttpClient(reactor, max_per_host=1, retry_idempotent=True)
         self._loops: list[task.LoopingCall] = []
         #: the serving snapshot's health states, and each one's next round of checks
         self._health: dict[tuple[str, str], HealthState] = {}
@@ -101,17 +97,13 @@ class HealthChecker:
     def check(self, state: HealthState, endpoint: Endpoint) -> Deferred[None]:
         check = state.check
         up = state.upstream
-        url = f"http://{endpoint.host}:{endpoint.port}{check.path}".encode("ascii")
+        netloc = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
+        url = f"http://{netloc}:{endpoint.port}{check.path}"
         host = (check.host or up.name).encode("ascii")
-        d: Deferred[Any] = self._agent.request(b"GET", url, TwistedHeaders({b"host": [host],
-                                                                             b"user-agent": [b"twistgw/health"]}))
-        d.addTimeout(check.timeout, self.reactor)
-
-        def answered(response: Any) -> Deferred[int]:
-            return readBody(response).addCallback(lambda _: int(response.code))
-
-        d.addCallback(answered)
-        d.addCallbacks(lambda status: self._report(state, endpoint, check.passes(status), f"status {status}"),
+        d: Deferred[Any] = Deferred.fromCoroutine(self._client.request(
+            "GET", url, headers={b"host": host, b"user-agent": b"twistgw/health"}, timeout=check.timeout))
+        d.addCallbacks(lambda answer: self._report(state, endpoint, check.passes(answer.status),
+                                                   f"status {answer.status}"),
                        lambda f: self._report(state, endpoint, False, f.getErrorMessage() or f.type.__name__))
         return d
 

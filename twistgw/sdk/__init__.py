@@ -25,6 +25,15 @@ from twistgw.api.counters import counter
 from twistgw.api.durations import DURATION_UNITS, parse_duration
 from twistgw.api.fields import REQUIRED, FieldReader, Fields, Invalid, Path, Problems, Ref, type_name, unknown_field
 from twistgw.api.headers import OWNED_RESPONSE_HEADERS, Headers, InvalidHeaderName, canonical_name, is_token
+from twistgw.api.http import (
+    HttpBodyTooLarge,
+    HttpClient,
+    HttpError,
+    HttpResponse,
+    HttpTimeout,
+    HttpTlsRefused,
+    HttpUnreachable,
+)
 from twistgw.api.options import check_fields, is_kubernetes_name, loopback_problem, require_mapping
 from twistgw.api.plugin import (
     DEFAULT_ORDER,
@@ -105,8 +114,9 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "loopback_problem",
     ),
     "Regular expressions": ("SafeRegex", "UnsafePattern", "max_program_size", "DEFAULT_MAX_PROGRAM_SIZE"),
-    "Side calls: bounded bodies and client TLS": (
-        "BoundedBody", "BodyTooLarge", "client_tls", "https_policy", "verifying_https_policy",
+    "Side calls: the HTTP client, bounded bodies and client TLS": (
+        "HttpClient", "HttpResponse", "HttpError", "HttpTimeout", "HttpUnreachable", "HttpTlsRefused",
+        "HttpBodyTooLarge", "BoundedBody", "BodyTooLarge", "client_tls", "https_policy", "verifying_https_policy",
         "describe_tls_failure", "TLSSettingsError", "PeerRefused", "TLS_VERSIONS", "read_pems",
     ),
     "Redis": ("RedisClient", "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError", "RedisCluster",
@@ -124,7 +134,8 @@ __all__ = [
     "OwnsRequestHeaders", "OptionsError", "ConfigWarning", "path_text", "VirtualServiceView", "RouteView", "Problems",
     "Fields", "REQUIRED", "Ref", "FieldReader", "Invalid", "Path", "check_fields", "require_mapping", "type_name",
     "unknown_field", "parse_duration", "DURATION_UNITS", "is_kubernetes_name", "loopback_problem", "SafeRegex",
-    "UnsafePattern", "max_program_size", "DEFAULT_MAX_PROGRAM_SIZE", "BoundedBody", "BodyTooLarge", "client_tls",
+    "UnsafePattern", "max_program_size", "DEFAULT_MAX_PROGRAM_SIZE", "HttpClient", "HttpResponse", "HttpError",
+    "HttpTimeout", "HttpUnreachable", "HttpTlsRefused", "HttpBodyTooLarge", "BoundedBody", "BodyTooLarge", "client_tls",
     "https_policy", "verifying_https_policy", "describe_tls_failure", "TLSSettingsError", "PeerRefused", "TLS_VERSIONS",
     "read_pems", "RedisClient", "RedisPool", "RedisConfig", "RedisError", "RedisUnavailable", "ReplyError",
     "RedisCluster", "connect_redis", "key_slot", "counter", "Tracer", "SpanHandle", "NO_TRACER", "NO_SPAN",
