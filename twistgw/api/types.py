@@ -5,6 +5,8 @@ Everything here is re-exported from :mod:`twistgw`; import it from there.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 import sys
 
 from types import MappingProxyType
@@ -116,6 +118,7 @@ def _jwt_claims(attribute: str) -> Any:
 # --------------------------------------------------------------------------
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # api/fields.py's errors, plugins'
 class OptionsError(Exception):
     """Raised by a plugin's ``twistgw_compile_options`` for invalid options.
 
