@@ -85,7 +85,7 @@ def _is_grpc(ex: ClientRequest) -> bool:
     return values is not None and values[0][:16].lower() == b"application/grpc"
 
 
-@mypyc_attr(native_class=False)  # methods swapped per instance (sync_tracing); tests subclass it
+@mypyc_attr(native_class=False, allow_interpreted_subclasses=True)  # methods swapped per instance; tests subclass it
 class Gateway:
     """Holds the serving snapshot and carries out the pipeline's plan for
     every request: answer locally, or forward and relay the response."""
