@@ -49,7 +49,8 @@ class FallbackBuildExt(build_ext):
         try:
             super().run()
         except Exception as exc:  # noqa: BLE001 - any failure: the pure modules are there
-            say(f"compiling the hot modules failed ({exc}); installing them as pure Python")
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            say(f"compiling the hot modules failed ({why[:200]}); installing them as pure Python")
             self.extensions = []
 
     def build_extension(self, ext: Any) -> None:

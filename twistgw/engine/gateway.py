@@ -7,8 +7,6 @@ forward), turns failures into answers, and accounts for every request
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr
-
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -85,7 +83,6 @@ def _is_grpc(ex: ClientRequest) -> bool:
     return values is not None and values[0][:16].lower() == b"application/grpc"
 
 
-@mypyc_attr(native_class=False, allow_interpreted_subclasses=True)  # methods swapped per instance; tests subclass it
 class Gateway:
     """Holds the serving snapshot and carries out the pipeline's plan for
     every request: answer locally, or forward and relay the response."""
@@ -387,9 +384,12 @@ class GatewayFactory(Factory):
         for proto in list(self.connections):
             proto.finish_and_close()
         late = self.gateway.reactor.callLater(timeout, self.close_connections)
-        # a method, not a closure: mypyc cannot compile a closure in a method
-        # of this (non-native, @implementer) class
-        return d.addCallback(_cancel_late, late)
+
+        def done(result: None) -> None:
+            if late.active():
+                late.cancel()
+            return result
+        return d.addCallback(done)
 
     def goaway(self) -> None:
         """Tell every HTTP/2 client that no new stream is taken (GOAWAY,
@@ -430,11 +430,3 @@ class GatewayFactory(Factory):
 
     def acceptableProtocols(self) -> list[bytes]:
         return [H2, HTTP11] if self.http2 is not None else [HTTP11]
-
-
-def _cancel_late(result: None, late: Any) -> None:
-    """:meth:`GatewayFactory.drain`'s callback: the drop-what-is-left call
-    is not needed once every connection is gone."""
-    if late.active():
-        late.cancel()
-    return result

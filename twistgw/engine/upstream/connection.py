@@ -8,8 +8,6 @@ Its life is :class:`State`; every change of it is in this module.
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr
-
 from collections.abc import Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
@@ -65,7 +63,6 @@ class _Overrun(Exception):
 
 
 @implementer(IPushProducer)
-@mypyc_attr(allow_interpreted_subclasses=True)  # configured.py subclasses it
 class UpstreamConnection(Protocol):
     """An HTTP/1.1 client connection to one upstream endpoint.
 
