@@ -58,15 +58,16 @@ def test_version_names_the_build(capsys):
 
 def _wheel(src: Path, tmp_path: Path, **env: str) -> tuple[list[str], str]:
     """Build a wheel of the copied source tree ``src`` (no isolation: this venv has the
-    build's requirements); its file names and the build's stderr."""
+    build's requirements); its file names and the build's output."""
     run = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v",
          "--disable-pip-version-check", "-w", str(tmp_path / "wheel"), str(src)],
-        env={**os.environ, **env}, capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    assert run.returncode == 0, run.stderr
+        env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900,
+        cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:]
     (wheel,) = (tmp_path / "wheel").glob("twistgw-*.whl")
     with zipfile.ZipFile(wheel) as z:
-        return z.namelist(), run.stderr
+        return z.namelist(), run.stdout
 
 
 def _copy_tree(tmp_path: Path) -> Path:
