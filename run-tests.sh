@@ -2,9 +2,8 @@
 # Set up .venv with twistgw installed as users get it (pip install, not
 # editable), check lint and types, and run the whole test suite.
 #   ./run-tests.sh                  ruff, mypy, then pytest (on 4 pytest-xdist workers; set
-#                                   TWISTGW_TEST_WORKERS=0 for one process) on the install
-#                                   compiled by mypyc (.venv) beside the in-memory suite under
-#                                   trial on the pure install (.venv-pure)
+#                                   TWISTGW_TEST_WORKERS=0 for one process) beside the
+#                                   in-memory suite under trial
 #   ./run-tests.sh tests/unit -x    pytest only, with these arguments, serially (a subset
 #                                   while you work; add -n 3 to spread it over workers)
 #   ./run-tests.sh --lint           ruff and mypy only
@@ -71,27 +70,22 @@ if [ ! -d tests/oidc/idp/node_modules/oidc-provider ]; then
   (cd tests/oidc/idp && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-# Two installs (docs/contributing.md): .venv with the hot modules compiled by
-# mypyc (setup.py, twistgw/compiled.py), where pytest runs, and .venv-pure
-# with the same modules as plain Python (TWISTGW_PURE=1), where trial runs
-# the in-memory suite: the suite passes both ways.
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
 # setuptools' build/ directory keeps modules that were moved or deleted in
 # the source; a stale copy would be installed (and imported) with the rest.
-for venv in .venv .venv-pure; do
-  [ -x "$venv/bin/python" ] || "$PYTHON" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-  TWISTGW_PURE=1 "$venv/bin/python" -m pip install -q --disable-pip-version-check '.[test]'
-done
-# --no-build-isolation: mypyc type-checks the modules it compiles against the
-# venv's Twisted, attrs, h2... (an isolated build environment has only the
-# build requirements); the build says in one line when it falls back to pure.
 rm -rf build
+# TWISTGW_COMPILE=1: the hot modules compiled by mypyc (setup.py, twistgw/compiled.py;
+# opt-in for now, docs/contributing.md). --no-build-isolation: mypyc type-checks
+# against the venv's Twisted, attrs, h2... (an isolated build has only mypy).
+TWISTGW_COMPILE=0 .venv/bin/python -m pip install -q --disable-pip-version-check '.[test]'
 .venv/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps --no-build-isolation .
-rm -rf build
-TWISTGW_PURE=1 .venv-pure/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps \
-  --no-build-isolation .
-export TWISTGW_EXPECT_COMPILED=1  # tests/unit/test_compiled.py: pytest runs on the compiled install
-echo "run-tests: .venv: $(.venv/bin/twistgw --version); .venv-pure: $(.venv-pure/bin/twistgw --version)"
+if [ "${TWISTGW_COMPILE:-0}" = 1 ]; then
+  export TWISTGW_EXPECT_COMPILED=1  # tests/unit/test_compiled.py holds the install to it
+else
+  export TWISTGW_EXPECT_COMPILED=0
+fi
+echo "run-tests: $(.venv/bin/twistgw --version)"
 lint() {
   # Settings in pyproject.toml: ruff lints everything (tests and bench
   # included); mypy checks twistgw/, plugins/ and examples/, strictly on
@@ -119,9 +113,8 @@ lint
 # _trial_temp/ (ignored by git).
 trial_log=$(mktemp "${TMPDIR:-/tmp}/twistgw-trial.XXXXXX")
 trap 'rm -f "$trial_log"' EXIT
-echo "run-tests: the in-memory suite under trial (tests/inmemory.py) on the pure install, beside pytest on the compiled one"
-# on the pure install: the in-memory suite runs uncompiled too
-TWISTGW_EXPECT_COMPILED=0 .venv-pure/bin/trial tests/inmemory.py >"$trial_log" 2>&1 &
+echo "run-tests: the in-memory suite under trial (tests/inmemory.py), beside pytest"
+.venv/bin/trial tests/inmemory.py >"$trial_log" 2>&1 &
 trial_pid=$!
 # pytest on TWISTGW_TEST_WORKERS pytest-xdist workers (4: the suite mostly
 # waits, so 4 beat 3 on two cores; docs/decisions.md), a module that starts
