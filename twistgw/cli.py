@@ -377,12 +377,29 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: twistgw's version and :func:`twistgw.compiled.summary`
+    (computed when asked: it imports the hot modules)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from twistgw import __version__, compiled
+
+        print(f"twistgw {__version__}: {compiled.summary()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="twistgw",
         description="Tools for the twistgw gateway. To run the gateway itself: twist twistgw --config DIR",
         epilog="Exit codes: 0 ok; 1 invalid config or refused request; 2 usage error.",
     )
+    p.add_argument("--version", action=_VersionAction,
+                   help="print the version and which hot modules run compiled by mypyc, then exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

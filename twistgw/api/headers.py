@@ -9,6 +9,8 @@ a ``bytes`` name ``bytes``; line breaks in values become spaces.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 import re
 from typing import Any, Iterable, Iterator, Mapping, Sequence, TypeVar, overload
 
@@ -90,6 +92,7 @@ def _value(value: str | bytes) -> bytes:
     return b" ".join(raw.splitlines()) if (b"\n" in raw or b"\r" in raw) else raw
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # plugins may subclass it
 class Headers:
     """Header names to lists of values, in the order they were first set."""
 

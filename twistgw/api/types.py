@@ -5,6 +5,8 @@ Everything here is re-exported from :mod:`twistgw`; import it from there.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 import sys
 
 from types import MappingProxyType
@@ -107,7 +109,10 @@ def _jwt_claims(attribute: str) -> Any:
 
     warnings.warn(f"RequestContext.{attribute} is deprecated and will be removed in twistgw 0.2: the verified"
                   " claims are the jwt plugin's state; use twistgw_jwt.claims (verified_claims(ctx),"
-                  " set_verified_claims(ctx, claims, provider))", DeprecationWarning, stacklevel=3)
+                  " set_verified_claims(ctx, claims, provider))", DeprecationWarning,
+                  # the caller of the property: compiled by mypyc (twistgw/compiled.py), this
+                  # function and the property have no Python frames of their own
+                  stacklevel=3 if __file__.endswith(".py") else 1)
     return importlib.import_module("twistgw_jwt.claims")
 
 
@@ -116,6 +121,7 @@ def _jwt_claims(attribute: str) -> Any:
 # --------------------------------------------------------------------------
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # api/fields.py's errors, plugins'
 class OptionsError(Exception):
     """Raised by a plugin's ``twistgw_compile_options`` for invalid options.
 

@@ -11,6 +11,8 @@ between. It changes no connection state: the callbacks that do
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from typing import Any
 
 
@@ -62,6 +64,7 @@ class _Parsed(Headers):
         self._raw = raw
 
 
+@mypyc_attr(native_class=False)  # mixed into a Twisted Protocol (twistgw/compiled.py)
 class RequestReader:
     """The request side of a client connection (a mixin; see the module)."""
 

@@ -6,6 +6,8 @@ it was handed.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from typing import TYPE_CHECKING, Any
 
 from twisted.python.failure import Failure
@@ -24,6 +26,7 @@ __all__ = ["UpstreamRequest"]
 _BODY = State.BODY
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # retrying.py, breakers.py
 class UpstreamRequest:
     """One forwarded request (a :class:`~twistgw.engine.seams.Forwarding`).
 
