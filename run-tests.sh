@@ -77,6 +77,13 @@ fi
 rm -rf build
 .venv/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps .
 .venv/bin/python -m pip install -q --disable-pip-version-check '.[test]'
+# xds-protos ships an older copy of opentelemetry/proto/ (no scope_spans)
+# than opentelemetry-proto's, in the same files: whichever pip installed last
+# wins. The tests' OTLP receiver decodes with opentelemetry-proto's own.
+if ! .venv/bin/python -c 'from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
+ResourceSpans.DESCRIPTOR.fields_by_name["scope_spans"]' >/dev/null 2>&1; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps opentelemetry-proto
+fi
 lint() {
   # Settings in pyproject.toml: ruff lints everything (tests and bench
   # included); mypy checks twistgw/, plugins/ and examples/, strictly on

@@ -26,6 +26,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -424,3 +425,69 @@ def test_the_gloo_guide_behaves_as_the_guide_says(tmp_path: Path, receiver: Otlp
     assert [s.status.code for s in spans] == [0, 0, 2]  # Unset; a 500 is Error, as the guide says
     resource = {kv.key: kv.value.string_value for kv in receiver.requests[0][0].resource_spans[0].resource.attributes}
     assert resource["service.name"] == "gateway-proxy"
+
+
+def _metric(admin: int, name: str, **labels: str) -> float:
+    """The sum of the admin endpoint's ``name`` samples whose labels include ``labels``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        sample, value = line.rsplit(" ", 1)
+        if all(f'{k}="{v}"' in sample for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def _wait_metric(admin: int, name: str, at_least: float, timeout: float = 30.0, **labels: str) -> float:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = _metric(admin, name, **labels)
+        if value >= at_least:
+            return value
+        assert time.monotonic() < deadline, f"{name}{labels} stayed at {value}, {at_least} expected"
+        time.sleep(0.2)
+
+
+def test_the_exporters_counters_on_the_admin_endpoint(tmp_path: Path, backend: _Backend,
+                                                      receiver: OtlpReceiver) -> None:
+    """``twistgw_spans_exported_total`` counts what the collector accepted;
+    with the collector down, what could not be sent is counted
+    ``twistgw_spans_dropped_total{reason="export_failed"}`` (and the batches
+    given up ``twistgw_span_export_failures_total``), on a running gateway's
+    /metrics."""
+    port, admin = free_port(), free_port()
+    docs = [upstream("otel", receiver.port), upstream("backend", backend.server_address[1]),
+            virtual_service([to("backend")]), traced_gateway(port)]
+    with TwistGateway(tmp_path, write(tmp_path / "config", docs),
+                      args=("--admin", f"tcp:{admin}:interface=127.0.0.1")):
+        for _ in range(3):
+            assert get(port)[0] == 200
+        receiver.wait_spans(6)  # a server and a client span each
+        assert _wait_metric(admin, "twistgw_spans_exported_total", 6) == 6
+        assert _metric(admin, "twistgw_spans_dropped_total") == 0
+        receiver.stop()  # the collector goes down
+        for _ in range(2):
+            assert get(port)[0] == 200
+        assert _wait_metric(admin, "twistgw_spans_dropped_total", 4, reason="export_failed") == 4
+        assert _wait_metric(admin, "twistgw_span_export_failures_total", 1) >= 1
+        assert _metric(admin, "twistgw_spans_exported_total") == 6
+    assert len(receiver.spans()) == 6
+
+
+def test_grpc_service_authority_is_the_collectors_authority(tmp_path: Path, backend: _Backend,
+                                                            receiver: OtlpReceiver) -> None:
+    """``openTelemetryConfig.grpcService.authority``: the ``:authority`` of the
+    export calls the collector gets (not the address dialled)."""
+    port = free_port()
+    gateway = traced_gateway(port)
+    otel = gateway["spec"]["httpGateway"]["options"]["httpConnectionManagerSettings"]["tracing"]
+    otel["openTelemetryConfig"]["grpcService"] = {"authority": "otel-collector.observability:4317"}
+    docs = [upstream("otel", receiver.port), upstream("backend", backend.server_address[1]),
+            virtual_service([to("backend")]), gateway]
+    with start(tmp_path, docs):
+        assert get(port)[0] == 200
+        receiver.wait_spans(2)
+    assert receiver.authorities and set(receiver.authorities) == {"otel-collector.observability:4317"}
