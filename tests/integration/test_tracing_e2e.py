@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from support.otlp import OtlpReceiver
 from support.ports import free_port
 from support.process import TwistGateway
+from support.redis import RedisServer
 
 NS = "gloo-system"
 TID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -491,3 +492,84 @@ def test_grpc_service_authority_is_the_collectors_authority(tmp_path: Path, back
         assert get(port)[0] == 200
         receiver.wait_spans(2)
     assert receiver.authorities and set(receiver.authorities) == {"otel-collector.observability:4317"}
+
+
+class _Auth(http.server.BaseHTTPRequestHandler):
+    """A pass-through auth service (``/pass``: 200, allowed) and an RFC 7662
+    introspection endpoint (``/introspect``: the token ``good`` is active)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/introspect"):
+            active = b"token=tok-5f3a9c" in body
+            doc = json.dumps({"active": active, "sub": "alice", "exp": int(time.time()) + 300} if active
+                             else {"active": False}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+        else:
+            doc = b""
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(doc)))
+        self.end_headers()
+        self.wfile.write(doc)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_auth_calls_and_the_redis_wait_are_child_spans(tmp_path: Path, backend: _Backend,
+                                                       receiver: OtlpReceiver) -> None:
+    """The pass-through HTTP auth call, the OAuth2 introspection call and the
+    Redis rate-limit wait (a real redis-server) are each a child span of the
+    request's server span, in its trace, and no token is in any span."""
+    auth = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Auth)
+    auth.daemon_threads = True
+    threading.Thread(target=auth.serve_forever, daemon=True).start()
+    auth_port = auth.server_address[1]
+    port = free_port()
+
+    def auth_config(name: str, config: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": "enterprise.gloo.solo.io/v1", "kind": "AuthConfig",
+                "metadata": {"name": name, "namespace": NS}, "spec": {"configs": [config]}}
+
+    def extauth(name: str) -> dict[str, Any]:
+        return {"extauth": {"configRef": {"name": name, "namespace": NS}}}
+
+    try:
+        with RedisServer(tmp_path / "redis") as redis:
+            settings = {"apiVersion": "gateway.vendor.io/v1", "kind": "Settings",
+                        "metadata": {"name": "default", "namespace": NS},
+                        "spec": {"ratelimitServer": {"redis": {"address": redis.address}}}}
+            docs = [upstream("otel", receiver.port), upstream("backend", backend.server_address[1]),
+                    auth_config("pass", {"passThroughAuth": {"http": {"url": f"http://127.0.0.1:{auth_port}/pass"}}}),
+                    auth_config("introspect", {"oauth2": {"accessTokenValidation": {
+                        "introspectionUrl": f"http://127.0.0.1:{auth_port}/introspect", "cacheTimeout": "0s"}}}),
+                    settings,
+                    virtual_service([
+                        to("backend", "/pass", name="pass", **extauth("pass")),
+                        to("backend", "/introspect", name="introspect", **extauth("introspect")),
+                        to("backend", "/limited", name="limited",
+                           ratelimitBasic={"anonymousLimits": {"requestsPerUnit": 100, "unit": "HOUR"}})]),
+                    traced_gateway(port)]
+            with start(tmp_path, docs):
+                assert get(port, "/pass")[0] == 200
+                assert get(port, "/introspect", {"Authorization": "Bearer tok-5f3a9c"})[0] == 200
+                assert get(port, "/limited")[0] == 200
+                spans = receiver.wait_spans(9)  # each: server, client, and the child
+            assert int(redis.command("DBSIZE")) >= 1  # the limit was counted in this Redis
+    finally:
+        auth.shutdown()
+        auth.server_close()
+    servers = {attrs(s)["http.route"]: s for s in spans if s.kind == 2}
+    for route, child_name in (("pass", "extauth.passthrough.http"), ("introspect", "oauth2.introspection"),
+                              ("limited", "ratelimit.redis")):
+        server = servers[route]
+        child = next(s for s in spans if s.name == child_name)
+        assert child.trace_id == server.trace_id and child.parent_span_id == server.span_id, child_name
+        assert child.status.code != 2 and child.end_time_unix_nano >= child.start_time_unix_nano, child_name
+    dumped = "".join(str(s) for s in spans)
+    assert "tok-5f3a9c" not in dumped  # the token never is in a span
