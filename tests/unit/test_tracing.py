@@ -352,7 +352,7 @@ class NewTraceBlockTests(TestCase):
         new_traces()
         assert len(PARENTS) == len(LOWS) == 2 * TRACE_BLOCK
         seen = set()
-        for line, low in zip(PARENTS, LOWS):
+        for line, low in zip(PARENTS, LOWS, strict=True):
             assert isinstance(line, bytes) and len(line) == 55
             found = parse_traceparent([line])
             assert found is not None and found.sampled is False  # 00-<32 hex>-<16 hex>-00, ids not zero
