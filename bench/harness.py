@@ -1244,7 +1244,8 @@ class Bench:
         if at:  # the baseline: its own install, nothing of this tree on its path
             assert self.baseline is not None
             python, cwd, env = self.baseline.python, self.prefix, self.baseline.env()
-        listen = free_port() if kind in TRACING else port  # those rows load the Gateway's listener, on port
+        if kind in TRACING:  # those rows load the Gateway's listener, on port (as the Gateway rows above)
+            listen = free_port()
         argv = [python, "-m", "twisted", *twist, "twistgw", "--config", directory,
                 "--listen", f"tcp:{listen}:interface=127.0.0.1",
                 "--admin", f"tcp:{admin}:interface=127.0.0.1"]

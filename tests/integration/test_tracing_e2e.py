@@ -26,6 +26,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -38,6 +39,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from support.otlp import OtlpReceiver
 from support.ports import free_port
 from support.process import TwistGateway
+from support.redis import RedisServer
 
 NS = "gloo-system"
 TID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -424,3 +426,150 @@ def test_the_gloo_guide_behaves_as_the_guide_says(tmp_path: Path, receiver: Otlp
     assert [s.status.code for s in spans] == [0, 0, 2]  # Unset; a 500 is Error, as the guide says
     resource = {kv.key: kv.value.string_value for kv in receiver.requests[0][0].resource_spans[0].resource.attributes}
     assert resource["service.name"] == "gateway-proxy"
+
+
+def _metric(admin: int, name: str, **labels: str) -> float:
+    """The sum of the admin endpoint's ``name`` samples whose labels include ``labels``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        sample, value = line.rsplit(" ", 1)
+        if all(f'{k}="{v}"' in sample for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def _wait_metric(admin: int, name: str, at_least: float, timeout: float = 30.0, **labels: str) -> float:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = _metric(admin, name, **labels)
+        if value >= at_least:
+            return value
+        assert time.monotonic() < deadline, f"{name}{labels} stayed at {value}, {at_least} expected"
+        time.sleep(0.2)
+
+
+def test_the_exporters_counters_on_the_admin_endpoint(tmp_path: Path, backend: _Backend,
+                                                      receiver: OtlpReceiver) -> None:
+    """``twistgw_spans_exported_total`` counts what the collector accepted;
+    with the collector down, what could not be sent is counted
+    ``twistgw_spans_dropped_total{reason="export_failed"}`` (and the batches
+    given up ``twistgw_span_export_failures_total``), on a running gateway's
+    /metrics."""
+    port, admin = free_port(), free_port()
+    docs = [upstream("otel", receiver.port), upstream("backend", backend.server_address[1]),
+            virtual_service([to("backend")]), traced_gateway(port)]
+    with TwistGateway(tmp_path, write(tmp_path / "config", docs),
+                      args=("--admin", f"tcp:{admin}:interface=127.0.0.1")):
+        for _ in range(3):
+            assert get(port)[0] == 200
+        receiver.wait_spans(6)  # a server and a client span each
+        assert _wait_metric(admin, "twistgw_spans_exported_total", 6) == 6
+        assert _metric(admin, "twistgw_spans_dropped_total") == 0
+        receiver.stop()  # the collector goes down
+        for _ in range(2):
+            assert get(port)[0] == 200
+        assert _wait_metric(admin, "twistgw_spans_dropped_total", 4, reason="export_failed") == 4
+        assert _wait_metric(admin, "twistgw_span_export_failures_total", 1) >= 1
+        assert _metric(admin, "twistgw_spans_exported_total") == 6
+    assert len(receiver.spans()) == 6
+
+
+def test_grpc_service_authority_is_the_collectors_authority(tmp_path: Path, backend: _Backend,
+                                                            receiver: OtlpReceiver) -> None:
+    """``openTelemetryConfig.grpcService.authority``: the ``:authority`` of the
+    export calls the collector gets (not the address dialled)."""
+    port = free_port()
+    gateway = traced_gateway(port)
+    otel = gateway["spec"]["httpGateway"]["options"]["httpConnectionManagerSettings"]["tracing"]
+    otel["openTelemetryConfig"]["grpcService"] = {"authority": "otel-collector.observability:4317"}
+    docs = [upstream("otel", receiver.port), upstream("backend", backend.server_address[1]),
+            virtual_service([to("backend")]), gateway]
+    with start(tmp_path, docs):
+        assert get(port)[0] == 200
+        receiver.wait_spans(2)
+    assert receiver.authorities and set(receiver.authorities) == {"otel-collector.observability:4317"}
+
+
+class _Auth(http.server.BaseHTTPRequestHandler):
+    """A pass-through auth service (``/pass``: 200, allowed) and an RFC 7662
+    introspection endpoint (``/introspect``: the token ``good`` is active)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/introspect"):
+            active = b"token=tok-5f3a9c" in body
+            doc = json.dumps({"active": active, "sub": "alice", "exp": int(time.time()) + 300} if active
+                             else {"active": False}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+        else:
+            doc = b""
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(doc)))
+        self.end_headers()
+        self.wfile.write(doc)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_auth_calls_and_the_redis_wait_are_child_spans(tmp_path: Path, backend: _Backend,
+                                                       receiver: OtlpReceiver) -> None:
+    """The pass-through HTTP auth call, the OAuth2 introspection call and the
+    Redis rate-limit wait (a real redis-server) are each a child span of the
+    request's server span, in its trace, and no token is in any span."""
+    auth = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Auth)
+    auth.daemon_threads = True
+    threading.Thread(target=auth.serve_forever, daemon=True).start()
+    auth_port = auth.server_address[1]
+    port = free_port()
+
+    def auth_config(name: str, config: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": "enterprise.gloo.solo.io/v1", "kind": "AuthConfig",
+                "metadata": {"name": name, "namespace": NS}, "spec": {"configs": [config]}}
+
+    def extauth(name: str) -> dict[str, Any]:
+        return {"extauth": {"configRef": {"name": name, "namespace": NS}}}
+
+    try:
+        with RedisServer(tmp_path / "redis") as redis:
+            settings = {"apiVersion": "gateway.vendor.io/v1", "kind": "Settings",
+                        "metadata": {"name": "default", "namespace": NS},
+                        "spec": {"ratelimitServer": {"redis": {"address": redis.address}}}}
+            docs = [upstream("otel", receiver.port), upstream("backend", backend.server_address[1]),
+                    auth_config("pass", {"passThroughAuth": {"http": {"url": f"http://127.0.0.1:{auth_port}/pass"}}}),
+                    auth_config("introspect", {"oauth2": {"accessTokenValidation": {
+                        "introspectionUrl": f"http://127.0.0.1:{auth_port}/introspect", "cacheTimeout": "0s"}}}),
+                    settings,
+                    virtual_service([
+                        to("backend", "/pass", name="pass", **extauth("pass")),
+                        to("backend", "/introspect", name="introspect", **extauth("introspect")),
+                        to("backend", "/limited", name="limited",
+                           ratelimitBasic={"anonymousLimits": {"requestsPerUnit": 100, "unit": "HOUR"}})]),
+                    traced_gateway(port)]
+            with start(tmp_path, docs):
+                assert get(port, "/pass")[0] == 200
+                assert get(port, "/introspect", {"Authorization": "Bearer tok-5f3a9c"})[0] == 200
+                assert get(port, "/limited")[0] == 200
+                spans = receiver.wait_spans(9)  # each: server, client, and the child
+            assert int(redis.command("DBSIZE")) >= 1  # the limit was counted in this Redis
+    finally:
+        auth.shutdown()
+        auth.server_close()
+    servers = {attrs(s)["http.route"]: s for s in spans if s.kind == 2}
+    for route, child_name in (("pass", "extauth.passthrough.http"), ("introspect", "oauth2.introspection"),
+                              ("limited", "ratelimit.redis")):
+        server = servers[route]
+        child = next(s for s in spans if s.name == child_name)
+        assert child.trace_id == server.trace_id and child.parent_span_id == server.span_id, child_name
+        assert child.status.code != 2 and child.end_time_unix_nano >= child.start_time_unix_nano, child_name
+    dumped = "".join(str(s) for s in spans)
+    assert "tok-5f3a9c" not in dumped  # the token never is in a span

@@ -209,8 +209,29 @@ def test_the_authority_is_sent_and_verified(protocol: str, how: str) -> None:
         assert not any(k.startswith(":") for k in headers)
         if protocol == "http":
             assert headers["host"] == "collector.test"
+        else:
+            assert rx.authorities == ["collector.test"]
         if how == "header":
             assert headers["x-tenant"] == "t"
+
+
+@pytest.mark.parametrize("how", ["field", "header"])
+def test_the_grpc_authority_reaches_the_collector_without_tls(how: str) -> None:
+    """Without TLS nothing checks a name: the collector sees the configured
+    ``:authority`` (Gloo's ``grpcService.authority``) and not the address
+    dialled; without one, grpcio's default (the target ``host:port``)."""
+    with OtlpReceiver(protocol="grpc") as rx:
+        kw = {"authority": "otel.example:4317"} if how == "field" else \
+            {"headers": ((":authority", "otel.example:4317"),)}
+        exporter = exporter_for(rx.target(**kw))
+        exporter.submit(make_span())
+        rx.wait_spans(1)
+        exporter.stop()
+        plain = exporter_for(rx.target())
+        plain.submit(make_span())
+        rx.wait_spans(2)
+        plain.stop()
+    assert rx.authorities == ["otel.example:4317", f"127.0.0.1:{rx.port}"]
 
 
 def test_the_verified_name() -> None:

@@ -10,6 +10,7 @@ they get with opentelemetry-proto's own messages and record it::
         rx.mode = "error"                                   # HTTP 503 / gRPC UNAVAILABLE from now on
         rx.mode = "slow"; rx.delay = 2.0                    # answers after 2 s
         rx.stop(); rx.start()                               # down (no listener), then back, same port
+        rx.authorities[0]                                   # gRPC: the first call's :authority, as received
 
 Modes: ``normal``; ``slow`` (each answer waits ``delay`` seconds); ``error``
 (HTTP ``error_status``, 503 by default, with ``Retry-After: 0``; gRPC
@@ -108,6 +109,8 @@ class OtlpReceiver:
         self.error_message = "span too old"
         self.requests: list[tuple[ExportTraceServiceRequest, dict[str, str], str]] = []
         self.attempts = 0
+        #: gRPC: each call's ``:authority``, in order
+        self.authorities: list[str | None] = []
         self._lock = threading.Condition()
         self._http: _HttpServer | None = None
         self._grpc: Any = None
@@ -153,6 +156,11 @@ class OtlpReceiver:
 
     def _export(self, request: bytes, context: Any) -> bytes:
         metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
+        # the call's :authority: grpcio's metadata leaves it out; the call's
+        # details (grpcio's own record of the incoming call) hold it as "host"
+        host = getattr(getattr(getattr(context, "_rpc_event", None), "call_details", None), "host", None)
+        with self._lock:
+            self.authorities.append(host.decode("ascii") if isinstance(host, bytes) else host)
         self.record(request, metadata, _METHOD)
         mode = self.mode
         if mode == "slow":

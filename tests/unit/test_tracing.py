@@ -18,22 +18,28 @@ import pytest
 from twistgw.api.headers import Headers
 from twistgw.api.tracer import NO_SPAN, NO_TRACER
 from twistgw.config.loader import ConfigError, load_text
-from twistgw.config.tracing import TracePercentages
+from twistgw.config.tracing import ListenerTracing, RouteTracing, TracePercentages
 from twistgw.core.pipeline import Pipeline, RequestHead
 from twistgw.core.plan import Forward
 from twistgw.core.plugins import PluginHost
 from twistgw.core.snapshot import build_snapshot
-from twistgw.core.tracing import decide
+from twistgw.core.tracing import UNSAMPLED, GatewayTracing, decide
 from twistgw.tracing.propagation import (
     B3_MULTI,
     B3_SINGLE,
+    LOWS,
+    PARENTS,
+    TRACE_BLOCK,
     new_trace_id,
+    new_traces,
     parse_b3_multi,
     parse_b3_single,
     parse_traceparent,
     parse_tracestate,
     read_incoming,
+    sampling_value,
 )
+from twistgw.tracing.export import CollectorTarget
 from twistgw.tracing.request import RequestTrace
 
 from support.trial import TestCase
@@ -332,6 +338,90 @@ class SamplingTests(TestCase):
         for _ in range(200):
             tid = new_trace_id()
             assert len({decide(p, False, tid) for _ in range(5)}) == 1
+
+
+class NewTraceBlockTests(TestCase):
+    """``new_traces``: a block of new traces from one ``os.urandom`` read,
+    each an unsampled ``traceparent`` made already and its sampling value;
+    ``GatewayTracing.begin`` decides a request without trace headers from it."""
+
+    def test_a_block_is_valid_unsampled_traceparents_and_their_values(self):
+        PARENTS.clear()
+        LOWS.clear()
+        new_traces()
+        new_traces()
+        assert len(PARENTS) == len(LOWS) == 2 * TRACE_BLOCK
+        seen = set()
+        for line, low in zip(PARENTS, LOWS, strict=True):
+            assert isinstance(line, bytes) and len(line) == 55
+            found = parse_traceparent([line])
+            assert found is not None and found.sampled is False  # 00-<32 hex>-<16 hex>-00, ids not zero
+            assert found.trace_id & 0xFFFFFFFFFFFFFFFF == low  # the value is the trace id's low 64 bits
+            seen.add(found.trace_id)
+        assert len(seen) == 2 * TRACE_BLOCK  # no trace id twice
+        assert len({line[36:52] for line in PARENTS}) == 2 * TRACE_BLOCK
+        hexes = b"".join(line[3:35] + line[36:52] for line in PARENTS)
+        # os.urandom's bytes: every hex digit about as often (48 per trace, 16 digits)
+        counts = [hexes.count(d) for d in b"0123456789abcdef"]
+        assert max(counts) < 1.25 * min(counts)
+
+    def tracing(self, p: TracePercentages) -> GatewayTracing:
+        return GatewayTracing(ListenerTracing(("ns", "otel"), percentages=p), "ns/gw", "gw",
+                              CollectorTarget("grpc", "127.0.0.1", 4317))
+
+    def test_begin_writes_the_blocks_traceparent_and_decides_on_its_value(self):
+        g = self.tracing(TracePercentages(random=5000))
+        sampled = unsampled = 0
+        for _ in range(3000):
+            upstream = Headers()
+            started = g.begin(headers(host="a"), None, upstream)
+            if started is UNSAMPLED:
+                unsampled += 1
+                line = upstream.raw[b"Traceparent"][0]
+                found = parse_traceparent([line])
+                assert found is not None and not found.sampled
+                assert sampling_value(found.trace_id) >= 5000  # the decision read this trace id's value
+            else:
+                sampled += 1
+                assert sampling_value(started.trace_id) < 5000 and started.trace is not None
+                assert started.parent_id == 0 and started.span_id and not started.came
+                assert b"Traceparent" not in upstream.raw  # written when the request goes upstream
+        assert abs(sampled / 3000 - 0.5) < 0.05
+
+    def test_begin_rates_and_the_client_trace_id(self):
+        def rate(p: TracePercentages, **h: str) -> float:
+            g = self.tracing(p)
+            return sum(g.begin(headers(**h), None, Headers()) is not UNSAMPLED for _ in range(20000)) / 20000
+
+        assert abs(rate(TracePercentages(random=2500)) - 0.25) < 0.02
+        assert rate(TracePercentages(random=0)) == 0.0
+        assert rate(TracePercentages()) == 1.0
+        assert abs(rate(TracePercentages(random=3000, overall=5000)) - 0.3) < 0.02
+        assert abs(rate(TracePercentages(client=4000, random=0), x_client_trace_id="c") - 0.4) < 0.02
+        assert rate(TracePercentages(client=10000, random=0)) == 0.0  # no x-client-trace-id
+        assert rate(TracePercentages(client=10000, random=10000, overall=0), x_client_trace_id="c") == 0.0
+
+    def test_propagate_false_sends_nothing_and_a_route_replaces_the_percentages(self):
+        g = self.tracing(TracePercentages(random=0))
+        upstream = Headers()
+        assert g.begin(headers(), RouteTracing(propagate=False), upstream) is UNSAMPLED
+        assert not upstream.raw
+        assert g.begin(headers(), RouteTracing(percentages=TracePercentages()), Headers()) is not UNSAMPLED
+
+    def test_a_forked_child_forgets_the_parents_block(self):
+        import os
+
+        new_traces()
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os.write(write, b"%d" % len(PARENTS))
+            os._exit(0)
+        os.close(write)
+        left = os.read(read, 32)
+        os.close(read)
+        os.waitpid(pid, 0)
+        assert PARENTS and left == b"0"
 
 
 class PipelineTracingTests(TestCase):

@@ -4,9 +4,10 @@ no I/O): :func:`request_id` decides the id a request goes upstream with,
 :func:`new_id` makes one.
 
 An id is a UUID version 4 in its usual text form. Made 512 at a time from
-one 8 KiB ``os.urandom`` read, laid out by C loops (the ids not handed out
-are dropped in a forked child): as unpredictable as ``uuid.uuid4()`` at a
-fraction of its cost (docs/decisions.md).
+one 8 KiB ``os.urandom`` read, laid out by a few C calls over the whole
+block (the ids not handed out are dropped in a forked child): as
+unpredictable as ``uuid.uuid4()`` at a fraction of its cost
+(docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -24,13 +25,10 @@ MAX_LENGTH = 128
 
 #: ids made per ``os.urandom`` read
 _COUNT = 512
-#: where each character of an id comes from: a hex digit of its 16 random
-#: bytes, a dash, the version (4) or the variant (8, 9, a or b, from digit 16)
-_LAYOUT: tuple[int | str, ...] = (*range(8), "-", *range(8, 12), "-", "4", *range(13, 16), "-", "v",
-                                  *range(17, 20), "-", *range(20, 32))
-_FILL = {"-": b"-" * _COUNT, "4": b"4" * _COUNT}
 #: a hex digit → the variant's digit with the same two low bits (RFC 9562 §4.1)
 _VARIANT = bytes.maketrans(b"0123456789abcdef", b"89ab89ab89ab89ab")
+_FOUR = b"4" * _COUNT
+_NEWLINES = b"\n" * (_COUNT - 1)
 #: visible ASCII: what a kept id may hold
 _VISIBLE = bytes(range(0x21, 0x7F))
 #: ids made and not handed out yet (dropped in a forked child)
@@ -38,20 +36,21 @@ _ids: list[str] = []
 
 
 def _make() -> list[str]:
-    """:data:`_COUNT` ids from one read of random bytes, laid out with
-    strided slice assignments (C loops: no Python work per character)."""
-    digits = os.urandom(16 * _COUNT).hex().encode("ascii")
-    out = bytearray(b"\n" * (37 * _COUNT))
-    for place, source in enumerate(_LAYOUT):
-        if isinstance(source, int):
-            out[place::37] = digits[source::32]
-        elif source == "v":
-            out[place::37] = digits[16::32].translate(_VARIANT)
-        else:
-            out[place::37] = _FILL[source]
-    ids = out.decode("ascii").split("\n")
-    ids.pop()  # after the last newline
-    return ids
+    """:data:`_COUNT` ids from one read of random bytes, laid out by a few
+    C calls over the whole block (no Python work per id): the bytes' hex
+    with a dash every 2 bytes (``aaaa-bbbb-cccc-dddd-eeee-ffff-gggg-hhhh-``,
+    40 characters per id), three strided deletions of the dashes a UUID
+    does not have (``aaaabbbb-cccc-dddd-eeee-ffffgggghhhh-``, 37), then
+    strided assignments of the version, the variant and the newline the
+    block is split on."""
+    text = bytearray(os.urandom(16 * _COUNT).hex("-", 2), "ascii")
+    del text[34::40]  # ...-ffffgggg-hhhh-: 39 per id
+    del text[29::39]  # ...-ffffgggghhhh-: 38
+    del text[4::38]  # aaaabbbb-cccc-dddd-eeee-ffffgggghhhh-: 37
+    text[14::37] = _FOUR  # the version: 4
+    text[19::37] = text[19::37].translate(_VARIANT)  # the variant: 10xx
+    text[36::37] = _NEWLINES
+    return text.decode("ascii").split("\n")
 
 
 def _forget() -> None:
@@ -91,10 +90,12 @@ def request_id(hcm: HcmSettings, headers: Any) -> str | None:
     if not hcm.generate_request_id:
         return None
     try:
-        received: list[bytes] | None = headers.get_canonical(b"X-Request-Id")  # no name lookup
+        received: list[bytes] | None = headers.raw.get(b"X-Request-Id")  # canonical names: no name lookup
     except AttributeError:
         received = headers.getRawHeaders(b"x-request-id")
-    if received is not None and len(received) == 1 and is_sane(received[0]) and (
+    if received is None:  # the usual request: a new id
+        return _ids.pop() if _ids else new_id()
+    if len(received) == 1 and is_sane(received[0]) and (
             hcm.preserve_external_request_id or not hcm.use_remote_address):
         return received[0].decode("ascii")
     return new_id()

@@ -31,10 +31,12 @@ from twistgw.tracing.export import CollectorTarget
 from twistgw.tracing.propagation import (
     B3_MULTI,
     B3_SINGLE,
-    format_b3,
+    LOWS,
+    PARENTS,
     TRACE_HEADER_NAMES,
+    format_b3,
     new_span_id,
-    new_trace_id,
+    new_traces,
     read_incoming,
     sampling_value,
 )
@@ -157,14 +159,32 @@ class GatewayTracing:
         with ``route`` tracing options (None: none, or no route). When the
         request is not sampled, the trace headers are written now into
         ``upstream`` (the headers going upstream, when there are any) and
-        :data:`UNSAMPLED` is returned: nothing more is done for it."""
-        try:
-            came = not _TRACE_SET.isdisjoint(headers.raw)  # twistgw's Headers: canonical names, one C call
-        except AttributeError:  # Twisted's (explain, tests)
-            came = True
-        incoming = read_incoming(headers) if came else None
+        :data:`UNSAMPLED` is returned: nothing more is done for it.
+
+        A request without trace headers (the usual one) starts a new trace
+        from :func:`~twistgw.tracing.propagation.new_traces`' block: its
+        ``traceparent`` made already, its sampling value one modulo of an
+        int; nothing is formatted unless it is sampled."""
+        raw = getattr(headers, "raw", None)  # twistgw's Headers: canonical names
+        if raw is not None and _TRACE_SET.isdisjoint(raw):  # one C call
+            if not PARENTS:
+                new_traces()
+            parent_line = PARENTS.pop()
+            value = LOWS.pop() % 10000  # sampling_value
+            p = self.percentages if route is None or route.percentages is None else route.percentages
+            if p is not ALL and not (value < p.overall and (value < p.random or (
+                    p.client > 0 and raw.get(b"X-Client-Trace-Id") is not None and _roll() * 10000 < p.client))):
+                if upstream is not None and (route is None or route.propagate):
+                    upstream.raw[b"Traceparent"] = [parent_line]
+                return UNSAMPLED
+            return Started(int(parent_line[3:35], 16), int(parent_line[36:52], 16), 0, True, "", 0, route, False)
+        incoming = read_incoming(headers)  # Twisted's Headers (explain, tests) or trace headers came
         if incoming is None:
-            trace_id, parent, state, form, sampled = _bits(128) or new_trace_id(), 0, "", 0, None
+            if not PARENTS:
+                new_traces()
+            parent_line = PARENTS.pop()
+            LOWS.pop()
+            trace_id, parent, state, form, sampled = int(parent_line[3:35], 16), 0, "", 0, None
         else:
             trace_id, parent, state, form = incoming.trace_id, incoming.span_id, incoming.trace_state, incoming.form
             sampled = incoming.sampled
@@ -174,15 +194,15 @@ class GatewayTracing:
             if p is ALL:
                 sampled = True
             else:
-                value = (trace_id & 0xFFFFFFFFFFFFFFFF) % 10000  # sampling_value, inlined
+                value = sampling_value(trace_id)
                 sampled = value < p.overall and (value < p.random or (
                     p.client > 0 and headers.getRawHeaders(b"x-client-trace-id") is not None
                     and _roll() * 10000 < p.client))
         if not sampled:
             if upstream is not None:
-                write(upstream.raw, trace_id, span_id, False, state, form, route, came)
+                write(upstream.raw, trace_id, span_id, False, state, form, route, True)
             return UNSAMPLED
-        return Started(trace_id, span_id, parent, True, state, form, route, came)
+        return Started(trace_id, span_id, parent, True, state, form, route, True)
 
 
 def start_upstream(trace: RequestTrace, endpoint: Any, upstream: str) -> ChildSpan:

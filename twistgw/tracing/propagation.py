@@ -10,10 +10,13 @@ anything else (docs/decisions.md, "Tracing").
 
 from __future__ import annotations
 
+import os
 import random
+import sys
+from array import array
 
 __all__ = ["B3_MULTI", "B3_SINGLE", "W3C", "Incoming", "format_b3", "format_traceparent", "new_span_id",
-           "new_trace_id", "parse_b3_multi", "parse_b3_single", "parse_traceparent", "parse_tracestate",
+           "new_trace_id", "new_traces", "parse_b3_multi", "parse_b3_single", "parse_traceparent", "parse_tracestate",
            "read_incoming", "sampling_value"]
 
 #: how the incoming context was written (written back out the same way too)
@@ -47,6 +50,50 @@ def new_span_id() -> int:
     while not sid:  # pragma: no cover - one in 2**64
         sid = _bits(64)
     return sid
+
+
+#: new traces made per ``os.urandom`` read (:func:`new_traces`)
+TRACE_BLOCK = 256
+_SWAP = sys.byteorder == "little"
+#: new traces not handed out yet (:func:`new_traces`; emptied in a forked child)
+PARENTS: list[bytes] = []
+LOWS: list[int] = []
+
+
+def new_traces() -> None:
+    """:data:`TRACE_BLOCK` new traces from one ``os.urandom`` read, put in
+    :data:`PARENTS` and :data:`LOWS` (one of each per trace, popped
+    together): the ``traceparent`` an unsampled request sends
+    (``00-<trace id>-<span id>-00``; its ids are the new trace's and its
+    span's) and the trace id's low 64 bits (``low % 10000`` is its
+    :func:`sampling_value`). Laid out by a few C calls over the whole block
+    (nothing formatted per trace): the random bytes' hex with a dash every
+    8 bytes, the dash inside each trace id deleted by one strided ``del``,
+    the one after each span id made the split point. Ids are as
+    unpredictable as ``os.urandom``; a block with a zero 64-bit word (one
+    in 2**54) is drawn again, so no id is ever all zeros."""
+    count = TRACE_BLOCK
+    while True:
+        rand = os.urandom(24 * count)  # per trace: 16 bytes of trace id, 8 of span id
+        words = array("Q", rand)  # per trace: the trace id's high and low 64 bits, the span id
+        if 0 not in words:
+            break
+    text = bytearray(rand.hex("-", -8), "ascii")  # T1-T2-S-T1-T2-S-...: 51 characters per trace
+    del text[16::51]  # T-S-T-S-...: 50 per trace
+    text[49::50] = b"\n" * (count - 1)  # T-S\nT-S\n...
+    PARENTS.extend((b"00-" + bytes(text).replace(b"\n", b"-00\n00-") + b"-00").split(b"\n"))
+    if _SWAP:
+        words.byteswap()  # big-endian, as the hex digits read
+    LOWS.extend(words[1::3].tolist())
+
+
+def _forget() -> None:
+    PARENTS.clear()
+    LOWS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget)  # a worker never repeats its parent's trace ids
 
 
 def sampling_value(trace_id: int) -> int:
