@@ -79,10 +79,12 @@ rm -rf build
 # opt-in for now, docs/contributing.md). --no-build-isolation: mypyc type-checks
 # against the venv's Twisted, attrs, h2... (an isolated build has only mypy).
 TWISTGW_COMPILE=0 .venv/bin/python -m pip install -q --disable-pip-version-check '.[test]'
-.venv/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps --no-build-isolation .
 if [ "${TWISTGW_COMPILE:-0}" = 1 ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps --no-build-isolation .
   export TWISTGW_EXPECT_COMPILED=1  # tests/unit/test_compiled.py holds the install to it
 else
+  # the install users get (docs/quickstart.md's step one; tests/docs/test_quickstart.py)
+  .venv/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps .
   export TWISTGW_EXPECT_COMPILED=0
 fi
 # xds-protos (Envoy's generated messages: passThroughAuth.grpc's ext_authz) ships an old copy of
