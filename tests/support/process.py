@@ -74,7 +74,15 @@ class TwistGateway:
                 raise AssertionError("twist exited:\n" + self.log_text())
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return self
+                # the port answers; but it is ours only once twist says all of
+                # its listeners (its Gateways' too) are open: another process
+                # on a port free_port() chose once answered first (an empty log)
+                if "twistgw starting" in self.log_text():
+                    return self
+                if time.monotonic() > deadline:
+                    raise AssertionError("a process answers on the --listen port, but twist never said it"
+                                         " started:\n" + self.log_text())
+                time.sleep(0.05)
             except OSError:
                 if time.monotonic() > deadline:
                     raise AssertionError("twist never listened:\n" + self.log_text()) from None
