@@ -37,6 +37,19 @@ CURL = shutil.which("curl")
 H2LOAD = shutil.which("h2load")
 
 
+
+def read_chunked(rfile: Any) -> bytes:
+    """A chunked request body from a test backend's ``rfile`` (trailers read and dropped)."""
+    out = b""
+    while True:
+        size = int(rfile.readline().split(b";")[0], 16)
+        if size == 0:
+            while rfile.readline() not in (b"\r\n", b""):
+                pass
+            return out
+        out += rfile.read(size)
+        rfile.readline()
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: "_Server"
@@ -45,7 +58,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            body = self._chunked()
+            body = read_chunked(self.rfile)
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         with self.server.lock:
@@ -72,17 +85,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(out)))
         self.end_headers()
         self.wfile.write(out)
-
-    def _chunked(self) -> bytes:
-        out = b""
-        while True:
-            size = int(self.rfile.readline().split(b";")[0], 16)
-            if size == 0:
-                while self.rfile.readline() not in (b"\r\n", b""):
-                    pass
-                return out
-            out += self.rfile.read(size)
-            self.rfile.readline()
 
     do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _answer
 

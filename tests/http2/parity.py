@@ -41,6 +41,7 @@ from urllib.parse import parse_qs, urlsplit
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.events import ConnectionTerminated, DataReceived, ResponseReceived, StreamEnded, StreamReset, TrailersReceived
+from h2support import read_chunked
 
 CURL = shutil.which("curl")
 
@@ -110,15 +111,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            out = b""
-            while True:
-                size = int(self.rfile.readline().split(b";")[0], 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b""):
-                        pass
-                    return out
-                out += self.rfile.read(size)
-                self.rfile.readline()
+            return read_chunked(self.rfile)
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
